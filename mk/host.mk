@@ -1,0 +1,85 @@
+# mk/host.mk: the host programs (bcd, jose-tool), the cmocka unit tests and
+# their sanitizer build.  Included at the end of the top-level Makefile, after
+# PGXS, so every variable here is prefixed HOST_ and never touches PGXS's.
+#
+#   make host        build/bcd, build/jose-tool
+#   make unit        build and run the cmocka unit tests
+#   make unit-asan   the same, plus bcd and jose-tool, with ASan + UBSan under build/asan/
+#   make interop     jwcrypto interop against build/jose-tool and build/asan/bcd
+#
+# Objects go under build/obj/ (build/asan/obj/ for the sanitizer build), never
+# next to the sources: PGXS compiles src/common/*.o there with -fPIC.
+
+HOST_CC       ?= cc
+HOST_CFLAGS   ?= -std=c11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE
+HOST_CPPFLAGS  = -Isrc/common -MMD -MP
+HOST_LIBS      = -lssl -lcrypto -ljansson
+HOST_TEST_LIBS = -lcmocka
+HOST_SAN       = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+HOST_PYTHON   ?= /usr/bin/python3
+
+HOST_COMMON_SRCS = $(sort $(wildcard src/common/*.c))
+HOST_AGENT_SRCS  = $(sort $(wildcard src/agent/*.c))
+HOST_JOSE_SRCS   = test/tools/jose-tool.c
+HOST_UNIT_SRCS   = $(sort $(wildcard test/unit/test_*.c))
+HOST_UNIT_NAMES  = $(basename $(notdir $(HOST_UNIT_SRCS)))
+
+HOST_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/obj/%.o)
+HOST_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/obj/%.o)
+HOST_JOSE_OBJS   = $(HOST_JOSE_SRCS:%.c=build/obj/%.o)
+HOST_UNIT_BINS   = $(HOST_UNIT_NAMES:%=build/unit/%)
+
+HOST_ASAN_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/asan/obj/%.o)
+HOST_ASAN_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/asan/obj/%.o)
+HOST_ASAN_JOSE_OBJS   = $(HOST_JOSE_SRCS:%.c=build/asan/obj/%.o)
+HOST_ASAN_UNIT_BINS   = $(HOST_UNIT_NAMES:%=build/asan/unit/%)
+
+.PHONY: host unit unit-asan interop
+
+host: build/bcd build/jose-tool
+
+build/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_CPPFLAGS) -c $< -o $@
+
+build/asan/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) $(HOST_CPPFLAGS) -c $< -o $@
+
+build/bcd: $(HOST_AGENT_OBJS) $(HOST_COMMON_OBJS)
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)
+
+build/jose-tool: $(HOST_JOSE_OBJS) $(HOST_COMMON_OBJS)
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)
+
+build/unit/%: build/obj/test/unit/%.o $(HOST_COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_TEST_LIBS) $(HOST_LIBS)
+
+build/asan/bcd: $(HOST_ASAN_AGENT_OBJS) $(HOST_ASAN_COMMON_OBJS)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(HOST_LIBS)
+
+build/asan/jose-tool: $(HOST_ASAN_JOSE_OBJS) $(HOST_ASAN_COMMON_OBJS)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(HOST_LIBS)
+
+build/asan/unit/%: build/asan/obj/test/unit/%.o $(HOST_ASAN_COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(HOST_TEST_LIBS) $(HOST_LIBS)
+
+# Run every unit test binary; report failure after all of them ran.
+unit: $(HOST_UNIT_BINS)
+	@rc=0; for t in $(HOST_UNIT_BINS); do echo "== $$t"; ./$$t || rc=1; done; exit $$rc
+
+unit-asan: $(HOST_ASAN_UNIT_BINS) build/asan/bcd build/asan/jose-tool
+	@rc=0; for t in $(HOST_ASAN_UNIT_BINS); do echo "== $$t"; \
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+		./$$t || rc=1; done; exit $$rc
+
+interop: build/jose-tool build/asan/bcd
+	$(HOST_PYTHON) test/interop/jose_interop.py build/jose-tool
+	ASAN_OPTIONS=detect_leaks=1 $(HOST_PYTHON) test/interop/bcd_interop.py build/asan/bcd
+
+.PRECIOUS: build/obj/%.o build/asan/obj/%.o
+
+-include $(wildcard build/obj/*/*.d build/obj/*/*/*.d build/obj/*/*/*/*.d)
+-include $(wildcard build/asan/obj/*/*.d build/asan/obj/*/*/*.d build/asan/obj/*/*/*/*.d)

@@ -1,0 +1,318 @@
+/*
+ * join_request.c: `bcd join-request`: make a node key and CSR, seal the join
+ * token to the service's encryption key and print the JoinRequest JSON.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "bc_common.h"
+#include "bcd.h"
+
+/* Bound of a join token and of the --claims JSON. */
+#define TOKEN_MAX 4096
+#define CLAIMS_MAX (16 * 1024)
+
+/* What the command line asked for. */
+typedef struct join_request_opts
+{
+	const char *service_keys;
+	const char *token;
+	const char *token_file;
+	const char *out_dir;
+	const char *role;
+	const char *attestor;
+	const char *claims;
+	const char *hostname;
+} join_request_opts;
+
+/* Print the usage of bcd join-request to stream. */
+static void
+join_request_usage(FILE *stream)
+{
+	fputs("usage: bcd join-request --service-keys FILE (--token TOKEN | --token-file FILE)\n"
+		  "                        --out-dir DIR [--role node|site|ramdisk]\n"
+		  "                        [--attestor ID] [--claims JSON] [--hostname H]\n"
+		  "\n"
+		  "Generates a P-256 node key (DIR/node.key, 0600; DIR is created 0700),\n"
+		  "a CSR (DIR/node.csr.der), seals the token to the service's encryption key\n"
+		  "(JWE ECDH-ES+A256GCM, header csrSha256) and prints the JoinRequest JSON.\n"
+		  "  --service-keys FILE  the JSON of bc_join.service_keys()\n"
+		  "  --token-file FILE    token read from FILE, one trailing newline stripped\n"
+		  "  --role               default node\n"
+		  "  --attestor           default join-token\n"
+		  "  --claims JSON        object replacing the default {hostname, arch}\n"
+		  "  --hostname H         claims.hostname (default: gethostname())\n",
+		  stream);
+}
+
+/* Parse argv into opts; BCD_EXIT_OK, -1 after --help, or a usage exit code. */
+static int
+parse_join_request_args(int argc, char **argv, join_request_opts *opts)
+{
+	static const struct option longopts[] = {
+		{"service-keys", required_argument, NULL, 's'},
+		{"token", required_argument, NULL, 't'},
+		{"token-file", required_argument, NULL, 'T'},
+		{"out-dir", required_argument, NULL, 'o'},
+		{"role", required_argument, NULL, 'r'},
+		{"attestor", required_argument, NULL, 'a'},
+		{"claims", required_argument, NULL, 'c'},
+		{"hostname", required_argument, NULL, 'H'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}
+	};
+	int			c;
+
+	memset(opts, 0, sizeof(*opts));
+	opts->role = "node";
+	opts->attestor = "join-token";
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+	{
+		switch (c)
+		{
+			case 's': opts->service_keys = optarg; break;
+			case 't': opts->token = optarg; break;
+			case 'T': opts->token_file = optarg; break;
+			case 'o': opts->out_dir = optarg; break;
+			case 'r': opts->role = optarg; break;
+			case 'a': opts->attestor = optarg; break;
+			case 'c': opts->claims = optarg; break;
+			case 'H': opts->hostname = optarg; break;
+			case 'h':
+				join_request_usage(stdout);
+				return -1;		/* help printed: exit 0 */
+			default:
+				join_request_usage(stderr);
+				return BCD_EXIT_USAGE;
+		}
+	}
+	if (optind != argc || opts->service_keys == NULL || opts->out_dir == NULL ||
+		(opts->token == NULL) == (opts->token_file == NULL))
+	{
+		join_request_usage(stderr);
+		return BCD_EXIT_USAGE;
+	}
+	if (strcmp(opts->role, "node") != 0 && strcmp(opts->role, "site") != 0 &&
+		strcmp(opts->role, "ramdisk") != 0)
+	{
+		fprintf(stderr, "bcd join-request: --role must be node, site or ramdisk\n");
+		return BCD_EXIT_USAGE;
+	}
+	return BCD_EXIT_OK;
+}
+
+/* The token: --token as given, or --token-file with one trailing newline stripped. */
+static int
+load_token(const join_request_opts *opts, char **token, size_t *len)
+{
+	int			rc;
+
+	if (opts->token != NULL)
+	{
+		*len = strlen(opts->token);
+		*token = strdup(opts->token);
+		rc = *token == NULL ? BC_ENOMEM : BC_OK;
+	}
+	else
+	{
+		rc = bcd_read_file(opts->token_file, TOKEN_MAX, token, len);
+		if (rc == BC_OK && *len > 0 && (*token)[*len - 1] == '\n')
+		{
+			(*token)[--(*len)] = '\0';
+			if (*len > 0 && (*token)[*len - 1] == '\r')
+				(*token)[--(*len)] = '\0';
+		}
+	}
+	if (rc == BC_OK && (*len == 0 || *len > TOKEN_MAX || memchr(*token, '\0', *len) != NULL))
+	{
+		bc_free_secret(*token, *len + 1);
+		*token = NULL;
+		rc = BC_EINVAL;
+	}
+	return rc;
+}
+
+/* The claims object: --claims, or {hostname, arch}; --hostname overrides hostname. */
+static json_t *
+build_claims(const join_request_opts *opts)
+{
+	json_t	   *claims;
+	json_error_t jerr;
+	char		host[256];
+	struct utsname uts;
+
+	if (opts->claims != NULL)
+	{
+		if (strlen(opts->claims) > CLAIMS_MAX)
+			return NULL;
+		claims = json_loads(opts->claims, JSON_REJECT_DUPLICATES, &jerr);
+		if (!json_is_object(claims))
+		{
+			json_decref(claims);
+			return NULL;
+		}
+	}
+	else
+	{
+		claims = json_object();
+		if (claims == NULL)
+			return NULL;
+		if (opts->hostname == NULL && gethostname(host, sizeof(host)) == 0)
+		{
+			host[sizeof(host) - 1] = '\0';
+			json_object_set_new(claims, "hostname", json_string(host));
+		}
+		if (uname(&uts) == 0)
+			json_object_set_new(claims, "arch", json_string(uts.machine));
+	}
+	if (opts->hostname != NULL &&
+		json_object_set_new(claims, "hostname", json_string(opts->hostname)) != 0)
+	{
+		json_decref(claims);
+		return NULL;
+	}
+	return claims;
+}
+
+/* Write the new node key as DIR/node.key (0600) via a temporary file and rename. */
+static int
+write_node_key(const char *dir, EVP_PKEY *key)
+{
+	char	   *tmp = bcd_path_join(dir, "node.key.tmp");
+	char	   *path = bcd_path_join(dir, "node.key");
+	int			rc = BC_ENOMEM;
+
+	if (tmp == NULL || path == NULL)
+		goto out;
+	unlink(tmp);
+	rc = bc_pkey_write_pem_file(key, tmp);
+	if (rc == BC_OK && rename(tmp, path) != 0)
+		rc = BC_EINVAL;
+	if (rc != BC_OK)
+		unlink(tmp);
+out:
+	free(tmp);
+	free(path);
+	return rc;
+}
+
+/* Key, CSR, sealed token and the JoinRequest, printed on stdout. */
+static int
+make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
+				  const char *token, size_t token_len)
+{
+	EVP_PKEY   *key = NULL;
+	unsigned char *csr = NULL;
+	size_t		csr_len = 0;
+	unsigned char digest[BC_SHA256_LEN];
+	char		csr_sha256[64];
+	char	   *csr64 = NULL;
+	char	   *sealed = NULL;
+	json_t	   *claims = NULL;
+	json_t	   *request = NULL;
+	char	   *text = NULL;
+	const char *what = "";
+	int			rc = BC_EINVAL;
+
+	what = "--claims must be a JSON object";
+	claims = build_claims(opts);
+	if (claims == NULL)
+		goto out;
+	what = "cannot create the output directory";
+	if (bcd_ensure_dir(opts->out_dir) != BC_OK)
+		goto out;
+	what = "cannot generate the node key";
+	rc = BC_ECRYPTO;
+	key = bc_p256_generate();
+	if (key == NULL)
+		goto out;
+	what = "cannot write node.key";
+	rc = write_node_key(opts->out_dir, key);
+	if (rc != BC_OK)
+		goto out;
+	what = "cannot create the CSR";
+	rc = bc_csr_create(key, NULL, &csr, &csr_len);
+	if (rc != BC_OK)
+		goto out;
+	what = "cannot write node.csr.der";
+	rc = bcd_write_file_atomic(opts->out_dir, "node.csr.der", csr, csr_len, 0644);
+	if (rc != BC_OK)
+		goto out;
+	what = "cannot seal the token";
+	rc = bc_sha256(csr, csr_len, digest);
+	if (rc != BC_OK)
+		goto out;
+	bc_b64url_encode(digest, sizeof(digest), csr_sha256);
+	rc = bc_jwe_seal(keys->encryption_key, "csrSha256", csr_sha256,
+					 (const unsigned char *) token, token_len, &sealed);
+	if (rc != BC_OK)
+		goto out;
+	what = "cannot build the JoinRequest";
+	rc = BC_ENOMEM;
+	csr64 = malloc(bc_b64url_encoded_len(csr_len) + 1);
+	if (csr64 == NULL)
+		goto out;
+	bc_b64url_encode(csr, csr_len, csr64);
+	request = json_pack("{s:s, s:s, s:s, s:s, s:O}", "csr", csr64, "role", opts->role,
+						"attestor", opts->attestor, "sealedToken", sealed,
+						"claims", claims);
+	if (request == NULL)
+		goto out;
+	text = json_dumps(request, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (text == NULL)
+		goto out;
+	what = "cannot write to standard output";
+	rc = printf("%s\n", text) < 0 || fflush(stdout) != 0 ? BC_EINVAL : BC_OK;
+out:
+	if (rc != BC_OK)
+		fprintf(stderr, "bcd join-request: %s (%s)\n", what, bc_status_str(rc));
+	free(text);
+	json_decref(request);
+	json_decref(claims);
+	free(sealed);
+	free(csr64);
+	free(csr);
+	EVP_PKEY_free(key);
+	return rc;
+}
+
+/* bcd join-request ... */
+int
+bcd_cmd_join_request(int argc, char **argv)
+{
+	join_request_opts opts;
+	bcd_service_keys keys;
+	char		err[512];
+	char	   *token = NULL;
+	size_t		token_len = 0;
+	int			exit_code;
+	int			rc;
+
+	exit_code = parse_join_request_args(argc, argv, &opts);
+	if (exit_code < 0)
+		return BCD_EXIT_OK;
+	if (exit_code != BCD_EXIT_OK)
+		return exit_code;
+	if (bcd_service_keys_load(opts.service_keys, &keys, err, sizeof(err)) != BC_OK)
+	{
+		fprintf(stderr, "bcd join-request: %s\n", err);
+		return BCD_EXIT_FAIL;
+	}
+	rc = load_token(&opts, &token, &token_len);
+	if (rc != BC_OK)
+		fprintf(stderr, "bcd join-request: cannot read a non-empty token (%s)\n",
+				bc_status_str(rc));
+	else
+		rc = make_join_request(&opts, &keys, token, token_len);
+	if (token != NULL)
+		bc_free_secret(token, token_len + 1);
+	bcd_service_keys_free(&keys);
+	return rc == BC_OK ? BCD_EXIT_OK : BCD_EXIT_FAIL;
+}

@@ -1,0 +1,62 @@
+/*
+ * main.c: bcd, the bc_join agent: one binary, one subcommand per task.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bcd.h"
+
+/* One subcommand: its name, entry point and a one-line summary. */
+typedef struct bcd_subcommand
+{
+	const char *name;
+	int			(*run) (int argc, char **argv);
+	const char *summary;
+} bcd_subcommand;
+
+static const bcd_subcommand subcommands[] = {
+	{"join-request", bcd_cmd_join_request,
+	"make a node key and CSR, seal the join token, print the JoinRequest"},
+	{"verify-response", bcd_cmd_verify_response,
+	"verify a bc_join() response and store the issued certificate"},
+	{NULL, NULL, NULL}
+};
+
+/* Print the top-level usage to stream. */
+static void
+usage(FILE *stream)
+{
+	int			i;
+
+	fputs("usage: bcd SUBCOMMAND [OPTIONS]\n"
+		  "       bcd SUBCOMMAND --help\n\nsubcommands:\n", stream);
+	for (i = 0; subcommands[i].name != NULL; i++)
+		fprintf(stream, "  %-16s %s\n", subcommands[i].name, subcommands[i].summary);
+}
+
+/* Dispatch argv[1] to its subcommand, which sees argv[1..] as its argv. */
+int
+main(int argc, char **argv)
+{
+	int			i;
+
+	if (argc < 2)
+	{
+		usage(stderr);
+		return BCD_EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+		strcmp(argv[1], "help") == 0)
+	{
+		usage(stdout);
+		return BCD_EXIT_OK;
+	}
+	for (i = 0; subcommands[i].name != NULL; i++)
+	{
+		if (strcmp(argv[1], subcommands[i].name) == 0)
+			return subcommands[i].run(argc - 1, argv + 1);
+	}
+	fprintf(stderr, "bcd: unknown subcommand \"%s\"\n", argv[1]);
+	usage(stderr);
+	return BCD_EXIT_USAGE;
+}

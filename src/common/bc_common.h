@@ -1,0 +1,238 @@
+/*
+ * bc_common.h: code shared by the bc_join extension, bcd and bc-gateway.
+ *
+ * No PostgreSQL headers here and no ereport: every function reports through
+ * its return value (a bc_status) and frees what it allocated before it
+ * returns, so a caller inside the server can turn a failure into an ereport
+ * without leaking.  Buffers handed back to the caller are malloc()ed and are
+ * released with bc_free() (or bc_free_secret() for key material).
+ *
+ * Crypto, X.509, CSR and base64 come from OpenSSL 3; JSON outside the server
+ * from jansson.  Nothing here is a hand-written primitive.
+ */
+#ifndef BC_COMMON_H
+#define BC_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+
+/* Status codes: 0 is success, every failure is negative. */
+typedef enum bc_status
+{
+	BC_OK = 0,
+	BC_EINVAL = -1,			/* malformed input (bad encoding, wrong shape) */
+	BC_EVERIFY = -2,		/* well formed, but a signature/tag/check failed */
+	BC_ECRYPTO = -3,		/* OpenSSL failed for a reason not caused by input */
+	BC_ENOMEM = -4,
+	BC_ETOOBIG = -5,		/* input or output over its bound */
+	BC_EUNSUPPORTED = -6	/* an algorithm or key type we do not accept */
+} bc_status;
+
+/* A short, static, lower-case description of a status. */
+const char *bc_status_str(int status);
+
+/*
+ * Drain OpenSSL's error queue into buf (NUL-terminated, truncated to len).
+ * Leaves buf empty when the queue was empty.
+ */
+void		bc_ossl_errors(char *buf, size_t len);
+
+void		bc_free(void *p);
+/* Cleanse n bytes, then free. */
+void		bc_free_secret(void *p, size_t n);
+
+/* ---------------------------------------------------------------- base64 */
+
+/* Length of the unpadded base64url encoding of n bytes (without NUL). */
+size_t		bc_b64url_encoded_len(size_t n);
+
+/*
+ * Unpadded base64url (RFC 4648 section 5) of in[0..n) into out, which must
+ * hold bc_b64url_encoded_len(n) + 1 bytes; NUL-terminates; returns the length.
+ */
+size_t		bc_b64url_encode(const unsigned char *in, size_t n, char *out);
+
+/*
+ * Decode n characters of unpadded base64url.  Refuses (BC_EINVAL) padding,
+ * characters outside the url alphabet, a length of 1 mod 4 and non-zero
+ * trailing bits; BC_ETOOBIG when the result would not fit in outcap.
+ */
+int			bc_b64url_decode(const char *in, size_t n, unsigned char *out,
+							 size_t outcap, size_t *outlen);
+
+/* Upper bound of the decoded length of n base64url characters. */
+size_t		bc_b64url_decoded_maxlen(size_t n);
+
+/* Standard padded base64 (RFC 4648 section 4), no line breaks. */
+size_t		bc_b64_encoded_len(size_t n);
+size_t		bc_b64_encode(const unsigned char *in, size_t n, char *out);
+int			bc_b64_decode(const char *in, size_t n, unsigned char *out,
+						  size_t outcap, size_t *outlen);
+
+/* ------------------------------------------------------------------ hash */
+
+#define BC_SHA256_LEN 32
+int			bc_sha256(const void *data, size_t n, unsigned char out[BC_SHA256_LEN]);
+
+/* Constant-time comparison of two equal-length buffers: 1 when equal. */
+int			bc_ct_equal(const void *a, const void *b, size_t n);
+
+/* ------------------------------------------------------------------ keys */
+
+/* A freshly generated P-256 key pair, or NULL. */
+EVP_PKEY   *bc_p256_generate(void);
+
+/* 1 when key is an EC key on P-256 (prime256v1), else 0. */
+int			bc_pkey_is_p256(const EVP_PKEY *key);
+
+/*
+ * Read a PEM key from path.  want_private: 1 reads a private key (PKCS#8 or
+ * SEC1), 0 a public key (SubjectPublicKeyInfo).  The key must be P-256.
+ * On failure returns NULL and writes a reason into err.
+ */
+EVP_PKEY   *bc_pkey_read_pem_file(const char *path, int want_private,
+								  char *err, size_t errlen);
+
+/* Write a private key as PKCS#8 PEM to path, created with mode 0600. */
+int			bc_pkey_write_pem_file(EVP_PKEY *key, const char *path);
+
+/*
+ * The public JWK of a P-256 key, canonical per RFC 7638 (members crv, kty,
+ * x, y in that order, no white space): {"crv":"P-256","kty":"EC","x":..,"y":..}
+ */
+int			bc_jwk_from_pkey(const EVP_PKEY *key, char **json_out);
+
+/* RFC 7638 thumbprint (base64url of SHA-256 of the canonical JWK); out holds 44 bytes. */
+int			bc_jwk_thumbprint(const EVP_PKEY *key, char out[44]);
+
+/*
+ * Parse a public P-256 JWK (kty EC, crv P-256, x, y; other members such as
+ * kid, use, alg are ignored; d is refused).  Bounded to 4 KiB of JSON.
+ */
+int			bc_pkey_from_jwk(const char *json, size_t n, EVP_PKEY **out);
+
+/* ------------------------------------------------------------------ JOSE */
+
+/* No compact serialization over this many bytes is accepted or produced. */
+#define BC_JOSE_MAX (256 * 1024)
+
+/*
+ * JWS compact serialization (RFC 7515) with alg ES256 over payload, signed
+ * by the P-256 private key.  Protected header: {"alg":"ES256","kid":kid}
+ * (kid omitted when NULL).  *jws_out is NUL-terminated.
+ */
+int			bc_jws_sign_es256(EVP_PKEY *key, const char *kid,
+							  const unsigned char *payload, size_t n,
+							  char **jws_out);
+
+/*
+ * Verify a JWS compact serialization of n bytes against a P-256 public key.
+ * The protected header must be a JSON object with "alg":"ES256" (anything
+ * else, "none" included, is BC_EUNSUPPORTED) and no "crit".  On success the
+ * decoded payload (NUL-terminated for convenience, *payload_len excludes it)
+ * is handed back; over max_payload is BC_ETOOBIG.  A bad signature is
+ * BC_EVERIFY, a malformed serialization BC_EINVAL.
+ */
+int			bc_jws_verify_es256(EVP_PKEY *pub, const char *jws, size_t n,
+								size_t max_payload,
+								unsigned char **payload_out, size_t *payload_len);
+
+/*
+ * JWE compact serialization (RFC 7516/7518): alg ECDH-ES (direct key
+ * agreement, Concat KDF), enc A256GCM, to a P-256 public key.  The protected
+ * header is {"alg":"ECDH-ES","enc":"A256GCM","epk":{...}} plus, when hdr_name
+ * is not NULL, the string member hdr_name:hdr_value.  *jwe_out is
+ * NUL-terminated.  apu/apv are empty.
+ */
+int			bc_jwe_seal(EVP_PKEY *recipient, const char *hdr_name,
+						const char *hdr_value, const unsigned char *pt,
+						size_t n, char **jwe_out);
+
+/*
+ * Open a JWE made as above with the recipient's private key.  The header
+ * must have alg ECDH-ES and enc A256GCM, an epk on P-256 (a point on the
+ * curve), no "zip" and no "crit"; the encrypted key part must be empty.
+ * When hdr_name is not NULL the header must carry it as a string member and
+ * its value is handed back in *hdr_value_out (malloc, NUL-terminated);
+ * missing is BC_EINVAL.  Plaintext over max_pt is BC_ETOOBIG; a failed tag
+ * is BC_EVERIFY.  *pt_out is NUL-terminated (not counted in *pt_len) and is
+ * released with bc_free_secret(*pt_out, *pt_len + 1).
+ */
+int			bc_jwe_open(EVP_PKEY *recipient_priv, const char *jwe, size_t n,
+						size_t max_pt, const char *hdr_name,
+						char **hdr_value_out,
+						unsigned char **pt_out, size_t *pt_len);
+
+/* ------------------------------------------------------------------- PKI */
+
+/* Upper bound on a CSR or certificate in DER. */
+#define BC_DER_MAX (16 * 1024)
+
+/*
+ * Parse a DER PKCS#10 CSR of n bytes (no trailing bytes).  The key must be
+ * P-256 (else BC_EUNSUPPORTED).  Does not check the signature.
+ */
+int			bc_csr_parse(const unsigned char *der, size_t n, X509_REQ **out);
+
+/* BC_OK when the CSR's own signature verifies with its key (proof of possession). */
+int			bc_csr_verify_pop(X509_REQ *req);
+
+/* SHA-256 over the DER SubjectPublicKeyInfo of the CSR's key. */
+int			bc_csr_spki_sha256(X509_REQ *req, unsigned char out[BC_SHA256_LEN]);
+
+/* SHA-256 over the DER SubjectPublicKeyInfo of key. */
+int			bc_pkey_spki_sha256(EVP_PKEY *key, unsigned char out[BC_SHA256_LEN]);
+
+/* A CSR for key (subject CN=cn when not NULL), signed with SHA-256, as DER. */
+int			bc_csr_create(EVP_PKEY *key, const char *cn,
+						  unsigned char **der_out, size_t *der_len);
+
+/* What bc_cert_issue needs. */
+typedef struct bc_cert_params
+{
+	X509	   *ca_cert;		/* issuer certificate */
+	EVP_PKEY   *ca_key;			/* issuer private key */
+	EVP_PKEY   *subject_key;	/* the public key to certify */
+	const char *subject_cn;		/* subject CN (may be NULL: empty subject) */
+	const char *const *uris;	/* URI SANs, in order */
+	size_t		n_uris;
+	int64_t		not_before;		/* unix seconds */
+	int64_t		not_after;		/* unix seconds */
+} bc_cert_params;
+
+/*
+ * Issue an X.509 v3 end-entity certificate: 128 random serial bits, ECDSA
+ * with SHA-256, basicConstraints CA:FALSE (critical), keyUsage
+ * digitalSignature (critical), extendedKeyUsage clientAuth and serverAuth,
+ * subject and authority key identifiers, the URI SANs.  The serial is handed
+ * back big-endian in serial_out.  With subject_cn NULL the subject is empty,
+ * so at least one URI is required (BC_EINVAL otherwise) and the SAN extension
+ * is marked critical (RFC 5280 4.1.2.6 and 4.2.1.6).
+ */
+int			bc_cert_issue(const bc_cert_params *p,
+						  unsigned char serial_out[16], X509 **out);
+
+/* DER of a certificate (malloc). */
+int			bc_cert_der(X509 *cert, unsigned char **der_out, size_t *der_len);
+
+/* Parse one DER certificate of n bytes (no trailing bytes). */
+int			bc_cert_parse(const unsigned char *der, size_t n, X509 **out);
+
+/* Read one PEM certificate from path. */
+X509	   *bc_cert_read_pem_file(const char *path, char *err, size_t errlen);
+
+/*
+ * Verify leaf against the single trusted CA certificate (X509_verify_cert,
+ * purpose any, at time at_unix, or now when 0).  BC_EVERIFY when it fails.
+ */
+int			bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix);
+
+/*
+ * The first URI SAN of cert starting with prefix (e.g. "spiffe://"), as a
+ * malloc()ed string, or BC_EINVAL when there is none.
+ */
+int			bc_cert_uri_san(X509 *cert, const char *prefix, char **out);
+
+#endif							/* BC_COMMON_H */

@@ -1,0 +1,515 @@
+/*
+ * pki.c: PKCS#10 CSRs and X.509 v3 node certificates on OpenSSL's X509 and
+ * X509_REQ APIs: create, parse, proof of possession, issue, verify, URI SANs.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/asn1.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+
+#include "bc_common.h"
+
+/* Bytes of a certificate serial number. */
+#define SERIAL_LEN 16
+/* Bound of one URI SAN we put into or take out of a certificate. */
+#define URI_SAN_MAX 2048
+
+/* Parse a DER PKCS#10 CSR (no trailing bytes) whose key is P-256. */
+int
+bc_csr_parse(const unsigned char *der, size_t n, X509_REQ **out)
+{
+	const unsigned char *p = der;
+	X509_REQ   *req = NULL;
+	EVP_PKEY   *key;
+	int			rc = BC_ETOOBIG;
+
+	*out = NULL;
+	if (n > BC_DER_MAX)
+		goto out;
+	rc = BC_EINVAL;
+	if (n == 0)
+		goto out;
+	req = d2i_X509_REQ(NULL, &p, (long) n);
+	if (req == NULL || p != der + n)
+		goto out;
+	key = X509_REQ_get0_pubkey(req);
+	if (key == NULL)
+		goto out;
+	rc = BC_EUNSUPPORTED;
+	if (!bc_pkey_is_p256(key))
+		goto out;
+	*out = req;
+	req = NULL;
+	rc = BC_OK;
+out:
+	if (rc != BC_OK)
+		ERR_clear_error();
+	X509_REQ_free(req);
+	return rc;
+}
+
+/* BC_OK when the CSR's own signature verifies with its key. */
+int
+bc_csr_verify_pop(X509_REQ *req)
+{
+	EVP_PKEY   *key = X509_REQ_get0_pubkey(req);
+
+	if (key == NULL || !bc_pkey_is_p256(key))
+	{
+		ERR_clear_error();
+		return BC_EUNSUPPORTED;
+	}
+	if (X509_REQ_verify(req, key) != 1)
+	{
+		ERR_clear_error();
+		return BC_EVERIFY;
+	}
+	return BC_OK;
+}
+
+/* SHA-256 over the DER SubjectPublicKeyInfo of key. */
+int
+bc_pkey_spki_sha256(EVP_PKEY *key, unsigned char out[BC_SHA256_LEN])
+{
+	unsigned char *der = NULL;
+	int			len;
+	int			rc;
+
+	if (key == NULL)
+		return BC_EINVAL;
+	len = i2d_PUBKEY(key, &der);
+	if (len <= 0)
+		return BC_ECRYPTO;
+	rc = bc_sha256(der, (size_t) len, out);
+	OPENSSL_free(der);
+	return rc;
+}
+
+/* SHA-256 over the DER SubjectPublicKeyInfo of the CSR's key. */
+int
+bc_csr_spki_sha256(X509_REQ *req, unsigned char out[BC_SHA256_LEN])
+{
+	EVP_PKEY   *key = X509_REQ_get0_pubkey(req);
+
+	if (key == NULL)
+	{
+		ERR_clear_error();
+		return BC_EINVAL;
+	}
+	return bc_pkey_spki_sha256(key, out);
+}
+
+/* i2d of a CSR or certificate into a malloc()ed buffer. */
+static int
+der_copy(unsigned char *ossl_der, int len, unsigned char **der_out, size_t *der_len)
+{
+	if (len <= 0 || ossl_der == NULL)
+		return BC_ECRYPTO;
+	if ((size_t) len > BC_DER_MAX)
+		return BC_ETOOBIG;
+	*der_out = malloc((size_t) len);
+	if (*der_out == NULL)
+		return BC_ENOMEM;
+	memcpy(*der_out, ossl_der, (size_t) len);
+	*der_len = (size_t) len;
+	return BC_OK;
+}
+
+/* A CSR for key (subject CN=cn when not NULL), signed with SHA-256, as DER. */
+int
+bc_csr_create(EVP_PKEY *key, const char *cn,
+			  unsigned char **der_out, size_t *der_len)
+{
+	X509_REQ   *req = NULL;
+	X509_NAME  *name;
+	unsigned char *der = NULL;
+	int			len;
+	int			rc = BC_EUNSUPPORTED;
+
+	*der_out = NULL;
+	*der_len = 0;
+	if (!bc_pkey_is_p256(key))
+		goto out;
+	rc = BC_ECRYPTO;
+	req = X509_REQ_new();
+	if (req == NULL || X509_REQ_set_version(req, X509_REQ_VERSION_1) != 1)
+		goto out;
+	name = X509_REQ_get_subject_name(req);
+	if (cn != NULL &&
+		X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+								   (const unsigned char *) cn, -1, -1, 0) != 1)
+	{
+		rc = BC_EINVAL;
+		goto out;
+	}
+	if (X509_REQ_set_pubkey(req, key) != 1 ||
+		X509_REQ_sign(req, key, EVP_sha256()) <= 0)
+		goto out;
+	len = i2d_X509_REQ(req, &der);
+	rc = der_copy(der, len, der_out, der_len);
+out:
+	if (rc != BC_OK)
+		ERR_clear_error();
+	OPENSSL_free(der);
+	X509_REQ_free(req);
+	return rc;
+}
+
+/* Add one extension given in OpenSSL's configuration syntax (fixed strings only). */
+static int
+add_conf_extension(X509 *cert, X509V3_CTX *ctx, int nid, const char *value)
+{
+	X509_EXTENSION *ext = X509V3_EXT_conf_nid(NULL, ctx, nid, value);
+	int			ok;
+
+	if (ext == NULL)
+		return 0;
+	ok = X509_add_ext(cert, ext, -1) == 1;
+	X509_EXTENSION_free(ext);
+	return ok;
+}
+
+/* 1 when uri is a non-empty run of printable ASCII without spaces, bounded. */
+static int
+uri_is_acceptable(const char *uri)
+{
+	size_t		i;
+
+	if (uri == NULL || uri[0] == '\0')
+		return 0;
+	for (i = 0; uri[i] != '\0'; i++)
+	{
+		if (i >= URI_SAN_MAX || uri[i] <= 0x20 || uri[i] >= 0x7f)
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Add the subjectAltName extension holding the URIs, in order; critical when
+ * the subject is empty (RFC 5280 4.2.1.6, checked by X509_V_FLAG_X509_STRICT).
+ */
+static int
+add_uri_sans(X509 *cert, const char *const *uris, size_t n_uris, int critical)
+{
+	GENERAL_NAMES *names = NULL;
+	GENERAL_NAME *gen = NULL;
+	ASN1_IA5STRING *ia5 = NULL;
+	size_t		i;
+	int			rc = BC_ECRYPTO;
+
+	names = GENERAL_NAMES_new();
+	if (names == NULL)
+		goto out;
+	for (i = 0; i < n_uris; i++)
+	{
+		gen = GENERAL_NAME_new();
+		ia5 = ASN1_IA5STRING_new();
+		if (gen == NULL || ia5 == NULL ||
+			ASN1_STRING_set(ia5, uris[i], (int) strlen(uris[i])) != 1)
+			goto out;
+		GENERAL_NAME_set0_value(gen, GEN_URI, ia5);
+		ia5 = NULL;
+		if (sk_GENERAL_NAME_push(names, gen) <= 0)
+			goto out;
+		gen = NULL;
+	}
+	if (X509_add1_ext_i2d(cert, NID_subject_alt_name, names, critical,
+						  X509V3_ADD_DEFAULT) != 1)
+		goto out;
+	rc = BC_OK;
+out:
+	ASN1_IA5STRING_free(ia5);
+	GENERAL_NAME_free(gen);
+	GENERAL_NAMES_free(names);
+	return rc;
+}
+
+/* 16 random serial bytes, top bit clear and not all zero, set on cert. */
+static int
+set_random_serial(X509 *cert, unsigned char serial[SERIAL_LEN])
+{
+	BIGNUM	   *bn = NULL;
+	ASN1_INTEGER *ai = NULL;
+	int			rc = BC_ECRYPTO;
+
+	do
+	{
+		if (RAND_bytes(serial, SERIAL_LEN) != 1)
+			goto out;
+		serial[0] &= 0x7f;
+		bn = BN_bin2bn(serial, SERIAL_LEN, bn);
+		if (bn == NULL)
+			goto out;
+	} while (BN_is_zero(bn));
+	ai = BN_to_ASN1_INTEGER(bn, NULL);
+	if (ai == NULL || X509_set_serialNumber(cert, ai) != 1)
+		goto out;
+	rc = BC_OK;
+out:
+	ASN1_INTEGER_free(ai);
+	BN_free(bn);
+	return rc;
+}
+
+/* Set notBefore and notAfter from unix seconds. */
+static int
+set_validity(X509 *cert, int64_t not_before, int64_t not_after)
+{
+	ASN1_TIME  *t = NULL;
+	int			ok;
+
+	t = ASN1_TIME_set(NULL, (time_t) not_before);
+	ok = t != NULL && X509_set1_notBefore(cert, t) == 1;
+	if (ok && ASN1_TIME_set(t, (time_t) not_after) == NULL)
+		ok = 0;
+	ok = ok && X509_set1_notAfter(cert, t) == 1;
+	ASN1_TIME_free(t);
+	return ok ? BC_OK : BC_ECRYPTO;
+}
+
+/* Check bc_cert_issue's parameters before anything is built. */
+static int
+check_issue_params(const bc_cert_params *p)
+{
+	size_t		i;
+
+	if (p == NULL || p->ca_cert == NULL || p->ca_key == NULL ||
+		p->subject_key == NULL || (p->n_uris > 0 && p->uris == NULL))
+		return BC_EINVAL;
+	if (!bc_pkey_is_p256(p->subject_key) || !bc_pkey_is_p256(p->ca_key))
+		return BC_EUNSUPPORTED;
+	/* An empty subject needs a subjectAltName (RFC 5280 4.1.2.6). */
+	if (p->subject_cn == NULL && p->n_uris == 0)
+		return BC_EINVAL;
+	if (p->not_after <= p->not_before || p->not_before < 0 ||
+		(sizeof(time_t) < 8 && p->not_after > INT_MAX))
+		return BC_EINVAL;
+	for (i = 0; i < p->n_uris; i++)
+	{
+		if (!uri_is_acceptable(p->uris[i]))
+			return BC_EINVAL;
+	}
+	if (X509_check_private_key(p->ca_cert, p->ca_key) != 1)
+	{
+		ERR_clear_error();
+		return BC_EINVAL;
+	}
+	return BC_OK;
+}
+
+/* Issue an X.509 v3 end-entity certificate (see bc_common.h). */
+int
+bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
+{
+	X509	   *cert = NULL;
+	X509_NAME  *subject = NULL;
+	X509V3_CTX	ctx;
+	int			rc;
+
+	*out = NULL;
+	rc = check_issue_params(p);
+	if (rc != BC_OK)
+		goto out;
+	rc = BC_ECRYPTO;
+	cert = X509_new();
+	subject = X509_NAME_new();
+	if (cert == NULL || subject == NULL || X509_set_version(cert, X509_VERSION_3) != 1)
+		goto out;
+	rc = set_random_serial(cert, serial_out);
+	if (rc != BC_OK)
+		goto out;
+	rc = BC_EINVAL;
+	if (p->subject_cn != NULL &&
+		X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8,
+								   (const unsigned char *) p->subject_cn,
+								   -1, -1, 0) != 1)
+		goto out;
+	rc = BC_ECRYPTO;
+	if (X509_set_subject_name(cert, subject) != 1 ||
+		X509_set_issuer_name(cert, X509_get_subject_name(p->ca_cert)) != 1 ||
+		X509_set_pubkey(cert, p->subject_key) != 1)
+		goto out;
+	rc = set_validity(cert, p->not_before, p->not_after);
+	if (rc != BC_OK)
+		goto out;
+	rc = BC_ECRYPTO;
+	X509V3_set_ctx(&ctx, p->ca_cert, cert, NULL, NULL, 0);
+	X509V3_set_ctx_nodb(&ctx);
+	if (!add_conf_extension(cert, &ctx, NID_basic_constraints, "critical,CA:FALSE") ||
+		!add_conf_extension(cert, &ctx, NID_key_usage, "critical,digitalSignature") ||
+		!add_conf_extension(cert, &ctx, NID_ext_key_usage, "clientAuth,serverAuth") ||
+		!add_conf_extension(cert, &ctx, NID_subject_key_identifier, "hash") ||
+		!add_conf_extension(cert, &ctx, NID_authority_key_identifier, "keyid:always"))
+		goto out;
+	if (p->n_uris > 0)
+	{
+		rc = add_uri_sans(cert, p->uris, p->n_uris, p->subject_cn == NULL);
+		if (rc != BC_OK)
+			goto out;
+	}
+	rc = BC_ECRYPTO;
+	if (X509_sign(cert, p->ca_key, EVP_sha256()) <= 0)
+		goto out;
+	*out = cert;
+	cert = NULL;
+	rc = BC_OK;
+out:
+	if (rc != BC_OK)
+		ERR_clear_error();
+	X509_NAME_free(subject);
+	X509_free(cert);
+	return rc;
+}
+
+/* DER of a certificate (malloc). */
+int
+bc_cert_der(X509 *cert, unsigned char **der_out, size_t *der_len)
+{
+	unsigned char *der = NULL;
+	int			len;
+	int			rc;
+
+	*der_out = NULL;
+	*der_len = 0;
+	len = i2d_X509(cert, &der);
+	rc = der_copy(der, len, der_out, der_len);
+	OPENSSL_free(der);
+	return rc;
+}
+
+/* Parse one DER certificate of n bytes (no trailing bytes). */
+int
+bc_cert_parse(const unsigned char *der, size_t n, X509 **out)
+{
+	const unsigned char *p = der;
+	X509	   *cert;
+
+	*out = NULL;
+	if (n > BC_DER_MAX)
+		return BC_ETOOBIG;
+	if (n == 0)
+		return BC_EINVAL;
+	cert = d2i_X509(NULL, &p, (long) n);
+	if (cert == NULL || p != der + n)
+	{
+		ERR_clear_error();
+		X509_free(cert);
+		return BC_EINVAL;
+	}
+	*out = cert;
+	return BC_OK;
+}
+
+/* Read one PEM certificate from path; NULL and a reason in err on failure. */
+X509 *
+bc_cert_read_pem_file(const char *path, char *err, size_t errlen)
+{
+	BIO		   *bio;
+	X509	   *cert = NULL;
+	char		ossl[256];
+
+	if (err != NULL && errlen > 0)
+		err[0] = '\0';
+	bio = BIO_new_file(path, "r");
+	if (bio != NULL)
+		cert = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+	if (cert == NULL)
+	{
+		bc_ossl_errors(ossl, sizeof(ossl));
+		if (err != NULL && errlen > 0)
+			BIO_snprintf(err, errlen, "%s: %s",
+						 bio == NULL ? "cannot open certificate file" :
+						 "no PEM certificate in file", ossl);
+	}
+	BIO_free(bio);
+	return cert;
+}
+
+/* Verify leaf against the single trusted CA (strict, at at_unix or now). */
+int
+bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix)
+{
+	X509_STORE *store = NULL;
+	X509_STORE_CTX *ctx = NULL;
+	X509_VERIFY_PARAM *param;
+	int			rc = BC_ECRYPTO;
+
+	if (leaf == NULL || ca == NULL)
+		return BC_EINVAL;
+	store = X509_STORE_new();
+	ctx = X509_STORE_CTX_new();
+	if (store == NULL || ctx == NULL || X509_STORE_add_cert(store, ca) != 1 ||
+		X509_STORE_CTX_init(ctx, store, leaf, NULL) != 1)
+		goto out;
+	param = X509_STORE_CTX_get0_param(ctx);
+	/* The pinned CA is the trust anchor even when it is not self-signed. */
+	X509_VERIFY_PARAM_set_flags(param, X509_V_FLAG_X509_STRICT |
+								X509_V_FLAG_PARTIAL_CHAIN);
+	if (X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_ANY) != 1)
+		goto out;
+	if (at_unix != 0)
+		X509_VERIFY_PARAM_set_time(param, (time_t) at_unix);
+	rc = X509_verify_cert(ctx) == 1 ? BC_OK : BC_EVERIFY;
+out:
+	if (rc != BC_OK)
+		ERR_clear_error();
+	X509_STORE_CTX_free(ctx);
+	X509_STORE_free(store);
+	return rc;
+}
+
+/* The first URI SAN of cert starting with prefix, malloc()ed. */
+int
+bc_cert_uri_san(X509 *cert, const char *prefix, char **out)
+{
+	GENERAL_NAMES *names;
+	size_t		prefix_len = prefix != NULL ? strlen(prefix) : 0;
+	int			i;
+	int			rc = BC_EINVAL;
+
+	*out = NULL;
+	names = X509_get_ext_d2i(cert, NID_subject_alt_name, NULL, NULL);
+	if (names == NULL)
+	{
+		ERR_clear_error();
+		return BC_EINVAL;
+	}
+	for (i = 0; i < sk_GENERAL_NAME_num(names); i++)
+	{
+		const GENERAL_NAME *gen = sk_GENERAL_NAME_value(names, i);
+		const unsigned char *data;
+		int			len;
+
+		if (gen->type != GEN_URI)
+			continue;
+		data = ASN1_STRING_get0_data(gen->d.uniformResourceIdentifier);
+		len = ASN1_STRING_length(gen->d.uniformResourceIdentifier);
+		if (len <= 0 || len > URI_SAN_MAX || memchr(data, '\0', (size_t) len) != NULL)
+			continue;
+		if ((size_t) len < prefix_len || memcmp(data, prefix, prefix_len) != 0)
+			continue;
+		*out = malloc((size_t) len + 1);
+		if (*out == NULL)
+		{
+			rc = BC_ENOMEM;
+			break;
+		}
+		memcpy(*out, data, (size_t) len);
+		(*out)[len] = '\0';
+		rc = BC_OK;
+		break;
+	}
+	GENERAL_NAMES_free(names);
+	return rc;
+}

@@ -1,0 +1,192 @@
+/*
+ * attestors/join_token.c: the built-in join-token attestor.
+ *
+ * The simplest case: open the sealed token (bound to this CSR), lock the
+ * token row, compare the secret in constant time, check revocation, expiry,
+ * uses, role and the expect binding.  The use is spent by JoinService after
+ * the certificate is issued (bc_spend_join_token), in the same transaction:
+ * check in the verifying round, spend only in the round that issues.
+ */
+#include "bc_join.h"
+
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+static const char *const join_token_roles[] = {"node", "site", "ramdisk", NULL};
+
+static BcPlan lock_token = {
+	"SELECT tenant_id, pool_id, site_id, secret_sha256, uses_left, "
+	"       expires_at <= bc_join.compute_now() AS expired, role, expect, "
+	"       revoked_at IS NOT NULL AS revoked "
+	"FROM bc_join.join_tokens WHERE id = $1 FOR UPDATE",
+	1, {TEXTOID}
+};
+
+static BcPlan spend_token = {
+	"UPDATE bc_join.join_tokens SET uses_left = uses_left - 1 "
+	"WHERE id = $1 AND uses_left > 0",
+	1, {TEXTOID}
+};
+
+static BcPlan token_expect = {
+	"SELECT expect FROM bc_join.join_tokens WHERE id = $1",
+	1, {TEXTOID}
+};
+
+/* 1 when id is "jt_" and 32 lower-case hex digits. */
+static bool
+is_token_id(const char *id, size_t len)
+{
+	size_t		i;
+
+	if (len != 35 || strncmp(id, "jt_", 3) != 0)
+		return false;
+	for (i = 3; i < len; i++)
+	{
+		if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+			return false;
+	}
+	return true;
+}
+
+/* Refuse unless the claims contain the token's expect binding. */
+static void
+enforce_expect(Jsonb *expect, Jsonb *claims, const char *refusal, const char *tenant)
+{
+	if (expect == NULL)
+		return;
+	if (!DatumGetBool(DirectFunctionCall2(jsonb_contains, JsonbPGetDatum(claims),
+										  JsonbPGetDatum(expect))))
+		bc_refuse_join(refusal, tenant);
+}
+
+/* Enforce a token's expect binding against the claims; refuses "<who>:expect". */
+void
+bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who)
+{
+	Datum		v = CStringGetTextDatum(token_id);
+	bool		isnull;
+	Datum		expect;
+
+	if (bc_spi_exec(&token_expect, &v, NULL, true, 1) != 1)
+		bc_refuse_join(psprintf("%s:unknown-token", who), NULL);
+	expect = bc_spi_datum(1, &isnull);
+	if (!isnull)
+		enforce_expect(DatumGetJsonbP(expect), claims, psprintf("%s:expect", who), NULL);
+}
+
+/* Spend one use of a token that was checked (and locked) in this transaction. */
+void
+bc_spend_join_token(const char *token_id)
+{
+	Datum		v = CStringGetTextDatum(token_id);
+
+	if (bc_spi_exec(&spend_token, &v, NULL, false, 0) != 1)
+		elog(ERROR, "join token %s had no use left to spend", token_id);
+}
+
+/* verify(): admit a machine holding a valid sealed join token. */
+static void
+join_token_verify(const BcJoinRequest *req, BcAttestResult *res)
+{
+	const BcKeys *keys = bc_keys();
+	char	   *bound = NULL;
+	unsigned char *pt = NULL;
+	size_t		ptlen = 0;
+	int			st;
+	char	   *token;
+	char	   *dot;
+	char	   *token_id;
+	const char *secret;
+	unsigned char secret_hash[BC_SHA256_LEN];
+	static const unsigned char dummy_hash[BC_SHA256_LEN];
+	bool		found;
+	bool		matched;
+	bool		isnull;
+	Datum		v;
+	char	   *tenant;
+
+	if (req->sealed_token == NULL)
+		bc_refuse_join("join-token:no-evidence", NULL);
+
+	st = bc_jwe_open(keys->encryption, req->sealed_token, strlen(req->sealed_token),
+					 BC_TOKEN_MAX, "csrSha256", &bound, &pt, &ptlen);
+	if (st != BC_OK)
+	{
+		bc_refuse_join(st == BC_EVERIFY ? "join-token:unsealable" : "join-token:malformed-seal",
+					   NULL);
+	}
+	/* Copy out of malloc memory at once; cleanse the original. */
+	token = palloc(ptlen + 1);
+	memcpy(token, pt, ptlen);
+	token[ptlen] = '\0';
+	bc_free_secret(pt, ptlen + 1);
+	if (strcmp(bound, req->csr_sha256_b64) != 0)
+	{
+		bc_free(bound);
+		bc_refuse_join("join-token:csr-binding", NULL);
+	}
+	bc_free(bound);
+
+	/* "<id>.<secret>" */
+	dot = strrchr(token, '.');
+	if (dot == NULL || !is_token_id(token, dot - token) || strlen(dot + 1) != 43)
+		bc_refuse_join("join-token:malformed", NULL);
+	token_id = pnstrdup(token, dot - token);
+	secret = dot + 1;
+	bc_sha256(secret, strlen(secret), secret_hash);
+	OPENSSL_cleanse(token, strlen(token));
+
+	v = CStringGetTextDatum(token_id);
+	found = bc_spi_exec(&lock_token, &v, NULL, false, 1) == 1;
+	if (found)
+	{
+		bytea	   *stored = DatumGetByteaPP(bc_spi_datum(4, &isnull));
+
+		matched = VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
+			bc_ct_equal(VARDATA_ANY(stored), secret_hash, BC_SHA256_LEN);
+	}
+	else
+	{
+		/* The same work as a known token, so timing tells nothing. */
+		(void) bc_ct_equal(dummy_hash, secret_hash, BC_SHA256_LEN);
+		matched = false;
+	}
+	OPENSSL_cleanse(secret_hash, sizeof(secret_hash));
+	if (!found)
+		bc_refuse_join("join-token:unknown", NULL);
+	if (!matched)
+		bc_refuse_join("join-token:secret", NULL);
+
+	/* The secret matched: from here on the tenant is authenticated. */
+	tenant = bc_spi_text(1);
+	if (DatumGetBool(bc_spi_datum(9, &isnull)))
+		bc_refuse_join("join-token:revoked", tenant);
+	if (DatumGetBool(bc_spi_datum(6, &isnull)))
+		bc_refuse_join("join-token:expired", tenant);
+	if (DatumGetInt32(bc_spi_datum(5, &isnull)) <= 0)
+		bc_refuse_join("join-token:spent", tenant);
+	res->role = bc_spi_text(7);
+	if (strcmp(res->role, req->role) != 0)
+		bc_refuse_join("join-token:role", tenant);
+	{
+		Datum		e = bc_spi_datum(8, &isnull);
+
+		if (!isnull)
+			enforce_expect(DatumGetJsonbP(e), req->claims, "join-token:expect", tenant);
+	}
+
+	res->tenant_id = tenant;
+	res->pool_id = bc_spi_text(2);
+	res->site_id = bc_spi_text(3);
+	res->token_id = token_id;
+	res->spend_token = true;
+	res->expect_checked = true;
+}
+
+const BcAttestor bc_join_token_attestor = {
+	.id = "join-token",
+	.version = "0.1.0",
+	.roles = join_token_roles,
+	.verify = join_token_verify,
+};

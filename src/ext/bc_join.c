@@ -1,0 +1,156 @@
+/*
+ * bc_join.c: module load, settings and the service clock.
+ */
+#include "bc_join.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+char	   *bc_key_dir = NULL;
+char	   *bc_trust_domain = NULL;
+int			bc_cert_ttl = BC_SERVICE_TTL_MAX;
+int			bc_clock_offset = 0;
+
+void		_PG_init(void);
+
+/* A changed key directory invalidates the keys this backend loaded. */
+static void
+bc_key_dir_assign(const char *newval, void *extra)
+{
+	bc_keys_reset();
+}
+
+/* A trust domain is a DNS-like name: lower-case letters, digits, '.', '-', '_'. */
+static bool
+bc_trust_domain_check(char **newval, void **extra, GucSource source)
+{
+	const char *p;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	if (strlen(*newval) > 255)
+	{
+		GUC_check_errdetail("A trust domain is at most 255 characters.");
+		return false;
+	}
+	for (p = *newval; *p; p++)
+	{
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+			  *p == '.' || *p == '-' || *p == '_'))
+		{
+			GUC_check_errdetail("A trust domain holds only lower-case letters, digits, '.', '-' and '_'.");
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Define the settings; every one is superuser-only. */
+void
+_PG_init(void)
+{
+	DefineCustomStringVariable("bc_join.key_dir",
+							   "Directory holding the JoinService keys.",
+							   "signing.key, encryption.key, node-ca.crt, node-ca.key and "
+							   "challenge.key, readable only by the server's OS user.",
+							   &bc_key_dir,
+							   NULL,
+							   PGC_SUSET,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, bc_key_dir_assign, NULL);
+
+	DefineCustomStringVariable("bc_join.trust_domain",
+							   "SPIFFE trust domain of the identities bc_join issues.",
+							   NULL,
+							   &bc_trust_domain,
+							   NULL,
+							   PGC_SUSET,
+							   0,
+							   bc_trust_domain_check, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.cert_ttl",
+							"Service lifetime of node certificates.",
+							"No certificate lives longer; ramdisks at most 7200 seconds.",
+							&bc_cert_ttl,
+							BC_SERVICE_TTL_MAX,
+							60, BC_SERVICE_TTL_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.clock_offset",
+							"Seconds added to the service clock (tests only).",
+							"compute_now() is the transaction start plus this offset; "
+							"tests move it forward instead of sleeping.",
+							&bc_clock_offset,
+							0,
+							0, 10 * 366 * 86400,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("bc_join");
+}
+
+/* The service clock: transaction start plus bc_join.clock_offset. */
+TimestampTz
+bc_now(void)
+{
+	return GetCurrentTransactionStartTimestamp() +
+		(TimestampTz) bc_clock_offset * USECS_PER_SEC;
+}
+
+/* Seconds since the Unix epoch. */
+int64
+bc_timestamp_to_unix(TimestampTz t)
+{
+	return (int64) (t / USECS_PER_SEC) +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
+}
+
+PG_FUNCTION_INFO_V1(bc_compute_now);
+
+/* compute_now(): the service clock. */
+Datum
+bc_compute_now(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(bc_now());
+}
+
+PG_FUNCTION_INFO_V1(bc_random_secret);
+
+/* random_secret(): 32 bytes from the strong source, base64url. */
+Datum
+bc_random_secret(PG_FUNCTION_ARGS)
+{
+	unsigned char raw[32];
+	char		out[64];
+
+	if (!pg_strong_random(raw, sizeof(raw)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random bytes")));
+	bc_b64url_encode(raw, sizeof(raw), out);
+	OPENSSL_cleanse(raw, sizeof(raw));
+	PG_RETURN_TEXT_P(cstring_to_text(out));
+}
+
+/* Random identifier: prefix '_' 32 hex digits. */
+char *
+bc_new_id(const char *prefix)
+{
+	unsigned char raw[16];
+	char		hex[33];
+	int			i;
+
+	if (!pg_strong_random(raw, sizeof(raw)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random bytes")));
+	for (i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+	return psprintf("%s_%s", prefix, hex);
+}

@@ -1,0 +1,214 @@
+/*
+ * bc_join.h: what the extension's files share.
+ */
+#ifndef BC_JOIN_EXT_H
+#define BC_JOIN_EXT_H
+
+#include "postgres.h"
+
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+
+#include "bc_common.h"
+
+/* The uniform refusal raised inside a join: SQLSTATE JR001. */
+#define ERRCODE_BC_JOIN_REFUSED MAKE_SQLSTATE('J','R','0','0','1')
+/* INVALID_CONFIG: the service's own setup is wrong (keys, settings, attestor). */
+#define ERRCODE_BC_INVALID_CONFIG ERRCODE_CONFIG_FILE_ERROR
+
+/* Bounds of a JoinRequest (CONTRACT.md: 64 KiB in all). */
+#define BC_REQUEST_MAX			(64 * 1024)
+#define BC_CSR_B64_MAX			(8 * 1024)
+#define BC_ATTESTATION_B64_MAX	(48 * 1024)
+#define BC_SEALED_TOKEN_MAX		(4 * 1024)
+#define BC_CLAIM_STRING_MAX		256
+#define BC_CLAIM_ARRAY_MAX		64
+#define BC_ATTESTOR_ID_MAX		64
+#define BC_TOKEN_MAX			256
+
+/* The longest certificate the service issues, in seconds. */
+#define BC_SERVICE_TTL_MAX		86400
+#define BC_RAMDISK_TTL_MAX		7200
+
+/* ---------------------------------------------------------------- bc_join.c */
+
+extern char *bc_key_dir;
+extern char *bc_trust_domain;
+extern int	bc_cert_ttl;
+extern int	bc_clock_offset;
+
+/* The service clock (compute_now()) as a TimestampTz. */
+extern TimestampTz bc_now(void);
+extern int64 bc_timestamp_to_unix(TimestampTz t);
+
+/* ------------------------------------------------------------------ ossl.c */
+
+/*
+ * OpenSSL objects owned by a memory context: freed when it is reset or
+ * deleted, so an ereport half-way through cannot leak them.
+ */
+extern EVP_PKEY *bc_own_pkey(MemoryContext cxt, EVP_PKEY *key);
+extern X509 *bc_own_x509(MemoryContext cxt, X509 *cert);
+extern X509_REQ *bc_own_x509_req(MemoryContext cxt, X509_REQ *req);
+/* A malloc()ed buffer from src/common copied into the current context, freed. */
+extern char *bc_take_cstring(char *malloced);
+extern bytea *bc_take_bytea(unsigned char *malloced, size_t len, bool secret);
+/* errdetail() from OpenSSL's error queue (drains it). */
+extern int	bc_errdetail_openssl(const char *what);
+
+/* ------------------------------------------------------------------ keys.c */
+
+typedef struct BcKeys
+{
+	EVP_PKEY   *signing;		/* private: signs responses */
+	char		signing_kid[44];
+	EVP_PKEY   *encryption;		/* private: opens sealed tokens */
+	X509	   *node_ca;
+	EVP_PKEY   *node_ca_key;	/* private */
+	char	   *node_ca_pem;	/* public, TopMemoryContext */
+	unsigned char *node_ca_der;
+	size_t		node_ca_der_len;
+} BcKeys;
+
+/* The service keys, loaded once per backend from bc_join.key_dir. */
+extern const BcKeys *bc_keys(void);
+/* Forget the loaded keys (bc_join.key_dir changed). */
+extern void bc_keys_reset(void);
+
+/* ------------------------------------------------------------------- spi.c */
+
+/* A plan prepared once per backend and kept. */
+typedef struct BcPlan
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[12];
+	SPIPlanPtr	plan;
+} BcPlan;
+
+/* Execute a kept plan (SPI must be connected); returns SPI_processed. */
+extern uint64 bc_spi_exec(BcPlan *p, Datum *values, const char *nulls,
+						  bool read_only, long count);
+/* Text column of row 0, or NULL. */
+extern char *bc_spi_text(int col);
+extern Datum bc_spi_datum(int col, bool *isnull);
+
+/* ---------------------------------------------------------------- request.c */
+
+typedef struct BcJoinRequest
+{
+	/* as sent */
+	const char *role;
+	const char *attestor;		/* never NULL: "join-token" when absent */
+	const char *attestation_b64;	/* NULL when absent */
+	const char *sealed_token;	/* NULL when absent */
+	Jsonb	   *claims;			/* never NULL: {} when absent */
+
+	/* derived */
+	unsigned char *csr_der;
+	size_t		csr_der_len;
+	X509_REQ   *csr;			/* owned by the call context */
+	unsigned char csr_sha256[BC_SHA256_LEN];
+	unsigned char csr_spki_sha256[BC_SHA256_LEN];
+	char		csr_sha256_b64[44];
+	char		csr_spki_sha256_b64[44];
+	bytea	   *attestation;	/* decoded, NULL when absent */
+} BcJoinRequest;
+
+/* Parse and bound a JoinRequest; raises 22023 for anything malformed. */
+extern void bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner);
+
+/* ereport(ERROR) with SQLSTATE 22023 and INVALID_INPUT in the detail. */
+extern void bc_invalid_input(const char *fmt,...) pg_attribute_printf(1, 2) pg_attribute_noreturn();
+
+/* ---------------------------------------------------------------- refusal.c */
+
+/*
+ * Raise the uniform refusal.  refusal is "<attestor>:<reason>"; tenant_id is
+ * the tenant the evidence authenticated, or NULL.
+ */
+extern void bc_refuse_join(const char *refusal, const char *tenant_id) pg_attribute_noreturn();
+
+/* The refusal pending after a JR001 error was caught (and clear it). */
+extern bool bc_take_refusal(char **refusal, char **tenant_id);
+
+/* Record security.join.refused (SPI connected). */
+extern void bc_record_refusal(const char *refusal, const char *tenant_id,
+							  const BcJoinRequest *req);
+
+/* What bc_join() returns for every refusal. */
+extern Jsonb *bc_refusal_response(void);
+
+/* ---------------------------------------------------------------- events.c */
+
+/* Insert into bc_join.events (SPI connected). */
+extern void bc_emit_event(const char *tenant_id, const char *type, Jsonb *payload);
+/* Insert into bc_join.audit_log (SPI connected). */
+extern void bc_audit(const char *action, const char *tenant_id, const char *node_id,
+					 Jsonb *detail);
+
+/* ---------------------------------------------------------------- attestors */
+
+/* What an attestor hands JoinService: a result (deferrals arrive later). */
+typedef struct BcAttestResult
+{
+	char	   *tenant_id;
+	char	   *role;
+	char	   *pool_id;
+	char	   *site_id;
+	char	   *trust;
+	char	   *node_id;		/* reclaim */
+	char	   *token_id;
+	int			cert_ttl_seconds;	/* 0: not set */
+	char	   *node_key;		/* "tpm" or NULL */
+	char	   *node_key_uri;
+	/* built-in join-token: spend one use of token_id once issued */
+	bool		spend_token;
+	/* built-in join-token: the expect binding was already enforced */
+	bool		expect_checked;
+} BcAttestResult;
+
+typedef struct BcAttestor
+{
+	const char *id;
+	const char *version;
+	const char *const *roles;	/* NULL-terminated */
+	void		(*verify) (const BcJoinRequest *req, BcAttestResult *result);
+} BcAttestor;
+
+extern const BcAttestor bc_join_token_attestor;
+
+/* attestors/join_token.c: spend one use of a checked token. */
+extern void bc_spend_join_token(const char *token_id);
+/* Enforce a token's expect binding against the claims; refuses "<who>:expect". */
+extern void bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who);
+
+/* ------------------------------------------------------------------ pki.c */
+
+typedef struct BcIssued
+{
+	char		serial_hex[33];
+	char	   *spiffe_id;
+	TimestampTz not_before;
+	TimestampTz not_after;
+	unsigned char *leaf_der;
+	size_t		leaf_der_len;
+} BcIssued;
+
+/* Issue a node certificate for the CSR's key; SPKI and validity in out. */
+extern void bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
+							   const char *node_id, const char *node_key_uri,
+							   int ttl_seconds, BcIssued *out);
+
+/* ----------------------------------------------------------------- join.c */
+
+/* Random identifier: prefix '_' 32 hex digits. */
+extern char *bc_new_id(const char *prefix);
+
+#endif							/* BC_JOIN_EXT_H */

@@ -1,0 +1,154 @@
+/*
+ * ossl.c: OpenSSL objects and src/common buffers under PostgreSQL's memory
+ * management.
+ *
+ * An object registered here is freed by a reset callback of the memory
+ * context that owns it, so an ereport(ERROR) anywhere after the registration
+ * cannot leak it: the context is reset during abort.  The pattern is
+ * pgcrypto's ResourceOwner wrapping, with memory-context lifetime instead.
+ */
+#include "bc_join.h"
+
+#include "utils/memutils.h"
+
+#include <openssl/err.h>
+
+typedef struct OwnedObject
+{
+	MemoryContextCallback cb;
+	void	   *obj;
+} OwnedObject;
+
+/* Reset callback: free an owned EVP_PKEY. */
+static void
+free_pkey_cb(void *arg)
+{
+	OwnedObject *o = (OwnedObject *) arg;
+
+	EVP_PKEY_free((EVP_PKEY *) o->obj);
+	o->obj = NULL;
+}
+
+/* Reset callback: free an owned X509. */
+static void
+free_x509_cb(void *arg)
+{
+	OwnedObject *o = (OwnedObject *) arg;
+
+	X509_free((X509 *) o->obj);
+	o->obj = NULL;
+}
+
+/* Reset callback: free an owned X509_REQ. */
+static void
+free_x509_req_cb(void *arg)
+{
+	OwnedObject *o = (OwnedObject *) arg;
+
+	X509_REQ_free((X509_REQ *) o->obj);
+	o->obj = NULL;
+}
+
+/* Register obj with cxt; frees it at once if registration itself fails. */
+static void *
+own(MemoryContext cxt, void *obj, MemoryContextCallbackFunction fn)
+{
+	OwnedObject *o;
+
+	if (obj == NULL)
+		return NULL;
+	o = MemoryContextAllocExtended(cxt, sizeof(OwnedObject), MCXT_ALLOC_NO_OOM);
+	if (o == NULL)
+	{
+		OwnedObject tmp = {.obj = obj};
+
+		fn(&tmp);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	}
+	o->obj = obj;
+	o->cb.func = fn;
+	o->cb.arg = o;
+	MemoryContextRegisterResetCallback(cxt, &o->cb);
+	return obj;
+}
+
+/* Give an EVP_PKEY to a memory context. */
+EVP_PKEY *
+bc_own_pkey(MemoryContext cxt, EVP_PKEY *key)
+{
+	return own(cxt, key, free_pkey_cb);
+}
+
+/* Give an X509 to a memory context. */
+X509 *
+bc_own_x509(MemoryContext cxt, X509 *cert)
+{
+	return own(cxt, cert, free_x509_cb);
+}
+
+/* Give an X509_REQ to a memory context. */
+X509_REQ *
+bc_own_x509_req(MemoryContext cxt, X509_REQ *req)
+{
+	return own(cxt, req, free_x509_req_cb);
+}
+
+/* Copy a malloc()ed C string from src/common into palloc memory and free it. */
+char *
+bc_take_cstring(char *malloced)
+{
+	char	   *out;
+	size_t		len;
+
+	if (malloced == NULL)
+		return NULL;
+	len = strlen(malloced);
+	out = MemoryContextAllocExtended(CurrentMemoryContext, len + 1, MCXT_ALLOC_NO_OOM);
+	if (out == NULL)
+	{
+		bc_free(malloced);
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+	}
+	memcpy(out, malloced, len + 1);
+	bc_free(malloced);
+	return out;
+}
+
+/* Copy a malloc()ed buffer into a palloc'd bytea and free (cleanse when secret) it. */
+bytea *
+bc_take_bytea(unsigned char *malloced, size_t len, bool secret)
+{
+	bytea	   *out;
+
+	out = MemoryContextAllocExtended(CurrentMemoryContext, len + VARHDRSZ,
+									 MCXT_ALLOC_NO_OOM);
+	if (out == NULL)
+	{
+		if (secret)
+			bc_free_secret(malloced, len);
+		else
+			bc_free(malloced);
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+	}
+	SET_VARSIZE(out, len + VARHDRSZ);
+	memcpy(VARDATA(out), malloced, len);
+	if (secret)
+		bc_free_secret(malloced, len);
+	else
+		bc_free(malloced);
+	return out;
+}
+
+/* errdetail() carrying what failed and OpenSSL's queued errors. */
+int
+bc_errdetail_openssl(const char *what)
+{
+	char		buf[512];
+
+	bc_ossl_errors(buf, sizeof(buf));
+	if (buf[0] != '\0')
+		return errdetail("%s: %s", what, buf);
+	return errdetail("%s.", what);
+}

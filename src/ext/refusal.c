@@ -1,0 +1,126 @@
+/*
+ * refusal.c: one refusal outside, a precise reason inside.
+ *
+ * A refusal is an ERROR with SQLSTATE JR001, raised by an attestor (built-in
+ * through bc_refuse_join(), custom through bc_join.refuse()).  bc_join()
+ * catches it in the subtransaction that ran the attestor, rolls the
+ * attestor's writes back, records security.join.refused with the reason and
+ * returns the one refusal every caller sees.  The reason and the tenant
+ * travel beside the error, in this backend's memory, never in the message a
+ * client could see.
+ */
+#include "bc_join.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+/* The refusal being raised: set just before the ERROR, taken by the catcher. */
+static char pending_refusal[160];
+static char pending_tenant[80];
+static bool pending = false;
+
+/* Raise the uniform refusal, remembering its reason and tenant. */
+void
+bc_refuse_join(const char *refusal, const char *tenant_id)
+{
+	strlcpy(pending_refusal, refusal ? refusal : "join:refused", sizeof(pending_refusal));
+	strlcpy(pending_tenant, tenant_id ? tenant_id : "", sizeof(pending_tenant));
+	pending = true;
+	ereport(ERROR,
+			(errcode(ERRCODE_BC_JOIN_REFUSED),
+			 errmsg("join refused"),
+			 errhidestmt(true)));
+}
+
+/* The refusal pending after a JR001 error was caught (and clear it). */
+bool
+bc_take_refusal(char **refusal, char **tenant_id)
+{
+	bool		was = pending;
+
+	*refusal = was ? pstrdup(pending_refusal) : NULL;
+	*tenant_id = (was && pending_tenant[0]) ? pstrdup(pending_tenant) : NULL;
+	pending = false;
+	pending_refusal[0] = '\0';
+	pending_tenant[0] = '\0';
+	return was;
+}
+
+static BcPlan tenant_exists = {
+	"SELECT 1 FROM bc_join.tenants WHERE id = $1", 1, {TEXTOID}
+};
+
+/*
+ * Record security.join.refused: the reason, the attestor, and hashes of the
+ * CSR and of the claimed hardware identity, never the evidence.  It lands in
+ * the tenant's stream only when the evidence authenticated that tenant.
+ */
+void
+bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinRequest *req)
+{
+	StringInfoData buf;
+	unsigned char claims_hash[BC_SHA256_LEN];
+	char		claims_b64[44];
+	char	   *claims_text;
+	const char *stream = "root";
+
+	if (tenant_id != NULL)
+	{
+		Datum		v = CStringGetTextDatum(tenant_id);
+
+		if (bc_spi_exec(&tenant_exists, &v, NULL, true, 1) == 1)
+			stream = tenant_id;
+	}
+
+	claims_text = JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims));
+	bc_sha256(claims_text, strlen(claims_text), claims_hash);
+	bc_b64url_encode(claims_hash, BC_SHA256_LEN, claims_b64);
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"refusal\":");
+	escape_json(&buf, refusal);
+	appendStringInfoString(&buf, ",\"attestor\":");
+	escape_json(&buf, req->attestor);
+	appendStringInfoString(&buf, ",\"role\":");
+	escape_json(&buf, req->role);
+	appendStringInfo(&buf, ",\"csrSha256\":\"%s\",\"csrSpkiSha256\":\"%s\",\"claimsSha256\":\"%s\"}",
+					 req->csr_sha256_b64, req->csr_spki_sha256_b64, claims_b64);
+
+	bc_emit_event(stream, "security.join.refused",
+				  DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data))));
+}
+
+/* What bc_join() returns for every refusal, whatever the reason. */
+Jsonb *
+bc_refusal_response(void)
+{
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(
+		"{\"status\":\"refused\",\"error\":{\"code\":\"ACCESS_DENIED\",\"message\":\"Join refused\"}}")));
+}
+
+PG_FUNCTION_INFO_V1(bc_refuse);
+
+/* bc_join.refuse(refusal, tenant_id): what a custom attestor calls to refuse. */
+Datum
+bc_refuse(PG_FUNCTION_ARGS)
+{
+	char	   *refusal;
+	char	   *tenant = NULL;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("a refusal needs a reason"),
+				 errhint("Call bc_join.refuse('<attestor>:<reason>').")));
+	refusal = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (strchr(refusal, ':') == NULL || strlen(refusal) >= sizeof(pending_refusal))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a refusal is \"<attestor>:<reason>\" of at most %d bytes",
+						(int) sizeof(pending_refusal) - 1)));
+	if (!PG_ARGISNULL(1))
+		tenant = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	bc_refuse_join(refusal, tenant);
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,59 @@
+/*
+ * spi.c: statements prepared once per backend and kept (SPI_keepplan), so a
+ * join does not plan its SQL again on every call.  The plan cache
+ * revalidates kept plans after DDL.
+ */
+#include "bc_join.h"
+
+#include "utils/builtins.h"
+
+/* Execute a kept plan, preparing it on first use; returns SPI_processed. */
+uint64
+bc_spi_exec(BcPlan *p, Datum *values, const char *nulls, bool read_only, long count)
+{
+	int			rc;
+
+	if (p->plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(p->sql, p->nargs, p->argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 p->sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		p->plan = plan;
+	}
+	rc = SPI_execute_plan(p->plan, values, nulls, read_only, count);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
+			 p->sql, SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* Column col (1-based) of row 0 as a C string in the caller's context, or NULL. */
+char *
+bc_spi_text(int col)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (SPI_processed < 1)
+		return NULL;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+	if (isnull)
+		return NULL;
+	return TextDatumGetCString(d);
+}
+
+/* Column col (1-based) of row 0 as a Datum (valid until SPI_finish). */
+Datum
+bc_spi_datum(int col, bool *isnull)
+{
+	if (SPI_processed < 1)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+}

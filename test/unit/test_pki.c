@@ -1,0 +1,450 @@
+/*
+ * test_pki.c: cmocka tests of CSRs and node certificates of src/common:
+ * create/parse/proof of possession, issue, chain verification, URI SANs.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <openssl/bn.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include "bc_common.h"
+
+/* A test CA, a second unrelated CA and a node key. */
+typedef struct pki_fixture
+{
+	EVP_PKEY   *ca_key;
+	X509	   *ca;
+	EVP_PKEY   *other_ca_key;
+	X509	   *other_ca;
+	EVP_PKEY   *node_key;
+	int64_t		now;
+} pki_fixture;
+
+/* Add an extension in OpenSSL config syntax to a certificate being built. */
+static void
+add_ext(X509 *cert, X509 *issuer, int nid, const char *value)
+{
+	X509V3_CTX	ctx;
+	X509_EXTENSION *ext;
+
+	X509V3_set_ctx(&ctx, issuer, cert, NULL, NULL, 0);
+	ext = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
+	assert_non_null(ext);
+	assert_int_equal(X509_add_ext(cert, ext, -1), 1);
+	X509_EXTENSION_free(ext);
+}
+
+/* A self-signed P-256 CA certificate valid for a year around now. */
+static X509 *
+make_ca(EVP_PKEY *key, const char *cn)
+{
+	X509	   *ca = X509_new();
+	X509_NAME  *name = X509_get_subject_name(ca);
+
+	assert_non_null(ca);
+	assert_int_equal(X509_set_version(ca, X509_VERSION_3), 1);
+	assert_int_equal(ASN1_INTEGER_set(X509_get_serialNumber(ca), 1), 1);
+	assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+												(const unsigned char *) cn, -1, -1, 0), 1);
+	assert_int_equal(X509_set_issuer_name(ca, name), 1);
+	assert_non_null(X509_gmtime_adj(X509_getm_notBefore(ca), -3600));
+	assert_non_null(X509_gmtime_adj(X509_getm_notAfter(ca), 365 * 86400L));
+	assert_int_equal(X509_set_pubkey(ca, key), 1);
+	add_ext(ca, ca, NID_basic_constraints, "critical,CA:TRUE");
+	add_ext(ca, ca, NID_key_usage, "critical,keyCertSign,cRLSign");
+	add_ext(ca, ca, NID_subject_key_identifier, "hash");
+	add_ext(ca, ca, NID_authority_key_identifier, "keyid:always");
+	assert_true(X509_sign(ca, key, EVP_sha256()) > 0);
+	return ca;
+}
+
+/* Make the CAs and the node key. */
+static int
+setup_pki(void **state)
+{
+	pki_fixture *f = calloc(1, sizeof(*f));
+
+	if (f == NULL)
+		return -1;
+	f->ca_key = bc_p256_generate();
+	f->other_ca_key = bc_p256_generate();
+	f->node_key = bc_p256_generate();
+	if (f->ca_key == NULL || f->other_ca_key == NULL || f->node_key == NULL)
+		return -1;
+	f->ca = make_ca(f->ca_key, "Test Node CA");
+	f->other_ca = make_ca(f->other_ca_key, "Test Node CA");	/* same name, other key */
+	f->now = (int64_t) time(NULL);
+	*state = f;
+	return 0;
+}
+
+/* Free the fixture. */
+static int
+teardown_pki(void **state)
+{
+	pki_fixture *f = *state;
+
+	X509_free(f->ca);
+	X509_free(f->other_ca);
+	EVP_PKEY_free(f->ca_key);
+	EVP_PKEY_free(f->other_ca_key);
+	EVP_PKEY_free(f->node_key);
+	free(f);
+	return 0;
+}
+
+/* A CSR (DER) for key made directly with OpenSSL, for keys bc_csr_create refuses. */
+static unsigned char *
+openssl_csr(EVP_PKEY *key, int *len)
+{
+	X509_REQ   *req = X509_REQ_new();
+	unsigned char *der = NULL;
+
+	assert_non_null(req);
+	assert_int_equal(X509_REQ_set_pubkey(req, key), 1);
+	assert_true(X509_REQ_sign(req, key, EVP_sha256()) > 0);
+	*len = i2d_X509_REQ(req, &der);
+	assert_true(*len > 0);
+	X509_REQ_free(req);
+	return der;
+}
+
+/* Create, parse and check a CSR; its SPKI hash is the key's. */
+static void
+test_csr_round_trip(void **state)
+{
+	pki_fixture *f = *state;
+	unsigned char *der = NULL;
+	size_t		len = 0;
+	X509_REQ   *req = NULL;
+	unsigned char h1[BC_SHA256_LEN];
+	unsigned char h2[BC_SHA256_LEN];
+	unsigned char h3[BC_SHA256_LEN];
+
+	assert_int_equal(bc_csr_create(f->node_key, "node-1", &der, &len), BC_OK);
+	assert_int_equal(bc_csr_parse(der, len, &req), BC_OK);
+	assert_int_equal(bc_csr_verify_pop(req), BC_OK);
+	assert_int_equal(EVP_PKEY_eq(X509_REQ_get0_pubkey(req), f->node_key), 1);
+	assert_int_equal(bc_csr_spki_sha256(req, h1), BC_OK);
+	assert_int_equal(bc_pkey_spki_sha256(f->node_key, h2), BC_OK);
+	assert_int_equal(bc_pkey_spki_sha256(f->ca_key, h3), BC_OK);
+	assert_memory_equal(h1, h2, sizeof(h1));
+	assert_memory_not_equal(h1, h3, sizeof(h1));
+	X509_REQ_free(req);
+	free(der);
+
+	assert_int_equal(bc_csr_create(f->node_key, NULL, &der, &len), BC_OK);
+	assert_int_equal(bc_csr_parse(der, len, &req), BC_OK);
+	assert_int_equal(bc_csr_verify_pop(req), BC_OK);
+	X509_REQ_free(req);
+	free(der);
+}
+
+/* Malformed, trailing, oversized and tampered CSRs are refused. */
+static void
+test_csr_refusals(void **state)
+{
+	pki_fixture *f = *state;
+	unsigned char *der = NULL;
+	unsigned char *longer;
+	size_t		len = 0;
+	size_t		i;
+	X509_REQ   *req = NULL;
+	int			tampered = 0;
+
+	assert_int_equal(bc_csr_create(f->node_key, "node-1", &der, &len), BC_OK);
+	longer = calloc(1, BC_DER_MAX + 1);
+	assert_non_null(longer);
+	memcpy(longer, der, len);
+	assert_int_equal(bc_csr_parse(longer, len + 1, &req), BC_EINVAL);	/* trailing byte */
+	assert_int_equal(bc_csr_parse(longer, BC_DER_MAX + 1, &req), BC_ETOOBIG);
+	assert_int_equal(bc_csr_parse(der, len - 1, &req), BC_EINVAL);	/* truncated */
+	assert_int_equal(bc_csr_parse(der, 0, &req), BC_EINVAL);
+	assert_int_equal(bc_csr_parse((const unsigned char *) "garbage", 7, &req), BC_EINVAL);
+	assert_null(req);
+	free(longer);
+	/* change the signed subject: the structure parses, the signature fails */
+	for (i = 0; i + 6 <= len; i++)
+	{
+		if (memcmp(der + i, "node-1", 6) == 0)
+		{
+			der[i + 5] = '2';
+			tampered = 1;
+			break;
+		}
+	}
+	assert_true(tampered);
+	assert_int_equal(bc_csr_parse(der, len, &req), BC_OK);
+	assert_int_equal(bc_csr_verify_pop(req), BC_EVERIFY);
+	X509_REQ_free(req);
+	free(der);
+}
+
+/* CSRs with RSA or P-384 keys are BC_EUNSUPPORTED. */
+static void
+test_csr_other_key_types(void **state)
+{
+	EVP_PKEY   *keys[2];
+	unsigned char *der;
+	unsigned char *ours = NULL;
+	size_t		ours_len = 0;
+	int			len;
+	int			i;
+	X509_REQ   *req = NULL;
+
+	(void) state;
+	keys[0] = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t) 2048);
+	keys[1] = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-384");
+	for (i = 0; i < 2; i++)
+	{
+		assert_non_null(keys[i]);
+		der = openssl_csr(keys[i], &len);
+		assert_int_equal(bc_csr_parse(der, (size_t) len, &req), BC_EUNSUPPORTED);
+		assert_null(req);
+		OPENSSL_free(der);
+		assert_int_equal(bc_csr_create(keys[i], NULL, &ours, &ours_len), BC_EUNSUPPORTED);
+		assert_null(ours);
+		EVP_PKEY_free(keys[i]);
+	}
+}
+
+/* Issue a certificate for the node key with two URI SANs. */
+static X509 *
+issue(pki_fixture *f, EVP_PKEY *ca_key, X509 *ca, unsigned char serial[16])
+{
+	const char *uris[] = {
+		"spiffe://example.org/tenant/t1/node/n1",
+		"urn:bc:tpm-ak:sha256:abcd"
+	};
+	bc_cert_params p = {
+		.ca_cert = ca,.ca_key = ca_key,.subject_key = f->node_key,
+		.subject_cn = "n1",.uris = uris,.n_uris = 2,
+		.not_before = f->now - 60,.not_after = f->now + 3600
+	};
+	X509	   *cert = NULL;
+
+	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_OK);
+	assert_non_null(cert);
+	return cert;
+}
+
+/* The issued certificate has exactly the documented shape. */
+static void
+test_cert_issue_shape(void **state)
+{
+	pki_fixture *f = *state;
+	unsigned char serial[16];
+	unsigned char got[16];
+	X509	   *cert = issue(f, f->ca_key, f->ca, serial);
+	BIGNUM	   *bn;
+	BASIC_CONSTRAINTS *bc;
+	int			crit = -1;
+	char	   *uri = NULL;
+	unsigned char *der = NULL;
+	size_t		der_len = 0;
+	X509	   *back = NULL;
+
+	assert_int_equal(X509_get_version(cert), X509_VERSION_3);
+	assert_int_equal(serial[0] & 0x80, 0);
+	bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), NULL);
+	assert_non_null(bn);
+	assert_false(BN_is_negative(bn));
+	assert_int_equal(BN_bn2binpad(bn, got, 16), 16);
+	assert_memory_equal(got, serial, 16);
+	BN_free(bn);
+	assert_int_equal(X509_NAME_cmp(X509_get_issuer_name(cert), X509_get_subject_name(f->ca)), 0);
+	assert_int_equal(EVP_PKEY_eq(X509_get0_pubkey(cert), f->node_key), 1);
+	assert_int_equal(X509_get_signature_nid(cert), NID_ecdsa_with_SHA256);
+	bc = X509_get_ext_d2i(cert, NID_basic_constraints, &crit, NULL);
+	assert_non_null(bc);
+	assert_int_equal(crit, 1);
+	assert_int_equal(bc->ca, 0);
+	BASIC_CONSTRAINTS_free(bc);
+	assert_true(X509_get_key_usage(cert) & KU_DIGITAL_SIGNATURE);
+	assert_false(X509_get_key_usage(cert) & KU_KEY_CERT_SIGN);
+	assert_true(X509_get_extended_key_usage(cert) & XKU_SSL_CLIENT);
+	assert_true(X509_get_extended_key_usage(cert) & XKU_SSL_SERVER);
+	assert_non_null(X509_get0_subject_key_id(cert));
+	assert_non_null(X509_get0_authority_key_id(cert));
+	assert_int_equal(bc_cert_uri_san(cert, "spiffe://", &uri), BC_OK);
+	assert_string_equal(uri, "spiffe://example.org/tenant/t1/node/n1");
+	free(uri);
+	assert_int_equal(bc_cert_uri_san(cert, "urn:bc:tpm-ak:", &uri), BC_OK);
+	assert_string_equal(uri, "urn:bc:tpm-ak:sha256:abcd");
+	free(uri);
+	assert_int_equal(bc_cert_uri_san(cert, "", &uri), BC_OK);	/* the first one */
+	assert_string_equal(uri, "spiffe://example.org/tenant/t1/node/n1");
+	free(uri);
+	assert_int_equal(bc_cert_uri_san(cert, "https://", &uri), BC_EINVAL);
+	assert_null(uri);
+	assert_int_equal(bc_cert_uri_san(f->ca, "spiffe://", &uri), BC_EINVAL);	/* no SAN */
+	/* DER round trip; trailing bytes refused */
+	assert_int_equal(bc_cert_der(cert, &der, &der_len), BC_OK);
+	assert_int_equal(bc_cert_parse(der, der_len, &back), BC_OK);
+	assert_int_equal(X509_cmp(back, cert), 0);
+	X509_free(back);
+	back = NULL;
+	assert_int_equal(bc_cert_parse(der, der_len - 1, &back), BC_EINVAL);
+	der = realloc(der, der_len + 1);
+	assert_non_null(der);
+	der[der_len] = 0;
+	assert_int_equal(bc_cert_parse(der, der_len + 1, &back), BC_EINVAL);
+	assert_null(back);
+	free(der);
+	X509_free(cert);
+}
+
+/* Two certificates never share a serial. */
+static void
+test_cert_serials_differ(void **state)
+{
+	pki_fixture *f = *state;
+	unsigned char s1[16];
+	unsigned char s2[16];
+	X509	   *c1 = issue(f, f->ca_key, f->ca, s1);
+	X509	   *c2 = issue(f, f->ca_key, f->ca, s2);
+
+	assert_memory_not_equal(s1, s2, 16);
+	X509_free(c1);
+	X509_free(c2);
+}
+
+/* The chain verifies against its CA only, and only within its validity. */
+static void
+test_cert_verify_chain(void **state)
+{
+	pki_fixture *f = *state;
+	unsigned char serial[16];
+	X509	   *cert = issue(f, f->ca_key, f->ca, serial);
+	X509	   *foreign = issue(f, f->other_ca_key, f->other_ca, serial);
+
+	assert_int_equal(bc_cert_verify_chain(cert, f->ca, 0), BC_OK);
+	assert_int_equal(bc_cert_verify_chain(cert, f->ca, f->now + 1800), BC_OK);
+	assert_int_equal(bc_cert_verify_chain(cert, f->other_ca, 0), BC_EVERIFY);
+	assert_int_equal(bc_cert_verify_chain(foreign, f->ca, 0), BC_EVERIFY);
+	assert_int_equal(bc_cert_verify_chain(cert, f->ca, f->now + 3601), BC_EVERIFY);
+	assert_int_equal(bc_cert_verify_chain(cert, f->ca, f->now - 120), BC_EVERIFY);
+	assert_int_equal(bc_cert_verify_chain(f->ca, f->ca, 0), BC_OK);
+	X509_free(cert);
+	X509_free(foreign);
+}
+
+/* An empty subject gets a critical SAN, and the strict chain check accepts it. */
+static void
+test_cert_empty_subject(void **state)
+{
+	pki_fixture *f = *state;
+	const char *uris[] = {"spiffe://example.org/tenant/t1/node/n1"};
+	bc_cert_params p = {
+		.ca_cert = f->ca,.ca_key = f->ca_key,.subject_key = f->node_key,
+		.uris = uris,.n_uris = 1,.not_before = f->now - 60,.not_after = f->now + 60
+	};
+	unsigned char serial[16];
+	X509	   *cert = NULL;
+	GENERAL_NAMES *names;
+	int			crit = -1;
+
+	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_OK);
+	assert_int_equal(X509_NAME_entry_count(X509_get_subject_name(cert)), 0);
+	names = X509_get_ext_d2i(cert, NID_subject_alt_name, &crit, NULL);
+	assert_non_null(names);
+	assert_int_equal(crit, 1);
+	GENERAL_NAMES_free(names);
+	assert_int_equal(bc_cert_verify_chain(cert, f->ca, 0), BC_OK);
+	X509_free(cert);
+}
+
+/* Bad issue parameters are refused before anything is signed. */
+static void
+test_cert_issue_refusals(void **state)
+{
+	pki_fixture *f = *state;
+	const char *bad_uri[] = {"spiffe://example.org/has space"};
+	EVP_PKEY   *p384 = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-384");
+	bc_cert_params p = {
+		.ca_cert = f->ca,.ca_key = f->ca_key,.subject_key = f->node_key,
+		.not_before = f->now,.not_after = f->now + 60
+	};
+	bc_cert_params q;
+	unsigned char serial[16];
+	X509	   *cert = NULL;
+
+	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_EINVAL);	/* no SAN, no CN */
+	q = p;
+	q.subject_cn = "n1";
+	assert_int_equal(bc_cert_issue(&q, serial, &cert), BC_OK);	/* CN, no SAN */
+	assert_int_equal(bc_cert_verify_chain(cert, f->ca, 0), BC_OK);
+	X509_free(cert);
+	cert = NULL;
+	q = p;
+	q.not_after = q.not_before;
+	assert_int_equal(bc_cert_issue(&q, serial, &cert), BC_EINVAL);
+	q = p;
+	q.ca_key = f->other_ca_key;	/* does not match the CA certificate */
+	assert_int_equal(bc_cert_issue(&q, serial, &cert), BC_EINVAL);
+	q = p;
+	q.uris = bad_uri;
+	q.n_uris = 1;
+	assert_int_equal(bc_cert_issue(&q, serial, &cert), BC_EINVAL);
+	q = p;
+	q.subject_key = p384;
+	assert_int_equal(bc_cert_issue(&q, serial, &cert), BC_EUNSUPPORTED);
+	assert_null(cert);
+	EVP_PKEY_free(p384);
+}
+
+/* A PEM certificate file reads back; a missing file gives a reason. */
+static void
+test_cert_pem_file(void **state)
+{
+	pki_fixture *f = *state;
+	char		path[] = "/tmp/bc-test-ca-XXXXXX";
+	char		err[256];
+	int			fd = mkstemp(path);
+	FILE	   *fp;
+	X509	   *back;
+
+	assert_true(fd >= 0);
+	fp = fdopen(fd, "w");
+	assert_non_null(fp);
+	assert_int_equal(PEM_write_X509(fp, f->ca), 1);
+	fclose(fp);
+	back = bc_cert_read_pem_file(path, err, sizeof(err));
+	assert_non_null(back);
+	assert_int_equal(X509_cmp(back, f->ca), 0);
+	X509_free(back);
+	unlink(path);
+	assert_null(bc_cert_read_pem_file(path, err, sizeof(err)));
+	assert_true(strlen(err) > 0);
+}
+
+/* Run the tests. */
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_csr_round_trip),
+		cmocka_unit_test(test_csr_refusals),
+		cmocka_unit_test(test_csr_other_key_types),
+		cmocka_unit_test(test_cert_issue_shape),
+		cmocka_unit_test(test_cert_serials_differ),
+		cmocka_unit_test(test_cert_verify_chain),
+		cmocka_unit_test(test_cert_empty_subject),
+		cmocka_unit_test(test_cert_issue_refusals),
+		cmocka_unit_test(test_cert_pem_file),
+	};
+
+	return cmocka_run_group_tests_name("pki", tests, setup_pki, teardown_pki);
+}
