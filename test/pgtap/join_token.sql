@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(63);
+SELECT plan(67);
 
 -- A tenant, a site, a pool; a second tenant to see where events land.
 SELECT bc_join.create_tenant('acme') AS tenant \gset
@@ -195,6 +195,15 @@ INSERT INTO counts SELECT (SELECT count(*) FROM bc_join.nodes), (SELECT count(*)
 SELECT is(bc_join(:'sreqb'::jsonb - 'sealedToken'), :'refused'::jsonb, 'no evidence: the one refusal');
 SELECT is(pg_temp.last_refusal(), 'root join-token:no-evidence', 'no evidence: its own reason');
 SELECT ok(pg_temp.nothing_written(), 'no evidence: nothing written');
+
+-- proof of possession: a CSR whose own signature does not verify, with the
+-- token honestly sealed to it (made by jwcrypto), is refused after the token checks.
+SELECT bc_join.create_join_token(:'tenant', :'pool') AS ptok \gset
+\set preq `:bcd join-request --service-keys :keys --token :'ptok' --out-dir :d/pop | /usr/bin/python3 test/tools/bad_pop_request.py :keys :'ptok'`
+SELECT is(bc_join(:'preq'), :'refused'::jsonb, 'a CSR without proof of possession: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' join:csr-signature', 'a CSR without proof of possession: its own reason');
+SELECT ok(pg_temp.nothing_written(), 'a CSR without proof of possession: nothing written');
+SELECT is(pg_temp.uses_left(:'ptok'), 1, 'a CSR without proof of possession: the use is not spent');
 
 -- revoked
 SELECT ok(bc_join.revoke_join_token(split_part(:'stok', '.', 1)), 'a token can be revoked');
