@@ -166,6 +166,52 @@ CREATE TABLE bc_join.attestation_uses (
 	PRIMARY KEY (attestor, subject)
 );
 
+CREATE INDEX attestation_uses_expires_idx ON bc_join.attestation_uses (expires_at)
+	WHERE expires_at IS NOT NULL;
+
+/* -------------------------------------------------------------- attestors */
+
+-- Custom attestors: SQL functions (evidence jsonb, context jsonb) RETURNS jsonb.
+-- One registered with id 'join-token' replaces the built-in one.
+CREATE TABLE bc_join.attestors (
+	id text PRIMARY KEY CHECK (id ~ '^[a-z0-9._-]{1,64}$'),
+	version text NOT NULL CHECK (length(version) BETWEEN 1 AND 64),
+	roles text[] NOT NULL
+		CHECK (cardinality(roles) >= 1 AND roles <@ ARRAY['node', 'site', 'ramdisk']),
+	verify regprocedure NOT NULL,
+	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	registered_by text NOT NULL DEFAULT session_user
+);
+
+-- The command kinds a certificate's allowedKinds may name.
+CREATE TABLE bc_join.command_kinds (
+	kind text PRIMARY KEY CHECK (kind ~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$'),
+	description text NOT NULL DEFAULT ''
+);
+INSERT INTO bc_join.command_kinds (kind, description) VALUES
+	('inventory.refresh', 'collect and report the hardware inventory'),
+	('logs.collect', 'collect logs'),
+	('diag.ping', 'answer a liveness probe'),
+	('diag.run', 'run a diagnostic'),
+	('disk.wipe', 'wipe the disks'),
+	('deploy.image', 'write an operating system image'),
+	('deploy.config', 'write configuration'),
+	('boot.kexec', 'kexec into a deployed kernel'),
+	('node.reboot', 'reboot'),
+	('node.shutdown', 'power off');
+
+-- The rate bound of security.join.refused events, per refusal reason.
+-- A window is one minute; suppressed counts the refusals of the window that
+-- were not recorded, and the first event of the next window reports them.
+CREATE TABLE bc_join.refusal_rate (
+	refusal text PRIMARY KEY,
+	window_start timestamptz NOT NULL,
+	recorded integer NOT NULL DEFAULT 0,
+	suppressed bigint NOT NULL DEFAULT 0,
+	carried bigint NOT NULL DEFAULT 0,		-- suppressed in the window before
+	last_recorded boolean NOT NULL DEFAULT true
+);
+
 /* --------------------------------------------------------- events, audit */
 
 CREATE TABLE bc_join.events (
@@ -420,6 +466,389 @@ CREATE FUNCTION public.bc_join(request jsonb) RETURNS jsonb
 CREATE FUNCTION bc_join.refuse(refusal text, tenant_id text DEFAULT NULL) RETURNS void
 	AS 'MODULE_PATHNAME', 'bc_refuse' LANGUAGE C VOLATILE;
 
+/* ------------------------------------------------- helpers for attestors */
+
+-- base64url without padding, as JoinRequest fields and context hashes use it.
+CREATE FUNCTION bc_join.b64url_encode(data bytea) RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_b64url_encode_sql' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION bc_join.b64url_decode(data text) RETURNS bytea
+	AS 'MODULE_PATHNAME', 'bc_b64url_decode_sql' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- ECDSA P-256 / SHA-256 verification (OpenSSL): public key as PEM
+-- SubjectPublicKeyInfo, signature DER or raw r||s.  For attestors that check
+-- a vendor's signature.
+CREATE FUNCTION bc_join.ecdsa_verify(public_key_pem text, message bytea, signature bytea)
+	RETURNS boolean
+	AS 'MODULE_PATHNAME', 'bc_ecdsa_verify_sql' LANGUAGE C IMMUTABLE STRICT;
+
+-- Mark that single-use evidence was consumed in the running join round.
+CREATE FUNCTION bc_join.note_single_use_round() RETURNS void
+	AS 'MODULE_PATHNAME', 'bc_note_single_use_round' LANGUAGE C VOLATILE;
+
+-- Trigger: single-use evidence was consumed in the running join round.
+CREATE FUNCTION bc_join.note_single_use() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'bc_note_single_use' LANGUAGE C;
+CREATE TRIGGER attestation_uses_single_use AFTER INSERT ON bc_join.attestation_uses
+	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.note_single_use();
+CREATE TRIGGER join_tokens_single_use AFTER UPDATE OF uses_left ON bc_join.join_tokens
+	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.note_single_use();
+
+/*
+ * Use a piece of evidence once: insert (attestor, subject) into
+ * attestation_uses, or refuse '<attestor>:reused'.  subject is the SHA-256 of
+ * what must be used once; expires_at NULL keeps the row forever.  Call it
+ * only in the round that returns a result: JoinService fails a round that
+ * consumed single-use evidence and then deferred.
+ */
+CREATE FUNCTION bc_join.use_once(attestor text, subject bytea,
+								 expires_at timestamptz DEFAULT NULL, node_id text DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	n bigint;
+BEGIN
+	IF subject IS NULL OR length(subject) <> 32 THEN
+		RAISE EXCEPTION USING ERRCODE = 'config_file_error',
+			MESSAGE = 'use_once needs a 32-byte subject',
+			DETAIL = 'INVALID_CONFIG: the subject is the SHA-256 of what must be used once.';
+	END IF;
+	INSERT INTO bc_join.attestation_uses (attestor, subject, node_id, expires_at)
+		VALUES (use_once.attestor, use_once.subject, use_once.node_id, use_once.expires_at)
+		ON CONFLICT DO NOTHING;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n <> 1 THEN
+		PERFORM bc_join.refuse(use_once.attestor || ':reused');
+	END IF;
+END
+$$;
+
+/*
+ * Check a join token in any round, without spending it: lock the row,
+ * compare the secret in constant time, check revocation, expiry, uses, role
+ * (context's) and the expect binding (against context's claims).  Returns
+ * {tokenId, tenantId, poolId, siteId, role, allowReclaim}; refuses
+ * '<attestor>:<reason>'.  Spend it with spend_join_token() in the final round.
+ */
+CREATE FUNCTION bc_join.check_join_token(attestor text, token text, context jsonb)
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_check_join_token_sql' LANGUAGE C VOLATILE STRICT;
+
+-- Spend one use of a token checked in this transaction (final round only).
+CREATE FUNCTION bc_join.spend_join_token(token_id text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	UPDATE bc_join.join_tokens t SET uses_left = t.uses_left - 1
+		WHERE t.id = spend_join_token.token_id AND t.uses_left > 0;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'join token % has no use left to spend', token_id
+			USING HINT = 'Check the token with bc_join.check_join_token() in the same transaction first.';
+	END IF;
+END
+$$;
+
+/* ---------------------------------------------------------- join requests */
+
+/*
+ * Record a join request waiting for an operator, for the CSR of context, and
+ * tell watchers: NOTIFY bc_join_requests with the request id, and a
+ * join_request.pending event in the tenant's stream.  Returns the id.
+ */
+CREATE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
+											detail jsonb DEFAULT '{}')
+	RETURNS text
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	rid text := bc_join.new_id('jr');
+BEGIN
+	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail)
+		VALUES (rid, create_join_request.tenant_id, create_join_request.attestor,
+				context->>'role', bc_join.b64url_decode(context->>'csrSha256'),
+				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'));
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (create_join_request.tenant_id, 'join_request.pending',
+				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
+								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
+	PERFORM pg_notify('bc_join_requests', rid);
+	RETURN rid;
+END
+$$;
+
+/*
+ * Consume an approved join request in the round that issues: it must be
+ * approved and made for this CSR.  Refuses '<attestor>:<reason>' otherwise.
+ */
+CREATE FUNCTION bc_join.consume_join_request(request_id text, context jsonb) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	r bc_join.join_requests;
+BEGIN
+	SELECT * INTO r FROM bc_join.join_requests WHERE id = request_id FOR UPDATE;
+	IF NOT FOUND THEN
+		PERFORM bc_join.refuse('join:request-unknown');
+	END IF;
+	IF r.csr_sha256 <> bc_join.b64url_decode(context->>'csrSha256') THEN
+		PERFORM bc_join.refuse(r.attestor || ':request-csr', r.tenant_id);
+	END IF;
+	IF r.state = 'rejected' THEN
+		PERFORM bc_join.refuse(r.attestor || ':rejected', r.tenant_id);
+	ELSIF r.state = 'consumed' THEN
+		PERFORM bc_join.refuse(r.attestor || ':request-consumed', r.tenant_id);
+	ELSIF r.state <> 'approved' THEN
+		PERFORM bc_join.refuse(r.attestor || ':request-pending', r.tenant_id);
+	END IF;
+	UPDATE bc_join.join_requests SET state = 'consumed', consumed_at = bc_join.compute_now()
+		WHERE id = request_id;
+	PERFORM bc_join.note_single_use_round();
+END
+$$;
+
+/*
+ * The approval round of an attestor in one call: for this CSR, create the
+ * join request when there is none and defer; defer again while it is
+ * pending; consume it and return NULL (go on and return a result) once
+ * approved; refuse '<attestor>:rejected' when rejected.
+ */
+CREATE FUNCTION bc_join.await_approval(attestor text, tenant_id text, context jsonb,
+									   detail jsonb DEFAULT '{}', retry_after_seconds integer DEFAULT 30)
+	RETURNS jsonb
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	r bc_join.join_requests;
+BEGIN
+	SELECT * INTO r FROM bc_join.join_requests q
+		WHERE q.attestor = await_approval.attestor
+		  AND q.csr_sha256 = bc_join.b64url_decode(context->>'csrSha256')
+		ORDER BY q.created_at DESC, q.id LIMIT 1;
+	IF NOT FOUND THEN
+		RETURN jsonb_build_object('deferred', 'approval',
+			'requestId', bc_join.create_join_request(await_approval.tenant_id, attestor, context, detail),
+			'retryAfterSeconds', retry_after_seconds);
+	END IF;
+	IF r.state = 'pending' THEN
+		RETURN jsonb_build_object('deferred', 'approval', 'requestId', r.id,
+								  'retryAfterSeconds', retry_after_seconds);
+	END IF;
+	PERFORM bc_join.consume_join_request(r.id, context);
+	RETURN NULL;
+END
+$$;
+
+-- What waits for an operator, readable at a glance.
+CREATE VIEW bc_join.pending_join_requests AS
+	SELECT r.id,
+		   t.name AS tenant,
+		   r.attestor,
+		   r.role,
+		   concat_ws(' ',
+					 'host=' || (r.claims->>'hostname'),
+					 'serial=' || (r.claims->>'serial'),
+					 'product=' || (r.claims->>'productUuid'),
+					 CASE WHEN jsonb_array_length(coalesce(r.claims->'macs', '[]')) > 0
+						  THEN 'macs=' || (SELECT string_agg(m, ',') FROM jsonb_array_elements_text(r.claims->'macs') m)
+					 END) AS claims,
+		   justify_interval(date_trunc('second', bc_join.compute_now() - r.created_at)) AS age,
+		   r.detail,
+		   r.created_at,
+		   r.tenant_id
+	FROM bc_join.join_requests r JOIN bc_join.tenants t ON t.id = r.tenant_id
+	WHERE r.state = 'pending'
+	ORDER BY r.created_at;
+
+-- Approve a pending join request: the agent's next retry completes the join.
+CREATE FUNCTION bc_join.approve_join_request(request_id text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	r bc_join.join_requests;
+BEGIN
+	UPDATE bc_join.join_requests q SET state = 'approved', decided_at = bc_join.compute_now(),
+		decided_by = session_user
+		WHERE q.id = request_id AND q.state = 'pending' RETURNING * INTO r;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no pending join request has this id');
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (r.tenant_id, 'join_request.approved', jsonb_build_object('requestId', r.id, 'by', session_user));
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('join_request.approve', r.tenant_id, jsonb_build_object('requestId', r.id));
+END
+$$;
+
+-- Reject a pending join request: the agent's next retry is refused.
+CREATE FUNCTION bc_join.reject_join_request(request_id text, reason text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	r bc_join.join_requests;
+BEGIN
+	IF reason IS NULL OR length(reason) NOT BETWEEN 1 AND 500 THEN
+		PERFORM bc_join.invalid_input('a rejection needs a reason of 1 to 500 characters');
+	END IF;
+	UPDATE bc_join.join_requests q SET state = 'rejected', decided_at = bc_join.compute_now(),
+		decided_by = session_user, reason = reject_join_request.reason
+		WHERE q.id = request_id AND q.state = 'pending' RETURNING * INTO r;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no pending join request has this id');
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (r.tenant_id, 'join_request.rejected',
+				jsonb_build_object('requestId', r.id, 'by', session_user, 'reason', reason));
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('join_request.reject', r.tenant_id, jsonb_build_object('requestId', r.id, 'reason', reason));
+END
+$$;
+
+/* -------------------------------------------------- attestor registration */
+
+-- Register (or re-register) a custom attestor.  Superuser only: verify runs
+-- inside every join with the JoinService's rights.
+CREATE FUNCTION bc_join.register_attestor(id text, version text, roles text[], verify regprocedure)
+	RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	p pg_proc;
+BEGIN
+	IF id IS NULL OR id !~ '^[a-z0-9._-]{1,64}$' THEN
+		PERFORM bc_join.invalid_input('an attestor id is 1 to 64 of a-z, 0-9, ''.'', ''_'' and ''-''');
+	END IF;
+	IF roles IS NULL OR cardinality(roles) = 0 OR NOT roles <@ ARRAY['node', 'site', 'ramdisk'] THEN
+		PERFORM bc_join.invalid_input('roles must be a non-empty subset of node, site and ramdisk');
+	END IF;
+	IF version IS NULL OR length(version) NOT BETWEEN 1 AND 64 THEN
+		PERFORM bc_join.invalid_input('version must be 1 to 64 characters');
+	END IF;
+	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = verify;
+	IF p.pronargs <> 2 OR p.proargtypes[0] <> 'jsonb'::regtype OR p.proargtypes[1] <> 'jsonb'::regtype
+	   OR p.prorettype <> 'jsonb'::regtype OR p.proretset OR p.prokind <> 'f' THEN
+		PERFORM bc_join.invalid_input('verify must be a function (evidence jsonb, context jsonb) RETURNS jsonb');
+	END IF;
+	INSERT INTO bc_join.attestors AS a (id, version, roles, verify)
+		VALUES (register_attestor.id, register_attestor.version, register_attestor.roles, register_attestor.verify)
+		ON CONFLICT ON CONSTRAINT attestors_pkey DO UPDATE
+		SET version = EXCLUDED.version, roles = EXCLUDED.roles, verify = EXCLUDED.verify,
+			registered_at = EXCLUDED.registered_at, registered_by = EXCLUDED.registered_by;
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('attestor.register', jsonb_build_object('attestor', id, 'version', version,
+														'roles', roles, 'verify', verify::text));
+END
+$$;
+
+-- Remove a custom attestor; a built-in with the same id takes over again.
+CREATE FUNCTION bc_join.unregister_attestor(id text) RETURNS boolean
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	DELETE FROM bc_join.attestors a WHERE a.id = unregister_attestor.id;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('attestor.unregister', jsonb_build_object('attestor', id));
+	RETURN true;
+END
+$$;
+
+-- Register a command kind that allowedKinds may name.
+CREATE FUNCTION bc_join.register_command_kind(kind text, description text DEFAULT '')
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF kind IS NULL OR kind !~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$' THEN
+		PERFORM bc_join.invalid_input('a command kind is dotted lower-case words, like disk.wipe');
+	END IF;
+	INSERT INTO bc_join.command_kinds (kind, description)
+		VALUES (kind, coalesce(description, '')) ON CONFLICT DO NOTHING;
+END
+$$;
+
+/* ------------------------------------------------------------------ nodes */
+
+-- Retire a node: state retired, certificates revoked, bindings dropped.
+CREATE FUNCTION bc_join.retire_node(node_id text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text;
+BEGIN
+	UPDATE bc_join.nodes n SET state = 'retired', retired_at = bc_join.compute_now(),
+		updated_at = bc_join.compute_now()
+		WHERE n.id = retire_node.node_id AND n.state <> 'retired' RETURNING n.tenant_id INTO tenant;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no live node has this id');
+	END IF;
+	UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		WHERE c.node_id = retire_node.node_id AND c.revoked_at IS NULL;
+	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.retire', tenant, node_id);
+END
+$$;
+
+-- Delete a node with its certificates and bindings.
+CREATE FUNCTION bc_join.delete_node(node_id text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text;
+BEGIN
+	DELETE FROM bc_join.nodes n WHERE n.id = delete_node.node_id RETURNING n.tenant_id INTO tenant;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'node.deleted', jsonb_build_object('nodeId', node_id));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.delete', tenant, node_id);
+END
+$$;
+
+/* ------------------------------------------------------------- housekeeping */
+
+/*
+ * Delete up to batch expired attestation_uses rows (expires_at before
+ * compute_now()); rows without an expiry stay.  Returns how many were
+ * deleted: call it again until it returns 0.  Rows other sessions hold are
+ * skipped, so it never waits on a join.
+ */
+CREATE FUNCTION bc_join.prune_attestation_uses(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	n bigint;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.attestation_uses u
+		WHERE u.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.attestation_uses x
+			WHERE x.expires_at < bc_join.compute_now()
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
 /* ------------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
@@ -440,6 +869,14 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.create_pool(text, text, text),
 	bc_join.create_join_token(text, text, integer, interval, text, jsonb, boolean, text),
 	bc_join.revoke_join_token(text),
+	bc_join.approve_join_request(text),
+	bc_join.reject_join_request(text, text),
+	bc_join.retire_node(text),
+	bc_join.delete_node(text),
+	bc_join.register_command_kind(text, text),
+	bc_join.prune_attestation_uses(integer),
+	bc_join.b64url_encode(bytea),
+	bc_join.b64url_decode(text),
 	bc_join.signing_jwk(),
 	bc_join.encryption_jwk(),
 	bc_join.node_ca_certificate(),
@@ -448,7 +885,8 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
-	bc_join.events, bc_join.audit_log
+	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
+	bc_join.refusal_rate, bc_join.pending_join_requests
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,

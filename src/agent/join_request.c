@@ -17,6 +17,8 @@
 /* Bound of a join token and of the --claims JSON. */
 #define TOKEN_MAX 4096
 #define CLAIMS_MAX (16 * 1024)
+/* Bound of the attestor's evidence bytes (the service takes 48 KiB of base64url). */
+#define ATTESTATION_MAX (32 * 1024)
 
 /* What the command line asked for. */
 typedef struct join_request_opts
@@ -29,21 +31,27 @@ typedef struct join_request_opts
 	const char *attestor;
 	const char *claims;
 	const char *hostname;
+	const char *attestation_file;
 } join_request_opts;
 
 /* Print the usage of bcd join-request to stream. */
 static void
 join_request_usage(FILE *stream)
 {
-	fputs("usage: bcd join-request --service-keys FILE (--token TOKEN | --token-file FILE)\n"
+	fputs("usage: bcd join-request --service-keys FILE [--token TOKEN | --token-file FILE]\n"
 		  "                        --out-dir DIR [--role node|site|ramdisk]\n"
-		  "                        [--attestor ID] [--claims JSON] [--hostname H]\n"
+		  "                        [--attestor ID] [--attestation-file FILE]\n"
+		  "                        [--claims JSON] [--hostname H]\n"
 		  "\n"
-		  "Generates a P-256 node key (DIR/node.key, 0600; DIR is created 0700),\n"
-		  "a CSR (DIR/node.csr.der), seals the token to the service's encryption key\n"
-		  "(JWE ECDH-ES+A256GCM, header csrSha256) and prints the JoinRequest JSON.\n"
+		  "Makes a P-256 node key (DIR/node.key, 0600; DIR is created 0700) and a\n"
+		  "CSR (DIR/node.csr.der), or reuses both when DIR already holds them (one\n"
+		  "key and one CSR for every round of a join), seals the token to the\n"
+		  "service's encryption key (JWE ECDH-ES+A256GCM, header csrSha256) and\n"
+		  "prints the JoinRequest JSON.\n"
 		  "  --service-keys FILE  the JSON of bc_join.service_keys()\n"
 		  "  --token-file FILE    token read from FILE, one trailing newline stripped\n"
+		  "                       (no token: the request carries no sealedToken)\n"
+		  "  --attestation-file F the attestor's evidence bytes (at most 32 KiB)\n"
 		  "  --role               default node\n"
 		  "  --attestor           default join-token\n"
 		  "  --claims JSON        object replacing the default {hostname, arch}\n"
@@ -64,6 +72,7 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts)
 		{"attestor", required_argument, NULL, 'a'},
 		{"claims", required_argument, NULL, 'c'},
 		{"hostname", required_argument, NULL, 'H'},
+		{"attestation-file", required_argument, NULL, 'A'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -85,6 +94,7 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts)
 			case 'a': opts->attestor = optarg; break;
 			case 'c': opts->claims = optarg; break;
 			case 'H': opts->hostname = optarg; break;
+			case 'A': opts->attestation_file = optarg; break;
 			case 'h':
 				join_request_usage(stdout);
 				return -1;		/* help printed: exit 0 */
@@ -94,7 +104,7 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts)
 		}
 	}
 	if (optind != argc || opts->service_keys == NULL || opts->out_dir == NULL ||
-		(opts->token == NULL) == (opts->token_file == NULL))
+		(opts->token != NULL && opts->token_file != NULL))
 	{
 		join_request_usage(stderr);
 		return BCD_EXIT_USAGE;
@@ -114,6 +124,12 @@ load_token(const join_request_opts *opts, char **token, size_t *len)
 {
 	int			rc;
 
+	if (opts->token == NULL && opts->token_file == NULL)
+	{
+		*token = NULL;
+		*len = 0;
+		return BC_OK;
+	}
 	if (opts->token != NULL)
 	{
 		*len = strlen(opts->token);
@@ -203,6 +219,90 @@ out:
 	return rc;
 }
 
+/*
+ * The node key and CSR of DIR when both are there (and match), else new ones
+ * written there.  One key and one CSR serve every round of a join.
+ */
+static int
+node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_t *csr_len,
+				 const char **what)
+{
+	char	   *key_path = bcd_path_join(dir, "node.key");
+	char	   *csr_path = bcd_path_join(dir, "node.csr.der");
+	char		err[256];
+	X509_REQ   *req = NULL;
+	int			rc = BC_ENOMEM;
+
+	*key = NULL;
+	*csr = NULL;
+	if (key_path == NULL || csr_path == NULL)
+		goto out;
+	if (access(key_path, F_OK) == 0 && access(csr_path, F_OK) == 0)
+	{
+		*what = "cannot reuse DIR/node.key and DIR/node.csr.der";
+		rc = BC_EINVAL;
+		*key = bc_pkey_read_pem_file(key_path, 1, err, sizeof(err));
+		if (*key == NULL)
+			goto out;
+		rc = bcd_read_file(csr_path, BC_DER_MAX, (char **) csr, csr_len);
+		if (rc == BC_OK)
+			rc = bc_csr_parse(*csr, *csr_len, &req);
+		if (rc == BC_OK && EVP_PKEY_eq(X509_REQ_get0_pubkey(req), *key) != 1)
+			rc = BC_EINVAL;
+		goto out;
+	}
+	*what = "cannot generate the node key";
+	rc = BC_ECRYPTO;
+	*key = bc_p256_generate();
+	if (*key == NULL)
+		goto out;
+	*what = "cannot write node.key";
+	rc = write_node_key(dir, *key);
+	if (rc != BC_OK)
+		goto out;
+	*what = "cannot create the CSR";
+	rc = bc_csr_create(*key, NULL, csr, csr_len);
+	if (rc != BC_OK)
+		goto out;
+	*what = "cannot write node.csr.der";
+	rc = bcd_write_file_atomic(dir, "node.csr.der", *csr, *csr_len, 0644);
+out:
+	if (rc != BC_OK)
+	{
+		EVP_PKEY_free(*key);
+		*key = NULL;
+		free(*csr);
+		*csr = NULL;
+	}
+	X509_REQ_free(req);
+	free(key_path);
+	free(csr_path);
+	return rc;
+}
+
+/* The attestor's evidence from --attestation-file, as base64url (or NULL). */
+static int
+load_attestation(const char *path, char **b64)
+{
+	char	   *raw = NULL;
+	size_t		len = 0;
+	int			rc;
+
+	*b64 = NULL;
+	if (path == NULL)
+		return BC_OK;
+	rc = bcd_read_file(path, ATTESTATION_MAX, &raw, &len);
+	if (rc != BC_OK)
+		return rc;
+	*b64 = malloc(bc_b64url_encoded_len(len) + 1);
+	if (*b64 == NULL)
+		rc = BC_ENOMEM;
+	else
+		bc_b64url_encode((unsigned char *) raw, len, *b64);
+	free(raw);
+	return rc;
+}
+
 /* Key, CSR, sealed token and the JoinRequest, printed on stdout. */
 static int
 make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
@@ -215,6 +315,7 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 	char		csr_sha256[64];
 	char	   *csr64 = NULL;
 	char	   *sealed = NULL;
+	char	   *attestation = NULL;
 	json_t	   *claims = NULL;
 	json_t	   *request = NULL;
 	char	   *text = NULL;
@@ -228,21 +329,11 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 	what = "cannot create the output directory";
 	if (bcd_ensure_dir(opts->out_dir) != BC_OK)
 		goto out;
-	what = "cannot generate the node key";
-	rc = BC_ECRYPTO;
-	key = bc_p256_generate();
-	if (key == NULL)
-		goto out;
-	what = "cannot write node.key";
-	rc = write_node_key(opts->out_dir, key);
+	rc = node_key_and_csr(opts->out_dir, &key, &csr, &csr_len, &what);
 	if (rc != BC_OK)
 		goto out;
-	what = "cannot create the CSR";
-	rc = bc_csr_create(key, NULL, &csr, &csr_len);
-	if (rc != BC_OK)
-		goto out;
-	what = "cannot write node.csr.der";
-	rc = bcd_write_file_atomic(opts->out_dir, "node.csr.der", csr, csr_len, 0644);
+	what = "cannot read --attestation-file";
+	rc = load_attestation(opts->attestation_file, &attestation);
 	if (rc != BC_OK)
 		goto out;
 	what = "cannot seal the token";
@@ -250,20 +341,27 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 	if (rc != BC_OK)
 		goto out;
 	bc_b64url_encode(digest, sizeof(digest), csr_sha256);
-	rc = bc_jwe_seal(keys->encryption_key, "csrSha256", csr_sha256,
-					 (const unsigned char *) token, token_len, &sealed);
-	if (rc != BC_OK)
-		goto out;
+	if (token != NULL)
+	{
+		rc = bc_jwe_seal(keys->encryption_key, "csrSha256", csr_sha256,
+						 (const unsigned char *) token, token_len, &sealed);
+		if (rc != BC_OK)
+			goto out;
+	}
 	what = "cannot build the JoinRequest";
 	rc = BC_ENOMEM;
 	csr64 = malloc(bc_b64url_encoded_len(csr_len) + 1);
 	if (csr64 == NULL)
 		goto out;
 	bc_b64url_encode(csr, csr_len, csr64);
-	request = json_pack("{s:s, s:s, s:s, s:s, s:O}", "csr", csr64, "role", opts->role,
-						"attestor", opts->attestor, "sealedToken", sealed,
-						"claims", claims);
-	if (request == NULL)
+	request = json_pack("{s:s, s:s, s:s}", "csr", csr64, "role", opts->role,
+						"attestor", opts->attestor);
+	if (request == NULL ||
+		(attestation != NULL &&
+		 json_object_set_new(request, "attestation", json_string(attestation)) != 0) ||
+		(sealed != NULL &&
+		 json_object_set_new(request, "sealedToken", json_string(sealed)) != 0) ||
+		json_object_set(request, "claims", claims) != 0)
 		goto out;
 	text = json_dumps(request, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	if (text == NULL)
@@ -277,6 +375,7 @@ out:
 	json_decref(request);
 	json_decref(claims);
 	free(sealed);
+	free(attestation);
 	free(csr64);
 	free(csr);
 	EVP_PKEY_free(key);

@@ -92,6 +92,17 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("bc_join.refusal_events_per_minute",
+							"security.join.refused events recorded a minute per refusal reason.",
+							"Further refusals of the same reason in the minute are counted, "
+							"not recorded; 0 records every one.",
+							&bc_refusal_events_per_minute,
+							60,
+							0, 1000000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("bc_join");
 }
 

@@ -119,6 +119,7 @@ typedef struct BcJoinRequest
 	char		csr_sha256_b64[44];
 	char		csr_spki_sha256_b64[44];
 	bytea	   *attestation;	/* decoded, NULL when absent */
+	char	   *token;			/* the opened sealed token, NULL when none */
 } BcJoinRequest;
 
 /* Parse and bound a JoinRequest; raises 22023 for anything malformed. */
@@ -126,6 +127,9 @@ extern void bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext o
 
 /* ereport(ERROR) with SQLSTATE 22023 and INVALID_INPUT in the detail. */
 extern void bc_invalid_input(const char *fmt,...) pg_attribute_printf(1, 2) pg_attribute_noreturn();
+
+/* ereport(ERROR) with INVALID_CONFIG: an attestor or the setup is wrong. */
+extern void bc_invalid_config(const char *fmt,...) pg_attribute_printf(1, 2) pg_attribute_noreturn();
 
 /* ---------------------------------------------------------------- refusal.c */
 
@@ -138,12 +142,14 @@ extern void bc_refuse_join(const char *refusal, const char *tenant_id) pg_attrib
 /* The refusal pending after a JR001 error was caught (and clear it). */
 extern bool bc_take_refusal(char **refusal, char **tenant_id);
 
-/* Record security.join.refused (SPI connected). */
+/* Record security.join.refused, rate-bounded (SPI connected). */
 extern void bc_record_refusal(const char *refusal, const char *tenant_id,
 							  const BcJoinRequest *req);
 
 /* What bc_join() returns for every refusal. */
 extern Jsonb *bc_refusal_response(void);
+
+extern int	bc_refusal_events_per_minute;
 
 /* ---------------------------------------------------------------- events.c */
 
@@ -152,10 +158,12 @@ extern void bc_emit_event(const char *tenant_id, const char *type, Jsonb *payloa
 /* Insert into bc_join.audit_log (SPI connected). */
 extern void bc_audit(const char *action, const char *tenant_id, const char *node_id,
 					 Jsonb *detail);
+/* jsonb from JSON text. */
+extern Jsonb *bc_jsonb(const char *text);
 
 /* ---------------------------------------------------------------- attestors */
 
-/* What an attestor hands JoinService: a result (deferrals arrive later). */
+/* What an attestor answers when it admits. */
 typedef struct BcAttestResult
 {
 	char	   *tenant_id;
@@ -166,28 +174,81 @@ typedef struct BcAttestResult
 	char	   *node_id;		/* reclaim */
 	char	   *token_id;
 	int			cert_ttl_seconds;	/* 0: not set */
+	Datum		allowed_kinds;	/* text[]; valid when has_allowed_kinds */
+	bool		has_allowed_kinds;
+	unsigned char bind[BC_SHA256_LEN];
+	bool		has_bind;
 	char	   *node_key;		/* "tpm" or NULL */
 	char	   *node_key_uri;
 	/* built-in join-token: spend one use of token_id once issued */
 	bool		spend_token;
-	/* built-in join-token: the expect binding was already enforced */
+	/* the attestor already enforced the token's expect binding */
 	bool		expect_checked;
+	/* the token allows a reclaim (set by JoinService when token_id is given) */
+	bool		allow_reclaim;
 } BcAttestResult;
+
+/* What an attestor answers: a result, or a deferral. */
+typedef struct BcOutcome
+{
+	bool		deferred;
+	BcAttestResult result;
+	/* deferral */
+	const char *kind;			/* "approval" or "challenge" */
+	char	   *request_id;
+	int			retry_after_seconds;
+	char	   *challenge_b64;
+	TimestampTz not_after;
+	bool		has_not_after;
+} BcOutcome;
 
 typedef struct BcAttestor
 {
 	const char *id;
 	const char *version;
 	const char *const *roles;	/* NULL-terminated */
-	void		(*verify) (const BcJoinRequest *req, BcAttestResult *result);
+	/* a built-in: a C function; a registered one: an SQL function */
+	void		(*verify) (const BcJoinRequest *req, BcOutcome *out);
+	Oid			verify_fn;
 } BcAttestor;
 
 extern const BcAttestor bc_join_token_attestor;
 
-/* attestors/join_token.c: spend one use of a checked token. */
+/* What check_join_token found. */
+typedef struct BcToken
+{
+	char	   *token_id;
+	char	   *tenant_id;
+	char	   *pool_id;
+	char	   *site_id;
+	char	   *role;
+	bool		allow_reclaim;
+} BcToken;
+
+/*
+ * attestors/join_token.c: lock and check a token for this round without
+ * spending it; refuses "<who>:<reason>".
+ */
+extern void bc_check_join_token(const char *who, const char *token, const char *role,
+								Jsonb *claims, BcToken *out);
+/* Spend one use of a checked token. */
 extern void bc_spend_join_token(const char *token_id);
-/* Enforce a token's expect binding against the claims; refuses "<who>:expect". */
-extern void bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who);
+/* Enforce a token's expect binding; refuses "<who>:expect"; returns allow_reclaim. */
+extern bool bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who,
+								  const char *tenant);
+
+/* sql_attestor.c: run a registered attestor's SQL function. */
+extern void bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *req,
+								   BcOutcome *out);
+
+/* result.c: parse a jsonb answer, validate a result. */
+extern void bc_parse_outcome(const char *attestor, Jsonb *answer, BcOutcome *out);
+extern void bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl);
+extern void bc_validate_deferral(const char *attestor, BcOutcome *out);
+
+/* helpers.c: single-use evidence consumed in the running round. */
+extern void bc_single_use_reset(void);
+extern bool bc_single_use_consumed(void);
 
 /* ------------------------------------------------------------------ pki.c */
 
@@ -205,6 +266,20 @@ typedef struct BcIssued
 extern void bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
 							   const char *node_id, const char *node_key_uri,
 							   int ttl_seconds, BcIssued *out);
+
+/* ----------------------------------------------------------------- admit.c */
+
+/* Admit: node (new or reclaimed), certificate, binding, events, audit, spend; the signed response. */
+extern Jsonb *bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl,
+					   MemoryContext outcxt);
+
+/* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
+extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);
+
+/* RFC 3339 UTC rendering of a timestamp, to the second. */
+extern char *bc_rfc3339(TimestampTz t);
+/* Append ,"name":<JSON string or null>. */
+extern void bc_json_member(StringInfo buf, const char *name, const char *value);
 
 /* ----------------------------------------------------------------- join.c */
 

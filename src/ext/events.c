@@ -47,3 +47,10 @@ bc_audit(const char *action, const char *tenant_id, const char *node_id, Jsonb *
 	values[3] = JsonbPGetDatum(detail);
 	bc_spi_exec(&insert_audit, values, nulls, false, 0);
 }
+
+/* jsonb from JSON text. */
+Jsonb *
+bc_jsonb(const char *text)
+{
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
+}

@@ -47,6 +47,28 @@ bc_take_refusal(char **refusal, char **tenant_id)
 	return was;
 }
 
+int			bc_refusal_events_per_minute = 60;
+
+/* Count this refusal in its minute; returns whether to record it. */
+static BcPlan rate_refusal = {
+	"INSERT INTO bc_join.refusal_rate AS r "
+	"       (refusal, window_start, recorded, suppressed, carried, last_recorded) "
+	"VALUES ($1, bc_join.compute_now(), 1, 0, 0, true) "
+	"ON CONFLICT (refusal) DO UPDATE SET "
+	"  carried = CASE WHEN r.window_start <= bc_join.compute_now() - interval '1 minute' "
+	"                 THEN r.suppressed ELSE r.carried END, "
+	"  last_recorded = (r.window_start <= bc_join.compute_now() - interval '1 minute' "
+	"                   OR r.recorded < $2), "
+	"  recorded = CASE WHEN r.window_start <= bc_join.compute_now() - interval '1 minute' THEN 1 "
+	"                  WHEN r.recorded < $2 THEN r.recorded + 1 ELSE r.recorded END, "
+	"  suppressed = CASE WHEN r.window_start <= bc_join.compute_now() - interval '1 minute' THEN 0 "
+	"                    WHEN r.recorded < $2 THEN r.suppressed ELSE r.suppressed + 1 END, "
+	"  window_start = CASE WHEN r.window_start <= bc_join.compute_now() - interval '1 minute' "
+	"                      THEN bc_join.compute_now() ELSE r.window_start END "
+	"RETURNING last_recorded, CASE WHEN recorded = 1 THEN carried ELSE 0 END",
+	2, {TEXTOID, INT4OID}
+};
+
 static BcPlan tenant_exists = {
 	"SELECT 1 FROM bc_join.tenants WHERE id = $1", 1, {TEXTOID}
 };
@@ -64,6 +86,21 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 	char		claims_b64[44];
 	char	   *claims_text;
 	const char *stream = "root";
+	int64		suppressed_before = 0;
+
+	/* At most bc_join.refusal_events_per_minute a minute per reason. */
+	if (bc_refusal_events_per_minute > 0)
+	{
+		Datum		v[2];
+		bool		isnull;
+
+		v[0] = CStringGetTextDatum(refusal);
+		v[1] = Int32GetDatum(bc_refusal_events_per_minute);
+		bc_spi_exec(&rate_refusal, v, NULL, false, 0);
+		if (!DatumGetBool(bc_spi_datum(1, &isnull)))
+			return;
+		suppressed_before = DatumGetInt64(bc_spi_datum(2, &isnull));
+	}
 
 	if (tenant_id != NULL)
 	{
@@ -84,8 +121,11 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 	escape_json(&buf, req->attestor);
 	appendStringInfoString(&buf, ",\"role\":");
 	escape_json(&buf, req->role);
-	appendStringInfo(&buf, ",\"csrSha256\":\"%s\",\"csrSpkiSha256\":\"%s\",\"claimsSha256\":\"%s\"}",
+	appendStringInfo(&buf, ",\"csrSha256\":\"%s\",\"csrSpkiSha256\":\"%s\",\"claimsSha256\":\"%s\"",
 					 req->csr_sha256_b64, req->csr_spki_sha256_b64, claims_b64);
+	if (suppressed_before > 0)
+		appendStringInfo(&buf, ",\"suppressedBefore\":" INT64_FORMAT, suppressed_before);
+	appendStringInfoChar(&buf, '}');
 
 	bc_emit_event(stream, "security.join.refused",
 				  DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data))));

@@ -26,6 +26,22 @@ bc_invalid_input(const char *fmt,...)
 			 errdetail("INVALID_INPUT: the request was refused before anything was written.")));
 }
 
+/* ereport(ERROR) with INVALID_CONFIG: an attestor or the setup is wrong. */
+void
+bc_invalid_config(const char *fmt,...)
+{
+	char		msg[256];
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	ereport(ERROR,
+			(errcode(ERRCODE_BC_INVALID_CONFIG),
+			 errmsg("%s", msg),
+			 errdetail("INVALID_CONFIG: the join failed and nothing was written.")));
+}
+
 /* A jbvString as a NUL-terminated copy, bounded to max bytes. */
 static char *
 string_value(const JsonbValue *v, const char *field, int max)

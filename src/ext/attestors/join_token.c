@@ -1,11 +1,13 @@
 /*
- * attestors/join_token.c: the built-in join-token attestor.
+ * attestors/join_token.c: the built-in join-token attestor, and the token
+ * check every attestor may use (bc_join.check_join_token()).
  *
- * The simplest case: open the sealed token (bound to this CSR), lock the
- * token row, compare the secret in constant time, check revocation, expiry,
- * uses, role and the expect binding.  The use is spent by JoinService after
- * the certificate is issued (bc_spend_join_token), in the same transaction:
- * check in the verifying round, spend only in the round that issues.
+ * The simplest case: JoinService opened the sealed token (bound to this
+ * CSR); lock the token row, compare the secret in constant time, check
+ * revocation, expiry, uses, role and the expect binding.  The use is spent
+ * by JoinService after the certificate is issued (bc_spend_join_token), in
+ * the same transaction: check in every round, spend only in the round that
+ * issues.
  */
 #include "bc_join.h"
 
@@ -17,7 +19,7 @@ static const char *const join_token_roles[] = {"node", "site", "ramdisk", NULL};
 static BcPlan lock_token = {
 	"SELECT tenant_id, pool_id, site_id, secret_sha256, uses_left, "
 	"       expires_at <= bc_join.compute_now() AS expired, role, expect, "
-	"       revoked_at IS NOT NULL AS revoked "
+	"       revoked_at IS NOT NULL AS revoked, allow_reclaim "
 	"FROM bc_join.join_tokens WHERE id = $1 FOR UPDATE",
 	1, {TEXTOID}
 };
@@ -29,7 +31,7 @@ static BcPlan spend_token = {
 };
 
 static BcPlan token_expect = {
-	"SELECT expect FROM bc_join.join_tokens WHERE id = $1",
+	"SELECT expect, allow_reclaim FROM bc_join.join_tokens WHERE id = $1",
 	1, {TEXTOID}
 };
 
@@ -53,26 +55,25 @@ is_token_id(const char *id, size_t len)
 static void
 enforce_expect(Jsonb *expect, Jsonb *claims, const char *refusal, const char *tenant)
 {
-	if (expect == NULL)
-		return;
 	if (!DatumGetBool(DirectFunctionCall2(jsonb_contains, JsonbPGetDatum(claims),
 										  JsonbPGetDatum(expect))))
 		bc_refuse_join(refusal, tenant);
 }
 
-/* Enforce a token's expect binding against the claims; refuses "<who>:expect". */
-void
-bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who)
+/* Enforce a token's expect binding; refuses "<who>:expect"; returns allow_reclaim. */
+bool
+bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who, const char *tenant)
 {
 	Datum		v = CStringGetTextDatum(token_id);
 	bool		isnull;
 	Datum		expect;
 
 	if (bc_spi_exec(&token_expect, &v, NULL, true, 1) != 1)
-		bc_refuse_join(psprintf("%s:unknown-token", who), NULL);
+		bc_refuse_join(psprintf("%s:unknown-token", who), tenant);
 	expect = bc_spi_datum(1, &isnull);
 	if (!isnull)
-		enforce_expect(DatumGetJsonbP(expect), claims, psprintf("%s:expect", who), NULL);
+		enforce_expect(DatumGetJsonbP(expect), claims, psprintf("%s:expect", who), tenant);
+	return DatumGetBool(bc_spi_datum(2, &isnull));
 }
 
 /* Spend one use of a token that was checked (and locked) in this transaction. */
@@ -85,17 +86,16 @@ bc_spend_join_token(const char *token_id)
 		elog(ERROR, "join token %s had no use left to spend", token_id);
 }
 
-/* verify(): admit a machine holding a valid sealed join token. */
-static void
-join_token_verify(const BcJoinRequest *req, BcAttestResult *res)
+/*
+ * Lock and check a token for this round without spending it: the secret in
+ * constant time, then revocation, expiry, uses, role and expect.  Refusals
+ * are "<who>:<reason>"; from the matched secret on they carry the tenant.
+ */
+void
+bc_check_join_token(const char *who, const char *token, const char *role,
+					Jsonb *claims, BcToken *out)
 {
-	const BcKeys *keys = bc_keys();
-	char	   *bound = NULL;
-	unsigned char *pt = NULL;
-	size_t		ptlen = 0;
-	int			st;
-	char	   *token;
-	char	   *dot;
+	const char *dot;
 	char	   *token_id;
 	const char *secret;
 	unsigned char secret_hash[BC_SHA256_LEN];
@@ -104,38 +104,18 @@ join_token_verify(const BcJoinRequest *req, BcAttestResult *res)
 	bool		matched;
 	bool		isnull;
 	Datum		v;
+	Datum		e;
 	char	   *tenant;
 
-	if (req->sealed_token == NULL)
-		bc_refuse_join("join-token:no-evidence", NULL);
-
-	st = bc_jwe_open(keys->encryption, req->sealed_token, strlen(req->sealed_token),
-					 BC_TOKEN_MAX, "csrSha256", &bound, &pt, &ptlen);
-	if (st != BC_OK)
-	{
-		bc_refuse_join(st == BC_EVERIFY ? "join-token:unsealable" : "join-token:malformed-seal",
-					   NULL);
-	}
-	/* Copy out of malloc memory at once; cleanse the original. */
-	token = palloc(ptlen + 1);
-	memcpy(token, pt, ptlen);
-	token[ptlen] = '\0';
-	bc_free_secret(pt, ptlen + 1);
-	if (strcmp(bound, req->csr_sha256_b64) != 0)
-	{
-		bc_free(bound);
-		bc_refuse_join("join-token:csr-binding", NULL);
-	}
-	bc_free(bound);
+	memset(out, 0, sizeof(*out));
 
 	/* "<id>.<secret>" */
 	dot = strrchr(token, '.');
 	if (dot == NULL || !is_token_id(token, dot - token) || strlen(dot + 1) != 43)
-		bc_refuse_join("join-token:malformed", NULL);
+		bc_refuse_join(psprintf("%s:malformed", who), NULL);
 	token_id = pnstrdup(token, dot - token);
 	secret = dot + 1;
 	bc_sha256(secret, strlen(secret), secret_hash);
-	OPENSSL_cleanse(token, strlen(token));
 
 	v = CStringGetTextDatum(token_id);
 	found = bc_spi_exec(&lock_token, &v, NULL, false, 1) == 1;
@@ -154,32 +134,49 @@ join_token_verify(const BcJoinRequest *req, BcAttestResult *res)
 	}
 	OPENSSL_cleanse(secret_hash, sizeof(secret_hash));
 	if (!found)
-		bc_refuse_join("join-token:unknown", NULL);
+		bc_refuse_join(psprintf("%s:unknown", who), NULL);
 	if (!matched)
-		bc_refuse_join("join-token:secret", NULL);
+		bc_refuse_join(psprintf("%s:secret", who), NULL);
 
 	/* The secret matched: from here on the tenant is authenticated. */
 	tenant = bc_spi_text(1);
 	if (DatumGetBool(bc_spi_datum(9, &isnull)))
-		bc_refuse_join("join-token:revoked", tenant);
+		bc_refuse_join(psprintf("%s:revoked", who), tenant);
 	if (DatumGetBool(bc_spi_datum(6, &isnull)))
-		bc_refuse_join("join-token:expired", tenant);
+		bc_refuse_join(psprintf("%s:expired", who), tenant);
 	if (DatumGetInt32(bc_spi_datum(5, &isnull)) <= 0)
-		bc_refuse_join("join-token:spent", tenant);
-	res->role = bc_spi_text(7);
-	if (strcmp(res->role, req->role) != 0)
-		bc_refuse_join("join-token:role", tenant);
-	{
-		Datum		e = bc_spi_datum(8, &isnull);
+		bc_refuse_join(psprintf("%s:spent", who), tenant);
+	out->role = bc_spi_text(7);
+	if (strcmp(out->role, role) != 0)
+		bc_refuse_join(psprintf("%s:role", who), tenant);
+	e = bc_spi_datum(8, &isnull);
+	if (!isnull)
+		enforce_expect(DatumGetJsonbP(e), claims, psprintf("%s:expect", who), tenant);
 
-		if (!isnull)
-			enforce_expect(DatumGetJsonbP(e), req->claims, "join-token:expect", tenant);
-	}
+	out->token_id = token_id;
+	out->tenant_id = tenant;
+	out->pool_id = bc_spi_text(2);
+	out->site_id = bc_spi_text(3);
+	out->allow_reclaim = DatumGetBool(bc_spi_datum(10, &isnull));
+}
 
-	res->tenant_id = tenant;
-	res->pool_id = bc_spi_text(2);
-	res->site_id = bc_spi_text(3);
-	res->token_id = token_id;
+/* verify(): admit a machine holding a valid join token, sealed to its CSR. */
+static void
+join_token_verify(const BcJoinRequest *req, BcOutcome *out)
+{
+	BcToken		tok;
+	BcAttestResult *res = &out->result;
+
+	if (req->token == NULL)
+		bc_refuse_join("join-token:no-evidence", NULL);
+	bc_check_join_token("join-token", req->token, req->role, req->claims, &tok);
+
+	res->tenant_id = tok.tenant_id;
+	res->role = tok.role;
+	res->pool_id = tok.pool_id;
+	res->site_id = tok.site_id;
+	res->token_id = tok.token_id;
+	res->allow_reclaim = tok.allow_reclaim;
 	res->spend_token = true;
 	res->expect_checked = true;
 }

@@ -1,0 +1,262 @@
+/*
+ * admit.c: the writes of an admitted join and its signed answer.
+ *
+ * A new node is inserted in state adopting; a reclaim re-keys the node in
+ * place (identity generation + 1, older certificates revoked, state kept).
+ * Then the certificate is issued and recorded, the binding written, the
+ * node.joined event and the audit row, and the token's use spent, all in
+ * the join's subtransaction.
+ */
+#include "bc_join.h"
+
+#include <time.h>
+
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+static BcPlan insert_node = {
+	"INSERT INTO bc_join.nodes (id, tenant_id, site_id, pool_id, role, trust, "
+	"                           attestor, node_key, claims) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+	9, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID}
+};
+
+static BcPlan rekey_node = {
+	"UPDATE bc_join.nodes SET identity_generation = identity_generation + 1, "
+	"       attestor = $2, node_key = $3, claims = $4, updated_at = bc_join.compute_now() "
+	"WHERE id = $1 RETURNING identity_generation",
+	4, {TEXTOID, TEXTOID, TEXTOID, JSONBOID}
+};
+
+static BcPlan revoke_older = {
+	"UPDATE bc_join.node_certs SET revoked_at = bc_join.compute_now(), "
+	"       revocation_reason = 'superseded' "
+	"WHERE node_id = $1 AND revoked_at IS NULL",
+	1, {TEXTOID}
+};
+
+static BcPlan insert_cert = {
+	"INSERT INTO bc_join.node_certs (serial, node_id, identity_generation, not_before, "
+	"       not_after, spki_sha256, allowed_kinds, node_key_uri, certificate) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+	9, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID,
+	TEXTARRAYOID, TEXTOID, BYTEAOID}
+};
+
+static BcPlan insert_binding = {
+	"INSERT INTO bc_join.node_bindings (subject, node_id, attestor) VALUES ($1, $2, $3) "
+	"ON CONFLICT (subject) DO NOTHING",
+	3, {BYTEAOID, TEXTOID, TEXTOID}
+};
+
+static BcPlan binding_owner = {
+	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1",
+	1, {BYTEAOID}
+};
+
+/* A bytea of n bytes. */
+static bytea *
+make_bytea(const void *data, size_t n)
+{
+	bytea	   *b = palloc(VARHDRSZ + n);
+
+	SET_VARSIZE(b, VARHDRSZ + n);
+	memcpy(VARDATA(b), data, n);
+	return b;
+}
+
+/* RFC 3339 UTC rendering of a timestamp, to the second. */
+char *
+bc_rfc3339(TimestampTz t)
+{
+	time_t		secs = (time_t) bc_timestamp_to_unix(t);
+	struct tm	tm;
+	char		buf[32];
+
+	if (gmtime_r(&secs, &tm) == NULL)
+		elog(ERROR, "timestamp out of range");
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return pstrdup(buf);
+}
+
+/* Append ,"name":<JSON string or null>. */
+void
+bc_json_member(StringInfo buf, const char *name, const char *value)
+{
+	appendStringInfo(buf, ",\"%s\":", name);
+	if (value == NULL)
+		appendStringInfoString(buf, "null");
+	else
+		escape_json(buf, value);
+}
+
+/* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
+Jsonb *
+bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt)
+{
+	const BcKeys *keys = bc_keys();
+	char	   *jws = NULL;
+	int			st;
+	MemoryContext old;
+	Jsonb	   *out;
+	StringInfoData o;
+
+	st = bc_jws_sign_es256(keys->signing, keys->signing_kid,
+						   (unsigned char *) payload->data, payload->len, &jws);
+	if (st != BC_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not sign the join response"),
+				 bc_errdetail_openssl(bc_status_str(st))));
+	old = MemoryContextSwitchTo(outcxt);
+	jws = bc_take_cstring(jws);
+	initStringInfo(&o);
+	appendStringInfo(&o, "{\"status\":\"%s\",\"response\":\"%s\"}", status, jws);
+	out = bc_jsonb(o.data);
+	MemoryContextSwitchTo(old);
+	return out;
+}
+
+/* The text[] allowedKinds as a JSON array (or null). */
+static void
+append_kinds(StringInfo buf, const BcAttestResult *res)
+{
+	appendStringInfoString(buf, ",\"allowedKinds\":");
+	if (!res->has_allowed_kinds)
+		appendStringInfoString(buf, "null");
+	else
+		appendStringInfoString(buf, TextDatumGetCString(DirectFunctionCall1(array_to_json,
+																			 res->allowed_kinds)));
+}
+
+/* Admit: node (new or reclaimed), certificate, binding, events, audit, spend; the signed response. */
+Jsonb *
+bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext outcxt)
+{
+	const BcKeys *keys = bc_keys();
+	const char *node_key = res->node_key ? res->node_key : "unattested";
+	bool		reclaim = res->node_id != NULL;
+	char	   *node_id = reclaim ? res->node_id : bc_new_id("node");
+	int			generation = 1;
+	BcIssued	issued;
+	Datum		nv[9];
+	char		nn[9];
+	StringInfoData payload;
+	StringInfoData ev;
+	char	   *leaf_b64;
+	char	   *ca_b64;
+	int			i;
+	bool		isnull;
+	Jsonb	   *evj;
+
+	for (i = 0; i < 9; i++)
+		nn[i] = ' ';
+	if (reclaim)
+	{
+		/* Re-key in place: generation + 1, every older certificate revoked. */
+		nv[0] = CStringGetTextDatum(node_id);
+		nv[1] = CStringGetTextDatum(req->attestor);
+		nv[2] = CStringGetTextDatum(node_key);
+		nv[3] = JsonbPGetDatum(req->claims);
+		if (bc_spi_exec(&rekey_node, nv, NULL, false, 0) != 1)
+			elog(ERROR, "node %s vanished during its reclaim", node_id);
+		generation = DatumGetInt32(bc_spi_datum(1, &isnull));
+		bc_spi_exec(&revoke_older, nv, NULL, false, 0);
+	}
+	else
+	{
+		nv[0] = CStringGetTextDatum(node_id);
+		nv[1] = CStringGetTextDatum(res->tenant_id);
+		nv[2] = CStringGetTextDatum(res->site_id);
+		if (res->pool_id)
+			nv[3] = CStringGetTextDatum(res->pool_id);
+		else
+			nn[3] = 'n';
+		nv[4] = CStringGetTextDatum(req->role);
+		nv[5] = CStringGetTextDatum(res->trust);
+		nv[6] = CStringGetTextDatum(req->attestor);
+		nv[7] = CStringGetTextDatum(node_key);
+		nv[8] = JsonbPGetDatum(req->claims);
+		bc_spi_exec(&insert_node, nv, nn, false, 0);
+	}
+
+	/* Proof of possession was checked by the caller; certify the CSR's key. */
+	bc_issue_node_cert(req, res->tenant_id, node_id, res->node_key_uri, ttl, &issued);
+
+	for (i = 0; i < 9; i++)
+		nn[i] = ' ';
+	nv[0] = CStringGetTextDatum(issued.serial_hex);
+	nv[1] = CStringGetTextDatum(node_id);
+	nv[2] = Int32GetDatum(generation);
+	nv[3] = TimestampTzGetDatum(issued.not_before);
+	nv[4] = TimestampTzGetDatum(issued.not_after);
+	nv[5] = PointerGetDatum(make_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
+	if (res->has_allowed_kinds)
+		nv[6] = res->allowed_kinds;
+	else
+		nn[6] = 'n';
+	if (res->node_key_uri)
+		nv[7] = CStringGetTextDatum(res->node_key_uri);
+	else
+		nn[7] = 'n';
+	nv[8] = PointerGetDatum(make_bytea(issued.leaf_der, issued.leaf_der_len));
+	bc_spi_exec(&insert_cert, nv, nn, false, 0);
+
+	/* The binding, after issuing; a concurrent join of the same subject loses. */
+	if (res->has_bind)
+	{
+		nv[0] = PointerGetDatum(make_bytea(res->bind, BC_SHA256_LEN));
+		nv[1] = CStringGetTextDatum(node_id);
+		nv[2] = CStringGetTextDatum(req->attestor);
+		if (bc_spi_exec(&insert_binding, nv, NULL, false, 0) != 1)
+		{
+			if (bc_spi_exec(&binding_owner, nv, NULL, true, 1) != 1 ||
+				strcmp(bc_spi_text(1), node_id) != 0)
+				bc_refuse_join("join:bound-elsewhere", res->tenant_id);
+		}
+	}
+
+	/* node.joined, then the audit row. */
+	initStringInfo(&ev);
+	appendStringInfoString(&ev, "{\"nodeId\":");
+	escape_json(&ev, node_id);
+	bc_json_member(&ev, "attestor", req->attestor);
+	bc_json_member(&ev, "nodeKey", node_key);
+	bc_json_member(&ev, "role", req->role);
+	bc_json_member(&ev, "siteId", res->site_id);
+	bc_json_member(&ev, "poolId", res->pool_id);
+	bc_json_member(&ev, "tokenId", res->token_id);
+	bc_json_member(&ev, "serial", issued.serial_hex);
+	bc_json_member(&ev, "spiffeId", issued.spiffe_id);
+	bc_json_member(&ev, "csrSha256", req->csr_sha256_b64);
+	appendStringInfo(&ev, ",\"reclaim\":%s,\"identityGeneration\":%d}",
+					 reclaim ? "true" : "false", generation);
+	evj = bc_jsonb(ev.data);
+	bc_emit_event(res->tenant_id, "node.joined", evj);
+	bc_audit(reclaim ? "node.reclaim" : "node.join", res->tenant_id, node_id, evj);
+
+	if (res->spend_token)
+		bc_spend_join_token(res->token_id);
+
+	/* The signed response, bound to the CSR. */
+	leaf_b64 = palloc(bc_b64_encoded_len(issued.leaf_der_len) + 1);
+	bc_b64_encode(issued.leaf_der, issued.leaf_der_len, leaf_b64);
+	ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
+	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
+
+	initStringInfo(&payload);
+	appendStringInfoString(&payload, "{\"status\":\"issued\"");
+	bc_json_member(&payload, "csrSha256", req->csr_sha256_b64);
+	bc_json_member(&payload, "issuedAt", bc_rfc3339(bc_now()));
+	bc_json_member(&payload, "nodeId", node_id);
+	bc_json_member(&payload, "tenantId", res->tenant_id);
+	bc_json_member(&payload, "role", req->role);
+	bc_json_member(&payload, "spiffeId", issued.spiffe_id);
+	bc_json_member(&payload, "serial", issued.serial_hex);
+	appendStringInfo(&payload, ",\"identityGeneration\":%d,\"certificateChain\":[\"%s\",\"%s\"]",
+					 generation, leaf_b64, ca_b64);
+	append_kinds(&payload, res);
+	bc_json_member(&payload, "notAfter", bc_rfc3339(issued.not_after));
+	appendStringInfoChar(&payload, '}');
+	return bc_signed_response("issued", &payload, outcxt);
+}

@@ -1,0 +1,64 @@
+/*
+ * sql_attestor.c: a registered attestor, an SQL function
+ * (evidence jsonb, context jsonb) RETURNS jsonb, run inside the join's
+ * subtransaction like a built-in: its reads and writes are the join's, its
+ * refusal (bc_join.refuse) is the join's refusal, any other error fails the
+ * join, and its answer is parsed by the same code as every result.
+ */
+#include "bc_join.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+/* The evidence: {"attestor", "payload", "token"}. */
+static Jsonb *
+build_evidence(const BcJoinRequest *req)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"attestor\":");
+	escape_json(&buf, req->attestor);
+	bc_json_member(&buf, "payload",
+				   req->attestation_b64 && req->attestation_b64[0] ? req->attestation_b64 : NULL);
+	bc_json_member(&buf, "token", req->token);
+	appendStringInfoChar(&buf, '}');
+	return bc_jsonb(buf.data);
+}
+
+/* The context: {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
+static Jsonb *
+build_context(const BcJoinRequest *req)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"claims\":%s",
+					 JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
+	bc_json_member(&buf, "csrSha256", req->csr_sha256_b64);
+	bc_json_member(&buf, "csrSpkiSha256", req->csr_spki_sha256_b64);
+	bc_json_member(&buf, "role", req->role);
+	appendStringInfoChar(&buf, '}');
+	return bc_jsonb(buf.data);
+}
+
+/* Run the attestor's SQL function and parse what it answers. */
+void
+bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *req, BcOutcome *out)
+{
+	FmgrInfo	flinfo;
+	LOCAL_FCINFO(fcinfo, 2);
+	Datum		answer;
+
+	fmgr_info(att->verify_fn, &flinfo);
+	InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = JsonbPGetDatum(build_evidence(req));
+	fcinfo->args[0].isnull = false;
+	fcinfo->args[1].value = JsonbPGetDatum(build_context(req));
+	fcinfo->args[1].isnull = false;
+
+	answer = FunctionCallInvoke(fcinfo);
+	if (fcinfo->isnull)
+		bc_invalid_config("attestor \"%s\" returned NULL", att->id);
+	bc_parse_outcome(att->id, DatumGetJsonbP(answer), out);
+}

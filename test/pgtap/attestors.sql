@@ -1,0 +1,185 @@
+-- attestors.sql: custom attestors as SQL functions, through the same dispatch
+-- as the built-in one.  The acme-asset attestor is the Attestors page's
+-- example in PL/pgSQL: a vendor-signed asset tag bound to the CSR and a
+-- lookup table of its own.
+\set ON_ERROR_STOP 1
+\set QUIET 1
+\pset format unaligned
+\pset tuples_only on
+\getenv bcd BCJ_BCD
+\getenv keys BCJ_SERVICE_KEYS
+\getenv scratch BCJ_SCRATCH
+\set d :scratch/pgtap_attestors
+\set mk `rm -rf :d && mkdir -p :d && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out :d/vendor.key 2>/dev/null`
+\set vendorpub `openssl pkey -in :d/vendor.key -pubout`
+\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
+
+BEGIN;
+SELECT plan(38);
+
+SELECT bc_join.create_tenant('acme') AS tenant \gset
+SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
+SELECT bc_join.create_pool(:'tenant', :'site', 'assets') AS pool \gset
+
+CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
+	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
+	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
+CREATE FUNCTION pg_temp.count_nodes() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM bc_join.nodes $$;
+
+------------------------------------------------------------ the acme-asset attestor
+CREATE TABLE public.plg_acme_assets (asset_tag text PRIMARY KEY, tenant_id text NOT NULL, pool_id text NOT NULL);
+CREATE TABLE public.plg_acme_config (vendor_key text NOT NULL);
+INSERT INTO public.plg_acme_config VALUES (:'vendorpub');
+INSERT INTO public.plg_acme_assets VALUES ('ASSET-0042', :'tenant', :'pool'), ('ASSET-0043', :'tenant', :'pool');
+
+CREATE FUNCTION public.acme_asset_verify(evidence jsonb, context jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+	body jsonb;
+	sig bytea;
+	tag text;
+	a public.plg_acme_assets;
+BEGIN
+	IF context->>'csrSha256' IS NULL THEN
+		PERFORM bc_join.refuse('acme-asset:no-csr-binding');
+	END IF;
+	BEGIN
+		body := convert_from(bc_join.b64url_decode(evidence->>'payload'), 'UTF8')::jsonb;
+		sig := bc_join.b64url_decode(body->>'sig');
+	EXCEPTION WHEN others THEN
+		body := NULL;
+	END;
+	IF body IS NULL OR sig IS NULL OR jsonb_typeof(body->'assetTag') IS DISTINCT FROM 'string' THEN
+		PERFORM bc_join.refuse('acme-asset:malformed');
+	END IF;
+	tag := body->>'assetTag';
+	-- The vendor signed the asset tag together with this join's CSR.
+	IF NOT bc_join.ecdsa_verify((SELECT vendor_key FROM public.plg_acme_config),
+								convert_to(tag, 'UTF8') || bc_join.b64url_decode(context->>'csrSha256'),
+								sig) THEN
+		PERFORM bc_join.refuse('acme-asset:bad-signature');
+	END IF;
+	SELECT * INTO a FROM public.plg_acme_assets WHERE asset_tag = tag;
+	IF NOT FOUND THEN
+		PERFORM bc_join.refuse('acme-asset:unknown-asset');
+	END IF;
+	-- A captured proof admits one join at most.
+	PERFORM bc_join.use_once('acme-asset', sha256(sig));
+	RETURN jsonb_build_object('tenantId', a.tenant_id, 'role', 'node', 'poolId', a.pool_id,
+							  'bind', bc_join.b64url_encode(sha256(convert_to(tag, 'UTF8'))));
+END
+$$;
+SELECT lives_ok($$ SELECT bc_join.register_attestor('acme-asset', '1.0.0', ARRAY['node'],
+					 'public.acme_asset_verify(jsonb,jsonb)') $$, 'acme-asset registers');
+SELECT is(a.roles, ARRAY['node'], 'registered with its roles') FROM bc_join.attestors a WHERE a.id = 'acme-asset';
+SELECT throws_ok($$ SELECT bc_join.register_attestor('Bad Id', '1', ARRAY['node'], 'public.acme_asset_verify(jsonb,jsonb)') $$,
+				 '22023', NULL, 'a malformed attestor id is refused');
+SELECT throws_ok($$ SELECT bc_join.register_attestor('x', '1', ARRAY['admin'], 'public.acme_asset_verify(jsonb,jsonb)') $$,
+				 '22023', NULL, 'unknown roles are refused');
+SELECT throws_ok($$ SELECT bc_join.register_attestor('x', '1', ARRAY['node'], 'pg_catalog.lower(text)') $$,
+				 '22023', NULL, 'a verify function of another signature is refused');
+
+-- admitted once
+\set req1 `test/tools/acme-proof :bcd :keys :d/m1 ASSET-0042 :d/vendor.key`
+SELECT bc_join(:'req1') AS resp1 \gset
+SELECT is(:'resp1'::jsonb->>'status', 'issued', 'acme-asset admits a machine with a vendor proof bound to its CSR');
+\set v1 `echo :'resp1' | :bcd verify-response --service-keys :keys --dir :d/m1 --response - >/dev/null; echo $?`
+SELECT is(:'v1'::int, 0, 'bcd verifies the answer');
+SELECT is(e.payload->>'attestor', 'acme-asset', 'node.joined names the custom attestor')
+	FROM bc_join.events e WHERE e.type = 'node.joined' ORDER BY e.id DESC LIMIT 1;
+SELECT is(n.pool_id, :'pool', 'the node joins the asset''s pool') FROM bc_join.nodes n ORDER BY n.created_at DESC LIMIT 1;
+SELECT is((SELECT count(*) FROM bc_join.node_bindings b JOIN bc_join.nodes n ON n.id = b.node_id
+		   WHERE b.subject = sha256('ASSET-0042'::bytea) AND b.attestor = 'acme-asset'), 1::bigint,
+		  'the asset is bound to the node');
+SELECT is((SELECT count(*) FROM bc_join.attestation_uses WHERE attestor = 'acme-asset'), 1::bigint,
+		  'the proof is recorded as used');
+
+-- refusals, each identical, each with its own reason
+SELECT count(*) AS nodes_before FROM bc_join.nodes \gset
+SELECT is(bc_join(:'req1'), :'refused'::jsonb, 'a replayed proof: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root acme-asset:reused', 'a replayed proof: reused');
+
+\set req2 `test/tools/acme-proof :bcd :keys :d/m2 ASSET-0043 :d/vendor.key :d/m1`
+SELECT is(bc_join(:'req2'), :'refused'::jsonb, 'a proof for another CSR: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root acme-asset:bad-signature', 'a proof for another CSR: bad-signature');
+
+\set req3 `test/tools/acme-proof :bcd :keys :d/m3 ASSET-9999 :d/vendor.key`
+SELECT is(bc_join(:'req3'), :'refused'::jsonb, 'an unknown asset: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root acme-asset:unknown-asset', 'an unknown asset: unknown-asset');
+
+\set req4 `test/tools/acme-proof :bcd :keys :d/m4 ASSET-0043 :d/vendor.key`
+SELECT is(bc_join(jsonb_set(:'req4'::jsonb, '{role}', '"site"')), :'refused'::jsonb, 'the wrong role: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root acme-asset:role-not-admitted', 'the wrong role: refused before verify runs');
+
+SELECT is(bc_join(jsonb_set(:'req4'::jsonb, '{attestation}', '"bm90IGpzb24"')), :'refused'::jsonb,
+		  'a malformed proof: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root acme-asset:malformed', 'a malformed proof: malformed');
+
+-- A fresh, valid proof for an asset already bound to a node: JoinService refuses.
+\set req5 `test/tools/acme-proof :bcd :keys :d/m5 ASSET-0042 :d/vendor.key`
+SELECT is(bc_join(:'req5'), :'refused'::jsonb, 'an asset bound to another node: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' join:bound-elsewhere', 'an asset bound to another node: bound-elsewhere');
+SELECT is((SELECT count(*) FROM bc_join.attestation_uses WHERE attestor = 'acme-asset'), 1::bigint,
+		  'a refused join leaves no use behind (the attestor''s writes rolled back)');
+SELECT is(pg_temp.count_nodes(), :'nodes_before'::bigint, 'no refusal wrote a node');
+
+-- A proof the vendor never signed is never accepted, whatever the CSR.
+SELECT ok(NOT bc_join.ecdsa_verify(:'vendorpub', 'ASSET-0042'::bytea, '\x3006020101020101'::bytea),
+		  'ecdsa_verify refuses a forged signature');
+
+------------------------------------------------------- errors are not refusals
+CREATE FUNCTION public.buggy_verify(evidence jsonb, context jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the attestor has a bug'; END $$;
+SELECT bc_join.register_attestor('buggy', '1', ARRAY['node'], 'public.buggy_verify(jsonb,jsonb)');
+SELECT count(*) AS events_before FROM bc_join.events \gset
+SELECT throws_ok(format('SELECT bc_join(%L::jsonb)', jsonb_set(:'req4'::jsonb, '{attestor}', '"buggy"')),
+				 'P0001', 'the attestor has a bug', 'an attestor''s own error fails the join');
+SELECT is((SELECT count(*) FROM bc_join.events), :'events_before'::bigint, 'and is not recorded as a refusal');
+
+CREATE FUNCTION public.null_verify(evidence jsonb, context jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT NULL::jsonb $$;
+SELECT bc_join.register_attestor('nothing', '1', ARRAY['node'], 'public.null_verify(jsonb,jsonb)');
+SELECT throws_ok(format('SELECT bc_join(%L::jsonb)', jsonb_set(:'req4'::jsonb, '{attestor}', '"nothing"')),
+				 'F0000', NULL, 'an attestor answering NULL is INVALID_CONFIG');
+
+-------------------------------------------- the attestor's rows are the join's
+CREATE TABLE public.plg_scribe (note text);
+CREATE FUNCTION public.scribe_verify(evidence jsonb, context jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.plg_scribe VALUES (context->>'csrSha256');
+	IF context->'claims'->>'hostname' = 'refuse-me' THEN
+		PERFORM bc_join.refuse('scribe:asked-to', (SELECT tenant_id FROM public.plg_acme_assets LIMIT 1));
+	END IF;
+	RETURN jsonb_build_object('tenantId', (SELECT tenant_id FROM public.plg_acme_assets LIMIT 1),
+							  'role', 'node', 'poolId', (SELECT pool_id FROM public.plg_acme_assets LIMIT 1));
+END $$;
+SELECT bc_join.register_attestor('scribe', '1', ARRAY['node'], 'public.scribe_verify(jsonb,jsonb)');
+\set sreq `:bcd join-request --service-keys :keys --attestor scribe --out-dir :d/scribe --claims '{"hostname":"refuse-me"}'`
+SELECT is(bc_join(:'sreq'), :'refused'::jsonb, 'a custom refusal: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' scribe:asked-to', 'a custom refusal lands in the tenant it names');
+SELECT is((SELECT count(*) FROM public.plg_scribe), 0::bigint, 'a refused attestor''s own rows are rolled back');
+\set sreq2 `:bcd join-request --service-keys :keys --attestor scribe --out-dir :d/scribe2 --claims '{"hostname":"welcome"}'`
+SELECT is(bc_join(:'sreq2')->>'status', 'issued', 'the same attestor admits');
+SELECT is((SELECT count(*) FROM public.plg_scribe), 1::bigint, 'an admitting attestor''s rows commit with the join');
+
+---------------------------------------- a registered join-token replaces the built-in
+SELECT bc_join.create_join_token(:'tenant', :'pool') AS tok \gset
+\set treq `:bcd join-request --service-keys :keys --token :'tok' --out-dir :d/tok`
+CREATE FUNCTION public.strict_token_verify(evidence jsonb, context jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF evidence->>'token' IS NOT NULL THEN
+		PERFORM bc_join.refuse('join-token:replaced');
+	END IF;
+	PERFORM bc_join.refuse('join-token:no-token');
+	RETURN NULL;
+END $$;
+SELECT bc_join.register_attestor('join-token', '2.0.0', ARRAY['node'], 'public.strict_token_verify(jsonb,jsonb)');
+SELECT is(bc_join(:'treq'), :'refused'::jsonb, 'a registered join-token replaces the built-in');
+SELECT is(pg_temp.last_refusal(), 'root join-token:replaced', 'and receives the opened sealed token as evidence.token');
+SELECT ok(bc_join.unregister_attestor('join-token'), 'it can be unregistered');
+SELECT is(bc_join(:'treq')->>'status', 'issued', 'and the built-in takes over again');
+
+SELECT * FROM finish();
+ROLLBACK;
