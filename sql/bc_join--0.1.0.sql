@@ -459,6 +459,16 @@ CREATE FUNCTION public.bc_join(request jsonb) RETURNS jsonb
 	SET search_path = pg_catalog, pg_temp;
 
 /*
+ * Renew a node certificate: {"csr": <new key's CSR>, "proof": <JWS by the
+ * current key over purpose, serial, csrSha256, iat>}.  Answers like a join:
+ * the signed "issued" response or the one refusal.  See docs/protocol.md.
+ */
+CREATE FUNCTION bc_join.renew(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_renew_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
+/*
  * Refuse the join under way: raises the uniform refusal (SQLSTATE JR001)
  * carrying refusal ('<attestor>:<reason>') and, once evidence authenticated
  * one, the tenant whose event stream records it.  Never returns.
@@ -857,8 +867,10 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA bc_join FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA bc_join FROM PUBLIC;
 REVOKE ALL ON FUNCTION public.bc_join(jsonb) FROM PUBLIC;
 
--- The gateway: the join entry point and nothing else.
+-- The gateway: the relayed entry points and nothing else.
 GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
+GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
+GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb) TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
 GRANT USAGE ON SCHEMA bc_join TO bc_join_operator;

@@ -117,23 +117,77 @@ bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt)
 	return out;
 }
 
-/* The text[] allowedKinds as a JSON array (or null). */
-static void
-append_kinds(StringInfo buf, const BcAttestResult *res)
+/* Issue a certificate for the CSR's key and record it in node_certs. */
+void
+bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char *node_id,
+					int generation, Datum allowed_kinds, bool has_allowed_kinds,
+					const char *node_key_uri, int ttl, BcIssued *issued)
 {
-	appendStringInfoString(buf, ",\"allowedKinds\":");
-	if (!res->has_allowed_kinds)
-		appendStringInfoString(buf, "null");
+	Datum		nv[9];
+	char		nn[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	bc_issue_node_cert(req, tenant_id, node_id, node_key_uri, ttl, issued);
+
+	nv[0] = CStringGetTextDatum(issued->serial_hex);
+	nv[1] = CStringGetTextDatum(node_id);
+	nv[2] = Int32GetDatum(generation);
+	nv[3] = TimestampTzGetDatum(issued->not_before);
+	nv[4] = TimestampTzGetDatum(issued->not_after);
+	nv[5] = PointerGetDatum(make_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
+	if (has_allowed_kinds)
+		nv[6] = allowed_kinds;
 	else
-		appendStringInfoString(buf, TextDatumGetCString(DirectFunctionCall1(array_to_json,
-																			 res->allowed_kinds)));
+		nn[6] = 'n';
+	if (node_key_uri)
+		nv[7] = CStringGetTextDatum(node_key_uri);
+	else
+		nn[7] = 'n';
+	nv[8] = PointerGetDatum(make_bytea(issued->leaf_der, issued->leaf_der_len));
+	bc_spi_exec(&insert_cert, nv, nn, false, 0);
+}
+
+/* The signed "issued" response for a certificate just recorded, bound to the CSR. */
+Jsonb *
+bc_issued_response(const BcJoinRequest *req, const char *node_id, const char *tenant_id,
+				   const char *role, int generation, const BcIssued *issued,
+				   Datum allowed_kinds, bool has_allowed_kinds, MemoryContext outcxt)
+{
+	const BcKeys *keys = bc_keys();
+	StringInfoData payload;
+	char	   *leaf_b64;
+	char	   *ca_b64;
+
+	leaf_b64 = palloc(bc_b64_encoded_len(issued->leaf_der_len) + 1);
+	bc_b64_encode(issued->leaf_der, issued->leaf_der_len, leaf_b64);
+	ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
+	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
+
+	initStringInfo(&payload);
+	appendStringInfoString(&payload, "{\"status\":\"issued\"");
+	bc_json_member(&payload, "csrSha256", req->csr_sha256_b64);
+	bc_json_member(&payload, "issuedAt", bc_rfc3339(bc_now()));
+	bc_json_member(&payload, "nodeId", node_id);
+	bc_json_member(&payload, "tenantId", tenant_id);
+	bc_json_member(&payload, "role", role);
+	bc_json_member(&payload, "spiffeId", issued->spiffe_id);
+	bc_json_member(&payload, "serial", issued->serial_hex);
+	appendStringInfo(&payload, ",\"identityGeneration\":%d,\"certificateChain\":[\"%s\",\"%s\"]",
+					 generation, leaf_b64, ca_b64);
+	appendStringInfoString(&payload, ",\"allowedKinds\":");
+	if (has_allowed_kinds)
+		appendStringInfoString(&payload,
+							   TextDatumGetCString(DirectFunctionCall1(array_to_json, allowed_kinds)));
+	else
+		appendStringInfoString(&payload, "null");
+	bc_json_member(&payload, "notAfter", bc_rfc3339(issued->not_after));
+	appendStringInfoChar(&payload, '}');
+	return bc_signed_response("issued", &payload, outcxt);
 }
 
 /* Admit: node (new or reclaimed), certificate, binding, events, audit, spend; the signed response. */
 Jsonb *
 bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext outcxt)
 {
-	const BcKeys *keys = bc_keys();
 	const char *node_key = res->node_key ? res->node_key : "unattested";
 	bool		reclaim = res->node_id != NULL;
 	char	   *node_id = reclaim ? res->node_id : bc_new_id("node");
@@ -141,10 +195,7 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	BcIssued	issued;
 	Datum		nv[9];
 	char		nn[9];
-	StringInfoData payload;
 	StringInfoData ev;
-	char	   *leaf_b64;
-	char	   *ca_b64;
 	int			i;
 	bool		isnull;
 	Jsonb	   *evj;
@@ -181,26 +232,8 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	}
 
 	/* Proof of possession was checked by the caller; certify the CSR's key. */
-	bc_issue_node_cert(req, res->tenant_id, node_id, res->node_key_uri, ttl, &issued);
-
-	for (i = 0; i < 9; i++)
-		nn[i] = ' ';
-	nv[0] = CStringGetTextDatum(issued.serial_hex);
-	nv[1] = CStringGetTextDatum(node_id);
-	nv[2] = Int32GetDatum(generation);
-	nv[3] = TimestampTzGetDatum(issued.not_before);
-	nv[4] = TimestampTzGetDatum(issued.not_after);
-	nv[5] = PointerGetDatum(make_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
-	if (res->has_allowed_kinds)
-		nv[6] = res->allowed_kinds;
-	else
-		nn[6] = 'n';
-	if (res->node_key_uri)
-		nv[7] = CStringGetTextDatum(res->node_key_uri);
-	else
-		nn[7] = 'n';
-	nv[8] = PointerGetDatum(make_bytea(issued.leaf_der, issued.leaf_der_len));
-	bc_spi_exec(&insert_cert, nv, nn, false, 0);
+	bc_issue_and_record(req, res->tenant_id, node_id, generation, res->allowed_kinds,
+						res->has_allowed_kinds, res->node_key_uri, ttl, &issued);
 
 	/* The binding, after issuing; a concurrent join of the same subject loses. */
 	if (res->has_bind)
@@ -238,25 +271,6 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	if (res->spend_token)
 		bc_spend_join_token(res->token_id);
 
-	/* The signed response, bound to the CSR. */
-	leaf_b64 = palloc(bc_b64_encoded_len(issued.leaf_der_len) + 1);
-	bc_b64_encode(issued.leaf_der, issued.leaf_der_len, leaf_b64);
-	ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
-	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
-
-	initStringInfo(&payload);
-	appendStringInfoString(&payload, "{\"status\":\"issued\"");
-	bc_json_member(&payload, "csrSha256", req->csr_sha256_b64);
-	bc_json_member(&payload, "issuedAt", bc_rfc3339(bc_now()));
-	bc_json_member(&payload, "nodeId", node_id);
-	bc_json_member(&payload, "tenantId", res->tenant_id);
-	bc_json_member(&payload, "role", req->role);
-	bc_json_member(&payload, "spiffeId", issued.spiffe_id);
-	bc_json_member(&payload, "serial", issued.serial_hex);
-	appendStringInfo(&payload, ",\"identityGeneration\":%d,\"certificateChain\":[\"%s\",\"%s\"]",
-					 generation, leaf_b64, ca_b64);
-	append_kinds(&payload, res);
-	bc_json_member(&payload, "notAfter", bc_rfc3339(issued.not_after));
-	appendStringInfoChar(&payload, '}');
-	return bc_signed_response("issued", &payload, outcxt);
+	return bc_issued_response(req, node_id, res->tenant_id, req->role, generation, &issued,
+							  res->allowed_kinds, res->has_allowed_kinds, outcxt);
 }

@@ -124,6 +124,11 @@ typedef struct BcJoinRequest
 
 /* Parse and bound a JoinRequest; raises 22023 for anything malformed. */
 extern void bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner);
+/* The "csr" field, parsed and hashed into req; raises 22023. */
+extern void bc_parse_csr(const char *csr_b64, BcJoinRequest *req, MemoryContext owner);
+/* A jbvString as a C string of at most max bytes; raises 22023 naming field. */
+extern char *bc_json_string_value(const JsonbValue *v, const char *field, int max);
+extern bool bc_is_b64url(const char *s);
 
 /* ereport(ERROR) with SQLSTATE 22023 and INVALID_INPUT in the detail. */
 extern void bc_invalid_input(const char *fmt,...) pg_attribute_printf(1, 2) pg_attribute_noreturn();
@@ -272,6 +277,23 @@ extern void bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
 /* Admit: node (new or reclaimed), certificate, binding, events, audit, spend; the signed response. */
 extern Jsonb *bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl,
 					   MemoryContext outcxt);
+
+/* Issue a certificate for the CSR's key and record it in node_certs. */
+extern void bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id,
+								const char *node_id, int generation, Datum allowed_kinds,
+								bool has_allowed_kinds, const char *node_key_uri, int ttl,
+								BcIssued *issued);
+
+/* The signed "issued" response for a certificate just recorded. */
+extern Jsonb *bc_issued_response(const BcJoinRequest *req, const char *node_id,
+								 const char *tenant_id, const char *role, int generation,
+								 const BcIssued *issued, Datum allowed_kinds,
+								 bool has_allowed_kinds, MemoryContext outcxt);
+
+/* One round in a subtransaction: a JR001 refusal is recorded and answered. */
+typedef Jsonb *(*BcRoundFn) (BcJoinRequest *req, void *arg, MemoryContext outcxt);
+extern Jsonb *bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg,
+						   const char *who, MemoryContext outcxt);
 
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);

@@ -139,10 +139,11 @@ deferral_response(const BcJoinRequest *req, const BcOutcome *out, MemoryContext 
 	return bc_signed_response(approval ? "pending" : "challenge", &payload, outcxt);
 }
 
-/* One round: verify, then defer or admit.  Raises JR001 to refuse. */
+/* One join round: verify, then defer or admit.  Raises JR001 to refuse. */
 static Jsonb *
-join_round(BcJoinRequest *req, const BcAttestor *att, MemoryContext outcxt)
+join_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 {
+	const BcAttestor *att = (const BcAttestor *) arg;
 	BcOutcome	out;
 	int			ttl;
 
@@ -173,9 +174,14 @@ join_round(BcJoinRequest *req, const BcAttestor *att, MemoryContext outcxt)
 	return bc_admit(req, &out.result, ttl, outcxt);
 }
 
-/* The round inside a subtransaction; a refusal becomes an event and the one answer. */
-static Jsonb *
-run_join(BcJoinRequest *req, const BcAttestor *att, MemoryContext outcxt)
+/*
+ * A round inside a subtransaction; a refusal (JR001) rolls it back, becomes
+ * a security.join.refused event and the one answer.  who names the refuser
+ * when the refusal carried no reason.
+ */
+Jsonb *
+bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg, const char *who,
+			 MemoryContext outcxt)
 {
 	MemoryContext spicxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -188,7 +194,7 @@ run_join(BcJoinRequest *req, const BcAttestor *att, MemoryContext outcxt)
 
 	PG_TRY();
 	{
-		response = join_round(req, att, outcxt);
+		response = round(req, arg, outcxt);
 
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(spicxt);
@@ -214,7 +220,7 @@ run_join(BcJoinRequest *req, const BcAttestor *att, MemoryContext outcxt)
 		if (edata->sqlerrcode != ERRCODE_BC_JOIN_REFUSED)
 			ReThrowError(edata);
 		if (!had_refusal)
-			r = psprintf("%s:refused", att->id);
+			r = psprintf("%s:refused", who);
 		refusal = r;
 		refused_tenant = t;
 	}
@@ -259,7 +265,7 @@ bc_join_request(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	att = find_attestor(req.attestor);
-	out = run_join(&req, att, callcxt);
+	out = bc_run_round(&req, join_round, (void *) att, att->id, callcxt);
 	SPI_finish();
 
 	PG_RETURN_JSONB_P(out);

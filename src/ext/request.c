@@ -43,8 +43,8 @@ bc_invalid_config(const char *fmt,...)
 }
 
 /* A jbvString as a NUL-terminated copy, bounded to max bytes. */
-static char *
-string_value(const JsonbValue *v, const char *field, int max)
+char *
+bc_json_string_value(const JsonbValue *v, const char *field, int max)
 {
 	if (v->type != jbvString)
 		bc_invalid_input("\"%s\" must be a string", field);
@@ -64,8 +64,8 @@ is_b64url_char(char c)
 }
 
 /* 1 when s holds only characters of the base64url alphabet. */
-static bool
-is_b64url(const char *s)
+bool
+bc_is_b64url(const char *s)
 {
 	for (; *s; s++)
 	{
@@ -121,7 +121,7 @@ check_claims(JsonbValue *obj)
 			case WJB_VALUE:
 				if (strcmp(key, "macs") == 0 || strcmp(key, "gpuUuids") == 0)
 					bc_invalid_input("claim \"%s\" must be an array of strings", key);
-				(void) string_value(&v, key, BC_CLAIM_STRING_MAX);
+				(void) bc_json_string_value(&v, key, BC_CLAIM_STRING_MAX);
 				break;
 			case WJB_BEGIN_ARRAY:
 				if (key == NULL || depth != 1 ||
@@ -134,7 +134,7 @@ check_claims(JsonbValue *obj)
 			case WJB_ELEM:
 				if (depth != 2)
 					bc_invalid_input("claims hold no nested arrays");
-				(void) string_value(&v, key, BC_CLAIM_STRING_MAX);
+				(void) bc_json_string_value(&v, key, BC_CLAIM_STRING_MAX);
 				break;
 			case WJB_END_ARRAY:
 				depth--;
@@ -145,6 +145,41 @@ check_claims(JsonbValue *obj)
 	}
 }
 
+/*
+ * The "csr" field: base64url of a DER PKCS#10 request with a P-256 key,
+ * parsed and hashed into req (csr_der, csr, csr_sha256, csr_spki_sha256).
+ */
+void
+bc_parse_csr(const char *csr_b64, BcJoinRequest *req, MemoryContext owner)
+{
+	int			st;
+	X509_REQ   *csr = NULL;
+
+	if (csr_b64 == NULL)
+		bc_invalid_input("\"csr\" is required");
+	if (!bc_is_b64url(csr_b64) || csr_b64[0] == '\0')
+		bc_invalid_input("\"csr\" is not base64url");
+	req->csr_der = palloc(bc_b64url_decoded_maxlen(strlen(csr_b64)) + 1);
+	if (bc_b64url_decode(csr_b64, strlen(csr_b64), req->csr_der,
+						 bc_b64url_decoded_maxlen(strlen(csr_b64)), &req->csr_der_len) != BC_OK)
+		bc_invalid_input("\"csr\" is not base64url");
+	st = bc_csr_parse(req->csr_der, req->csr_der_len, &csr);
+	if (st == BC_EUNSUPPORTED)
+		bc_invalid_input("the CSR's key must be an ECDSA P-256 key");
+	if (st != BC_OK)
+		bc_invalid_input("\"csr\" is not a DER PKCS#10 certificate request");
+	req->csr = bc_own_x509_req(owner, csr);
+
+	if (bc_sha256(req->csr_der, req->csr_der_len, req->csr_sha256) != BC_OK ||
+		bc_csr_spki_sha256(req->csr, req->csr_spki_sha256) != BC_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not hash the CSR"),
+				 bc_errdetail_openssl("SHA-256")));
+	bc_b64url_encode(req->csr_sha256, BC_SHA256_LEN, req->csr_sha256_b64);
+	bc_b64url_encode(req->csr_spki_sha256, BC_SHA256_LEN, req->csr_spki_sha256_b64);
+}
+
 /* Parse and bound a JoinRequest; raises 22023 for anything malformed. */
 void
 bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner)
@@ -153,8 +188,6 @@ bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner)
 	JsonbValue	v;
 	JsonbIteratorToken tok;
 	char	   *csr_b64 = NULL;
-	int			st;
-	X509_REQ   *csr = NULL;
 	size_t		n;
 
 	memset(req, 0, sizeof(*req));
@@ -175,19 +208,19 @@ bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner)
 		Assert(tok == WJB_VALUE);
 
 		if (strcmp(key, "csr") == 0)
-			csr_b64 = string_value(&v, key, BC_CSR_B64_MAX);
+			csr_b64 = bc_json_string_value(&v, key, BC_CSR_B64_MAX);
 		else if (strcmp(key, "role") == 0)
-			req->role = string_value(&v, key, 16);
+			req->role = bc_json_string_value(&v, key, 16);
 		else if (v.type == jbvNull &&
 				 (strcmp(key, "attestor") == 0 || strcmp(key, "attestation") == 0 ||
 				  strcmp(key, "sealedToken") == 0 || strcmp(key, "claims") == 0))
 			continue;			/* an optional field given as null is absent */
 		else if (strcmp(key, "attestor") == 0)
-			req->attestor = string_value(&v, key, BC_ATTESTOR_ID_MAX);
+			req->attestor = bc_json_string_value(&v, key, BC_ATTESTOR_ID_MAX);
 		else if (strcmp(key, "attestation") == 0)
-			req->attestation_b64 = string_value(&v, key, BC_ATTESTATION_B64_MAX);
+			req->attestation_b64 = bc_json_string_value(&v, key, BC_ATTESTATION_B64_MAX);
 		else if (strcmp(key, "sealedToken") == 0)
-			req->sealed_token = string_value(&v, key, BC_SEALED_TOKEN_MAX);
+			req->sealed_token = bc_json_string_value(&v, key, BC_SEALED_TOKEN_MAX);
 		else if (strcmp(key, "claims") == 0)
 		{
 			if (v.type != jbvBinary || !JsonContainerIsObject(v.val.binary.data))
@@ -244,28 +277,5 @@ bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner)
 			bc_invalid_input("\"sealedToken\" is not a JWE compact serialization");
 	}
 
-	/* csr: base64url of a DER PKCS#10 request with a P-256 key */
-	if (csr_b64 == NULL)
-		bc_invalid_input("\"csr\" is required");
-	if (!is_b64url(csr_b64) || csr_b64[0] == '\0')
-		bc_invalid_input("\"csr\" is not base64url");
-	req->csr_der = palloc(bc_b64url_decoded_maxlen(strlen(csr_b64)) + 1);
-	if (bc_b64url_decode(csr_b64, strlen(csr_b64), req->csr_der,
-						 bc_b64url_decoded_maxlen(strlen(csr_b64)), &req->csr_der_len) != BC_OK)
-		bc_invalid_input("\"csr\" is not base64url");
-	st = bc_csr_parse(req->csr_der, req->csr_der_len, &csr);
-	if (st == BC_EUNSUPPORTED)
-		bc_invalid_input("the CSR's key must be an ECDSA P-256 key");
-	if (st != BC_OK)
-		bc_invalid_input("\"csr\" is not a DER PKCS#10 certificate request");
-	req->csr = bc_own_x509_req(owner, csr);
-
-	if (bc_sha256(req->csr_der, req->csr_der_len, req->csr_sha256) != BC_OK ||
-		bc_csr_spki_sha256(req->csr, req->csr_spki_sha256) != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not hash the CSR"),
-				 bc_errdetail_openssl("SHA-256")));
-	bc_b64url_encode(req->csr_sha256, BC_SHA256_LEN, req->csr_sha256_b64);
-	bc_b64url_encode(req->csr_spki_sha256, BC_SHA256_LEN, req->csr_spki_sha256_b64);
+	bc_parse_csr(csr_b64, req, owner);
 }
