@@ -859,6 +859,26 @@ BEGIN
 END
 $$;
 
+/* ------------------------------------------------------------- statistics */
+
+-- Rounds by attestor and outcome since the last reset (shared memory).
+CREATE FUNCTION bc_join.attestor_stats(
+	OUT attestor text, OUT outcome text, OUT calls bigint, OUT total_ms double precision,
+	OUT mean_ms double precision, OUT min_ms double precision, OUT max_ms double precision,
+	OUT p50_ms double precision, OUT p99_ms double precision, OUT histogram jsonb)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'bc_attestor_stats' LANGUAGE C VOLATILE STRICT;
+
+-- The counterpart of meteredAttestor: verifications by attestor and outcome
+-- (admitted, deferred-approval, deferred-challenge, refused, error) and their
+-- timing.  p50/p99 are the upper bounds of the histogram buckets holding them.
+CREATE VIEW bc_join.attestor_statistics AS
+	SELECT * FROM bc_join.attestor_stats() ORDER BY attestor, outcome;
+
+-- Forget every counter; returns when.
+CREATE FUNCTION bc_join.attestor_stats_reset() RETURNS timestamptz
+	AS 'MODULE_PATHNAME', 'bc_attestor_stats_reset' LANGUAGE C VOLATILE;
+
 /* ------------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
@@ -889,6 +909,8 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.prune_attestation_uses(integer),
 	bc_join.b64url_encode(bytea),
 	bc_join.b64url_decode(text),
+	bc_join.attestor_stats(),
+	bc_join.attestor_stats_reset(),
 	bc_join.signing_jwk(),
 	bc_join.encryption_jwk(),
 	bc_join.node_ca_certificate(),
@@ -898,7 +920,7 @@ GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
 	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
-	bc_join.refusal_rate, bc_join.pending_join_requests
+	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,

@@ -104,6 +104,8 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("bc_join");
+
+	bc_stats_init();
 }
 
 /* The service clock: transaction start plus bc_join.clock_offset. */

@@ -255,6 +255,23 @@ extern void bc_validate_deferral(const char *attestor, BcOutcome *out);
 extern void bc_single_use_reset(void);
 extern bool bc_single_use_consumed(void);
 
+/* ----------------------------------------------------------------- stats.c */
+
+typedef enum BcOutcomeKind
+{
+	BC_OUTCOME_ADMITTED,
+	BC_OUTCOME_DEFERRED_APPROVAL,
+	BC_OUTCOME_DEFERRED_CHALLENGE,
+	BC_OUTCOME_REFUSED,
+	BC_OUTCOME_ERROR
+} BcOutcomeKind;
+#define BC_OUTCOMES 5
+
+/* Install the shared-memory hooks (from _PG_init, when preloaded). */
+extern void bc_stats_init(void);
+/* Count one round of attestor with outcome, lasting ms milliseconds. */
+extern void bc_stats_record(const char *attestor, BcOutcomeKind outcome, double ms);
+
 /* ------------------------------------------------------------------ pki.c */
 
 typedef struct BcIssued

@@ -18,6 +18,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "portability/instr_time.h"
 #include "utils/resowner.h"
 
 /* The attestors built into JoinService; a registered one with the same id wins. */
@@ -174,6 +175,25 @@ join_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	return bc_admit(req, &out.result, ttl, outcxt);
 }
 
+/* The statistics outcome of a round's answer. */
+static BcOutcomeKind
+outcome_of(Jsonb *response, bool refused)
+{
+	JsonbValue *status;
+
+	if (refused)
+		return BC_OUTCOME_REFUSED;
+	status = getKeyJsonValueFromContainer(&response->root, "status", 6, NULL);
+	if (status != NULL && status->type == jbvString)
+	{
+		if (status->val.string.len == 7 && strncmp(status->val.string.val, "pending", 7) == 0)
+			return BC_OUTCOME_DEFERRED_APPROVAL;
+		if (status->val.string.len == 9 && strncmp(status->val.string.val, "challenge", 9) == 0)
+			return BC_OUTCOME_DEFERRED_CHALLENGE;
+	}
+	return BC_OUTCOME_ADMITTED;
+}
+
 /*
  * A round inside a subtransaction; a refusal (JR001) rolls it back, becomes
  * a security.join.refused event and the one answer.  who names the refuser
@@ -188,7 +208,10 @@ bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg, const char *who,
 	Jsonb	   *volatile response = NULL;
 	char	   *volatile refusal = NULL;
 	char	   *volatile refused_tenant = NULL;
+	instr_time	start;
+	instr_time	elapsed;
 
+	INSTR_TIME_SET_CURRENT(start);
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(spicxt);
 
@@ -218,7 +241,12 @@ bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg, const char *who,
 		/* Only the refusal is answered; any other error fails the join. */
 		had_refusal = bc_take_refusal(&r, &t);
 		if (edata->sqlerrcode != ERRCODE_BC_JOIN_REFUSED)
+		{
+			INSTR_TIME_SET_CURRENT(elapsed);
+			INSTR_TIME_SUBTRACT(elapsed, start);
+			bc_stats_record(who, BC_OUTCOME_ERROR, INSTR_TIME_GET_MILLISEC(elapsed));
 			ReThrowError(edata);
+		}
 		if (!had_refusal)
 			r = psprintf("%s:refused", who);
 		refusal = r;
@@ -235,6 +263,9 @@ bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg, const char *who,
 		response = bc_refusal_response();
 		MemoryContextSwitchTo(old);
 	}
+	INSTR_TIME_SET_CURRENT(elapsed);
+	INSTR_TIME_SUBTRACT(elapsed, start);
+	bc_stats_record(who, outcome_of(response, refusal != NULL), INSTR_TIME_GET_MILLISEC(elapsed));
 	if (req->token != NULL)
 		OPENSSL_cleanse(req->token, strlen(req->token));
 	return response;
