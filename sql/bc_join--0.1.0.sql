@@ -131,6 +131,30 @@ CREATE TABLE bc_join.join_tokens (
 );
 CREATE INDEX join_tokens_tenant_idx ON bc_join.join_tokens (tenant_id);
 
+/* --------------------------------------------------------------- sessions */
+
+-- A session identity on a node, reserved when the session first asks.
+CREATE TABLE bc_join.sessions (
+	id text PRIMARY KEY,
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	session_ref text NOT NULL CHECK (session_ref ~ '^[A-Za-z0-9._:-]{1,128}$'),
+	context_ref text NOT NULL DEFAULT '' CHECK (context_ref ~ '^[A-Za-z0-9._:-]{0,128}$'),
+	provisioned_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	UNIQUE (node_id, session_ref, context_ref)
+);
+
+CREATE TABLE bc_join.session_certs (
+	serial text PRIMARY KEY CHECK (serial ~ '^[0-9a-f]{32}$'),
+	session_id text NOT NULL REFERENCES bc_join.sessions (id) ON DELETE CASCADE,
+	not_before timestamptz NOT NULL,
+	not_after timestamptz NOT NULL,
+	spki_sha256 bytea NOT NULL CHECK (length(spki_sha256) = 32),
+	certificate bytea NOT NULL,
+	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
+
 /* ---------------------------------------------------------- join requests */
 
 CREATE TABLE bc_join.join_requests (
@@ -469,6 +493,16 @@ CREATE FUNCTION bc_join.renew(request jsonb) RETURNS jsonb
 	SET search_path = pg_catalog, pg_temp;
 
 /*
+ * A session credential for a joined node: {"csr": <session key's CSR>,
+ * "proof": <JWS by the node key over purpose "session", serial, csrSha256,
+ * iat, session, context>}.  See docs/sessions.md.
+ */
+CREATE FUNCTION bc_join.issue_session(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_issue_session_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
+/*
  * Refuse the join under way: raises the uniform refusal (SQLSTATE JR001)
  * carrying refusal ('<attestor>:<reason>') and, once evidence authenticated
  * one, the tenant whose event stream records it.  Never returns.
@@ -560,7 +594,7 @@ BEGIN
 END
 $$;
 
-/* ---------------------------------------------------------- join requests */
+/* --------------------------------------------------- join request helpers */
 
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
@@ -890,7 +924,7 @@ REVOKE ALL ON FUNCTION public.bc_join(jsonb) FROM PUBLIC;
 -- The gateway: the relayed entry points and nothing else.
 GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
-GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb) TO bc_join_gateway;
+GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb) TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
 GRANT USAGE ON SCHEMA bc_join TO bc_join_operator;
@@ -920,7 +954,8 @@ GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
 	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
-	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics
+	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics,
+	bc_join.sessions, bc_join.session_certs
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,

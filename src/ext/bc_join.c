@@ -13,6 +13,7 @@ char	   *bc_key_dir = NULL;
 char	   *bc_trust_domain = NULL;
 int			bc_cert_ttl = BC_SERVICE_TTL_MAX;
 int			bc_clock_offset = 0;
+int			bc_session_ttl = 900;
 
 void		_PG_init(void);
 
@@ -88,6 +89,16 @@ _PG_init(void)
 							&bc_clock_offset,
 							0,
 							0, 10 * 366 * 86400,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.session_ttl",
+							"Lifetime of session certificates.",
+							"Never beyond the node certificate the session was asked with.",
+							&bc_session_ttl,
+							900,
+							30, 3600,
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);

@@ -42,6 +42,7 @@ extern char *bc_key_dir;
 extern char *bc_trust_domain;
 extern int	bc_cert_ttl;
 extern int	bc_clock_offset;
+extern int	bc_session_ttl;
 
 /* The service clock (compute_now()) as a TimestampTz. */
 extern TimestampTz bc_now(void);
@@ -255,6 +256,24 @@ extern void bc_validate_deferral(const char *attestor, BcOutcome *out);
 extern void bc_single_use_reset(void);
 extern bool bc_single_use_consumed(void);
 
+/* ----------------------------------------------------------------- proof.c */
+
+/* How far a proof's iat may lie from the service clock, in seconds. */
+#define BC_PROOF_WINDOW 300
+#define BC_PROOF_MAX 4096
+
+/* Parse and bound {"csr", "proof"} into req (the CSR) and *proof; raises 22023. */
+extern void bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof,
+								   MemoryContext owner);
+/* The serial a proof names, before its signature is checked; refuses "<who>:malformed-proof". */
+extern char *bc_proof_serial(const char *proof, const char *who);
+/* A string member of a verified proof payload, or the refusal. */
+extern char *bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant);
+/* Check a node's proof for purpose who; returns its verified payload. */
+extern Jsonb *bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof,
+								  const char *serial, bytea *cert_der, const char *node_id,
+								  const char *tenant);
+
 /* ----------------------------------------------------------------- stats.c */
 
 typedef enum BcOutcomeKind
@@ -284,6 +303,9 @@ typedef struct BcIssued
 	size_t		leaf_der_len;
 } BcIssued;
 
+/* Issue a leaf certificate for the CSR's key with these SANs and subject CN. */
+extern void bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
+						  const char *extra_uri, int ttl_seconds, BcIssued *out);
 /* Issue a node certificate for the CSR's key; SPKI and validity in out. */
 extern void bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
 							   const char *node_id, const char *node_key_uri,

@@ -13,6 +13,20 @@ bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
 				   const char *node_id, const char *node_key_uri,
 				   int ttl_seconds, BcIssued *out)
 {
+	bc_issue_leaf(req, psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain,
+								tenant_id, node_id),
+				  node_id, node_key_uri, ttl_seconds, out);
+}
+
+/*
+ * Issue a leaf certificate for the CSR's key with spiffe_id (then extra_uri)
+ * as its URI SANs and subject CN=cn, valid from a minute ago for
+ * ttl_seconds.
+ */
+void
+bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
+			  const char *extra_uri, int ttl_seconds, BcIssued *out)
+{
 	const BcKeys *keys = bc_keys();
 	const char *uris[2];
 	bc_cert_params p;
@@ -30,10 +44,9 @@ bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
 				 errmsg("bc_join.trust_domain is not set"),
 				 errdetail("INVALID_CONFIG: every identity is issued under the trust domain.")));
 
-	out->spiffe_id = psprintf("spiffe://%s/tenant/%s/node/%s",
-							  bc_trust_domain, tenant_id, node_id);
+	out->spiffe_id = pstrdup(spiffe_id);
 	uris[0] = out->spiffe_id;
-	uris[1] = node_key_uri;
+	uris[1] = extra_uri;
 
 	/* Back-date a minute for clock skew between hosts. */
 	out->not_before = now - 60 * USECS_PER_SEC;
@@ -43,9 +56,9 @@ bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
 	p.ca_cert = keys->node_ca;
 	p.ca_key = keys->node_ca_key;
 	p.subject_key = X509_REQ_get0_pubkey(req->csr);
-	p.subject_cn = node_id;
+	p.subject_cn = cn;
 	p.uris = uris;
-	p.n_uris = node_key_uri ? 2 : 1;
+	p.n_uris = extra_uri ? 2 : 1;
 	p.not_before = bc_timestamp_to_unix(out->not_before);
 	p.not_after = bc_timestamp_to_unix(out->not_after);
 

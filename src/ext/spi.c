@@ -40,6 +40,8 @@ bc_spi_text(int col)
 
 	if (SPI_processed < 1)
 		return NULL;
+	if (SPI_tuptable == NULL)
+		elog(ERROR, "the last SPI statement returned no rows to read");
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
 	if (isnull)
 		return NULL;
@@ -55,5 +57,7 @@ bc_spi_datum(int col, bool *isnull)
 		*isnull = true;
 		return (Datum) 0;
 	}
+	if (SPI_tuptable == NULL)
+		elog(ERROR, "the last SPI statement returned no rows to read");
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
 }

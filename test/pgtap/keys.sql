@@ -54,7 +54,8 @@ DECLARE
 BEGIN
 	FOR f IN SELECT p.oid FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 			 WHERE n.nspname = 'bc_join' AND p.pronargs = p.pronargdefaults
-			   AND p.prorettype <> 'void'::regtype AND p.proname <> 'random_secret'
+			   AND p.prorettype NOT IN ('void'::regtype, 'trigger'::regtype) AND NOT p.proretset
+			   AND p.proname NOT IN ('random_secret', 'attestor_stats_reset')
 	LOOP
 		EXECUTE format('SELECT %s::text', f::text) INTO out;
 		RETURN NEXT f::text || ' ' || coalesce(out, '');

@@ -1,0 +1,241 @@
+/*
+ * session.c: bc_join.issue_session(request jsonb), a short-lived session
+ * credential issued to a joined node for one session (and context) on it.
+ *
+ * Request: {"csr": "<base64url DER CSR of the session key>", "proof": "<JWS>"}
+ * with the proof signed by the node's current key over {"purpose":"session",
+ * "serial", "csrSha256", "iat", "session": "<session id>", "context":
+ * "<context id, optional>"} (see proof.c).  The node must be live, its
+ * certificate unrevoked, of the current identity generation and unexpired.
+ * The session identity (bc_join.sessions) is reserved when a session first
+ * asks, never in advance; its certificate, SPIFFE ID
+ * spiffe://<td>/tenant/<t>/node/<n>/session/<sessionId>, lives
+ * bc_join.session_ttl (900 s) at most and never beyond the node's own.
+ * Refusals are the one refusal, recorded as session:<reason>.
+ */
+#include "bc_join.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+#define BC_SELECTOR_MAX 128
+
+static BcPlan lock_node_cert = {
+	"SELECT c.node_id, c.identity_generation, c.not_after <= bc_join.compute_now() AS expired, "
+	"       c.revoked_at IS NOT NULL AS revoked, c.certificate, "
+	"       extract(epoch FROM c.not_after - bc_join.compute_now())::bigint AS remaining, "
+	"       n.identity_generation, n.state, n.tenant_id "
+	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id "
+	"WHERE c.serial = $1 FOR SHARE OF c, n",
+	1, {TEXTOID}
+};
+
+static BcPlan reserve_session = {
+	"WITH new AS ("
+	"  INSERT INTO bc_join.sessions (id, node_id, tenant_id, session_ref, context_ref) "
+	"  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (node_id, session_ref, context_ref) DO NOTHING "
+	"  RETURNING id, true AS created) "
+	"SELECT id, created FROM new "
+	"UNION ALL SELECT id, false FROM bc_join.sessions "
+	"WHERE node_id = $2 AND session_ref = $4 AND context_ref = $5 AND NOT EXISTS (SELECT 1 FROM new)",
+	5, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
+};
+
+static BcPlan find_session = {
+	"SELECT id, false FROM bc_join.sessions "
+	"WHERE node_id = $1 AND session_ref = $2 AND context_ref = $3",
+	3, {TEXTOID, TEXTOID, TEXTOID}
+};
+
+static BcPlan insert_session_cert = {
+	"INSERT INTO bc_join.session_certs (serial, session_id, not_before, not_after, spki_sha256, certificate) "
+	"VALUES ($1, $2, $3, $4, $5, $6)",
+	6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID, BYTEAOID}
+};
+
+/* A session or context selector: 0 to 128 of [A-Za-z0-9._:-] (session: at least 1). */
+static bool
+valid_selector(const char *s, bool required)
+{
+	size_t		n = strlen(s);
+	const char *p;
+
+	if (n > BC_SELECTOR_MAX || (required && n == 0))
+		return false;
+	for (p = s; *p; p++)
+	{
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+			  *p == '.' || *p == '_' || *p == ':' || *p == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* A bytea of n bytes. */
+static bytea *
+make_bytea(const void *data, size_t n)
+{
+	bytea	   *b = palloc(VARHDRSZ + n);
+
+	SET_VARSIZE(b, VARHDRSZ + n);
+	memcpy(VARDATA(b), data, n);
+	return b;
+}
+
+/* The session round: check the node and its proof, reserve the session, issue. */
+static Jsonb *
+session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
+{
+	const char *proof = (const char *) arg;
+	char	   *serial = bc_proof_serial(proof, "session");
+	Datum		v[6];
+	bool		isnull;
+	char	   *node_id;
+	char	   *tenant;
+	int			generation;
+	bool		expired;
+	bool		revoked;
+	bytea	   *der;
+	int64		remaining;
+	int			node_generation;
+	char	   *state;
+	Jsonb	   *pj;
+	char	   *session_ref;
+	char	   *context_ref = "";
+	JsonbValue *ctx;
+	char	   *session_id;
+	bool		created;
+	int			ttl;
+	BcIssued	issued;
+	const BcKeys *keys = bc_keys();
+	StringInfoData payload;
+	char	   *leaf_b64;
+	char	   *ca_b64;
+
+	v[0] = CStringGetTextDatum(serial);
+	if (bc_spi_exec(&lock_node_cert, v, NULL, false, 1) != 1)
+		bc_refuse_join("session:unknown-certificate", NULL);
+	node_id = bc_spi_text(1);
+	generation = DatumGetInt32(bc_spi_datum(2, &isnull));
+	expired = DatumGetBool(bc_spi_datum(3, &isnull));
+	revoked = DatumGetBool(bc_spi_datum(4, &isnull));
+	der = DatumGetByteaPCopy(bc_spi_datum(5, &isnull));
+	remaining = DatumGetInt64(bc_spi_datum(6, &isnull));
+	node_generation = DatumGetInt32(bc_spi_datum(7, &isnull));
+	state = bc_spi_text(8);
+	tenant = bc_spi_text(9);
+
+	pj = bc_check_node_proof("session", req, proof, serial, der, node_id, tenant);
+
+	if (revoked)
+		bc_refuse_join("session:revoked", tenant);
+	if (generation != node_generation)
+		bc_refuse_join("session:superseded", tenant);
+	if (expired)
+		bc_refuse_join("session:expired", tenant);
+	if (strcmp(state, "retired") == 0)
+		bc_refuse_join("session:retired", tenant);
+
+	session_ref = bc_proof_member("session", pj, "session", tenant);
+	ctx = getKeyJsonValueFromContainer(&pj->root, "context", 7, NULL);
+	if (ctx != NULL && ctx->type == jbvString)
+		context_ref = pnstrdup(ctx->val.string.val, ctx->val.string.len);
+	else if (ctx != NULL && ctx->type != jbvNull)
+		bc_refuse_join("session:malformed-proof", tenant);
+	if (!valid_selector(session_ref, true) || !valid_selector(context_ref, false))
+		bc_refuse_join("session:malformed-selector", tenant);
+	if (bc_csr_verify_pop(req->csr) != BC_OK)
+		bc_refuse_join("session:csr-signature", tenant);
+
+	/* Reserved when the session first asks; the same identity after that. */
+	v[0] = CStringGetTextDatum(bc_new_id("ses"));
+	v[1] = CStringGetTextDatum(node_id);
+	v[2] = CStringGetTextDatum(tenant);
+	v[3] = CStringGetTextDatum(session_ref);
+	v[4] = CStringGetTextDatum(context_ref);
+	if (bc_spi_exec(&reserve_session, v, NULL, false, 1) != 1)
+	{
+		/* Reserved by a request that committed after this statement began: look again. */
+		Datum		f[3] = {v[1], v[3], v[4]};
+
+		if (bc_spi_exec(&find_session, f, NULL, true, 1) != 1)
+			elog(ERROR, "session of node %s vanished while reserving it", node_id);
+	}
+	session_id = bc_spi_text(1);
+	created = DatumGetBool(bc_spi_datum(2, &isnull));
+
+	ttl = bc_session_ttl;
+	if (remaining < ttl)
+		ttl = (int) remaining;
+	if (ttl < 1)
+		bc_refuse_join("session:expired", tenant);
+	bc_issue_leaf(req, psprintf("spiffe://%s/tenant/%s/node/%s/session/%s", bc_trust_domain,
+								tenant, node_id, session_id),
+				  session_id, NULL, ttl, &issued);
+	v[0] = CStringGetTextDatum(issued.serial_hex);
+	v[1] = CStringGetTextDatum(session_id);
+	v[2] = TimestampTzGetDatum(issued.not_before);
+	v[3] = TimestampTzGetDatum(issued.not_after);
+	v[4] = PointerGetDatum(make_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
+	v[5] = PointerGetDatum(make_bytea(issued.leaf_der, issued.leaf_der_len));
+	bc_spi_exec(&insert_session_cert, v, NULL, false, 0);
+
+	if (created)
+	{
+		StringInfoData ev;
+
+		initStringInfo(&ev);
+		appendStringInfoString(&ev, "{\"sessionId\":");
+		escape_json(&ev, session_id);
+		bc_json_member(&ev, "nodeId", node_id);
+		bc_json_member(&ev, "session", session_ref);
+		bc_json_member(&ev, "context", context_ref);
+		appendStringInfoChar(&ev, '}');
+		bc_emit_event(tenant, "session.provisioned", bc_jsonb(ev.data));
+	}
+
+	leaf_b64 = palloc(bc_b64_encoded_len(issued.leaf_der_len) + 1);
+	bc_b64_encode(issued.leaf_der, issued.leaf_der_len, leaf_b64);
+	ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
+	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
+	initStringInfo(&payload);
+	appendStringInfoString(&payload, "{\"status\":\"issued\"");
+	bc_json_member(&payload, "csrSha256", req->csr_sha256_b64);
+	bc_json_member(&payload, "issuedAt", bc_rfc3339(bc_now()));
+	bc_json_member(&payload, "nodeId", node_id);
+	bc_json_member(&payload, "tenantId", tenant);
+	bc_json_member(&payload, "sessionId", session_id);
+	bc_json_member(&payload, "session", session_ref);
+	bc_json_member(&payload, "context", context_ref);
+	bc_json_member(&payload, "spiffeId", issued.spiffe_id);
+	bc_json_member(&payload, "serial", issued.serial_hex);
+	appendStringInfo(&payload, ",\"certificateChain\":[\"%s\",\"%s\"]", leaf_b64, ca_b64);
+	bc_json_member(&payload, "notAfter", bc_rfc3339(issued.not_after));
+	appendStringInfoChar(&payload, '}');
+	return bc_signed_response("issued", &payload, outcxt);
+}
+
+PG_FUNCTION_INFO_V1(bc_issue_session_request);
+
+/* bc_join.issue_session(request jsonb): a session credential for a joined node. */
+Datum
+bc_issue_session_request(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
+	MemoryContext callcxt = CurrentMemoryContext;
+	BcJoinRequest req;
+	char	   *proof;
+	Jsonb	   *out;
+
+	bc_parse_proof_request(jb, &req, &proof, callcxt);
+	req.attestor = "session";
+	(void) bc_keys();
+	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
+		bc_invalid_config("bc_join.trust_domain is not set");
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	out = bc_run_round(&req, session_round, proof, "session", callcxt);
+	SPI_finish();
+	PG_RETURN_JSONB_P(out);
+}
