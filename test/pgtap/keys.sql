@@ -57,7 +57,7 @@ BEGIN
 			   AND p.prorettype NOT IN ('void'::regtype, 'trigger'::regtype) AND NOT p.proretset
 			   AND p.proname NOT IN ('random_secret', 'attestor_stats_reset')
 	LOOP
-		EXECUTE format('SELECT %s::text', f::text) INTO out;
+		EXECUTE format('SELECT bc_join.%I()::text', (SELECT proname FROM pg_proc WHERE oid = f)) INTO out;
 		RETURN NEXT f::text || ' ' || coalesce(out, '');
 	END LOOP;
 	FOR r IN SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
