@@ -31,8 +31,10 @@ include $(PGXS)
 
 # Host programs (bcd, test tools, unit tests, sanitizer builds).
 include mk/host.mk
+include mk/gateway.mk
 
 all: host
+all: gateway
 
 .PHONY: check-all
 check-all:

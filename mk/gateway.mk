@@ -1,0 +1,39 @@
+# mk/gateway.mk: bc-gateway, the HTTPS relay in front of the database.
+# Included by the top-level Makefile after mk/host.mk; reuses its pattern
+# rules (build/obj/%.o, build/asan/obj/%.o) and HOST_* variables.
+#
+#   make gateway        build/bc-gateway
+#   make gateway-test   build/asan/bc-gateway (ASan + UBSan), then the TAP
+#                       scripts test/gateway/*.t through prove
+
+GW_SRCS      = $(sort $(wildcard src/gateway/*.c))
+GW_OBJS      = $(GW_SRCS:%.c=build/obj/%.o)
+GW_ASAN_OBJS = $(GW_SRCS:%.c=build/asan/obj/%.o)
+GW_PKGS      = libevent libevent_openssl libpq openssl jansson
+GW_CFLAGS   := $(shell pkg-config --cflags $(GW_PKGS) 2>/dev/null)
+GW_LIBS     := $(shell pkg-config --libs $(GW_PKGS) 2>/dev/null) -lm
+GW_TESTS     = $(sort $(wildcard test/gateway/*.t))
+
+.PHONY: gateway gateway-test
+
+gateway: build/bc-gateway
+
+$(GW_OBJS) $(GW_ASAN_OBJS): HOST_CPPFLAGS += $(GW_CFLAGS)
+
+build/bc-gateway: $(GW_OBJS)
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(GW_LIBS)
+
+build/asan/bc-gateway: $(GW_ASAN_OBJS)
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(GW_LIBS)
+
+# The tests join through the real agent (bcd) against the installed extension
+# (make install).  The agent is not rebuilt here: build it with `make` (or
+# point BCJ_BCD at one), so work in progress on the agent cannot break or
+# delete what the gateway's tests use.
+BCJ_BCD ?= $(firstword $(wildcard $(CURDIR)/build/bcd $(CURDIR)/build/asan/bcd))
+
+gateway-test: build/asan/bc-gateway
+	@test -n "$(BCJ_BCD)" && test -x "$(BCJ_BCD)" || \
+		{ echo "gateway-test: no bcd; run make first (or set BCJ_BCD)"; exit 1; }
+	BCJ_GATEWAY=$(CURDIR)/build/asan/bc-gateway BCJ_BCD=$(BCJ_BCD) prove $(GW_TESTS)

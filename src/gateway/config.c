@@ -1,0 +1,381 @@
+/* config.c: bc-gateway's command line: parsing, defaults and --help. */
+#include "config.h"
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+static const char usage_text[] =
+"Usage: bc-gateway --tls-cert FILE --tls-key FILE [options]\n"
+"\n"
+"HTTPS relay in front of the bc_join database: POST /v1/join, /v1/renew and\n"
+"/v1/session become SELECT <function>($1::jsonb) through libpq; the function's\n"
+"jsonb result is the response body.  GET /healthz and GET /metrics are served\n"
+"on the same listener.\n"
+"\n"
+"Listener and TLS (TLS 1.2 or newer only):\n"
+"  --listen HOST:PORT          address to listen on (default 127.0.0.1:8443;\n"
+"                              IPv6 as [::1]:8443)\n"
+"  --tls-cert FILE             PEM certificate chain, leaf first (required)\n"
+"  --tls-key FILE              PEM private key of the certificate (required)\n"
+"\n"
+"Database:\n"
+"  --db CONNINFO               libpq connection string (default: empty, i.e. the\n"
+"                              PG* environment variables)\n"
+"  --db-pool N                 connections at most (default 4)\n"
+"  --db-queue N                requests waiting for a connection at most\n"
+"                              (default 256); beyond: 503\n"
+"  --db-wait-timeout DUR       longest wait for a connection, and the connect\n"
+"                              timeout (default 5s); beyond: 503\n"
+"  --db-statement-timeout DUR  statement_timeout set on every connection\n"
+"                              (default 10s); the gateway gives up 2 s later\n"
+"  --retry-after SECONDS       Retry-After sent with 503 (default 5)\n"
+"\n"
+"Client timeouts:\n"
+"  --io-timeout DUR            inactivity allowed while reading a request or\n"
+"                              writing a response, TLS handshake included\n"
+"                              (default 10s)\n"
+"  --request-timeout DUR       a whole request (headers and body) must arrive\n"
+"                              within this, however slowly it trickles\n"
+"                              (default 30s)\n"
+"\n"
+"Rate limiting (per client address, token bucket, POST /v1/* only):\n"
+"  --rate-limit N[/s]          requests per second per client (default 0: off)\n"
+"  --rate-burst B              bucket size (default: max(1, N))\n"
+"  --rate-table N              client addresses tracked, least recently seen\n"
+"                              evicted first (default 65536)\n"
+"  --trusted-proxy CIDR        repeatable; only when the TCP peer is inside one\n"
+"                              of these is X-Forwarded-For read: walked right to\n"
+"                              left, skipping trusted proxies, the first other\n"
+"                              address is the client\n"
+"\n"
+"Process:\n"
+"  --shutdown-timeout DUR      on SIGTERM/SIGINT stop accepting and let\n"
+"                              in-flight requests finish for at most this\n"
+"                              long (default 10s), then exit 0\n"
+"  --log-level LEVEL           debug, info, warn or error (default info);\n"
+"                              logs are JSON lines on stderr\n"
+"  -h, --help                  this text\n"
+"\n"
+"DUR is a number of seconds, or a number with the suffix ms or s (\"250ms\").\n";
+
+/* Print the usage text to stream f. */
+void
+gw_config_usage(void *f)
+{
+	fputs(usage_text, (FILE *) f);
+}
+
+/* Parse a duration ("10", "10s", "250ms", "1.5s") into milliseconds; -1 on error. */
+static long
+parse_duration_ms(const char *s)
+{
+	char	   *end = NULL;
+	double		v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno != 0 || end == s || !isfinite(v) || v < 0)
+		return -1;
+	if (strcmp(end, "ms") == 0)
+		;
+	else if (*end == '\0' || strcmp(end, "s") == 0)
+		v *= 1000.0;
+	else
+		return -1;
+	if (v > 86400000.0)
+		return -1;
+	return (long) v;
+}
+
+/* Parse a positive integer within [lo, hi]; -1 on error. */
+static long
+parse_int(const char *s, long lo, long hi)
+{
+	char	   *end = NULL;
+	long		v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+		return -1;
+	return v;
+}
+
+/* Parse "HOST:PORT" or "[V6]:PORT" into the config; 0 on success. */
+static int
+parse_listen(struct gw_config *cfg, const char *s)
+{
+	const char *colon;
+	const char *host;
+	size_t		hlen;
+	long		port;
+
+	if (s[0] == '[')
+	{
+		const char *close = strchr(s, ']');
+
+		if (close == NULL || close[1] != ':')
+			return -1;
+		host = s + 1;
+		hlen = (size_t) (close - host);
+		colon = close + 1;
+	}
+	else
+	{
+		colon = strrchr(s, ':');
+		if (colon == NULL)
+			return -1;
+		host = s;
+		hlen = (size_t) (colon - s);
+	}
+	if (hlen == 0 || hlen >= sizeof(cfg->listen_host))
+		return -1;
+	port = parse_int(colon + 1, 1, 65535);
+	if (port < 0)
+		return -1;
+	memcpy(cfg->listen_host, host, hlen);
+	cfg->listen_host[hlen] = '\0';
+	cfg->listen_port = (uint16_t) port;
+	return 0;
+}
+
+/* Parse "10.0.0.0/8", "::1" or "2001:db8::/32" into out; 0 on success. */
+int
+gw_cidr_parse(const char *s, struct gw_cidr *out)
+{
+	char		buf[64];
+	char	   *slash;
+	int			max;
+
+	if (strlen(s) >= sizeof(buf))
+		return -1;
+	strcpy(buf, s);
+	slash = strchr(buf, '/');
+	if (slash != NULL)
+		*slash = '\0';
+	memset(out, 0, sizeof(*out));
+	if (inet_pton(AF_INET, buf, out->addr) == 1)
+	{
+		out->family = AF_INET;
+		max = 32;
+	}
+	else if (inet_pton(AF_INET6, buf, out->addr) == 1)
+	{
+		out->family = AF_INET6;
+		max = 128;
+	}
+	else
+		return -1;
+	if (slash == NULL)
+		out->prefix = max;
+	else
+	{
+		long		p = parse_int(slash + 1, 0, max);
+
+		if (p < 0)
+			return -1;
+		out->prefix = (int) p;
+	}
+	return 0;
+}
+
+/* Parse "N" or "N/s" as a rate per second; -1 on error. */
+static double
+parse_rate(const char *s)
+{
+	char	   *end = NULL;
+	double		v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno != 0 || end == s || !isfinite(v) || v < 0 || v > 1e6)
+		return -1;
+	if (*end != '\0' && strcmp(end, "/s") != 0)
+		return -1;
+	return v;
+}
+
+/* Set every option to its default. */
+static void
+set_defaults(struct gw_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	strcpy(cfg->listen_host, "127.0.0.1");
+	cfg->listen_port = 8443;
+	cfg->db_conninfo = "";
+	cfg->db_pool = 4;
+	cfg->db_queue = 256;
+	cfg->db_wait_ms = 5000;
+	cfg->db_statement_ms = 10000;
+	cfg->retry_after_s = 5;
+	cfg->io_timeout_ms = 10000;
+	cfg->request_timeout_ms = 30000;
+	cfg->rate = 0;
+	cfg->burst = -1;
+	cfg->rate_table = 65536;
+	cfg->shutdown_ms = 10000;
+	cfg->log_level = GW_LOG_INFO;
+}
+
+enum
+{
+	OPT_LISTEN = 256, OPT_CERT, OPT_KEY, OPT_DB, OPT_POOL, OPT_QUEUE, OPT_WAIT,
+	OPT_STMT, OPT_RETRY, OPT_IO, OPT_REQ, OPT_RATE, OPT_BURST, OPT_TABLE,
+	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL
+};
+
+static const struct option options[] = {
+	{"listen", required_argument, NULL, OPT_LISTEN},
+	{"tls-cert", required_argument, NULL, OPT_CERT},
+	{"tls-key", required_argument, NULL, OPT_KEY},
+	{"db", required_argument, NULL, OPT_DB},
+	{"db-pool", required_argument, NULL, OPT_POOL},
+	{"db-queue", required_argument, NULL, OPT_QUEUE},
+	{"db-wait-timeout", required_argument, NULL, OPT_WAIT},
+	{"db-statement-timeout", required_argument, NULL, OPT_STMT},
+	{"retry-after", required_argument, NULL, OPT_RETRY},
+	{"io-timeout", required_argument, NULL, OPT_IO},
+	{"request-timeout", required_argument, NULL, OPT_REQ},
+	{"rate-limit", required_argument, NULL, OPT_RATE},
+	{"rate-burst", required_argument, NULL, OPT_BURST},
+	{"rate-table", required_argument, NULL, OPT_TABLE},
+	{"trusted-proxy", required_argument, NULL, OPT_PROXY},
+	{"shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN},
+	{"log-level", required_argument, NULL, OPT_LOGLEVEL},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0}
+};
+
+/* Apply one option; 0 on success, -1 with a message on stderr otherwise. */
+static int
+apply_option(struct gw_config *cfg, int c, const char *arg)
+{
+	long		v;
+
+	switch (c)
+	{
+		case OPT_LISTEN:
+			if (parse_listen(cfg, arg) != 0)
+				goto bad;
+			return 0;
+		case OPT_CERT:
+			cfg->tls_cert = arg;
+			return 0;
+		case OPT_KEY:
+			cfg->tls_key = arg;
+			return 0;
+		case OPT_DB:
+			cfg->db_conninfo = arg;
+			return 0;
+		case OPT_POOL:
+			if ((v = parse_int(arg, 1, 1024)) < 0)
+				goto bad;
+			cfg->db_pool = (int) v;
+			return 0;
+		case OPT_QUEUE:
+			if ((v = parse_int(arg, 0, 1000000)) < 0)
+				goto bad;
+			cfg->db_queue = (int) v;
+			return 0;
+		case OPT_WAIT:
+			if ((cfg->db_wait_ms = parse_duration_ms(arg)) <= 0)
+				goto bad;
+			return 0;
+		case OPT_STMT:
+			if ((cfg->db_statement_ms = parse_duration_ms(arg)) <= 0)
+				goto bad;
+			return 0;
+		case OPT_RETRY:
+			if ((v = parse_int(arg, 1, 86400)) < 0)
+				goto bad;
+			cfg->retry_after_s = (int) v;
+			return 0;
+		case OPT_IO:
+			if ((cfg->io_timeout_ms = parse_duration_ms(arg)) <= 0)
+				goto bad;
+			return 0;
+		case OPT_REQ:
+			if ((cfg->request_timeout_ms = parse_duration_ms(arg)) <= 0)
+				goto bad;
+			return 0;
+		case OPT_RATE:
+			if ((cfg->rate = parse_rate(arg)) < 0)
+				goto bad;
+			return 0;
+		case OPT_BURST:
+			if ((v = parse_int(arg, 1, 1000000)) < 0)
+				goto bad;
+			cfg->burst = (double) v;
+			return 0;
+		case OPT_TABLE:
+			if ((v = parse_int(arg, 16, 10000000)) < 0)
+				goto bad;
+			cfg->rate_table = (int) v;
+			return 0;
+		case OPT_PROXY:
+			if (cfg->nproxies >= GW_MAX_PROXIES ||
+				gw_cidr_parse(arg, &cfg->proxies[cfg->nproxies]) != 0)
+				goto bad;
+			cfg->nproxies++;
+			return 0;
+		case OPT_SHUTDOWN:
+			if ((cfg->shutdown_ms = parse_duration_ms(arg)) < 0)
+				goto bad;
+			return 0;
+		case OPT_LOGLEVEL:
+			if ((cfg->log_level = gw_log_parse_level(arg)) < 0)
+				goto bad;
+			return 0;
+		default:
+			return -1;
+	}
+bad:
+	for (const struct option *o = options; o->name != NULL; o++)
+		if (o->val == c)
+			fprintf(stderr, "bc-gateway: invalid value for --%s: %s\n", o->name, arg);
+	return -1;
+}
+
+/* Parse argv into cfg; 0 to run, 1 when --help was printed, -1 on a usage error. */
+int
+gw_config_parse(struct gw_config *cfg, int argc, char **argv)
+{
+	int			c;
+
+	set_defaults(cfg);
+	opterr = 1;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1)
+	{
+		if (c == 'h')
+		{
+			gw_config_usage(stdout);
+			return 1;
+		}
+		if (c == '?' || apply_option(cfg, c, optarg) != 0)
+			goto usage;
+	}
+	if (optind != argc)
+	{
+		fprintf(stderr, "bc-gateway: unexpected argument %s\n", argv[optind]);
+		goto usage;
+	}
+	if (cfg->tls_cert == NULL || cfg->tls_key == NULL)
+	{
+		fprintf(stderr, "bc-gateway: --tls-cert and --tls-key are required\n");
+		goto usage;
+	}
+	if (cfg->burst < 0)
+		cfg->burst = cfg->rate < 1 ? 1 : ceil(cfg->rate);
+	return 0;
+usage:
+	fprintf(stderr, "Try 'bc-gateway --help'.\n");
+	return -1;
+}

@@ -1,0 +1,194 @@
+/*
+ * conn.c: one TLS client connection: its bufferevent, its request deadline,
+ * its writes.
+ *
+ * The state lives in the SSL object's ex_data, so it is freed exactly when
+ * libevent frees the connection (bufferevent_free -> SSL_free).  The
+ * deadline bounds the time a client may take to deliver a whole request,
+ * TLS handshake included, however slowly it trickles bytes; libevent's own
+ * timeout only bounds inactivity.
+ */
+#include "conn.h"
+#include "gateway.h"
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <event2/http.h>
+
+struct gw_conn
+{
+	struct gateway *gw;
+	struct bufferevent *bev;
+	struct event *deadline;
+	int			writing;
+};
+
+static int	conn_index = -1;
+
+/* SSL ex_data destructor: the connection is going away. */
+static void
+conn_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
+{
+	struct gw_conn *c = ptr;
+
+	(void) parent;
+	(void) ad;
+	(void) idx;
+	(void) argl;
+	(void) argp;
+	if (c == NULL)
+		return;
+	if (c->writing)
+		c->gw->writing--;
+	c->gw->connections--;
+	if (c->deadline != NULL)
+		event_free(c->deadline);
+	gw_maybe_finish(c->gw);
+	free(c);
+}
+
+/* Prepare the per-connection bookkeeping; 0 on success. */
+int
+gw_conn_init(void)
+{
+	if (conn_index < 0)
+		conn_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, conn_ex_free);
+	return conn_index < 0 ? -1 : 0;
+}
+
+/* Arm the deadline for the next request on c. */
+static void
+arm_deadline(struct gw_conn *c)
+{
+	long		ms = c->gw->cfg.request_timeout_ms;
+	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+
+	evtimer_add(c->deadline, &tv);
+}
+
+/* The deadline passed before a whole request arrived: cut the connection. */
+static void
+deadline_cb(evutil_socket_t unused, short what, void *arg)
+{
+	struct gw_conn *c = arg;
+	evutil_socket_t fd = bufferevent_getfd(c->bev);
+	struct sockaddr_storage ss;
+	socklen_t	sl = sizeof(ss);
+	char		host[64] = "";
+
+	(void) unused;
+	(void) what;
+	if (fd < 0)
+		return;
+	if (getpeername(fd, (struct sockaddr *) &ss, &sl) == 0)
+	{
+		if (ss.ss_family == AF_INET)
+			inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, host, sizeof(host));
+		else if (ss.ss_family == AF_INET6)
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, host, sizeof(host));
+	}
+	gw_log(GW_LOG_INFO, "request deadline passed; connection closed",
+		   json_pack("{s:s,s:I}", "client", host, "timeout_ms",
+					 (json_int_t) c->gw->cfg.request_timeout_ms));
+	/* libevent sees the end of the stream and frees the connection itself */
+	shutdown(fd, SHUT_RDWR);
+}
+
+/* evhttp's bufferevent callback: a TLS bufferevent for a new connection. */
+struct bufferevent *
+gw_conn_bevcb(struct event_base *base, void *arg)
+{
+	struct gateway *gw = arg;
+	struct gw_conn *c = calloc(1, sizeof(*c));
+	SSL		   *ssl = NULL;
+	struct bufferevent *bev = NULL;
+
+	if (c == NULL)
+		goto fail;
+	c->gw = gw;
+	c->deadline = evtimer_new(base, deadline_cb, c);
+	ssl = SSL_new(gw->ssl_ctx);
+	if (c->deadline == NULL || ssl == NULL)
+		goto fail;
+	if (SSL_set_ex_data(ssl, conn_index, c) != 1)
+		goto fail;
+	gw->connections++;
+	c = NULL;					/* owned by ssl from here on */
+	bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+										 BEV_OPT_CLOSE_ON_FREE);
+	if (bev == NULL)
+		goto fail;
+	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+	c = SSL_get_ex_data(ssl, conn_index);
+	c->bev = bev;
+	arm_deadline(c);
+	return bev;
+fail:
+
+	/*
+	 * Returning NULL would make evhttp fall back to a plaintext socket on the
+	 * TLS port.  Only memory exhaustion gets here; stop rather than serve
+	 * anything unencrypted.
+	 */
+	gw_log(GW_LOG_ERROR, "cannot set up a TLS connection; stopping", NULL);
+	abort();
+}
+
+/* The connection a request arrived on, or NULL when the client is gone. */
+struct gw_conn *
+gw_conn_of(struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	struct bufferevent *bev;
+	SSL		   *ssl;
+
+	if (evcon == NULL)
+		return NULL;
+	bev = evhttp_connection_get_bufferevent(evcon);
+	ssl = bev ? bufferevent_openssl_get_ssl(bev) : NULL;
+	return ssl ? SSL_get_ex_data(ssl, conn_index) : NULL;
+}
+
+/* A whole request arrived: stop its deadline. */
+void
+gw_conn_request_begin(struct gw_conn *c)
+{
+	if (c != NULL)
+		evtimer_del(c->deadline);
+}
+
+/* The answer was written: the next request on this connection gets a fresh deadline. */
+static void
+reply_done_cb(struct evhttp_request *req, void *arg)
+{
+	struct gw_conn *c = arg;
+
+	(void) req;
+	if (c->writing)
+	{
+		c->writing = 0;
+		c->gw->writing--;
+	}
+	arm_deadline(c);
+	gw_maybe_finish(c->gw);
+}
+
+/* An answer is about to be written on c for req: count it until it is written. */
+void
+gw_conn_reply_begin(struct gw_conn *c, struct evhttp_request *req)
+{
+	if (c == NULL)
+		return;
+	if (!c->writing)
+	{
+		c->writing = 1;
+		c->gw->writing++;
+	}
+	evhttp_request_set_on_complete_cb(req, reply_done_cb, c);
+}

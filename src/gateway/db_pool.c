@@ -1,0 +1,708 @@
+/*
+ * db_pool.c: a bounded pool of non-blocking libpq connections on the event loop.
+ *
+ * Each connection is a slot: DOWN, CONNECTING (PQconnectPoll driven by socket
+ * events), IDLE (its socket watched, so a server that goes away is noticed at
+ * once) or BUSY (PQsendQueryParams, then PQflush/PQconsumeInput/PQgetResult as
+ * the socket allows).  Jobs wait in a bounded FIFO with a wait timer.  A slot
+ * whose connection breaks goes back to DOWN and is reconnected lazily, when a
+ * job needs it.  Nothing here blocks the event loop.
+ */
+#include "db_pool.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <libpq-fe.h>
+
+/* After a failed connect with no connection alive, refuse at once for this long. */
+#define RECONNECT_BACKOFF_S 0.25
+/* The client-side guard fires this long after statement_timeout should have. */
+#define GUARD_GRACE_MS 2000
+
+enum slot_state
+{
+	SLOT_DOWN,
+	SLOT_CONNECTING,
+	SLOT_IDLE,
+	SLOT_BUSY
+};
+
+struct job
+{
+	TAILQ_ENTRY(job) link;
+	struct gw_db_pool *pool;
+	const char *sql;
+	const char *param;
+	gw_db_cb	cb;
+	void	   *arg;
+	struct event *wait;			/* queue wait timer */
+};
+
+struct slot
+{
+	struct gw_db_pool *pool;
+	int			index;
+	enum slot_state state;
+	PGconn	   *conn;
+	struct event *io;
+	int			io_fd;
+	short		io_what;
+	struct event *guard;		/* connect timeout or statement guard */
+	struct job *job;
+	PGresult   *res;			/* the first result of the running statement */
+};
+
+struct gw_db_pool
+{
+	struct event_base *base;
+	const struct gw_config *cfg;
+	char	   *conninfo;
+	struct slot *slots;
+	int			nslots;
+	TAILQ_HEAD(, job) queue;
+	int			nqueued;
+	double		last_fail;
+};
+
+static void slot_io_cb(evutil_socket_t fd, short what, void *arg);
+static void dispatch(struct gw_db_pool *pool);
+
+/* Seconds on the monotonic clock. */
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+/* A timeval of ms milliseconds. */
+static struct timeval
+ms_tv(long ms)
+{
+	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+
+	return tv;
+}
+
+/* Append key='value' (libpq quoting) to buf at *off; 0 on success. */
+static int
+append_kv(char *buf, size_t cap, size_t *off, const char *key, const char *val)
+{
+	int			n = snprintf(buf + *off, cap - *off, "%s%s='", *off ? " " : "", key);
+
+	if (n < 0 || (size_t) n >= cap - *off)
+		return -1;
+	*off += (size_t) n;
+	for (const char *p = val; *p; p++)
+	{
+		if (*off + 3 >= cap)
+			return -1;
+		if (*p == '\'' || *p == '\\')
+			buf[(*off)++] = '\\';
+		buf[(*off)++] = *p;
+	}
+	if (*off + 2 >= cap)
+		return -1;
+	buf[(*off)++] = '\'';
+	buf[*off] = '\0';
+	return 0;
+}
+
+/*
+ * The operator's conninfo with statement_timeout added to its options and
+ * application_name defaulted to bc-gateway; malloc'd, NULL on error.
+ */
+static char *
+build_conninfo(const struct gw_config *cfg)
+{
+	PQconninfoOption *opts = NULL;
+	char	   *err = NULL;
+	char	   *buf = NULL;
+	size_t		cap = strlen(cfg->db_conninfo) * 2 + 512;
+	size_t		off = 0;
+	char		options[1024];
+	int			have_app = 0;
+	const char *old_opts = "";
+
+	opts = PQconninfoParse(cfg->db_conninfo, &err);
+	if (opts == NULL)
+	{
+		gw_logf(GW_LOG_ERROR, "invalid --db: %s", err ? err : "out of memory");
+		goto out;
+	}
+	buf = malloc(cap);
+	if (buf == NULL)
+		goto out;
+	buf[0] = '\0';
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+	{
+		if (o->val == NULL || o->val[0] == '\0')
+			continue;
+		if (strcmp(o->keyword, "options") == 0)
+		{
+			old_opts = o->val;
+			continue;
+		}
+		if (strcmp(o->keyword, "application_name") == 0)
+			have_app = 1;
+		if (append_kv(buf, cap, &off, o->keyword, o->val) != 0)
+			goto fail;
+	}
+	if (!have_app && append_kv(buf, cap, &off, "application_name", "bc-gateway") != 0)
+		goto fail;
+	if (snprintf(options, sizeof(options), "%s%s-c statement_timeout=%ld",
+				 old_opts, old_opts[0] ? " " : "", cfg->db_statement_ms) >= (int) sizeof(options))
+		goto fail;
+	if (append_kv(buf, cap, &off, "options", options) != 0)
+		goto fail;
+	goto out;
+fail:
+	gw_logf(GW_LOG_ERROR, "--db is too long");
+	free(buf);
+	buf = NULL;
+out:
+	PQfreemem(err);
+	PQconninfoFree(opts);
+	return buf;
+}
+
+/* libpq's last error as one line, for the operator's log. */
+static void
+conn_error_line(PGconn *conn, char *buf, size_t len)
+{
+	const char *msg = conn ? PQerrorMessage(conn) : "out of memory";
+
+	snprintf(buf, len, "%s", msg ? msg : "");
+	for (char *p = buf; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+	for (size_t n = strlen(buf); n > 0 && buf[n - 1] == ' '; n--)
+		buf[n - 1] = '\0';
+}
+
+/* Watch the slot's socket fd for what (EV_READ and/or EV_WRITE). */
+static int
+watch(struct slot *s, int fd, short what)
+{
+	if (s->io != NULL && s->io_fd == fd && s->io_what == what)
+		return 0;
+	if (s->io != NULL)
+	{
+		event_free(s->io);
+		s->io = NULL;
+	}
+	s->io = event_new(s->pool->base, fd, what | EV_PERSIST, slot_io_cb, s);
+	if (s->io == NULL || event_add(s->io, NULL) != 0)
+		return -1;
+	s->io_fd = fd;
+	s->io_what = what;
+	return 0;
+}
+
+/* Close the slot's connection and forget its events; it becomes DOWN. */
+static void
+slot_close(struct slot *s)
+{
+	if (s->io != NULL)
+	{
+		event_free(s->io);
+		s->io = NULL;
+	}
+	evtimer_del(s->guard);
+	PQclear(s->res);
+	s->res = NULL;
+	PQfinish(s->conn);
+	s->conn = NULL;
+	s->state = SLOT_DOWN;
+}
+
+/* Free a job and its wait timer. */
+static void
+job_free(struct job *j)
+{
+	if (j == NULL)
+		return;
+	if (j->wait != NULL)
+		event_free(j->wait);
+	free(j);
+}
+
+/* Call a job's callback with a result that carries no data, then free it. */
+static void
+job_fail(struct job *j, enum gw_db_status status, const char *reason)
+{
+	struct gw_db_result r = {.status = status, .reason = reason};
+
+	j->cb(&r, j->arg);
+	job_free(j);
+}
+
+/* Fail every queued job as unavailable. */
+static void
+fail_queue(struct gw_db_pool *pool, const char *reason)
+{
+	struct job *j;
+
+	while ((j = TAILQ_FIRST(&pool->queue)) != NULL)
+	{
+		TAILQ_REMOVE(&pool->queue, j, link);
+		pool->nqueued--;
+		job_fail(j, GW_DB_UNAVAILABLE, reason);
+	}
+}
+
+/* Count slots in the given state. */
+static int
+count_state(const struct gw_db_pool *pool, enum slot_state st)
+{
+	int			n = 0;
+
+	for (int i = 0; i < pool->nslots; i++)
+		n += pool->slots[i].state == st;
+	return n;
+}
+
+/* Slots that are connected or connecting. */
+static int
+count_live(const struct gw_db_pool *pool)
+{
+	return pool->nslots - count_state(pool, SLOT_DOWN);
+}
+
+/* A connect failed: log it, close the slot, fail the queue if nothing else can serve it. */
+static void
+connect_failed(struct slot *s, const char *why)
+{
+	char		line[512];
+	struct gw_db_pool *pool = s->pool;
+
+	conn_error_line(s->conn, line, sizeof(line));
+	gw_log(GW_LOG_WARN, "database connection failed",
+		   json_pack("{s:i,s:s,s:s}", "slot", s->index, "reason", why, "error", line));
+	slot_close(s);
+	pool->last_fail = now_s();
+	if (count_live(pool) == 0)
+		fail_queue(pool, "database unavailable");
+}
+
+/* Drive a connecting slot one step with PQconnectPoll. */
+static void
+connect_step(struct slot *s)
+{
+	switch (PQconnectPoll(s->conn))
+	{
+		case PGRES_POLLING_READING:
+			if (watch(s, PQsocket(s->conn), EV_READ) != 0)
+				connect_failed(s, "event");
+			return;
+		case PGRES_POLLING_WRITING:
+			if (watch(s, PQsocket(s->conn), EV_WRITE) != 0)
+				connect_failed(s, "event");
+			return;
+		case PGRES_POLLING_OK:
+			evtimer_del(s->guard);
+			if (PQsetnonblocking(s->conn, 1) != 0 ||
+				watch(s, PQsocket(s->conn), EV_READ) != 0)
+			{
+				connect_failed(s, "setup");
+				return;
+			}
+			s->state = SLOT_IDLE;
+			gw_log(GW_LOG_INFO, "database connected", json_pack("{s:i}", "slot", s->index));
+			dispatch(s->pool);
+			return;
+		case PGRES_POLLING_FAILED:
+		default:
+			connect_failed(s, "refused");
+			return;
+	}
+}
+
+/* Start connecting a DOWN slot. */
+static void
+connect_start(struct slot *s)
+{
+	struct timeval tv = ms_tv(s->pool->cfg->db_wait_ms);
+
+	s->conn = PQconnectStart(s->pool->conninfo);
+	s->state = SLOT_CONNECTING;
+	if (s->conn == NULL || PQstatus(s->conn) == CONNECTION_BAD)
+	{
+		connect_failed(s, "start");
+		return;
+	}
+	evtimer_add(s->guard, &tv);
+	if (watch(s, PQsocket(s->conn), EV_WRITE) != 0)
+		connect_failed(s, "event");
+}
+
+/* Start connections for queued jobs; fail the queue when the database is known down. */
+static void
+ensure_connecting(struct gw_db_pool *pool)
+{
+	while (pool->nqueued > count_state(pool, SLOT_CONNECTING))
+	{
+		struct slot *down = NULL;
+
+		for (int i = 0; i < pool->nslots && down == NULL; i++)
+			if (pool->slots[i].state == SLOT_DOWN)
+				down = &pool->slots[i];
+		if (down == NULL)
+			break;
+		if (count_live(pool) == 0 && now_s() - pool->last_fail < RECONNECT_BACKOFF_S)
+			break;
+		connect_start(down);
+	}
+	if (pool->nqueued > 0 && count_live(pool) == 0)
+		fail_queue(pool, "database unavailable");
+}
+
+/* Deliver the running statement's result to its job and make the slot idle (or DOWN). */
+static void
+complete(struct slot *s, enum gw_db_status forced, const char *reason)
+{
+	struct job *j = s->job;
+	struct gw_db_result r = {.status = forced, .reason = reason};
+	PGresult   *res = s->res;
+	int			broken = s->conn == NULL || PQstatus(s->conn) == CONNECTION_BAD ||
+		(forced == GW_DB_OK && res == NULL);
+
+	s->job = NULL;
+	s->res = NULL;
+	evtimer_del(s->guard);
+	if (forced == GW_DB_OK)
+	{
+		ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+
+		if (res != NULL && st == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) >= 1)
+		{
+			r.value = PQgetisnull(res, 0, 0) ? NULL : PQgetvalue(res, 0, 0);
+			r.value_len = r.value ? (size_t) PQgetlength(res, 0, 0) : 0;
+			if (PQnfields(res) >= 2 && !PQgetisnull(res, 0, 1))
+				r.tag = PQgetvalue(res, 0, 1);
+		}
+		else if (res != NULL && st == PGRES_FATAL_ERROR &&
+				 PQresultErrorField(res, PG_DIAG_SQLSTATE) != NULL)
+		{
+			r.status = GW_DB_ERROR;
+			r.sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+			r.message = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+			r.reason = "server error";
+		}
+		else if (res == NULL || broken)
+		{
+			r.status = GW_DB_UNAVAILABLE;
+			r.reason = "connection lost";
+		}
+		else
+		{
+			r.status = GW_DB_ERROR;
+			r.reason = "unexpected result";
+		}
+	}
+	if (broken || forced != GW_DB_OK)
+		slot_close(s);
+	else
+	{
+		s->state = SLOT_IDLE;
+		if (watch(s, PQsocket(s->conn), EV_READ) != 0)
+			slot_close(s);
+	}
+	if (j != NULL)
+		j->cb(&r, j->arg);
+	PQclear(res);
+	job_free(j);
+}
+
+/* Send a job's statement on an idle slot; -1 when the connection turned out broken. */
+static int
+start_query(struct slot *s, struct job *j)
+{
+	struct timeval tv = ms_tv(s->pool->cfg->db_statement_ms + GUARD_GRACE_MS);
+	const char *values[1] = {j->param};
+	int			fl;
+
+	if (!PQsendQueryParams(s->conn, j->sql, j->param ? 1 : 0, NULL, values, NULL, NULL, 0))
+		return -1;
+	if (j->wait != NULL)
+	{
+		event_free(j->wait);
+		j->wait = NULL;
+	}
+	s->job = j;
+	s->state = SLOT_BUSY;
+	evtimer_add(s->guard, &tv);
+	fl = PQflush(s->conn);
+	if (fl < 0 || watch(s, PQsocket(s->conn), fl ? (EV_READ | EV_WRITE) : EV_READ) != 0)
+		complete(s, GW_DB_UNAVAILABLE, "send failed");
+	return 0;
+}
+
+/* Hand queued jobs to idle slots, then make sure enough slots are connecting. */
+static void
+dispatch(struct gw_db_pool *pool)
+{
+	for (int i = 0; i < pool->nslots && !TAILQ_EMPTY(&pool->queue); i++)
+	{
+		struct slot *s = &pool->slots[i];
+		struct job *j;
+
+		if (s->state != SLOT_IDLE)
+			continue;
+		j = TAILQ_FIRST(&pool->queue);
+		TAILQ_REMOVE(&pool->queue, j, link);
+		pool->nqueued--;
+		if (start_query(s, j) != 0)
+		{
+			/* nothing was sent: the job goes back to the head of the queue */
+			gw_log(GW_LOG_INFO, "database connection lost", json_pack("{s:i}", "slot", s->index));
+			TAILQ_INSERT_HEAD(&pool->queue, j, link);
+			pool->nqueued++;
+			slot_close(s);
+		}
+	}
+	ensure_connecting(pool);
+}
+
+/* A BUSY slot's socket is ready: flush what is left, read what arrived; 1 when done. */
+static int
+query_step(struct slot *s, short what)
+{
+	if (what & EV_WRITE)
+	{
+		int			fl = PQflush(s->conn);
+
+		if (fl < 0)
+		{
+			complete(s, GW_DB_OK, NULL);
+			return 1;
+		}
+		if (fl == 0 && watch(s, PQsocket(s->conn), EV_READ) != 0)
+		{
+			complete(s, GW_DB_UNAVAILABLE, "event");
+			return 1;
+		}
+	}
+	if (!(what & EV_READ))
+		return 0;
+	if (!PQconsumeInput(s->conn))
+	{
+		complete(s, GW_DB_OK, NULL);
+		return 1;
+	}
+	while (!PQisBusy(s->conn))
+	{
+		PGresult   *r = PQgetResult(s->conn);
+
+		if (r == NULL)
+		{
+			complete(s, GW_DB_OK, NULL);
+			return 1;
+		}
+		if (s->res == NULL)
+			s->res = r;
+		else
+			PQclear(r);
+	}
+	return 0;
+}
+
+/* A BUSY slot's socket is ready; when its statement is done, serve the queue. */
+static void
+query_io(struct slot *s, short what)
+{
+	if (query_step(s, what))
+		dispatch(s->pool);
+}
+
+/* An IDLE slot's socket is readable: the server said something, most likely goodbye. */
+static void
+idle_read(struct slot *s)
+{
+	PGnotify   *n;
+
+	if (!PQconsumeInput(s->conn) || PQstatus(s->conn) == CONNECTION_BAD)
+	{
+		gw_log(GW_LOG_INFO, "database connection lost", json_pack("{s:i}", "slot", s->index));
+		slot_close(s);
+		return;
+	}
+	while ((n = PQnotifies(s->conn)) != NULL)
+		PQfreemem(n);
+}
+
+/* Socket event on a slot. */
+static void
+slot_io_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct slot *s = arg;
+
+	(void) fd;
+	switch (s->state)
+	{
+		case SLOT_CONNECTING:
+			connect_step(s);
+			break;
+		case SLOT_IDLE:
+			idle_read(s);
+			break;
+		case SLOT_BUSY:
+			query_io(s, what);
+			break;
+		case SLOT_DOWN:
+		default:
+			break;
+	}
+}
+
+/* The slot's guard fired: a connect or a statement took too long. */
+static void
+slot_guard_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct slot *s = arg;
+
+	(void) fd;
+	(void) what;
+	if (s->state == SLOT_CONNECTING)
+		connect_failed(s, "connect timeout");
+	else if (s->state == SLOT_BUSY)
+	{
+		gw_log(GW_LOG_WARN, "database statement guard fired; connection dropped",
+			   json_pack("{s:i}", "slot", s->index));
+		complete(s, GW_DB_TIMEOUT, "statement guard");
+		dispatch(s->pool);
+	}
+}
+
+/* A queued job waited too long for a connection. */
+static void
+job_wait_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct job *j = arg;
+	struct gw_db_pool *pool = j->pool;
+
+	(void) fd;
+	(void) what;
+	TAILQ_REMOVE(&pool->queue, j, link);
+	pool->nqueued--;
+	job_fail(j, GW_DB_UNAVAILABLE, "pool wait timeout");
+}
+
+/* A pool of cfg->db_pool connections to cfg->db_conninfo; NULL on failure. */
+struct gw_db_pool *
+gw_db_pool_new(struct event_base *base, const struct gw_config *cfg)
+{
+	struct gw_db_pool *pool = calloc(1, sizeof(*pool));
+
+	if (pool == NULL)
+		return NULL;
+	pool->base = base;
+	pool->cfg = cfg;
+	TAILQ_INIT(&pool->queue);
+	pool->conninfo = build_conninfo(cfg);
+	pool->slots = calloc((size_t) cfg->db_pool, sizeof(*pool->slots));
+	if (pool->conninfo == NULL || pool->slots == NULL)
+		goto fail;
+	pool->nslots = cfg->db_pool;
+	for (int i = 0; i < pool->nslots; i++)
+	{
+		struct slot *s = &pool->slots[i];
+
+		s->pool = pool;
+		s->index = i;
+		s->state = SLOT_DOWN;
+		s->guard = evtimer_new(base, slot_guard_cb, s);
+		if (s->guard == NULL)
+			goto fail;
+	}
+	return pool;
+fail:
+	gw_db_pool_free(pool);
+	return NULL;
+}
+
+/* Close every connection; jobs still queued or running get GW_DB_UNAVAILABLE. */
+void
+gw_db_pool_free(struct gw_db_pool *pool)
+{
+	if (pool == NULL)
+		return;
+	for (int i = 0; i < pool->nslots; i++)
+	{
+		struct slot *s = &pool->slots[i];
+
+		if (s->job != NULL)
+			complete(s, GW_DB_UNAVAILABLE, "shutting down");
+		slot_close(s);
+	}
+	fail_queue(pool, "shutting down");
+	for (int i = 0; pool->slots != NULL && i < pool->nslots; i++)
+		if (pool->slots[i].guard != NULL)
+			event_free(pool->slots[i].guard);
+	free(pool->slots);
+	free(pool->conninfo);
+	free(pool);
+}
+
+/* Queue sql with param for the next free connection; see db_pool.h. */
+int
+gw_db_submit(struct gw_db_pool *pool, const char *sql, const char *param,
+			 gw_db_cb cb, void *arg, const char **why)
+{
+	struct job *j;
+	struct timeval tv = ms_tv(pool->cfg->db_wait_ms);
+
+	if (pool->nqueued >= pool->cfg->db_queue && count_state(pool, SLOT_IDLE) == 0)
+	{
+		*why = "queue full";
+		return -1;
+	}
+	j = calloc(1, sizeof(*j));
+	if (j == NULL)
+		goto oom;
+	j->pool = pool;
+	j->sql = sql;
+	j->param = param;
+	j->cb = cb;
+	j->arg = arg;
+	j->wait = evtimer_new(pool->base, job_wait_cb, j);
+	if (j->wait == NULL || evtimer_add(j->wait, &tv) != 0)
+		goto oom;
+	TAILQ_INSERT_TAIL(&pool->queue, j, link);
+	pool->nqueued++;
+	dispatch(pool);
+	return 0;
+oom:
+	job_free(j);
+	*why = "out of memory";
+	return -1;
+}
+
+/* Connections running a statement. */
+int
+gw_db_pool_in_use(const struct gw_db_pool *pool)
+{
+	return count_state(pool, SLOT_BUSY);
+}
+
+/* Connections established (idle or busy). */
+int
+gw_db_pool_connected(const struct gw_db_pool *pool)
+{
+	return count_state(pool, SLOT_IDLE) + count_state(pool, SLOT_BUSY);
+}
+
+/* Jobs waiting for a connection. */
+int
+gw_db_pool_queued(const struct gw_db_pool *pool)
+{
+	return pool->nqueued;
+}

@@ -1,0 +1,458 @@
+/*
+ * http.c: the routes, the relay to the database and the status mapping.
+ *
+ * A POST body goes to the database byte for byte as the one text parameter
+ * of a fixed statement; the function's jsonb result comes back byte for byte
+ * as the response body.  The gateway reads only the result's "status" (which
+ * the statement extracts) to choose 200 or 403, and the SQLSTATE of an error
+ * to choose 400, 404, 503 or 500.  It never forwards a server message except
+ * the primary message of INVALID_INPUT, which names the offending field.
+ */
+#include "http.h"
+#include "client_addr.h"
+#include "conn.h"
+#include "db_pool.h"
+#include "gateway.h"
+#include "log.h"
+#include "metrics.h"
+#include "ratelimit.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+
+struct route
+{
+	const char *path;
+	enum gw_endpoint ep;
+	const char *sql;
+};
+
+/* Column 0: the function's result, relayed as is; column 1: its status, for the mapping. */
+static const struct route routes[] = {
+	{"/v1/join", GW_EP_JOIN,
+	"SELECT t.r, t.r->>'status' FROM public.bc_join($1::jsonb) AS t(r)"},
+	{"/v1/renew", GW_EP_RENEW,
+	"SELECT t.r, t.r->>'status' FROM bc_join.renew($1::jsonb) AS t(r)"},
+	{"/v1/session", GW_EP_SESSION,
+	"SELECT t.r, t.r->>'status' FROM bc_join.issue_session($1::jsonb) AS t(r)"},
+};
+
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+/* One request from dispatch to answer. */
+struct req_ctx
+{
+	struct gateway *gw;
+	struct evhttp_request *req;
+	const char *label;			/* endpoint name in logs */
+	enum gw_endpoint ep;
+	int			observed;		/* counted in bc_gateway_requests_total */
+	struct timespec start;
+	char		client[64];
+	char	   *body;
+	size_t		body_len;
+	char		sqlstate[6];
+	const char *reason;
+};
+
+/* Seconds elapsed since ts (monotonic). */
+static double
+elapsed_since(const struct timespec *ts)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double) (now.tv_sec - ts->tv_sec) + (double) (now.tv_nsec - ts->tv_nsec) / 1e9;
+}
+
+/* Log one answered request; never its body or the server's messages. */
+static void
+log_request(struct req_ctx *ctx, int code, enum gw_outcome out, size_t bytes, double secs)
+{
+	int			level = code >= 500 ? GW_LOG_WARN : ctx->observed ? GW_LOG_INFO : GW_LOG_DEBUG;
+	json_t	   *f;
+
+	if (!gw_log_enabled(level))
+		return;
+	f = json_pack("{s:s,s:i,s:s,s:s,s:f,s:I,s:I}",
+				  "endpoint", ctx->label, "status", code,
+				  "outcome", ctx->observed ? gw_outcome_name(out) : "",
+				  "client", ctx->client, "duration_ms", floor(secs * 1e6) / 1e3,
+				  "bytes", (json_int_t) bytes, "bytes_in", (json_int_t) ctx->body_len);
+	if (f != NULL && ctx->sqlstate[0] != '\0')
+		json_object_set_new(f, "sqlstate", json_string(ctx->sqlstate));
+	if (f != NULL && ctx->reason != NULL)
+		json_object_set_new(f, "reason", json_string(ctx->reason));
+	gw_log(level, "request", f);
+}
+
+/* Send the answer, count it, log it and free ctx. */
+static void
+reply(struct req_ctx *ctx, int code, enum gw_outcome out, const char *ctype,
+	  const char *body, size_t len, int retry_after)
+{
+	struct gateway *gw = ctx->gw;
+	struct evkeyvalq *h = evhttp_request_get_output_headers(ctx->req);
+	struct evbuffer *buf = evbuffer_new();
+	double		secs = elapsed_since(&ctx->start);
+	char		ra[16];
+
+	evhttp_add_header(h, "Content-Type", ctype);
+	evhttp_add_header(h, "Cache-Control", "no-store");
+	if (retry_after > 0)
+	{
+		snprintf(ra, sizeof(ra), "%d", retry_after);
+		evhttp_add_header(h, "Retry-After", ra);
+	}
+	if (gw->shutting_down)
+		evhttp_add_header(h, "Connection", "close");
+	if (buf != NULL && len > 0 && evbuffer_add(buf, body, len) != 0)
+	{
+		code = 500;
+		out = GW_OUT_ERROR;
+	}
+	gw_conn_reply_begin(gw_conn_of(ctx->req), ctx->req);
+	evhttp_send_reply(ctx->req, code, NULL, buf);
+	evbuffer_free(buf);
+	if (ctx->observed)
+		gw_metrics_observe(&gw->metrics, ctx->ep, out, secs);
+	log_request(ctx, code, out, len, secs);
+	free(ctx->body);
+	free(ctx);
+	gw->in_flight--;
+	gw_maybe_finish(gw);
+}
+
+/* Answer with {"status":"error","error":{"code":code,"message":msg}}. */
+static void
+reply_error(struct req_ctx *ctx, int http, enum gw_outcome out, const char *code,
+			const char *msg, int retry_after)
+{
+	json_t	   *j = json_pack("{s:s,s:{s:s,s:s}}", "status", "error",
+							  "error", "code", code, "message", msg ? msg : "");
+	char	   *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+
+	static const char fallback[] =
+		"{\"status\":\"error\",\"error\":{\"code\":\"INTERNAL\",\"message\":\"internal error\"}}";
+
+	if (text == NULL)
+		reply(ctx, 500, GW_OUT_ERROR, "application/json", fallback, sizeof(fallback) - 1, 0);
+	else
+		reply(ctx, http, out, "application/json", text, strlen(text), retry_after);
+	free(text);
+	json_decref(j);
+}
+
+/* Answer 503 UNAVAILABLE with Retry-After. */
+static void
+reply_unavailable(struct req_ctx *ctx, enum gw_outcome out, const char *reason)
+{
+	ctx->reason = reason;
+	reply_error(ctx, 503, out, "UNAVAILABLE", "service temporarily unavailable",
+				ctx->gw->cfg.retry_after_s);
+}
+
+/* Answer 500 INTERNAL, saying nothing else. */
+static void
+reply_internal(struct req_ctx *ctx)
+{
+	reply_error(ctx, 500, GW_OUT_ERROR, "INTERNAL", "internal error", 0);
+}
+
+/* The HTTP status and outcome for a database error with this SQLSTATE. */
+int
+gw_http_status_for_sqlstate(const char *ss, int *outcome)
+{
+	static const char *const invalid[] = {"22023", "22P02", "22021", "22P05", NULL};
+	static const char *const unsupported[] = {"0A000", "42883", NULL};
+	static const char *const unavailable[] = {"57P01", "57P02", "57P03", "53300",
+	"40001", "40P01", NULL};
+
+	if (ss == NULL || strlen(ss) != 5)
+		goto internal;
+	for (int i = 0; invalid[i]; i++)
+		if (strcmp(ss, invalid[i]) == 0)
+		{
+			*outcome = GW_OUT_INVALID;
+			return 400;
+		}
+	for (int i = 0; unsupported[i]; i++)
+		if (strcmp(ss, unsupported[i]) == 0)
+		{
+			*outcome = GW_OUT_UNSUPPORTED;
+			return 404;
+		}
+	if (strcmp(ss, "57014") == 0)
+	{
+		*outcome = GW_OUT_TIMEOUT;
+		return 503;
+	}
+	if (strncmp(ss, "08", 2) == 0)
+		goto unavail;
+	for (int i = 0; unavailable[i]; i++)
+		if (strcmp(ss, unavailable[i]) == 0)
+			goto unavail;
+internal:
+	*outcome = GW_OUT_ERROR;
+	return 500;
+unavail:
+	*outcome = GW_OUT_UNAVAILABLE;
+	return 503;
+}
+
+/* A server error: map its SQLSTATE to an answer. */
+static void
+reply_db_error(struct req_ctx *ctx, const struct gw_db_result *r)
+{
+	int			out = GW_OUT_ERROR;
+	int			code = gw_http_status_for_sqlstate(r->sqlstate, &out);
+
+	if (r->sqlstate != NULL)
+		snprintf(ctx->sqlstate, sizeof(ctx->sqlstate), "%s", r->sqlstate);
+	switch (code)
+	{
+		case 400:
+			reply_error(ctx, 400, GW_OUT_INVALID, "INVALID_INPUT",
+						r->message ? r->message : "invalid input", 0);
+			return;
+		case 404:
+			reply_error(ctx, 404, GW_OUT_UNSUPPORTED, "UNSUPPORTED",
+						"not supported by this service", 0);
+			return;
+		case 503:
+			reply_unavailable(ctx, (enum gw_outcome) out, r->reason);
+			return;
+		default:
+			reply_internal(ctx);
+			return;
+	}
+}
+
+/* The database answered a relayed call. */
+static void
+relay_done(const struct gw_db_result *r, void *arg)
+{
+	struct req_ctx *ctx = arg;
+
+	switch (r->status)
+	{
+		case GW_DB_OK:
+			if (r->value == NULL || r->tag == NULL)
+				break;
+			if (strcmp(r->tag, "issued") == 0 || strcmp(r->tag, "pending") == 0 ||
+				strcmp(r->tag, "challenge") == 0)
+			{
+				enum gw_outcome out = r->tag[0] == 'i' ? GW_OUT_ISSUED :
+				r->tag[0] == 'p' ? GW_OUT_PENDING : GW_OUT_CHALLENGE;
+
+				reply(ctx, 200, out, "application/json", r->value, r->value_len, 0);
+				return;
+			}
+			if (strcmp(r->tag, "refused") == 0)
+			{
+				reply(ctx, 403, GW_OUT_REFUSED, "application/json", r->value, r->value_len, 0);
+				return;
+			}
+			break;
+		case GW_DB_ERROR:
+			reply_db_error(ctx, r);
+			return;
+		case GW_DB_UNAVAILABLE:
+			reply_unavailable(ctx, GW_OUT_UNAVAILABLE, r->reason);
+			return;
+		case GW_DB_TIMEOUT:
+			reply_unavailable(ctx, GW_OUT_TIMEOUT, r->reason);
+			return;
+	}
+	ctx->reason = "unexpected result";
+	reply_internal(ctx);
+}
+
+/* The health probe's statement finished. */
+static void
+health_done(const struct gw_db_result *r, void *arg)
+{
+	struct req_ctx *ctx = arg;
+
+	if (r->status == GW_DB_OK)
+		reply(ctx, 200, GW_OUT_ISSUED, "text/plain", "ok\n", 3, 0);
+	else
+	{
+		ctx->reason = r->reason;
+		reply(ctx, 503, GW_OUT_UNAVAILABLE, "text/plain", "unavailable\n", 12,
+			  ctx->gw->cfg.retry_after_s);
+	}
+}
+
+/* GET /healthz: 200 when a database connection works or can be made, else 503. */
+static void
+handle_health(struct req_ctx *ctx)
+{
+	const char *why = NULL;
+
+	if (gw_db_pool_connected(ctx->gw->pool) > 0)
+	{
+		reply(ctx, 200, GW_OUT_ISSUED, "text/plain", "ok\n", 3, 0);
+		return;
+	}
+	if (gw_db_submit(ctx->gw->pool, "SELECT 1", NULL, health_done, ctx, &why) != 0)
+	{
+		ctx->reason = why;
+		reply(ctx, 503, GW_OUT_UNAVAILABLE, "text/plain", "unavailable\n", 12,
+			  ctx->gw->cfg.retry_after_s);
+	}
+}
+
+/* GET /metrics: the Prometheus text exposition. */
+static void
+handle_metrics(struct req_ctx *ctx)
+{
+	struct evbuffer *buf = evbuffer_new();
+	size_t		n;
+	char	   *text = NULL;
+
+	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, gw_db_pool_in_use(ctx->gw->pool),
+										 ctx->gw->cfg.db_pool, buf) != 0)
+		goto fail;
+	n = evbuffer_get_length(buf);
+	text = malloc(n + 1);
+	if (text == NULL || evbuffer_copyout(buf, text, n) != (ev_ssize_t) n)
+		goto fail;
+	reply(ctx, 200, GW_OUT_ISSUED, "text/plain; version=0.0.4", text, n, 0);
+	goto out;
+fail:
+	reply_internal(ctx);
+out:
+	free(text);
+	evbuffer_free(buf);
+}
+
+/* Whether the client may make one more relayed call now; answers 429 when not. */
+static int
+rate_allowed(struct req_ctx *ctx, const struct gw_addr *addr)
+{
+	struct timespec now;
+	double		retry = 0;
+	struct gateway *gw = ctx->gw;
+
+	if (gw->rl == NULL)
+		return 1;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (gw_ratelimit_take(gw->rl, addr, (double) now.tv_sec + (double) now.tv_nsec / 1e9, &retry))
+		return 1;
+	reply_error(ctx, 429, GW_OUT_RATE_LIMITED, "RATE_LIMITED", "too many requests",
+				retry < 1 ? 1 : (int) ceil(retry));
+	return 0;
+}
+
+/* POST /v1/...: check the body and hand it to the database. */
+static void
+handle_relay(struct req_ctx *ctx, const struct route *rt)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(ctx->req);
+	size_t		n = in ? evbuffer_get_length(in) : 0;
+	const char *why = NULL;
+
+	ctx->body_len = n;
+	if (n == 0)
+	{
+		reply_error(ctx, 400, GW_OUT_INVALID, "INVALID_INPUT", "request body is empty", 0);
+		return;
+	}
+	if (n > GW_MAX_BODY)
+	{
+		reply_error(ctx, 413, GW_OUT_TOO_LARGE, "INVALID_INPUT",
+					"request body over 65536 bytes", 0);
+		return;
+	}
+	ctx->body = malloc(n + 1);
+	if (ctx->body == NULL || evbuffer_copyout(in, ctx->body, n) != (ev_ssize_t) n)
+	{
+		reply_internal(ctx);
+		return;
+	}
+	ctx->body[n] = '\0';
+	/* a text parameter ends at the first NUL: refuse rather than truncate */
+	if (memchr(ctx->body, '\0', n) != NULL)
+	{
+		reply_error(ctx, 400, GW_OUT_INVALID, "INVALID_INPUT",
+					"request body contains a NUL byte", 0);
+		return;
+	}
+	/* from here relay_done answers, possibly before gw_db_submit returns */
+	if (gw_db_submit(ctx->gw->pool, rt->sql, ctx->body, relay_done, ctx, &why) != 0)
+		reply_unavailable(ctx, GW_OUT_UNAVAILABLE, why);
+}
+
+/* evhttp's generic callback: route one complete request. */
+void
+gw_http_handle(struct evhttp_request *req, void *arg)
+{
+	struct gateway *gw = arg;
+	struct req_ctx *ctx = calloc(1, sizeof(*ctx));
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+	enum evhttp_cmd_type method = evhttp_request_get_command(req);
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	char	   *peer = NULL;
+	ev_uint16_t port = 0;
+	struct gw_addr addr;
+
+	gw_conn_request_begin(gw_conn_of(req));
+	if (ctx == NULL)
+	{
+		evhttp_send_error(req, 500, NULL);
+		return;
+	}
+	gw->in_flight++;
+	clock_gettime(CLOCK_MONOTONIC, &ctx->start);
+	ctx->gw = gw;
+	ctx->req = req;
+	ctx->label = "other";
+	ctx->ep = GW_EP_OTHER;
+	if (evcon != NULL)
+		evhttp_connection_get_peer(evcon, &peer, &port);
+	if (gw_client_address(&gw->cfg, peer, evhttp_request_get_input_headers(req), &addr) == 0)
+		gw_addr_format(&addr, ctx->client, sizeof(ctx->client));
+	else
+		memset(&addr, 0, sizeof(addr));
+	if (path != NULL && (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0))
+	{
+		ctx->label = path + 1;
+		if (method != EVHTTP_REQ_GET)
+		{
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
+			reply_error(ctx, 405, GW_OUT_INVALID, "INVALID_INPUT", "method not allowed", 0);
+		}
+		else if (path[1] == 'h')
+			handle_health(ctx);
+		else
+			handle_metrics(ctx);
+		return;
+	}
+	ctx->observed = 1;
+	for (size_t i = 0; path != NULL && i < NROUTES; i++)
+	{
+		if (strcmp(path, routes[i].path) != 0)
+			continue;
+		ctx->ep = routes[i].ep;
+		ctx->label = gw_endpoint_name(routes[i].ep);
+		if (method != EVHTTP_REQ_POST)
+		{
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
+			reply_error(ctx, 405, GW_OUT_INVALID, "INVALID_INPUT", "method not allowed", 0);
+			return;
+		}
+		if (!rate_allowed(ctx, &addr))
+			return;
+		handle_relay(ctx, &routes[i]);
+		return;
+	}
+	reply_error(ctx, 404, GW_OUT_UNSUPPORTED, "UNSUPPORTED", "no such endpoint", 0);
+}
