@@ -32,6 +32,7 @@ include $(PGXS)
 # Host programs (bcd, test tools, unit tests, sanitizer builds).
 include mk/host.mk
 include mk/gateway.mk
+include mk/agent.mk
 
 all: host
 all: gateway

@@ -7,8 +7,11 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include <jansson.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
+
+#include "bc_common.h"
 
 /* Process exit codes of bcd subcommands. */
 #define BCD_EXIT_OK 0
@@ -43,8 +46,58 @@ char	   *bcd_path_join(const char *dir, const char *name);
 
 /* join_request.c */
 int			bcd_cmd_join_request(int argc, char **argv);
+int			bcd_load_token(const char *token, const char *token_file,
+						   char **out, size_t *len);
+json_t	   *bcd_build_claims(const char *claims_json, const char *hostname);
+int			bcd_node_key_and_csr(const char *dir, EVP_PKEY **key,
+								 unsigned char **csr, size_t *csr_len,
+								 const char **what);
+int			bcd_join_request_json(const bcd_service_keys *keys,
+								  const unsigned char *csr, size_t csr_len,
+								  const char *role, const char *attestor,
+								  const char *attestation_b64,
+								  const char *token, size_t token_len,
+								  json_t *claims, char **text_out);
 
 /* verify_response.c */
 int			bcd_cmd_verify_response(int argc, char **argv);
+
+/* answer.c: a bc_join() / bc_join.renew() answer, verified */
+
+/* Bound of a response document (a JWS plus the outer JSON). */
+#define BCD_RESPONSE_MAX (BC_JOSE_MAX + 4096)
+
+/* What a verified answer says; pointers into payload live as long as it. */
+typedef struct bcd_answer
+{
+	json_t	   *payload;		/* the signed payload, verified */
+	const char *status;			/* "issued", "pending" or "challenge" */
+	/* issued */
+	X509	   *leaf;			/* certifies our key, chains to the pinned CA */
+	char	   *spiffe_id;		/* malloc()ed */
+	char		serial[41];		/* of the leaf, lower-case hex, >= 32 digits */
+	char		not_after[64];	/* RFC 3339, as answered (or from the leaf) */
+	char	   *chain_pem;		/* leaf then the pinned CA, malloc()ed */
+	size_t		chain_pem_len;
+	/* pending and challenge */
+	long		retry_after;	/* retryAfterSeconds, -1 when absent */
+	const char *request_id;
+	const char *challenge;
+	const char *attestor;
+	/* refused: the outer error code (never from a signed payload) */
+	char		refusal[72];
+} bcd_answer;
+
+int			bcd_answer_verify(const bcd_service_keys *keys, const char *text,
+							  size_t len, const unsigned char *csr,
+							  size_t csr_len, EVP_PKEY *key, bcd_answer *ans,
+							  char *err, size_t errlen);
+void		bcd_answer_free(bcd_answer *ans);
+int			bcd_cert_serial_hex(X509 *cert, char out[41]);
+void		bcd_cert_not_after(X509 *cert, char *buf, size_t len);
+
+/* run.c: bcd run and bcd renew */
+int			bcd_cmd_run(int argc, char **argv);
+int			bcd_cmd_renew(int argc, char **argv);
 
 #endif							/* BCD_H */

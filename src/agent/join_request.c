@@ -118,57 +118,60 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts)
 	return BCD_EXIT_OK;
 }
 
-/* The token: --token as given, or --token-file with one trailing newline stripped. */
-static int
-load_token(const join_request_opts *opts, char **token, size_t *len)
+/*
+ * The join token: token as given, or read from token_file with one trailing
+ * newline stripped; *out is NULL when neither is set.  Release *out with
+ * bc_free_secret(*out, *len + 1).
+ */
+int
+bcd_load_token(const char *token, const char *token_file, char **out, size_t *len)
 {
 	int			rc;
 
-	if (opts->token == NULL && opts->token_file == NULL)
-	{
-		*token = NULL;
-		*len = 0;
+	*out = NULL;
+	*len = 0;
+	if (token == NULL && token_file == NULL)
 		return BC_OK;
-	}
-	if (opts->token != NULL)
+	if (token != NULL)
 	{
-		*len = strlen(opts->token);
-		*token = strdup(opts->token);
-		rc = *token == NULL ? BC_ENOMEM : BC_OK;
+		*len = strlen(token);
+		*out = strdup(token);
+		rc = *out == NULL ? BC_ENOMEM : BC_OK;
 	}
 	else
 	{
-		rc = bcd_read_file(opts->token_file, TOKEN_MAX, token, len);
-		if (rc == BC_OK && *len > 0 && (*token)[*len - 1] == '\n')
+		rc = bcd_read_file(token_file, TOKEN_MAX, out, len);
+		if (rc == BC_OK && *len > 0 && (*out)[*len - 1] == '\n')
 		{
-			(*token)[--(*len)] = '\0';
-			if (*len > 0 && (*token)[*len - 1] == '\r')
-				(*token)[--(*len)] = '\0';
+			(*out)[--(*len)] = '\0';
+			if (*len > 0 && (*out)[*len - 1] == '\r')
+				(*out)[--(*len)] = '\0';
 		}
 	}
-	if (rc == BC_OK && (*len == 0 || *len > TOKEN_MAX || memchr(*token, '\0', *len) != NULL))
+	if (rc == BC_OK && (*len == 0 || *len > TOKEN_MAX || memchr(*out, '\0', *len) != NULL))
 	{
-		bc_free_secret(*token, *len + 1);
-		*token = NULL;
+		bc_free_secret(*out, *len + 1);
+		*out = NULL;
+		*len = 0;
 		rc = BC_EINVAL;
 	}
 	return rc;
 }
 
-/* The claims object: --claims, or {hostname, arch}; --hostname overrides hostname. */
-static json_t *
-build_claims(const join_request_opts *opts)
+/* The claims object: claims_json, or {hostname, arch}; hostname overrides hostname. */
+json_t *
+bcd_build_claims(const char *claims_json, const char *hostname)
 {
 	json_t	   *claims;
 	json_error_t jerr;
 	char		host[256];
 	struct utsname uts;
 
-	if (opts->claims != NULL)
+	if (claims_json != NULL)
 	{
-		if (strlen(opts->claims) > CLAIMS_MAX)
+		if (strlen(claims_json) > CLAIMS_MAX)
 			return NULL;
-		claims = json_loads(opts->claims, JSON_REJECT_DUPLICATES, &jerr);
+		claims = json_loads(claims_json, JSON_REJECT_DUPLICATES, &jerr);
 		if (!json_is_object(claims))
 		{
 			json_decref(claims);
@@ -180,7 +183,7 @@ build_claims(const join_request_opts *opts)
 		claims = json_object();
 		if (claims == NULL)
 			return NULL;
-		if (opts->hostname == NULL && gethostname(host, sizeof(host)) == 0)
+		if (hostname == NULL && gethostname(host, sizeof(host)) == 0)
 		{
 			host[sizeof(host) - 1] = '\0';
 			json_object_set_new(claims, "hostname", json_string(host));
@@ -188,8 +191,8 @@ build_claims(const join_request_opts *opts)
 		if (uname(&uts) == 0)
 			json_object_set_new(claims, "arch", json_string(uts.machine));
 	}
-	if (opts->hostname != NULL &&
-		json_object_set_new(claims, "hostname", json_string(opts->hostname)) != 0)
+	if (hostname != NULL &&
+		json_object_set_new(claims, "hostname", json_string(hostname)) != 0)
 	{
 		json_decref(claims);
 		return NULL;
@@ -223,8 +226,8 @@ out:
  * The node key and CSR of DIR when both are there (and match), else new ones
  * written there.  One key and one CSR serve every round of a join.
  */
-static int
-node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_t *csr_len,
+int
+bcd_node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_t *csr_len,
 				 const char **what)
 {
 	char	   *key_path = bcd_path_join(dir, "node.key");
@@ -303,40 +306,25 @@ load_attestation(const char *path, char **b64)
 	return rc;
 }
 
-/* Key, CSR, sealed token and the JoinRequest, printed on stdout. */
-static int
-make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
-				  const char *token, size_t token_len)
+/*
+ * The JoinRequest JSON for csr: the token (when not NULL) sealed to the
+ * service's encryption key with header csrSha256, the attestation (base64url,
+ * may be NULL) and a copy of claims.  *text_out is malloc()ed.
+ */
+int
+bcd_join_request_json(const bcd_service_keys *keys, const unsigned char *csr,
+					  size_t csr_len, const char *role, const char *attestor,
+					  const char *attestation_b64, const char *token,
+					  size_t token_len, json_t *claims, char **text_out)
 {
-	EVP_PKEY   *key = NULL;
-	unsigned char *csr = NULL;
-	size_t		csr_len = 0;
 	unsigned char digest[BC_SHA256_LEN];
 	char		csr_sha256[64];
 	char	   *csr64 = NULL;
 	char	   *sealed = NULL;
-	char	   *attestation = NULL;
-	json_t	   *claims = NULL;
 	json_t	   *request = NULL;
-	char	   *text = NULL;
-	const char *what = "";
-	int			rc = BC_EINVAL;
+	int			rc;
 
-	what = "--claims must be a JSON object";
-	claims = build_claims(opts);
-	if (claims == NULL)
-		goto out;
-	what = "cannot create the output directory";
-	if (bcd_ensure_dir(opts->out_dir) != BC_OK)
-		goto out;
-	rc = node_key_and_csr(opts->out_dir, &key, &csr, &csr_len, &what);
-	if (rc != BC_OK)
-		goto out;
-	what = "cannot read --attestation-file";
-	rc = load_attestation(opts->attestation_file, &attestation);
-	if (rc != BC_OK)
-		goto out;
-	what = "cannot seal the token";
+	*text_out = NULL;
 	rc = bc_sha256(csr, csr_len, digest);
 	if (rc != BC_OK)
 		goto out;
@@ -348,23 +336,62 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 		if (rc != BC_OK)
 			goto out;
 	}
-	what = "cannot build the JoinRequest";
 	rc = BC_ENOMEM;
 	csr64 = malloc(bc_b64url_encoded_len(csr_len) + 1);
 	if (csr64 == NULL)
 		goto out;
 	bc_b64url_encode(csr, csr_len, csr64);
-	request = json_pack("{s:s, s:s, s:s}", "csr", csr64, "role", opts->role,
-						"attestor", opts->attestor);
+	request = json_pack("{s:s, s:s, s:s}", "csr", csr64, "role", role,
+						"attestor", attestor);
 	if (request == NULL ||
-		(attestation != NULL &&
-		 json_object_set_new(request, "attestation", json_string(attestation)) != 0) ||
+		(attestation_b64 != NULL &&
+		 json_object_set_new(request, "attestation", json_string(attestation_b64)) != 0) ||
 		(sealed != NULL &&
 		 json_object_set_new(request, "sealedToken", json_string(sealed)) != 0) ||
 		json_object_set(request, "claims", claims) != 0)
 		goto out;
-	text = json_dumps(request, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	if (text == NULL)
+	*text_out = json_dumps(request, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (*text_out != NULL)
+		rc = BC_OK;
+out:
+	json_decref(request);
+	free(sealed);
+	free(csr64);
+	return rc;
+}
+
+/* Key, CSR, sealed token and the JoinRequest, printed on stdout. */
+static int
+make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
+				  const char *token, size_t token_len)
+{
+	EVP_PKEY   *key = NULL;
+	unsigned char *csr = NULL;
+	size_t		csr_len = 0;
+	char	   *attestation = NULL;
+	json_t	   *claims = NULL;
+	char	   *text = NULL;
+	const char *what = "";
+	int			rc = BC_EINVAL;
+
+	what = "--claims must be a JSON object";
+	claims = bcd_build_claims(opts->claims, opts->hostname);
+	if (claims == NULL)
+		goto out;
+	what = "cannot create the output directory";
+	if (bcd_ensure_dir(opts->out_dir) != BC_OK)
+		goto out;
+	rc = bcd_node_key_and_csr(opts->out_dir, &key, &csr, &csr_len, &what);
+	if (rc != BC_OK)
+		goto out;
+	what = "cannot read --attestation-file";
+	rc = load_attestation(opts->attestation_file, &attestation);
+	if (rc != BC_OK)
+		goto out;
+	what = "cannot build the JoinRequest (sealing the token)";
+	rc = bcd_join_request_json(keys, csr, csr_len, opts->role, opts->attestor,
+							   attestation, token, token_len, claims, &text);
+	if (rc != BC_OK)
 		goto out;
 	what = "cannot write to standard output";
 	rc = printf("%s\n", text) < 0 || fflush(stdout) != 0 ? BC_EINVAL : BC_OK;
@@ -372,11 +399,8 @@ out:
 	if (rc != BC_OK)
 		fprintf(stderr, "bcd join-request: %s (%s)\n", what, bc_status_str(rc));
 	free(text);
-	json_decref(request);
 	json_decref(claims);
-	free(sealed);
 	free(attestation);
-	free(csr64);
 	free(csr);
 	EVP_PKEY_free(key);
 	return rc;
@@ -404,7 +428,7 @@ bcd_cmd_join_request(int argc, char **argv)
 		fprintf(stderr, "bcd join-request: %s\n", err);
 		return BCD_EXIT_FAIL;
 	}
-	rc = load_token(&opts, &token, &token_len);
+	rc = bcd_load_token(opts.token, opts.token_file, &token, &token_len);
 	if (rc != BC_OK)
 		fprintf(stderr, "bcd join-request: cannot read a non-empty token (%s)\n",
 				bc_status_str(rc));

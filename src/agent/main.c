@@ -19,6 +19,10 @@ static const bcd_subcommand subcommands[] = {
 	"make a node key and CSR, seal the join token, print the JoinRequest"},
 	{"verify-response", bcd_cmd_verify_response,
 	"verify a bc_join() response and store the issued certificate"},
+	{"run", bcd_cmd_run,
+	"the agent daemon: join through the gateway, keep the certificate renewed"},
+	{"renew", bcd_cmd_renew,
+	"renew the stored certificate once, now (bcd renew --once ...)"},
 	{NULL, NULL, NULL}
 };
 
@@ -32,6 +36,8 @@ usage(FILE *stream)
 		  "       bcd SUBCOMMAND --help\n\nsubcommands:\n", stream);
 	for (i = 0; subcommands[i].name != NULL; i++)
 		fprintf(stream, "  %-16s %s\n", subcommands[i].name, subcommands[i].summary);
+	fputs("\n`bcd SUBCOMMAND --help` explains every option of a subcommand;\n"
+		  "docs/agent.md describes the daemon (bcd run).\n", stream);
 }
 
 /* Dispatch argv[1] to its subcommand, which sees argv[1..] as its argv. */

@@ -1,0 +1,18 @@
+# mk/agent.mk: what the agent daemon (bcd run) adds to the host build, and
+# its end-to-end tests.  Included by the top-level Makefile after
+# mk/host.mk, whose rules build bcd from every src/agent/*.c.
+#
+#   make agent-test   build/asan/bcd (ASan + UBSan), the gateway, then the
+#                     TAP scripts test/agent/*.t through prove
+
+AGENT_TESTS = $(sort $(wildcard test/agent/*.t))
+
+.PHONY: agent-test
+
+# bcd speaks HTTPS to the gateway through libcurl (OpenSSL flavour).
+build/bcd build/asan/bcd: HOST_LIBS += -lcurl -lm
+
+# The tests run the sanitizer build of bcd through the real gateway against
+# the installed extension (make && make install first).
+agent-test: build/asan/bcd build/bc-gateway
+	BCJ_BCD=$(CURDIR)/build/asan/bcd BCJ_GATEWAY=$(CURDIR)/build/bc-gateway prove $(AGENT_TESTS)

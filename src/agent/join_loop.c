@@ -1,0 +1,198 @@
+/*
+ * join_loop.c: join through the gateway until a certificate is issued, the
+ * service refuses, or a stop signal arrives: the behaviour of runAgentJoin.
+ *
+ * One key and one CSR (kept in DIR/join/, so a restart reuses them) serve
+ * every round.  Each round seals the token afresh (the same CSR); every
+ * answer is verified (signature, csrSha256, chain) before anything in it is
+ * used.  pending: wait retryAfterSeconds (clamped to [1, --max-retry-after],
+ * +-10%) and ask again.  challenge: the producer of the same attestor id
+ * answers; join-token has none.  No answer, 429 or 5xx: exponential backoff.
+ * 403: the refusal is final.  A deferral is never taken for a join.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+/* Seconds to wait on pending when the service did not say. */
+#define PENDING_DEFAULT_WAIT 30
+
+/* What one round of the join needs and keeps across rounds. */
+typedef struct join_state
+{
+	char	   *dir;			/* DIR/join */
+	EVP_PKEY   *key;
+	unsigned char *csr;
+	size_t		csr_len;
+	json_t	   *claims;
+	char	   *attestation;	/* base64url answer to a challenge, or NULL */
+} join_state;
+
+/* The JoinRequest of this round: a freshly sealed token, the same CSR. */
+static int
+round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errlen)
+{
+	const bcd_run_opts *o = a->opts;
+	char	   *token = NULL;
+	size_t		token_len = 0;
+	int			rc;
+
+	rc = bcd_load_token(o->token, o->token_file, &token, &token_len);
+	if (rc != BC_OK)
+	{
+		snprintf(err, errlen, "cannot read a non-empty token from %s (%s)",
+				 o->token_file != NULL ? o->token_file : "--token", bc_status_str(rc));
+		return rc;
+	}
+	rc = bcd_join_request_json(&a->keys, js->csr, js->csr_len, o->role, o->attestor,
+							   js->attestation, token, token_len, js->claims, text);
+	if (rc != BC_OK)
+		snprintf(err, errlen, "cannot build the JoinRequest (%s)", bc_status_str(rc));
+	if (token != NULL)
+		bc_free_secret(token, token_len + 1);
+	return rc;
+}
+
+/* Act on a verified deferral: wait (pending) or fail (challenge: no producer). */
+static int
+on_deferral(bcd_agent *a, const bcd_answer *ans)
+{
+	const char *attestor = ans->attestor != NULL ? ans->attestor : a->opts->attestor;
+	long		wait = ans->retry_after > 0 ? ans->retry_after : PENDING_DEFAULT_WAIT;
+	double		jittered;
+
+	if (strcmp(ans->status, "challenge") == 0)
+	{
+		/* Only the join-token producer exists, and it answers no challenge. */
+		bcd_log("join: the service sent a challenge for attestor %s, but no producer "
+				"answers challenges for %s", attestor, attestor);
+		return BCD_EXIT_FAIL;
+	}
+	if (wait > a->opts->max_retry_after)
+		wait = a->opts->max_retry_after;
+	if (wait < 1)
+		wait = 1;
+	jittered = bcd_jitter((double) wait, 0.1);
+	bcd_log("join: pending (request %s awaits an operator's decision); asking again in %.1f s",
+			ans->request_id != NULL ? ans->request_id : "?", jittered);
+	return bcd_sleep(jittered) ? BCD_STOPPED : BCD_RETRY;
+}
+
+/* Store a verified issued answer as the node's credential. */
+static int
+on_issued(bcd_agent *a, join_state *js, const bcd_answer *ans, bcd_credential *cred)
+{
+	char		err[512];
+
+	if (bcd_store_commit(a->opts->state_dir, js->key, ans->chain_pem, ans->chain_pem_len,
+						 err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("join: %s", err);
+		return BCD_EXIT_FAIL;
+	}
+	bcd_store_forget_join(a->opts->state_dir);
+	if (bcd_credential_fill(cred, js->key, ans->leaf) != BC_OK)
+		return BCD_EXIT_FAIL;
+	bcd_log("joined as %s (serial %s, not after %s)", cred->spiffe_id, cred->serial,
+			cred->not_after_text);
+	return BCD_EXIT_OK;
+}
+
+/* One round: BCD_EXIT_OK, BCD_EXIT_REFUSED, BCD_EXIT_FAIL, BCD_RETRY or BCD_STOPPED. */
+static int
+join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
+{
+	bcd_http_reply reply;
+	bcd_answer	ans;
+	char		err[512];
+	char	   *request = NULL;
+	double		wait;
+	int			rc;
+
+	memset(&ans, 0, sizeof(ans));
+	memset(&reply, 0, sizeof(reply));
+	rc = round_request(a, js, &request, err, sizeof(err));
+	if (rc != BC_OK)
+	{
+		bcd_log("join: %s", err);
+		rc = BCD_EXIT_FAIL;
+		goto out;
+	}
+	rc = bcd_http_post(a->http, "/v1/join", request, &reply, err, sizeof(err));
+	if (rc == BCD_STOPPED)
+		goto out;
+	if (rc != BC_OK || reply.status == 429 || reply.status >= 500)
+	{
+		if (rc == BC_OK)
+			bcd_http_describe(&reply, err, sizeof(err));
+		wait = bcd_backoff_next(&a->backoff, rc == BC_OK ? reply.retry_after : -1,
+								a->opts->max_retry_after);
+		bcd_log("join: no answer (%s); trying again in %.1f s", err, wait);
+		rc = bcd_sleep(wait) ? BCD_STOPPED : BCD_RETRY;
+		goto out;
+	}
+	if (reply.status != 200 && reply.status != 403)
+	{
+		bcd_http_describe(&reply, err, sizeof(err));
+		bcd_log("join: the gateway answered %s; giving up", err);
+		rc = BCD_EXIT_FAIL;
+		goto out;
+	}
+	bcd_backoff_reset(&a->backoff);
+	rc = bcd_answer_verify(&a->keys, reply.body, reply.len, js->csr, js->csr_len,
+						   js->key, &ans, err, sizeof(err));
+	if (rc == BCD_EXIT_OK)
+		rc = on_issued(a, js, &ans, cred);
+	else if (rc == BCD_EXIT_DEFERRED)
+		rc = on_deferral(a, &ans);
+	else if (rc == BCD_EXIT_REFUSED)
+		bcd_log("join: the service refused the join (%s); a refusal is final, "
+				"not trying again", ans.refusal);
+	else
+		bcd_log("join: the answer does not verify, nothing was stored: %s", err);
+out:
+	bcd_answer_free(&ans);
+	bcd_http_reply_free(&reply);
+	free(request);
+	return rc;
+}
+
+/*
+ * Join until a credential is stored in the state directory (filled into
+ * cred): BCD_EXIT_OK, BCD_EXIT_REFUSED, BCD_EXIT_FAIL or BCD_STOPPED.
+ */
+int
+bcd_join_loop(bcd_agent *a, bcd_credential *cred)
+{
+	join_state	js;
+	const char *what = "cannot create the join directory";
+	int			rc = BCD_EXIT_FAIL;
+
+	memset(&js, 0, sizeof(js));
+	memset(cred, 0, sizeof(*cred));
+	js.dir = bcd_store_join_dir(a->opts->state_dir);
+	if (js.dir == NULL)
+		goto out;
+	if (bcd_node_key_and_csr(js.dir, &js.key, &js.csr, &js.csr_len, &what) != BC_OK)
+		goto out;
+	what = "--claims must be a JSON object";
+	js.claims = bcd_build_claims(a->opts->claims, a->opts->hostname);
+	if (js.claims == NULL)
+		goto out;
+	what = NULL;
+	bcd_backoff_reset(&a->backoff);
+	do
+		rc = join_round(a, &js, cred);
+	while (rc == BCD_RETRY);
+out:
+	if (what != NULL)
+		bcd_log("join: %s", what);
+	json_decref(js.claims);
+	free(js.attestation);
+	free(js.csr);
+	EVP_PKEY_free(js.key);
+	free(js.dir);
+	return rc;
+}

@@ -1,0 +1,160 @@
+/*
+ * renew.c: one renewal through POST /v1/renew.
+ *
+ * The request is {"csr": <base64url DER CSR of a new P-256 key>, "proof":
+ * <JWS ES256 by the current node key over {"purpose":"renew","serial":
+ * <current serial>,"csrSha256":<of the new CSR>,"iat":<now>}>}.  The answer
+ * is verified like a join's (signature, csrSha256, chain, the leaf certifies
+ * the new key) and must keep the SPIFFE ID (same tenant, same node) before
+ * the new key and chain replace the old ones.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+
+/* The renewal request body for the new CSR, signed with the current key. */
+static int
+renew_body(const bcd_credential *cur, const unsigned char *csr, size_t csr_len,
+		   char **body)
+{
+	unsigned char digest[BC_SHA256_LEN];
+	char		csr_sha256[64];
+	char	   *csr64 = NULL;
+	char	   *claims = NULL;
+	char	   *proof = NULL;
+	json_t	   *doc = NULL;
+	int			rc;
+
+	*body = NULL;
+	rc = bc_sha256(csr, csr_len, digest);
+	if (rc != BC_OK)
+		goto out;
+	bc_b64url_encode(digest, sizeof(digest), csr_sha256);
+	rc = BC_ENOMEM;
+	doc = json_pack("{s:s, s:s, s:s, s:I}", "purpose", "renew", "serial", cur->serial,
+					"csrSha256", csr_sha256, "iat", (json_int_t) time(NULL));
+	if (doc == NULL ||
+		(claims = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
+		goto out;
+	rc = bc_jws_sign_es256(cur->key, NULL, (const unsigned char *) claims,
+						   strlen(claims), &proof);
+	if (rc != BC_OK)
+		goto out;
+	rc = BC_ENOMEM;
+	csr64 = malloc(bc_b64url_encoded_len(csr_len) + 1);
+	if (csr64 == NULL)
+		goto out;
+	bc_b64url_encode(csr, csr_len, csr64);
+	json_decref(doc);
+	doc = json_pack("{s:s, s:s}", "csr", csr64, "proof", proof);
+	if (doc != NULL &&
+		(*body = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) != NULL)
+		rc = BC_OK;
+out:
+	json_decref(doc);
+	free(claims);
+	free(proof);
+	free(csr64);
+	return rc;
+}
+
+/* Check that a verified answer renews cur (issued, same SPIFFE ID), then store it. */
+static int
+accept_renewal(bcd_agent *a, const bcd_credential *cur, EVP_PKEY *key,
+			   const bcd_answer *ans, bcd_credential *next)
+{
+	char		err[512];
+
+	if (strcmp(ans->spiffe_id, cur->spiffe_id) != 0)
+	{
+		bcd_log("renew: the new certificate names %s, not this node (%s); nothing was stored",
+				ans->spiffe_id, cur->spiffe_id);
+		return BCD_EXIT_FAIL;
+	}
+	if (bcd_store_commit(a->opts->state_dir, key, ans->chain_pem, ans->chain_pem_len,
+						 err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("renew: %s", err);
+		return BCD_EXIT_FAIL;
+	}
+	if (bcd_credential_fill(next, key, ans->leaf) != BC_OK)
+		return BCD_EXIT_FAIL;
+	bcd_log("renewed %s: serial %s replaces %s, not after %s", next->spiffe_id,
+			next->serial, cur->serial, next->not_after_text);
+	return BCD_EXIT_OK;
+}
+
+/*
+ * Renew cur once.  BCD_EXIT_OK (next filled, stored), BCD_EXIT_REFUSED,
+ * BCD_EXIT_FAIL (a bad answer or a permanent error: nothing stored),
+ * BCD_RETRY (no answer, 429 or 5xx; *retry_after from the gateway or -1) or
+ * BCD_STOPPED.  A fresh key and CSR each time.
+ */
+int
+bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
+		  long *retry_after)
+{
+	EVP_PKEY   *key = NULL;
+	unsigned char *csr = NULL;
+	size_t		csr_len = 0;
+	char	   *body = NULL;
+	bcd_http_reply reply;
+	bcd_answer	ans;
+	char		err[512];
+	int			rc = BCD_EXIT_FAIL;
+
+	memset(&reply, 0, sizeof(reply));
+	memset(&ans, 0, sizeof(ans));
+	memset(next, 0, sizeof(*next));
+	*retry_after = -1;
+	key = bc_p256_generate();
+	if (key == NULL || bc_csr_create(key, NULL, &csr, &csr_len) != BC_OK ||
+		renew_body(cur, csr, csr_len, &body) != BC_OK)
+	{
+		bcd_log("renew: cannot make the new key, CSR or proof");
+		goto out;
+	}
+	rc = bcd_http_post(a->http, "/v1/renew", body, &reply, err, sizeof(err));
+	if (rc == BCD_STOPPED)
+		goto out;
+	if (rc != BC_OK || reply.status == 429 || reply.status >= 500)
+	{
+		if (rc == BC_OK)
+			bcd_http_describe(&reply, err, sizeof(err));
+		*retry_after = rc == BC_OK ? reply.retry_after : -1;
+		bcd_log("renew: no answer (%s)", err);
+		rc = BCD_RETRY;
+		goto out;
+	}
+	if (reply.status != 200 && reply.status != 403)
+	{
+		bcd_http_describe(&reply, err, sizeof(err));
+		bcd_log("renew: the gateway answered %s", err);
+		rc = BCD_EXIT_FAIL;
+		goto out;
+	}
+	rc = bcd_answer_verify(&a->keys, reply.body, reply.len, csr, csr_len, key,
+						   &ans, err, sizeof(err));
+	if (rc == BCD_EXIT_OK)
+		rc = accept_renewal(a, cur, key, &ans, next);
+	else if (rc == BCD_EXIT_REFUSED)
+		bcd_log("renew: the service refused the renewal of serial %s (%s); nothing was stored",
+				cur->serial, ans.refusal);
+	else if (rc == BCD_EXIT_DEFERRED)
+	{
+		bcd_log("renew: the service answered %s to a renewal; nothing was stored", ans.status);
+		rc = BCD_EXIT_FAIL;
+	}
+	else
+		bcd_log("renew: the answer does not verify, nothing was stored: %s", err);
+out:
+	bcd_answer_free(&ans);
+	bcd_http_reply_free(&reply);
+	free(body);
+	free(csr);
+	EVP_PKEY_free(key);
+	return rc;
+}

@@ -1,0 +1,386 @@
+/*
+ * run.c: `bcd run`, the agent daemon, and `bcd renew`.
+ *
+ * Takes the state directory's lock for its whole life, joins when there is
+ * no credential (join_loop.c), then renews at about --renew-at of each
+ * certificate's lifetime (renew.c), until SIGTERM or SIGINT (exit 0).
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+/* Bounds of --max-retry-after, in seconds. */
+#define MAX_RETRY_AFTER_MAX 86400L
+
+/* Print the usage of bcd run (or bcd renew) to stream. */
+static void
+run_usage(FILE *stream, int renew_cmd)
+{
+	if (renew_cmd)
+		fputs("usage: bcd renew --once --gateway URL --gateway-ca FILE --service-keys FILE\n"
+			  "                 --state-dir DIR [--max-retry-after S]\n"
+			  "\n"
+			  "Renews the credential in DIR once, now (the same as bcd run --renew-now\n"
+			  "--once), prints the new serial and notAfter, one per line, and exits.\n"
+			  "Options as for bcd run (see bcd run --help).\n", stream);
+	else
+		fputs("usage: bcd run --gateway URL --gateway-ca FILE --service-keys FILE\n"
+			  "               --state-dir DIR [--token T | --token-file FILE]\n"
+			  "               [--role node|site|ramdisk] [--attestor ID] [--claims JSON]\n"
+			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
+			  "               [--once] [--renew-now]\n"
+			  "\n"
+			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
+			  "then renews the node certificate at about F of its lifetime, until\n"
+			  "SIGTERM or SIGINT (exit 0).  DIR is locked: one bcd per state directory.\n"
+			  "\n"
+			  "  --gateway URL        the bc-gateway, https://HOST:PORT\n"
+			  "  --gateway-ca FILE    PEM CA certificate(s) the gateway's TLS certificate\n"
+			  "                       must chain to; the system store is not used\n"
+			  "  --service-keys FILE  the JSON of bc_join.service_keys(): the pinned\n"
+			  "                       signing key (answers), encryption key (sealed\n"
+			  "                       tokens) and node CA (certificates)\n"
+			  "  --state-dir DIR      the credential store: created 0700 if missing,\n"
+			  "                       refused if another user owns it; holds lock,\n"
+			  "                       node.key (0600), node-chain.pem, join/\n"
+			  "  --token T            the join token (visible in ps: prefer --token-file)\n"
+			  "  --token-file FILE    the join token, read at every join round (one\n"
+			  "                       trailing newline stripped); without a token the\n"
+			  "                       agent cannot join again once its certificate expired\n"
+			  "  --role ROLE          node (default), site or ramdisk\n"
+			  "  --attestor ID        the attestor of the join (default join-token)\n"
+			  "  --claims JSON        the JoinRequest claims object (default hostname, arch)\n"
+			  "  --hostname H         claims.hostname (default: gethostname())\n"
+			  "  --max-retry-after S  longest wait the service or gateway may ask for\n"
+			  "                       (pending, Retry-After), clamped to [1, S];\n"
+			  "                       default 300\n"
+			  "  --renew-at F         renew at F of the lifetime (0 < F < 1, default 0.5),\n"
+			  "                       +-10% of the wait at random\n"
+			  "  --once               join if needed (waiting through deferrals), print\n"
+			  "                       the SPIFFE ID and notAfter, one per line, and exit\n"
+			  "  --renew-now          renew at once; with --once print the new serial and\n"
+			  "                       notAfter and exit (the same as bcd renew --once)\n"
+			  "\n"
+			  "Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failure (a bad\n"
+			  "answer, another bcd holds DIR, ...), 2 the service refused, 64 usage.\n",
+			  stream);
+}
+
+/* Parse a number in [lo, hi] into *out; 0 on success. */
+static int
+parse_number(const char *s, double lo, double hi, double *out)
+{
+	char	   *end;
+
+	*out = strtod(s, &end);
+	return end == s || *end != '\0' || !isfinite(*out) || *out < lo || *out > hi;
+}
+
+/* Parse argv into o; BCD_EXIT_OK, -1 after --help, or a usage exit code. */
+static int
+parse_run_args(int argc, char **argv, bcd_run_opts *o)
+{
+	static const struct option longopts[] = {
+		{"gateway", required_argument, NULL, 'g'},
+		{"gateway-ca", required_argument, NULL, 'C'},
+		{"service-keys", required_argument, NULL, 's'},
+		{"state-dir", required_argument, NULL, 'd'},
+		{"token", required_argument, NULL, 't'},
+		{"token-file", required_argument, NULL, 'T'},
+		{"role", required_argument, NULL, 'r'},
+		{"attestor", required_argument, NULL, 'a'},
+		{"claims", required_argument, NULL, 'c'},
+		{"hostname", required_argument, NULL, 'H'},
+		{"max-retry-after", required_argument, NULL, 'm'},
+		{"renew-at", required_argument, NULL, 'R'},
+		{"once", no_argument, NULL, 'o'},
+		{"renew-now", no_argument, NULL, 'n'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}
+	};
+	const char *bad = NULL;
+	json_t	   *claims;
+	double		v;
+	int			c;
+
+	o->role = "node";
+	o->attestor = "join-token";
+	o->max_retry_after = 300;
+	o->renew_at = 0.5;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+	{
+		switch (c)
+		{
+			case 'g': o->gateway = optarg; break;
+			case 'C': o->gateway_ca = optarg; break;
+			case 's': o->service_keys = optarg; break;
+			case 'd': o->state_dir = optarg; break;
+			case 't': o->token = optarg; break;
+			case 'T': o->token_file = optarg; break;
+			case 'r': o->role = optarg; break;
+			case 'a': o->attestor = optarg; break;
+			case 'c': o->claims = optarg; break;
+			case 'H': o->hostname = optarg; break;
+			case 'o': o->once = 1; break;
+			case 'n': o->renew_now = 1; break;
+			case 'm':
+				if (parse_number(optarg, 1, MAX_RETRY_AFTER_MAX, &v))
+					bad = "--max-retry-after must be a number of seconds in [1, 86400]";
+				o->max_retry_after = (long) v;
+				break;
+			case 'R':
+				if (parse_number(optarg, 0.01, 0.99, &v))
+					bad = "--renew-at must be a fraction in [0.01, 0.99]";
+				o->renew_at = v;
+				break;
+			case 'h':
+				run_usage(stdout, o->renew_cmd);
+				return -1;
+			default:
+				run_usage(stderr, o->renew_cmd);
+				return BCD_EXIT_USAGE;
+		}
+	}
+	if (optind != argc || o->gateway == NULL || o->gateway_ca == NULL ||
+		o->service_keys == NULL || o->state_dir == NULL)
+		bad = "--gateway, --gateway-ca, --service-keys and --state-dir are required";
+	else if (o->token != NULL && o->token_file != NULL)
+		bad = "--token and --token-file exclude each other";
+	else if (strcmp(o->role, "node") != 0 && strcmp(o->role, "site") != 0 &&
+			 strcmp(o->role, "ramdisk") != 0)
+		bad = "--role must be node, site or ramdisk";
+	else if (strncmp(o->gateway, "https://", 8) != 0)
+		bad = "--gateway must be an https:// URL";
+	else if (o->renew_cmd && !o->once)
+		bad = "bcd renew needs --once (the daemon renews by itself)";
+	else if (o->claims != NULL)
+	{
+		claims = bcd_build_claims(o->claims, NULL);
+		if (claims == NULL)
+			bad = "--claims must be a JSON object";
+		json_decref(claims);
+	}
+	if (bad != NULL)
+	{
+		fprintf(stderr, "bcd %s: %s\n", o->renew_cmd ? "renew" : "run", bad);
+		return BCD_EXIT_USAGE;
+	}
+	return BCD_EXIT_OK;
+}
+
+/*
+ * Seconds from now until the renewal of cred is due (0: now), +-10% of it at
+ * random: at --renew-at of the lifetime, counted from notBefore, or from when
+ * we got the certificate when that is later (the service backdates notBefore
+ * for clock skew, which would otherwise eat a short lifetime).
+ */
+static double
+renewal_delay(const bcd_run_opts *o, const bcd_credential *cred)
+{
+	int64_t		start = cred->obtained > cred->not_before ? cred->obtained : cred->not_before;
+	double		lifetime = (double) (cred->not_after - start);
+	double		due = (double) start + o->renew_at * lifetime;
+	double		delay = due - (double) time(NULL);
+
+	return delay > 0 ? bcd_jitter(delay, 0.1) : 0;
+}
+
+/*
+ * Renew cred until it is renewed (cred replaced), backing off on failures.
+ * BCD_EXIT_OK, BCD_STOPPED, BCD_RETRY (expired and a token is configured:
+ * join again), or with --once the failure's exit code.
+ */
+static int
+renew_until_done(bcd_agent *a, bcd_credential *cred)
+{
+	const bcd_run_opts *o = a->opts;
+	bcd_credential next;
+	long		retry_after;
+	double		wait;
+	int			rc;
+
+	bcd_backoff_reset(&a->backoff);
+	for (;;)
+	{
+		rc = bcd_renew(a, cred, &next, &retry_after);
+		if (rc == BCD_EXIT_OK)
+		{
+			bcd_credential_free(cred);
+			*cred = next;
+			return BCD_EXIT_OK;
+		}
+		if (rc == BCD_STOPPED || (o->once && rc != BCD_RETRY))
+			return rc;
+		wait = bcd_backoff_next(&a->backoff, retry_after, o->max_retry_after);
+		bcd_log("renew: trying again in %.1f s", wait);
+		if (bcd_sleep(wait))
+			return BCD_STOPPED;
+		if ((int64_t) time(NULL) >= cred->not_after && !o->once)
+		{
+			if (o->token != NULL || o->token_file != NULL)
+			{
+				bcd_log("the certificate %s expired at %s; joining again", cred->serial,
+						cred->not_after_text);
+				return BCD_RETRY;
+			}
+			bcd_log("the certificate %s expired at %s and no token is configured to join "
+					"again; still trying to renew", cred->serial, cred->not_after_text);
+		}
+	}
+}
+
+/* Load the stored credential or join; BCD_EXIT_OK with cred filled. */
+static int
+credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
+{
+	const bcd_run_opts *o = a->opts;
+	char		err[512];
+	int			have;
+
+	have = !force_join && bcd_store_load(o->state_dir, &a->keys, cred, err, sizeof(err)) == BC_OK;
+	if (have && (int64_t) time(NULL) < cred->not_after)
+	{
+		bcd_store_forget_join(o->state_dir);
+		return BCD_EXIT_OK;
+	}
+	if (have && (o->renew_cmd || (o->token == NULL && o->token_file == NULL)))
+	{
+		bcd_log("the certificate %s expired at %s", cred->serial, cred->not_after_text);
+		return BCD_EXIT_OK;		/* renewing is all that is left to try */
+	}
+	if (have)
+		bcd_credential_free(cred);
+	else if (!force_join)
+		bcd_log("%s", err);
+	if (o->renew_cmd)
+	{
+		bcd_log("renew: there is no credential to renew in %s", o->state_dir);
+		return BCD_EXIT_FAIL;
+	}
+	return bcd_join_loop(a, cred);
+}
+
+/* The daemon's life once the state directory is locked. */
+static int
+run_agent(bcd_agent *a)
+{
+	const bcd_run_opts *o = a->opts;
+	bcd_credential cred;
+	int			renew_now = o->renew_now;
+	int			force_join = 0;
+	double		delay;
+	int			rc;
+
+	for (;;)
+	{
+		rc = credential_or_join(a, &cred, force_join);
+		if (rc != BCD_EXIT_OK)
+			return rc;
+		force_join = 0;
+		if (o->once && !renew_now)
+		{
+			printf("%s\n%s\n", cred.spiffe_id, cred.not_after_text);
+			bcd_credential_free(&cred);
+			return fflush(stdout) == 0 ? BCD_EXIT_OK : BCD_EXIT_FAIL;
+		}
+		do
+		{
+			delay = renew_now ? 0 : renewal_delay(o, &cred);
+			renew_now = 0;
+			if (delay > 0)
+				bcd_log("%s (serial %s, not after %s): renewal in %.0f s", cred.spiffe_id,
+						cred.serial, cred.not_after_text, delay);
+			rc = bcd_sleep(delay) ? BCD_STOPPED : renew_until_done(a, &cred);
+			if (rc == BCD_EXIT_OK && o->once)
+			{
+				printf("%s\n%s\n", cred.serial, cred.not_after_text);
+				rc = fflush(stdout) == 0 ? BCD_EXIT_OK : BCD_EXIT_FAIL;
+				break;
+			}
+		} while (rc == BCD_EXIT_OK);
+		bcd_credential_free(&cred);
+		if (rc != BCD_RETRY)
+			return rc;
+		force_join = 1;
+	}
+}
+
+/* bcd run / bcd renew: parse, load the pinned keys, lock DIR, run. */
+static int
+run_main(int argc, char **argv, int renew_cmd)
+{
+	bcd_run_opts opts;
+	bcd_agent	agent;
+	char		err[1024];
+	int			lock_fd = -1;
+	int			rc;
+
+	memset(&opts, 0, sizeof(opts));
+	memset(&agent, 0, sizeof(agent));
+	opts.renew_cmd = renew_cmd;
+	opts.renew_now = renew_cmd;
+	rc = parse_run_args(argc, argv, &opts);
+	if (rc < 0)
+		return BCD_EXIT_OK;
+	if (rc != BCD_EXIT_OK)
+		return rc;
+	agent.opts = &opts;
+	bcd_signals_block();
+	rc = BCD_EXIT_FAIL;
+	if (bcd_service_keys_load(opts.service_keys, &agent.keys, err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("%s", err);
+		goto out;
+	}
+	if (access(opts.gateway_ca, R_OK) != 0)
+	{
+		bcd_log("cannot read --gateway-ca %s", opts.gateway_ca);
+		goto out;
+	}
+	if (bcd_store_open(opts.state_dir, &lock_fd, err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("%s", err);
+		goto out;
+	}
+	agent.http = bcd_http_new(opts.gateway, opts.gateway_ca, err, sizeof(err));
+	if (agent.http == NULL)
+	{
+		bcd_log("%s", err);
+		goto out;
+	}
+	rc = run_agent(&agent);
+	if (rc == BCD_STOPPED)
+	{
+		bcd_log("stopped by a signal");
+		rc = BCD_EXIT_OK;
+	}
+	else if (rc == BCD_RETRY)
+		rc = BCD_EXIT_FAIL;
+out:
+	bcd_http_free(agent.http);
+	bcd_service_keys_free(&agent.keys);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	return rc;
+}
+
+/* bcd run ... */
+int
+bcd_cmd_run(int argc, char **argv)
+{
+	return run_main(argc, argv, 0);
+}
+
+/* bcd renew --once ... */
+int
+bcd_cmd_renew(int argc, char **argv)
+{
+	return run_main(argc, argv, 1);
+}
