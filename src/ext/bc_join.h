@@ -123,6 +123,9 @@ typedef struct BcJoinRequest
 	char	   *token;			/* the opened sealed token, NULL when none */
 } BcJoinRequest;
 
+/* One round of a request: an answer, or a JR001 refusal raised. */
+typedef Jsonb *(*BcRoundFn) (BcJoinRequest *req, void *arg, MemoryContext outcxt);
+
 /* Parse and bound a JoinRequest; raises 22023 for anything malformed. */
 extern void bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner);
 /* The "csr" field, parsed and hashed into req; raises 22023. */
@@ -269,6 +272,8 @@ extern void bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof,
 extern char *bc_proof_serial(const char *proof, const char *who);
 /* A string member of a verified proof payload, or the refusal. */
 extern char *bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant);
+/* A request proven by a node key, parsed, checked and run as round for who. */
+extern Jsonb *bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round);
 /* Check a node's proof for purpose who; returns its verified payload. */
 extern Jsonb *bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof,
 								  const char *serial, bytea *cert_der, const char *node_id,
@@ -330,7 +335,6 @@ extern Jsonb *bc_issued_response(const BcJoinRequest *req, const char *node_id,
 								 bool has_allowed_kinds, MemoryContext outcxt);
 
 /* One round in a subtransaction: a JR001 refusal is recorded and answered. */
-typedef Jsonb *(*BcRoundFn) (BcJoinRequest *req, void *arg, MemoryContext outcxt);
 extern Jsonb *bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg,
 						   const char *who, MemoryContext outcxt);
 

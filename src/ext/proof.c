@@ -155,3 +155,28 @@ bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof
 	return pj;
 }
 
+
+/*
+ * A whole request proven by a node key: parse and bound it (22023), check
+ * the configuration, then run round (for purpose who) in its subtransaction.
+ */
+Jsonb *
+bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round)
+{
+	MemoryContext callcxt = CurrentMemoryContext;
+	BcJoinRequest req;
+	char	   *proof;
+	Jsonb	   *out;
+
+	bc_parse_proof_request(jb, &req, &proof, callcxt);
+	req.attestor = who;
+	(void) bc_keys();
+	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
+		bc_invalid_config("bc_join.trust_domain is not set");
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	out = bc_run_round(&req, round, proof, who, callcxt);
+	SPI_finish();
+	return out;
+}

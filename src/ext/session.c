@@ -221,21 +221,5 @@ PG_FUNCTION_INFO_V1(bc_issue_session_request);
 Datum
 bc_issue_session_request(PG_FUNCTION_ARGS)
 {
-	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
-	MemoryContext callcxt = CurrentMemoryContext;
-	BcJoinRequest req;
-	char	   *proof;
-	Jsonb	   *out;
-
-	bc_parse_proof_request(jb, &req, &proof, callcxt);
-	req.attestor = "session";
-	(void) bc_keys();
-	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
-		bc_invalid_config("bc_join.trust_domain is not set");
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	out = bc_run_round(&req, session_round, proof, "session", callcxt);
-	SPI_finish();
-	PG_RETURN_JSONB_P(out);
+	PG_RETURN_JSONB_P(bc_proof_request_round(PG_GETARG_JSONB_P(0), "session", session_round));
 }
