@@ -11,7 +11,9 @@
  * node live.  allowedKinds carry forward; a node key statement (nodeKeyUri)
  * carries forward only when proven again for the new key, which no renewal
  * proof can do yet, so such a certificate is refused key-statement-unknown.
- * The old certificate is revoked (renewed): renewing twice from it fails.
+ * The old certificate is revoked (renewed): renewing twice from it fails,
+ * except that a renewal repeated for the same new key (its answer was lost)
+ * gets the certificate already issued to that key, and nothing new.
  * Refusals are the one refusal, recorded as renew:<reason>.
  */
 #include "bc_join.h"
@@ -25,11 +27,56 @@
 static BcPlan lock_cert = {
 	"SELECT c.node_id, c.identity_generation, c.not_after <= bc_join.compute_now() AS expired, "
 	"       c.revoked_at IS NOT NULL AS revoked, c.certificate, c.allowed_kinds, c.node_key_uri, "
-	"       n.identity_generation, n.state, n.tenant_id, n.role "
+	"       n.identity_generation, n.state, n.tenant_id, n.role, "
+	"       c.revocation_reason IS NOT DISTINCT FROM 'renewed' AS renewed "
 	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id "
 	"WHERE c.serial = $1 FOR UPDATE OF c, n",
 	1, {TEXTOID}
 };
+
+/* The live certificate this node already holds for the request's key. */
+static BcPlan successor = {
+	"SELECT serial, certificate, not_before, not_after FROM bc_join.node_certs "
+	"WHERE node_id = $1 AND spki_sha256 = $2 AND identity_generation = $3 "
+	"  AND revoked_at IS NULL AND not_after > bc_join.compute_now() "
+	"ORDER BY issued_at DESC LIMIT 1",
+	3, {TEXTOID, BYTEAOID, INT4OID}
+};
+
+/*
+ * A renewal repeated because its answer was lost: the certificate was
+ * renewed, and the node holds a live successor for this very key.  Answer
+ * with that certificate again; issue nothing.  NULL when it is not that.
+ */
+static Jsonb *
+repeated_renewal(const BcJoinRequest *req, const char *node_id, const char *tenant,
+				 const char *role, int generation, Datum kinds, bool has_kinds,
+				 MemoryContext outcxt)
+{
+	Datum		v[3];
+	bool		isnull;
+	BcIssued	issued;
+	bytea	   *spki = palloc(VARHDRSZ + BC_SHA256_LEN);
+	bytea	   *der;
+
+	SET_VARSIZE(spki, VARHDRSZ + BC_SHA256_LEN);
+	memcpy(VARDATA(spki), req->csr_spki_sha256, BC_SHA256_LEN);
+	v[0] = CStringGetTextDatum(node_id);
+	v[1] = PointerGetDatum(spki);
+	v[2] = Int32GetDatum(generation);
+	if (bc_spi_exec(&successor, v, NULL, true, 1) != 1)
+		return NULL;
+	memset(&issued, 0, sizeof(issued));
+	strlcpy(issued.serial_hex, bc_spi_text(1), sizeof(issued.serial_hex));
+	der = DatumGetByteaPCopy(bc_spi_datum(2, &isnull));
+	issued.leaf_der = (unsigned char *) VARDATA(der);
+	issued.leaf_der_len = VARSIZE(der) - VARHDRSZ;
+	issued.not_before = DatumGetTimestampTz(bc_spi_datum(3, &isnull));
+	issued.not_after = DatumGetTimestampTz(bc_spi_datum(4, &isnull));
+	issued.spiffe_id = psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain, tenant, node_id);
+	return bc_issued_response(req, node_id, tenant, role, generation, &issued,
+							  kinds, has_kinds, outcxt);
+}
 
 static BcPlan revoke_cert = {
 	"UPDATE bc_join.node_certs SET revoked_at = bc_join.compute_now(), "
@@ -52,6 +99,7 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	int			generation;
 	bool		expired;
 	bool		revoked;
+	bool		renewed;
 	bytea	   *der;
 	Datum		kinds;
 	bool		has_kinds;
@@ -80,10 +128,19 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	state = bc_spi_text(9);
 	tenant = bc_spi_text(10);
 	role = bc_spi_text(11);
+	renewed = DatumGetBool(bc_spi_datum(12, &isnull));
 	req->role = role;
 
 	(void) bc_check_node_proof("renew", req, proof, serial, der, node_id, tenant);
 
+	if (revoked && renewed && generation == node_generation)
+	{
+		Jsonb	   *again = repeated_renewal(req, node_id, tenant, role, generation,
+											 kinds, has_kinds, outcxt);
+
+		if (again != NULL)
+			return again;
+	}
 	if (revoked)
 		bc_refuse_join("renew:revoked", tenant);
 	if (generation != node_generation)

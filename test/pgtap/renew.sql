@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(34);
+SELECT plan(36);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -59,6 +59,13 @@ SELECT is(encode(c.spki_sha256, 'hex'), :'spki', 'the new certificate certifies 
 SELECT is(:'ok2'::text, pg_temp.payload(:'jr')->>'spiffeId', 'bcd verifies it: the same SPIFFE ID');
 SELECT is(e.tenant_id, :'tenant', 'node.renewed lands in the tenant''s stream')
 	FROM bc_join.events e WHERE e.type = 'node.renewed' AND e.payload->>'serial' = :'s2';
+
+-- the answer was lost: the same new key asks again with a fresh proof
+SELECT pg_temp.proof_payload(:'s1', :'r1', 1) AS ppr \gset
+\set again `printf %s :'ppr' | :josetool sign :d/n/node.key`
+SELECT is(pg_temp.payload(pg_temp.renew(:'r1', :'again'))->>'serial', :'s2',
+		  'a renewal repeated for the same new key (its answer lost) gets the same certificate');
+SELECT is((SELECT count(*) FROM bc_join.node_certs WHERE node_id = :'node'), 2::bigint, 'and nothing new is issued');
 
 ------------------------------------------------------------------ refusals
 -- the same proof again: used once
