@@ -9,8 +9,9 @@ AGENT_TESTS = $(sort $(wildcard test/agent/*.t))
 
 .PHONY: agent-test
 
-# bcd speaks HTTPS to the gateway through libcurl (OpenSSL flavour).
-build/bcd build/asan/bcd: HOST_LIBS += -lcurl -lm
+# bcd speaks HTTPS to the gateway through libcurl (OpenSSL flavour), takes its
+# socket from systemd (libsystemd sd_listen_fds) and serves it from threads.
+build/bcd build/asan/bcd: HOST_LIBS += -lcurl -lm $(shell pkg-config --libs libsystemd) -pthread
 
 # The tests run the sanitizer build of bcd through the real gateway against
 # the installed extension (make && make install first).

@@ -9,7 +9,8 @@
  *   3. the payload's csrSha256 is SHA-256 of our own CSR DER;
  *   4. for "issued": certificateChain decodes, its leaf certifies our key,
  *      chains to the pinned node CA, any further certificate is that CA, the
- *      SPIFFE ID is the one answered, the serial is the one answered.
+ *      SPIFFE ID is the one answered (a session credential's ends in
+ *      /session/<sessionId>), the serial is the one answered.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,12 +175,17 @@ out:
 	return rc;
 }
 
-/* 1 when the leaf's SPIFFE ID is the one the payload answered (or in our trust domain). */
+/*
+ * 1 when the leaf's SPIFFE ID is the one the payload answered (or in our
+ * trust domain): the node's, or with a sessionId (a session credential,
+ * bc_join.issue_session) the node's followed by /session/<sessionId>.
+ */
 static int
 check_spiffe_id(const char *spiffe, const char *trust_domain, json_t *payload)
 {
 	const char *tenant = string_member(payload, "tenantId");
 	const char *node = string_member(payload, "nodeId");
+	const char *session = string_member(payload, "sessionId");
 	const char *answered = string_member(payload, "spiffeId");
 	char		want[1024];
 	int			n;
@@ -188,8 +194,9 @@ check_spiffe_id(const char *spiffe, const char *trust_domain, json_t *payload)
 		return 0;
 	if (tenant != NULL && node != NULL)
 	{
-		n = snprintf(want, sizeof(want), "spiffe://%s/tenant/%s/node/%s",
-					 trust_domain, tenant, node);
+		n = snprintf(want, sizeof(want), "spiffe://%s/tenant/%s/node/%s%s%s",
+					 trust_domain, tenant, node, session != NULL ? "/session/" : "",
+					 session != NULL ? session : "");
 		return n > 0 && (size_t) n < sizeof(want) && strcmp(spiffe, want) == 0;
 	}
 	n = snprintf(want, sizeof(want), "spiffe://%s/", trust_domain);

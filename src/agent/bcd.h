@@ -62,7 +62,7 @@ int			bcd_join_request_json(const bcd_service_keys *keys,
 /* verify_response.c */
 int			bcd_cmd_verify_response(int argc, char **argv);
 
-/* answer.c: a bc_join() / bc_join.renew() answer, verified */
+/* answer.c: a bc_join() / bc_join.renew() / bc_join.issue_session() answer, verified */
 
 /* Bound of a response document (a JWS plus the outer JSON). */
 #define BCD_RESPONSE_MAX (BC_JOSE_MAX + 4096)
@@ -99,5 +99,9 @@ void		bcd_cert_not_after(X509 *cert, char *buf, size_t len);
 /* run.c: bcd run and bcd renew */
 int			bcd_cmd_run(int argc, char **argv);
 int			bcd_cmd_renew(int argc, char **argv);
+
+/* hook.c: the clients of the local socket */
+int			bcd_cmd_credential(int argc, char **argv);
+int			bcd_cmd_status(int argc, char **argv);
 
 #endif							/* BCD_H */

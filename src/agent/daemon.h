@@ -36,11 +36,17 @@ typedef struct bcd_run_opts
 	int			once;
 	int			renew_now;
 	int			renew_cmd;		/* invoked as `bcd renew` */
+	/* the local socket (sessions.c), bcd run without --once only */
+	const char *socket;			/* --socket PATH, or NULL for the default */
+	const char *metrics_file;	/* --metrics-file PATH, or NULL */
+	long		max_provisioning;
+	long		max_queue;
 } bcd_run_opts;
 
 /* pace.c */
 void		bcd_signals_block(void);
 int			bcd_stop_requested(void);
+void		bcd_stop_now(void);
 int			bcd_sleep(double seconds);
 double		bcd_jitter(double seconds, double fraction);
 
@@ -92,8 +98,12 @@ int			bcd_store_commit(const char *dir, EVP_PKEY *key, const char *chain_pem,
 							 size_t chain_len, char *err, size_t errlen);
 int			bcd_credential_fill(bcd_credential *cred, EVP_PKEY *key, X509 *leaf);
 void		bcd_credential_free(bcd_credential *cred);
+int			bcd_key_pem(EVP_PKEY *key, char **out, size_t *len);
 char	   *bcd_store_join_dir(const char *dir);
 void		bcd_store_forget_join(const char *dir);
+
+/* The socket server of bcd run (sessions.h). */
+struct bcd_server;
 
 /* The daemon's state shared by the join loop and renewal. */
 typedef struct bcd_agent
@@ -102,6 +112,7 @@ typedef struct bcd_agent
 	bcd_service_keys keys;
 	bcd_http   *http;
 	bcd_backoff backoff;
+	struct bcd_server *server;	/* NULL with --once and for bcd renew */
 } bcd_agent;
 
 /* join_loop.c */
@@ -110,6 +121,9 @@ int			bcd_join_loop(bcd_agent *a, bcd_credential *cred);
 /* renew.c */
 int			bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 					  long *retry_after);
+int			bcd_proof_request(EVP_PKEY *node_key, const char *serial, const char *purpose,
+							  json_t *extra, const unsigned char *csr, size_t csr_len,
+							  char **body);
 
 /* Log one line on stderr: "bcd: " and the message (never keys or tokens). */
 void		bcd_log(const char *fmt,...) __attribute__((format(printf, 1, 2)));

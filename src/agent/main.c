@@ -23,6 +23,10 @@ static const bcd_subcommand subcommands[] = {
 	"the agent daemon: join through the gateway, keep the certificate renewed"},
 	{"renew", bcd_cmd_renew,
 	"renew the stored certificate once, now (bcd renew --once ...)"},
+	{"credential", bcd_cmd_credential,
+	"ask the local bcd for a session credential (what a hook runs)"},
+	{"status", bcd_cmd_status,
+	"print the local bcd's queue depth, in-flight count and counters"},
 	{NULL, NULL, NULL}
 };
 

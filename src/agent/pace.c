@@ -9,8 +9,10 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include <openssl/rand.h>
@@ -21,8 +23,8 @@
 #define BACKOFF_FIRST 1.0
 #define BACKOFF_MAX 60.0
 
-/* Set once a stop signal was taken. */
-static volatile sig_atomic_t stop_taken = 0;
+/* Set once a stop signal was taken (or bcd_stop_now was called); read by every thread. */
+static atomic_int stop_taken = 0;
 
 /* The signals that stop the daemon. */
 static void
@@ -41,6 +43,13 @@ bcd_signals_block(void)
 
 	stop_signals(&set);
 	sigprocmask(SIG_BLOCK, &set, NULL);
+}
+
+/* Make every later bcd_stop_requested() true: the daemon is stopping. */
+void
+bcd_stop_now(void)
+{
+	stop_taken = 1;
 }
 
 /* 1 when SIGTERM or SIGINT was taken or is pending. */
@@ -146,16 +155,24 @@ bcd_backoff_next(bcd_backoff *b, long retry_after, long max_retry_after)
 	return wait;
 }
 
-/* Log one line on stderr, prefixed "bcd: " (never keys or tokens). */
+/* Log one line on stderr, prefixed "bcd: " (never keys or tokens), in one write. */
 void
 bcd_log(const char *fmt,...)
 {
+	char		line[2048];
 	va_list		ap;
+	int			n;
 
-	fputs("bcd: ", stderr);
+	memcpy(line, "bcd: ", 5);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vsnprintf(line + 5, sizeof(line) - 6, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (n < 0)
+		n = 0;
+	if ((size_t) n > sizeof(line) - 7)
+		n = (int) (sizeof(line) - 7);
+	line[5 + n] = '\n';
+	line[6 + n] = '\0';
+	fputs(line, stderr);
 	fflush(stderr);
 }

@@ -6,7 +6,8 @@
  * <current serial>,"csrSha256":<of the new CSR>,"iat":<now>}>}.  The answer
  * is verified like a join's (signature, csrSha256, chain, the leaf certifies
  * the new key) and must keep the SPIFFE ID (same tenant, same node) before
- * the new key and chain replace the old ones.
+ * the new key and chain replace the old ones.  The proof is built by
+ * bcd_proof_request, which session credentials share (sessions.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,10 +16,15 @@
 
 #include "daemon.h"
 
-/* The renewal request body for the new CSR, signed with the current key. */
-static int
-renew_body(const bcd_credential *cur, const unsigned char *csr, size_t csr_len,
-		   char **body)
+/*
+ * The body of a request proven by the node's current key (a renewal, a
+ * session credential): {"csr": <base64url DER of csr>, "proof": <JWS ES256 by
+ * node_key over {"purpose", "serial": <the current serial>, "csrSha256": <of
+ * csr>, "iat": <now>} and the members of extra (may be NULL)>}.
+ */
+int
+bcd_proof_request(EVP_PKEY *node_key, const char *serial, const char *purpose,
+				  json_t *extra, const unsigned char *csr, size_t csr_len, char **body)
 {
 	unsigned char digest[BC_SHA256_LEN];
 	char		csr_sha256[64];
@@ -34,12 +40,12 @@ renew_body(const bcd_credential *cur, const unsigned char *csr, size_t csr_len,
 		goto out;
 	bc_b64url_encode(digest, sizeof(digest), csr_sha256);
 	rc = BC_ENOMEM;
-	doc = json_pack("{s:s, s:s, s:s, s:I}", "purpose", "renew", "serial", cur->serial,
+	doc = json_pack("{s:s, s:s, s:s, s:I}", "purpose", purpose, "serial", serial,
 					"csrSha256", csr_sha256, "iat", (json_int_t) time(NULL));
-	if (doc == NULL ||
+	if (doc == NULL || (extra != NULL && json_object_update(doc, extra) != 0) ||
 		(claims = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
 		goto out;
-	rc = bc_jws_sign_es256(cur->key, NULL, (const unsigned char *) claims,
+	rc = bc_jws_sign_es256(node_key, NULL, (const unsigned char *) claims,
 						   strlen(claims), &proof);
 	if (rc != BC_OK)
 		goto out;
@@ -112,7 +118,7 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 	*retry_after = -1;
 	key = bc_p256_generate();
 	if (key == NULL || bc_csr_create(key, NULL, &csr, &csr_len) != BC_OK ||
-		renew_body(cur, csr, csr_len, &body) != BC_OK)
+		bcd_proof_request(cur->key, cur->serial, "renew", NULL, csr, csr_len, &body) != BC_OK)
 	{
 		bcd_log("renew: cannot make the new key, CSR or proof");
 		goto out;

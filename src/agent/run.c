@@ -14,9 +14,15 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "sessions.h"
 
 /* Bounds of --max-retry-after, in seconds. */
 #define MAX_RETRY_AFTER_MAX 86400L
+/* Defaults and upper bounds of --max-provisioning and --max-queue. */
+#define MAX_PROVISIONING_DEFAULT 4
+#define MAX_PROVISIONING_MAX 64
+#define MAX_QUEUE_DEFAULT 256
+#define MAX_QUEUE_MAX 4096
 
 /* Print the usage of bcd run (or bcd renew) to stream. */
 static void
@@ -34,7 +40,8 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               --state-dir DIR [--token T | --token-file FILE]\n"
 			  "               [--role node|site|ramdisk] [--attestor ID] [--claims JSON]\n"
 			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
-			  "               [--once] [--renew-now]\n"
+			  "               [--once] [--renew-now] [--socket PATH]\n"
+			  "               [--max-provisioning N] [--max-queue N] [--metrics-file PATH]\n"
 			  "\n"
 			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
 			  "then renews the node certificate at about F of its lifetime, until\n"
@@ -66,6 +73,16 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       the SPIFFE ID and notAfter, one per line, and exit\n"
 			  "  --renew-now          renew at once; with --once print the new serial and\n"
 			  "                       notAfter and exit (the same as bcd renew --once)\n"
+			  "\n"
+			  "The daemon (not --once) serves session credentials on a local socket\n"
+			  "(docs/sessions.md, \"The host side\"); under socket activation it takes the\n"
+			  "socket systemd passes and creates nothing:\n"
+			  "  --socket PATH        default $XDG_RUNTIME_DIR/bcd/bcd.sock, or\n"
+			  "                       DIR/run/bcd.sock when XDG_RUNTIME_DIR is unset; its\n"
+			  "                       directory is made 0700 and must be ours\n"
+			  "  --max-provisioning N provisionings in flight at most (default 4)\n"
+			  "  --max-queue N        callers waiting at most (default 256); beyond: busy\n"
+			  "  --metrics-file PATH  Prometheus text, rewritten atomically on change\n"
 			  "\n"
 			  "Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failure (a bad\n"
 			  "answer, another bcd holds DIR, ...), 2 the service refused, 64 usage.\n",
@@ -101,18 +118,25 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o)
 		{"renew-at", required_argument, NULL, 'R'},
 		{"once", no_argument, NULL, 'o'},
 		{"renew-now", no_argument, NULL, 'n'},
+		{"socket", required_argument, NULL, 'S'},
+		{"max-provisioning", required_argument, NULL, 'P'},
+		{"max-queue", required_argument, NULL, 'Q'},
+		{"metrics-file", required_argument, NULL, 'M'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
 	const char *bad = NULL;
 	json_t	   *claims;
 	double		v;
+	int			server_opt = 0;
 	int			c;
 
 	o->role = "node";
 	o->attestor = "join-token";
 	o->max_retry_after = 300;
 	o->renew_at = 0.5;
+	o->max_provisioning = MAX_PROVISIONING_DEFAULT;
+	o->max_queue = MAX_QUEUE_DEFAULT;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
 	{
@@ -130,6 +154,20 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o)
 			case 'H': o->hostname = optarg; break;
 			case 'o': o->once = 1; break;
 			case 'n': o->renew_now = 1; break;
+			case 'S': o->socket = optarg; server_opt = 1; break;
+			case 'M': o->metrics_file = optarg; server_opt = 1; break;
+			case 'P':
+				if (parse_number(optarg, 1, MAX_PROVISIONING_MAX, &v) || v != floor(v))
+					bad = "--max-provisioning must be a whole number in [1, 64]";
+				o->max_provisioning = (long) v;
+				server_opt = 1;
+				break;
+			case 'Q':
+				if (parse_number(optarg, 1, MAX_QUEUE_MAX, &v) || v != floor(v))
+					bad = "--max-queue must be a whole number in [1, 4096]";
+				o->max_queue = (long) v;
+				server_opt = 1;
+				break;
 			case 'm':
 				if (parse_number(optarg, 1, MAX_RETRY_AFTER_MAX, &v))
 					bad = "--max-retry-after must be a number of seconds in [1, 86400]";
@@ -160,6 +198,11 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o)
 		bad = "--gateway must be an https:// URL";
 	else if (o->renew_cmd && !o->once)
 		bad = "bcd renew needs --once (the daemon renews by itself)";
+	else if (server_opt && o->once)
+		bad = "--socket, --max-provisioning, --max-queue and --metrics-file serve the daemon, "
+			"not --once";
+	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
+		bad = "--metrics-file must be an absolute path";
 	else if (o->claims != NULL)
 	{
 		claims = bcd_build_claims(o->claims, NULL);
@@ -280,9 +323,12 @@ run_agent(bcd_agent *a)
 
 	for (;;)
 	{
+		if (force_join)
+			bcd_server_publish(a->server, NULL);
 		rc = credential_or_join(a, &cred, force_join);
 		if (rc != BCD_EXIT_OK)
 			return rc;
+		bcd_server_publish(a->server, &cred);
 		force_join = 0;
 		if (o->once && !renew_now)
 		{
@@ -298,6 +344,8 @@ run_agent(bcd_agent *a)
 				bcd_log("%s (serial %s, not after %s): renewal in %.0f s", cred.spiffe_id,
 						cred.serial, cred.not_after_text, delay);
 			rc = bcd_sleep(delay) ? BCD_STOPPED : renew_until_done(a, &cred);
+			if (rc == BCD_EXIT_OK)
+				bcd_server_publish(a->server, &cred);
 			if (rc == BCD_EXIT_OK && o->once)
 			{
 				printf("%s\n%s\n", cred.serial, cred.not_after_text);
@@ -310,6 +358,33 @@ run_agent(bcd_agent *a)
 			return rc;
 		force_join = 1;
 	}
+}
+
+/*
+ * Start the socket server of the daemon, with the stored credential already
+ * published when it is valid: a hook that socket activation started bcd for
+ * must not be told there is no credential while the store is being read.
+ */
+static int
+start_server(bcd_agent *a)
+{
+	bcd_credential cred;
+	char		err[1024];
+	int			have;
+	int			rc;
+
+	have = bcd_store_load(a->opts->state_dir, &a->keys, &cred, err, sizeof(err)) == BC_OK;
+	if (have && (int64_t) time(NULL) >= cred.not_after)
+	{
+		bcd_credential_free(&cred);
+		have = 0;
+	}
+	rc = bcd_server_start(a->opts, &a->keys, have ? &cred : NULL, &a->server, err, sizeof(err));
+	if (have)
+		bcd_credential_free(&cred);
+	if (rc != BC_OK)
+		bcd_log("cannot serve the local socket: %s", err);
+	return rc;
 }
 
 /* bcd run / bcd renew: parse, load the pinned keys, lock DIR, run. */
@@ -355,6 +430,8 @@ run_main(int argc, char **argv, int renew_cmd)
 		bcd_log("%s", err);
 		goto out;
 	}
+	if (!opts.once && start_server(&agent) != BC_OK)
+		goto out;
 	rc = run_agent(&agent);
 	if (rc == BCD_STOPPED)
 	{
@@ -364,6 +441,7 @@ run_main(int argc, char **argv, int renew_cmd)
 	else if (rc == BCD_RETRY)
 		rc = BCD_EXIT_FAIL;
 out:
+	bcd_server_stop(agent.server);
 	bcd_http_free(agent.http);
 	bcd_service_keys_free(&agent.keys);
 	if (lock_fd >= 0)

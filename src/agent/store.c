@@ -375,8 +375,8 @@ out:
 }
 
 /* The PEM (PKCS#8) of a private key, malloc()ed; release with bc_free_secret. */
-static int
-key_pem(EVP_PKEY *key, char **out, size_t *len)
+int
+bcd_key_pem(EVP_PKEY *key, char **out, size_t *len)
 {
 	BIO		   *bio = BIO_new(BIO_s_mem());
 	char	   *data = NULL;
@@ -409,7 +409,7 @@ bcd_store_commit(const char *dir, EVP_PKEY *key, const char *chain_pem,
 	size_t		pem_len = 0;
 	int			rc;
 
-	rc = key_pem(key, &pem, &pem_len);
+	rc = bcd_key_pem(key, &pem, &pem_len);
 	if (rc == BC_OK)
 		rc = bcd_write_file_atomic(dir, "node.key.new", pem, pem_len, 0600);
 	if (rc == BC_OK)

@@ -292,8 +292,12 @@ class Env:
         return "https://127.0.0.1:%d" % port, p
 
     def bcd_env(self):
-        """The environment of bcd: sanitizer options on."""
+        """The environment of bcd: sanitizer options on.  XDG_RUNTIME_DIR is
+        dropped, so every daemon's socket defaults to STATE/run/bcd.sock and
+        daemons of different state directories never share one."""
         envv = dict(os.environ)
+        envv.pop("XDG_RUNTIME_DIR", None)
+        envv.pop("BCD_SOCKET", None)
         envv.setdefault("ASAN_OPTIONS", "detect_leaks=1")
         envv.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
         return envv
