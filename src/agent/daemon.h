@@ -99,8 +99,8 @@ int			bcd_store_commit(const char *dir, EVP_PKEY *key, const char *chain_pem,
 int			bcd_credential_fill(bcd_credential *cred, EVP_PKEY *key, X509 *leaf);
 void		bcd_credential_free(bcd_credential *cred);
 int			bcd_key_pem(EVP_PKEY *key, char **out, size_t *len);
-char	   *bcd_store_join_dir(const char *dir);
-void		bcd_store_forget_join(const char *dir);
+char	   *bcd_store_work_dir(const char *dir, const char *name);
+void		bcd_store_forget_work(const char *dir, const char *name);
 
 /* The socket server of bcd run (sessions.h). */
 struct bcd_server;

@@ -92,7 +92,7 @@ on_issued(bcd_agent *a, join_state *js, const bcd_answer *ans, bcd_credential *c
 		bcd_log("join: %s", err);
 		return BCD_EXIT_FAIL;
 	}
-	bcd_store_forget_join(a->opts->state_dir);
+	bcd_store_forget_work(a->opts->state_dir, "join");
 	if (bcd_credential_fill(cred, js->key, ans->leaf) != BC_OK)
 		return BCD_EXIT_FAIL;
 	bcd_log("joined as %s (serial %s, not after %s)", cred->spiffe_id, cred->serial,
@@ -172,7 +172,7 @@ bcd_join_loop(bcd_agent *a, bcd_credential *cred)
 
 	memset(&js, 0, sizeof(js));
 	memset(cred, 0, sizeof(*cred));
-	js.dir = bcd_store_join_dir(a->opts->state_dir);
+	js.dir = bcd_store_work_dir(a->opts->state_dir, "join");
 	if (js.dir == NULL)
 		goto out;
 	if (bcd_node_key_and_csr(js.dir, &js.key, &js.csr, &js.csr_len, &what) != BC_OK)

@@ -97,7 +97,9 @@ accept_renewal(bcd_agent *a, const bcd_credential *cur, EVP_PKEY *key,
  * Renew cur once.  BCD_EXIT_OK (next filled, stored), BCD_EXIT_REFUSED,
  * BCD_EXIT_FAIL (a bad answer or a permanent error: nothing stored),
  * BCD_RETRY (no answer, 429 or 5xx; *retry_after from the gateway or -1) or
- * BCD_STOPPED.  A fresh key and CSR each time.
+ * BCD_STOPPED.  The new key and CSR are kept in DIR/renew until the
+ * renewal is answered, so a retry after a lost answer asks for the same key
+ * (and the service answers with the certificate it already issued to it).
  */
 int
 bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
@@ -110,17 +112,20 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 	bcd_http_reply reply;
 	bcd_answer	ans;
 	char		err[512];
+	char	   *workdir = NULL;
+	const char *what = "";
 	int			rc = BCD_EXIT_FAIL;
 
 	memset(&reply, 0, sizeof(reply));
 	memset(&ans, 0, sizeof(ans));
 	memset(next, 0, sizeof(*next));
 	*retry_after = -1;
-	key = bc_p256_generate();
-	if (key == NULL || bc_csr_create(key, NULL, &csr, &csr_len) != BC_OK ||
+	workdir = bcd_store_work_dir(a->opts->state_dir, "renew");
+	if (workdir == NULL ||
+		bcd_node_key_and_csr(workdir, &key, &csr, &csr_len, &what) != BC_OK ||
 		bcd_proof_request(cur->key, cur->serial, "renew", NULL, csr, csr_len, &body) != BC_OK)
 	{
-		bcd_log("renew: cannot make the new key, CSR or proof");
+		bcd_log("renew: cannot make the new key, CSR or proof (%s)", what);
 		goto out;
 	}
 	rc = bcd_http_post(a->http, "/v1/renew", body, &reply, err, sizeof(err));
@@ -157,6 +162,10 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 	else
 		bcd_log("renew: the answer does not verify, nothing was stored: %s", err);
 out:
+	/* Answered, stored or refused: the next renewal starts from a new key. */
+	if (workdir != NULL && (rc == BCD_EXIT_OK || rc == BCD_EXIT_REFUSED))
+		bcd_store_forget_work(a->opts->state_dir, "renew");
+	free(workdir);
 	bcd_answer_free(&ans);
 	bcd_http_reply_free(&reply);
 	free(body);

@@ -290,7 +290,7 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 	have = !force_join && bcd_store_load(o->state_dir, &a->keys, cred, err, sizeof(err)) == BC_OK;
 	if (have && (int64_t) time(NULL) < cred->not_after)
 	{
-		bcd_store_forget_join(o->state_dir);
+		bcd_store_forget_work(o->state_dir, "join");
 		return BCD_EXIT_OK;
 	}
 	if (have && (o->renew_cmd || (o->token == NULL && o->token_file == NULL)))

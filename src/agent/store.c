@@ -430,11 +430,15 @@ bcd_store_commit(const char *dir, EVP_PKEY *key, const char *chain_pem,
 	return rc;
 }
 
-/* DIR/join, created 0700 when missing (malloc()ed), or NULL with a log line. */
+/*
+ * DIR/<name> ("join" or "renew": the key and CSR of an exchange in progress,
+ * kept so a restart or a lost answer reuses them), created 0700 when
+ * missing (malloc()ed), or NULL with a log line.
+ */
 char *
-bcd_store_join_dir(const char *dir)
+bcd_store_work_dir(const char *dir, const char *name)
 {
-	char	   *path = bcd_path_join(dir, "join");
+	char	   *path = bcd_path_join(dir, name);
 	char		err[512];
 
 	if (path != NULL && ensure_own_dir(path, err, sizeof(err)) != BC_OK)
@@ -446,11 +450,11 @@ bcd_store_join_dir(const char *dir)
 	return path;
 }
 
-/* Remove DIR/join and the key and CSR in it (the join is over). */
+/* Remove DIR/<name> and the key and CSR in it (the exchange is over). */
 void
-bcd_store_forget_join(const char *dir)
+bcd_store_forget_work(const char *dir, const char *name)
 {
-	char	   *path = bcd_path_join(dir, "join");
+	char	   *path = bcd_path_join(dir, name);
 
 	if (path == NULL)
 		return;

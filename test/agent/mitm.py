@@ -7,6 +7,9 @@ gateway, and tampers with a 200 answer's signed response according to
 --mode:
 
   pass             nothing (a control)
+  lose-first       the first answer lost: the request reaches the gateway (and
+                   the database commits it), the client gets 503 Retry-After: 1;
+                   every later request passes through untouched
   resign-other     the payload re-signed with a key of our own
   swap             the body of --swap-file instead (an answer for another CSR)
   chain-flip       one byte of the leaf flipped, the service's signature kept
@@ -76,7 +79,7 @@ def reissue(leaf_der, public_key, issuer_key, issuer_name):
 def tamper(body):
     """The tampered body for a 200 answer (bytes in, bytes out)."""
     mode = ARGS.mode
-    if mode == "pass":
+    if mode in ("pass", "lose-first"):
         return body
     if mode == "swap":
         with open(ARGS.swap_file, "rb") as f:
@@ -114,6 +117,9 @@ def tamper(body):
     return json.dumps(outer).encode()
 
 
+LOST = False
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     """Forward a POST to the gateway, tamper with the answer, send it back."""
 
@@ -128,7 +134,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         status = resp.status
         retry = resp.getheader("Retry-After")
         conn.close()
-        if status == 200:
+        global LOST
+        if ARGS.mode == "lose-first" and not LOST:
+            # the gateway answered (and the database committed), the answer is lost
+            LOST = True
+            status, body, retry = 503, b'{"status":"error"}', "1"
+        elif status == 200:
             body = tamper(body)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

@@ -124,5 +124,21 @@ def body(tap, env):
     tap.ok(r.returncode == 0 and r.stdout.startswith("spiffe://") and r.stdout.split("\n")[0].endswith(node2),
            "the renewed credential is still the same node", r.stdout + r.stderr)
 
+    # -- a renewal whose answer is lost: the retry asks for the same key ------------------
+    url, relay = env.mitm("lose-first")
+    certs_before = int(env.psql("SELECT count(*) FROM bc_join.node_certs WHERE node_id = '%s'" % node2))
+    r = env.bcd("renew", "--once", *env.run_args(state2, gateway=url))
+    lines = r.stdout.splitlines()
+    tap.ok(r.returncode == 0 and len(lines) == 2 and "no answer" in r.stderr,
+           "a renewal whose first answer was lost succeeds on the retry", r.stdout + r.stderr)
+    tap.eq(env.psql("SELECT count(*) FROM bc_join.node_certs WHERE node_id = '%s'" % node2),
+           str(certs_before + 1), "one certificate was issued for the two attempts")
+    tap.eq(leaf_serial(state2), lines[0] if lines else "?",
+           "the stored certificate is the one issued in the lost answer")
+    tap.eq(env.psql("SELECT string_agg(serial, ',') FROM bc_join.node_certs "
+                    "WHERE node_id = '%s' AND revoked_at IS NULL" % node2), leaf_serial(state2),
+           "and it is the node's one live certificate")
+    tap.ok(not os.path.exists(os.path.join(state2, "renew")), "the pending renewal key is gone once stored")
+
 
 agentlib.main(body)
