@@ -233,7 +233,7 @@ bcd_node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_
 	char	   *key_path = bcd_path_join(dir, "node.key");
 	char	   *csr_path = bcd_path_join(dir, "node.csr.der");
 	char		err[256];
-	X509_REQ   *req = NULL;
+	bc_csr	   *req = NULL;
 	int			rc = BC_ENOMEM;
 
 	*key = NULL;
@@ -250,7 +250,7 @@ bcd_node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_
 		rc = bcd_read_file(csr_path, BC_DER_MAX, (char **) csr, csr_len);
 		if (rc == BC_OK)
 			rc = bc_csr_parse(*csr, *csr_len, &req);
-		if (rc == BC_OK && EVP_PKEY_eq(X509_REQ_get0_pubkey(req), *key) != 1)
+		if (rc == BC_OK && EVP_PKEY_eq(bc_csr_pubkey(req), *key) != 1)
 			rc = BC_EINVAL;
 		goto out;
 	}
@@ -277,7 +277,7 @@ out:
 		free(*csr);
 		*csr = NULL;
 	}
-	X509_REQ_free(req);
+	bc_csr_free(req);
 	free(key_path);
 	free(csr_path);
 	return rc;

@@ -113,6 +113,9 @@ int			bc_jwk_thumbprint(const EVP_PKEY *key, char out[44]);
  */
 int			bc_pkey_from_jwk(const char *json, size_t n, EVP_PKEY **out);
 
+/* A P-256 public key from an encoded point, checked to be on the curve. */
+int			bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY **out);
+
 /* ------------------------------------------------------------------ JOSE */
 
 /* No compact serialization over this many bytes is accepted or produced. */
@@ -170,17 +173,28 @@ int			bc_jwe_open(EVP_PKEY *recipient_priv, const char *jwe, size_t n,
 /* Upper bound on a CSR or certificate in DER. */
 #define BC_DER_MAX (16 * 1024)
 
+/* A parsed PKCS#10 CSR (csr.c): opaque. */
+typedef struct bc_csr bc_csr;
+
 /*
  * Parse a DER PKCS#10 CSR of n bytes (no trailing bytes).  The key must be
- * P-256 (else BC_EUNSUPPORTED).  Does not check the signature.
+ * P-256 (else BC_EUNSUPPORTED).  Does not check the signature.  Free with
+ * bc_csr_free().
  */
-int			bc_csr_parse(const unsigned char *der, size_t n, X509_REQ **out);
+int			bc_csr_parse(const unsigned char *der, size_t n, bc_csr **out);
+void		bc_csr_free(bc_csr *csr);
+
+/* The CSR's public key (borrowed: valid while the CSR lives). */
+EVP_PKEY   *bc_csr_pubkey(const bc_csr *csr);
 
 /* BC_OK when the CSR's own signature verifies with its key (proof of possession). */
-int			bc_csr_verify_pop(X509_REQ *req);
+int			bc_csr_verify_pop(const bc_csr *csr);
 
 /* SHA-256 over the DER SubjectPublicKeyInfo of the CSR's key. */
-int			bc_csr_spki_sha256(X509_REQ *req, unsigned char out[BC_SHA256_LEN]);
+int			bc_csr_spki_sha256(const bc_csr *csr, unsigned char out[BC_SHA256_LEN]);
+
+/* Give cert the CSR's SubjectPublicKeyInfo, copied as it is. */
+int			bc_csr_set_cert_pubkey(const bc_csr *csr, X509 *cert);
 
 /* SHA-256 over the DER SubjectPublicKeyInfo of key. */
 int			bc_pkey_spki_sha256(EVP_PKEY *key, unsigned char out[BC_SHA256_LEN]);
@@ -194,7 +208,9 @@ typedef struct bc_cert_params
 {
 	X509	   *ca_cert;		/* issuer certificate */
 	EVP_PKEY   *ca_key;			/* issuer private key */
-	EVP_PKEY   *subject_key;	/* the public key to certify */
+	EVP_PKEY   *subject_key;	/* the public key to certify ... */
+	const bc_csr *subject_csr;	/* ... or a CSR's: its key bits are copied,
+								 * no key encoder runs */
 	const char *subject_cn;		/* subject CN (may be NULL: empty subject) */
 	const char *const *uris;	/* URI SANs, in order */
 	size_t		n_uris;

@@ -416,7 +416,7 @@ out:
 	return rc;
 }
 
-/* ECDH shared secret of priv and peer (both P-256) into z (32 bytes). */
+/* ECDH shared secret of priv and peer (both P-256, peer checked on the curve when built) into z. */
 static int
 ecdh_p256(EVP_PKEY *priv, EVP_PKEY *peer, unsigned char z[32])
 {
@@ -426,7 +426,7 @@ ecdh_p256(EVP_PKEY *priv, EVP_PKEY *peer, unsigned char z[32])
 
 	ctx = EVP_PKEY_CTX_new_from_pkey(NULL, priv, NULL);
 	if (ctx == NULL || EVP_PKEY_derive_init(ctx) != 1 ||
-		EVP_PKEY_derive_set_peer(ctx, peer) != 1 ||
+		EVP_PKEY_derive_set_peer_ex(ctx, peer, 0) != 1 ||	/* validated when built */
 		EVP_PKEY_derive(ctx, z, &z_len) != 1 || z_len != 32)
 		goto out;
 	rc = BC_OK;

@@ -250,9 +250,9 @@ jwk_coordinate(json_t *jwk, const char *name, unsigned char out[P256_COORD_LEN])
 	return rc;
 }
 
-/* Build a P-256 public key from an uncompressed point; refuses points off the curve. */
-static int
-p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY **out)
+/* Build a P-256 public key from an encoded point; refuses points off the curve. */
+int
+bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY **out)
 {
 	OSSL_PARAM_BLD *bld = NULL;
 	OSSL_PARAM *params = NULL;
@@ -275,9 +275,14 @@ p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY **out)
 	rc = BC_EINVAL;
 	if (EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) != 1)
 		goto out;
-	/* fromdata already refuses points off the curve; check again, fully. */
+	/*
+	 * fromdata already refuses points off the curve; check again (point on
+	 * the curve, not at infinity).  P-256 has cofactor 1, so no order check
+	 * (a scalar multiplication per key) is needed against small-subgroup
+	 * points.
+	 */
 	check = EVP_PKEY_CTX_new_from_pkey(NULL, key, NULL);
-	if (check == NULL || EVP_PKEY_public_check(check) != 1)
+	if (check == NULL || EVP_PKEY_public_check_quick(check) != 1)
 		goto out;
 	*out = key;
 	key = NULL;
@@ -326,7 +331,7 @@ bc_pkey_from_jwk(const char *json, size_t n, EVP_PKEY **out)
 	rc = jwk_coordinate(jwk, "y", point + 1 + P256_COORD_LEN);
 	if (rc != BC_OK)
 		goto out;
-	rc = p256_from_point(point, sizeof(point), out);
+	rc = bc_p256_from_point(point, sizeof(point), out);
 out:
 	json_decref(jwk);
 	return rc;

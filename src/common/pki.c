@@ -1,6 +1,7 @@
 /*
- * pki.c: PKCS#10 CSRs and X.509 v3 node certificates on OpenSSL's X509 and
- * X509_REQ APIs: create, parse, proof of possession, issue, verify, URI SANs.
+ * pki.c: X.509 v3 node certificates on OpenSSL's X509 APIs (issue, parse,
+ * verify, URI SANs) and making PKCS#10 CSRs (X509_REQ); reading CSRs is
+ * csr.c's.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -24,59 +25,6 @@
 /* Bound of one URI SAN we put into or take out of a certificate. */
 #define URI_SAN_MAX 2048
 
-/* Parse a DER PKCS#10 CSR (no trailing bytes) whose key is P-256. */
-int
-bc_csr_parse(const unsigned char *der, size_t n, X509_REQ **out)
-{
-	const unsigned char *p = der;
-	X509_REQ   *req = NULL;
-	EVP_PKEY   *key;
-	int			rc = BC_ETOOBIG;
-
-	*out = NULL;
-	if (n > BC_DER_MAX)
-		goto out;
-	rc = BC_EINVAL;
-	if (n == 0)
-		goto out;
-	req = d2i_X509_REQ(NULL, &p, (long) n);
-	if (req == NULL || p != der + n)
-		goto out;
-	key = X509_REQ_get0_pubkey(req);
-	if (key == NULL)
-		goto out;
-	rc = BC_EUNSUPPORTED;
-	if (!bc_pkey_is_p256(key))
-		goto out;
-	*out = req;
-	req = NULL;
-	rc = BC_OK;
-out:
-	if (rc != BC_OK)
-		ERR_clear_error();
-	X509_REQ_free(req);
-	return rc;
-}
-
-/* BC_OK when the CSR's own signature verifies with its key. */
-int
-bc_csr_verify_pop(X509_REQ *req)
-{
-	EVP_PKEY   *key = X509_REQ_get0_pubkey(req);
-
-	if (key == NULL || !bc_pkey_is_p256(key))
-	{
-		ERR_clear_error();
-		return BC_EUNSUPPORTED;
-	}
-	if (X509_REQ_verify(req, key) != 1)
-	{
-		ERR_clear_error();
-		return BC_EVERIFY;
-	}
-	return BC_OK;
-}
-
 /* SHA-256 over the DER SubjectPublicKeyInfo of key. */
 int
 bc_pkey_spki_sha256(EVP_PKEY *key, unsigned char out[BC_SHA256_LEN])
@@ -93,20 +41,6 @@ bc_pkey_spki_sha256(EVP_PKEY *key, unsigned char out[BC_SHA256_LEN])
 	rc = bc_sha256(der, (size_t) len, out);
 	OPENSSL_free(der);
 	return rc;
-}
-
-/* SHA-256 over the DER SubjectPublicKeyInfo of the CSR's key. */
-int
-bc_csr_spki_sha256(X509_REQ *req, unsigned char out[BC_SHA256_LEN])
-{
-	EVP_PKEY   *key = X509_REQ_get0_pubkey(req);
-
-	if (key == NULL)
-	{
-		ERR_clear_error();
-		return BC_EINVAL;
-	}
-	return bc_pkey_spki_sha256(key, out);
 }
 
 /* i2d of a CSR or certificate into a malloc()ed buffer. */
@@ -278,6 +212,7 @@ set_validity(X509 *cert, int64_t not_before, int64_t not_after)
 	return ok ? BC_OK : BC_ECRYPTO;
 }
 
+
 /* Check bc_cert_issue's parameters before anything is built. */
 static int
 check_issue_params(const bc_cert_params *p)
@@ -285,9 +220,11 @@ check_issue_params(const bc_cert_params *p)
 	size_t		i;
 
 	if (p == NULL || p->ca_cert == NULL || p->ca_key == NULL ||
-		p->subject_key == NULL || (p->n_uris > 0 && p->uris == NULL))
+		(p->subject_key == NULL && p->subject_csr == NULL) ||
+		(p->n_uris > 0 && p->uris == NULL))
 		return BC_EINVAL;
-	if (!bc_pkey_is_p256(p->subject_key) || !bc_pkey_is_p256(p->ca_key))
+	if ((p->subject_key != NULL && !bc_pkey_is_p256(p->subject_key)) ||
+		!bc_pkey_is_p256(p->ca_key))
 		return BC_EUNSUPPORTED;
 	/* An empty subject needs a subjectAltName (RFC 5280 4.1.2.6). */
 	if (p->subject_cn == NULL && p->n_uris == 0)
@@ -338,7 +275,8 @@ bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
 	rc = BC_ECRYPTO;
 	if (X509_set_subject_name(cert, subject) != 1 ||
 		X509_set_issuer_name(cert, X509_get_subject_name(p->ca_cert)) != 1 ||
-		X509_set_pubkey(cert, p->subject_key) != 1)
+		(p->subject_csr != NULL ? bc_csr_set_cert_pubkey(p->subject_csr, cert) != BC_OK
+		 : X509_set_pubkey(cert, p->subject_key) != 1))
 		goto out;
 	rc = set_validity(cert, p->not_before, p->not_after);
 	if (rc != BC_OK)

@@ -56,7 +56,7 @@ extern int64 bc_timestamp_to_unix(TimestampTz t);
  */
 extern EVP_PKEY *bc_own_pkey(MemoryContext cxt, EVP_PKEY *key);
 extern X509 *bc_own_x509(MemoryContext cxt, X509 *cert);
-extern X509_REQ *bc_own_x509_req(MemoryContext cxt, X509_REQ *req);
+extern bc_csr *bc_own_csr(MemoryContext cxt, bc_csr *csr);
 /* A malloc()ed buffer from src/common copied into the current context, freed. */
 extern char *bc_take_cstring(char *malloced);
 extern bytea *bc_take_bytea(unsigned char *malloced, size_t len, bool secret);
@@ -114,7 +114,7 @@ typedef struct BcJoinRequest
 	/* derived */
 	unsigned char *csr_der;
 	size_t		csr_der_len;
-	X509_REQ   *csr;			/* owned by the call context */
+	bc_csr	   *csr;			/* owned by the call context */
 	unsigned char csr_sha256[BC_SHA256_LEN];
 	unsigned char csr_spki_sha256[BC_SHA256_LEN];
 	char		csr_sha256_b64[44];

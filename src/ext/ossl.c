@@ -39,13 +39,13 @@ free_x509_cb(void *arg)
 	o->obj = NULL;
 }
 
-/* Reset callback: free an owned X509_REQ. */
+/* Reset callback: free an owned parsed CSR. */
 static void
-free_x509_req_cb(void *arg)
+free_csr_cb(void *arg)
 {
 	OwnedObject *o = (OwnedObject *) arg;
 
-	X509_REQ_free((X509_REQ *) o->obj);
+	bc_csr_free((bc_csr *) o->obj);
 	o->obj = NULL;
 }
 
@@ -88,11 +88,11 @@ bc_own_x509(MemoryContext cxt, X509 *cert)
 	return own(cxt, cert, free_x509_cb);
 }
 
-/* Give an X509_REQ to a memory context. */
-X509_REQ *
-bc_own_x509_req(MemoryContext cxt, X509_REQ *req)
+/* Give a parsed CSR to a memory context. */
+bc_csr *
+bc_own_csr(MemoryContext cxt, bc_csr *csr)
 {
-	return own(cxt, req, free_x509_req_cb);
+	return own(cxt, csr, free_csr_cb);
 }
 
 /* Copy a malloc()ed C string from src/common into palloc memory and free it. */

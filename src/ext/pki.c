@@ -55,7 +55,7 @@ bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
 	memset(&p, 0, sizeof(p));
 	p.ca_cert = keys->node_ca;
 	p.ca_key = keys->node_ca_key;
-	p.subject_key = X509_REQ_get0_pubkey(req->csr);
+	p.subject_csr = req->csr;
 	p.subject_cn = cn;
 	p.uris = uris;
 	p.n_uris = extra_uri ? 2 : 1;

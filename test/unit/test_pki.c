@@ -128,7 +128,7 @@ test_csr_round_trip(void **state)
 	pki_fixture *f = *state;
 	unsigned char *der = NULL;
 	size_t		len = 0;
-	X509_REQ   *req = NULL;
+	bc_csr	   *req = NULL;
 	unsigned char h1[BC_SHA256_LEN];
 	unsigned char h2[BC_SHA256_LEN];
 	unsigned char h3[BC_SHA256_LEN];
@@ -136,19 +136,19 @@ test_csr_round_trip(void **state)
 	assert_int_equal(bc_csr_create(f->node_key, "node-1", &der, &len), BC_OK);
 	assert_int_equal(bc_csr_parse(der, len, &req), BC_OK);
 	assert_int_equal(bc_csr_verify_pop(req), BC_OK);
-	assert_int_equal(EVP_PKEY_eq(X509_REQ_get0_pubkey(req), f->node_key), 1);
+	assert_int_equal(EVP_PKEY_eq(bc_csr_pubkey(req), f->node_key), 1);
 	assert_int_equal(bc_csr_spki_sha256(req, h1), BC_OK);
 	assert_int_equal(bc_pkey_spki_sha256(f->node_key, h2), BC_OK);
 	assert_int_equal(bc_pkey_spki_sha256(f->ca_key, h3), BC_OK);
 	assert_memory_equal(h1, h2, sizeof(h1));
 	assert_memory_not_equal(h1, h3, sizeof(h1));
-	X509_REQ_free(req);
+	bc_csr_free(req);
 	free(der);
 
 	assert_int_equal(bc_csr_create(f->node_key, NULL, &der, &len), BC_OK);
 	assert_int_equal(bc_csr_parse(der, len, &req), BC_OK);
 	assert_int_equal(bc_csr_verify_pop(req), BC_OK);
-	X509_REQ_free(req);
+	bc_csr_free(req);
 	free(der);
 }
 
@@ -161,7 +161,7 @@ test_csr_refusals(void **state)
 	unsigned char *longer;
 	size_t		len = 0;
 	size_t		i;
-	X509_REQ   *req = NULL;
+	bc_csr	   *req = NULL;
 	int			tampered = 0;
 
 	assert_int_equal(bc_csr_create(f->node_key, "node-1", &der, &len), BC_OK);
@@ -188,7 +188,7 @@ test_csr_refusals(void **state)
 	assert_true(tampered);
 	assert_int_equal(bc_csr_parse(der, len, &req), BC_OK);
 	assert_int_equal(bc_csr_verify_pop(req), BC_EVERIFY);
-	X509_REQ_free(req);
+	bc_csr_free(req);
 	free(der);
 }
 
@@ -202,7 +202,7 @@ test_csr_other_key_types(void **state)
 	size_t		ours_len = 0;
 	int			len;
 	int			i;
-	X509_REQ   *req = NULL;
+	bc_csr	   *req = NULL;
 
 	(void) state;
 	keys[0] = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t) 2048);
@@ -366,6 +366,74 @@ test_cert_empty_subject(void **state)
 	X509_free(cert);
 }
 
+/* A certificate for a CSR's key, its bits copied from the CSR, certifies that key. */
+static void
+test_cert_from_csr(void **state)
+{
+	pki_fixture *f = *state;
+	const char *uris[] = {"spiffe://example.org/tenant/t1/node/n1"};
+	unsigned char *der = NULL;
+	size_t		len = 0;
+	bc_csr	   *csr = NULL;
+	unsigned char serial[16];
+	unsigned char h1[BC_SHA256_LEN];
+	unsigned char h2[BC_SHA256_LEN];
+	X509	   *issued = NULL;
+	X509	   *cert = NULL;
+	unsigned char *cert_der = NULL;
+	size_t		cert_len = 0;
+	bc_cert_params p = {
+		.ca_cert = f->ca,.ca_key = f->ca_key,.subject_cn = "n1",
+		.uris = uris,.n_uris = 1,.not_before = f->now - 60,.not_after = f->now + 60
+	};
+
+	assert_int_equal(bc_csr_create(f->node_key, NULL, &der, &len), BC_OK);
+	assert_int_equal(bc_csr_parse(der, len, &csr), BC_OK);
+	p.subject_csr = csr;
+	assert_int_equal(bc_cert_issue(&p, serial, &issued), BC_OK);
+	/* what a relying party sees: the DER, parsed again */
+	assert_int_equal(bc_cert_der(issued, &cert_der, &cert_len), BC_OK);
+	assert_int_equal(bc_cert_parse(cert_der, cert_len, &cert), BC_OK);
+	assert_int_equal(EVP_PKEY_eq(X509_get0_pubkey(cert), f->node_key), 1);
+	assert_int_equal(bc_cert_verify_chain(cert, f->ca, 0), BC_OK);
+	assert_int_equal(bc_csr_spki_sha256(csr, h1), BC_OK);
+	assert_int_equal(bc_pkey_spki_sha256(X509_get0_pubkey(cert), h2), BC_OK);
+	assert_memory_equal(h1, h2, sizeof(h1));
+	X509_free(cert);
+	X509_free(issued);
+	free(cert_der);
+	bc_csr_free(csr);
+	free(der);
+}
+
+/* A CSR whose point is not on the curve is refused before anything uses it. */
+static void
+test_csr_point_off_curve(void **state)
+{
+	pki_fixture *f = *state;
+	unsigned char *der = NULL;
+	size_t		len = 0;
+	bc_csr	   *csr = NULL;
+	size_t		i;
+	int			found = 0;
+
+	assert_int_equal(bc_csr_create(f->node_key, NULL, &der, &len), BC_OK);
+	/* the uncompressed point follows the BIT STRING header 03 42 00 04 */
+	for (i = 0; i + 4 < len; i++)
+	{
+		if (der[i] == 0x03 && der[i + 1] == 0x42 && der[i + 2] == 0x00 && der[i + 3] == 0x04)
+		{
+			der[i + 4 + 63] ^= 0x01;	/* the last byte of y */
+			found = 1;
+			break;
+		}
+	}
+	assert_true(found);
+	assert_int_equal(bc_csr_parse(der, len, &csr), BC_EINVAL);
+	assert_null(csr);
+	free(der);
+}
+
 /* Bad issue parameters are refused before anything is signed. */
 static void
 test_cert_issue_refusals(void **state)
@@ -442,6 +510,8 @@ main(void)
 		cmocka_unit_test(test_cert_serials_differ),
 		cmocka_unit_test(test_cert_verify_chain),
 		cmocka_unit_test(test_cert_empty_subject),
+		cmocka_unit_test(test_cert_from_csr),
+		cmocka_unit_test(test_csr_point_off_curve),
 		cmocka_unit_test(test_cert_issue_refusals),
 		cmocka_unit_test(test_cert_pem_file),
 	};
