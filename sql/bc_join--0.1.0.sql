@@ -207,6 +207,12 @@ CREATE TABLE bc_join.attestors (
 	registered_by text NOT NULL DEFAULT session_user
 );
 
+-- Any change to the registry: every backend forgets the attestors it cached.
+CREATE FUNCTION bc_join.attestors_changed() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'bc_attestors_changed' LANGUAGE C;
+CREATE TRIGGER attestors_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+	ON bc_join.attestors FOR EACH STATEMENT EXECUTE FUNCTION bc_join.attestors_changed();
+
 -- The command kinds a certificate's allowedKinds may name.
 CREATE TABLE bc_join.command_kinds (
 	kind text PRIMARY KEY CHECK (kind ~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$'),

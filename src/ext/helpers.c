@@ -8,6 +8,7 @@
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 
 #include <openssl/ecdsa.h>
 #include <openssl/err.h>
@@ -212,4 +213,18 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 	result = bc_jsonb(buf.data);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
+}
+
+PG_FUNCTION_INFO_V1(bc_attestors_changed);
+
+/* Trigger on bc_join.attestors: every backend forgets the registry it cached. */
+Datum
+bc_attestors_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trig = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "bc_join.attestors_changed() is a trigger");
+	CacheInvalidateRelcache(trig->tg_relation);
+	return PointerGetDatum(NULL);
 }

@@ -17,6 +17,7 @@
 #include "fmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "portability/instr_time.h"
 #include "utils/resowner.h"
@@ -32,32 +33,94 @@ static BcPlan registered_attestor = {
 	1, {TEXTOID}
 };
 
+/*
+ * The registry (bc_join.attestors) as this backend last read it: one entry
+ * per id looked up, NULL verify_fn for "not registered".  A trigger on the
+ * table invalidates its relcache entry on every change; the callback below
+ * then empties this cache, in this backend at the next command and in the
+ * others when the change commits.  A join does not query the registry
+ * again for an id it knows.
+ */
+typedef struct CachedAttestor
+{
+	struct CachedAttestor *next;
+	BcAttestor	att;			/* verify_fn InvalidOid: not registered */
+} CachedAttestor;
+
+static CachedAttestor *attestor_cache = NULL;
+static MemoryContext attestor_cache_cxt = NULL;
+static bool attestor_cache_hooked = false;
+
+/* Relcache callback: any change to the registry empties the cache. */
+static void
+attestor_cache_inval(Datum arg, Oid relid)
+{
+	if (attestor_cache_cxt != NULL)
+		MemoryContextReset(attestor_cache_cxt);
+	attestor_cache = NULL;
+}
+
+/* The registry's answer for id, read through the cache. */
+static const BcAttestor *
+registered_lookup(const char *id)
+{
+	CachedAttestor *c;
+	Datum		v;
+	MemoryContext old;
+
+	if (!attestor_cache_hooked)
+	{
+		attestor_cache_cxt = AllocSetContextCreate(TopMemoryContext, "bc_join attestors",
+												   ALLOCSET_SMALL_SIZES);
+		CacheRegisterRelcacheCallback(attestor_cache_inval, (Datum) 0);
+		attestor_cache_hooked = true;
+	}
+	for (c = attestor_cache; c != NULL; c = c->next)
+	{
+		if (strcmp(c->att.id, id) == 0)
+			return c->att.verify_fn != InvalidOid ? &c->att : NULL;
+	}
+
+	v = CStringGetTextDatum(id);
+	old = MemoryContextSwitchTo(attestor_cache_cxt);
+	c = palloc0(sizeof(CachedAttestor));
+	c->att.id = pstrdup(id);
+	MemoryContextSwitchTo(old);
+	if (bc_spi_exec(&registered_attestor, &v, NULL, true, 1) == 1)
+	{
+		bool		isnull;
+		Datum	   *elems;
+		int			n;
+		int			i;
+		const char **roles;
+		char	   *version = bc_spi_text(1);
+		ArrayType  *arr = DatumGetArrayTypeP(bc_spi_datum(2, &isnull));
+		Oid			fn = DatumGetObjectId(bc_spi_datum(3, &isnull));
+
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
+		old = MemoryContextSwitchTo(attestor_cache_cxt);
+		roles = palloc0(sizeof(char *) * (n + 1));
+		for (i = 0; i < n; i++)
+			roles[i] = TextDatumGetCString(elems[i]);
+		c->att.roles = roles;
+		c->att.version = pstrdup(version);
+		c->att.verify_fn = fn;
+		MemoryContextSwitchTo(old);
+	}
+	c->next = attestor_cache;
+	attestor_cache = c;
+	return c->att.verify_fn != InvalidOid ? &c->att : NULL;
+}
+
 /* The attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
 static const BcAttestor *
 find_attestor(const char *id)
 {
-	Datum		v = CStringGetTextDatum(id);
+	const BcAttestor *att = registered_lookup(id);
 	int			i;
 
-	if (bc_spi_exec(&registered_attestor, &v, NULL, true, 1) == 1)
-	{
-		BcAttestor *att = palloc0(sizeof(BcAttestor));
-		bool		isnull;
-		Datum	   *elems;
-		int			n;
-		const char **roles;
-
-		att->id = pstrdup(id);
-		att->version = bc_spi_text(1);
-		deconstruct_array(DatumGetArrayTypeP(bc_spi_datum(2, &isnull)), TEXTOID, -1, false,
-						  TYPALIGN_INT, &elems, NULL, &n);
-		roles = palloc0(sizeof(char *) * (n + 1));
-		for (i = 0; i < n; i++)
-			roles[i] = TextDatumGetCString(elems[i]);
-		att->roles = roles;
-		att->verify_fn = DatumGetObjectId(bc_spi_datum(3, &isnull));
+	if (att != NULL)
 		return att;
-	}
 	for (i = 0; builtin_attestors[i] != NULL; i++)
 	{
 		if (strcmp(builtin_attestors[i]->id, id) == 0)
