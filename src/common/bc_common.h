@@ -116,6 +116,18 @@ int			bc_pkey_from_jwk(const char *json, size_t n, EVP_PKEY **out);
 /* A P-256 public key from an encoded point, checked to be on the curve. */
 int			bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY **out);
 
+/* ------------------------------------------------------- ossl_cache.c */
+
+/*
+ * Reuse of OpenSSL contexts across calls, for single-threaded processes (the
+ * PostgreSQL backend): off unless enabled; see ossl_cache.c.
+ */
+void		bc_ossl_cache_enable(void);
+void		bc_ossl_cache_release(void);
+EVP_PKEY_CTX *bc_ossl_cache_fromdata(void);
+EVP_MD_CTX *bc_ossl_cache_sign_ctx(EVP_PKEY *key);
+EVP_PKEY_CTX *bc_ossl_cache_derive_ctx(EVP_PKEY *priv);
+
 /* ------------------------------------------------------------------ JOSE */
 
 /* No compact serialization over this many bytes is accepted or produced. */

@@ -164,10 +164,14 @@ es256_sign(EVP_PKEY *key, const char *data, size_t n,
 	const BIGNUM *s;
 	int			rc = BC_ECRYPTO;
 
-	md = EVP_MD_CTX_new();
-	if (md == NULL ||
-		EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, key) != 1 ||
-		EVP_DigestSign(md, NULL, &der_len, (const unsigned char *) data, n) != 1)
+	md = bc_ossl_cache_sign_ctx(key);
+	if (md == NULL)
+	{
+		md = EVP_MD_CTX_new();
+		if (md == NULL || EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, key) != 1)
+			goto out;
+	}
+	if (EVP_DigestSign(md, NULL, &der_len, (const unsigned char *) data, n) != 1)
 		goto out;
 	der = OPENSSL_malloc(der_len);
 	if (der == NULL ||
@@ -424,14 +428,22 @@ ecdh_p256(EVP_PKEY *priv, EVP_PKEY *peer, unsigned char z[32])
 	size_t		z_len = 32;
 	int			rc = BC_ECRYPTO;
 
-	ctx = EVP_PKEY_CTX_new_from_pkey(NULL, priv, NULL);
-	if (ctx == NULL || EVP_PKEY_derive_init(ctx) != 1 ||
-		EVP_PKEY_derive_set_peer_ex(ctx, peer, 0) != 1 ||	/* validated when built */
+	EVP_PKEY_CTX *cached = bc_ossl_cache_derive_ctx(priv);
+
+	ctx = cached;
+	if (ctx == NULL)
+	{
+		ctx = EVP_PKEY_CTX_new_from_pkey(NULL, priv, NULL);
+		if (ctx == NULL || EVP_PKEY_derive_init(ctx) != 1)
+			goto out;
+	}
+	if (EVP_PKEY_derive_set_peer_ex(ctx, peer, 0) != 1 ||	/* validated when built */
 		EVP_PKEY_derive(ctx, z, &z_len) != 1 || z_len != 32)
 		goto out;
 	rc = BC_OK;
 out:
-	EVP_PKEY_CTX_free(ctx);
+	if (ctx != cached)
+		EVP_PKEY_CTX_free(ctx);
 	return rc;
 }
 

@@ -250,51 +250,48 @@ jwk_coordinate(json_t *jwk, const char *name, unsigned char out[P256_COORD_LEN])
 	return rc;
 }
 
-/* Build a P-256 public key from an encoded point; refuses points off the curve. */
+/*
+ * Build a P-256 public key from an encoded point (uncompressed 04||x||y or
+ * compressed 02/03||x, so never the point at infinity); OpenSSL refuses
+ * points off the curve as it imports them.  P-256 has cofactor 1: no
+ * small-subgroup check is needed beyond that.
+ */
 int
 bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY **out)
 {
-	OSSL_PARAM_BLD *bld = NULL;
-	OSSL_PARAM *params = NULL;
-	EVP_PKEY_CTX *ctx = NULL;
-	EVP_PKEY_CTX *check = NULL;
+	OSSL_PARAM	params[3];
+	EVP_PKEY_CTX *cached = bc_ossl_cache_fromdata();
+	EVP_PKEY_CTX *ctx = cached;
 	EVP_PKEY   *key = NULL;
-	int			rc = BC_ECRYPTO;
+	char		group[] = "prime256v1";
+	int			rc = BC_EINVAL;
 
-	bld = OSSL_PARAM_BLD_new();
-	if (bld == NULL ||
-		OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME,
-										"prime256v1", 0) != 1 ||
-		OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY,
-										 point, point_len) != 1)
-		goto out;
-	params = OSSL_PARAM_BLD_to_param(bld);
-	ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
-	if (params == NULL || ctx == NULL || EVP_PKEY_fromdata_init(ctx) != 1)
-		goto out;
-	rc = BC_EINVAL;
+	*out = NULL;
+	if (!((point_len == 65 && point[0] == 0x04) ||
+		  (point_len == 33 && (point[0] == 0x02 || point[0] == 0x03))))
+		return BC_EINVAL;
+	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, group, 0);
+	params[1] = OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY,
+												  (void *) point, point_len);
+	params[2] = OSSL_PARAM_construct_end();
+	if (ctx == NULL)
+	{
+		ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+		if (ctx == NULL || EVP_PKEY_fromdata_init(ctx) != 1)
+		{
+			rc = BC_ECRYPTO;
+			goto out;
+		}
+	}
 	if (EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) != 1)
 		goto out;
-	/*
-	 * fromdata already refuses points off the curve; check again (point on
-	 * the curve, not at infinity).  P-256 has cofactor 1, so no order check
-	 * (a scalar multiplication per key) is needed against small-subgroup
-	 * points.
-	 */
-	check = EVP_PKEY_CTX_new_from_pkey(NULL, key, NULL);
-	if (check == NULL || EVP_PKEY_public_check_quick(check) != 1)
-		goto out;
 	*out = key;
-	key = NULL;
 	rc = BC_OK;
 out:
 	if (rc != BC_OK)
 		ERR_clear_error();
-	EVP_PKEY_CTX_free(check);
-	EVP_PKEY_free(key);
-	EVP_PKEY_CTX_free(ctx);
-	OSSL_PARAM_free(params);
-	OSSL_PARAM_BLD_free(bld);
+	if (ctx != cached)
+		EVP_PKEY_CTX_free(ctx);
 	return rc;
 }
 

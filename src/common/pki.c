@@ -252,6 +252,7 @@ bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
 	X509	   *cert = NULL;
 	X509_NAME  *subject = NULL;
 	X509V3_CTX	ctx;
+	EVP_MD_CTX *sign_ctx = NULL;
 	int			rc;
 
 	*out = NULL;
@@ -297,12 +298,15 @@ bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
 			goto out;
 	}
 	rc = BC_ECRYPTO;
-	if (X509_sign(cert, p->ca_key, EVP_sha256()) <= 0)
+	sign_ctx = bc_ossl_cache_sign_ctx(p->ca_key);
+	if (sign_ctx != NULL ? X509_sign_ctx(cert, sign_ctx) <= 0
+		: X509_sign(cert, p->ca_key, EVP_sha256()) <= 0)
 		goto out;
 	*out = cert;
 	cert = NULL;
 	rc = BC_OK;
 out:
+	EVP_MD_CTX_free(sign_ctx);
 	if (rc != BC_OK)
 		ERR_clear_error();
 	X509_NAME_free(subject);

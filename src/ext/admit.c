@@ -99,7 +99,6 @@ bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt)
 	int			st;
 	MemoryContext old;
 	Jsonb	   *out;
-	StringInfoData o;
 
 	st = bc_jws_sign_es256(keys->signing, keys->signing_kid,
 						   (unsigned char *) payload->data, payload->len, &jws);
@@ -110,9 +109,29 @@ bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt)
 				 bc_errdetail_openssl(bc_status_str(st))));
 	old = MemoryContextSwitchTo(outcxt);
 	jws = bc_take_cstring(jws);
-	initStringInfo(&o);
-	appendStringInfo(&o, "{\"status\":\"%s\",\"response\":\"%s\"}", status, jws);
-	out = bc_jsonb(o.data);
+	/* {"status", "response"} built as jsonb directly: no JSON text to parse back */
+	{
+		JsonbParseState *ps = NULL;
+		JsonbValue	k;
+		JsonbValue	v;
+
+		(void) pushJsonbValue(&ps, WJB_BEGIN_OBJECT, NULL);
+		k.type = jbvString;
+		k.val.string.val = "status";
+		k.val.string.len = 6;
+		v.type = jbvString;
+		v.val.string.val = (char *) status;
+		v.val.string.len = strlen(status);
+		(void) pushJsonbValue(&ps, WJB_KEY, &k);
+		(void) pushJsonbValue(&ps, WJB_VALUE, &v);
+		k.val.string.val = "response";
+		k.val.string.len = 8;
+		v.val.string.val = jws;
+		v.val.string.len = strlen(jws);
+		(void) pushJsonbValue(&ps, WJB_KEY, &k);
+		(void) pushJsonbValue(&ps, WJB_VALUE, &v);
+		out = JsonbValueToJsonb(pushJsonbValue(&ps, WJB_END_OBJECT, NULL));
+	}
 	MemoryContextSwitchTo(old);
 	return out;
 }

@@ -117,6 +117,9 @@ _PG_init(void)
 	MarkGUCPrefixReserved("bc_join");
 
 	bc_stats_init();
+
+	/* A backend is one thread: keep OpenSSL's contexts for reuse. */
+	bc_ossl_cache_enable();
 }
 
 /* The service clock: transaction start plus bc_join.clock_offset. */
