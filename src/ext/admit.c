@@ -165,33 +165,49 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 	bc_spi_exec(&insert_cert, nv, nn, false, 0);
 }
 
+/*
+ * Open an "issued" payload: {"status":"issued","csrSha256","issuedAt",
+ * "nodeId","tenantId" ... (the caller appends the rest and the brace).
+ */
+void
+bc_issued_payload_start(StringInfo payload, const BcJoinRequest *req, const char *node_id,
+						const char *tenant_id)
+{
+	initStringInfo(payload);
+	appendStringInfoString(payload, "{\"status\":\"issued\"");
+	bc_json_member(payload, "csrSha256", req->csr_sha256_b64);
+	bc_json_member(payload, "issuedAt", bc_rfc3339(bc_now()));
+	bc_json_member(payload, "nodeId", node_id);
+	bc_json_member(payload, "tenantId", tenant_id);
+}
+
+/* Append ,"certificateChain":[<leaf>,<node CA>] (standard base64 DER). */
+void
+bc_append_chain(StringInfo payload, const BcIssued *issued)
+{
+	const BcKeys *keys = bc_keys();
+	char	   *leaf_b64 = palloc(bc_b64_encoded_len(issued->leaf_der_len) + 1);
+	char	   *ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
+
+	bc_b64_encode(issued->leaf_der, issued->leaf_der_len, leaf_b64);
+	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
+	appendStringInfo(payload, ",\"certificateChain\":[\"%s\",\"%s\"]", leaf_b64, ca_b64);
+}
+
 /* The signed "issued" response for a certificate just recorded, bound to the CSR. */
 Jsonb *
 bc_issued_response(const BcJoinRequest *req, const char *node_id, const char *tenant_id,
 				   const char *role, int generation, const BcIssued *issued,
 				   Datum allowed_kinds, bool has_allowed_kinds, MemoryContext outcxt)
 {
-	const BcKeys *keys = bc_keys();
 	StringInfoData payload;
-	char	   *leaf_b64;
-	char	   *ca_b64;
 
-	leaf_b64 = palloc(bc_b64_encoded_len(issued->leaf_der_len) + 1);
-	bc_b64_encode(issued->leaf_der, issued->leaf_der_len, leaf_b64);
-	ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
-	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
-
-	initStringInfo(&payload);
-	appendStringInfoString(&payload, "{\"status\":\"issued\"");
-	bc_json_member(&payload, "csrSha256", req->csr_sha256_b64);
-	bc_json_member(&payload, "issuedAt", bc_rfc3339(bc_now()));
-	bc_json_member(&payload, "nodeId", node_id);
-	bc_json_member(&payload, "tenantId", tenant_id);
+	bc_issued_payload_start(&payload, req, node_id, tenant_id);
 	bc_json_member(&payload, "role", role);
 	bc_json_member(&payload, "spiffeId", issued->spiffe_id);
 	bc_json_member(&payload, "serial", issued->serial_hex);
-	appendStringInfo(&payload, ",\"identityGeneration\":%d,\"certificateChain\":[\"%s\",\"%s\"]",
-					 generation, leaf_b64, ca_b64);
+	appendStringInfo(&payload, ",\"identityGeneration\":%d", generation);
+	bc_append_chain(&payload, issued);
 	appendStringInfoString(&payload, ",\"allowedKinds\":");
 	if (has_allowed_kinds)
 		appendStringInfoString(&payload,

@@ -328,6 +328,12 @@ extern void bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id,
 								bool has_allowed_kinds, const char *node_key_uri, int ttl,
 								BcIssued *issued);
 
+/* Open an "issued" payload: status, csrSha256, issuedAt, nodeId, tenantId. */
+extern void bc_issued_payload_start(StringInfo payload, const BcJoinRequest *req,
+									const char *node_id, const char *tenant_id);
+/* Append ,"certificateChain":[leaf, node CA]. */
+extern void bc_append_chain(StringInfo payload, const BcIssued *issued);
+
 /* The signed "issued" response for a certificate just recorded. */
 extern Jsonb *bc_issued_response(const BcJoinRequest *req, const char *node_id,
 								 const char *tenant_id, const char *role, int generation,

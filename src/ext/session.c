@@ -107,10 +107,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bool		created;
 	int			ttl;
 	BcIssued	issued;
-	const BcKeys *keys = bc_keys();
 	StringInfoData payload;
-	char	   *leaf_b64;
-	char	   *ca_b64;
 
 	v[0] = CStringGetTextDatum(serial);
 	if (bc_spi_exec(&lock_node_cert, v, NULL, false, 1) != 1)
@@ -194,22 +191,13 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		bc_emit_event(tenant, "session.provisioned", bc_jsonb(ev.data));
 	}
 
-	leaf_b64 = palloc(bc_b64_encoded_len(issued.leaf_der_len) + 1);
-	bc_b64_encode(issued.leaf_der, issued.leaf_der_len, leaf_b64);
-	ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
-	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
-	initStringInfo(&payload);
-	appendStringInfoString(&payload, "{\"status\":\"issued\"");
-	bc_json_member(&payload, "csrSha256", req->csr_sha256_b64);
-	bc_json_member(&payload, "issuedAt", bc_rfc3339(bc_now()));
-	bc_json_member(&payload, "nodeId", node_id);
-	bc_json_member(&payload, "tenantId", tenant);
+	bc_issued_payload_start(&payload, req, node_id, tenant);
 	bc_json_member(&payload, "sessionId", session_id);
 	bc_json_member(&payload, "session", session_ref);
 	bc_json_member(&payload, "context", context_ref);
 	bc_json_member(&payload, "spiffeId", issued.spiffe_id);
 	bc_json_member(&payload, "serial", issued.serial_hex);
-	appendStringInfo(&payload, ",\"certificateChain\":[\"%s\",\"%s\"]", leaf_b64, ca_b64);
+	bc_append_chain(&payload, &issued);
 	bc_json_member(&payload, "notAfter", bc_rfc3339(issued.not_after));
 	appendStringInfoChar(&payload, '}');
 	return bc_signed_response("issued", &payload, outcxt);
