@@ -311,7 +311,6 @@ verify_payload(const bcd_service_keys *keys, const char *jws, size_t jws_len,
 {
 	unsigned char *raw = NULL;
 	size_t		raw_len = 0;
-	unsigned char digest[BC_SHA256_LEN];
 	char		want[64];
 	json_error_t jerr;
 	const char *got;
@@ -332,10 +331,9 @@ verify_payload(const bcd_service_keys *keys, const char *jws, size_t jws_len,
 		snprintf(err, errlen, "the signed payload is not a JSON object");
 		goto out;
 	}
-	rc = bc_sha256(csr, csr_len, digest);
+	rc = bc_sha256_b64url(csr, csr_len, want);
 	if (rc != BC_OK)
 		goto out;
-	bc_b64url_encode(digest, sizeof(digest), want);
 	got = string_member(ans->payload, "csrSha256");
 	rc = BC_EVERIFY;
 	if (got == NULL || strlen(got) != strlen(want) || !bc_ct_equal(got, want, strlen(want)))

@@ -317,18 +317,16 @@ bcd_join_request_json(const bcd_service_keys *keys, const unsigned char *csr,
 					  const char *attestation_b64, const char *token,
 					  size_t token_len, json_t *claims, char **text_out)
 {
-	unsigned char digest[BC_SHA256_LEN];
-	char		csr_sha256[64];
+	char		csr_sha256[44];
 	char	   *csr64 = NULL;
 	char	   *sealed = NULL;
 	json_t	   *request = NULL;
 	int			rc;
 
 	*text_out = NULL;
-	rc = bc_sha256(csr, csr_len, digest);
+	rc = bc_sha256_b64url(csr, csr_len, csr_sha256);
 	if (rc != BC_OK)
 		goto out;
-	bc_b64url_encode(digest, sizeof(digest), csr_sha256);
 	if (token != NULL)
 	{
 		rc = bc_jwe_seal(keys->encryption_key, "csrSha256", csr_sha256,

@@ -26,8 +26,7 @@ int
 bcd_proof_request(EVP_PKEY *node_key, const char *serial, const char *purpose,
 				  json_t *extra, const unsigned char *csr, size_t csr_len, char **body)
 {
-	unsigned char digest[BC_SHA256_LEN];
-	char		csr_sha256[64];
+	char		csr_sha256[44];
 	char	   *csr64 = NULL;
 	char	   *claims = NULL;
 	char	   *proof = NULL;
@@ -35,10 +34,9 @@ bcd_proof_request(EVP_PKEY *node_key, const char *serial, const char *purpose,
 	int			rc;
 
 	*body = NULL;
-	rc = bc_sha256(csr, csr_len, digest);
+	rc = bc_sha256_b64url(csr, csr_len, csr_sha256);
 	if (rc != BC_OK)
 		goto out;
-	bc_b64url_encode(digest, sizeof(digest), csr_sha256);
 	rc = BC_ENOMEM;
 	doc = json_pack("{s:s, s:s, s:s, s:I}", "purpose", purpose, "serial", serial,
 					"csrSha256", csr_sha256, "iat", (json_int_t) time(NULL));

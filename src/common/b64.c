@@ -315,3 +315,16 @@ bc_ct_equal(const void *a, const void *b, size_t n)
 {
 	return CRYPTO_memcmp(a, b, n) == 0;
 }
+
+/* base64url of SHA-256 of data into out (43 characters and a NUL). */
+int
+bc_sha256_b64url(const void *data, size_t n, char out[44])
+{
+	unsigned char digest[BC_SHA256_LEN];
+	int			rc = bc_sha256(data, n, digest);
+
+	out[0] = '\0';
+	if (rc == BC_OK)
+		bc_b64url_encode(digest, sizeof(digest), out);
+	return rc;
+}

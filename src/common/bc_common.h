@@ -76,6 +76,9 @@ int			bc_b64_decode(const char *in, size_t n, unsigned char *out,
 #define BC_SHA256_LEN 32
 int			bc_sha256(const void *data, size_t n, unsigned char out[BC_SHA256_LEN]);
 
+/* base64url of SHA-256 of data (a CSR's csrSha256, say) into out (44 bytes, NUL-terminated). */
+int			bc_sha256_b64url(const void *data, size_t n, char out[44]);
+
 /* Constant-time comparison of two equal-length buffers: 1 when equal. */
 int			bc_ct_equal(const void *a, const void *b, size_t n);
 

@@ -13,6 +13,8 @@
 #include "bc_join.h"
 
 #include "fmgr.h"
+#include "common/jsonapi.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/numeric.h"
 
@@ -59,6 +61,16 @@ bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof, MemoryContex
 	req->claims = bc_jsonb("{}");
 }
 
+/* 1 when text is well-formed JSON (checked without raising, so bad proofs are refusals). */
+static bool
+is_json(const char *text)
+{
+	JsonLexContext *lex = makeJsonLexContextCstringLen((char *) text, strlen(text),
+													   GetDatabaseEncoding(), true);
+
+	return pg_parse_json(lex, &nullSemAction) == JSON_SUCCESS;
+}
+
 /* The serial a proof names, read before its signature can be checked. */
 char *
 bc_proof_serial(const char *proof, const char *who)
@@ -78,6 +90,8 @@ bc_proof_serial(const char *proof, const char *who)
 	if (bc_b64url_decode(p1 + 1, n, raw, bc_b64url_decoded_maxlen(n), &len) != BC_OK)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), NULL);
 	raw[len] = '\0';
+	if (memchr(raw, '\0', len) != NULL || !is_json((char *) raw))
+		bc_refuse_join(psprintf("%s:malformed-proof", who), NULL);
 	jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum((char *) raw)));
 	serial = JB_ROOT_IS_OBJECT(jb) ?
 		getKeyJsonValueFromContainer(&jb->root, "serial", 6, NULL) : NULL;
@@ -125,6 +139,8 @@ bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof
 	if (st != BC_OK)
 		bc_refuse_join(psprintf("%s:proof", who), NULL);
 	payload = (unsigned char *) bc_take_cstring((char *) payload);
+	if (strlen((char *) payload) != plen || !is_json((char *) payload))
+		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
 	pj = bc_jsonb((char *) payload);
 	if (!JB_ROOT_IS_OBJECT(pj))
 		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);

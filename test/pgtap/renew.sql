@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(36);
+SELECT plan(38);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -134,6 +134,11 @@ SELECT is((SELECT count(*) FROM bc_join.node_certs WHERE node_id = :'node'), 2::
 SELECT pg_temp.proof_payload(:'s2', :'r2', 3) AS ppa \gset
 \set good `printf %s :'ppa' | :josetool sign :d/k2/node.key`
 SELECT is(pg_temp.renew(:'r2', :'good')->>'status', 'issued', 'the current certificate renews again');
+
+-- a proof whose payload is not JSON is refused like any bad proof, not raised
+\set notjson `printf 'not json' | :josetool sign :d/k2/node.key`
+SELECT is(pg_temp.renew(:'r2', :'notjson'), :'refused'::jsonb, 'a proof that is not JSON: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root renew:malformed-proof', 'refused malformed-proof');
 
 -------------------------------------------------------------------- input
 SELECT throws_ok($$SELECT bc_join.renew('{"csr":"x"}')$$, '22023', NULL, 'a request without proof is INVALID_INPUT');

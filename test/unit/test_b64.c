@@ -242,10 +242,22 @@ test_status_and_errors(void **state)
 }
 
 /* Run the tests. */
+/* base64url of SHA-256: the FIPS 180-2 "abc" vector. */
+static void
+test_sha256_b64url(void **state)
+{
+	char		out[44];
+
+	(void) state;
+	assert_int_equal(bc_sha256_b64url("abc", 3, out), BC_OK);
+	assert_string_equal(out, "ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0");
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sha256_b64url),
 		cmocka_unit_test(test_rfc4648_vectors),
 		cmocka_unit_test(test_url_alphabet),
 		cmocka_unit_test(test_round_trip_random),
