@@ -15,6 +15,7 @@ listens: ECONNREFUSED) is removed and bound again; a file that is not a
 socket is never replaced.
 """
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -218,8 +219,21 @@ def umask_and_defaults(tap, env, token):
     tap.ok(rc == 0 and not os.path.exists(sock), "and removed when bcd stops")
 
 
+def reachable_by_all(env):
+    """Run bcd from a copy in the 0755 test directory, with that as the working
+    directory: the other users this script runs it as may not be able to reach
+    the checkout (a clone under a 0700 temporary directory, as CI may make)."""
+    bindir = os.path.join(env.dir, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    os.chmod(bindir, 0o755)
+    shutil.copy2(env.bcd_bin, os.path.join(bindir, "bcd"))
+    env.bcd_bin = os.path.join(bindir, "bcd")
+    os.chdir(env.dir)
+
+
 def body(tap, env):
     """The script."""
+    reachable_by_all(env)
     no_credential(tap, env)
     other_uid(tap, env)
     token = env.token_file("hardening")
