@@ -127,9 +127,11 @@ int			bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY 
  */
 void		bc_ossl_cache_enable(void);
 void		bc_ossl_cache_release(void);
-EVP_PKEY_CTX *bc_ossl_cache_fromdata(void);
+EVP_PKEY   *bc_ossl_cache_p256_params(void);
 EVP_MD_CTX *bc_ossl_cache_sign_ctx(EVP_PKEY *key);
 EVP_PKEY_CTX *bc_ossl_cache_derive_ctx(EVP_PKEY *priv);
+int			bc_ossl_cache_ca_checked(X509 *ca_cert, EVP_PKEY *ca_key);
+void		bc_ossl_cache_ca_check_passed(X509 *ca_cert, EVP_PKEY *ca_key);
 
 /* ------------------------------------------------------------------ JOSE */
 

@@ -253,45 +253,60 @@ jwk_coordinate(json_t *jwk, const char *name, unsigned char out[P256_COORD_LEN])
 /*
  * Build a P-256 public key from an encoded point (uncompressed 04||x||y or
  * compressed 02/03||x, so never the point at infinity); OpenSSL refuses
- * points off the curve as it imports them.  P-256 has cofactor 1: no
- * small-subgroup check is needed beyond that.
+ * points off the curve as it imports them (EC_POINT_oct2point).  P-256 has
+ * cofactor 1: no small-subgroup check is needed beyond that.  With the
+ * server's cache on, the key is a copy of a kept parameter key with the
+ * point set; otherwise EVP_PKEY_fromdata builds it from the group's name.
  */
 int
 bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY **out)
 {
-	OSSL_PARAM	params[3];
-	EVP_PKEY_CTX *cached = bc_ossl_cache_fromdata();
-	EVP_PKEY_CTX *ctx = cached;
+	EVP_PKEY   *params = bc_ossl_cache_p256_params();
+	EVP_PKEY_CTX *ctx = NULL;
 	EVP_PKEY   *key = NULL;
-	char		group[] = "prime256v1";
 	int			rc = BC_EINVAL;
 
 	*out = NULL;
 	if (!((point_len == 65 && point[0] == 0x04) ||
 		  (point_len == 33 && (point[0] == 0x02 || point[0] == 0x03))))
 		return BC_EINVAL;
-	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, group, 0);
-	params[1] = OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY,
-												  (void *) point, point_len);
-	params[2] = OSSL_PARAM_construct_end();
-	if (ctx == NULL)
+	if (params != NULL)
 	{
+		key = EVP_PKEY_dup(params);
+		if (key == NULL)
+		{
+			rc = BC_ECRYPTO;
+			goto out;
+		}
+		if (EVP_PKEY_set1_encoded_public_key(key, point, point_len) != 1)
+			goto out;
+	}
+	else
+	{
+		OSSL_PARAM	p[3];
+		char		group[] = "prime256v1";
+
+		p[0] = OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, group, 0);
+		p[1] = OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY,
+												 (void *) point, point_len);
+		p[2] = OSSL_PARAM_construct_end();
 		ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
 		if (ctx == NULL || EVP_PKEY_fromdata_init(ctx) != 1)
 		{
 			rc = BC_ECRYPTO;
 			goto out;
 		}
+		if (EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, p) != 1)
+			goto out;
 	}
-	if (EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) != 1)
-		goto out;
 	*out = key;
+	key = NULL;
 	rc = BC_OK;
 out:
 	if (rc != BC_OK)
 		ERR_clear_error();
-	if (ctx != cached)
-		EVP_PKEY_CTX_free(ctx);
+	EVP_PKEY_free(key);
+	EVP_PKEY_CTX_free(ctx);
 	return rc;
 }
 

@@ -6,7 +6,7 @@
  * and in a join that setup cost more than the elliptic-curve arithmetic
  * around it (docs/performance.md).  A PostgreSQL backend is one thread, so
  * the extension turns this cache on (bc_ossl_cache_enable) and keeps, for
- * its lifetime, a fromdata context for P-256 keys and, per long-lived key
+ * its lifetime, a P-256 parameter key that public keys are made from and, per long-lived key
  * (the signing key, the node CA key, the encryption key), an initialised
  * signing or derive context that each use copies or reuses.  Everywhere
  * else (bcd's threads, bc-gateway, the tests) it stays off and every call
@@ -16,6 +16,7 @@
 
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/x509.h>
 
 #include "bc_common.h"
 
@@ -26,10 +27,11 @@ typedef struct cached_key
 	EVP_PKEY   *key;			/* a reference of our own */
 	EVP_MD_CTX *sign;			/* DigestSignInit'ed with SHA-256 */
 	EVP_PKEY_CTX *derive;		/* derive_init'ed */
+	X509	   *ca_checked;		/* a CA certificate key was checked against */
 } cached_key;
 
 static int	enabled = 0;
-static EVP_PKEY_CTX *fromdata_ctx = NULL;
+static EVP_PKEY *p256_params = NULL;
 static cached_key keys[CACHE_KEYS];
 
 /* Turn the cache on (a single-threaded process only). */
@@ -45,34 +47,48 @@ bc_ossl_cache_release(void)
 {
 	int			i;
 
-	EVP_PKEY_CTX_free(fromdata_ctx);
-	fromdata_ctx = NULL;
+	EVP_PKEY_free(p256_params);
+	p256_params = NULL;
 	for (i = 0; i < CACHE_KEYS; i++)
 	{
 		EVP_MD_CTX_free(keys[i].sign);
 		EVP_PKEY_CTX_free(keys[i].derive);
+		X509_free(keys[i].ca_checked);
 		EVP_PKEY_free(keys[i].key);
 	}
 	memset(keys, 0, sizeof(keys));
 	enabled = 0;
 }
 
-/* The fromdata context for EC keys, or NULL when the cache is off. */
-EVP_PKEY_CTX *
-bc_ossl_cache_fromdata(void)
+/*
+ * A P-256 key holding the group alone, made once (borrowed: do not free), or
+ * NULL when the cache is off.  A public key is made by duplicating it and
+ * setting the point (bc_p256_from_point): that copies the group where
+ * EVP_PKEY_fromdata builds it again from its name and curve data, three
+ * times the cost of the copy.
+ */
+EVP_PKEY *
+bc_ossl_cache_p256_params(void)
 {
 	if (!enabled)
 		return NULL;
-	if (fromdata_ctx == NULL)
+	if (p256_params == NULL)
 	{
-		fromdata_ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
-		if (fromdata_ctx != NULL && EVP_PKEY_fromdata_init(fromdata_ctx) != 1)
+		EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+		char		group[] = "prime256v1";
+		OSSL_PARAM	params[2];
+
+		params[0] = OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, group, 0);
+		params[1] = OSSL_PARAM_construct_end();
+		if (ctx == NULL || EVP_PKEY_fromdata_init(ctx) != 1 ||
+			EVP_PKEY_fromdata(ctx, &p256_params, EVP_PKEY_KEY_PARAMETERS, params) != 1)
 		{
-			EVP_PKEY_CTX_free(fromdata_ctx);
-			fromdata_ctx = NULL;
+			EVP_PKEY_free(p256_params);
+			p256_params = NULL;
 		}
+		EVP_PKEY_CTX_free(ctx);
 	}
-	return fromdata_ctx;
+	return p256_params;
 }
 
 /* The cache slot of key, made on first use; NULL when off or full. */
@@ -155,4 +171,36 @@ bc_ossl_cache_derive_ctx(EVP_PKEY *priv)
 		}
 	}
 	return k->derive;
+}
+
+/*
+ * 1 when ca_key was found to be the private key of ca_cert before (both
+ * kept alive by the cache since, so neither can have changed); 0 otherwise
+ * or with the cache off, and the caller checks.
+ */
+int
+bc_ossl_cache_ca_checked(X509 *ca_cert, EVP_PKEY *ca_key)
+{
+	int			i;
+
+	if (!enabled)
+		return 0;
+	for (i = 0; i < CACHE_KEYS; i++)
+	{
+		if (keys[i].key == ca_key && keys[i].key != NULL)
+			return keys[i].ca_checked == ca_cert;
+	}
+	return 0;
+}
+
+/* Remember that ca_key is ca_cert's private key (after X509_check_private_key). */
+void
+bc_ossl_cache_ca_check_passed(X509 *ca_cert, EVP_PKEY *ca_key)
+{
+	cached_key *k = slot_of(ca_key);
+
+	if (k == NULL || k->ca_checked == ca_cert || X509_up_ref(ca_cert) != 1)
+		return;
+	X509_free(k->ca_checked);
+	k->ca_checked = ca_cert;
 }

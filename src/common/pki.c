@@ -99,17 +99,54 @@ out:
 	return rc;
 }
 
-/* Add one extension given in OpenSSL's configuration syntax (fixed strings only). */
+/*
+ * Add the extensions every node certificate carries, from OpenSSL's own
+ * typed structures (X509_add1_ext_i2d encodes them):
+ *   basicConstraints     critical, CA:FALSE
+ *   keyUsage             critical, digitalSignature
+ *   extendedKeyUsage     clientAuth, serverAuth
+ *   subjectKeyIdentifier SHA-1 of the subject key's bits (RFC 5280 4.2.1.2
+ *                        method 1, what OpenSSL's "hash" computes)
+ *   authorityKeyIdentifier  keyid: the CA's own subjectKeyIdentifier, which
+ *                        the CA must have ("keyid:always").
+ * The same certificate as the configuration strings would give, without
+ * parsing them for every certificate.
+ */
 static int
-add_conf_extension(X509 *cert, X509V3_CTX *ctx, int nid, const char *value)
+add_node_extensions(X509 *cert, X509 *ca_cert)
 {
-	X509_EXTENSION *ext = X509V3_EXT_conf_nid(NULL, ctx, nid, value);
-	int			ok;
+	BASIC_CONSTRAINTS *bcons = BASIC_CONSTRAINTS_new();
+	ASN1_BIT_STRING *ku = ASN1_BIT_STRING_new();
+	EXTENDED_KEY_USAGE *eku = sk_ASN1_OBJECT_new_null();
+	ASN1_OCTET_STRING *skid = ASN1_OCTET_STRING_new();
+	AUTHORITY_KEYID *akid = AUTHORITY_KEYID_new();
+	const ASN1_OCTET_STRING *ca_skid = X509_get0_subject_key_id(ca_cert);
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int md_len = 0;
+	int			ok = 0;
 
-	if (ext == NULL)
-		return 0;
-	ok = X509_add_ext(cert, ext, -1) == 1;
-	X509_EXTENSION_free(ext);
+	if (bcons == NULL || ku == NULL || eku == NULL || skid == NULL || akid == NULL ||
+		ca_skid == NULL)
+		goto out;
+	bcons->ca = 0;
+	if (ASN1_BIT_STRING_set_bit(ku, 0, 1) != 1 ||	/* digitalSignature */
+		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_client_auth)) <= 0 ||
+		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_server_auth)) <= 0 ||
+		X509_pubkey_digest(cert, EVP_sha1(), md, &md_len) != 1 ||
+		ASN1_OCTET_STRING_set(skid, md, (int) md_len) != 1 ||
+		(akid->keyid = ASN1_OCTET_STRING_dup(ca_skid)) == NULL)
+		goto out;
+	ok = X509_add1_ext_i2d(cert, NID_basic_constraints, bcons, 1, X509V3_ADD_DEFAULT) == 1 &&
+		X509_add1_ext_i2d(cert, NID_key_usage, ku, 1, X509V3_ADD_DEFAULT) == 1 &&
+		X509_add1_ext_i2d(cert, NID_ext_key_usage, eku, 0, X509V3_ADD_DEFAULT) == 1 &&
+		X509_add1_ext_i2d(cert, NID_subject_key_identifier, skid, 0, X509V3_ADD_DEFAULT) == 1 &&
+		X509_add1_ext_i2d(cert, NID_authority_key_identifier, akid, 0, X509V3_ADD_DEFAULT) == 1;
+out:
+	BASIC_CONSTRAINTS_free(bcons);
+	ASN1_BIT_STRING_free(ku);
+	sk_ASN1_OBJECT_free(eku);	/* OBJ_nid2obj's objects are static */
+	ASN1_OCTET_STRING_free(skid);
+	AUTHORITY_KEYID_free(akid);
 	return ok;
 }
 
@@ -237,11 +274,13 @@ check_issue_params(const bc_cert_params *p)
 		if (!uri_is_acceptable(p->uris[i]))
 			return BC_EINVAL;
 	}
-	if (X509_check_private_key(p->ca_cert, p->ca_key) != 1)
+	if (!bc_ossl_cache_ca_checked(p->ca_cert, p->ca_key) &&
+		X509_check_private_key(p->ca_cert, p->ca_key) != 1)
 	{
 		ERR_clear_error();
 		return BC_EINVAL;
 	}
+	bc_ossl_cache_ca_check_passed(p->ca_cert, p->ca_key);
 	return BC_OK;
 }
 
@@ -250,8 +289,6 @@ int
 bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
 {
 	X509	   *cert = NULL;
-	X509_NAME  *subject = NULL;
-	X509V3_CTX	ctx;
 	EVP_MD_CTX *sign_ctx = NULL;
 	int			rc;
 
@@ -261,21 +298,19 @@ bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
 		goto out;
 	rc = BC_ECRYPTO;
 	cert = X509_new();
-	subject = X509_NAME_new();
-	if (cert == NULL || subject == NULL || X509_set_version(cert, X509_VERSION_3) != 1)
+	if (cert == NULL || X509_set_version(cert, X509_VERSION_3) != 1)
 		goto out;
 	rc = set_random_serial(cert, serial_out);
 	if (rc != BC_OK)
 		goto out;
 	rc = BC_EINVAL;
 	if (p->subject_cn != NULL &&
-		X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8,
+		X509_NAME_add_entry_by_NID(X509_get_subject_name(cert), NID_commonName, MBSTRING_UTF8,
 								   (const unsigned char *) p->subject_cn,
 								   -1, -1, 0) != 1)
 		goto out;
 	rc = BC_ECRYPTO;
-	if (X509_set_subject_name(cert, subject) != 1 ||
-		X509_set_issuer_name(cert, X509_get_subject_name(p->ca_cert)) != 1 ||
+	if (X509_set_issuer_name(cert, X509_get_subject_name(p->ca_cert)) != 1 ||
 		(p->subject_csr != NULL ? bc_csr_set_cert_pubkey(p->subject_csr, cert) != BC_OK
 		 : X509_set_pubkey(cert, p->subject_key) != 1))
 		goto out;
@@ -283,13 +318,7 @@ bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
 	if (rc != BC_OK)
 		goto out;
 	rc = BC_ECRYPTO;
-	X509V3_set_ctx(&ctx, p->ca_cert, cert, NULL, NULL, 0);
-	X509V3_set_ctx_nodb(&ctx);
-	if (!add_conf_extension(cert, &ctx, NID_basic_constraints, "critical,CA:FALSE") ||
-		!add_conf_extension(cert, &ctx, NID_key_usage, "critical,digitalSignature") ||
-		!add_conf_extension(cert, &ctx, NID_ext_key_usage, "clientAuth,serverAuth") ||
-		!add_conf_extension(cert, &ctx, NID_subject_key_identifier, "hash") ||
-		!add_conf_extension(cert, &ctx, NID_authority_key_identifier, "keyid:always"))
+	if (!add_node_extensions(cert, p->ca_cert))
 		goto out;
 	if (p->n_uris > 0)
 	{
@@ -309,7 +338,6 @@ out:
 	EVP_MD_CTX_free(sign_ctx);
 	if (rc != BC_OK)
 		ERR_clear_error();
-	X509_NAME_free(subject);
 	X509_free(cert);
 	return rc;
 }

@@ -278,6 +278,43 @@ test_cert_issue_shape(void **state)
 	assert_true(X509_get_extended_key_usage(cert) & XKU_SSL_SERVER);
 	assert_non_null(X509_get0_subject_key_id(cert));
 	assert_non_null(X509_get0_authority_key_id(cert));
+	assert_int_equal(ASN1_OCTET_STRING_cmp(X509_get0_authority_key_id(cert),
+										   X509_get0_subject_key_id(f->ca)), 0);
+	/* each extension is the one OpenSSL's configuration strings make */
+	{
+		static const struct
+		{
+			int			nid;
+			const char *conf;
+		}			want[] = {
+			{NID_basic_constraints, "critical,CA:FALSE"},
+			{NID_key_usage, "critical,digitalSignature"},
+			{NID_ext_key_usage, "clientAuth,serverAuth"},
+			{NID_subject_key_identifier, "hash"},
+			{NID_authority_key_identifier, "keyid:always"},
+		};
+		X509V3_CTX	v3;
+		size_t		i;
+
+		X509V3_set_ctx(&v3, f->ca, cert, NULL, NULL, 0);
+		X509V3_set_ctx_nodb(&v3);
+		for (i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		{
+			X509_EXTENSION *ref = X509V3_EXT_conf_nid(NULL, &v3, want[i].nid, want[i].conf);
+			int			at = X509_get_ext_by_NID(cert, want[i].nid, -1);
+			X509_EXTENSION *got_ext;
+
+			assert_non_null(ref);
+			assert_true(at >= 0);
+			assert_int_equal(X509_get_ext_by_NID(cert, want[i].nid, at), -1);	/* once */
+			got_ext = X509_get_ext(cert, at);
+			assert_int_equal(X509_EXTENSION_get_critical(got_ext), X509_EXTENSION_get_critical(ref));
+			assert_int_equal(ASN1_OCTET_STRING_cmp(X509_EXTENSION_get_data(got_ext),
+												   X509_EXTENSION_get_data(ref)), 0);
+			X509_EXTENSION_free(ref);
+		}
+		assert_int_equal(X509_get_ext_count(cert), 6);	/* and the subjectAltName */
+	}
 	assert_int_equal(bc_cert_uri_san(cert, "spiffe://", &uri), BC_OK);
 	assert_string_equal(uri, "spiffe://example.org/tenant/t1/node/n1");
 	free(uri);
