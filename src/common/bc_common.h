@@ -115,6 +115,8 @@ int			bc_jwk_thumbprint(const EVP_PKEY *key, char out[44]);
  * kid, use, alg are ignored; d is refused).  Bounded to 4 KiB of JSON.
  */
 int			bc_pkey_from_jwk(const char *json, size_t n, EVP_PKEY **out);
+struct json_t;
+int			bc_pkey_from_jwk_object(struct json_t *jwk, EVP_PKEY **out);
 
 /* A P-256 public key from an encoded point, checked to be on the curve. */
 int			bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY **out);

@@ -25,6 +25,8 @@
 /* Bytes of r and of s in an ES256 signature. */
 #define ES256_HALF 32
 #define ES256_SIG_LEN (2 * ES256_HALF)
+/* A DER ECDSA-Sig-Value over P-256: SEQUENCE of two INTEGERs of up to 33 bytes. */
+#define ES256_DER_MAX 72
 /* AES-256-GCM parameters of A256GCM. */
 #define GCM_KEY_LEN 32
 #define GCM_IV_LEN 12
@@ -156,9 +158,9 @@ es256_sign(EVP_PKEY *key, const char *data, size_t n,
 		   unsigned char sig[ES256_SIG_LEN])
 {
 	EVP_MD_CTX *md = NULL;
-	unsigned char *der = NULL;
+	unsigned char der[ES256_DER_MAX];
 	const unsigned char *p;
-	size_t		der_len = 0;
+	size_t		der_len = sizeof(der);
 	ECDSA_SIG  *esig = NULL;
 	const BIGNUM *r;
 	const BIGNUM *s;
@@ -171,11 +173,8 @@ es256_sign(EVP_PKEY *key, const char *data, size_t n,
 		if (md == NULL || EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, key) != 1)
 			goto out;
 	}
-	if (EVP_DigestSign(md, NULL, &der_len, (const unsigned char *) data, n) != 1)
-		goto out;
-	der = OPENSSL_malloc(der_len);
-	if (der == NULL ||
-		EVP_DigestSign(md, der, &der_len, (const unsigned char *) data, n) != 1)
+	/* One call: the buffer holds any P-256 ECDSA signature (no size query). */
+	if (EVP_DigestSign(md, der, &der_len, (const unsigned char *) data, n) != 1)
 		goto out;
 	p = der;
 	esig = d2i_ECDSA_SIG(NULL, &p, (long) der_len);
@@ -188,7 +187,6 @@ es256_sign(EVP_PKEY *key, const char *data, size_t n,
 	rc = BC_OK;
 out:
 	ECDSA_SIG_free(esig);
-	OPENSSL_free(der);
 	EVP_MD_CTX_free(md);
 	return rc;
 }
@@ -616,18 +614,11 @@ static int
 header_epk(json_t *hdr, EVP_PKEY **out)
 {
 	json_t	   *epk = json_object_get(hdr, "epk");
-	char	   *text;
-	int			rc;
 
 	*out = NULL;
 	if (!json_is_object(epk))
 		return BC_EINVAL;
-	text = json_dumps(epk, JSON_COMPACT);
-	if (text == NULL)
-		return BC_ENOMEM;
-	rc = bc_pkey_from_jwk(text, strlen(text), out);
-	free(text);
-	return rc == BC_ETOOBIG ? BC_EINVAL : rc;
+	return bc_pkey_from_jwk_object(epk, out);
 }
 
 /* Decode the optional base64url party info member name ("apu"/"apv") of hdr. */

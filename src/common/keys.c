@@ -316,35 +316,42 @@ bc_pkey_from_jwk(const char *json, size_t n, EVP_PKEY **out)
 {
 	json_t	   *jwk = NULL;
 	json_error_t jerr;
-	unsigned char point[1 + 2 * P256_COORD_LEN];
-	json_t	   *kty;
-	json_t	   *crv;
-	int			rc = BC_EINVAL;
+	int			rc;
 
 	*out = NULL;
 	if (n > JWK_JSON_MAX)
 		return BC_ETOOBIG;
 	jwk = json_loadb(json, n, JSON_REJECT_DUPLICATES, &jerr);
+	rc = bc_pkey_from_jwk_object(jwk, out);
+	json_decref(jwk);
+	return rc;
+}
+
+/* The same, from a JWK already parsed (a member of a parsed JOSE header). */
+int
+bc_pkey_from_jwk_object(struct json_t *jwk, EVP_PKEY **out)
+{
+	unsigned char point[1 + 2 * P256_COORD_LEN];
+	json_t	   *kty;
+	json_t	   *crv;
+	int			rc;
+
+	*out = NULL;
 	if (!json_is_object(jwk))
-		goto out;
+		return BC_EINVAL;
 	kty = json_object_get(jwk, "kty");
 	crv = json_object_get(jwk, "crv");
 	if (!json_is_string(kty) || !json_is_string(crv))
-		goto out;
-	rc = BC_EUNSUPPORTED;
+		return BC_EINVAL;
 	if (strcmp(json_string_value(kty), "EC") != 0 ||
 		strcmp(json_string_value(crv), "P-256") != 0 ||
 		json_object_get(jwk, "d") != NULL)
-		goto out;
+		return BC_EUNSUPPORTED;
 	point[0] = 0x04;
 	rc = jwk_coordinate(jwk, "x", point + 1);
-	if (rc != BC_OK)
-		goto out;
-	rc = jwk_coordinate(jwk, "y", point + 1 + P256_COORD_LEN);
-	if (rc != BC_OK)
-		goto out;
-	rc = bc_p256_from_point(point, sizeof(point), out);
-out:
-	json_decref(jwk);
+	if (rc == BC_OK)
+		rc = jwk_coordinate(jwk, "y", point + 1 + P256_COORD_LEN);
+	if (rc == BC_OK)
+		rc = bc_p256_from_point(point, sizeof(point), out);
 	return rc;
 }
