@@ -49,6 +49,26 @@ bc_trust_domain_check(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/* The trust domain every identity is issued under; INVALID_CONFIG when unset. */
+const char *
+bc_require_trust_domain(void)
+{
+	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("bc_join.trust_domain is not set"),
+				 errdetail("INVALID_CONFIG: every identity is issued under the trust domain.")));
+	return bc_trust_domain;
+}
+
+/* A misconfigured service fails loudly before anything is written. */
+void
+bc_require_config(void)
+{
+	(void) bc_keys();
+	(void) bc_require_trust_domain();
+}
+
 /* Define the settings; every one is superuser-only. */
 void
 _PG_init(void)

@@ -44,6 +44,11 @@ extern int	bc_cert_ttl;
 extern int	bc_clock_offset;
 extern int	bc_session_ttl;
 
+/* The trust domain, or INVALID_CONFIG when it is not set. */
+extern const char *bc_require_trust_domain(void);
+/* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
+extern void bc_require_config(void);
+
 /* The service clock (compute_now()) as a TimestampTz. */
 extern TimestampTz bc_now(void);
 extern int64 bc_timestamp_to_unix(TimestampTz t);

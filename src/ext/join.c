@@ -348,13 +348,7 @@ bc_join_request(PG_FUNCTION_ARGS)
 
 	bc_parse_join_request(jb, &req, callcxt);
 
-	/* A misconfigured service fails loudly before anything is written. */
-	(void) bc_keys();
-	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_BC_INVALID_CONFIG),
-				 errmsg("bc_join.trust_domain is not set"),
-				 errdetail("INVALID_CONFIG: every identity is issued under the trust domain.")));
+	bc_require_config();
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

@@ -200,11 +200,7 @@ bc_service_keys(PG_FUNCTION_ARGS)
 	char	   *enc = NULL;
 	StringInfoData buf;
 
-	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_BC_INVALID_CONFIG),
-				 errmsg("bc_join.trust_domain is not set"),
-				 errdetail("INVALID_CONFIG: every identity is issued under the trust domain.")));
+	(void) bc_require_trust_domain();
 	if (bc_jwk_from_pkey(k->signing, &sig) != BC_OK ||
 		bc_jwk_from_pkey(k->encryption, &enc) != BC_OK)
 	{

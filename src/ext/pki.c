@@ -38,11 +38,7 @@ bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
 	int			i;
 	int			st;
 
-	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_BC_INVALID_CONFIG),
-				 errmsg("bc_join.trust_domain is not set"),
-				 errdetail("INVALID_CONFIG: every identity is issued under the trust domain.")));
+	(void) bc_require_trust_domain();
 
 	out->spiffe_id = pstrdup(spiffe_id);
 	uris[0] = out->spiffe_id;

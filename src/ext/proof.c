@@ -186,9 +186,7 @@ bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 
 	bc_parse_proof_request(jb, &req, &proof, callcxt);
 	req.attestor = who;
-	(void) bc_keys();
-	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
-		bc_invalid_config("bc_join.trust_domain is not set");
+	bc_require_config();
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
