@@ -1,26 +1,23 @@
 """agentlib.py: what the agent's TAP scripts share.
 
-A throwaway PostgreSQL cluster with the real bc_join extension
-(tools/bc-join-keygen, tools/pg-throwaway), a throwaway TLS CA made with the
-openssl CLI that signs the gateway's certificate (bcd pins that CA), the
-real bc-gateway, and real bcd processes (the ASan + UBSan build unless
-BCJ_BCD says otherwise), all on 127.0.0.1 in one temporary directory that
-Env.cleanup() removes after stopping everything it started.
+On test/lib/bctest.py's throwaway cluster with the real bc_join extension: a
+throwaway TLS CA made with the openssl CLI that signs the gateway's
+certificate (bcd pins that CA), the real bc-gateway, and real bcd processes
+(the ASan + UBSan build unless BCJ_BCD says otherwise), all on 127.0.0.1 in
+one temporary directory that Env.cleanup() removes after stopping
+everything it started.
 Debian's /usr/bin/python3 (python3-cryptography, python3-jwcrypto).
 """
 import hashlib
-import json
 import os
-import random
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from bctest import TOP, ClusterEnv, Tap, free_port, run, wait_port  # noqa: E402,F401
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRUST_DOMAIN = "agent.bc-join.test"
 
@@ -40,66 +37,6 @@ BEGIN
 END $$;
 SELECT bc_join.register_attestor('join-token', '2', ARRAY['node'], 'public.approval_token_verify(jsonb,jsonb)');
 """
-
-
-class Tap:
-    """Minimal TAP producer; the plan is printed at the end."""
-
-    def __init__(self):
-        self.n = 0
-        self.failed = 0
-
-    def ok(self, cond, name, diag=None):
-        self.n += 1
-        print("%s %d - %s" % ("ok" if cond else "not ok", self.n, name), flush=True)
-        if not cond:
-            self.failed += 1
-            if diag is not None:
-                for line in str(diag).splitlines()[-30:]:
-                    print("#   " + line, flush=True)
-        return cond
-
-    def eq(self, got, want, name, diag=None):
-        return self.ok(got == want, name,
-                       "got %r, expected %r%s" % (got, want, "\n" + str(diag) if diag else ""))
-
-    def skip(self, name, reason):
-        self.n += 1
-        print("ok %d - %s # SKIP %s" % (self.n, name, reason), flush=True)
-
-    def note(self, msg):
-        print("# " + msg, flush=True)
-
-    def done(self):
-        print("1..%d" % self.n, flush=True)
-        return 1 if self.failed else 0
-
-
-def free_port():
-    """A TCP port in 20000-60000 that is free on 127.0.0.1 right now."""
-    for _ in range(200):
-        port = random.randint(20000, 60000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port")
-
-
-def wait_port(port, proc, what, timeout=20):
-    """Wait until 127.0.0.1:port accepts connections (proc must stay alive)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("%s exited at start" % what)
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("%s did not listen" % what)
 
 
 def sha256_file(path):
@@ -160,61 +97,19 @@ class Proc:
         return self.wait(timeout)
 
 
-class Env:
-    """A temporary directory, a cluster with the extension, a TLS CA, processes."""
+class Env(ClusterEnv):
+    """bctest's cluster (database agent), a TLS CA, processes."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="bcj-agent-")
-        os.chmod(self.dir, 0o755)
+        super().__init__("bcj-agent-", "agent", TRUST_DOMAIN)
         self.procs = []
-        self.pg = os.path.join(self.dir, "pg")
-        self.keys = os.path.join(self.dir, "keys")
-        self.pgport = free_port()
         self.bcd_bin = os.environ.get("BCJ_BCD", os.path.join(TOP, "build/asan/bcd"))
         self.gw_bin = os.environ.get("BCJ_GATEWAY", os.path.join(TOP, "build/bc-gateway"))
-        self.started = False
         self.nbcd = 0
-
-    # -- the database -----------------------------------------------------
-    def start_cluster(self):
-        subprocess.run([os.path.join(TOP, "tools/bc-join-keygen"), self.keys],
-                       check=True, stdout=subprocess.DEVNULL)
-        out = subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "start", self.pg,
-                              str(self.pgport), self.keys, TRUST_DOMAIN],
-                             check=True, stdout=subprocess.PIPE, text=True).stdout
-        self.pgenv = dict(kv.split("=", 1) for kv in out.split())
-        self.started = True
-        self.psql("CREATE DATABASE agent", db="postgres")
-        self.psql("CREATE EXTENSION bc_join")
-        self.psql("CREATE ROLE gw_login LOGIN IN ROLE bc_join_gateway")
-        self.psql("GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway")
-        self.tenant = self.psql("SELECT bc_join.create_tenant('agents')")
-        self.site = self.psql("SELECT bc_join.create_site('%s', 'dc')" % self.tenant)
-        self.pool = self.psql("SELECT bc_join.create_pool('%s', '%s', 'p')" % (self.tenant, self.site))
-        self.service_keys = os.path.join(self.dir, "service-keys.json")
-        with open(self.service_keys, "w") as f:
-            f.write(self.psql("SELECT bc_join.service_keys()") + "\n")
-        self.conninfo = "host=%s port=%d dbname=agent user=gw_login" % (
-            os.path.join(self.pg, "sock"), self.pgport)
-
-    def psql(self, sql, db="agent", check=True):
-        """Run sql as the superuser; its output, trimmed."""
-        envv = dict(os.environ)
-        envv.update(self.pgenv)
-        r = subprocess.run(["psql", "-qAtX", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
-                           env=envv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if check and r.returncode != 0:
-            raise RuntimeError("psql failed: %s\n%s" % (sql, r.stderr))
-        return r.stdout.strip()
 
     def has_function(self, name):
         """True when the installed extension has the function (regprocedure text)."""
         return self.psql("SELECT to_regprocedure('%s') IS NOT NULL" % name) == "t"
-
-    def token(self, uses=1):
-        """A fresh join token of the test tenant and pool."""
-        return self.psql("SELECT bc_join.create_join_token('%s', '%s', uses => %d)"
-                         % (self.tenant, self.pool, uses))
 
     def token_file(self, name, uses=1):
         """A fresh join token written to a 0600 file; its path."""
@@ -326,31 +221,15 @@ class Env:
         self.procs.append(p)
         return p
 
-    def cleanup(self):
-        """Stop every process, the cluster; remove the directory (unless BCJ_KEEP)."""
+    def stop_processes(self):
         for p in reversed(self.procs):
             p.stop(signal.SIGTERM, 15)
-        if self.started:
-            subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "stop", self.pg], check=False)
-        if os.environ.get("BCJ_KEEP"):
-            print("# kept " + self.dir)
-        else:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def main(body):
     """Run body(tap, env) with cleanup on every path; exit with TAP's verdict."""
-    tap = Tap()
-    env = Env()
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
-    try:
-        env.start_cluster()
+    def setup(env):
+        env.start_cluster("agents")
         env.make_tls()
         env.gateway()
-        body(tap, env)
-    except Exception:
-        import traceback
-        tap.ok(False, "script ran to the end", traceback.format_exc())
-    finally:
-        env.cleanup()
-    sys.exit(tap.done())
+    run(Env(), setup, body)

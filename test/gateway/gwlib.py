@@ -1,68 +1,22 @@
 """gwlib.py: what the gateway's TAP scripts share.
 
-A throwaway PostgreSQL cluster with the real bc_join extension
-(tools/pg-throwaway), a throwaway TLS certificate (openssl CLI), real
-bc-gateway processes (the ASan build unless BCJ_GATEWAY says otherwise) and
-curl over HTTPS on 127.0.0.1 with the certificate pinned.  Everything lives
-in one temporary directory and is stopped by Env.cleanup().
+On test/lib/bctest.py's throwaway cluster with the real bc_join extension: a
+throwaway TLS certificate (openssl CLI), real bc-gateway processes (the
+ASan build unless BCJ_GATEWAY says otherwise) and curl over HTTPS on
+127.0.0.1 with the certificate pinned.  Everything lives in one temporary
+directory and is stopped by Env.cleanup().
 Standard library only (Debian's /usr/bin/python3).
 """
 import json
 import os
-import random
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 
-TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from bctest import TOP, ClusterEnv, Tap, free_port, run, wait_port  # noqa: E402,F401
+
 TRUST_DOMAIN = "test.bc-join.local"
-
-
-class Tap:
-    """Minimal TAP producer; the plan is printed at the end."""
-
-    def __init__(self):
-        self.n = 0
-        self.failed = 0
-
-    def ok(self, cond, name, diag=None):
-        self.n += 1
-        if cond:
-            print("ok %d - %s" % (self.n, name), flush=True)
-        else:
-            self.failed += 1
-            print("not ok %d - %s" % (self.n, name), flush=True)
-            if diag is not None:
-                for line in str(diag).splitlines()[:20]:
-                    print("#   " + line, flush=True)
-        return cond
-
-    def eq(self, got, want, name):
-        return self.ok(got == want, name, "got %r, expected %r" % (got, want))
-
-    def note(self, msg):
-        print("# " + msg, flush=True)
-
-    def done(self):
-        print("1..%d" % self.n, flush=True)
-        return 1 if self.failed else 0
-
-
-def free_port():
-    """A TCP port in 20000-60000 that is free on 127.0.0.1 right now."""
-    for _ in range(200):
-        port = random.randint(20000, 60000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port")
 
 
 class Gateway:
@@ -82,16 +36,7 @@ class Gateway:
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=self.logf, env=envv)
         self.rc = None
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("gateway exited at start:\n" + self.log_text())
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("gateway did not listen")
+        wait_port(self.port, self.proc, "gateway", log=self.log_text)
 
     def url(self, path):
         return "https://127.0.0.1:%d%s" % (self.port, path)
@@ -125,66 +70,13 @@ class Gateway:
         return self.rc
 
 
-class Env:
-    """A temporary directory, a cluster with the extension, a TLS certificate."""
+class Env(ClusterEnv):
+    """bctest's cluster (database gw), a TLS certificate, gateways."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="bcj-gw-")
-        os.chmod(self.dir, 0o755)
+        super().__init__("bcj-gw-", "gw", TRUST_DOMAIN)
         self.gateways = []
-        self.pg = os.path.join(self.dir, "pg")
-        self.keys = os.path.join(self.dir, "keys")
-        self.pgport = free_port()
         self.bcd = os.environ.get("BCJ_BCD", os.path.join(TOP, "build/bcd"))
-        self.started = False
-
-    # -- the database ---------------------------------------------------
-    def start_cluster(self):
-        subprocess.run([os.path.join(TOP, "tools/bc-join-keygen"), self.keys],
-                       check=True, stdout=subprocess.DEVNULL)
-        self.pg_start()
-        self.started = True
-        self.psql("CREATE DATABASE gw", db="postgres")
-        self.psql("CREATE EXTENSION bc_join")
-        self.psql("CREATE ROLE gw_login LOGIN IN ROLE bc_join_gateway")
-        # The extension grants bc_join_gateway USAGE on the schema (so that a
-        # missing bc_join.issue_session is 42883, not 42501); nothing to add.
-        self.tenant = self.psql("SELECT bc_join.create_tenant('gw')")
-        self.site = self.psql("SELECT bc_join.create_site('%s', 'dc')" % self.tenant)
-        self.pool = self.psql("SELECT bc_join.create_pool('%s', '%s', 'p')" % (self.tenant, self.site))
-        self.service_keys = os.path.join(self.dir, "service-keys.json")
-        with open(self.service_keys, "w") as f:
-            f.write(self.psql("SELECT bc_join.service_keys()") + "\n")
-        self.conninfo = "host=%s port=%d dbname=gw user=gw_login" % (
-            os.path.join(self.pg, "sock"), self.pgport)
-
-    def pg_start(self):
-        """Start (or restart) the cluster; a few tries, then the server log's tail."""
-        for attempt in range(3):
-            r = subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "start", self.pg,
-                                str(self.pgport), self.keys, TRUST_DOMAIN],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if r.returncode == 0:
-                self.pgenv = dict(kv.split("=", 1) for kv in r.stdout.split())
-                return
-            time.sleep(1)
-        raise RuntimeError("cannot start the cluster:\n" + r.stderr)
-
-    def pg_stop(self):
-        subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "stop", self.pg], check=False)
-
-    def psql(self, sql, db="gw", check=True):
-        envv = dict(os.environ)
-        envv.update(self.pgenv)
-        r = subprocess.run(["psql", "-qAtX", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
-                           env=envv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if check and r.returncode != 0:
-            raise RuntimeError("psql failed: %s\n%s" % (sql, r.stderr))
-        return r.stdout.strip()
-
-    def token(self, uses=1):
-        return self.psql("SELECT bc_join.create_join_token('%s', '%s', uses => %d)"
-                         % (self.tenant, self.pool, uses))
 
     def join_request(self, name, token):
         """A JoinRequest made by the real agent; (path of the request file, its dir)."""
@@ -256,30 +148,14 @@ class Env:
             os.unlink(body)
         return code, hdrs, data_out
 
-    def cleanup(self):
+    def stop_processes(self):
         for g in self.gateways:
             g.stop(signal.SIGTERM, 15)
-        if self.started:
-            self.pg_stop()
-        if os.environ.get("BCJ_KEEP"):
-            print("# kept " + self.dir)
-        else:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def main(body):
     """Run body(tap, env) with cleanup on every path; exit with TAP's verdict."""
-    tap = Tap()
-    env = Env()
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
-    try:
-        env.start_cluster()
+    def setup(env):
+        env.start_cluster("gw")
         env.make_cert()
-        body(tap, env)
-    except Exception as e:  # report, then clean up
-        import traceback
-        tap.ok(False, "script ran to the end", traceback.format_exc())
-        _ = e
-    finally:
-        env.cleanup()
-    sys.exit(tap.done())
+    run(Env(), setup, body)

@@ -1,0 +1,174 @@
+"""bctest.py: what every Python TAP script of bc_join shares.
+
+A minimal TAP producer, free ports on 127.0.0.1, and ClusterEnv: one
+temporary directory holding a throwaway PostgreSQL cluster with the real
+bc_join extension (tools/bc-join-keygen, tools/pg-throwaway), a tenant, a
+site and a pool, the service keys, and a login role of bc_join_gateway.
+test/gateway/gwlib.py and test/agent/agentlib.py build on it.
+Standard library only (Debian's /usr/bin/python3).
+"""
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+class Tap:
+    """Minimal TAP producer; the plan is printed at the end."""
+
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+
+    def ok(self, cond, name, diag=None):
+        self.n += 1
+        print("%s %d - %s" % ("ok" if cond else "not ok", self.n, name), flush=True)
+        if not cond:
+            self.failed += 1
+            if diag is not None:
+                for line in str(diag).splitlines()[-30:]:
+                    print("#   " + line, flush=True)
+        return cond
+
+    def eq(self, got, want, name, diag=None):
+        return self.ok(got == want, name,
+                       "got %r, expected %r%s" % (got, want, "\n" + str(diag) if diag else ""))
+
+    def skip(self, name, reason):
+        self.n += 1
+        print("ok %d - %s # SKIP %s" % (self.n, name, reason), flush=True)
+
+    def note(self, msg):
+        print("# " + msg, flush=True)
+
+    def done(self):
+        print("1..%d" % self.n, flush=True)
+        return 1 if self.failed else 0
+
+
+def free_port():
+    """A TCP port in 20000-60000 that is free on 127.0.0.1 right now."""
+    for _ in range(200):
+        port = random.randint(20000, 60000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
+
+
+def wait_port(port, proc, what, timeout=20, log=None):
+    """Wait until 127.0.0.1:port accepts connections; proc must stay alive
+    (log: a function giving its log, shown when it exits)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited at start%s" % (what, ":\n" + log() if log else ""))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("%s did not listen" % what)
+
+
+class ClusterEnv:
+    """A temporary directory and a cluster with the extension in database db."""
+
+    def __init__(self, prefix, db, trust_domain):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        os.chmod(self.dir, 0o755)
+        self.db = db
+        self.trust_domain = trust_domain
+        self.pg = os.path.join(self.dir, "pg")
+        self.keys = os.path.join(self.dir, "keys")
+        self.pgport = free_port()
+        self.started = False
+
+    def start_cluster(self, tenant):
+        """Keys, the cluster, the database, the extension, a tenant with a
+        site and a pool, service-keys.json, and gw_login (bc_join_gateway,
+        which the extension grants what the gateway needs)."""
+        subprocess.run([os.path.join(TOP, "tools/bc-join-keygen"), self.keys],
+                       check=True, stdout=subprocess.DEVNULL)
+        self.pg_start()
+        self.started = True
+        self.psql("CREATE DATABASE %s" % self.db, db="postgres")
+        self.psql("CREATE EXTENSION bc_join")
+        self.psql("CREATE ROLE gw_login LOGIN IN ROLE bc_join_gateway")
+        self.tenant = self.psql("SELECT bc_join.create_tenant('%s')" % tenant)
+        self.site = self.psql("SELECT bc_join.create_site('%s', 'dc')" % self.tenant)
+        self.pool = self.psql("SELECT bc_join.create_pool('%s', '%s', 'p')" % (self.tenant, self.site))
+        self.service_keys = os.path.join(self.dir, "service-keys.json")
+        with open(self.service_keys, "w") as f:
+            f.write(self.psql("SELECT bc_join.service_keys()") + "\n")
+        self.conninfo = "host=%s port=%d dbname=%s user=gw_login" % (
+            os.path.join(self.pg, "sock"), self.pgport, self.db)
+
+    def pg_start(self):
+        """Start (or restart) the cluster; a few tries, then the server log's tail."""
+        for _ in range(3):
+            r = subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "start", self.pg,
+                                str(self.pgport), self.keys, self.trust_domain],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if r.returncode == 0:
+                self.pgenv = dict(kv.split("=", 1) for kv in r.stdout.split())
+                return
+            time.sleep(1)
+        raise RuntimeError("cannot start the cluster:\n" + r.stderr)
+
+    def pg_stop(self):
+        subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "stop", self.pg], check=False)
+
+    def psql(self, sql, db=None, check=True):
+        """Run sql as the superuser; its output, trimmed."""
+        envv = dict(os.environ)
+        envv.update(self.pgenv)
+        r = subprocess.run(["psql", "-qAtX", "-v", "ON_ERROR_STOP=1", "-d", db or self.db, "-c", sql],
+                           env=envv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError("psql failed: %s\n%s" % (sql, r.stderr))
+        return r.stdout.strip()
+
+    def token(self, uses=1):
+        """A fresh join token of the test tenant and pool."""
+        return self.psql("SELECT bc_join.create_join_token('%s', '%s', uses => %d)"
+                         % (self.tenant, self.pool, uses))
+
+    def stop_processes(self):
+        """Stop what the subclass started (before the cluster goes)."""
+
+    def cleanup(self):
+        """Stop every process, the cluster; remove the directory (unless BCJ_KEEP)."""
+        self.stop_processes()
+        if self.started:
+            self.pg_stop()
+        if os.environ.get("BCJ_KEEP"):
+            print("# kept " + self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run(env, setup, body):
+    """Run setup(env) then body(tap, env) with cleanup on every path; exit
+    with TAP's verdict."""
+    tap = Tap()
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+    try:
+        setup(env)
+        body(tap, env)
+    except Exception:  # report, then clean up
+        import traceback
+        tap.ok(False, "script ran to the end", traceback.format_exc())
+    finally:
+        env.cleanup()
+    sys.exit(tap.done())
