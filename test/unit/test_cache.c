@@ -19,6 +19,41 @@
 
 #include "bc_common.h"
 
+/* A self-signed CA for key, with a subjectKeyIdentifier unless ski is 0. */
+static X509 *
+make_ca(EVP_PKEY *key, int ski)
+{
+	X509	   *ca = X509_new();
+	X509_NAME  *name = X509_get_subject_name(ca);
+	X509V3_CTX	v3;
+	X509_EXTENSION *ext;
+
+	assert_non_null(ca);
+	assert_int_equal(X509_set_version(ca, X509_VERSION_3), 1);
+	assert_int_equal(ASN1_INTEGER_set(X509_get_serialNumber(ca), 1), 1);
+	assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+												(const unsigned char *) "cache CA", -1, -1, 0), 1);
+	assert_int_equal(X509_set_issuer_name(ca, name), 1);
+	assert_non_null(X509_gmtime_adj(X509_getm_notBefore(ca), -60));
+	assert_non_null(X509_gmtime_adj(X509_getm_notAfter(ca), 3600));
+	assert_int_equal(X509_set_pubkey(ca, key), 1);
+	X509V3_set_ctx(&v3, ca, ca, NULL, NULL, 0);
+	ext = X509V3_EXT_conf_nid(NULL, &v3, NID_basic_constraints, "critical,CA:TRUE");
+	assert_int_equal(X509_add_ext(ca, ext, -1), 1);
+	X509_EXTENSION_free(ext);
+	ext = X509V3_EXT_conf_nid(NULL, &v3, NID_key_usage, "critical,keyCertSign");
+	assert_int_equal(X509_add_ext(ca, ext, -1), 1);
+	X509_EXTENSION_free(ext);
+	if (ski)
+	{
+		ext = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_key_identifier, "hash");
+		assert_int_equal(X509_add_ext(ca, ext, -1), 1);
+		X509_EXTENSION_free(ext);
+	}
+	assert_true(X509_sign(ca, key, EVP_sha256()) > 0);
+	return ca;
+}
+
 /* JWS, JWE and certificates, each three times with the cache on, all verify. */
 static void
 test_cached_operations(void **state)
@@ -27,8 +62,7 @@ test_cached_operations(void **state)
 	EVP_PKEY   *enc = bc_p256_generate();
 	EVP_PKEY   *node = bc_p256_generate();
 	EVP_PKEY   *ca_key = bc_p256_generate();
-	X509	   *ca = X509_new();
-	X509_NAME  *name = X509_NAME_new();
+	X509	   *ca;
 	const char *uris[] = {"spiffe://example.org/tenant/t/node/n"};
 	int			round;
 
@@ -37,34 +71,7 @@ test_cached_operations(void **state)
 	assert_non_null(enc);
 	assert_non_null(node);
 	assert_non_null(ca_key);
-	/* a self-signed CA */
-	assert_int_equal(X509_set_version(ca, X509_VERSION_3), 1);
-	assert_int_equal(ASN1_INTEGER_set(X509_get_serialNumber(ca), 1), 1);
-	assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-												(const unsigned char *) "cache CA", -1, -1, 0), 1);
-	assert_int_equal(X509_set_subject_name(ca, name), 1);
-	assert_int_equal(X509_set_issuer_name(ca, name), 1);
-	assert_non_null(X509_gmtime_adj(X509_getm_notBefore(ca), -60));
-	assert_non_null(X509_gmtime_adj(X509_getm_notAfter(ca), 3600));
-	assert_int_equal(X509_set_pubkey(ca, ca_key), 1);
-	{
-		X509V3_CTX	v3;
-		X509_EXTENSION *bc;
-		X509_EXTENSION *ku;
-		X509_EXTENSION *ski;
-
-		X509V3_set_ctx(&v3, ca, ca, NULL, NULL, 0);
-		bc = X509V3_EXT_conf_nid(NULL, &v3, NID_basic_constraints, "critical,CA:TRUE");
-		ku = X509V3_EXT_conf_nid(NULL, &v3, NID_key_usage, "critical,keyCertSign");
-		ski = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_key_identifier, "hash");
-		assert_int_equal(X509_add_ext(ca, bc, -1), 1);
-		assert_int_equal(X509_add_ext(ca, ku, -1), 1);
-		assert_int_equal(X509_add_ext(ca, ski, -1), 1);
-		X509_EXTENSION_free(bc);
-		X509_EXTENSION_free(ku);
-		X509_EXTENSION_free(ski);
-	}
-	assert_true(X509_sign(ca, ca_key, EVP_sha256()) > 0);
+	ca = make_ca(ca_key, 1);
 
 	bc_ossl_cache_enable();
 	for (round = 0; round < 3; round++)
@@ -120,7 +127,6 @@ test_cached_operations(void **state)
 	}
 	bc_ossl_cache_release();
 
-	X509_NAME_free(name);
 	X509_free(ca);
 	EVP_PKEY_free(sig);
 	EVP_PKEY_free(enc);
@@ -199,41 +205,6 @@ test_cached_points(void **state)
 	EVP_PKEY_free(cached);
 	EVP_PKEY_free(cached_c);
 	EVP_PKEY_free(key);
-}
-
-/* A self-signed CA for key, with a subjectKeyIdentifier unless ski is 0. */
-static X509 *
-make_ca(EVP_PKEY *key, int ski)
-{
-	X509	   *ca = X509_new();
-	X509_NAME  *name = X509_get_subject_name(ca);
-	X509V3_CTX	v3;
-	X509_EXTENSION *ext;
-
-	assert_non_null(ca);
-	assert_int_equal(X509_set_version(ca, X509_VERSION_3), 1);
-	assert_int_equal(ASN1_INTEGER_set(X509_get_serialNumber(ca), 1), 1);
-	assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-												(const unsigned char *) "pair CA", -1, -1, 0), 1);
-	assert_int_equal(X509_set_issuer_name(ca, name), 1);
-	assert_non_null(X509_gmtime_adj(X509_getm_notBefore(ca), -60));
-	assert_non_null(X509_gmtime_adj(X509_getm_notAfter(ca), 3600));
-	assert_int_equal(X509_set_pubkey(ca, key), 1);
-	X509V3_set_ctx(&v3, ca, ca, NULL, NULL, 0);
-	ext = X509V3_EXT_conf_nid(NULL, &v3, NID_basic_constraints, "critical,CA:TRUE");
-	assert_int_equal(X509_add_ext(ca, ext, -1), 1);
-	X509_EXTENSION_free(ext);
-	ext = X509V3_EXT_conf_nid(NULL, &v3, NID_key_usage, "critical,keyCertSign");
-	assert_int_equal(X509_add_ext(ca, ext, -1), 1);
-	X509_EXTENSION_free(ext);
-	if (ski)
-	{
-		ext = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_key_identifier, "hash");
-		assert_int_equal(X509_add_ext(ca, ext, -1), 1);
-		X509_EXTENSION_free(ext);
-	}
-	assert_true(X509_sign(ca, key, EVP_sha256()) > 0);
-	return ca;
 }
 
 /*
