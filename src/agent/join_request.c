@@ -297,11 +297,9 @@ load_attestation(const char *path, char **b64)
 	rc = bcd_read_file(path, ATTESTATION_MAX, &raw, &len);
 	if (rc != BC_OK)
 		return rc;
-	*b64 = malloc(bc_b64url_encoded_len(len) + 1);
+	*b64 = bc_b64url_encode_alloc((unsigned char *) raw, len);
 	if (*b64 == NULL)
 		rc = BC_ENOMEM;
-	else
-		bc_b64url_encode((unsigned char *) raw, len, *b64);
 	free(raw);
 	return rc;
 }
@@ -335,10 +333,9 @@ bcd_join_request_json(const bcd_service_keys *keys, const unsigned char *csr,
 			goto out;
 	}
 	rc = BC_ENOMEM;
-	csr64 = malloc(bc_b64url_encoded_len(csr_len) + 1);
+	csr64 = bc_b64url_encode_alloc(csr, csr_len);
 	if (csr64 == NULL)
 		goto out;
-	bc_b64url_encode(csr, csr_len, csr64);
 	request = json_pack("{s:s, s:s, s:s}", "csr", csr64, "role", role,
 						"attestor", attestor);
 	if (request == NULL ||

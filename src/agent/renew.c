@@ -48,10 +48,9 @@ bcd_proof_request(EVP_PKEY *node_key, const char *serial, const char *purpose,
 	if (rc != BC_OK)
 		goto out;
 	rc = BC_ENOMEM;
-	csr64 = malloc(bc_b64url_encoded_len(csr_len) + 1);
+	csr64 = bc_b64url_encode_alloc(csr, csr_len);
 	if (csr64 == NULL)
 		goto out;
-	bc_b64url_encode(csr, csr_len, csr64);
 	json_decref(doc);
 	doc = json_pack("{s:s, s:s}", "csr", csr64, "proof", proof);
 	if (doc != NULL &&

@@ -162,6 +162,17 @@ bc_b64url_encode(const unsigned char *in, size_t n, char *out)
 	return len;
 }
 
+/* Unpadded base64url of in[0..n) in a new malloc()ed string; NULL when out of memory. */
+char *
+bc_b64url_encode_alloc(const unsigned char *in, size_t n)
+{
+	char	   *out = malloc(bc_b64url_encoded_len(n) + 1);
+
+	if (out != NULL)
+		bc_b64url_encode(in, n, out);
+	return out;
+}
+
 /* Upper bound of the decoded length of n base64url characters. */
 size_t
 bc_b64url_decoded_maxlen(size_t n)

@@ -53,6 +53,8 @@ size_t		bc_b64url_encoded_len(size_t n);
  * hold bc_b64url_encoded_len(n) + 1 bytes; NUL-terminates; returns the length.
  */
 size_t		bc_b64url_encode(const unsigned char *in, size_t n, char *out);
+/* The same into a new malloc()ed string; NULL when out of memory. */
+char	   *bc_b64url_encode_alloc(const unsigned char *in, size_t n);
 
 /*
  * Decode n characters of unpadded base64url.  Refuses (BC_EINVAL) padding,

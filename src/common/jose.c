@@ -141,14 +141,11 @@ encode_header(json_t *hdr, char **out, size_t *out_len)
 	if (text == NULL)
 		return BC_ENOMEM;
 	len = strlen(text);
-	*out = malloc(bc_b64url_encoded_len(len) + 1);
-	if (*out == NULL)
-	{
-		free(text);
-		return BC_ENOMEM;
-	}
-	*out_len = bc_b64url_encode((const unsigned char *) text, len, *out);
+	*out = bc_b64url_encode_alloc((const unsigned char *) text, len);
 	free(text);
+	if (*out == NULL)
+		return BC_ENOMEM;
+	*out_len = bc_b64url_encoded_len(len);
 	return BC_OK;
 }
 

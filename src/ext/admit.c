@@ -54,17 +54,6 @@ static BcPlan binding_owner = {
 	1, {BYTEAOID}
 };
 
-/* A bytea of n bytes. */
-static bytea *
-make_bytea(const void *data, size_t n)
-{
-	bytea	   *b = palloc(VARHDRSZ + n);
-
-	SET_VARSIZE(b, VARHDRSZ + n);
-	memcpy(VARDATA(b), data, n);
-	return b;
-}
-
 /* RFC 3339 UTC rendering of a timestamp, to the second. */
 char *
 bc_rfc3339(TimestampTz t)
@@ -152,7 +141,7 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 	nv[2] = Int32GetDatum(generation);
 	nv[3] = TimestampTzGetDatum(issued->not_before);
 	nv[4] = TimestampTzGetDatum(issued->not_after);
-	nv[5] = PointerGetDatum(make_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
+	nv[5] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
 	if (has_allowed_kinds)
 		nv[6] = allowed_kinds;
 	else
@@ -161,7 +150,7 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 		nv[7] = CStringGetTextDatum(node_key_uri);
 	else
 		nn[7] = 'n';
-	nv[8] = PointerGetDatum(make_bytea(issued->leaf_der, issued->leaf_der_len));
+	nv[8] = PointerGetDatum(bc_bytea(issued->leaf_der, issued->leaf_der_len));
 	bc_spi_exec(&insert_cert, nv, nn, false, 0);
 }
 
@@ -273,7 +262,7 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	/* The binding, after issuing; a concurrent join of the same subject loses. */
 	if (res->has_bind)
 	{
-		nv[0] = PointerGetDatum(make_bytea(res->bind, BC_SHA256_LEN));
+		nv[0] = PointerGetDatum(bc_bytea(res->bind, BC_SHA256_LEN));
 		nv[1] = CStringGetTextDatum(node_id);
 		nv[2] = CStringGetTextDatum(req->attestor);
 		if (bc_spi_exec(&insert_binding, nv, NULL, false, 0) != 1)

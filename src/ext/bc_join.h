@@ -260,6 +260,9 @@ extern void bc_parse_outcome(const char *attestor, Jsonb *answer, BcOutcome *out
 extern void bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl);
 extern void bc_validate_deferral(const char *attestor, BcOutcome *out);
 
+/* helpers.c: a bytea copy of n bytes. */
+extern bytea *bc_bytea(const void *data, size_t n);
+
 /* helpers.c: single-use evidence consumed in the running round. */
 extern void bc_single_use_reset(void);
 extern bool bc_single_use_consumed(void);

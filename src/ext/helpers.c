@@ -93,6 +93,17 @@ bc_b64url_decode_sql(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(out);
 }
 
+/* A new bytea holding data[0..n), in the current memory context. */
+bytea *
+bc_bytea(const void *data, size_t n)
+{
+	bytea	   *b = palloc(VARHDRSZ + n);
+
+	SET_VARSIZE(b, VARHDRSZ + n);
+	memcpy(VARDATA(b), data, n);
+	return b;
+}
+
 PG_FUNCTION_INFO_V1(bc_ecdsa_verify_sql);
 
 /* ecdsa_verify(pem, message, signature): ECDSA P-256 with SHA-256. */

@@ -56,11 +56,9 @@ repeated_renewal(const BcJoinRequest *req, const char *node_id, const char *tena
 	Datum		v[3];
 	bool		isnull;
 	BcIssued	issued;
-	bytea	   *spki = palloc(VARHDRSZ + BC_SHA256_LEN);
+	bytea	   *spki = bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN);
 	bytea	   *der;
 
-	SET_VARSIZE(spki, VARHDRSZ + BC_SHA256_LEN);
-	memcpy(VARDATA(spki), req->csr_spki_sha256, BC_SHA256_LEN);
 	v[0] = CStringGetTextDatum(node_id);
 	v[1] = PointerGetDatum(spki);
 	v[2] = Int32GetDatum(generation);

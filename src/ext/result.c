@@ -399,12 +399,8 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 	/* A subject bound to another node never admits this one. */
 	if (res->has_bind)
 	{
-		Datum		v;
-		bytea	   *b = palloc(VARHDRSZ + BC_SHA256_LEN);
+		Datum		v = PointerGetDatum(bc_bytea(res->bind, BC_SHA256_LEN));
 
-		SET_VARSIZE(b, VARHDRSZ + BC_SHA256_LEN);
-		memcpy(VARDATA(b), res->bind, BC_SHA256_LEN);
-		v = PointerGetDatum(b);
 		if (bc_spi_exec(&binding_lookup, &v, NULL, true, 1) == 1 &&
 			(res->node_id == NULL || strcmp(bc_spi_text(1), res->node_id) != 0))
 			bc_refuse_join("join:bound-elsewhere", tenant);

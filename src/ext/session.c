@@ -71,17 +71,6 @@ valid_selector(const char *s, bool required)
 	return true;
 }
 
-/* A bytea of n bytes. */
-static bytea *
-make_bytea(const void *data, size_t n)
-{
-	bytea	   *b = palloc(VARHDRSZ + n);
-
-	SET_VARSIZE(b, VARHDRSZ + n);
-	memcpy(VARDATA(b), data, n);
-	return b;
-}
-
 /* The session round: check the node and its proof, reserve the session, issue. */
 static Jsonb *
 session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
@@ -173,8 +162,8 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	v[1] = CStringGetTextDatum(session_id);
 	v[2] = TimestampTzGetDatum(issued.not_before);
 	v[3] = TimestampTzGetDatum(issued.not_after);
-	v[4] = PointerGetDatum(make_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
-	v[5] = PointerGetDatum(make_bytea(issued.leaf_der, issued.leaf_der_len));
+	v[4] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
+	v[5] = PointerGetDatum(bc_bytea(issued.leaf_der, issued.leaf_der_len));
 	bc_spi_exec(&insert_session_cert, v, NULL, false, 0);
 
 	if (created)

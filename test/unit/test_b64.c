@@ -98,6 +98,19 @@ test_url_alphabet(void **state)
 	assert_int_equal(bc_b64url_decode("-_-_", 4, dec, sizeof(dec), &len), BC_OK);
 	assert_int_equal(len, 3);
 	assert_memory_equal(dec, raw, 3);
+	/* the allocating form gives the same text, the empty input included */
+	url = bc_b64url_encode_alloc(raw, sizeof(raw));
+	assert_non_null(url);
+	assert_string_equal(url, "-_-_");
+	free(url);
+	url = bc_b64url_encode_alloc(raw, 2);
+	assert_non_null(url);
+	assert_string_equal(url, "-_8");
+	free(url);
+	url = bc_b64url_encode_alloc(raw, 0);
+	assert_non_null(url);
+	assert_string_equal(url, "");
+	free(url);
 }
 
 /* Random lengths round-trip through both encodings. */
