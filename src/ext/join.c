@@ -13,6 +13,9 @@
 #include "bc_join.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "miscadmin.h"
+#include "utils/lsyscache.h"
 #include "catalog/pg_type_d.h"
 #include "fmgr.h"
 #include "utils/array.h"
@@ -28,88 +31,139 @@ static const BcAttestor *const builtin_attestors[] = {
 	NULL
 };
 
-static BcPlan registered_attestor = {
-	"SELECT version, roles, verify::oid FROM bc_join.attestors WHERE id = $1",
-	1, {TEXTOID}
+static BcPlan registered_attestors = {
+	"SELECT id, version, roles, verify::oid FROM bc_join.attestors",
+	0, {InvalidOid}
 };
 
 /*
- * The registry (bc_join.attestors) as this backend last read it: one entry
- * per id looked up, NULL verify_fn for "not registered".  A trigger on the
- * table invalidates its relcache entry on every change; the callback below
- * then empties this cache, in this backend at the next command and in the
- * others when the change commits.  A join does not query the registry
- * again for an id it knows.
+ * The registry (bc_join.attestors) as this backend last read it, whole: the
+ * operator's list is short, so it is read in one query and kept, and an id
+ * that is not in it is simply not found (no entry is made for it: a client
+ * naming a million unknown ids grows nothing).
+ *
+ * As pg_cron's job cache does: the relcache callback reacts only to the
+ * registry's own relation (or to a reset of every relation) and only marks
+ * the cache stale; it never frees memory, because it can run in the middle
+ * of anything, the rebuild's own query included.  A trigger on the table
+ * invalidates its relcache entry on every change, so the callback runs in
+ * this backend at its next command and in the others when the change
+ * commits.  The next lookup rebuilds into a fresh context and only then
+ * drops the old one.
  */
-typedef struct CachedAttestor
+typedef struct CachedAttestors
 {
-	struct CachedAttestor *next;
-	BcAttestor	att;			/* verify_fn InvalidOid: not registered */
-} CachedAttestor;
+	int			n;
+	BcAttestor *att;
+} CachedAttestors;
 
-static CachedAttestor *attestor_cache = NULL;
+static CachedAttestors attestor_cache;
 static MemoryContext attestor_cache_cxt = NULL;
+static Oid	attestor_registry_relid = InvalidOid;
+static bool attestor_cache_valid = false;
 static bool attestor_cache_hooked = false;
 
-/* Relcache callback: any change to the registry empties the cache. */
+/* Relcache callback: a change to the registry marks the cache stale, nothing more. */
 static void
 attestor_cache_inval(Datum arg, Oid relid)
 {
-	if (attestor_cache_cxt != NULL)
-		MemoryContextReset(attestor_cache_cxt);
-	attestor_cache = NULL;
+	if (relid == InvalidOid || relid == attestor_registry_relid)
+		attestor_cache_valid = false;
 }
 
-/* The registry's answer for id, read through the cache. */
-static const BcAttestor *
-registered_lookup(const char *id)
+/* Read the whole registry into a new cache context; then drop the old one. */
+static void
+attestor_cache_rebuild(void)
 {
-	CachedAttestor *c;
-	Datum		v;
+	MemoryContext cxt;
 	MemoryContext old;
+	BcAttestor *att;
+	uint64		rows;
+	uint64		i;
 
-	if (!attestor_cache_hooked)
-	{
-		attestor_cache_cxt = AllocSetContextCreate(TopMemoryContext, "bc_join attestors",
-												   ALLOCSET_SMALL_SIZES);
-		CacheRegisterRelcacheCallback(attestor_cache_inval, (Datum) 0);
-		attestor_cache_hooked = true;
-	}
-	for (c = attestor_cache; c != NULL; c = c->next)
-	{
-		if (strcmp(c->att.id, id) == 0)
-			return c->att.verify_fn != InvalidOid ? &c->att : NULL;
-	}
+	/*
+	 * Marked valid before the query: an invalidation that arrives while it
+	 * runs marks it stale again, and the next lookup reads it once more.
+	 */
+	attestor_cache_valid = true;
+	attestor_registry_relid = get_relname_relid("attestors", get_namespace_oid("bc_join", false));
 
-	v = CStringGetTextDatum(id);
-	old = MemoryContextSwitchTo(attestor_cache_cxt);
-	c = palloc0(sizeof(CachedAttestor));
-	c->att.id = pstrdup(id);
-	MemoryContextSwitchTo(old);
-	if (bc_spi_exec(&registered_attestor, &v, NULL, true, 1) == 1)
+	/* Under the caller's context until built, so an error frees it. */
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "bc_join attestors",
+								ALLOCSET_SMALL_SIZES);
+	rows = bc_spi_exec(&registered_attestors, NULL, NULL, true, 0);
+	old = MemoryContextSwitchTo(cxt);
+	att = palloc0(sizeof(BcAttestor) * (rows + 1));
+	for (i = 0; i < rows; i++)
 	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 		Datum	   *elems;
 		int			n;
-		int			i;
+		int			j;
 		const char **roles;
-		char	   *version = bc_spi_text(1);
-		ArrayType  *arr = DatumGetArrayTypeP(bc_spi_datum(2, &isnull));
-		Oid			fn = DatumGetObjectId(bc_spi_datum(3, &isnull));
+		ArrayType  *arr;
 
+		CHECK_FOR_INTERRUPTS();
+		att[i].id = TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull));
+		att[i].version = TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull));
+		arr = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 3, &isnull));
 		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
-		old = MemoryContextSwitchTo(attestor_cache_cxt);
 		roles = palloc0(sizeof(char *) * (n + 1));
-		for (i = 0; i < n; i++)
-			roles[i] = TextDatumGetCString(elems[i]);
-		c->att.roles = roles;
-		c->att.version = pstrdup(version);
-		c->att.verify_fn = fn;
-		MemoryContextSwitchTo(old);
+		for (j = 0; j < n; j++)
+			roles[j] = TextDatumGetCString(elems[j]);
+		att[i].roles = roles;
+		att[i].verify_fn = DatumGetObjectId(SPI_getbinval(tup, desc, 4, &isnull));
 	}
-	c->next = attestor_cache;
-	attestor_cache = c;
-	return c->att.verify_fn != InvalidOid ? &c->att : NULL;
+	MemoryContextSwitchTo(old);
+
+	MemoryContextSetParent(cxt, TopMemoryContext);
+	if (attestor_cache_cxt != NULL)
+		MemoryContextDelete(attestor_cache_cxt);
+	attestor_cache_cxt = cxt;
+	attestor_cache.n = (int) rows;
+	attestor_cache.att = att;
+}
+
+/* The registered attestor with this id, or NULL. */
+static const BcAttestor *
+registered_lookup(const char *id)
+{
+	int			i;
+
+	if (!attestor_cache_hooked)
+	{
+		CacheRegisterRelcacheCallback(attestor_cache_inval, (Datum) 0);
+		attestor_cache_hooked = true;
+	}
+	if (!attestor_cache_valid)
+		attestor_cache_rebuild();
+	for (i = 0; i < attestor_cache.n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (strcmp(attestor_cache.att[i].id, id) == 0)
+		{
+			/* A copy for the call: a later rebuild cannot pull it away. */
+			const BcAttestor *c = &attestor_cache.att[i];
+			BcAttestor *copy = palloc0(sizeof(BcAttestor));
+			const char **roles;
+			int			n = 0;
+			int			j;
+
+			while (c->roles[n] != NULL)
+				n++;
+			roles = palloc0(sizeof(char *) * (n + 1));
+			for (j = 0; j < n; j++)
+				roles[j] = pstrdup(c->roles[j]);
+			copy->id = pstrdup(c->id);
+			copy->version = pstrdup(c->version);
+			copy->roles = roles;
+			copy->verify_fn = c->verify_fn;
+			return copy;
+		}
+	}
+	return NULL;
 }
 
 /* The attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
