@@ -353,8 +353,14 @@ handle_metrics(struct req_ctx *ctx)
 	size_t		n;
 	char	   *text = NULL;
 
-	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, gw_db_pool_in_use(ctx->gw->pool),
-										 ctx->gw->cfg.db_pool, buf) != 0)
+	struct gw_gauges g = {
+		.pool_in_use = gw_db_pool_in_use(ctx->gw->pool),
+		.pool_size = ctx->gw->cfg.db_pool,
+		.connections = ctx->gw->connections,
+		.max_connections = ctx->gw->max_connections,
+	};
+
+	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0)
 		goto fail;
 	n = evbuffer_get_length(buf);
 	text = malloc(n + 1);
