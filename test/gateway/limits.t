@@ -178,6 +178,15 @@ def body(tap, env):
     tap.ok(1 <= len(nofd) <= per and all("error" in j and "retry_ms" in j for j in nofd),
            "EMFILE is logged at most once per 10 s, with the error (%d lines)" % len(nofd), nofd)
 
+    # -- an explicit --max-connections above what the limit allows is lowered ----------------
+    g3 = env.gateway("clamp", "--db-pool", str(POOL), "--max-connections", "5000", nofile=NOFILE)
+    tap.eq(g3.stop(), 0, "a gateway with --max-connections 5000 under ulimit -n %d runs" % NOFILE)
+    lines = g3.log_lines()
+    tap.ok(any(j.get("msg", "").startswith("--max-connections lowered") and j.get("max_connections") == CAP
+               for j in lines) and
+           any(j.get("msg") == "listening" and j.get("max_connections") == CAP for j in lines),
+           "--max-connections 5000 is lowered to %d, with a warning" % CAP, lines[:3])
+
     # -- an idle connection is closed after --io-timeout ------------------------------------
     g2 = env.gateway("idle", "--io-timeout", "1s")
     s = socket.create_connection(("127.0.0.1", g2.port), timeout=10)
