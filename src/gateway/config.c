@@ -44,6 +44,10 @@ static const char usage_text[] =
 "  --request-timeout DUR       a whole request (headers and body) must arrive\n"
 "                              within this, however slowly it trickles\n"
 "                              (default 30s)\n"
+"  --max-connections N         client connections open at once (default 4096,\n"
+"                              never more than RLIMIT_NOFILE minus --db-pool\n"
+"                              minus 32); at the limit new connections wait in\n"
+"                              the listen backlog until one closes\n"
 "\n"
 "Rate limiting (per client address, token bucket, POST /v1/* only):\n"
 "  --rate-limit N[/s]          requests per second per client (default 0: off)\n"
@@ -217,6 +221,7 @@ set_defaults(struct gw_config *cfg)
 	cfg->retry_after_s = 5;
 	cfg->io_timeout_ms = 10000;
 	cfg->request_timeout_ms = 30000;
+	cfg->max_connections = 4096;
 	cfg->rate = 0;
 	cfg->burst = -1;
 	cfg->rate_table = 65536;
@@ -228,7 +233,7 @@ enum
 {
 	OPT_LISTEN = 256, OPT_CERT, OPT_KEY, OPT_DB, OPT_POOL, OPT_QUEUE, OPT_WAIT,
 	OPT_STMT, OPT_RETRY, OPT_IO, OPT_REQ, OPT_RATE, OPT_BURST, OPT_TABLE,
-	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL
+	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN
 };
 
 static const struct option options[] = {
@@ -243,6 +248,7 @@ static const struct option options[] = {
 	{"retry-after", required_argument, NULL, OPT_RETRY},
 	{"io-timeout", required_argument, NULL, OPT_IO},
 	{"request-timeout", required_argument, NULL, OPT_REQ},
+	{"max-connections", required_argument, NULL, OPT_MAXCONN},
 	{"rate-limit", required_argument, NULL, OPT_RATE},
 	{"rate-burst", required_argument, NULL, OPT_BURST},
 	{"rate-table", required_argument, NULL, OPT_TABLE},
@@ -304,6 +310,12 @@ apply_option(struct gw_config *cfg, int c, const char *arg)
 		case OPT_REQ:
 			if ((cfg->request_timeout_ms = parse_duration_ms(arg)) <= 0)
 				goto bad;
+			return 0;
+		case OPT_MAXCONN:
+			if ((v = parse_int(arg, 1, 1000000)) < 0)
+				goto bad;
+			cfg->max_connections = (int) v;
+			cfg->max_connections_set = 1;
 			return 0;
 		case OPT_RATE:
 			if ((cfg->rate = parse_rate(arg)) < 0)

@@ -40,6 +40,9 @@ struct gw_config
 	struct gw_cidr	proxies[GW_MAX_PROXIES];
 	int				nproxies;
 
+	int				max_connections;	/* client connections at once */
+	int				max_connections_set;	/* given on the command line */
+
 	long			shutdown_ms;
 	int				log_level;
 };

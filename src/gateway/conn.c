@@ -10,6 +10,7 @@
  */
 #include "conn.h"
 #include "gateway.h"
+#include "listener.h"
 #include "log.h"
 
 #include <arpa/inet.h>
@@ -49,6 +50,7 @@ conn_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, vo
 	c->gw->connections--;
 	if (c->deadline != NULL)
 		event_free(c->deadline);
+	gw_listener_conn_closed(c->gw);
 	gw_maybe_finish(c->gw);
 	free(c);
 }
@@ -128,6 +130,7 @@ gw_conn_bevcb(struct event_base *base, void *arg)
 	c = SSL_get_ex_data(ssl, conn_index);
 	c->bev = bev;
 	arm_deadline(c);
+	gw_listener_conn_opened(gw);
 	return bev;
 fail:
 

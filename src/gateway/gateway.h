@@ -8,6 +8,7 @@
 #include "metrics.h"
 
 struct event;
+struct evconnlistener;
 struct event_base;
 struct evhttp;
 struct evhttp_bound_socket;
@@ -29,6 +30,14 @@ struct gateway
 	unsigned	in_flight;		/* requests handed to us and not yet answered */
 	unsigned	writing;		/* answers not yet fully written */
 	unsigned	connections;	/* TLS connections open */
+
+	/* accepting (listener.c) */
+	struct evconnlistener *listener;	/* the bound socket's; NULL once closed */
+	struct event *accept_timer;			/* resumes after an accept() error */
+	int			accept_paused;			/* 0, or 1 + the enum gw_pause */
+	long		accept_backoff_ms;
+	unsigned	max_connections;		/* --max-connections within RLIMIT_NOFILE */
+	long long	nofile;					/* RLIMIT_NOFILE's soft limit at start */
 };
 
 /* Called when in_flight or writing drops: lets a shutdown finish. */

@@ -75,7 +75,8 @@ elapsed_since(const struct timespec *ts)
 static void
 log_request(struct req_ctx *ctx, int code, enum gw_outcome out, size_t bytes, double secs)
 {
-	int			level = code >= 500 ? GW_LOG_WARN : ctx->observed ? GW_LOG_INFO : GW_LOG_DEBUG;
+	int			level = code >= 500 || strncmp(ctx->sqlstate, "54", 2) == 0 ? GW_LOG_WARN :
+		ctx->observed ? GW_LOG_INFO : GW_LOG_DEBUG;
 	json_t	   *f;
 
 	if (!gw_log_enabled(level))
@@ -165,23 +166,36 @@ reply_internal(struct req_ctx *ctx)
 	reply_error(ctx, 500, GW_OUT_ERROR, "INTERNAL", "internal error", 0);
 }
 
-/* The HTTP status and outcome for a database error with this SQLSTATE. */
+/*
+ * The SQLSTATEs answered 400 whose primary message is relayed: 22023 is the
+ * extension's INVALID_INPUT (its message names the offending field), the
+ * others are the jsonb input cast's own fixed messages.
+ */
+static const char *const invalid_relayed[] = {"22023", "22P02", "22021", "22P05", NULL};
+
+/*
+ * The HTTP status and outcome for a database error with this SQLSTATE.
+ *
+ * 400 for every data exception (class 22) and for 54000/54001 (program limit
+ * exceeded, stack depth / statement too complex): the statement's one
+ * variable is the request body, and its jsonb input cast alone can raise
+ * 22003 (a number out of range), 22P02, 22021, 22P05 and 54001 (nesting
+ * deeper than max_stack_depth).  Unauthenticated input must never be a 500.
+ */
 int
 gw_http_status_for_sqlstate(const char *ss, int *outcome)
 {
-	static const char *const invalid[] = {"22023", "22P02", "22021", "22P05", NULL};
 	static const char *const unsupported[] = {"0A000", "42883", NULL};
 	static const char *const unavailable[] = {"57P01", "57P02", "57P03", "53300",
 	"40001", "40P01", NULL};
 
 	if (ss == NULL || strlen(ss) != 5)
 		goto internal;
-	for (int i = 0; invalid[i]; i++)
-		if (strcmp(ss, invalid[i]) == 0)
-		{
-			*outcome = GW_OUT_INVALID;
-			return 400;
-		}
+	if (strncmp(ss, "22", 2) == 0 || strcmp(ss, "54000") == 0 || strcmp(ss, "54001") == 0)
+	{
+		*outcome = GW_OUT_INVALID;
+		return 400;
+	}
 	for (int i = 0; unsupported[i]; i++)
 		if (strcmp(ss, unsupported[i]) == 0)
 		{
@@ -206,6 +220,25 @@ unavail:
 	return 503;
 }
 
+/*
+ * The message of a 400 INVALID_INPUT for SQLSTATE ss: the server's primary
+ * message for the codes whose messages are written for the client; for the
+ * rest of class 22 and for 54xxx a fixed message of the gateway's, since a
+ * data exception raised deeper in the server may quote stored values.
+ */
+static const char *
+invalid_input_message(const char *ss, const char *server_msg)
+{
+	for (int i = 0; invalid_relayed[i]; i++)
+		if (strcmp(ss, invalid_relayed[i]) == 0)
+			return server_msg ? server_msg : "invalid input";
+	if (strncmp(ss, "54", 2) == 0)
+		return "request nested too deeply or too complex";
+	if (strcmp(ss, "22003") == 0)
+		return "a value in the request is out of range";
+	return "invalid input";
+}
+
 /* A server error: map its SQLSTATE to an answer. */
 static void
 reply_db_error(struct req_ctx *ctx, const struct gw_db_result *r)
@@ -218,8 +251,11 @@ reply_db_error(struct req_ctx *ctx, const struct gw_db_result *r)
 	switch (code)
 	{
 		case 400:
+			/* seen by the operator: a server-side fault could raise these too */
+			if (strncmp(r->sqlstate, "54", 2) == 0)
+				ctx->reason = "program limit exceeded (request too complex, or a server fault)";
 			reply_error(ctx, 400, GW_OUT_INVALID, "INVALID_INPUT",
-						r->message ? r->message : "invalid input", 0);
+						invalid_input_message(r->sqlstate, r->message), 0);
 			return;
 		case 404:
 			reply_error(ctx, 404, GW_OUT_UNSUPPORTED, "UNSUPPORTED",
@@ -317,8 +353,14 @@ handle_metrics(struct req_ctx *ctx)
 	size_t		n;
 	char	   *text = NULL;
 
-	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, gw_db_pool_in_use(ctx->gw->pool),
-										 ctx->gw->cfg.db_pool, buf) != 0)
+	struct gw_gauges g = {
+		.pool_in_use = gw_db_pool_in_use(ctx->gw->pool),
+		.pool_size = ctx->gw->cfg.db_pool,
+		.connections = ctx->gw->connections,
+		.max_connections = ctx->gw->max_connections,
+	};
+
+	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0)
 		goto fail;
 	n = evbuffer_get_length(buf);
 	text = malloc(n + 1);

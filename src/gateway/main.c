@@ -11,6 +11,7 @@
 #include "db_pool.h"
 #include "gateway.h"
 #include "http.h"
+#include "listener.h"
 #include "log.h"
 #include "ratelimit.h"
 #include "tls.h"
@@ -66,6 +67,7 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 					 "in_flight", (int) gw->in_flight));
 	if (gw->bound != NULL)
 	{
+		gw_listener_close(gw);
 		evhttp_del_accept_socket(gw->http, gw->bound);
 		gw->bound = NULL;
 	}
@@ -104,7 +106,7 @@ setup_http(struct gateway *gw)
 	fd = evhttp_bound_socket_get_fd(gw->bound);
 	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
 		gw_logf(GW_LOG_WARN, "cannot set TCP_NODELAY on the listener");
-	return 0;
+	return gw_listener_setup(gw);
 }
 
 /* Run the gateway; the process exit status. */
@@ -123,6 +125,8 @@ main(int argc, char **argv)
 		return p > 0 ? 0 : 2;
 	gw_log_set_level(gw.cfg.log_level);
 	signal(SIGPIPE, SIG_IGN);
+	if (gw_listener_limits(&gw) != 0)
+		return 1;
 
 	gw.base = event_base_new();
 	if (gw.base == NULL || gw_conn_init() != 0)
@@ -149,9 +153,11 @@ main(int argc, char **argv)
 		goto out;
 
 	gw_log(GW_LOG_INFO, "listening",
-		   json_pack("{s:s,s:i,s:i,s:f,s:i}", "host", gw.cfg.listen_host,
+		   json_pack("{s:s,s:i,s:i,s:f,s:i,s:i,s:I}", "host", gw.cfg.listen_host,
 					 "port", gw.cfg.listen_port, "db_pool", gw.cfg.db_pool,
-					 "rate_limit", gw.cfg.rate, "trusted_proxies", gw.cfg.nproxies));
+					 "rate_limit", gw.cfg.rate, "trusted_proxies", gw.cfg.nproxies,
+					 "max_connections", (int) gw.max_connections,
+					 "nofile", (json_int_t) gw.nofile));
 	if (event_base_dispatch(gw.base) < 0)
 		goto out;
 	rc = gw.shutting_down ? 0 : 1;
@@ -164,6 +170,7 @@ main(int argc, char **argv)
 out:
 	/* answer what is still waiting for the database before the connections go */
 	gw_db_pool_free(gw.pool);
+	gw_listener_close(&gw);
 	if (gw.http != NULL)
 		evhttp_free(gw.http);
 	gw_ratelimit_free(gw.rl);

@@ -12,6 +12,10 @@ static const char *const outcome_names[GW_OUT_COUNT] = {
 	"unavailable", "error", "too_large", "rate_limited", "timeout"
 };
 
+static const char *const pause_names[GW_PAUSE_COUNT] = {
+	"limit", "no_fd", "error"
+};
+
 static const double bucket_bounds[GW_HIST_BUCKETS] = {
 	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
 };
@@ -55,7 +59,7 @@ gw_metrics_observe(struct gw_metrics *m, enum gw_endpoint ep,
 
 /* Append the Prometheus text exposition to buf; 0 on success. */
 int
-gw_metrics_render(const struct gw_metrics *m, int pool_in_use, int pool_size,
+gw_metrics_render(const struct gw_metrics *m, const struct gw_gauges *g,
 				  struct evbuffer *buf)
 {
 	int			rc = 0;
@@ -101,6 +105,19 @@ gw_metrics_render(const struct gw_metrics *m, int pool_in_use, int pool_size,
 							  "# HELP bc_gateway_db_pool_size Database connections allowed (--db-pool).\n"
 							  "# TYPE bc_gateway_db_pool_size gauge\n"
 							  "bc_gateway_db_pool_size %d\n",
-							  pool_in_use, pool_size) < 0;
+							  g->pool_in_use, g->pool_size) < 0;
+	rc |= evbuffer_add_printf(buf,
+							  "# HELP bc_gateway_connections Client connections open.\n"
+							  "# TYPE bc_gateway_connections gauge\n"
+							  "bc_gateway_connections %u\n"
+							  "# HELP bc_gateway_connections_max Client connections allowed at once (--max-connections within RLIMIT_NOFILE).\n"
+							  "# TYPE bc_gateway_connections_max gauge\n"
+							  "bc_gateway_connections_max %u\n"
+							  "# HELP bc_gateway_accept_paused_total Times accepting was paused, by reason.\n"
+							  "# TYPE bc_gateway_accept_paused_total counter\n",
+							  g->connections, g->max_connections) < 0;
+	for (int k = 0; k < GW_PAUSE_COUNT; k++)
+		rc |= evbuffer_add_printf(buf, "bc_gateway_accept_paused_total{reason=\"%s\"} %llu\n",
+								  pause_names[k], (unsigned long long) m->accept_paused[k]) < 0;
 	return rc ? -1 : 0;
 }

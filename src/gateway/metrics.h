@@ -33,12 +33,31 @@ enum gw_outcome
 
 #define GW_HIST_BUCKETS 13
 
+/* Why accepting was paused. */
+enum gw_pause
+{
+	GW_PAUSE_LIMIT = 0,			/* --max-connections reached */
+	GW_PAUSE_NOFD,				/* accept(): EMFILE or ENFILE */
+	GW_PAUSE_ERROR,				/* accept(): another error (ENOBUFS, ENOMEM, ...) */
+	GW_PAUSE_COUNT
+};
+
+/* The gauges /metrics shows besides the counters. */
+struct gw_gauges
+{
+	int			pool_in_use;
+	int			pool_size;
+	unsigned	connections;
+	unsigned	max_connections;
+};
+
 struct gw_metrics
 {
 	uint64_t	requests[GW_EP_COUNT][GW_OUT_COUNT];
 	uint64_t	hist[GW_EP_COUNT][GW_HIST_BUCKETS];	/* cumulative at render time */
 	uint64_t	hist_count[GW_EP_COUNT];
 	double		hist_sum[GW_EP_COUNT];
+	uint64_t	accept_paused[GW_PAUSE_COUNT];	/* times accepting was paused */
 };
 
 /* The label value of an endpoint. */
@@ -52,7 +71,7 @@ void		gw_metrics_observe(struct gw_metrics *m, enum gw_endpoint ep,
 							   enum gw_outcome out, double seconds);
 
 /* Append the Prometheus text exposition to buf; 0 on success. */
-int			gw_metrics_render(const struct gw_metrics *m, int pool_in_use,
-							  int pool_size, struct evbuffer *buf);
+int			gw_metrics_render(const struct gw_metrics *m, const struct gw_gauges *g,
+							  struct evbuffer *buf);
 
 #endif

@@ -9,6 +9,7 @@ Standard library only (Debian's /usr/bin/python3).
 """
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -19,10 +20,21 @@ from bctest import TOP, ClusterEnv, Tap, free_port, run, wait_port  # noqa: E402
 TRUST_DOMAIN = "test.bc-join.local"
 
 
+def metric(text, name, labels=None):
+    """The value of one sample in a Prometheus text exposition, or None."""
+    want = name
+    if labels:
+        want += "{" + ",".join('%s="%s"' % kv for kv in labels) + "}"
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return None
+
+
 class Gateway:
     """One bc-gateway process with its log file."""
 
-    def __init__(self, env, name, args):
+    def __init__(self, env, name, args, nofile=None):
         self.env = env
         self.port = free_port()
         self.log = os.path.join(env.dir, "gateway-%s.log" % name)
@@ -34,7 +46,12 @@ class Gateway:
         envv.setdefault("ASAN_OPTIONS", "detect_leaks=1")
         envv.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
         self.logf = open(self.log, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=self.logf, env=envv)
+        preexec = None
+        if nofile is not None:      # RLIMIT_NOFILE of the gateway alone (ulimit -n)
+            def preexec():
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=self.logf, env=envv,
+                                     preexec_fn=preexec)
         self.rc = None
         wait_port(self.port, self.proc, "gateway", log=self.log_text)
 
@@ -104,8 +121,8 @@ class Env(ClusterEnv):
                         "-keyout", self.key, "-out", self.cert],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def gateway(self, name, *args):
-        g = Gateway(self, name, args)
+    def gateway(self, name, *args, nofile=None):
+        g = Gateway(self, name, args, nofile=nofile)
         self.gateways.append(g)
         return g
 
