@@ -9,7 +9,10 @@
  * the runtime directory with O_DIRECTORY | O_NOFOLLOW, so no symbolic link
  * is followed anywhere below the runtime directory, and every component must
  * be owned by the caller's uid (which SO_PEERCRED made sure is bcd's own)
- * and writable by nobody else; so must the runtime directory itself.  The
+ * and writable by nobody else; so must the runtime directory itself.  No
+ * component may be bcd's own socket directory or state directory (same
+ * device and inode): nothing is delivered into or under them, so a session
+ * named "node" never lands on the node key.  The
  * files are then created relative to that descriptor: a temporary name with
  * O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600, written, fsync()ed and renamed
  * over the final name (the key first, then the chain), then the directory

@@ -2,6 +2,10 @@
  * local_socket.c: bcd's local socket, hardened the way the e-stop admin
  * socket had to be, and its peer check.
  *
+ * bcd run first checks the runtime directory (deliver.c,
+ * bcd_runtime_dir_open): ours, writable by nobody else, a symbolic link only
+ * when the link is ours; else it refuses to start.
+ *
  * Under socket activation (sd_listen_fds() passes exactly one listening
  * AF_UNIX stream socket) the unit made the socket (bcd.socket: DirectoryMode
  * 0700, SocketMode 0600) and bcd creates nothing.  Started on its own, bcd
@@ -21,8 +25,14 @@
  *      that is not a socket) means someone may be there, and bcd refuses to
  *      start rather than hand the name to whoever binds next.
  *
+ * The directory is made and opened relative to its parent's descriptor
+ * (the runtime directory's, when that is the parent), and the socket bound,
+ * cleared and removed through the directory's own descriptor.
+ *
  * Every connection is then checked with SO_PEERCRED (sessions.c): the
- * caller's uid must be bcd's own.
+ * caller's uid must be bcd's own.  The clients check the other way round
+ * (bcd_socket_connect): the socket's directory must be theirs and writable
+ * by nobody else, the listener of their own uid, before they send anything.
  */
 #include <errno.h>
 #include <fcntl.h>

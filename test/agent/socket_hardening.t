@@ -6,8 +6,8 @@ hook at once with no-node-credential and exit 77; a caller of another uid
 is refused by the peer check (SO_PEERCRED: root connecting to the socket of
 a bcd run as nobody gets forbidden; root's own bcd credential and bcd status
 refuse a socket in another user's directory, untrusted-socket, 77), and a
-third user cannot reach it at all (69); an attacker who binds and listens on the socket path first makes
-bcd refuse to start and leave it in place; a socket directory another user
+third user cannot reach it at all (69); an attacker who binds and listens on
+the socket path first makes bcd refuse to start and leave it in place; a socket directory another user
 owns, or a symbolic link, is refused and left untouched; bcd's own
 directory with mode 0777 is set back to 0700 (and logged); under umask 0000
 the socket is still 0600; with XDG_RUNTIME_DIR unset the default socket is
