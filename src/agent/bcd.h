@@ -44,6 +44,10 @@ int			bcd_write_file_atomic(const char *dir, const char *name,
 								  const void *data, size_t len, mode_t mode);
 char	   *bcd_path_join(const char *dir, const char *name);
 
+/* store.c: the one lock of a state directory (DIR/lock) */
+int			bcd_state_lock(const char *dir, int *lock_fd, long *holder);
+void		bcd_state_lock_error(const char *dir, int rc, long holder, char *err, size_t errlen);
+
 /* join_request.c */
 int			bcd_cmd_join_request(int argc, char **argv);
 int			bcd_load_token(const char *token, const char *token_file,

@@ -9,7 +9,10 @@
  * the runtime directory with O_DIRECTORY | O_NOFOLLOW, so no symbolic link
  * is followed anywhere below the runtime directory, and every component must
  * be owned by the caller's uid (which SO_PEERCRED made sure is bcd's own)
- * and writable by nobody else; so must the runtime directory itself.  The
+ * and writable by nobody else; so must the runtime directory itself.  No
+ * component may be bcd's own socket directory or state directory (same
+ * device and inode): nothing is delivered into or under them, so a session
+ * named "node" never lands on the node key.  The
  * files are then created relative to that descriptor: a temporary name with
  * O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600, written, fsync()ed and renamed
  * over the final name (the key first, then the chain), then the directory
@@ -76,11 +79,43 @@ bcd_runtime_dir(void)
 	return dir;
 }
 
-/* Check an opened directory: ours and writable by nobody else; BC_OK or err. */
+/*
+ * Open and check the runtime directory of bcd run (bcd_open_trusted_dir:
+ * ours, writable by nobody else, a symbolic link only when it is ours).
+ * $XDG_RUNTIME_DIR must pass; /run/user/<uid>, taken when it is unset, may
+ * be missing (*fd is -1 then: every delivery is refused until it exists).
+ * BC_OK, or BC_EINVAL with err: bcd run refuses to start.
+ */
+int
+bcd_runtime_dir_open(const char *runtime_dir, int *fd, char *err, size_t errlen)
+{
+	const char *x = getenv("XDG_RUNTIME_DIR");
+	int			from_env = x != NULL && x[0] == '/';
+	char		why[768];
+	int			rc;
+
+	rc = bcd_open_trusted_dir(runtime_dir, from_env ? "the runtime directory (XDG_RUNTIME_DIR)" :
+							  "the runtime directory", fd, why, sizeof(why));
+	if (rc == BC_EINVAL && !from_env && errno == ENOENT)
+		return BC_OK;
+	if (rc != BC_OK)
+	{
+		snprintf(err, errlen, "%s; refusing to start (the socket and the hooks' directories "
+				 "live there)", why);
+		return BC_EINVAL;
+	}
+	return BC_OK;
+}
+
+/*
+ * Check an opened directory: ours, writable by nobody else and none of
+ * bcd's own (own, n_own: its socket's and its state directory); BC_OK or err.
+ */
 static int
-check_dir_fd(int fd, const char *what, char *err, size_t errlen)
+check_dir_fd(int fd, const char *what, const bcd_dir_id *own, int n_own, char *err, size_t errlen)
 {
 	struct stat st;
+	int			i;
 
 	if (fstat(fd, &st) != 0)
 		snprintf(err, errlen, "cannot stat %s: %s", what, strerror(errno));
@@ -91,7 +126,16 @@ check_dir_fd(int fd, const char *what, char *err, size_t errlen)
 		snprintf(err, errlen, "%s is writable by its group or others (mode %04o)", what,
 				 (unsigned) (st.st_mode & 07777));
 	else
+	{
+		for (i = 0; i < n_own; i++)
+			if (st.st_dev == own[i].dev && st.st_ino == own[i].ino)
+			{
+				snprintf(err, errlen, "%s is bcd's own %s directory: no credential is "
+						 "delivered into it or under it", what, i == 0 ? "socket" : "state");
+				return BC_EINVAL;
+			}
 		return BC_OK;
+	}
 	return BC_EINVAL;
 }
 
@@ -101,8 +145,8 @@ check_dir_fd(int fd, const char *what, char *err, size_t errlen)
  * BC_EINVAL with a message in err that can be shown to the caller.
  */
 int
-bcd_delivery_open(const char *runtime_dir, const char *path, int *dirfd, char **norm,
-				  char *err, size_t errlen)
+bcd_delivery_open(const char *runtime_dir, const bcd_dir_id *own, int n_own, const char *path,
+				  int *dirfd, char **norm, char *err, size_t errlen)
 {
 	size_t		rlen = strlen(runtime_dir);
 	char	   *copy = NULL;
@@ -141,7 +185,7 @@ bcd_delivery_open(const char *runtime_dir, const char *path, int *dirfd, char **
 				 strerror(errno));
 		goto out;
 	}
-	if (check_dir_fd(fd, "the runtime directory", err, errlen) != BC_OK)
+	if (check_dir_fd(fd, "the runtime directory", NULL, 0, err, errlen) != BC_OK)
 		goto out;
 	for (comp = strtok_r(copy + rlen + 1, "/", &save); comp != NULL;
 		 comp = strtok_r(NULL, "/", &save))
@@ -162,7 +206,7 @@ bcd_delivery_open(const char *runtime_dir, const char *path, int *dirfd, char **
 		}
 		close(fd);
 		fd = next;
-		if (check_dir_fd(fd, comp, err, errlen) != BC_OK)
+		if (check_dir_fd(fd, comp, own, n_own, err, errlen) != BC_OK)
 			goto out;
 	}
 	/* strtok_r consumed copy: rebuild the checked path from the original */

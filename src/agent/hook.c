@@ -12,7 +12,12 @@
  *   69  no-daemon, no-answer: nothing answers at the socket (EX_UNAVAILABLE)
  *   70  failed: the service's answer did not verify, ... (EX_SOFTWARE)
  *   75  busy, unavailable, timeout: try again later (EX_TEMPFAIL)
- *   77  no-node-credential, refused, forbidden (EX_NOPERM)
+ *   77  no-node-credential, refused, forbidden, untrusted-socket (EX_NOPERM)
+ *
+ * Nothing is sent to, or believed from, a socket that may not be bcd's: its
+ * directory must be ours and writable by nobody else, and the process
+ * listening on it must be of our own uid (SO_PEERCRED), or the client
+ * refuses with untrusted-socket (local_socket.c, bcd_socket_connect).
  *
  * The key itself never passes through here: bcd writes it into --dir and
  * answers with its path.
@@ -54,6 +59,7 @@ code_exit(const char *code, int retryable)
 		{"failed", EXIT_SOFTWARE},
 		{"busy", EXIT_TEMPFAIL}, {"unavailable", EXIT_TEMPFAIL}, {"timeout", EXIT_TEMPFAIL},
 		{"no-node-credential", EXIT_NOPERM}, {"refused", EXIT_NOPERM}, {"forbidden", EXIT_NOPERM},
+		{"untrusted-socket", EXIT_NOPERM},
 	};
 	size_t		i;
 
@@ -122,11 +128,16 @@ exchange(const char *cmd, const char *path, json_t *req, double timeout, json_t 
 		rc = refuse(cmd, "failed", "out of memory", 0);
 		goto out;
 	}
-	fd = bcd_socket_connect(path, err, sizeof(err));
-	if (fd < 0)
+	switch (bcd_socket_connect(path, &fd, err, sizeof(err)))
 	{
-		rc = refuse(cmd, "no-daemon", err, 0);
-		goto out;
+		case BCD_CONNECT_OK:
+			break;
+		case BCD_CONNECT_UNTRUSTED:
+			rc = refuse(cmd, "untrusted-socket", err, 0);
+			goto out;
+		default:
+			rc = refuse(cmd, "no-daemon", err, 0);
+			goto out;
 	}
 	/*
 	 * A send that fails is not the end: bcd answers some callers (another
@@ -220,7 +231,9 @@ credential_usage(FILE *stream)
 		  "\n"
 		  "Exit status: 0 delivered; 64 usage; 65 bad-request, bad-dir; 69 no-daemon,\n"
 		  "no-answer; 70 failed; 75 busy, unavailable, timeout (try again later);\n"
-		  "77 no-node-credential, refused, forbidden.  Default --timeout 120.\n", stream);
+		  "77 no-node-credential, refused, forbidden, untrusted-socket (the socket's\n"
+		  "directory or the process listening on it is not yours).  Default --timeout 120.\n",
+		  stream);
 }
 
 /* bcd credential ... */

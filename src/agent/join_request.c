@@ -367,6 +367,9 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 	json_t	   *claims = NULL;
 	char	   *text = NULL;
 	const char *what = "";
+	char		lock_err[1024];
+	long		holder;
+	int			lock_fd = -1;
 	int			rc = BC_EINVAL;
 
 	what = "--claims must be a JSON object";
@@ -376,6 +379,15 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 	what = "cannot create the output directory";
 	if (bcd_ensure_dir(opts->out_dir) != BC_OK)
 		goto out;
+	/* DIR may be the state directory of a running bcd: its lock, for the whole write */
+	rc = bcd_state_lock(opts->out_dir, &lock_fd, &holder);
+	if (rc != BC_OK)
+	{
+		bcd_state_lock_error(opts->out_dir, rc, holder, lock_err, sizeof(lock_err));
+		fprintf(stderr, "bcd join-request: %s; refusing to write in it\n", lock_err);
+		rc = BC_EINVAL;
+		goto done;
+	}
 	rc = bcd_node_key_and_csr(opts->out_dir, &key, &csr, &csr_len, &what);
 	if (rc != BC_OK)
 		goto out;
@@ -393,6 +405,9 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 out:
 	if (rc != BC_OK)
 		fprintf(stderr, "bcd join-request: %s (%s)\n", what, bc_status_str(rc));
+done:
+	if (lock_fd >= 0)
+		close(lock_fd);
 	free(text);
 	json_decref(claims);
 	free(attestation);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -205,7 +206,9 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 				 const bcd_credential *initial, bcd_server **out, char *err, size_t errlen)
 {
 	bcd_server *s = calloc(1, sizeof(*s));
+	struct stat st;
 	long		i;
+	int			rtfd = -1;
 	int			rc = BC_ENOMEM;
 
 	*out = NULL;
@@ -213,7 +216,7 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 	if (s == NULL)
 		return BC_ENOMEM;
 	s->keys = keys;
-	s->listen_fd = s->wake[0] = s->wake[1] = -1;
+	s->sock.fd = s->sock.dirfd = s->wake[0] = s->wake[1] = -1;
 	s->max_provisioning = o->max_provisioning;
 	s->max_queue = o->max_queue;
 	s->counters.max_provisioning = o->max_provisioning;
@@ -232,10 +235,18 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 	for (i = 0; i < s->max_provisioning; i++, s->n_https++)
 		if ((s->https[i] = bcd_http_new(o->gateway, o->gateway_ca, err, errlen)) == NULL)
 			goto fail;
-	if (bcd_socket_daemon_path(o->socket, o->state_dir, &s->socket_path, err, errlen) != BC_OK ||
-		bcd_socket_listen(s->socket_path, &s->listen_fd, &s->activated, &s->sock_dev,
-						  &s->sock_ino, err, errlen) != BC_OK)
+	if (bcd_runtime_dir_open(s->runtime_dir, &rtfd, err, errlen) != BC_OK ||
+		bcd_socket_daemon_path(o->socket, o->state_dir, &s->socket_path, err, errlen) != BC_OK ||
+		bcd_socket_listen(s->socket_path, s->runtime_dir, rtfd, &s->sock, err, errlen) != BC_OK)
 		goto fail;
+	/* no delivery goes into (or under) the socket's directory or the state directory */
+	if (s->sock.have_dir)
+		s->own_dirs[0] = s->sock.dir;
+	if (stat(o->state_dir, &st) == 0)
+		s->own_dirs[1] = (bcd_dir_id) {st.st_dev, st.st_ino};
+	s->n_own_dirs = 2;
+	close(rtfd);
+	rtfd = -1;
 	if (initial != NULL)
 		bcd_server_publish(s, initial);
 	rc = start_threads(s, err, errlen);
@@ -244,6 +255,8 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 	*out = s;
 	return BC_OK;
 fail:
+	if (rtfd >= 0)
+		close(rtfd);
 	bcd_server_stop(s);
 	return rc;
 }
@@ -272,12 +285,7 @@ bcd_server_stop(bcd_server *s)
 		bcd_wake_io(s);
 		pthread_join(s->io_thread, NULL);
 	}
-	if (s->listen_fd >= 0)
-	{
-		close(s->listen_fd);
-		if (!s->activated)
-			bcd_socket_unlink(s->socket_path, s->sock_dev, s->sock_ino);
-	}
+	bcd_socket_close(&s->sock, s->socket_path);
 	for (i = 0; i < s->n_https; i++)
 		bcd_http_free(s->https[i]);
 	if (s->wake[0] >= 0)

@@ -27,7 +27,10 @@
  * credential (the queue depth); the next one is answered busy (retryable)
  * at once.  At most --max-queue + 64 connections are open; beyond that a
  * connection is answered busy and closed.  A request line is at most 8 KiB
- * and must arrive within 5 s of the connection.
+ * and must arrive within 5 s of the connection; a longer one is answered
+ * bad-request, and what the caller still sends is read (1 MiB and 5 s at
+ * most) before the connection is closed, so that it reads the answer rather
+ * than a reset.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -82,7 +85,14 @@ conn_close(bcd_server *s, bcd_conn *c)
 	s->n_conns--;
 }
 
-/* Write what is left of c's answer; close c once it is written or on error. */
+/*
+ * Write what is left of c's answer; close c once it is written or on error.
+ * A caller that may still be sending (c->drain: it was answered before its
+ * request was read) is not closed at once: closing with unread data resets
+ * the connection, and the caller would lose the answer.  Our side is shut
+ * down (it reads the answer, then EOF) and what it sends is read and
+ * discarded, BCD_SOCK_DRAIN_MAX bytes and READ_TIMEOUT at most.
+ */
 static void
 conn_flush(bcd_server *s, bcd_conn *c)
 {
@@ -98,6 +108,31 @@ conn_flush(bcd_server *s, bcd_conn *c)
 		if (n <= 0)
 			break;
 		c->out_off += (size_t) n;
+	}
+	if (c->drain && c->out_off == c->out_len && shutdown(c->fd, SHUT_WR) == 0)
+	{
+		c->state = CONN_DRAINING;
+		c->deadline = now_mono() + READ_TIMEOUT;
+		c->drained = 0;
+		return;
+	}
+	conn_close(s, c);
+}
+
+/* Read and discard what c still sends; close it at EOF, on error or past the bound. */
+static void
+conn_drain(bcd_server *s, bcd_conn *c)
+{
+	for (;;)
+	{
+		ssize_t		n = read(c->fd, c->in, sizeof(c->in));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0 || (c->drained += (size_t) n) >= BCD_SOCK_DRAIN_MAX)
+			break;
 	}
 	conn_close(s, c);
 }
@@ -182,16 +217,9 @@ dispatch(bcd_server *s)
 	}
 }
 
-/* A delivery directory already written for a provisioning. */
-typedef struct dir_id
-{
-	dev_t		dev;
-	ino_t		ino;
-} dir_id;
-
 /* Deliver job's credential to waiter w (written once per directory in seen) and answer it. */
 static void
-deliver_to(bcd_server *s, bcd_job *job, bcd_conn *w, dir_id *seen, size_t *n_seen)
+deliver_to(bcd_server *s, bcd_job *job, bcd_conn *w, bcd_dir_id *seen, size_t *n_seen)
 {
 	char	   *key_path = NULL;
 	char	   *cert_path = NULL;
@@ -209,7 +237,7 @@ deliver_to(bcd_server *s, bcd_job *job, bcd_conn *w, dir_id *seen, size_t *n_see
 		return;
 	}
 	if (!written && seen != NULL)
-		seen[(*n_seen)++] = (dir_id) {w->dir_dev, w->dir_ino};
+		seen[(*n_seen)++] = (bcd_dir_id) {w->dir_dev, w->dir_ino};
 	s->counters.answers[BCD_CODE_OK]++;
 	answer_doc(s, w, json_pack("{s:b, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "ok", 1,
 							   "keyPath", key_path, "certPath", cert_path,
@@ -227,7 +255,7 @@ complete_job(bcd_server *s, bcd_job *job)
 	bcd_job   **p;
 	bcd_conn   *w;
 	bcd_conn   *next;
-	dir_id	   *seen;
+	bcd_dir_id *seen;
 	size_t		n_seen = 0;
 	int			delivering;
 
@@ -354,7 +382,7 @@ handle_credential(bcd_server *s, bcd_conn *c, json_t *req)
 					 "try again shortly", s->counters.waiting, s->max_queue);
 		return;
 	}
-	if (bcd_delivery_open(s->runtime_dir, dir, &c->dirfd, &c->dir, err, sizeof(err)) != BC_OK ||
+	if (bcd_delivery_open(s->runtime_dir, s->own_dirs, s->n_own_dirs, dir, &c->dirfd, &c->dir, err, sizeof(err)) != BC_OK ||
 		fstat(c->dirfd, &st) != 0)
 	{
 		answer_error(s, c, BCD_CODE_BAD_DIR, "%s", err);
@@ -436,8 +464,11 @@ conn_read(bcd_server *s, bcd_conn *c)
 	if (nl != NULL || n == 0)
 		handle_request(s, c);
 	else if (c->in_len >= BCD_SOCK_REQUEST_MAX)
+	{
+		c->drain = 1;
 		answer_error(s, c, BCD_CODE_BAD_REQUEST, "the request line is over %d bytes",
 					 BCD_SOCK_REQUEST_MAX);
+	}
 }
 
 /* Answer a connection over the bound busy, best effort, and close it at once. */
@@ -463,7 +494,7 @@ accept_all(bcd_server *s)
 
 	for (;;)
 	{
-		fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		fd = accept4(s->sock.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
 			continue;
 		if (fd < 0)
@@ -494,6 +525,7 @@ accept_all(bcd_server *s)
 		{
 			bcd_log("socket: refused a caller of uid %ld (this bcd serves uid %ld only)",
 					(long) uid, (long) geteuid());
+			c->drain = 1;
 			answer_error(s, c, BCD_CODE_FORBIDDEN, "this bcd serves uid %ld only; the caller "
 						 "is uid %ld", (long) geteuid(), (long) uid);
 		}
@@ -573,14 +605,14 @@ io_round(bcd_server *s, struct pollfd *pfd, bcd_conn **pc, size_t slots)
 	int			i;
 
 	pfd[0] = (struct pollfd) {s->wake[0], POLLIN, 0};
-	pfd[1] = (struct pollfd) {s->listen_fd, POLLIN, 0};
+	pfd[1] = (struct pollfd) {s->sock.fd, POLLIN, 0};
 	for (c = s->conns; c != NULL; c = c->next)
 	{
 		if (c->state == CONN_WAITING)
 			continue;
 		if ((size_t) n >= slots)
 			break;				/* cannot happen: accept_all keeps the count below slots */
-		pfd[n] = (struct pollfd) {c->fd, c->state == CONN_READING ? POLLIN : POLLOUT, 0};
+		pfd[n] = (struct pollfd) {c->fd, c->state == CONN_WRITING ? POLLOUT : POLLIN, 0};
 		pc[n++] = c;
 		if (c->deadline - now < wait)
 			wait = c->deadline - now;
@@ -601,6 +633,8 @@ io_round(bcd_server *s, struct pollfd *pfd, bcd_conn **pc, size_t slots)
 			continue;
 		if (pc[i]->state == CONN_READING)
 			conn_read(s, pc[i]);
+		else if (pc[i]->state == CONN_DRAINING)
+			conn_drain(s, pc[i]);
 		else
 			conn_flush(s, pc[i]);
 	}

@@ -102,20 +102,47 @@ typedef struct bcd_counters
 	unsigned long provisionings[BCD_OUTCOME_COUNT];
 } bcd_counters;
 
+/* A directory, by device and inode. */
+typedef struct bcd_dir_id
+{
+	dev_t		dev;
+	ino_t		ino;
+} bcd_dir_id;
+
+/* The listening socket of bcd run. */
+typedef struct bcd_listener
+{
+	int			fd;				/* listening */
+	int			activated;		/* passed by systemd: we made nothing */
+	int			dirfd;			/* the socket's directory, opened and checked (-1: activated) */
+	dev_t		dev;			/* the socket file we bound */
+	ino_t		ino;
+	int			have_dir;		/* dir is known */
+	bcd_dir_id	dir;			/* the socket's directory */
+} bcd_listener;
+
+/* What bcd_socket_connect found. */
+#define BCD_CONNECT_OK 0
+#define BCD_CONNECT_NONE 1		/* nothing to reach: no-daemon */
+#define BCD_CONNECT_UNTRUSTED 2	/* a directory or a listener that is not ours */
+
 /* local_socket.c */
 int			bcd_socket_daemon_path(const char *option, const char *state_dir,
 								   char **out, char *err, size_t errlen);
 int			bcd_socket_client_path(const char *option, char **out, char *err, size_t errlen);
-int			bcd_socket_listen(const char *path, int *fd, int *activated,
-							  dev_t *dev, ino_t *ino, char *err, size_t errlen);
-void		bcd_socket_unlink(const char *path, dev_t dev, ino_t ino);
+int			bcd_open_trusted_dir(const char *path, const char *what, int *fd_out,
+								 char *err, size_t errlen);
+int			bcd_socket_listen(const char *path, const char *runtime_dir, int rtfd,
+							  bcd_listener *l, char *err, size_t errlen);
+void		bcd_socket_close(bcd_listener *l, const char *path);
 int			bcd_socket_peer_uid(int fd, uid_t *uid);
-int			bcd_socket_connect(const char *path, char *err, size_t errlen);
+int			bcd_socket_connect(const char *path, int *fd_out, char *err, size_t errlen);
 
 /* deliver.c */
 char	   *bcd_runtime_dir(void);
-int			bcd_delivery_open(const char *runtime_dir, const char *path, int *dirfd,
-							  char **norm, char *err, size_t errlen);
+int			bcd_runtime_dir_open(const char *runtime_dir, int *fd, char *err, size_t errlen);
+int			bcd_delivery_open(const char *runtime_dir, const bcd_dir_id *own, int n_own,
+							  const char *path, int *dirfd, char **norm, char *err, size_t errlen);
 int			bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job,
 							   char **key_path, char **cert_path, char *err, size_t errlen);
 int			bcd_selector_valid(const char *s, int required);
@@ -142,8 +169,12 @@ typedef enum conn_state
 {
 	CONN_READING,				/* reading the request line */
 	CONN_WAITING,				/* waiting for a provisioning */
-	CONN_WRITING				/* writing the answer, then closed */
+	CONN_WRITING,				/* writing the answer, then closed (or drained) */
+	CONN_DRAINING				/* answered: reading what the caller still sends, then closed */
 } conn_state;
+
+/* What bcd reads and discards after answering a caller that sent too much. */
+#define BCD_SOCK_DRAIN_MAX (1024 * 1024)
 
 /* One caller's connection (owned by the I/O thread). */
 typedef struct bcd_conn
@@ -161,6 +192,8 @@ typedef struct bcd_conn
 	dev_t		dir_dev;
 	ino_t		dir_ino;
 	int			delivered;		/* the credential is in dir */
+	int			drain;			/* once answered, read the rest before closing */
+	size_t		drained;		/* bytes read and discarded since */
 	struct bcd_conn *next;		/* every connection */
 	struct bcd_conn *wnext;		/* the waiters of one provisioning */
 } bcd_conn;
@@ -172,10 +205,9 @@ struct bcd_server
 	char	   *socket_path;
 	char	   *metrics_file;
 	char	   *runtime_dir;
-	int			listen_fd;
-	int			activated;
-	dev_t		sock_dev;
-	ino_t		sock_ino;
+	bcd_listener sock;
+	bcd_dir_id	own_dirs[2];	/* the socket's and the state directory: never a delivery's */
+	int			n_own_dirs;
 	int			wake[2];
 	long		max_provisioning;
 	long		max_queue;

@@ -207,6 +207,75 @@ recover_commit(const char *dir)
 }
 
 /*
+ * Take DIR/lock (flock LOCK_EX | LOCK_NB), the one lock of a state
+ * directory: bcd run and bcd renew hold it for their whole life, bcd
+ * join-request and bcd verify-response while they read and write DIR.  The
+ * holder writes its pid into the file, so a refused one can name it.
+ * BC_OK with *lock_fd; BC_EVERIFY when another process holds it (*holder:
+ * its pid, 0 when unknown); BC_EINVAL (errno kept) when it cannot be taken.
+ */
+int
+bcd_state_lock(const char *dir, int *lock_fd, long *holder)
+{
+	char	   *lock_path = bcd_path_join(dir, "lock");
+	char		buf[32];
+	ssize_t		n;
+	int			fd;
+	int			e;
+
+	*lock_fd = -1;
+	*holder = 0;
+	if (lock_path == NULL)
+	{
+		errno = ENOMEM;
+		return BC_EINVAL;
+	}
+	fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	e = errno;
+	free(lock_path);
+	if (fd < 0)
+	{
+		errno = e;
+		return BC_EINVAL;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+	{
+		e = errno;
+		if (e == EWOULDBLOCK && (n = pread(fd, buf, sizeof(buf) - 1, 0)) > 0)
+		{
+			buf[n] = '\0';
+			*holder = strtol(buf, NULL, 10);
+			if (*holder < 0)
+				*holder = 0;
+		}
+		close(fd);
+		errno = e;
+		return e == EWOULDBLOCK ? BC_EVERIFY : BC_EINVAL;
+	}
+	n = snprintf(buf, sizeof(buf), "%ld\n", (long) getpid());
+	if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t) n, 0) != n)
+		bcd_log("cannot write our pid into %s/lock: %s", dir, strerror(errno));
+	*lock_fd = fd;
+	return BC_OK;
+}
+
+/* "another bcd holds DIR (pid N)" and the like, for a lock bcd_state_lock could not take. */
+void
+bcd_state_lock_error(const char *dir, int rc, long holder, char *err, size_t errlen)
+{
+	char		pid[48] = "";
+
+	if (holder > 0)
+		snprintf(pid, sizeof(pid), " (pid %ld)", holder);
+	if (rc == BC_EVERIFY)
+		snprintf(err, errlen, "the state directory %s is in use by another bcd%s: its lock "
+				 "file %s/lock is locked", dir, pid, dir);
+	else
+		snprintf(err, errlen, "cannot lock the state directory %s (%s/lock): %s", dir, dir,
+				 strerror(errno));
+}
+
+/*
  * Open the state directory: create it 0700 when missing, refuse another
  * owner, set our own mode back to 0700, take DIR/lock (held until exit:
  * *lock_fd stays open), finish or undo an interrupted commit.
@@ -214,9 +283,10 @@ recover_commit(const char *dir)
 int
 bcd_store_open(const char *dir, int *lock_fd, char *err, size_t errlen)
 {
-	char	   *lock_path = NULL;
 	char	   *key_path = NULL;
 	struct stat st;
+	char		pid[48] = "";
+	long		holder;
 	int			fd = -1;
 	int			rc;
 
@@ -225,24 +295,22 @@ bcd_store_open(const char *dir, int *lock_fd, char *err, size_t errlen)
 	if (rc != BC_OK)
 		goto out;
 	rc = BC_ENOMEM;
-	lock_path = bcd_path_join(dir, "lock");
 	key_path = bcd_path_join(dir, "node.key");
-	if (lock_path == NULL || key_path == NULL)
+	if (key_path == NULL)
 		goto out;
-	rc = BC_EINVAL;
-	fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
+	rc = bcd_state_lock(dir, &fd, &holder);
+	if (rc == BC_EVERIFY)
 	{
-		snprintf(err, errlen, "cannot open %s: %s", lock_path, strerror(errno));
+		if (holder > 0)
+			snprintf(pid, sizeof(pid), ", pid %ld", holder);
+		snprintf(err, errlen, "another bcd holds %s (its lock file %s/lock is locked%s); "
+				 "refusing to start a second one", dir, dir, pid);
+		rc = BC_EINVAL;
 		goto out;
 	}
-	if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+	if (rc != BC_OK)
 	{
-		if (errno == EWOULDBLOCK)
-			snprintf(err, errlen, "another bcd holds %s (its lock file %s is locked); "
-					 "refusing to start a second one", dir, lock_path);
-		else
-			snprintf(err, errlen, "cannot lock %s: %s", lock_path, strerror(errno));
+		bcd_state_lock_error(dir, rc, holder, err, errlen);
 		goto out;
 	}
 	if (lstat(key_path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
@@ -258,7 +326,6 @@ bcd_store_open(const char *dir, int *lock_fd, char *err, size_t errlen)
 out:
 	if (fd >= 0)
 		close(fd);
-	free(lock_path);
 	free(key_path);
 	return rc;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -143,13 +144,16 @@ bcd_cmd_verify_response(int argc, char **argv)
 	verify_opts opts;
 	bcd_service_keys keys;
 	bcd_answer	ans;
-	char		err[512];
+	char		err[1024];
 	char	   *text = NULL;
 	size_t		len = 0;
 	char	   *csr = NULL;
 	size_t		csr_len = 0;
 	EVP_PKEY   *key = NULL;
+	long		holder;
+	int			lock_fd = -1;
 	int			exit_code;
+	int			rc;
 
 	memset(&ans, 0, sizeof(ans));
 	exit_code = parse_verify_args(argc, argv, &opts);
@@ -163,6 +167,14 @@ bcd_cmd_verify_response(int argc, char **argv)
 		return BCD_EXIT_FAIL;
 	}
 	exit_code = BCD_EXIT_FAIL;
+	/* DIR may be the state directory of a running bcd: its lock, until node-chain.pem is written */
+	rc = bcd_state_lock(opts.dir, &lock_fd, &holder);
+	if (rc != BC_OK)
+	{
+		bcd_state_lock_error(opts.dir, rc, holder, err, sizeof(err));
+		fprintf(stderr, "bcd verify-response: %s; refusing to use it\n", err);
+		goto out;
+	}
 	if (bcd_read_file(opts.response, BCD_RESPONSE_MAX, &text, &len) != BC_OK)
 	{
 		fprintf(stderr, "bcd verify-response: cannot read the response (at most %d bytes)\n",
@@ -188,6 +200,8 @@ bcd_cmd_verify_response(int argc, char **argv)
 	else
 		printf("%s\n%s\n", ans.spiffe_id, ans.not_after);
 out:
+	if (lock_fd >= 0)
+		close(lock_fd);
 	bcd_answer_free(&ans);
 	EVP_PKEY_free(key);
 	free(csr);

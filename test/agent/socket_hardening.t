@@ -4,9 +4,10 @@
 Shows: a host without a node credential (bcd still joining) refuses every
 hook at once with no-node-credential and exit 77; a caller of another uid
 is refused by the peer check (SO_PEERCRED: root connecting to the socket of
-a bcd run as nobody gets forbidden, 77), and a third user cannot reach it at
-all (69); an attacker who binds and listens on the socket path first makes
-bcd refuse to start and leave it in place; a socket directory another user
+a bcd run as nobody gets forbidden; root's own bcd credential and bcd status
+refuse a socket in another user's directory, untrusted-socket, 77), and a
+third user cannot reach it at all (69); an attacker who binds and listens on
+the socket path first makes bcd refuse to start and leave it in place; a socket directory another user
 owns, or a symbolic link, is refused and left untouched; bcd's own
 directory with mode 0777 is set back to 0700 (and logged); under umask 0000
 the socket is still 0600; with XDG_RUNTIME_DIR unset the default socket is
@@ -102,14 +103,19 @@ def other_uid(tap, env):
            "its socket is nobody's, 0600, in a 0700 directory")
     hd = os.path.join(rt, "h")
     os.mkdir(hd, 0o700)
+    a = sl.raw(sock, b'{"op":"status"}\n')
+    tap.ok(a is not None and a["error"] == "forbidden" and
+           "serves uid %d only; the caller is uid 0" % NOBODY in a["message"],
+           "root (another uid) reaches the socket but bcd refuses it: forbidden", a)
     r = sl.hook(env, rt, sock, "s", hd)
-    tap.ok(r.returncode == sl.EX_NOPERM and r.stderr.startswith("bcd credential: forbidden: ") and
-           "serves uid %d only; the caller is uid 0" % NOBODY in r.stderr,
-           "root (another uid) reaches the socket but is refused: forbidden, exit 77", r.stderr)
+    tap.ok(r.returncode == sl.EX_NOPERM and r.stderr.startswith("bcd credential: untrusted-socket: ") and
+           "is owned by uid %d, not by uid 0" % NOBODY in r.stderr and r.stdout == "",
+           "and root's own client will not talk to a socket in another user's directory: "
+           "untrusted-socket, exit 77", r.stderr)
     r = subprocess.run([env.bcd_bin, "status", "--socket", sock], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, env=sl.bcd_env(env, rt))
-    tap.ok(r.returncode == sl.EX_NOPERM and "forbidden" in r.stderr and r.stdout == "",
-           "bcd status too", r.stderr)
+    tap.ok(r.returncode == sl.EX_NOPERM and "untrusted-socket" in r.stderr and r.stdout == "",
+           "bcd status neither", r.stderr)
     tap.ok("refused a caller of uid 0" in d.text(), "bcd logs the refused uid", d.text())
     r = run_as(env, rt, [env.bcd_bin, "credential", "--session", "s", "--dir", "/tmp", "--socket", sock],
                DAEMON_UID)
