@@ -93,13 +93,16 @@ CREATE TABLE bc_join.node_certs (
 	allowed_kinds text[],				-- NULL: unrestricted
 	node_key_uri text,
 	certificate bytea NOT NULL,			-- DER; public
+	-- SHA-256 of the JoinRequest's CSR when a join issued it (NULL: a renewal)
+	join_csr_sha256 bytea CHECK (length(join_csr_sha256) = 32),
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	revoked_at timestamptz,
 	revocation_reason text,
 	CHECK (not_after > not_before)
 );
 CREATE INDEX node_certs_node_idx ON bc_join.node_certs (node_id);
-CREATE INDEX node_certs_spki_idx ON bc_join.node_certs (spki_sha256);
+-- One key, one certificate: a CSR key admits at most one join (join:key-reused).
+CREATE UNIQUE INDEX node_certs_spki_idx ON bc_join.node_certs (spki_sha256);
 
 -- A stable hardware identity (32-byte hash) bound to one node for good.
 CREATE TABLE bc_join.node_bindings (
@@ -154,6 +157,7 @@ CREATE TABLE bc_join.session_certs (
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
 );
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
+CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
 
 /* ---------------------------------------------------------- join requests */
 

@@ -11,6 +11,7 @@
 
 #include <time.h>
 
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -37,10 +38,10 @@ static BcPlan revoke_older = {
 
 static BcPlan insert_cert = {
 	"INSERT INTO bc_join.node_certs (serial, node_id, identity_generation, not_before, "
-	"       not_after, spki_sha256, allowed_kinds, node_key_uri, certificate) "
-	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-	9, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID,
-	TEXTARRAYOID, TEXTOID, BYTEAOID}
+	"       not_after, spki_sha256, allowed_kinds, node_key_uri, certificate, join_csr_sha256) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+	10, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID,
+	TEXTARRAYOID, TEXTOID, BYTEAOID, BYTEAOID}
 };
 
 static BcPlan insert_binding = {
@@ -129,10 +130,10 @@ bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt)
 void
 bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char *node_id,
 					int generation, Datum allowed_kinds, bool has_allowed_kinds,
-					const char *node_key_uri, int ttl, BcIssued *issued)
+					const char *node_key_uri, bool by_join, int ttl, BcIssued *issued)
 {
-	Datum		nv[9];
-	char		nn[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		nv[10];
+	char		nn[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	bc_issue_node_cert(req, tenant_id, node_id, node_key_uri, ttl, issued);
 
@@ -151,6 +152,10 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 	else
 		nn[7] = 'n';
 	nv[8] = PointerGetDatum(bc_bytea(issued->leaf_der, issued->leaf_der_len));
+	if (by_join)
+		nv[9] = PointerGetDatum(bc_bytea(req->csr_sha256, BC_SHA256_LEN));
+	else
+		nn[9] = 'n';
 	bc_spi_exec(&insert_cert, nv, nn, false, 0);
 }
 
@@ -257,7 +262,7 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 
 	/* Proof of possession was checked by the caller; certify the CSR's key. */
 	bc_issue_and_record(req, res->tenant_id, node_id, generation, res->allowed_kinds,
-						res->has_allowed_kinds, res->node_key_uri, ttl, &issued);
+						res->has_allowed_kinds, res->node_key_uri, true, ttl, &issued);
 
 	/* The binding, after issuing; a concurrent join of the same subject loses. */
 	if (res->has_bind)
@@ -297,4 +302,93 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 
 	return bc_issued_response(req, node_id, res->tenant_id, req->role, generation, &issued,
 							  res->allowed_kinds, res->has_allowed_kinds, outcxt);
+}
+
+/* The CSR key's lock: every join or renewal for one key runs after the other. */
+static BcPlan key_lock = {
+	"SELECT pg_catalog.pg_advisory_xact_lock(1650680369, $1)",
+	1, {INT4OID}
+};
+
+/* Who holds a certificate for this key; repeat: this very join, still current. */
+static BcPlan key_holder = {
+	"SELECT c.serial, c.node_id, n.tenant_id, n.role, c.identity_generation, c.certificate, "
+	"       c.allowed_kinds, c.not_before, c.not_after, "
+	"       coalesce(c.join_csr_sha256 = $2 AND n.attestor = $3 AND n.role = $4 "
+	"                AND c.revoked_at IS NULL AND c.not_after > bc_join.compute_now() "
+	"                AND c.identity_generation = n.identity_generation "
+	"                AND n.state <> 'retired', false) AS repeat "
+	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id "
+	"WHERE c.spki_sha256 = $1 "
+	"UNION ALL "
+	"SELECT s.serial, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::bytea, "
+	"       NULL::text[], NULL::timestamptz, NULL::timestamptz, false "
+	"FROM bc_join.session_certs s WHERE s.spki_sha256 = $1 "
+	"ORDER BY 10 DESC LIMIT 1",
+	4, {BYTEAOID, BYTEAOID, TEXTOID, TEXTOID}
+};
+
+/*
+ * One key, one certificate (see bc_join.h).  The lock makes the check
+ * race-free: a concurrent replay waits for the first join to commit, then
+ * sees its certificate (each statement takes a new snapshot).
+ */
+Jsonb *
+bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join, MemoryContext outcxt)
+{
+	Datum		v[4];
+	bool		isnull;
+	int32		k;
+	char	   *node_id;
+	char	   *tenant;
+	char	   *role;
+	int			generation;
+	bytea	   *der;
+	Datum		kinds;
+	bool		has_kinds;
+	BcIssued	issued;
+	StringInfoData note;
+
+	memcpy(&k, req->csr_spki_sha256, sizeof(k));
+	v[0] = Int32GetDatum(k);
+	bc_spi_exec(&key_lock, v, NULL, false, 0);
+
+	v[0] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
+	v[1] = PointerGetDatum(bc_bytea(req->csr_sha256, BC_SHA256_LEN));
+	v[2] = CStringGetTextDatum(req->attestor);
+	v[3] = CStringGetTextDatum(req->role);
+	if (bc_spi_exec(&key_holder, v, NULL, false, 1) != 1)
+		return NULL;
+	if (!join || !DatumGetBool(bc_spi_datum(10, &isnull)))
+		bc_refuse_join(psprintf("%s:key-reused", who), NULL);
+
+	/* This very join again (its answer was lost): the same certificate, nothing new. */
+	memset(&issued, 0, sizeof(issued));
+	strlcpy(issued.serial_hex, bc_spi_text(1), sizeof(issued.serial_hex));
+	node_id = bc_spi_text(2);
+	tenant = bc_spi_text(3);
+	role = bc_spi_text(4);
+	generation = DatumGetInt32(bc_spi_datum(5, &isnull));
+	der = DatumGetByteaPCopy(bc_spi_datum(6, &isnull));
+	kinds = bc_spi_datum(7, &has_kinds);
+	has_kinds = !has_kinds;
+	if (has_kinds)
+		kinds = PointerGetDatum(DatumGetArrayTypePCopy(kinds));
+	issued.not_before = DatumGetTimestampTz(bc_spi_datum(8, &isnull));
+	issued.not_after = DatumGetTimestampTz(bc_spi_datum(9, &isnull));
+	issued.leaf_der = (unsigned char *) VARDATA(der);
+	issued.leaf_der_len = VARSIZE(der) - VARHDRSZ;
+	issued.spiffe_id = psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain, tenant, node_id);
+
+	initStringInfo(&note);
+	appendStringInfoString(&note, "{\"nodeId\":");
+	escape_json(&note, node_id);
+	bc_json_member(&note, "serial", issued.serial_hex);
+	bc_json_member(&note, "attestor", req->attestor);
+	bc_json_member(&note, "csrSha256", req->csr_sha256_b64);
+	appendStringInfoChar(&note, '}');
+	bc_audit("node.join.repeated", tenant, node_id, bc_jsonb(note.data));
+
+	return bc_issued_response(req, node_id, tenant, role, generation, &issued,
+							  kinds, has_kinds, outcxt);
 }

@@ -333,8 +333,17 @@ extern Jsonb *bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl,
 /* Issue a certificate for the CSR's key and record it in node_certs. */
 extern void bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id,
 								const char *node_id, int generation, Datum allowed_kinds,
-								bool has_allowed_kinds, const char *node_key_uri, int ttl,
-								BcIssued *issued);
+								bool has_allowed_kinds, const char *node_key_uri, bool by_join,
+								int ttl, BcIssued *issued);
+
+/*
+ * One key, one certificate.  Under a lock on the CSR key: NULL when the key
+ * holds no certificate; the signed answer again when this very request
+ * (same CSR, attestor and role) was already issued a certificate that is
+ * still current; otherwise the refusal "<who>:key-reused".
+ */
+extern Jsonb *bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join,
+								 MemoryContext outcxt);
 
 /* Open an "issued" payload: status, csrSha256, issuedAt, nodeId, tenantId. */
 extern void bc_issued_payload_start(StringInfo payload, const BcJoinRequest *req,

@@ -270,6 +270,14 @@ join_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 
 	if (!role_admitted(att, req->role))
 		bc_refuse_join(psprintf("%s:role-not-admitted", att->id), NULL);
+
+	/* One key, one join: a replay gets its certificate again, anything else is refused. */
+	{
+		Jsonb	   *again = bc_key_reuse_check(req, "join", true, outcxt);
+
+		if (again != NULL)
+			return again;
+	}
 	if (req->sealed_token != NULL)
 		open_sealed_token(req, att->id);
 

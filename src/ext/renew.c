@@ -151,12 +151,13 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		bc_refuse_join("renew:key-statement-unknown", tenant);
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("renew:csr-signature", tenant);
+	(void) bc_key_reuse_check(req, "renew", false, outcxt);
 
 	ttl = bc_cert_ttl;
 	if (strcmp(role, "ramdisk") == 0 && ttl > BC_RAMDISK_TTL_MAX)
 		ttl = BC_RAMDISK_TTL_MAX;
 	bc_spi_exec(&revoke_cert, &v, NULL, false, 0);
-	bc_issue_and_record(req, tenant, node_id, generation, kinds, has_kinds, NULL, ttl, &issued);
+	bc_issue_and_record(req, tenant, node_id, generation, kinds, has_kinds, NULL, false, ttl, &issued);
 
 	initStringInfo(&ev);
 	appendStringInfoString(&ev, "{\"nodeId\":");

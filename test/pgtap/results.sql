@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(63);
+SELECT plan(68);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -34,9 +34,24 @@ SELECT bc_join.register_attestor('rules', '1', ARRAY['node', 'site', 'ramdisk'],
 \set sreq `:bcd join-request --service-keys :keys --attestor rules --out-dir :d/s --role site`
 \set rreq `:bcd join-request --service-keys :keys --attestor rules --out-dir :d/r --role ramdisk`
 
--- Join req with the attestor answering result.
-CREATE FUNCTION pg_temp.j(req jsonb, result jsonb) RETURNS jsonb LANGUAGE sql AS $$
+-- One CSR key admits one join (join:key-reused), so every case below joins
+-- with a fresh key: a pool of CSRs made by bcd, one taken per call.
+\set npool `mkdir -p :d/pool; for i in $(seq 1 64); do :bcd join-request --service-keys :keys --attestor rules --out-dir :d/pool/n$i; done`
+\set spool `for i in $(seq 1 8); do :bcd join-request --service-keys :keys --attestor rules --out-dir :d/pool/s$i --role site; done`
+\set rpool `for i in $(seq 1 8); do :bcd join-request --service-keys :keys --attestor rules --out-dir :d/pool/r$i --role ramdisk; done`
+CREATE TEMP TABLE csr_pool AS
+	SELECT r::jsonb->>'role' AS role, r::jsonb->>'csr' AS csr
+	FROM regexp_split_to_table(:'npool' || E'\n' || :'spool' || E'\n' || :'rpool', E'\n') r WHERE r <> '';
+CREATE FUNCTION pg_temp.fresh_csr(role text) RETURNS text LANGUAGE sql AS $$
+	DELETE FROM csr_pool WHERE ctid = (SELECT ctid FROM csr_pool p WHERE p.role = fresh_csr.role LIMIT 1)
+	RETURNING csr $$;
+
+-- Join req's own CSR with the attestor answering result.
+CREATE FUNCTION pg_temp.j_own(req jsonb, result jsonb) RETURNS jsonb LANGUAGE sql AS $$
 	SELECT bc_join(req || jsonb_build_object('attestation', bc_join.b64url_encode(convert_to(result::text, 'UTF8')))) $$;
+-- The same with a fresh CSR of req's role.
+CREATE FUNCTION pg_temp.j(req jsonb, result jsonb) RETURNS jsonb LANGUAGE sql AS $$
+	SELECT pg_temp.j_own(req || jsonb_build_object('csr', pg_temp.fresh_csr(req->>'role')), result) $$;
 CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
 	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
 CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
@@ -156,7 +171,7 @@ SELECT is(pg_temp.refused_as(:'nreq', :'base'::jsonb || '{"nodeKeyUri":"urn:bc:t
 		  'join:node-key-statement', 'so is a malformed tpm-ak statement');
 SELECT is((SELECT count(*) FROM bc_join.node_certs), :'certs0'::bigint, 'before any certificate is issued');
 SELECT 'urn:bc:tpm-ak:sha256:' || encode(sha256('ak'::bytea), 'hex') AS akuri \gset
-SELECT pg_temp.j(:'nreq', :'base'::jsonb || jsonb_build_object('nodeKey', 'tpm', 'nodeKeyUri', :'akuri')) AS akr \gset
+SELECT pg_temp.j_own(:'nreq', :'base'::jsonb || jsonb_build_object('nodeKey', 'tpm', 'nodeKeyUri', :'akuri')) AS akr \gset
 SELECT is(c.node_key_uri, :'akuri', 'a well-formed tpm-ak statement is recorded')
 	FROM bc_join.node_certs c WHERE c.serial = pg_temp.payload(:'akr')->>'serial';
 \set mk2 `echo :'akr' | :bcd verify-response --service-keys :keys --dir :d/n --response - >/dev/null && openssl x509 -in :d/n/node-chain.pem -noout -ext subjectAltName | tail -n 1 | tr -d ' '`
@@ -216,6 +231,19 @@ SELECT throws_ok(format('SELECT pg_temp.j(%L, %L)', :'nreq', :'base'::jsonb || '
 				 'an unknown result member is INVALID_CONFIG');
 SELECT throws_ok(format('SELECT pg_temp.j(%L, %L)', :'nreq', '{"role":"node"}'), 'F0000', NULL,
 				 'a result without tenantId is INVALID_CONFIG');
+
+------------------------------------------------- one key, one certificate
+SELECT pg_temp.count_nodes() AS nbefore \gset
+SELECT is(pg_temp.payload(pg_temp.j_own(:'nreq', :'base'))->>'serial', pg_temp.payload(:'akr')->>'serial',
+		  'the same request again is answered with the certificate its CSR was issued');
+SELECT is(pg_temp.count_nodes(), :'nbefore'::bigint, 'and makes no node');
+SELECT is((SELECT count(*) FROM bc_join.audit_log
+		   WHERE action = 'node.join.repeated' AND detail->>'serial' = pg_temp.payload(:'akr')->>'serial'),
+		  1::bigint, 'only a note in the audit log');
+SELECT bc_join.register_attestor('rules2', '1', ARRAY['node'], 'public.rules_verify(jsonb,jsonb)');
+SELECT is(pg_temp.j_own(:'nreq'::jsonb || '{"attestor":"rules2"}', :'base'), :'refused'::jsonb,
+		  'the same CSR through another attestor is refused');
+SELECT is(pg_temp.last_refusal(), 'join:key-reused', 'as key-reused');
 
 SELECT * FROM finish();
 ROLLBACK;

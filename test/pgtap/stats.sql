@@ -37,13 +37,20 @@ BEGIN
 END $$;
 SELECT bc_join.register_attestor('stats-probe', '1', ARRAY['node'], 'public.probe_verify(jsonb,jsonb)');
 
+-- One CSR key admits one join, so each round joins with a fresh key.
 \set req `:bcd join-request --service-keys :keys --attestor stats-probe --out-dir :d/m`
+\set csrs `for i in $(seq 1 20); do :bcd join-request --service-keys :keys --attestor stats-probe --out-dir :d/p$i; done`
+CREATE TEMP TABLE csr_pool AS
+	SELECT r::jsonb->>'csr' AS csr FROM regexp_split_to_table(:'csrs', E'\n') r WHERE r <> '';
+CREATE FUNCTION pg_temp.fresh_csr() RETURNS text LANGUAGE sql AS $$
+	DELETE FROM csr_pool WHERE ctid = (SELECT ctid FROM csr_pool LIMIT 1) RETURNING csr $$;
 CREATE FUNCTION pg_temp.run(host text, n int) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
 	FOR i IN 1..n LOOP
 		BEGIN
-			PERFORM bc_join(jsonb_set(current_setting('bcj.req')::jsonb, '{claims}',
-									  jsonb_build_object('hostname', host)));
+			PERFORM bc_join(current_setting('bcj.req')::jsonb ||
+							jsonb_build_object('claims', jsonb_build_object('hostname', host),
+											   'csr', pg_temp.fresh_csr()));
 		EXCEPTION WHEN raise_exception THEN
 			NULL;			-- the error outcome fails the join, as it should
 		END;
@@ -77,7 +84,8 @@ SELECT is((SELECT count(*) FROM bc_join.attestor_statistics WHERE attestor = 'jo
 SELECT bc_join.create_join_token(:'tenant', :'pool') AS tok \gset
 \set treq `:bcd join-request --service-keys :keys --token :'tok' --out-dir :d/t`
 SELECT bc_join(:'treq') IS NOT NULL AS joined \gset
-SELECT bc_join(:'treq') IS NOT NULL AS refused \gset
+\set treq2 `:bcd join-request --service-keys :keys --token :'tok' --out-dir :d/t2`
+SELECT bc_join(:'treq2') IS NOT NULL AS refused \gset
 SELECT is(array_agg(outcome || '=' || calls ORDER BY outcome), ARRAY['admitted=1', 'refused=1'],
 		  'the built-in join-token is counted the same way')
 	FROM bc_join.attestor_statistics WHERE attestor = 'join-token';

@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""replay.t: a captured JoinRequest cannot drain a token, and one CSR key
+admits one join.
+
+The same request sent six times against a 10-use token makes one node and
+spends one use; each repeat is answered with the certificate already issued
+(a relay that lost the answer burns nothing) and leaves only a note in the
+audit log.  Sixteen concurrent replays of one request: exactly one
+certificate, one use.  A new CSR for the same key, or the same CSR once its
+certificate is no longer current, is refused join:key-reused and spends
+nothing.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*)."""
+import json, os, shutil, subprocess, sys, threading
+import psycopg2
+
+n = 0
+failed = 0
+def ok(cond, name, detail=""):
+    global n, failed
+    n += 1
+    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name), flush=True)
+    if not cond:
+        failed += 1
+        for line in str(detail).splitlines():
+            print("#   " + line)
+
+print("1..15", flush=True)
+bcd, keys = os.environ["BCJ_BCD"], os.environ["BCJ_SERVICE_KEYS"]
+scratch = os.path.join(os.environ["BCJ_SCRATCH"], "replay")
+shutil.rmtree(scratch, ignore_errors=True)
+os.makedirs(scratch)
+admin = psycopg2.connect(dbname="postgres")
+admin.autocommit = True
+admin.cursor().execute("DROP DATABASE IF EXISTS bcj_replay")
+admin.cursor().execute("CREATE DATABASE bcj_replay")
+db = psycopg2.connect(dbname="bcj_replay")
+db.autocommit = True
+c = db.cursor()
+def one(sql, *args):
+    c.execute(sql, args)
+    return c.fetchone()[0]
+c.execute("CREATE EXTENSION bc_join")
+t = one("SELECT bc_join.create_tenant('r')")
+s = one("SELECT bc_join.create_site(%s, 's')", t)
+p = one("SELECT bc_join.create_pool(%s, %s, 'p')", t, s)
+
+def request(token, d):
+    return subprocess.run([bcd, "join-request", "--service-keys", keys, "--token", token,
+                           "--out-dir", os.path.join(scratch, d)],
+                          capture_output=True, text=True, check=True).stdout
+def join(req, cur=c):
+    cur.execute("SELECT bc_join(%s::jsonb)", (req,))
+    return cur.fetchone()[0]
+def serial(resp):
+    if resp.get("status") != "issued":
+        return None
+    body = resp["response"].split(".")[1]
+    return json.loads(__import__("base64").urlsafe_b64decode(body + "=" * (-len(body) % 4)))["serial"]
+def uses_left(tok):
+    return one("SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part(%s, '.', 1)", tok)
+def count(sql, *args):
+    return one("SELECT count(*) FROM " + sql, *args)
+def last_refusal():
+    return one("SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1")
+
+# -- six sequential replays of one request against a 10-use token
+tok = one("SELECT bc_join.create_join_token(%s, %s, uses => 10)", t, p)
+req = request(tok, "m1")
+answers = [join(req) for _ in range(6)]
+serials = {serial(a) for a in answers}
+ok(all(a["status"] == "issued" for a in answers) and len(serials) == 1 and None not in serials,
+   "six sends of one request are each answered with the same certificate", answers)
+ok(count("bc_join.nodes") == 1 and count("bc_join.node_certs") == 1,
+   "one node and one certificate", (count("bc_join.nodes"), count("bc_join.node_certs")))
+ok(uses_left(tok) == 9, "one use spent, not six", uses_left(tok))
+ok(count("bc_join.events WHERE type = 'node.joined'") == 1, "one node.joined event")
+ok(count("bc_join.audit_log WHERE action = 'node.join.repeated'") == 5,
+   "each repeat is a note in the audit log, nothing more")
+first_serial = serials.pop()
+
+# -- the bcd that lost its answer verifies the repeat as its own
+r = subprocess.run([bcd, "verify-response", "--service-keys", keys, "--dir", os.path.join(scratch, "m1"),
+                    "--response", "-"], input=json.dumps(answers[-1]), capture_output=True, text=True)
+ok(r.returncode == 0 and "/node/" in r.stdout, "bcd accepts a repeated answer", r.stdout + r.stderr)
+
+# -- sixteen concurrent replays of a new request
+tok2 = one("SELECT bc_join.create_join_token(%s, %s, uses => 10)", t, p)
+req2 = request(tok2, "m2")
+barrier = threading.Barrier(16)
+results = [None] * 16
+def racer(i):
+    conn = psycopg2.connect(dbname="bcj_replay")
+    conn.autocommit = True
+    cur = conn.cursor()
+    barrier.wait()
+    try:
+        results[i] = join(req2, cur)
+    except Exception as e:
+        results[i] = {"status": "error", "error": repr(e)}
+    conn.close()
+threads = [threading.Thread(target=racer, args=(i,)) for i in range(16)]
+for th in threads: th.start()
+for th in threads: th.join(60)
+race_serials = {serial(a) for a in results}
+ok(all(a and a["status"] == "issued" for a in results) and len(race_serials) == 1,
+   "16 concurrent replays: every answer names the one certificate", results)
+ok(count("bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = ANY(%s)",
+         list(race_serials)) == 1 and count("bc_join.nodes") == 2,
+   "exactly one certificate and one node issued for the race")
+ok(uses_left(tok2) == 9, "and one use spent", uses_left(tok2))
+
+# -- a new CSR for a key that already holds a certificate
+d3 = os.path.join(scratch, "m3")
+os.makedirs(d3, mode=0o700)
+shutil.copy(os.path.join(scratch, "m1", "node.key"), os.path.join(d3, "node.key"))
+subprocess.run(["openssl", "req", "-new", "-key", os.path.join(d3, "node.key"), "-subj", "/CN=again",
+                "-outform", "DER", "-out", os.path.join(d3, "node.csr.der")], check=True, capture_output=True)
+req3 = request(tok, "m3")
+ok(json.loads(req3)["csr"] != json.loads(req)["csr"], "(a second CSR of the same key)")
+nodes_before, left_before = count("bc_join.nodes"), uses_left(tok)
+ok(join(req3)["status"] == "refused" and last_refusal() == "join:key-reused",
+   "a new CSR for a key that holds a certificate is refused join:key-reused", last_refusal())
+ok(count("bc_join.nodes") == nodes_before and uses_left(tok) == left_before, "and spends nothing")
+
+# -- the same request once its certificate is no longer current
+c.execute("UPDATE bc_join.node_certs SET revoked_at = now(), revocation_reason = 'test' WHERE serial = %s",
+          (first_serial,))
+ok(join(req)["status"] == "refused" and last_refusal() == "join:key-reused",
+   "a replay after the certificate was revoked is refused join:key-reused", last_refusal())
+ok(uses_left(tok) == left_before and count("bc_join.node_certs") == 2, "and issues nothing")
+
+# -- a one-use token: a lost answer does not burn it
+tok4 = one("SELECT bc_join.create_join_token(%s, %s)", t, p)
+req4 = request(tok4, "m4")
+a4, b4 = join(req4), join(req4)
+ok(serial(a4) is not None and serial(a4) == serial(b4),
+   "a one-use token's request repeated after the use was spent gets its certificate again", (a4, b4))
+
+db.close()
+admin.cursor().execute("DROP DATABASE bcj_replay WITH (FORCE)")
+sys.exit(1 if failed else 0)
