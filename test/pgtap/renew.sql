@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(38);
+SELECT plan(46);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -139,6 +139,23 @@ SELECT is(pg_temp.renew(:'r2', :'good')->>'status', 'issued', 'the current certi
 \set notjson `printf 'not json' | :josetool sign :d/k2/node.key`
 SELECT is(pg_temp.renew(:'r2', :'notjson'), :'refused'::jsonb, 'a proof that is not JSON: the one refusal');
 SELECT is(pg_temp.last_refusal(), 'root renew:malformed-proof', 'refused malformed-proof');
+
+-- nothing of an unsigned proof is interpreted: no number, no duplicate, no depth raises
+CREATE FUNCTION pg_temp.unsigned(payload text) RETURNS text LANGUAGE sql AS $$
+	SELECT 'eyJhbGciOiJFUzI1NiJ9.' || bc_join.b64url_encode(convert_to(payload, 'UTF8')) || '.' || repeat('A', 86) $$;
+SELECT is(pg_temp.renew(:'r2', pg_temp.unsigned(format('{"serial":"%s","iat":1e1000000}', :'s2'))), :'refused'::jsonb,
+		  'an unsigned proof holding 1e1000000: the one refusal, not 22003');
+SELECT is(pg_temp.last_refusal(), 'root renew:malformed-proof', 'refused malformed-proof before its signature');
+SELECT is(pg_temp.renew(:'r2', pg_temp.unsigned(format('{"serial":"%s","x":%s1%s}', :'s2', repeat('[', 1400), repeat(']', 1400)))),
+		  :'refused'::jsonb, 'an unsigned proof nested 1,400 deep: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root renew:proof', 'refused proof (its signature)');
+SELECT is(pg_temp.renew(:'r2', pg_temp.unsigned(format('{"serial":"%s","serial":"%s"}', repeat('0', 32), :'s2'))),
+		  :'refused'::jsonb, 'a proof naming its serial twice: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root renew:malformed-proof', 'refused malformed-proof');
+SELECT (pg_temp.proof_payload(:'s2', :'r2', 4)::jsonb || '{"n":1e400}')::text AS ppn \gset
+\set hugenum `printf %s :'ppn' | :josetool sign :d/k2/node.key`
+SELECT is(pg_temp.renew(:'r2', :'hugenum'), :'refused'::jsonb, 'a signed proof with a huge number: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root renew:malformed-proof', 'refused malformed-proof, before its signature');
 
 -------------------------------------------------------------------- input
 SELECT throws_ok($$SELECT bc_join.renew('{"csr":"x"}')$$, '22023', NULL, 'a request without proof is INVALID_INPUT');

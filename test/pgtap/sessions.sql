@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(24);
+SELECT plan(26);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -103,6 +103,13 @@ SELECT pg_temp.pp(:'ns', :'s2', 'sess-4', NULL) AS p7 \gset
 SELECT is(pg_temp.ask(:'s2', :'proof7'), :'refused'::jsonb, 'an expired node certificate: the one refusal');
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' session:expired', 'refused expired');
 RESET bc_join.clock_offset;
+
+-- an unsigned proof holding 1e1000000 is refused, never raised
+SELECT is(pg_temp.ask(:'s2', 'eyJhbGciOiJFUzI1NiJ9.' ||
+		  bc_join.b64url_encode(convert_to(format('{"serial":"%s","session":"x","iat":1e1000000}',
+												  pg_temp.payload(:'jr')->>'serial'), 'UTF8')) || '.' || repeat('A', 86)),
+		  :'refused'::jsonb, 'an unsigned proof holding 1e1000000: the one refusal, not 22003');
+SELECT is(pg_temp.last_refusal(), 'root session:malformed-proof', 'refused malformed-proof before its signature');
 
 -- a retired node has no session
 SELECT bc_join.retire_node(:'node');
