@@ -139,6 +139,13 @@ bc_csr_pubkey(const bc_csr *csr)
 int
 bc_csr_verify_pop(const bc_csr *csr)
 {
+	const ASN1_OBJECT *alg = NULL;
+	int			ptype = V_ASN1_UNDEF;
+
+	/* Exactly ecdsa-with-SHA256, without parameters (RFC 5758 §3.2). */
+	X509_ALGOR_get0(&alg, &ptype, NULL, csr->req->sig_alg);
+	if (OBJ_obj2nid(alg) != NID_ecdsa_with_SHA256 || ptype != V_ASN1_UNDEF)
+		return BC_EVERIFY;
 	if (ASN1_item_verify(ASN1_ITEM_rptr(BC_REQ_INFO), csr->req->sig_alg,
 						 csr->req->signature, csr->req->info, csr->key) != 1)
 	{

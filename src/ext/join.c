@@ -226,6 +226,12 @@ open_sealed_token(BcJoinRequest *req, const char *attestor)
 		bc_free_secret(pt, ptlen + 1);
 		bc_refuse_join(psprintf("%s:csr-binding", attestor), NULL);
 	}
+	/* The plaintext is compared whole: a NUL inside would cut it short. */
+	if (ptlen == 0 || memchr(pt, '\0', ptlen) != NULL)
+	{
+		bc_free_secret(pt, ptlen + 1);
+		bc_refuse_join(psprintf("%s:malformed-seal", attestor), NULL);
+	}
 	req->token = palloc(ptlen + 1);
 	memcpy(req->token, pt, ptlen + 1);
 	bc_free_secret(pt, ptlen + 1);

@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(67);
+SELECT plan(75);
 
 -- A tenant, a site, a pool; a second tenant to see where events land.
 SELECT bc_join.create_tenant('acme') AS tenant \gset
@@ -204,6 +204,22 @@ SELECT is(bc_join(:'preq'), :'refused'::jsonb, 'a CSR without proof of possessio
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' join:csr-signature', 'a CSR without proof of possession: its own reason');
 SELECT ok(pg_temp.nothing_written(), 'a CSR without proof of possession: nothing written');
 SELECT is(pg_temp.uses_left(:'ptok'), 1, 'a CSR without proof of possession: the use is not spent');
+
+-- the CSR must be signed with ecdsa-with-SHA256: SHA-1 or SHA-384 signatures are no proof
+\set sha1req `:bcd join-request --service-keys :keys --out-dir :d/sha1 >/dev/null && openssl req -new -key :d/sha1/node.key -sha1 -subj /CN=x -outform DER -out :d/sha1/node.csr.der && :bcd join-request --service-keys :keys --token :'ptok' --out-dir :d/sha1`
+SELECT is(bc_join(:'sha1req'), :'refused'::jsonb, 'a CSR signed with SHA-1: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' join:csr-signature', 'a CSR signed with SHA-1: csr-signature');
+\set sha384req `:bcd join-request --service-keys :keys --out-dir :d/sha384 >/dev/null && openssl req -new -key :d/sha384/node.key -sha384 -subj /CN=x -outform DER -out :d/sha384/node.csr.der && :bcd join-request --service-keys :keys --token :'ptok' --out-dir :d/sha384`
+SELECT is(bc_join(:'sha384req'), :'refused'::jsonb, 'a CSR signed with SHA-384: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' join:csr-signature', 'a CSR signed with SHA-384: csr-signature');
+SELECT is(pg_temp.uses_left(:'ptok'), 1, 'neither spends the use');
+
+-- a sealed token's plaintext is compared whole: a NUL and junk after a good token is refused
+\set nulreq `:bcd join-request --service-keys :keys --out-dir :d/nul | /usr/bin/python3 test/tools/reseal_token.py :keys "$(printf %s :'ptok' | od -An -tx1 | tr -d ' \n')006a756e6b"`
+SELECT is(bc_join(:'nulreq'), :'refused'::jsonb, 'a token followed by a NUL and junk: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root join-token:malformed-seal', 'a token followed by a NUL and junk: malformed-seal');
+\set goodreq `:bcd join-request --service-keys :keys --out-dir :d/nul | /usr/bin/python3 test/tools/reseal_token.py :keys "$(printf %s :'ptok' | od -An -tx1 | tr -d ' \n')"`
+SELECT is(bc_join(:'goodreq')->>'status', 'issued', 'the same token sealed by jwcrypto without the junk is admitted');
 
 -- revoked
 SELECT ok(bc_join.revoke_join_token(split_part(:'stok', '.', 1)), 'a token can be revoked');

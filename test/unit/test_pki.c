@@ -107,18 +107,46 @@ teardown_pki(void **state)
 
 /* A CSR (DER) for key made directly with OpenSSL, for keys bc_csr_create refuses. */
 static unsigned char *
-openssl_csr(EVP_PKEY *key, int *len)
+openssl_csr_md(EVP_PKEY *key, const EVP_MD *md, int *len)
 {
 	X509_REQ   *req = X509_REQ_new();
 	unsigned char *der = NULL;
 
 	assert_non_null(req);
 	assert_int_equal(X509_REQ_set_pubkey(req, key), 1);
-	assert_true(X509_REQ_sign(req, key, EVP_sha256()) > 0);
+	assert_true(X509_REQ_sign(req, key, md) > 0);
 	*len = i2d_X509_REQ(req, &der);
 	assert_true(*len > 0);
 	X509_REQ_free(req);
 	return der;
+}
+
+static unsigned char *
+openssl_csr(EVP_PKEY *key, int *len)
+{
+	return openssl_csr_md(key, EVP_sha256(), len);
+}
+
+/* A CSR signed with anything but ecdsa-with-SHA256 is no proof of possession. */
+static void
+test_csr_signature_algorithm(void **state)
+{
+	pki_fixture *f = *state;
+	const EVP_MD *mds[] = {EVP_sha1(), EVP_sha224(), EVP_sha384(), EVP_sha512(), EVP_sha256()};
+	size_t		i;
+
+	for (i = 0; i < sizeof(mds) / sizeof(mds[0]); i++)
+	{
+		int			len = 0;
+		unsigned char *der = openssl_csr_md(f->node_key, mds[i], &len);
+		bc_csr	   *req = NULL;
+
+		assert_int_equal(bc_csr_parse(der, (size_t) len, &req), BC_OK);
+		/* the signature itself is good: only the algorithm is wrong */
+		assert_int_equal(bc_csr_verify_pop(req), mds[i] == EVP_sha256() ? BC_OK : BC_EVERIFY);
+		bc_csr_free(req);
+		OPENSSL_free(der);
+	}
 }
 
 /* Create, parse and check a CSR; its SPKI hash is the key's. */
@@ -542,6 +570,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_csr_round_trip),
 		cmocka_unit_test(test_csr_refusals),
+		cmocka_unit_test(test_csr_signature_algorithm),
 		cmocka_unit_test(test_csr_other_key_types),
 		cmocka_unit_test(test_cert_issue_shape),
 		cmocka_unit_test(test_cert_serials_differ),
