@@ -234,11 +234,15 @@ INSERT INTO bc_join.command_kinds (kind, description) VALUES
 	('node.reboot', 'reboot'),
 	('node.shutdown', 'power off');
 
--- The rate bound of security.join.refused events, per refusal reason.
+-- The rate bound of security.join.refused events, per attestor and refusal
+-- reason (JoinService's own join:* reasons count apart for each attestor, so
+-- one attestor's refusals never hide another's).
 -- A window is one minute; suppressed counts the refusals of the window that
 -- were not recorded, and the first event of the next window reports them.
 CREATE TABLE bc_join.refusal_rate (
-	refusal text PRIMARY KEY,
+	attestor text NOT NULL,
+	refusal text NOT NULL,
+	PRIMARY KEY (attestor, refusal),
 	window_start timestamptz NOT NULL,
 	recorded integer NOT NULL DEFAULT 0,
 	suppressed bigint NOT NULL DEFAULT 0,

@@ -52,9 +52,9 @@ int			bc_refusal_events_per_minute = 60;
 /* Count this refusal in its minute; returns whether to record it. */
 static BcPlan rate_refusal = {
 	"INSERT INTO bc_join.refusal_rate AS r "
-	"       (refusal, window_start, recorded, suppressed, carried, last_recorded) "
-	"VALUES ($1, bc_join.compute_now(), 1, 0, 0, true) "
-	"ON CONFLICT (refusal) DO UPDATE SET "
+	"       (attestor, refusal, window_start, recorded, suppressed, carried, last_recorded) "
+	"VALUES ($3, $1, bc_join.compute_now(), 1, 0, 0, true) "
+	"ON CONFLICT (attestor, refusal) DO UPDATE SET "
 	"  carried = CASE WHEN r.window_start <= bc_join.compute_now() - interval '1 minute' "
 	"                 THEN r.suppressed ELSE r.carried END, "
 	"  last_recorded = (r.window_start <= bc_join.compute_now() - interval '1 minute' "
@@ -66,7 +66,7 @@ static BcPlan rate_refusal = {
 	"  window_start = CASE WHEN r.window_start <= bc_join.compute_now() - interval '1 minute' "
 	"                      THEN bc_join.compute_now() ELSE r.window_start END "
 	"RETURNING last_recorded, CASE WHEN recorded = 1 THEN carried ELSE 0 END",
-	2, {TEXTOID, INT4OID}
+	3, {TEXTOID, INT4OID, TEXTOID}
 };
 
 static BcPlan tenant_exists = {
@@ -88,14 +88,15 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 	const char *stream = "root";
 	int64		suppressed_before = 0;
 
-	/* At most bc_join.refusal_events_per_minute a minute per reason. */
+	/* At most bc_join.refusal_events_per_minute a minute per attestor and reason. */
 	if (bc_refusal_events_per_minute > 0)
 	{
-		Datum		v[2];
+		Datum		v[3];
 		bool		isnull;
 
 		v[0] = CStringGetTextDatum(refusal);
 		v[1] = Int32GetDatum(bc_refusal_events_per_minute);
+		v[2] = CStringGetTextDatum(req->attestor);
 		bc_spi_exec(&rate_refusal, v, NULL, false, 0);
 		if (!DatumGetBool(bc_spi_datum(1, &isnull)))
 			return;

@@ -12,7 +12,7 @@
 \set mk `rm -rf :d && mkdir -p :d`
 
 BEGIN;
-SELECT plan(16);
+SELECT plan(18);
 
 -- A request whose token nobody issued: refused join-token:unknown every time.
 \set req `:bcd join-request --service-keys :keys --token jt_00000000000000000000000000000001.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA --out-dir :d/a`
@@ -39,6 +39,20 @@ SELECT is(e.payload->>'suppressedBefore', '5', 'and reports what the minute befo
 SELECT is(bc_join(:'req'::jsonb - 'sealedToken')->>'status', 'refused', 'another reason');
 SELECT is((SELECT count(*) FROM bc_join.events WHERE payload->>'refusal' = 'join-token:no-evidence'), 1::bigint,
 		  'is recorded on its own budget');
+
+-- JoinService's own join:* reasons count apart for each attestor
+CREATE FUNCTION public.hk_admit(evidence jsonb, context jsonb) RETURNS jsonb LANGUAGE sql
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT jsonb_build_object('tenantId', 'root', 'role', 'node', 'siteId', 'nowhere') $$;
+SELECT bc_join.register_attestor('hk-a', '1', ARRAY['node'], 'public.hk_admit(jsonb,jsonb)');
+SELECT bc_join.register_attestor('hk-b', '1', ARRAY['node'], 'public.hk_admit(jsonb,jsonb)');
+\set hreq `:bcd join-request --service-keys :keys --attestor hk-a --out-dir :d/h`
+SELECT count(*) FILTER (WHERE bc_join(:'hreq')->>'status' = 'refused') AS ha FROM generate_series(1, 61) \gset
+SELECT is(bc_join(:'hreq'::jsonb || '{"attestor":"hk-b"}')->>'status', 'refused', 'hk-b refused for the same reason');
+SELECT is(ARRAY(SELECT payload->>'attestor' || ' ' || count(*) FROM bc_join.events
+				WHERE type = 'security.join.refused' AND payload->>'refusal' = 'join:site-unknown'
+				GROUP BY payload->>'attestor' ORDER BY 1),
+		  ARRAY['hk-a 60', 'hk-b 1'], 'after 61 of hk-a''s join:site-unknown, hk-b''s is still recorded');
 
 SET LOCAL bc_join.clock_offset = 200;
 SET LOCAL bc_join.refusal_events_per_minute = 2;
