@@ -176,7 +176,7 @@ CREATE TABLE bc_join.join_requests (
 	decided_at timestamptz,
 	decided_by text,
 	consumed_at timestamptz,
-	expires_at timestamptz
+	expires_at timestamptz NOT NULL
 );
 CREATE INDEX join_requests_pending_idx ON bc_join.join_requests (created_at)
 	WHERE state = 'pending';
@@ -624,10 +624,12 @@ CREATE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, conte
 DECLARE
 	rid text := bc_join.new_id('jr');
 BEGIN
-	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail)
+	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail, expires_at)
 		VALUES (rid, create_join_request.tenant_id, create_join_request.attestor,
 				context->>'role', bc_join.b64url_decode(context->>'csrSha256'),
-				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'));
+				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'),
+				bc_join.compute_now() +
+					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval);
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (create_join_request.tenant_id, 'join_request.pending',
 				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
@@ -659,6 +661,8 @@ BEGIN
 		PERFORM bc_join.refuse(r.attestor || ':rejected', r.tenant_id);
 	ELSIF r.state = 'consumed' THEN
 		PERFORM bc_join.refuse(r.attestor || ':request-consumed', r.tenant_id);
+	ELSIF r.expires_at <= bc_join.compute_now() THEN
+		PERFORM bc_join.refuse(r.attestor || ':request-expired', r.tenant_id);
 	ELSIF r.state <> 'approved' THEN
 		PERFORM bc_join.refuse(r.attestor || ':request-pending', r.tenant_id);
 	END IF;
@@ -692,6 +696,9 @@ BEGIN
 			'requestId', bc_join.create_join_request(await_approval.tenant_id, attestor, context, detail),
 			'retryAfterSeconds', retry_after_seconds);
 	END IF;
+	IF r.state IN ('pending', 'approved') AND r.expires_at <= bc_join.compute_now() THEN
+		PERFORM bc_join.refuse(r.attestor || ':request-expired', r.tenant_id);
+	END IF;
 	IF r.state = 'pending' THEN
 		RETURN jsonb_build_object('deferred', 'approval', 'requestId', r.id,
 								  'retryAfterSeconds', retry_after_seconds);
@@ -716,10 +723,12 @@ CREATE VIEW bc_join.pending_join_requests AS
 					 END) AS claims,
 		   justify_interval(date_trunc('second', bc_join.compute_now() - r.created_at)) AS age,
 		   r.detail,
+		   justify_interval(date_trunc('second', r.expires_at - bc_join.compute_now())) AS expires_in,
 		   r.created_at,
+		   r.expires_at,
 		   r.tenant_id
 	FROM bc_join.join_requests r JOIN bc_join.tenants t ON t.id = r.tenant_id
-	WHERE r.state = 'pending'
+	WHERE r.state = 'pending' AND r.expires_at > bc_join.compute_now()
 	ORDER BY r.created_at;
 
 -- Approve a pending join request: the agent's next retry completes the join.
@@ -732,8 +741,12 @@ DECLARE
 BEGIN
 	UPDATE bc_join.join_requests q SET state = 'approved', decided_at = bc_join.compute_now(),
 		decided_by = session_user
-		WHERE q.id = request_id AND q.state = 'pending' RETURNING * INTO r;
+		WHERE q.id = request_id AND q.state = 'pending' AND q.expires_at > bc_join.compute_now()
+		RETURNING * INTO r;
 	IF NOT FOUND THEN
+		IF EXISTS (SELECT 1 FROM bc_join.join_requests q WHERE q.id = request_id AND q.state = 'pending') THEN
+			PERFORM bc_join.invalid_input('this join request expired: the agent must ask again');
+		END IF;
 		PERFORM bc_join.invalid_input('no pending join request has this id');
 	END IF;
 	INSERT INTO bc_join.events (tenant_id, type, payload)

@@ -14,6 +14,7 @@ char	   *bc_trust_domain = NULL;
 int			bc_cert_ttl = BC_SERVICE_TTL_MAX;
 int			bc_clock_offset = 0;
 int			bc_session_ttl = 900;
+int			bc_join_request_ttl = 86400;
 
 void		_PG_init(void);
 
@@ -132,6 +133,17 @@ _PG_init(void)
 							0, 1000000,
 							PGC_SUSET,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.join_request_ttl",
+							"How long a join request waits for an operator's decision.",
+							"A request neither approved and used, nor rejected, within this "
+							"time expires: the agent's retry is refused <attestor>:request-expired.",
+							&bc_join_request_ttl,
+							86400,
+							60, 366 * 86400,
+							PGC_SUSET,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("bc_join");

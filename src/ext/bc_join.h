@@ -43,6 +43,7 @@ extern char *bc_trust_domain;
 extern int	bc_cert_ttl;
 extern int	bc_clock_offset;
 extern int	bc_session_ttl;
+extern int	bc_join_request_ttl;
 
 /* The trust domain, or INVALID_CONFIG when it is not set. */
 extern const char *bc_require_trust_domain(void);

@@ -13,7 +13,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(46);
+SELECT plan(55);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -214,6 +214,32 @@ SELECT is(bc_join(:'sreq')->>'status', 'pending', 'checking a token in a deferri
 SELECT throws_ok(format('SELECT bc_join(%L::jsonb)', :'sreq2'), 'F0000', NULL,
 				 'spending a token in a deferring round fails the join');
 SELECT is(t.uses_left, 1, 'and the use is not spent') FROM bc_join.join_tokens t WHERE t.id = split_part(:'tok', '.', 1);
+
+--------------------------------------------------------------- expiry
+\set ereq `:bcd join-request --service-keys :keys --attestor approve-me --out-dir :d/e`
+SELECT pg_temp.payload(bc_join(:'ereq'))->>'requestId' AS rid3 \gset
+SELECT is(p.expires_in, interval '1 day', 'a pending request shows when it expires: a day by default')
+	FROM bc_join.pending_join_requests p WHERE p.id = :'rid3';
+SET LOCAL bc_join.clock_offset = 86401;
+SELECT is((SELECT count(*) FROM bc_join.pending_join_requests WHERE id = :'rid3'), 0::bigint,
+		  'once expired it is no longer listed as pending');
+SELECT throws_ok(format('SELECT bc_join.approve_join_request(%L)', :'rid3'), '22023',
+				 'this join request expired: the agent must ask again', 'an expired request cannot be approved');
+SELECT is(bc_join(:'ereq'), :'refused'::jsonb, 'the agent''s retry after expiry: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' approve-me:request-expired', 'refused request-expired');
+RESET bc_join.clock_offset;
+-- approved, but not used before it expired
+SET LOCAL bc_join.join_request_ttl = 120;
+\set freq `:bcd join-request --service-keys :keys --attestor approve-me --out-dir :d/f`
+SELECT pg_temp.payload(bc_join(:'freq'))->>'requestId' AS rid4 \gset
+SELECT is(p.expires_in, interval '2 minutes', 'bc_join.join_request_ttl sets the expiry')
+	FROM bc_join.pending_join_requests p WHERE p.id = :'rid4';
+SELECT lives_ok(format('SELECT bc_join.approve_join_request(%L)', :'rid4'), 'approved in time');
+SET LOCAL bc_join.clock_offset = 121;
+SELECT is(bc_join(:'freq'), :'refused'::jsonb, 'but retried too late: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' approve-me:request-expired', 'refused request-expired');
+RESET bc_join.clock_offset;
+RESET bc_join.join_request_ttl;
 
 SELECT * FROM finish();
 ROLLBACK;
