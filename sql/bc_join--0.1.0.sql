@@ -807,6 +807,18 @@ BEGIN
 	   OR p.prorettype <> 'jsonb'::regtype OR p.proretset OR p.prokind <> 'f' THEN
 		PERFORM bc_join.invalid_input('verify must be a function (evidence jsonb, context jsonb) RETURNS jsonb');
 	END IF;
+	-- bc_join() runs with search_path = pg_catalog, pg_temp, and so would the
+	-- attestor: without a search_path of its own, its unqualified names fail
+	-- at join time (or, worse, find someone else's objects).
+	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
+		RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+			MESSAGE = format('the verify function %s has no SET search_path of its own', verify),
+			DETAIL = 'INVALID_INPUT: bc_join() runs with search_path = pg_catalog, pg_temp, and an attestor '
+					 'inherits it, so a table or function it names without a schema would not be found at join time.',
+			HINT = format('Run: ALTER FUNCTION %s SET search_path = %s, pg_catalog, pg_temp;',
+						  verify, quote_ident((SELECT n.nspname FROM pg_catalog.pg_namespace n
+											   WHERE n.oid = p.pronamespace)));
+	END IF;
 	INSERT INTO bc_join.attestors AS a (id, version, roles, verify)
 		VALUES (register_attestor.id, register_attestor.version, register_attestor.roles, register_attestor.verify)
 		ON CONFLICT ON CONSTRAINT attestors_pkey DO UPDATE

@@ -24,7 +24,7 @@ TRUST_DOMAIN = "agent.bc-join.test"
 # The replacing join-token attestor of the brief: every join waits for an
 # operator's approval, and the result restricts the node to two kinds.
 APPROVAL_ATTESTOR = r"""
-CREATE FUNCTION public.approval_token_verify(evidence jsonb, context jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+CREATE FUNCTION public.approval_token_verify(evidence jsonb, context jsonb) RETURNS jsonb LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 DECLARE t jsonb; d jsonb;
 BEGIN
   IF evidence->>'token' IS NULL THEN PERFORM bc_join.refuse('join-token:no-evidence'); END IF;

@@ -89,7 +89,7 @@ def body(tap, env):
 
     # -- a challenge goes to the producer of its attestor: join-token has none ---------------
     env.psql("""
-CREATE FUNCTION public.challenger_verify(evidence jsonb, context jsonb) RETURNS jsonb LANGUAGE sql AS
+CREATE FUNCTION public.challenger_verify(evidence jsonb, context jsonb) RETURNS jsonb LANGUAGE sql SET search_path = public, pg_catalog, pg_temp AS
 $$ SELECT jsonb_build_object('deferred', 'challenge', 'challenge', 'AAECAw') $$;
 SELECT bc_join.register_attestor('challenger', '1', ARRAY['node'], 'public.challenger_verify(jsonb,jsonb)');
 """)

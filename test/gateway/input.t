@@ -79,7 +79,7 @@ def body(tap, env):
 
     # genuine server errors stay 5xx: a custom attestor that fails inside the join
     env.psql("CREATE FUNCTION public.boom_verify(evidence jsonb, context jsonb) RETURNS jsonb "
-             "LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'boom %s' USING ERRCODE = 'XX000'; END$$" % MARK)
+             "LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$BEGIN RAISE EXCEPTION 'boom %s' USING ERRCODE = 'XX000'; END$$" % MARK)
     env.psql("SELECT bc_join.register_attestor('boom', '1', ARRAY['node'], "
              "'public.boom_verify(jsonb,jsonb)'::regprocedure)")
     token = env.token(uses=1)

@@ -15,7 +15,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(38);
+SELECT plan(43);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -33,7 +33,7 @@ INSERT INTO public.plg_acme_config VALUES (:'vendorpub');
 INSERT INTO public.plg_acme_assets VALUES ('ASSET-0042', :'tenant', :'pool'), ('ASSET-0043', :'tenant', :'pool');
 
 CREATE FUNCTION public.acme_asset_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 DECLARE
 	body jsonb;
 	sig bytea;
@@ -78,6 +78,40 @@ SELECT throws_ok($$ SELECT bc_join.register_attestor('x', '1', ARRAY['admin'], '
 				 '22023', NULL, 'unknown roles are refused');
 SELECT throws_ok($$ SELECT bc_join.register_attestor('x', '1', ARRAY['node'], 'pg_catalog.lower(text)') $$,
 				 '22023', NULL, 'a verify function of another signature is refused');
+
+-- written like the seed's example: unqualified names, no search_path of its own
+CREATE TABLE public.plg_naive_assets (tenant_id text, pool_id text);
+CREATE FUNCTION public.naive_verify(evidence jsonb, context jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE a plg_naive_assets;
+BEGIN
+	SELECT * INTO a FROM plg_naive_assets;
+	RETURN jsonb_build_object('tenantId', a.tenant_id, 'role', 'node', 'poolId', a.pool_id);
+END $$;
+SELECT throws_ok($$ SELECT bc_join.register_attestor('naive', '1', ARRAY['node'], 'public.naive_verify(jsonb,jsonb)') $$,
+				 '22023', 'the verify function public.naive_verify(jsonb,jsonb) has no SET search_path of its own',
+				 'a verify function without its own search_path is refused');
+CREATE FUNCTION pg_temp.register_hint() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM bc_join.register_attestor('naive', '1', ARRAY['node'], 'public.naive_verify(jsonb,jsonb)');
+	RETURN NULL;
+EXCEPTION WHEN invalid_parameter_value THEN
+	DECLARE h text;
+	BEGIN
+		GET STACKED DIAGNOSTICS h = PG_EXCEPTION_HINT;
+		RETURN h;
+	END;
+END $$;
+SELECT pg_temp.register_hint() AS hint \gset
+SELECT is(:'hint'::text, 'Run: ALTER FUNCTION public.naive_verify(jsonb,jsonb) SET search_path = public, pg_catalog, pg_temp;',
+		  'with a HINT that shows the ALTER FUNCTION to run');
+SELECT substr(:'hint', 6) AS fix \gset
+:fix
+INSERT INTO public.plg_naive_assets VALUES (:'tenant', :'pool');
+SELECT lives_ok($$ SELECT bc_join.register_attestor('naive', '1', ARRAY['node'], 'public.naive_verify(jsonb,jsonb)') $$,
+				'after the hint''s ALTER FUNCTION it registers');
+\set nreq `:bcd join-request --service-keys :keys --attestor naive --out-dir :d/naive`
+SELECT is(bc_join(:'nreq')->>'status', 'issued', 'and its unqualified names resolve at join time');
+SELECT ok(bc_join.unregister_attestor('naive'), 'unregistered again');
 
 -- admitted once
 \set req1 `test/tools/acme-proof :bcd :keys :d/m1 ASSET-0042 :d/vendor.key`
@@ -132,7 +166,7 @@ SELECT ok(NOT bc_join.ecdsa_verify(:'vendorpub', 'ASSET-0042'::bytea, '\x3006020
 
 ------------------------------------------------------- errors are not refusals
 CREATE FUNCTION public.buggy_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the attestor has a bug'; END $$;
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$ BEGIN RAISE EXCEPTION 'the attestor has a bug'; END $$;
 SELECT bc_join.register_attestor('buggy', '1', ARRAY['node'], 'public.buggy_verify(jsonb,jsonb)');
 SELECT count(*) AS events_before FROM bc_join.events \gset
 SELECT throws_ok(format('SELECT bc_join(%L::jsonb)', jsonb_set(:'req4'::jsonb, '{attestor}', '"buggy"')),
@@ -140,7 +174,7 @@ SELECT throws_ok(format('SELECT bc_join(%L::jsonb)', jsonb_set(:'req4'::jsonb, '
 SELECT is((SELECT count(*) FROM bc_join.events), :'events_before'::bigint, 'and is not recorded as a refusal');
 
 CREATE FUNCTION public.null_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE sql AS $$ SELECT NULL::jsonb $$;
+LANGUAGE sql SET search_path = public, pg_catalog, pg_temp AS $$ SELECT NULL::jsonb $$;
 SELECT bc_join.register_attestor('nothing', '1', ARRAY['node'], 'public.null_verify(jsonb,jsonb)');
 SELECT throws_ok(format('SELECT bc_join(%L::jsonb)', jsonb_set(:'req4'::jsonb, '{attestor}', '"nothing"')),
 				 'F0000', NULL, 'an attestor answering NULL is INVALID_CONFIG');
@@ -148,7 +182,7 @@ SELECT throws_ok(format('SELECT bc_join(%L::jsonb)', jsonb_set(:'req4'::jsonb, '
 -------------------------------------------- the attestor's rows are the join's
 CREATE TABLE public.plg_scribe (note text);
 CREATE FUNCTION public.scribe_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 BEGIN
 	INSERT INTO public.plg_scribe VALUES (context->>'csrSha256');
 	IF context->'claims'->>'hostname' = 'refuse-me' THEN
@@ -170,7 +204,7 @@ SELECT is((SELECT count(*) FROM public.plg_scribe), 1::bigint, 'an admitting att
 SELECT bc_join.create_join_token(:'tenant', :'pool') AS tok \gset
 \set treq `:bcd join-request --service-keys :keys --token :'tok' --out-dir :d/tok`
 CREATE FUNCTION public.strict_token_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 BEGIN
 	IF evidence->>'token' IS NOT NULL THEN
 		PERFORM bc_join.refuse('join-token:replaced');

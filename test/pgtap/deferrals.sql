@@ -36,7 +36,7 @@ CREATE ROLE pgtap_operator IN ROLE bc_join_operator;
 CREATE TABLE public.plg_approve_target (tenant_id text, pool_id text);
 INSERT INTO public.plg_approve_target VALUES (:'tenant', :'pool');
 CREATE FUNCTION public.approve_me_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 DECLARE
 	t public.plg_approve_target;
 	deferral jsonb;
@@ -113,7 +113,7 @@ SELECT is((SELECT count(*) FROM bc_join.pending_join_requests), 0::bigint, 'noth
 ------------------------------------------------------------------- challenge
 CREATE TABLE public.plg_chal (nonce bytea PRIMARY KEY, csr_sha256 text NOT NULL);
 CREATE FUNCTION public.echo_chal_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 DECLARE
 	n bytea;
 	c public.plg_chal;
@@ -163,7 +163,7 @@ SELECT is((SELECT count(*) FROM bc_join.attestation_uses WHERE attestor = 'echo-
 ------------------------------------------------------ malformed deferrals
 CREATE TABLE public.plg_answer (answer jsonb);
 CREATE FUNCTION public.answer_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE sql AS $$ SELECT answer FROM public.plg_answer $$;
+LANGUAGE sql SET search_path = public, pg_catalog, pg_temp AS $$ SELECT answer FROM public.plg_answer $$;
 SELECT bc_join.register_attestor('answer', '1', ARRAY['node'], 'public.answer_verify(jsonb,jsonb)');
 \set xreq `:bcd join-request --service-keys :keys --attestor answer --out-dir :d/x`
 CREATE FUNCTION pg_temp.answer(a jsonb) RETURNS void LANGUAGE sql AS $$
@@ -184,7 +184,7 @@ SELECT is(pg_temp.payload(bc_join(:'xreq'))->>'retryAfterSeconds', '30', 'retryA
 
 ---------------------------- single-use evidence spent in a deferring round
 CREATE FUNCTION public.greedy_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 BEGIN
 	PERFORM bc_join.use_once('greedy', sha256(convert_to(context->>'csrSha256', 'UTF8')));
 	RETURN '{"deferred":"approval","requestId":"jr_greedy"}';
@@ -198,7 +198,7 @@ SELECT is((SELECT count(*) FROM bc_join.attestation_uses WHERE attestor = 'greed
 
 SELECT bc_join.create_join_token(:'tenant', :'pool') AS tok \gset
 CREATE FUNCTION public.spender_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 DECLARE
 	t jsonb := bc_join.check_join_token('spender', evidence->>'token', context);
 BEGIN

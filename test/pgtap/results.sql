@@ -27,7 +27,7 @@ SELECT bc_join.create_pool(:'other', :'osite', 'g-pool') AS opool \gset
 SELECT bc_join.create_site('root', 'platform-1') AS psite \gset
 
 CREATE FUNCTION public.rules_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE sql AS $$ SELECT convert_from(bc_join.b64url_decode(evidence->>'payload'), 'UTF8')::jsonb $$;
+LANGUAGE sql SET search_path = public, pg_catalog, pg_temp AS $$ SELECT convert_from(bc_join.b64url_decode(evidence->>'payload'), 'UTF8')::jsonb $$;
 SELECT bc_join.register_attestor('rules', '1', ARRAY['node', 'site', 'ramdisk'], 'public.rules_verify(jsonb,jsonb)');
 
 \set nreq `:bcd join-request --service-keys :keys --attestor rules --out-dir :d/n --claims '{"serial":"SN-1"}'`

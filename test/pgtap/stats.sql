@@ -21,7 +21,7 @@ INSERT INTO public.plg_probe VALUES (:'tenant', :'pool');
 
 -- Does what the claimed hostname says.
 CREATE FUNCTION public.probe_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
 DECLARE
 	p public.plg_probe;
 BEGIN

@@ -18,7 +18,7 @@ site=$(sql -c "SELECT bc_join.create_site('$tenant', 'dc')")
 pool=$(sql -c "SELECT bc_join.create_pool('$tenant', '$site', 'p')")
 sql -v tenant="$tenant" -v pool="$pool" <<'SQL'
 CREATE FUNCTION public.approve_me_verify(evidence jsonb, context jsonb) RETURNS jsonb
-LANGUAGE plpgsql AS $f$
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $f$
 DECLARE
 	deferral jsonb := bc_join.await_approval('approve-me', current_setting('bcj.tenant'), context);
 BEGIN

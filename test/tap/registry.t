@@ -48,7 +48,7 @@ def join(cur, name):
 
 ok(join(ca, "m1") == "issued", "session A joins through the built-in join-token")
 cb.execute("""CREATE FUNCTION public.closed_verify(evidence jsonb, context jsonb) RETURNS jsonb
-              LANGUAGE plpgsql AS $$ BEGIN PERFORM bc_join.refuse('join-token:closed'); RETURN NULL; END $$""")
+              LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$ BEGIN PERFORM bc_join.refuse('join-token:closed'); RETURN NULL; END $$""")
 cb.execute("SELECT bc_join.register_attestor('join-token', '2', ARRAY['node'], 'public.closed_verify(jsonb,jsonb)')")
 ok(join(ca, "m2") == "refused", "after session B registers a join-token of its own, session A uses it")
 ca.execute("SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1")
