@@ -81,6 +81,10 @@ int			bc_sha256(const void *data, size_t n, unsigned char out[BC_SHA256_LEN]);
 /* base64url of SHA-256 of data (a CSR's csrSha256, say) into out (44 bytes, NUL-terminated). */
 int			bc_sha256_b64url(const void *data, size_t n, char out[44]);
 
+/* ecdsa.c: the DER ECDSA-Sig-Value of big-endian r and s (each 1..66 bytes), malloc()ed. */
+int			bc_ecdsa_sig_to_der(const unsigned char *r, size_t r_len, const unsigned char *s,
+								size_t s_len, unsigned char **der_out, size_t *der_len);
+
 /* Constant-time comparison of two equal-length buffers: 1 when equal. */
 int			bc_ct_equal(const void *a, const void *b, size_t n);
 
@@ -131,6 +135,8 @@ int			bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY 
  */
 void		bc_ossl_cache_enable(void);
 void		bc_ossl_cache_release(void);
+/* Drop a key's contexts and reference (before its owner frees it). */
+void		bc_ossl_cache_forget(EVP_PKEY *key);
 EVP_PKEY   *bc_ossl_cache_p256_params(void);
 EVP_MD_CTX *bc_ossl_cache_sign_ctx(EVP_PKEY *key);
 EVP_PKEY_CTX *bc_ossl_cache_derive_ctx(EVP_PKEY *priv);

@@ -194,46 +194,24 @@ es256_verify(EVP_PKEY *pub, const char *data, size_t n,
 			 const unsigned char sig[ES256_SIG_LEN])
 {
 	EVP_MD_CTX *md = NULL;
-	ECDSA_SIG  *esig = NULL;
-	BIGNUM	   *r = NULL;
-	BIGNUM	   *s = NULL;
 	unsigned char *der = NULL;
-	int			der_len;
-	int			rc = BC_ECRYPTO;
+	size_t		der_len = 0;
+	int			rc;
 
-	esig = ECDSA_SIG_new();
-	r = BN_bin2bn(sig, ES256_HALF, NULL);
-	s = BN_bin2bn(sig + ES256_HALF, ES256_HALF, NULL);
-	if (esig == NULL || r == NULL || s == NULL)
-		goto out;
-	rc = BC_EVERIFY;
-	if (BN_is_zero(r) || BN_is_zero(s))
-		goto out;
-	if (ECDSA_SIG_set0(esig, r, s) != 1)
-	{
-		rc = BC_ECRYPTO;
-		goto out;
-	}
-	r = s = NULL;
-	der_len = i2d_ECDSA_SIG(esig, &der);
+	rc = bc_ecdsa_sig_to_der(sig, ES256_HALF, sig + ES256_HALF, ES256_HALF, &der, &der_len);
+	if (rc != BC_OK)
+		return rc == BC_EVERIFY ? BC_EVERIFY : BC_ECRYPTO;
+	rc = BC_ECRYPTO;
 	md = EVP_MD_CTX_new();
-	if (der_len <= 0 || md == NULL ||
-		EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, pub) != 1)
-	{
-		rc = BC_ECRYPTO;
+	if (md == NULL || EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, pub) != 1)
 		goto out;
-	}
-	if (EVP_DigestVerify(md, der, (size_t) der_len,
-						 (const unsigned char *) data, n) == 1)
-		rc = BC_OK;
+	rc = EVP_DigestVerify(md, der, der_len, (const unsigned char *) data, n) == 1 ?
+		BC_OK : BC_EVERIFY;
 out:
 	if (rc != BC_OK)
 		ERR_clear_error();
 	EVP_MD_CTX_free(md);
-	OPENSSL_free(der);
-	BN_free(r);
-	BN_free(s);
-	ECDSA_SIG_free(esig);
+	free(der);
 	return rc;
 }
 

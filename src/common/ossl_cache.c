@@ -61,6 +61,30 @@ bc_ossl_cache_release(void)
 }
 
 /*
+ * Drop key's slot: its contexts and the cache's reference, so that the key's
+ * owner frees (and OpenSSL wipes) it when it lets go, and the slot serves
+ * the next key.  The owner calls this before freeing a key it had cached.
+ */
+void
+bc_ossl_cache_forget(EVP_PKEY *key)
+{
+	int			i;
+
+	if (key == NULL)
+		return;
+	for (i = 0; i < CACHE_KEYS; i++)
+	{
+		if (keys[i].key != key)
+			continue;
+		EVP_MD_CTX_free(keys[i].sign);
+		EVP_PKEY_CTX_free(keys[i].derive);
+		X509_free(keys[i].ca_checked);
+		EVP_PKEY_free(keys[i].key);
+		memset(&keys[i], 0, sizeof(keys[i]));
+	}
+}
+
+/*
  * A P-256 key holding the group alone, made once (borrowed: do not free), or
  * NULL when the cache is off.  A public key is made by duplicating it and
  * setting the point (bc_p256_from_point): that copies the group where

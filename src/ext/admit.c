@@ -9,7 +9,6 @@
  */
 #include "bc_join.h"
 
-#include <time.h>
 
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -55,77 +54,6 @@ static BcPlan binding_owner = {
 	1, {BYTEAOID}
 };
 
-/* RFC 3339 UTC rendering of a timestamp, to the second. */
-char *
-bc_rfc3339(TimestampTz t)
-{
-	time_t		secs = (time_t) bc_timestamp_to_unix(t);
-	struct tm	tm;
-	char		buf[32];
-
-	if (gmtime_r(&secs, &tm) == NULL)
-		elog(ERROR, "timestamp out of range");
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return pstrdup(buf);
-}
-
-/* Append ,"name":<JSON string or null>. */
-void
-bc_json_member(StringInfo buf, const char *name, const char *value)
-{
-	appendStringInfo(buf, ",\"%s\":", name);
-	if (value == NULL)
-		appendStringInfoString(buf, "null");
-	else
-		escape_json(buf, value);
-}
-
-/* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
-Jsonb *
-bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt)
-{
-	const BcKeys *keys = bc_keys();
-	char	   *jws = NULL;
-	int			st;
-	MemoryContext old;
-	Jsonb	   *out;
-
-	st = bc_jws_sign_es256(keys->signing, keys->signing_kid,
-						   (unsigned char *) payload->data, payload->len, &jws);
-	if (st != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not sign the join response"),
-				 bc_errdetail_openssl(bc_status_str(st))));
-	old = MemoryContextSwitchTo(outcxt);
-	jws = bc_take_cstring(jws);
-	/* {"status", "response"} built as jsonb directly: no JSON text to parse back */
-	{
-		JsonbParseState *ps = NULL;
-		JsonbValue	k;
-		JsonbValue	v;
-
-		(void) pushJsonbValue(&ps, WJB_BEGIN_OBJECT, NULL);
-		k.type = jbvString;
-		k.val.string.val = "status";
-		k.val.string.len = 6;
-		v.type = jbvString;
-		v.val.string.val = (char *) status;
-		v.val.string.len = strlen(status);
-		(void) pushJsonbValue(&ps, WJB_KEY, &k);
-		(void) pushJsonbValue(&ps, WJB_VALUE, &v);
-		k.val.string.val = "response";
-		k.val.string.len = 8;
-		v.val.string.val = jws;
-		v.val.string.len = strlen(jws);
-		(void) pushJsonbValue(&ps, WJB_KEY, &k);
-		(void) pushJsonbValue(&ps, WJB_VALUE, &v);
-		out = JsonbValueToJsonb(pushJsonbValue(&ps, WJB_END_OBJECT, NULL));
-	}
-	MemoryContextSwitchTo(old);
-	return out;
-}
-
 /* Issue a certificate for the CSR's key and record it in node_certs. */
 void
 bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char *node_id,
@@ -159,60 +87,6 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 	bc_spi_exec(&insert_cert, nv, nn, false, 0);
 }
 
-/*
- * Open an "issued" payload: {"status":"issued","csrSha256","issuedAt",
- * "nodeId","tenantId" ... (the caller appends the rest and the brace).
- */
-void
-bc_issued_payload_start(StringInfo payload, const BcJoinRequest *req, const char *node_id,
-						const char *tenant_id)
-{
-	initStringInfo(payload);
-	appendStringInfoString(payload, "{\"status\":\"issued\"");
-	bc_json_member(payload, "csrSha256", req->csr_sha256_b64);
-	bc_json_member(payload, "issuedAt", bc_rfc3339(bc_now()));
-	bc_json_member(payload, "nodeId", node_id);
-	bc_json_member(payload, "tenantId", tenant_id);
-}
-
-/* Append ,"certificateChain":[<leaf>,<node CA>] (standard base64 DER). */
-void
-bc_append_chain(StringInfo payload, const BcIssued *issued)
-{
-	const BcKeys *keys = bc_keys();
-	char	   *leaf_b64 = palloc(bc_b64_encoded_len(issued->leaf_der_len) + 1);
-	char	   *ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
-
-	bc_b64_encode(issued->leaf_der, issued->leaf_der_len, leaf_b64);
-	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
-	appendStringInfo(payload, ",\"certificateChain\":[\"%s\",\"%s\"]", leaf_b64, ca_b64);
-}
-
-/* The signed "issued" response for a certificate just recorded, bound to the CSR. */
-Jsonb *
-bc_issued_response(const BcJoinRequest *req, const char *node_id, const char *tenant_id,
-				   const char *role, int generation, const BcIssued *issued,
-				   Datum allowed_kinds, bool has_allowed_kinds, MemoryContext outcxt)
-{
-	StringInfoData payload;
-
-	bc_issued_payload_start(&payload, req, node_id, tenant_id);
-	bc_json_member(&payload, "role", role);
-	bc_json_member(&payload, "spiffeId", issued->spiffe_id);
-	bc_json_member(&payload, "serial", issued->serial_hex);
-	appendStringInfo(&payload, ",\"identityGeneration\":%d", generation);
-	bc_append_chain(&payload, issued);
-	appendStringInfoString(&payload, ",\"allowedKinds\":");
-	if (has_allowed_kinds)
-		appendStringInfoString(&payload,
-							   TextDatumGetCString(DirectFunctionCall1(array_to_json, allowed_kinds)));
-	else
-		appendStringInfoString(&payload, "null");
-	bc_json_member(&payload, "notAfter", bc_rfc3339(issued->not_after));
-	appendStringInfoChar(&payload, '}');
-	return bc_signed_response("issued", &payload, outcxt);
-}
-
 /* Admit: node (new or reclaimed), certificate, binding, events, audit, spend; the signed response. */
 Jsonb *
 bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext outcxt)
@@ -226,7 +100,6 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	char		nn[9];
 	StringInfoData ev;
 	int			i;
-	bool		isnull;
 	Jsonb	   *evj;
 
 	for (i = 0; i < 9; i++)
@@ -240,7 +113,7 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 		nv[3] = JsonbPGetDatum(req->claims);
 		if (bc_spi_exec(&rekey_node, nv, NULL, false, 0) != 1)
 			elog(ERROR, "node %s vanished during its reclaim", node_id);
-		generation = DatumGetInt32(bc_spi_datum(1, &isnull));
+		generation = bc_spi_int4(1);	/* RETURNING identity_generation */
 		bc_spi_exec(&revoke_older, nv, NULL, false, 0);
 	}
 	else
@@ -328,6 +201,20 @@ static BcPlan key_holder = {
 	4, {BYTEAOID, BYTEAOID, TEXTOID, TEXTOID}
 };
 
+enum
+{
+	Anum_kh_serial = 1,
+	Anum_kh_node_id,
+	Anum_kh_tenant,
+	Anum_kh_role,
+	Anum_kh_generation,
+	Anum_kh_certificate,
+	Anum_kh_allowed_kinds,
+	Anum_kh_not_before,
+	Anum_kh_not_after,
+	Anum_kh_repeat
+};
+
 /*
  * One key, one certificate (see bc_join.h).  The lock makes the check
  * race-free: a concurrent replay waits for the first join to commit, then
@@ -359,23 +246,23 @@ bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join, MemoryC
 	v[3] = CStringGetTextDatum(req->role);
 	if (bc_spi_exec(&key_holder, v, NULL, false, 1) != 1)
 		return NULL;
-	if (!join || !DatumGetBool(bc_spi_datum(10, &isnull)))
+	if (!join || !bc_spi_bool(Anum_kh_repeat))
 		bc_refuse_join(psprintf("%s:key-reused", who), NULL);
 
 	/* This very join again (its answer was lost): the same certificate, nothing new. */
 	memset(&issued, 0, sizeof(issued));
-	strlcpy(issued.serial_hex, bc_spi_text(1), sizeof(issued.serial_hex));
-	node_id = bc_spi_text(2);
-	tenant = bc_spi_text(3);
-	role = bc_spi_text(4);
-	generation = DatumGetInt32(bc_spi_datum(5, &isnull));
-	der = DatumGetByteaPCopy(bc_spi_datum(6, &isnull));
-	kinds = bc_spi_datum(7, &has_kinds);
+	strlcpy(issued.serial_hex, bc_spi_text_req(Anum_kh_serial), sizeof(issued.serial_hex));
+	node_id = bc_spi_text_req(Anum_kh_node_id);
+	tenant = bc_spi_text_req(Anum_kh_tenant);
+	role = bc_spi_text_req(Anum_kh_role);
+	generation = bc_spi_int4(Anum_kh_generation);
+	der = bc_spi_bytea_copy(Anum_kh_certificate);
+	kinds = bc_spi_datum(Anum_kh_allowed_kinds, &has_kinds);
 	has_kinds = !has_kinds;
 	if (has_kinds)
 		kinds = PointerGetDatum(DatumGetArrayTypePCopy(kinds));
-	issued.not_before = DatumGetTimestampTz(bc_spi_datum(8, &isnull));
-	issued.not_after = DatumGetTimestampTz(bc_spi_datum(9, &isnull));
+	issued.not_before = DatumGetTimestampTz(bc_spi_datum(Anum_kh_not_before, &isnull));
+	issued.not_after = DatumGetTimestampTz(bc_spi_datum(Anum_kh_not_after, &isnull));
 	issued.leaf_der = (unsigned char *) VARDATA(der);
 	issued.leaf_der_len = VARSIZE(der) - VARHDRSZ;
 	issued.spiffe_id = psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain, tenant, node_id);

@@ -53,6 +53,8 @@ extern void bc_require_config(void);
 /* The service clock (compute_now()) as a TimestampTz. */
 extern TimestampTz bc_now(void);
 extern int64 bc_timestamp_to_unix(TimestampTz t);
+/* Random identifier: prefix '_' 32 hex digits. */
+extern char *bc_new_id(const char *prefix);
 
 /* ------------------------------------------------------------------ ossl.c */
 
@@ -69,7 +71,7 @@ extern bytea *bc_take_bytea(unsigned char *malloced, size_t len, bool secret);
 /* errdetail() from OpenSSL's error queue (drains it). */
 extern int	bc_errdetail_openssl(const char *what);
 
-/* ------------------------------------------------------------------ keys.c */
+/* ---------------------------------------------------------- service_keys.c */
 
 typedef struct BcKeys
 {
@@ -102,9 +104,21 @@ typedef struct BcPlan
 /* Execute a kept plan (SPI must be connected); returns SPI_processed. */
 extern uint64 bc_spi_exec(BcPlan *p, Datum *values, const char *nulls,
 						  bool read_only, long count);
-/* Text column of row 0, or NULL. */
-extern char *bc_spi_text(int col);
+/*
+ * Columns of row 0 of the last result.  Callers name their columns with
+ * constants (an enum per statement, as pg_cron's Anum_cron_job_*); the
+ * _req/typed accessors are for columns the statement never makes NULL and
+ * raise rather than read a NULL as a value.
+ */
+extern char *bc_spi_text(int col);	/* NULL when NULL */
 extern Datum bc_spi_datum(int col, bool *isnull);
+extern char *bc_spi_text_req(int col);
+extern bool bc_spi_bool(int col);
+extern int32 bc_spi_int4(int col);
+extern int64 bc_spi_int8(int col);
+extern bytea *bc_spi_bytea_copy(int col);
+/* A bytea copy of n bytes, in the current memory context. */
+extern bytea *bc_bytea(const void *data, size_t n);
 
 /* ---------------------------------------------------------------- request.c */
 
@@ -229,6 +243,9 @@ typedef struct BcAttestor
 
 extern const BcAttestor bc_join_token_attestor;
 
+/* registry.c: the attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
+extern const BcAttestor *bc_find_attestor(const char *id);
+
 /* What check_join_token found. */
 typedef struct BcToken
 {
@@ -261,10 +278,7 @@ extern void bc_parse_outcome(const char *attestor, Jsonb *answer, BcOutcome *out
 extern void bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl);
 extern void bc_validate_deferral(const char *attestor, BcOutcome *out);
 
-/* helpers.c: a bytea copy of n bytes. */
-extern bytea *bc_bytea(const void *data, size_t n);
-
-/* helpers.c: single-use evidence consumed in the running round. */
+/* single_use.c: single-use evidence consumed in the running round. */
 extern void bc_single_use_reset(void);
 extern bool bc_single_use_consumed(void);
 
@@ -279,6 +293,31 @@ extern void bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof,
 								   MemoryContext owner);
 /* The serial a proof names, before its signature is checked; refuses "<who>:malformed-proof". */
 extern char *bc_proof_serial(const char *proof, const char *who);
+/* The certificate a proof names, and its node, as locked for the round. */
+typedef struct BcProofCert
+{
+	char	   *serial;
+	char	   *node_id;
+	int			generation;		/* the certificate's identity generation */
+	bool		expired;
+	bool		revoked;
+	bool		renewed;		/* revoked because it was renewed */
+	bytea	   *der;
+	Datum		allowed_kinds;	/* text[], valid when has_allowed_kinds */
+	bool		has_allowed_kinds;
+	char	   *node_key_uri;	/* NULL: no statement */
+	int64		remaining;		/* seconds until notAfter */
+	int			node_generation;
+	char	   *state;
+	char	   *tenant;
+	char	   *role;
+} BcProofCert;
+
+/* Lock the certificate serial names and its node; refuses "<who>:unknown-certificate". */
+extern void bc_lock_proof_cert(const char *who, const char *serial, bool for_update,
+							   BcProofCert *c);
+/* Refuse "<who>:revoked|superseded|expired|retired" unless the certificate is live. */
+extern void bc_require_live_cert(const char *who, const BcProofCert *c);
 /* A string member of a verified proof payload, or the refusal. */
 extern char *bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant);
 /* A request proven by a node key, parsed, checked and run as round for who. */
@@ -305,7 +344,7 @@ extern void bc_stats_init(void);
 /* Count one round of attestor with outcome, lasting ms milliseconds. */
 extern void bc_stats_record(const char *attestor, BcOutcomeKind outcome, double ms);
 
-/* ------------------------------------------------------------------ pki.c */
+/* ------------------------------------------------------------- node_cert.c */
 
 typedef struct BcIssued
 {
@@ -346,6 +385,8 @@ extern void bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id,
 extern Jsonb *bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join,
 								 MemoryContext outcxt);
 
+/* -------------------------------------------------------------- response.c */
+
 /* Open an "issued" payload: status, csrSha256, issuedAt, nodeId, tenantId. */
 extern void bc_issued_payload_start(StringInfo payload, const BcJoinRequest *req,
 									const char *node_id, const char *tenant_id);
@@ -357,10 +398,9 @@ extern Jsonb *bc_issued_response(const BcJoinRequest *req, const char *node_id,
 								 const char *tenant_id, const char *role, int generation,
 								 const BcIssued *issued, Datum allowed_kinds,
 								 bool has_allowed_kinds, MemoryContext outcxt);
-
-/* One round in a subtransaction: a JR001 refusal is recorded and answered. */
-extern Jsonb *bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg,
-						   const char *who, MemoryContext outcxt);
+/* The signed deferral of a join round: pending (approval) or challenge. */
+extern Jsonb *bc_deferral_response(const BcJoinRequest *req, const BcOutcome *out,
+								   MemoryContext outcxt);
 
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);
@@ -370,9 +410,10 @@ extern char *bc_rfc3339(TimestampTz t);
 /* Append ,"name":<JSON string or null>. */
 extern void bc_json_member(StringInfo buf, const char *name, const char *value);
 
-/* ----------------------------------------------------------------- join.c */
+/* ------------------------------------------------------------------ join.c */
 
-/* Random identifier: prefix '_' 32 hex digits. */
-extern char *bc_new_id(const char *prefix);
+/* One round in a subtransaction: a JR001 refusal is recorded and answered. */
+extern Jsonb *bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg,
+						   const char *who, MemoryContext outcxt);
 
 #endif							/* BC_JOIN_EXT_H */

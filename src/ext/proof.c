@@ -16,6 +16,7 @@
 #include "nodes/pg_list.h"
 #include "common/jsonapi.h"
 #include "mb/pg_wchar.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/numeric.h"
 
@@ -200,6 +201,82 @@ bc_proof_serial(const char *proof, const char *who)
 		serial == NULL || strlen(serial) != 32 || strspn(serial, "0123456789abcdef") != 32)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), NULL);
 	return pstrdup(serial);
+}
+
+/* The certificate a proof names, with its node (bc_lock_proof_cert). */
+#define CURRENT_CERT_SQL \
+	"SELECT c.node_id, c.identity_generation, c.not_after <= bc_join.compute_now(), " \
+	"       c.revoked_at IS NOT NULL, c.revocation_reason IS NOT DISTINCT FROM 'renewed', " \
+	"       c.certificate, c.allowed_kinds, c.node_key_uri, " \
+	"       extract(epoch FROM c.not_after - bc_join.compute_now())::bigint, " \
+	"       n.identity_generation, n.state, n.tenant_id, n.role " \
+	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = $1 "
+
+enum
+{
+	Anum_cc_node_id = 1,
+	Anum_cc_generation,
+	Anum_cc_expired,
+	Anum_cc_revoked,
+	Anum_cc_renewed,
+	Anum_cc_certificate,
+	Anum_cc_allowed_kinds,
+	Anum_cc_node_key_uri,
+	Anum_cc_remaining,
+	Anum_cc_node_generation,
+	Anum_cc_state,
+	Anum_cc_tenant,
+	Anum_cc_role
+};
+
+static BcPlan lock_cert_update = {CURRENT_CERT_SQL "FOR UPDATE OF c, n", 1, {TEXTOID}};
+static BcPlan lock_cert_share = {CURRENT_CERT_SQL "FOR SHARE OF c, n", 1, {TEXTOID}};
+
+/*
+ * Lock the certificate serial names and its node (for update: a renewal
+ * changes both; for share: a session only reads them) into *c; refuses
+ * "<who>:unknown-certificate".
+ */
+void
+bc_lock_proof_cert(const char *who, const char *serial, bool for_update, BcProofCert *c)
+{
+	Datum		v = CStringGetTextDatum(serial);
+	bool		isnull;
+
+	memset(c, 0, sizeof(*c));
+	if (bc_spi_exec(for_update ? &lock_cert_update : &lock_cert_share, &v, NULL, false, 1) != 1)
+		bc_refuse_join(psprintf("%s:unknown-certificate", who), NULL);
+	c->serial = pstrdup(serial);
+	c->node_id = bc_spi_text_req(Anum_cc_node_id);
+	c->generation = bc_spi_int4(Anum_cc_generation);
+	c->expired = bc_spi_bool(Anum_cc_expired);
+	c->revoked = bc_spi_bool(Anum_cc_revoked);
+	c->renewed = bc_spi_bool(Anum_cc_renewed);
+	c->der = bc_spi_bytea_copy(Anum_cc_certificate);
+	c->allowed_kinds = bc_spi_datum(Anum_cc_allowed_kinds, &isnull);
+	c->has_allowed_kinds = !isnull;
+	if (c->has_allowed_kinds)
+		c->allowed_kinds = PointerGetDatum(DatumGetArrayTypePCopy(c->allowed_kinds));
+	c->node_key_uri = bc_spi_text(Anum_cc_node_key_uri);
+	c->remaining = bc_spi_int8(Anum_cc_remaining);
+	c->node_generation = bc_spi_int4(Anum_cc_node_generation);
+	c->state = bc_spi_text_req(Anum_cc_state);
+	c->tenant = bc_spi_text_req(Anum_cc_tenant);
+	c->role = bc_spi_text_req(Anum_cc_role);
+}
+
+/* Refuse "<who>:revoked|superseded|expired|retired" unless the certificate is live. */
+void
+bc_require_live_cert(const char *who, const BcProofCert *c)
+{
+	if (c->revoked)
+		bc_refuse_join(psprintf("%s:revoked", who), c->tenant);
+	if (c->generation != c->node_generation)
+		bc_refuse_join(psprintf("%s:superseded", who), c->tenant);
+	if (c->expired)
+		bc_refuse_join(psprintf("%s:expired", who), c->tenant);
+	if (strcmp(c->state, "retired") == 0)
+		bc_refuse_join(psprintf("%s:retired", who), c->tenant);
 }
 
 /* A string member of a verified proof payload, or the refusal. */

@@ -21,15 +21,40 @@ static BcPlan pool_lookup = {
 	1, {TEXTOID}
 };
 
+enum
+{
+	Anum_pool_tenant = 1,
+	Anum_pool_site,
+	Anum_pool_agent,
+	Anum_pool_custom_site
+};
+
 static BcPlan site_lookup = {
 	"SELECT tenant_id, custom FROM bc_join.sites WHERE id = $1",
 	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_site_tenant = 1,
+	Anum_site_custom
 };
 
 static BcPlan node_lookup = {
 	"SELECT tenant_id, site_id, pool_id, role, state, node_key, trust "
 	"FROM bc_join.nodes WHERE id = $1 FOR UPDATE",
 	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_node_tenant = 1,
+	Anum_node_site,
+	Anum_node_pool,
+	Anum_node_role,
+	Anum_node_state,
+	Anum_node_node_key,
+	Anum_node_trust
 };
 
 static BcPlan binding_lookup = {
@@ -292,16 +317,16 @@ validate_reclaim(const BcJoinRequest *req, BcAttestResult *res)
 
 	if (bc_spi_exec(&node_lookup, &v, NULL, false, 1) != 1)
 		bc_refuse_join("join:reclaim-unknown", tenant);
-	if (strcmp(bc_spi_text(1), res->tenant_id) != 0)
+	if (strcmp(bc_spi_text_req(Anum_node_tenant), res->tenant_id) != 0)
 		bc_refuse_join("join:reclaim-tenant", NULL);
-	site = bc_spi_text(2);
-	pool = bc_spi_text(3);
-	if (strcmp(bc_spi_text(4), res->role) != 0)
+	site = bc_spi_text(Anum_node_site);
+	pool = bc_spi_text(Anum_node_pool);
+	if (strcmp(bc_spi_text_req(Anum_node_role), res->role) != 0)
 		bc_refuse_join("join:reclaim-role", tenant);
-	if (strcmp(bc_spi_text(5), "retired") == 0)
+	if (strcmp(bc_spi_text_req(Anum_node_state), "retired") == 0)
 		bc_refuse_join("join:reclaim-retired", tenant);
-	node_key = bc_spi_text(6);
-	res->trust = bc_spi_text(7);
+	node_key = bc_spi_text_req(Anum_node_node_key);
+	res->trust = bc_spi_text_req(Anum_node_trust);
 	if (res->pool_id != NULL && (pool == NULL || strcmp(res->pool_id, pool) != 0))
 		bc_refuse_join("join:reclaim-pool", tenant);
 	if (res->site_id != NULL && (site == NULL || strcmp(res->site_id, site) != 0))
@@ -323,7 +348,6 @@ validate_reclaim(const BcJoinRequest *req, BcAttestResult *res)
 static void
 validate_placement(const BcJoinRequest *req, BcAttestResult *res, bool *custom_site)
 {
-	bool		isnull;
 	const char *tenant = res->tenant_id;
 
 	if (res->pool_id != NULL)
@@ -335,14 +359,14 @@ validate_placement(const BcJoinRequest *req, BcAttestResult *res, bool *custom_s
 			bc_refuse_join("join:site-pool", tenant);
 		if (bc_spi_exec(&pool_lookup, &v, NULL, true, 1) != 1)
 			bc_refuse_join("join:pool-unknown", tenant);
-		pool_site = bc_spi_text(2);
-		if (strcmp(bc_spi_text(1), res->tenant_id) != 0)
+		pool_site = bc_spi_text_req(Anum_pool_site);
+		if (strcmp(bc_spi_text_req(Anum_pool_tenant), res->tenant_id) != 0)
 			bc_refuse_join("join:pool-tenant", tenant);
 		if (res->site_id != NULL && strcmp(res->site_id, pool_site) != 0)
 			bc_refuse_join("join:pool-site", tenant);
-		if (strcmp(bc_spi_text(3), "bcd") != 0)
+		if (strcmp(bc_spi_text_req(Anum_pool_agent), "bcd") != 0)
 			bc_refuse_join("join:pool-agent", tenant);
-		*custom_site = DatumGetBool(bc_spi_datum(4, &isnull));
+		*custom_site = bc_spi_bool(Anum_pool_custom_site);
 		res->site_id = pool_site;
 	}
 	else
@@ -354,9 +378,9 @@ validate_placement(const BcJoinRequest *req, BcAttestResult *res, bool *custom_s
 		v = CStringGetTextDatum(res->site_id);
 		if (bc_spi_exec(&site_lookup, &v, NULL, true, 1) != 1)
 			bc_refuse_join("join:site-unknown", tenant);
-		if (strcmp(bc_spi_text(1), res->tenant_id) != 0)
+		if (strcmp(bc_spi_text_req(Anum_site_tenant), res->tenant_id) != 0)
 			bc_refuse_join("join:site-tenant", tenant);
-		*custom_site = DatumGetBool(bc_spi_datum(2, &isnull));
+		*custom_site = bc_spi_bool(Anum_site_custom);
 	}
 }
 

@@ -20,16 +20,6 @@
 
 #define BC_SELECTOR_MAX 128
 
-static BcPlan lock_node_cert = {
-	"SELECT c.node_id, c.identity_generation, c.not_after <= bc_join.compute_now() AS expired, "
-	"       c.revoked_at IS NOT NULL AS revoked, c.certificate, "
-	"       extract(epoch FROM c.not_after - bc_join.compute_now())::bigint AS remaining, "
-	"       n.identity_generation, n.state, n.tenant_id "
-	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id "
-	"WHERE c.serial = $1 FOR SHARE OF c, n",
-	1, {TEXTOID}
-};
-
 static BcPlan reserve_session = {
 	"WITH new AS ("
 	"  INSERT INTO bc_join.sessions (id, node_id, tenant_id, session_ref, context_ref) "
@@ -78,16 +68,10 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	const char *proof = (const char *) arg;
 	char	   *serial = bc_proof_serial(proof, "session");
 	Datum		v[6];
-	bool		isnull;
+	BcProofCert c;
 	char	   *node_id;
 	char	   *tenant;
-	int			generation;
-	bool		expired;
-	bool		revoked;
-	bytea	   *der;
 	int64		remaining;
-	int			node_generation;
-	char	   *state;
 	Jsonb	   *pj;
 	char	   *session_ref;
 	char	   *context_ref = "";
@@ -98,29 +82,13 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	BcIssued	issued;
 	StringInfoData payload;
 
-	v[0] = CStringGetTextDatum(serial);
-	if (bc_spi_exec(&lock_node_cert, v, NULL, false, 1) != 1)
-		bc_refuse_join("session:unknown-certificate", NULL);
-	node_id = bc_spi_text(1);
-	generation = DatumGetInt32(bc_spi_datum(2, &isnull));
-	expired = DatumGetBool(bc_spi_datum(3, &isnull));
-	revoked = DatumGetBool(bc_spi_datum(4, &isnull));
-	der = DatumGetByteaPCopy(bc_spi_datum(5, &isnull));
-	remaining = DatumGetInt64(bc_spi_datum(6, &isnull));
-	node_generation = DatumGetInt32(bc_spi_datum(7, &isnull));
-	state = bc_spi_text(8);
-	tenant = bc_spi_text(9);
+	bc_lock_proof_cert("session", serial, false, &c);
+	node_id = c.node_id;
+	tenant = c.tenant;
+	remaining = c.remaining;
 
-	pj = bc_check_node_proof("session", req, proof, serial, der, node_id, tenant);
-
-	if (revoked)
-		bc_refuse_join("session:revoked", tenant);
-	if (generation != node_generation)
-		bc_refuse_join("session:superseded", tenant);
-	if (expired)
-		bc_refuse_join("session:expired", tenant);
-	if (strcmp(state, "retired") == 0)
-		bc_refuse_join("session:retired", tenant);
+	pj = bc_check_node_proof("session", req, proof, serial, c.der, node_id, tenant);
+	bc_require_live_cert("session", &c);
 
 	session_ref = bc_proof_member("session", pj, "session", tenant);
 	ctx = getKeyJsonValueFromContainer(&pj->root, "context", 7, NULL);
@@ -147,8 +115,8 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		if (bc_spi_exec(&find_session, f, NULL, true, 1) != 1)
 			elog(ERROR, "session of node %s vanished while reserving it", node_id);
 	}
-	session_id = bc_spi_text(1);
-	created = DatumGetBool(bc_spi_datum(2, &isnull));
+	session_id = bc_spi_text_req(1);
+	created = bc_spi_bool(2);
 
 	ttl = bc_session_ttl;
 	if (remaining < ttl)

@@ -61,3 +61,61 @@ bc_spi_datum(int col, bool *isnull)
 		elog(ERROR, "the last SPI statement returned no rows to read");
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
 }
+
+/* A new bytea holding data[0..n), in the current memory context. */
+bytea *
+bc_bytea(const void *data, size_t n)
+{
+	bytea	   *b = palloc(VARHDRSZ + n);
+
+	SET_VARSIZE(b, VARHDRSZ + n);
+	memcpy(VARDATA(b), data, n);
+	return b;
+}
+
+/* Column col of row 0, which the query guarantees is not NULL; elog otherwise. */
+static Datum
+spi_required(int col)
+{
+	bool		isnull;
+	Datum		d = bc_spi_datum(col, &isnull);
+
+	if (isnull)
+		elog(ERROR, "column %d of the last SPI result is unexpectedly NULL", col);
+	return d;
+}
+
+/* A text column that is never NULL, as a C string. */
+char *
+bc_spi_text_req(int col)
+{
+	return TextDatumGetCString(spi_required(col));
+}
+
+/* A boolean column that is never NULL. */
+bool
+bc_spi_bool(int col)
+{
+	return DatumGetBool(spi_required(col));
+}
+
+/* An integer column that is never NULL. */
+int32
+bc_spi_int4(int col)
+{
+	return DatumGetInt32(spi_required(col));
+}
+
+/* A bigint column that is never NULL. */
+int64
+bc_spi_int8(int col)
+{
+	return DatumGetInt64(spi_required(col));
+}
+
+/* A bytea column that is never NULL, copied out of SPI's memory. */
+bytea *
+bc_spi_bytea_copy(int col)
+{
+	return DatumGetByteaPCopy(spi_required(col));
+}

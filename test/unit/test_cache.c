@@ -261,6 +261,37 @@ test_cached_ca_pair(void **state)
 	EVP_PKEY_free(node);
 }
 
+/*
+ * Keys that come and go (bc_join.key_dir changed): a key forgotten by the
+ * cache is freed by its owner and its slot serves the next key, round after
+ * round; without the forget, every slot would hold an old key (and its
+ * private scalar) and the fifth key would go uncached.
+ */
+static void
+test_cache_forget(void **state)
+{
+	int			round;
+
+	(void) state;
+	bc_ossl_cache_enable();
+	for (round = 0; round < 12; round++)
+	{
+		EVP_PKEY   *key = bc_p256_generate();
+		EVP_MD_CTX *md;
+
+		assert_non_null(key);
+		md = bc_ossl_cache_sign_ctx(key);
+		assert_non_null(md);		/* a slot was free */
+		EVP_MD_CTX_free(md);
+		assert_non_null(bc_ossl_cache_derive_ctx(key));
+		bc_ossl_cache_forget(key);
+		/* the cache's reference is gone: ours is the last */
+		EVP_PKEY_free(key);
+	}
+	bc_ossl_cache_forget(NULL);
+	bc_ossl_cache_release();
+}
+
 int
 main(void)
 {
@@ -268,6 +299,7 @@ main(void)
 		cmocka_unit_test(test_cached_operations),
 		cmocka_unit_test(test_cached_points),
 		cmocka_unit_test(test_cached_ca_pair),
+		cmocka_unit_test(test_cache_forget),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 #include <openssl/bn.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/ecdsa.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
@@ -147,6 +148,35 @@ test_csr_signature_algorithm(void **state)
 		bc_csr_free(req);
 		OPENSSL_free(der);
 	}
+}
+
+/* r and s to DER: zero is no signature, lengths are bounded, DER re-reads. */
+static void
+test_ecdsa_sig_to_der(void **state)
+{
+	unsigned char r[32];
+	unsigned char z[32];
+	unsigned char big[67];
+	unsigned char *der = NULL;
+	const unsigned char *p;
+	size_t		len = 0;
+	ECDSA_SIG  *sig;
+
+	(void) state;
+	memset(r, 0x42, sizeof(r));
+	memset(z, 0, sizeof(z));
+	memset(big, 1, sizeof(big));
+	assert_int_equal(bc_ecdsa_sig_to_der(r, 32, z, 32, &der, &len), BC_EVERIFY);
+	assert_null(der);
+	assert_int_equal(bc_ecdsa_sig_to_der(big, 67, r, 32, &der, &len), BC_EINVAL);
+	assert_int_equal(bc_ecdsa_sig_to_der(r, 0, r, 32, &der, &len), BC_EINVAL);
+	assert_int_equal(bc_ecdsa_sig_to_der(r, 32, r + 1, 31, &der, &len), BC_OK);
+	p = der;
+	sig = d2i_ECDSA_SIG(NULL, &p, (long) len);
+	assert_non_null(sig);
+	assert_int_equal((size_t) (p - der), len);
+	ECDSA_SIG_free(sig);
+	free(der);
 }
 
 /* Create, parse and check a CSR; its SPKI hash is the key's. */
@@ -571,6 +601,7 @@ main(void)
 		cmocka_unit_test(test_csr_round_trip),
 		cmocka_unit_test(test_csr_refusals),
 		cmocka_unit_test(test_csr_signature_algorithm),
+		cmocka_unit_test(test_ecdsa_sig_to_der),
 		cmocka_unit_test(test_csr_other_key_types),
 		cmocka_unit_test(test_cert_issue_shape),
 		cmocka_unit_test(test_cert_serials_differ),

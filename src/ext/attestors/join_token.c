@@ -24,6 +24,20 @@ static BcPlan lock_token = {
 	1, {TEXTOID}
 };
 
+enum
+{
+	Anum_tok_tenant = 1,
+	Anum_tok_pool,
+	Anum_tok_site,
+	Anum_tok_secret_sha256,
+	Anum_tok_uses_left,
+	Anum_tok_expired,
+	Anum_tok_role,
+	Anum_tok_expect,
+	Anum_tok_revoked,
+	Anum_tok_allow_reclaim
+};
+
 static BcPlan spend_token = {
 	"UPDATE bc_join.join_tokens SET uses_left = uses_left - 1 "
 	"WHERE id = $1 AND uses_left > 0",
@@ -33,6 +47,12 @@ static BcPlan spend_token = {
 static BcPlan token_expect = {
 	"SELECT expect, allow_reclaim FROM bc_join.join_tokens WHERE id = $1",
 	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_expect_expect = 1,
+	Anum_expect_allow_reclaim
 };
 
 /* 1 when id is "jt_" and 32 lower-case hex digits. */
@@ -70,10 +90,10 @@ bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who, cons
 
 	if (bc_spi_exec(&token_expect, &v, NULL, true, 1) != 1)
 		bc_refuse_join(psprintf("%s:unknown-token", who), tenant);
-	expect = bc_spi_datum(1, &isnull);
+	expect = bc_spi_datum(Anum_expect_expect, &isnull);
 	if (!isnull)
 		enforce_expect(DatumGetJsonbP(expect), claims, psprintf("%s:expect", who), tenant);
-	return DatumGetBool(bc_spi_datum(2, &isnull));
+	return bc_spi_bool(Anum_expect_allow_reclaim);
 }
 
 /* Spend one use of a token that was checked (and locked) in this transaction. */
@@ -121,9 +141,9 @@ bc_check_join_token(const char *who, const char *token, const char *role,
 	found = bc_spi_exec(&lock_token, &v, NULL, false, 1) == 1;
 	if (found)
 	{
-		bytea	   *stored = DatumGetByteaPP(bc_spi_datum(4, &isnull));
+		bytea	   *stored = DatumGetByteaPP(bc_spi_datum(Anum_tok_secret_sha256, &isnull));
 
-		matched = VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
+		matched = !isnull && VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
 			bc_ct_equal(VARDATA_ANY(stored), secret_hash, BC_SHA256_LEN);
 	}
 	else
@@ -139,25 +159,25 @@ bc_check_join_token(const char *who, const char *token, const char *role,
 		bc_refuse_join(psprintf("%s:secret", who), NULL);
 
 	/* The secret matched: from here on the tenant is authenticated. */
-	tenant = bc_spi_text(1);
-	if (DatumGetBool(bc_spi_datum(9, &isnull)))
+	tenant = bc_spi_text_req(Anum_tok_tenant);
+	if (bc_spi_bool(Anum_tok_revoked))
 		bc_refuse_join(psprintf("%s:revoked", who), tenant);
-	if (DatumGetBool(bc_spi_datum(6, &isnull)))
+	if (bc_spi_bool(Anum_tok_expired))
 		bc_refuse_join(psprintf("%s:expired", who), tenant);
-	if (DatumGetInt32(bc_spi_datum(5, &isnull)) <= 0)
+	if (bc_spi_int4(Anum_tok_uses_left) <= 0)
 		bc_refuse_join(psprintf("%s:spent", who), tenant);
-	out->role = bc_spi_text(7);
+	out->role = bc_spi_text_req(Anum_tok_role);
 	if (strcmp(out->role, role) != 0)
 		bc_refuse_join(psprintf("%s:role", who), tenant);
-	e = bc_spi_datum(8, &isnull);
+	e = bc_spi_datum(Anum_tok_expect, &isnull);
 	if (!isnull)
 		enforce_expect(DatumGetJsonbP(e), claims, psprintf("%s:expect", who), tenant);
 
 	out->token_id = token_id;
 	out->tenant_id = tenant;
-	out->pool_id = bc_spi_text(2);
-	out->site_id = bc_spi_text(3);
-	out->allow_reclaim = DatumGetBool(bc_spi_datum(10, &isnull));
+	out->pool_id = bc_spi_text(Anum_tok_pool);	/* NULL: a site token */
+	out->site_id = bc_spi_text(Anum_tok_site);	/* NULL: a pool token */
+	out->allow_reclaim = bc_spi_bool(Anum_tok_allow_reclaim);
 }
 
 /* verify(): admit a machine holding a valid join token, sealed to its CSR. */

@@ -1,57 +1,15 @@
 /*
- * helpers.c: what SQL attestors call: base64url, ECDSA verification, the
- * token check, and the single-use bookkeeping that lets JoinService refuse
- * to commit a deferring round that consumed single-use evidence.
+ * attestor_sql.c: the SQL functions custom attestors call: base64url,
+ * ECDSA verification and the join token check without spending.
  */
 #include "bc_join.h"
 
-#include "commands/trigger.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
 
 #include <openssl/ecdsa.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
-
-/* Single-use evidence consumed since the running round began. */
-static int	single_use_count = 0;
-
-/* A join round begins: nothing consumed yet. */
-void
-bc_single_use_reset(void)
-{
-	single_use_count = 0;
-}
-
-/* Whether the running round consumed single-use evidence. */
-bool
-bc_single_use_consumed(void)
-{
-	return single_use_count > 0;
-}
-
-PG_FUNCTION_INFO_V1(bc_note_single_use);
-
-/* Trigger on attestation_uses and join_tokens.uses_left: evidence consumed. */
-Datum
-bc_note_single_use(PG_FUNCTION_ARGS)
-{
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "bc_join.note_single_use() is a trigger");
-	single_use_count++;
-	return PointerGetDatum(NULL);
-}
-
-PG_FUNCTION_INFO_V1(bc_note_single_use_round);
-
-/* note_single_use_round(): the same, for a consumption no trigger sees. */
-Datum
-bc_note_single_use_round(PG_FUNCTION_ARGS)
-{
-	single_use_count++;
-	PG_RETURN_VOID();
-}
 
 PG_FUNCTION_INFO_V1(bc_b64url_encode_sql);
 
@@ -93,17 +51,6 @@ bc_b64url_decode_sql(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(out);
 }
 
-/* A new bytea holding data[0..n), in the current memory context. */
-bytea *
-bc_bytea(const void *data, size_t n)
-{
-	bytea	   *b = palloc(VARHDRSZ + n);
-
-	SET_VARSIZE(b, VARHDRSZ + n);
-	memcpy(VARDATA(b), data, n);
-	return b;
-}
-
 PG_FUNCTION_INFO_V1(bc_ecdsa_verify_sql);
 
 /* ecdsa_verify(pem, message, signature): ECDSA P-256 with SHA-256. */
@@ -116,13 +63,9 @@ bc_ecdsa_verify_sql(PG_FUNCTION_ARGS)
 	BIO		   *bio = NULL;
 	EVP_PKEY   *key = NULL;
 	EVP_MD_CTX *md = NULL;
-	ECDSA_SIG  *es = NULL;
-	BIGNUM	   *r = NULL;
-	BIGNUM	   *s = NULL;
 	unsigned char *der = NULL;
 	const unsigned char *sigp;
 	size_t		siglen;
-	int			derlen;
 	int			ok = -1;
 
 	if (VARSIZE_ANY_EXHDR(pem) > 8192)
@@ -147,14 +90,15 @@ bc_ecdsa_verify_sql(PG_FUNCTION_ARGS)
 	if (siglen == 64)
 	{
 		/* raw r||s, as JOSE writes it: re-encode as DER */
-		es = ECDSA_SIG_new();
-		r = BN_bin2bn(sigp, 32, NULL);
-		s = BN_bin2bn(sigp + 32, 32, NULL);
-		if (es == NULL || r == NULL || s == NULL || ECDSA_SIG_set0(es, r, s) != 1)
+		size_t		derlen = 0;
+		int			st = bc_ecdsa_sig_to_der(sigp, 32, sigp + 32, 32, &der, &derlen);
+
+		if (st == BC_EVERIFY)
+		{
+			ok = 0;
 			goto out;
-		r = s = NULL;
-		derlen = i2d_ECDSA_SIG(es, &der);
-		if (derlen <= 0)
+		}
+		if (st != BC_OK)
 			goto out;
 		sigp = der;
 		siglen = derlen;
@@ -166,10 +110,7 @@ bc_ecdsa_verify_sql(PG_FUNCTION_ARGS)
 						  VARSIZE_ANY_EXHDR(msg)) == 1 ? 1 : 0;
 out:
 	EVP_MD_CTX_free(md);
-	ECDSA_SIG_free(es);
-	BN_free(r);
-	BN_free(s);
-	OPENSSL_free(der);
+	free(der);
 	EVP_PKEY_free(key);
 	ERR_clear_error();
 	if (ok < 0)
@@ -224,18 +165,4 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 	result = bc_jsonb(buf.data);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);
-}
-
-PG_FUNCTION_INFO_V1(bc_attestors_changed);
-
-/* Trigger on bc_join.attestors: every backend forgets the registry it cached. */
-Datum
-bc_attestors_changed(PG_FUNCTION_ARGS)
-{
-	TriggerData *trig = (TriggerData *) fcinfo->context;
-
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "bc_join.attestors_changed() is a trigger");
-	CacheInvalidateRelcache(trig->tg_relation);
-	return PointerGetDatum(NULL);
 }

@@ -1,5 +1,5 @@
 /*
- * pki.c: node certificates, issued by the node CA from bc_join.key_dir.
+ * node_cert.c: node certificates, issued by the node CA from bc_join.key_dir.
  *
  * X.509 v3, ECDSA P-256 with SHA-256, 128 random serial bits, the CSR's key
  * and nothing else from the CSR, URI SAN spiffe://<trust domain>/tenant/

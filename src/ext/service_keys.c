@@ -1,5 +1,5 @@
 /*
- * keys.c: the JoinService keys, loaded from bc_join.key_dir.
+ * service_keys.c: the JoinService keys, loaded from bc_join.key_dir.
  *
  * The private halves are read by the server from files only its OS user can
  * read, kept in this backend's memory for its lifetime (parsed once, not per
@@ -25,13 +25,17 @@ static bool keys_loaded = false;
 void
 bc_keys_reset(void)
 {
+	/* The OpenSSL cache holds references too: release them through it first. */
+	bc_ossl_cache_forget(keys.signing);
+	bc_ossl_cache_forget(keys.encryption);
+	bc_ossl_cache_forget(keys.node_ca_key);
 	EVP_PKEY_free(keys.signing);
 	EVP_PKEY_free(keys.encryption);
 	EVP_PKEY_free(keys.node_ca_key);
 	X509_free(keys.node_ca);
 	free(keys.node_ca_pem);
 	free(keys.node_ca_der);
-	memset(&keys, 0, sizeof(keys));
+	OPENSSL_cleanse(&keys, sizeof(keys));
 	keys_loaded = false;
 }
 
