@@ -165,7 +165,7 @@ teardown_fixture(void **state)
 static void
 test_parse_bounds(void **state)
 {
-	static const char *pubs[] = {"ekr.pub", "ekc.pub", "ak.pub", "akr.pub", "akpss.pub",
+	static const char *pubs[] = {"ekr.pub", "ekc.pub", "ekp.pub", "ak.pub", "akr.pub", "akpss.pub",
 	"node.pub", "node2.pub", "nodenull.pub", "noderestricted.pub"};
 	static const char *attests[] = {"certify.attest", "certify2.attest", "certifyr.attest",
 	"quote8.attest", "quote10.attest", "quoter.attest"};
@@ -446,6 +446,8 @@ test_check_ek(void **state)
 	load_public("ekr.pub", &pub);
 	assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_OK);
 	assert_null(why);
+	load_public("ekp.pub", &pub);
+	assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_OK);
 	load_public("ekc.pub", &pub);
 	assert_int_equal(pub.pub.publicArea.nameAlg, TPM2_ALG_SHA384);
 	assert_int_equal(pub.pub.publicArea.parameters.eccDetail.symmetric.keyBits.aes, 256);
@@ -955,7 +957,7 @@ activate(const char *ek, const unsigned char *blob, size_t blob_len,
 	return 0;
 }
 
-/* A software MakeCredential for the AK's Name activates on the swtpm, RSA-2048 and P-384 EKs. */
+/* A software MakeCredential for the AK's Name activates on the swtpm: RSA-2048, P-256 and P-384 EKs. */
 static void
 test_make_credential(void **state)
 {
@@ -967,6 +969,7 @@ test_make_credential(void **state)
 		size_t		enc_len;
 	}			eks[] = {
 		{"ekr.pub", "rsa", 2 + 2 + 32 + 34, 2 + 256},
+		{"ekp.pub", "ecc256", 2 + 2 + 32 + 34, 2 + 2 + 32 + 2 + 32},
 		{"ekc.pub", "ecc384", 2 + 2 + 48 + 34, 2 + 2 + 48 + 2 + 48},
 	};
 	bc_tpm_public ak, akr, ek;
@@ -980,7 +983,7 @@ test_make_credential(void **state)
 	load_public("akr.pub", &akr);
 	assert_int_equal(bc_tpm_name(&ak, name, &name_len), BC_OK);
 	assert_int_equal(bc_tpm_name(&akr, other, &other_len), BC_OK);
-	for (i = 0; i < 2; i++)
+	for (i = 0; i < sizeof(eks) / sizeof(eks[0]); i++)
 	{
 		unsigned char secret[BC_TPM_SECRET_LEN];
 		unsigned char got[128];

@@ -11,13 +11,15 @@
 #   tpm-fixture.sh activate DIR EK CRED OUT
 #                                  tpm2_activatecredential of CRED (the
 #                                  badcc0de file) for the ECDSA AK under the EK
-#                                  EK = rsa | ecc384; the secret goes to OUT
+#                                  EK = rsa | ecc256 | ecc384; the secret goes to OUT
 #   tpm-fixture.sh stop DIR        stop that swtpm
 #
 # Files (TPM2B_PUBLIC *.pub, TPMS_ATTEST *.attest, TPMT_SIGNATURE *.sig):
 #   ekr.pub ekr.der ekr.crt     RSA-2048 EK, its SPKI (tpm2_readpublic -f der),
 #                               its certificate (tpm2_nvread 0x01c00002)
 #   ekc.pub ekc.der ekc.crt     ECC P-384 EK, likewise (0x01c00016)
+#   ekp.pub                     ECC P-256 EK (low range template; swtpm has no
+#                               certificate for it)
 #   root.pem issuer.pem         swtpm's local CA: root and intermediate
 #   ak.pub ak.name              ECDSA P-256/SHA-256 AK under the RSA EK (-n)
 #   akr.pub akr.name            RSASSA/SHA-256 RSA-2048 AK under the RSA EK
@@ -112,6 +114,7 @@ setup() {
   t tpm2_createek -G ecc384 -c ekc.ctx -u ekc.pub
   t tpm2_readpublic -c ekc.ctx -f der -o ekc.der
   t tpm2_nvread 0x01c00016 -o ekc.crt
+  t tpm2_createek -G ecc -c ekp.ctx -u ekp.pub
 
   t tpm2_createak -C ekr.ctx -c ak.ctx -G ecc -g sha256 -s ecdsa -u ak.pub -n ak.name
   t tpm2_createak -C ekr.ctx -c akr.ctx -G rsa -g sha256 -s rsassa -u akr.pub -n akr.name
@@ -143,10 +146,13 @@ activate() {
   cd "$dir"
   flush
   case "$ek" in
-    rsa)
+    rsa|ecc256)
+      # The low-range EKs have no userWithAuth: PolicySecret(endorsement).
+      local ekctx=ekr.ctx
+      [ "$ek" = rsa ] || ekctx=ekp.ctx
       tpm2_startauthsession --policy-session -S act.session >/dev/null
       tpm2_policysecret -S act.session -c e >/dev/null
-      tpm2_activatecredential -c ak.ctx -C ekr.ctx -i "$cred" -o "$out" \
+      tpm2_activatecredential -c ak.ctx -C "$ekctx" -i "$cred" -o "$out" \
         -P session:act.session >/dev/null
       tpm2_flushcontext act.session >/dev/null 2>&1 || true
       ;;
