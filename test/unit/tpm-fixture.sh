@@ -42,9 +42,11 @@ cmd="${1:-}"
 dir="${2:-}"
 [ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 
-for t in swtpm swtpm_setup tpm2_createek tpm2_activatecredential; do
-  command -v "$t" >/dev/null || { echo "tpm-fixture: $t is missing (tools/install-deps)" >&2; exit 1; }
-done
+if [ "$cmd" != stop ]; then
+  for t in swtpm swtpm_setup tpm2_createek tpm2_activatecredential; do
+    command -v "$t" >/dev/null || { echo "tpm-fixture: $t is missing (tools/install-deps)" >&2; exit 1; }
+  done
+fi
 
 export XDG_CONFIG_HOME="$dir/cfg"
 tcti() { echo "swtpm:host=127.0.0.1,port=$(cat "$dir/port")"; }
