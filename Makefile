@@ -19,7 +19,11 @@ REGRESS      = $(sort $(basename $(notdir $(wildcard sql/regress_*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=bc_join
 
 PG_CPPFLAGS = -Isrc/common -Isrc/ext
-SHLIB_LINK  = -lssl -lcrypto -ljansson
+# TPM structures (src/common/tpm.c) are unmarshalled with tpm2-tss's libtss2-mu.
+TSS2_MU_CFLAGS := $(shell pkg-config --cflags tss2-mu)
+TSS2_MU_LIBS   := $(shell pkg-config --libs tss2-mu)
+PG_CPPFLAGS += $(TSS2_MU_CFLAGS)
+SHLIB_LINK  = -lssl -lcrypto -ljansson $(TSS2_MU_LIBS)
 # The extension follows PostgreSQL's warning set; CI adds -Werror.
 PG_CFLAGS   = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare $(BC_WERROR)
 

@@ -12,8 +12,9 @@
 
 HOST_CC       ?= cc
 HOST_CFLAGS   ?= -std=c11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE
-HOST_CPPFLAGS  = -Isrc/common -MMD -MP
-HOST_LIBS      = -lssl -lcrypto -ljansson
+HOST_TSS2_MU  := $(shell pkg-config --libs tss2-mu)
+HOST_CPPFLAGS  = -Isrc/common -MMD -MP $(shell pkg-config --cflags tss2-mu)
+HOST_LIBS      = -lssl -lcrypto -ljansson $(HOST_TSS2_MU)
 HOST_TEST_LIBS = -lcmocka
 HOST_SAN       = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 HOST_PYTHON   ?= /usr/bin/python3

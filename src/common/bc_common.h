@@ -278,4 +278,49 @@ int			bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix);
  */
 int			bc_cert_uri_san(X509 *cert, const char *prefix, char **out);
 
+/* ---------------------------------------------------------- state.c */
+
+/* Sealed challenge state: at most this many characters (ATTESTORS.md). */
+#define BC_STATE_MAX 1024
+#define BC_STATE_KEY_LEN 32
+
+/*
+ * Seal pt (n bytes) under a 32-byte key: AES-256-GCM under
+ * HKDF-SHA256(key32, "bc_join/state/v1:" context), a random 96-bit IV;
+ * *state_out is base64url (malloc, NUL-terminated).  context (1..64
+ * printable ASCII, e.g. "tpm") separates uses: a state opens only under the
+ * context it was sealed for.  Over BC_STATE_MAX characters is BC_ETOOBIG.
+ */
+int			bc_seal_state(const unsigned char key32[BC_STATE_KEY_LEN], const char *context,
+						  const unsigned char *pt, size_t n, char **state_out);
+
+/*
+ * Open a state of n characters sealed by bc_seal_state with the same key and
+ * context.  A failed tag (tampered, wrong key or context) is BC_EVERIFY,
+ * bad encoding BC_EINVAL, over BC_STATE_MAX BC_ETOOBIG.  *pt_out is
+ * NUL-terminated (not counted) and is released with
+ * bc_free_secret(*pt_out, *pt_len + 1).
+ */
+int			bc_open_state(const unsigned char key32[BC_STATE_KEY_LEN], const char *context,
+						  const char *state, size_t n,
+						  unsigned char **pt_out, size_t *pt_len);
+
+/*
+ * The same for a P-256 challenge.key (what tools/bc-join-keygen writes): a
+ * JWE (ECDH-ES, A256GCM) to the key, the context in its protected header.
+ */
+int			bc_seal_state_p256(EVP_PKEY *key, const char *context,
+							   const unsigned char *pt, size_t n, char **state_out);
+int			bc_open_state_p256(EVP_PKEY *priv, const char *context,
+							   const char *state, size_t n,
+							   unsigned char **pt_out, size_t *pt_len);
+
+/*
+ * Read challenge.key: a file of exactly 32 bytes fills key32 (*pkey_out
+ * NULL); otherwise it must be a PEM P-256 private key, handed back in
+ * *pkey_out.  BC_EINVAL and a reason in err otherwise.
+ */
+int			bc_state_key_read_file(const char *path, unsigned char key32[BC_STATE_KEY_LEN],
+								   EVP_PKEY **pkey_out, char *err, size_t errlen);
+
 #endif							/* BC_COMMON_H */
