@@ -410,33 +410,18 @@ signature_hash(const TPMT_SIGNATURE *sig)
 static int
 ecdsa_der(const TPMS_SIGNATURE_ECC *e, unsigned char **der_out, int *der_len)
 {
-	ECDSA_SIG  *s = NULL;
-	BIGNUM	   *r = NULL;
-	BIGNUM	   *ss = NULL;
-	int			rc = BC_EVERIFY;
+	size_t		n = 0;
+	int			rc;
 
 	*der_out = NULL;
 	if (e->signatureR.size == 0 || e->signatureR.size > 32 ||
 		e->signatureS.size == 0 || e->signatureS.size > 32)
 		return BC_EVERIFY;
-	rc = BC_ECRYPTO;
-	r = BN_bin2bn(e->signatureR.buffer, e->signatureR.size, NULL);
-	ss = BN_bin2bn(e->signatureS.buffer, e->signatureS.size, NULL);
-	s = ECDSA_SIG_new();
-	if (r == NULL || ss == NULL || s == NULL || ECDSA_SIG_set0(s, r, ss) != 1)
-		goto out;
-	r = ss = NULL;				/* owned by s */
-	*der_len = i2d_ECDSA_SIG(s, der_out);
-	if (*der_len <= 0)
-	{
-		*der_out = NULL;
-		goto out;
-	}
-	rc = BC_OK;
-out:
-	BN_free(r);
-	BN_free(ss);
-	ECDSA_SIG_free(s);
+	rc = bc_ecdsa_sig_to_der(e->signatureR.buffer, e->signatureR.size,
+							 e->signatureS.buffer, e->signatureS.size, der_out, &n);
+	if (rc == BC_EINVAL)
+		rc = BC_EVERIFY;
+	*der_len = (int) n;
 	return rc;
 }
 
@@ -500,7 +485,7 @@ bc_tpm_verify_attest(const bc_tpm_public *ak, const bc_tpm_attest *att,
 out:
 	if (rc != BC_OK)
 		ERR_clear_error();
-	OPENSSL_free(ecder);
+	free(ecder);
 	EVP_MD_CTX_free(mctx);
 	EVP_PKEY_free(key);
 	return rc;
