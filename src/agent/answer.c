@@ -63,7 +63,7 @@ extract_jws(const char *text, size_t len, bcd_answer *ans, char **jws,
 	json_t	   *outer = NULL;
 	json_t	   *member;
 	json_error_t jerr;
-	const char *code = "ACCESS_DENIED";
+	const char *code = BC_REFUSAL_CODE;
 	int			exit_code = BCD_EXIT_FAIL;
 
 	*jws = NULL;
@@ -90,7 +90,7 @@ extract_jws(const char *text, size_t len, bcd_answer *ans, char **jws,
 		goto out;
 	}
 	member = json_object_get(outer, "status");
-	if (json_is_string(member) && strcmp(json_string_value(member), "refused") == 0)
+	if (json_is_string(member) && strcmp(json_string_value(member), BC_STATUS_REFUSED) == 0)
 	{
 		member = json_object_get(json_object_get(outer, "error"), "code");
 		if (json_is_string(member) && is_printable_code(json_string_value(member)))
@@ -393,18 +393,18 @@ bcd_answer_verify(const bcd_service_keys *keys, const char *text, size_t len,
 	ans->status = string_member(ans->payload, "status");
 	if (ans->status == NULL)
 		snprintf(err, errlen, "the signed payload has no status");
-	else if (strcmp(ans->status, "issued") == 0)
+	else if (strcmp(ans->status, BC_STATUS_ISSUED) == 0)
 		exit_code = check_issued(keys, key, ans, err, errlen) == BC_OK ?
 			BCD_EXIT_OK : BCD_EXIT_FAIL;
-	else if (strcmp(ans->status, "pending") == 0 || strcmp(ans->status, "challenge") == 0)
+	else if (strcmp(ans->status, BC_STATUS_PENDING) == 0 || strcmp(ans->status, BC_STATUS_CHALLENGE) == 0)
 	{
 		read_deferral(ans);
 		exit_code = BCD_EXIT_DEFERRED;
 	}
-	else if (strcmp(ans->status, "refused") == 0)
+	else if (strcmp(ans->status, BC_STATUS_REFUSED) == 0)
 	{
-		snprintf(ans->refusal, sizeof(ans->refusal), "ACCESS_DENIED");
-		snprintf(err, errlen, "refused: ACCESS_DENIED");
+		snprintf(ans->refusal, sizeof(ans->refusal), "%s", BC_REFUSAL_CODE);
+		snprintf(err, errlen, "refused: %s", BC_REFUSAL_CODE);
 		exit_code = BCD_EXIT_REFUSED;
 	}
 	else

@@ -12,6 +12,7 @@
 #include <openssl/x509.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 
 /* Process exit codes of bcd subcommands. */
 #define BCD_EXIT_OK 0

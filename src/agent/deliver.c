@@ -37,22 +37,18 @@
 
 #include "sessions.h"
 
-/* 1 when s is a selector: 0 to 128 of [A-Za-z0-9._:-], at least 1 when required. */
+/*
+ * 1 when s is a selector (bc_protocol.h): BC_SELECTOR_CHARS only, at most
+ * BC_SELECTOR_MAX of them, at least BC_SESSION_MIN when required (a session)
+ * and BC_CONTEXT_MIN otherwise (a context).
+ */
 int
 bcd_selector_valid(const char *s, int required)
 {
-	size_t		i;
+	size_t		n = strlen(s);
 
-	for (i = 0; s[i] != '\0'; i++)
-	{
-		char		c = s[i];
-
-		if (i >= BCD_SELECTOR_MAX ||
-			!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-			  c == '.' || c == '_' || c == ':' || c == '-'))
-			return 0;
-	}
-	return i > 0 || !required;
+	return n <= BC_SELECTOR_MAX && n >= (required ? BC_SESSION_MIN : BC_CONTEXT_MIN) &&
+		strspn(s, BC_SELECTOR_CHARS) == n;
 }
 
 /* The runtime directory deliveries go under (malloc()ed, no trailing '/'). */
@@ -247,7 +243,7 @@ static int
 write_in(int dirfd, const char *name, const char *data, size_t len, char *err, size_t errlen)
 {
 	unsigned char rnd[8];
-	char		tmp[BCD_SELECTOR_MAX * 2 + 64];
+	char		tmp[BC_SELECTOR_MAX * 2 + 64];
 	int			fd;
 	int			ok;
 
@@ -281,8 +277,8 @@ int
 bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job, char **key_path,
 				   char **cert_path, char *err, size_t errlen)
 {
-	char		key_name[BCD_SELECTOR_MAX * 2 + 8];
-	char		cert_name[BCD_SELECTOR_MAX * 2 + 8];
+	char		key_name[BC_SELECTOR_MAX * 2 + 8];
+	char		cert_name[BC_SELECTOR_MAX * 2 + 8];
 	int			rc;
 
 	*key_path = NULL;

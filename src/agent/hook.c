@@ -54,12 +54,12 @@ code_exit(const char *code, int retryable)
 		const char *code;
 		int			exit_status;
 	}			map[] = {
-		{"bad-request", EXIT_DATAERR}, {"bad-dir", EXIT_DATAERR},
-		{"no-daemon", EXIT_UNAVAILABLE}, {"no-answer", EXIT_UNAVAILABLE},
-		{"failed", EXIT_SOFTWARE},
-		{"busy", EXIT_TEMPFAIL}, {"unavailable", EXIT_TEMPFAIL}, {"timeout", EXIT_TEMPFAIL},
-		{"no-node-credential", EXIT_NOPERM}, {"refused", EXIT_NOPERM}, {"forbidden", EXIT_NOPERM},
-		{"untrusted-socket", EXIT_NOPERM},
+		{BC_SOCK_BAD_REQUEST, EXIT_DATAERR}, {BC_SOCK_BAD_DIR, EXIT_DATAERR},
+		{BC_SOCK_NO_DAEMON, EXIT_UNAVAILABLE}, {BC_SOCK_NO_ANSWER, EXIT_UNAVAILABLE},
+		{BC_SOCK_FAILED, EXIT_SOFTWARE},
+		{BC_SOCK_BUSY, EXIT_TEMPFAIL}, {BC_SOCK_UNAVAILABLE, EXIT_TEMPFAIL}, {BC_SOCK_TIMEOUT, EXIT_TEMPFAIL},
+		{BC_SOCK_NO_NODE_CREDENTIAL, EXIT_NOPERM}, {BC_SOCK_REFUSED, EXIT_NOPERM}, {BC_SOCK_FORBIDDEN, EXIT_NOPERM},
+		{BC_SOCK_UNTRUSTED_SOCKET, EXIT_NOPERM},
 	};
 	size_t		i;
 
@@ -125,7 +125,7 @@ exchange(const char *cmd, const char *path, json_t *req, double timeout, json_t 
 	*answer = NULL;
 	if (line == NULL || buf == NULL)
 	{
-		rc = refuse(cmd, "failed", "out of memory", 0);
+		rc = refuse(cmd, BC_SOCK_FAILED, "out of memory", 0);
 		goto out;
 	}
 	switch (bcd_socket_connect(path, &fd, err, sizeof(err)))
@@ -133,10 +133,10 @@ exchange(const char *cmd, const char *path, json_t *req, double timeout, json_t 
 		case BCD_CONNECT_OK:
 			break;
 		case BCD_CONNECT_UNTRUSTED:
-			rc = refuse(cmd, "untrusted-socket", err, 0);
+			rc = refuse(cmd, BC_SOCK_UNTRUSTED_SOCKET, err, 0);
 			goto out;
 		default:
-			rc = refuse(cmd, "no-daemon", err, 0);
+			rc = refuse(cmd, BC_SOCK_NO_DAEMON, err, 0);
 			goto out;
 	}
 	/*
@@ -157,7 +157,7 @@ exchange(const char *cmd, const char *path, json_t *req, double timeout, json_t 
 		if (left <= 0)
 		{
 			snprintf(err, sizeof(err), "no answer from bcd at %s within %.0f s", path, timeout);
-			rc = refuse(cmd, "timeout", err, 1);
+			rc = refuse(cmd, BC_SOCK_TIMEOUT, err, 1);
 			goto out;
 		}
 		if (poll(&pfd, 1, (int) ceil(left * 1000)) < 0 && errno != EINTR)
@@ -175,7 +175,7 @@ exchange(const char *cmd, const char *path, json_t *req, double timeout, json_t 
 	{
 		json_decref(*answer);
 		*answer = NULL;
-		rc = refuse(cmd, "no-answer", "bcd closed the connection without a valid answer", 0);
+		rc = refuse(cmd, BC_SOCK_NO_ANSWER, "bcd closed the connection without a valid answer", 0);
 		goto out;
 	}
 	rc = 0;
@@ -200,7 +200,7 @@ str_or(json_t *obj, const char *name, const char *def)
 static int
 report_refusal(const char *cmd, json_t *answer)
 {
-	return refuse(cmd, str_or(answer, "error", "failed"),
+	return refuse(cmd, str_or(answer, "error", BC_SOCK_FAILED),
 				  str_or(answer, "message", "(no message)"),
 				  json_is_true(json_object_get(answer, "retryable")));
 }
@@ -245,7 +245,7 @@ bcd_cmd_credential(int argc, char **argv)
 		{"context", required_argument, NULL, 'c'},
 		{"dir", required_argument, NULL, 'd'},
 		{"socket", required_argument, NULL, 'S'},
-		{"timeout", required_argument, NULL, 't'},
+		{BC_SOCK_TIMEOUT, required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
@@ -312,9 +312,9 @@ bcd_cmd_credential(int argc, char **argv)
 		fprintf(stderr, "bcd credential: %s\n", err);
 		return BCD_EXIT_USAGE;
 	}
-	req = json_pack("{s:s, s:s, s:s, s:s}", "op", "credential", "session", session,
+	req = json_pack("{s:s, s:s, s:s, s:s}", "op", BC_SOCK_OP_CREDENTIAL, "session", session,
 					"context", context != NULL ? context : "", "dir", dir);
-	rc = req == NULL ? refuse("credential", "failed", "out of memory", 0) :
+	rc = req == NULL ? refuse("credential", BC_SOCK_FAILED, "out of memory", 0) :
 		exchange("credential", path, req, timeout, &answer);
 	if (rc != 0)
 		goto out;
@@ -358,7 +358,7 @@ bcd_cmd_status(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"socket", required_argument, NULL, 'S'},
 		{"prometheus", no_argument, NULL, 'p'},
-		{"timeout", required_argument, NULL, 't'},
+		{BC_SOCK_TIMEOUT, required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -405,8 +405,8 @@ bcd_cmd_status(int argc, char **argv)
 		fprintf(stderr, "bcd status: %s\n", err);
 		return BCD_EXIT_USAGE;
 	}
-	req = json_pack("{s:s}", "op", prometheus ? "metrics" : "status");
-	rc = req == NULL ? refuse("status", "failed", "out of memory", 0) :
+	req = json_pack("{s:s}", "op", prometheus ? BC_SOCK_OP_METRICS : BC_SOCK_OP_STATUS);
+	rc = req == NULL ? refuse("status", BC_SOCK_FAILED, "out of memory", 0) :
 		exchange("status", path, req, timeout, &answer);
 	if (rc != 0)
 		goto out;

@@ -63,7 +63,7 @@ on_deferral(bcd_agent *a, const bcd_answer *ans)
 	long		wait = ans->retry_after > 0 ? ans->retry_after : PENDING_DEFAULT_WAIT;
 	double		jittered;
 
-	if (strcmp(ans->status, "challenge") == 0)
+	if (strcmp(ans->status, BC_STATUS_CHALLENGE) == 0)
 	{
 		/* Only the join-token producer exists, and it answers no challenge. */
 		bcd_log("join: the service sent a challenge for attestor %s, but no producer "
@@ -120,7 +120,7 @@ join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
 		rc = BCD_EXIT_FAIL;
 		goto out;
 	}
-	rc = bcd_http_post(a->http, "/v1/join", request, &reply, err, sizeof(err));
+	rc = bcd_http_post(a->http, BC_PATH_JOIN, request, &reply, err, sizeof(err));
 	if (rc == BCD_STOPPED)
 		goto out;
 	if (rc != BC_OK || reply.status == 429 || reply.status >= 500)

@@ -14,11 +14,12 @@
 #include "bc_common.h"
 #include "bcd.h"
 
-/* Bound of a join token and of the --claims JSON. */
-#define TOKEN_MAX 4096
+/* Bound of the --claims JSON. */
 #define CLAIMS_MAX (16 * 1024)
 /* Bound of the attestor's evidence bytes (the service takes 48 KiB of base64url). */
 #define ATTESTATION_MAX (32 * 1024)
+_Static_assert((ATTESTATION_MAX + 2) / 3 * 4 <= BC_ATTESTATION_B64_MAX,
+			   "the evidence must fit the service's bound once encoded");
 
 /* What the command line asked for. */
 typedef struct join_request_opts
@@ -79,8 +80,8 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts)
 	int			c;
 
 	memset(opts, 0, sizeof(*opts));
-	opts->role = "node";
-	opts->attestor = "join-token";
+	opts->role = BC_ROLE_NODE;
+	opts->attestor = BC_ATTESTOR_JOIN_TOKEN;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
 	{
@@ -109,8 +110,8 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts)
 		join_request_usage(stderr);
 		return BCD_EXIT_USAGE;
 	}
-	if (strcmp(opts->role, "node") != 0 && strcmp(opts->role, "site") != 0 &&
-		strcmp(opts->role, "ramdisk") != 0)
+	if (strcmp(opts->role, BC_ROLE_NODE) != 0 && strcmp(opts->role, BC_ROLE_SITE) != 0 &&
+		strcmp(opts->role, BC_ROLE_RAMDISK) != 0)
 	{
 		fprintf(stderr, "bcd join-request: --role must be node, site or ramdisk\n");
 		return BCD_EXIT_USAGE;
@@ -140,7 +141,8 @@ bcd_load_token(const char *token, const char *token_file, char **out, size_t *le
 	}
 	else
 	{
-		rc = bcd_read_file(token_file, TOKEN_MAX, out, len);
+		/* the service's bound (BC_TOKEN_MAX), and room for a trailing CR LF */
+		rc = bcd_read_file(token_file, BC_TOKEN_MAX + 2, out, len);
 		if (rc == BC_OK && *len > 0 && (*out)[*len - 1] == '\n')
 		{
 			(*out)[--(*len)] = '\0';
@@ -148,7 +150,7 @@ bcd_load_token(const char *token, const char *token_file, char **out, size_t *le
 				(*out)[--(*len)] = '\0';
 		}
 	}
-	if (rc == BC_OK && (*len == 0 || *len > TOKEN_MAX || memchr(*out, '\0', *len) != NULL))
+	if (rc == BC_OK && (*len == 0 || *len > BC_TOKEN_MAX || memchr(*out, '\0', *len) != NULL))
 	{
 		bc_free_secret(*out, *len + 1);
 		*out = NULL;

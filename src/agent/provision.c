@@ -174,13 +174,13 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 		json_pack("{s:s, s:s}", "session", job->session, "context", job->context) :
 		json_pack("{s:s}", "session", job->session);
 	if (key == NULL || extra == NULL || bc_csr_create(key, NULL, &csr, &csr_len) != BC_OK ||
-		bcd_proof_request(node->key, node->serial, "session", extra, csr, csr_len,
+		bcd_proof_request(node->key, node->serial, BC_PURPOSE_SESSION, extra, csr, csr_len,
 						  &body) != BC_OK)
 	{
 		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot make the key, CSR or proof");
 		goto out;
 	}
-	rc = bcd_http_post(http, "/v1/session", body, &reply, err, sizeof(err));
+	rc = bcd_http_post(http, BC_PATH_SESSION, body, &reply, err, sizeof(err));
 	if (rc == BCD_STOPPED)
 		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE, "bcd is stopping");
 	else if (rc != BC_OK)

@@ -120,12 +120,12 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 	workdir = bcd_store_work_dir(a->opts->state_dir, "renew");
 	if (workdir == NULL ||
 		bcd_node_key_and_csr(workdir, &key, &csr, &csr_len, &what) != BC_OK ||
-		bcd_proof_request(cur->key, cur->serial, "renew", NULL, csr, csr_len, &body) != BC_OK)
+		bcd_proof_request(cur->key, cur->serial, BC_PURPOSE_RENEW, NULL, csr, csr_len, &body) != BC_OK)
 	{
 		bcd_log("renew: cannot make the new key, CSR or proof (%s)", what);
 		goto out;
 	}
-	rc = bcd_http_post(a->http, "/v1/renew", body, &reply, err, sizeof(err));
+	rc = bcd_http_post(a->http, BC_PATH_RENEW, body, &reply, err, sizeof(err));
 	if (rc == BCD_STOPPED)
 		goto out;
 	if (rc != BC_OK || reply.status == 429 || reply.status >= 500)

@@ -131,8 +131,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o)
 	int			server_opt = 0;
 	int			c;
 
-	o->role = "node";
-	o->attestor = "join-token";
+	o->role = BC_ROLE_NODE;
+	o->attestor = BC_ATTESTOR_JOIN_TOKEN;
 	o->max_retry_after = 300;
 	o->renew_at = 0.5;
 	o->max_provisioning = MAX_PROVISIONING_DEFAULT;
@@ -191,8 +191,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o)
 		bad = "--gateway, --gateway-ca, --service-keys and --state-dir are required";
 	else if (o->token != NULL && o->token_file != NULL)
 		bad = "--token and --token-file exclude each other";
-	else if (strcmp(o->role, "node") != 0 && strcmp(o->role, "site") != 0 &&
-			 strcmp(o->role, "ramdisk") != 0)
+	else if (strcmp(o->role, BC_ROLE_NODE) != 0 && strcmp(o->role, BC_ROLE_SITE) != 0 &&
+			 strcmp(o->role, BC_ROLE_RAMDISK) != 0)
 		bad = "--role must be node, site or ramdisk";
 	else if (strncmp(o->gateway, "https://", 8) != 0)
 		bad = "--gateway must be an https:// URL";

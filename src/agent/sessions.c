@@ -417,13 +417,13 @@ handle_request(bcd_server *s, bcd_conn *c)
 
 	if (!json_is_object(req) || !json_is_string(op))
 		answer_error(s, c, BCD_CODE_BAD_REQUEST, "the request is not a JSON object with an \"op\"");
-	else if (strcmp(json_string_value(op), "credential") == 0)
+	else if (strcmp(json_string_value(op), BC_SOCK_OP_CREDENTIAL) == 0)
 		handle_credential(s, c, req);
-	else if (strcmp(json_string_value(op), "status") == 0 ||
-			 strcmp(json_string_value(op), "metrics") == 0)
+	else if (strcmp(json_string_value(op), BC_SOCK_OP_STATUS) == 0 ||
+			 strcmp(json_string_value(op), BC_SOCK_OP_METRICS) == 0)
 	{
 		bcd_node_take(s, &node);
-		if (strcmp(json_string_value(op), "status") == 0)
+		if (strcmp(json_string_value(op), BC_SOCK_OP_STATUS) == 0)
 			answer_doc(s, c, bcd_status_json(&s->counters, &node));
 		else
 		{
@@ -445,7 +445,7 @@ conn_read(bcd_server *s, bcd_conn *c)
 	ssize_t		n;
 	char	   *nl;
 
-	n = read(c->fd, c->in + c->in_len, BCD_SOCK_REQUEST_MAX - c->in_len);
+	n = read(c->fd, c->in + c->in_len, BC_SOCK_REQUEST_MAX - c->in_len);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 		return;
 	if (n < 0 || (n == 0 && c->in_len == 0))
@@ -463,11 +463,11 @@ conn_read(bcd_server *s, bcd_conn *c)
 	}
 	if (nl != NULL || n == 0)
 		handle_request(s, c);
-	else if (c->in_len >= BCD_SOCK_REQUEST_MAX)
+	else if (c->in_len >= BC_SOCK_REQUEST_MAX)
 	{
 		c->drain = 1;
 		answer_error(s, c, BCD_CODE_BAD_REQUEST, "the request line is over %d bytes",
-					 BCD_SOCK_REQUEST_MAX);
+					 BC_SOCK_REQUEST_MAX);
 	}
 }
 

@@ -17,12 +17,8 @@
 
 #include "daemon.h"
 
-/* Bound of one request line on the socket (the newline included). */
-#define BCD_SOCK_REQUEST_MAX 8192
 /* Bound of one answer line read by the clients (a status answer is the largest). */
 #define BCD_SOCK_ANSWER_MAX (64 * 1024)
-/* Longest session and context selector (bc_join.issue_session's bound). */
-#define BCD_SELECTOR_MAX 128
 /* Longest delivery directory path. */
 #define BCD_DIR_MAX 1024
 
@@ -70,8 +66,8 @@ typedef struct bcd_node_snapshot
 /* One provisioning: a session and context, its waiting callers, its result. */
 typedef struct bcd_job
 {
-	char		session[BCD_SELECTOR_MAX + 1];
-	char		context[BCD_SELECTOR_MAX + 1];
+	char		session[BC_SELECTOR_MAX + 1];
+	char		context[BC_SELECTOR_MAX + 1];
 	struct bcd_conn *waiters;	/* callers waiting for it (the I/O thread's) */
 	int			n_waiters;
 	int			dispatched;		/* handed to a worker */
@@ -182,7 +178,7 @@ typedef struct bcd_conn
 	int			fd;
 	conn_state	state;
 	double		deadline;		/* monotonic seconds, while reading or writing */
-	char		in[BCD_SOCK_REQUEST_MAX + 1];
+	char		in[BC_SOCK_REQUEST_MAX + 1];
 	size_t		in_len;
 	char	   *out;
 	size_t		out_len;

@@ -18,15 +18,15 @@ static const struct
 	const char *name;
 	int			retryable;
 }			codes[BCD_CODE_COUNT] = {
-	{"ok", 0},
-	{"no-node-credential", 0},
-	{"busy", 1},
-	{"refused", 0},
-	{"unavailable", 1},
-	{"bad-request", 0},
-	{"bad-dir", 0},
-	{"forbidden", 0},
-	{"failed", 0},
+	{BC_SOCK_OK, 0},
+	{BC_SOCK_NO_NODE_CREDENTIAL, 0},
+	{BC_SOCK_BUSY, 1},
+	{BC_SOCK_REFUSED, 0},
+	{BC_SOCK_UNAVAILABLE, 1},
+	{BC_SOCK_BAD_REQUEST, 0},
+	{BC_SOCK_BAD_DIR, 0},
+	{BC_SOCK_FORBIDDEN, 0},
+	{BC_SOCK_FAILED, 0},
 };
 
 /* The provisioning outcomes, in bcd_outcome order. */
@@ -38,7 +38,7 @@ static const char *const outcomes[BCD_OUTCOME_COUNT] = {
 const char *
 bcd_code_name(bcd_code code)
 {
-	return code < BCD_CODE_COUNT ? codes[code].name : "failed";
+	return code < BCD_CODE_COUNT ? codes[code].name : BC_SOCK_FAILED;
 }
 
 /* 1 when a caller answered code may ask again later. */
