@@ -53,10 +53,10 @@ string_member(json_t *obj, const char *name)
 
 /*
  * Find the JWS in the response text: the "response" member of the outer
- * object, or the whole (trimmed) text.  An outer refusal is BCD_EXIT_REFUSED
+ * object, or the whole (trimmed) text.  An outer refusal is BCD_RC_REFUSED
  * with its code in ans->refusal.
  */
-static int
+static bcd_rc
 extract_jws(const char *text, size_t len, bcd_answer *ans, char **jws,
 			size_t *jws_len, char *err, size_t errlen)
 {
@@ -64,7 +64,7 @@ extract_jws(const char *text, size_t len, bcd_answer *ans, char **jws,
 	json_t	   *member;
 	json_error_t jerr;
 	const char *code = BC_REFUSAL_CODE;
-	int			exit_code = BCD_EXIT_FAIL;
+	bcd_rc		rc = BCD_RC_FAILED;
 
 	*jws = NULL;
 	while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' ||
@@ -81,7 +81,7 @@ extract_jws(const char *text, size_t len, bcd_answer *ans, char **jws,
 		*jws_len = len;
 		if (*jws == NULL)
 			snprintf(err, errlen, "out of memory");
-		return *jws == NULL ? BCD_EXIT_FAIL : BCD_EXIT_OK;
+		return *jws == NULL ? BCD_RC_FAILED : BCD_RC_OK;
 	}
 	outer = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!json_is_object(outer))
@@ -97,7 +97,7 @@ extract_jws(const char *text, size_t len, bcd_answer *ans, char **jws,
 			code = json_string_value(member);
 		snprintf(ans->refusal, sizeof(ans->refusal), "%s", code);
 		snprintf(err, errlen, "refused: %s", code);
-		exit_code = BCD_EXIT_REFUSED;
+		rc = BCD_RC_REFUSED;
 		goto out;
 	}
 	member = json_object_get(outer, "response");
@@ -108,10 +108,10 @@ extract_jws(const char *text, size_t len, bcd_answer *ans, char **jws,
 	}
 	*jws = strdup(json_string_value(member));
 	*jws_len = json_string_length(member);
-	exit_code = *jws == NULL ? BCD_EXIT_FAIL : BCD_EXIT_OK;
+	rc = *jws == NULL ? BCD_RC_FAILED : BCD_RC_OK;
 out:
 	json_decref(outer);
-	return exit_code;
+	return rc;
 }
 
 /* Decode certificateChain (standard base64 DER, leaf first) into certs. */
@@ -368,50 +368,50 @@ read_deferral(bcd_answer *ans)
 
 /*
  * Verify the answer text (the outer JSON, or a bare JWS) for our CSR and key.
- * BCD_EXIT_OK: issued and every check passed; BCD_EXIT_DEFERRED: a verified
- * pending or challenge; BCD_EXIT_REFUSED: the outer refusal; BCD_EXIT_FAIL:
+ * BCD_RC_OK: issued and every check passed; BCD_RC_DEFERRED: a verified
+ * pending or challenge; BCD_RC_REFUSED: the outer refusal; BCD_RC_FAILED:
  * anything else, with the reason in err.  Release ans with bcd_answer_free.
  */
-int
+bcd_rc
 bcd_answer_verify(const bcd_service_keys *keys, const char *text, size_t len,
 				  const unsigned char *csr, size_t csr_len, EVP_PKEY *key,
 				  bcd_answer *ans, char *err, size_t errlen)
 {
 	char	   *jws = NULL;
 	size_t		jws_len = 0;
-	int			exit_code;
+	bcd_rc		rc;
 
 	memset(ans, 0, sizeof(*ans));
 	ans->retry_after = -1;
 	err[0] = '\0';
-	exit_code = extract_jws(text, len, ans, &jws, &jws_len, err, errlen);
-	if (exit_code != BCD_EXIT_OK)
+	rc = extract_jws(text, len, ans, &jws, &jws_len, err, errlen);
+	if (rc != BCD_RC_OK)
 		goto out;
-	exit_code = BCD_EXIT_FAIL;
+	rc = BCD_RC_FAILED;
 	if (verify_payload(keys, jws, jws_len, csr, csr_len, ans, err, errlen) != BC_OK)
 		goto out;
 	ans->status = string_member(ans->payload, "status");
 	if (ans->status == NULL)
 		snprintf(err, errlen, "the signed payload has no status");
 	else if (strcmp(ans->status, BC_STATUS_ISSUED) == 0)
-		exit_code = check_issued(keys, key, ans, err, errlen) == BC_OK ?
-			BCD_EXIT_OK : BCD_EXIT_FAIL;
+		rc = check_issued(keys, key, ans, err, errlen) == BC_OK ?
+			BCD_RC_OK : BCD_RC_FAILED;
 	else if (strcmp(ans->status, BC_STATUS_PENDING) == 0 || strcmp(ans->status, BC_STATUS_CHALLENGE) == 0)
 	{
 		read_deferral(ans);
-		exit_code = BCD_EXIT_DEFERRED;
+		rc = BCD_RC_DEFERRED;
 	}
 	else if (strcmp(ans->status, BC_STATUS_REFUSED) == 0)
 	{
 		snprintf(ans->refusal, sizeof(ans->refusal), "%s", BC_REFUSAL_CODE);
 		snprintf(err, errlen, "refused: %s", BC_REFUSAL_CODE);
-		exit_code = BCD_EXIT_REFUSED;
+		rc = BCD_RC_REFUSED;
 	}
 	else
 		snprintf(err, errlen, "unknown status in the signed payload");
 out:
 	free(jws);
-	return exit_code;
+	return rc;
 }
 
 /* Release what bcd_answer_verify filled in. */

@@ -13,13 +13,8 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "outcome.h"
 
-/* Process exit codes of bcd subcommands. */
-#define BCD_EXIT_OK 0
-#define BCD_EXIT_FAIL 1			/* any error or verification failure */
-#define BCD_EXIT_REFUSED 2		/* the service refused the join */
-#define BCD_EXIT_DEFERRED 3		/* pending or challenge: not (yet) a join */
-#define BCD_EXIT_USAGE 64		/* bad command line (sysexits EX_USAGE) */
 
 /* Bound of the service-keys JSON file. */
 #define BCD_SERVICE_KEYS_MAX (64 * 1024)
@@ -50,7 +45,7 @@ int			bcd_state_lock(const char *dir, int *lock_fd, long *holder);
 void		bcd_state_lock_error(const char *dir, int rc, long holder, char *err, size_t errlen);
 
 /* join_request.c */
-int			bcd_cmd_join_request(int argc, char **argv);
+bcd_rc		bcd_cmd_join_request(int argc, char **argv);
 int			bcd_load_token(const char *token, const char *token_file,
 						   char **out, size_t *len);
 json_t	   *bcd_build_claims(const char *claims_json, const char *hostname);
@@ -65,7 +60,7 @@ int			bcd_join_request_json(const bcd_service_keys *keys,
 								  json_t *claims, char **text_out);
 
 /* verify_response.c */
-int			bcd_cmd_verify_response(int argc, char **argv);
+bcd_rc		bcd_cmd_verify_response(int argc, char **argv);
 
 /* answer.c: a bc_join() / bc_join.renew() / bc_join.issue_session() answer, verified */
 
@@ -93,7 +88,7 @@ typedef struct bcd_answer
 	char		refusal[72];
 } bcd_answer;
 
-int			bcd_answer_verify(const bcd_service_keys *keys, const char *text,
+bcd_rc		bcd_answer_verify(const bcd_service_keys *keys, const char *text,
 							  size_t len, const unsigned char *csr,
 							  size_t csr_len, EVP_PKEY *key, bcd_answer *ans,
 							  char *err, size_t errlen);
@@ -102,11 +97,11 @@ int			bcd_cert_serial_hex(X509 *cert, char out[41]);
 void		bcd_cert_not_after(X509 *cert, char *buf, size_t len);
 
 /* run.c: bcd run and bcd renew */
-int			bcd_cmd_run(int argc, char **argv);
-int			bcd_cmd_renew(int argc, char **argv);
+bcd_rc		bcd_cmd_run(int argc, char **argv);
+bcd_rc		bcd_cmd_renew(int argc, char **argv);
 
 /* hook.c: the clients of the local socket */
-int			bcd_cmd_credential(int argc, char **argv);
-int			bcd_cmd_status(int argc, char **argv);
+bcd_rc		bcd_cmd_credential(int argc, char **argv);
+bcd_rc		bcd_cmd_status(int argc, char **argv);
 
 #endif							/* BCD_H */

@@ -10,11 +10,6 @@
 
 #include "bcd.h"
 
-/* Internal outcome of a step of the daemon: stop requested (SIGTERM/SIGINT). */
-#define BCD_STOPPED (-2)
-/* Internal outcome: a transient failure (no answer, 429, 5xx); try again later. */
-#define BCD_RETRY (-3)
-
 /* Bound of a response body read from the gateway. */
 #define BCD_HTTP_BODY_MAX (256 * 1024)
 
@@ -73,8 +68,8 @@ typedef struct bcd_http_reply
 bcd_http   *bcd_http_new(const char *base_url, const char *ca_file,
 						 char *err, size_t errlen);
 void		bcd_http_free(bcd_http *h);
-int			bcd_http_post(bcd_http *h, const char *path, const char *body,
-						  bcd_http_reply *reply, char *err, size_t errlen);
+bcd_rc		bcd_http_exchange(bcd_http *h, const char *path, const char *body,
+							  bcd_http_reply *reply, char *err, size_t errlen);
 void		bcd_http_reply_free(bcd_http_reply *reply);
 void		bcd_http_describe(const bcd_http_reply *reply, char *buf, size_t len);
 
@@ -116,10 +111,10 @@ typedef struct bcd_agent
 } bcd_agent;
 
 /* join_loop.c */
-int			bcd_join_loop(bcd_agent *a, bcd_credential *cred);
+bcd_rc		bcd_join_loop(bcd_agent *a, bcd_credential *cred);
 
 /* renew.c */
-int			bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
+bcd_rc		bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 					  long *retry_after);
 int			bcd_proof_request(EVP_PKEY *node_key, const char *serial, const char *purpose,
 							  json_t *extra, const unsigned char *csr, size_t csr_len,

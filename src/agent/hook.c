@@ -4,7 +4,8 @@
  *
  * Neither ever falls back to anything: a daemon that cannot be reached, that
  * does not answer, or that refuses is reported on stderr as
- * "bcd credential: <code>: <message>" with a distinct exit status (sysexits):
+ * "bcd credential: <code>: <message>" with a distinct outcome, and so a
+ * distinct exit status (outcome.c maps both; sysexits):
  *
  *   0   delivered: the key and certificate paths and notAfter on stdout
  *   64  usage (EX_USAGE)
@@ -35,46 +36,15 @@
 
 #include "sessions.h"
 
-/* sysexits.h values, spelled out (see the file comment). */
-#define EXIT_DATAERR 65
-#define EXIT_UNAVAILABLE 69
-#define EXIT_SOFTWARE 70
-#define EXIT_TEMPFAIL 75
-#define EXIT_NOPERM 77
-
 /* Default --timeout of the clients, in seconds. */
 #define DEFAULT_TIMEOUT 120.0
 
-/* Exit status of an answer code (the file comment's table). */
-static int
-code_exit(const char *code, int retryable)
-{
-	static const struct
-	{
-		const char *code;
-		int			exit_status;
-	}			map[] = {
-		{BC_SOCK_BAD_REQUEST, EXIT_DATAERR}, {BC_SOCK_BAD_DIR, EXIT_DATAERR},
-		{BC_SOCK_NO_DAEMON, EXIT_UNAVAILABLE}, {BC_SOCK_NO_ANSWER, EXIT_UNAVAILABLE},
-		{BC_SOCK_FAILED, EXIT_SOFTWARE},
-		{BC_SOCK_BUSY, EXIT_TEMPFAIL}, {BC_SOCK_UNAVAILABLE, EXIT_TEMPFAIL}, {BC_SOCK_TIMEOUT, EXIT_TEMPFAIL},
-		{BC_SOCK_NO_NODE_CREDENTIAL, EXIT_NOPERM}, {BC_SOCK_REFUSED, EXIT_NOPERM}, {BC_SOCK_FORBIDDEN, EXIT_NOPERM},
-		{BC_SOCK_UNTRUSTED_SOCKET, EXIT_NOPERM},
-	};
-	size_t		i;
-
-	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-		if (strcmp(code, map[i].code) == 0)
-			return map[i].exit_status;
-	return retryable ? EXIT_TEMPFAIL : EXIT_SOFTWARE;
-}
-
-/* Report a refusal on stderr; its exit status. */
-static int
+/* Report a refusal on stderr; its outcome. */
+static bcd_rc
 refuse(const char *cmd, const char *code, const char *message, int retryable)
 {
 	fprintf(stderr, "bcd %s: %s: %s\n", cmd, code, message);
-	return code_exit(code, retryable);
+	return bcd_socket_word_rc(code, retryable);
 }
 
 /* Seconds on the monotonic clock. */
@@ -107,10 +77,10 @@ send_all(int fd, const char *line, size_t len)
 
 /*
  * Send req (one line) to the daemon at path and read its one answer line
- * within timeout seconds.  0 with *answer (a JSON object); otherwise the
- * exit status, the refusal already reported.
+ * within timeout seconds.  BCD_RC_OK with *answer (a JSON object);
+ * otherwise the outcome, the refusal already reported.
  */
-static int
+static bcd_rc
 exchange(const char *cmd, const char *path, json_t *req, double timeout, json_t **answer)
 {
 	char		err[512];
@@ -120,7 +90,7 @@ exchange(const char *cmd, const char *path, json_t *req, double timeout, json_t 
 	double		deadline = mono() + timeout;
 	json_error_t jerr;
 	int			fd = -1;
-	int			rc;
+	bcd_rc		rc;
 
 	*answer = NULL;
 	if (line == NULL || buf == NULL)
@@ -178,7 +148,7 @@ exchange(const char *cmd, const char *path, json_t *req, double timeout, json_t 
 		rc = refuse(cmd, BC_SOCK_NO_ANSWER, "bcd closed the connection without a valid answer", 0);
 		goto out;
 	}
-	rc = 0;
+	rc = BCD_RC_OK;
 out:
 	if (fd >= 0)
 		close(fd);
@@ -196,8 +166,8 @@ str_or(json_t *obj, const char *name, const char *def)
 	return json_is_string(m) ? json_string_value(m) : def;
 }
 
-/* An answer {"ok":false,...}: report it; its exit status. */
-static int
+/* An answer {"ok":false,...}: report it; its outcome. */
+static bcd_rc
 report_refusal(const char *cmd, json_t *answer)
 {
 	return refuse(cmd, str_or(answer, "error", BC_SOCK_FAILED),
@@ -237,7 +207,7 @@ credential_usage(FILE *stream)
 }
 
 /* bcd credential ... */
-int
+bcd_rc
 bcd_cmd_credential(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -264,7 +234,7 @@ bcd_cmd_credential(int argc, char **argv)
 	json_t	   *answer = NULL;
 	char	   *text;
 	int			c;
-	int			rc;
+	bcd_rc		rc;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
@@ -280,21 +250,21 @@ bcd_cmd_credential(int argc, char **argv)
 				if (parse_timeout(optarg, &timeout))
 				{
 					fputs("bcd credential: --timeout must be seconds in (0, 86400]\n", stderr);
-					return BCD_EXIT_USAGE;
+					return BCD_RC_USAGE;
 				}
 				break;
 			case 'h':
 				credential_usage(stdout);
-				return BCD_EXIT_OK;
+				return BCD_RC_OK;
 			default:
 				credential_usage(stderr);
-				return BCD_EXIT_USAGE;
+				return BCD_RC_USAGE;
 		}
 	}
 	if (optind != argc || session == NULL || dir == NULL)
 	{
 		credential_usage(stderr);
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
 	if (dir[0] != '/')
 	{
@@ -303,20 +273,20 @@ bcd_cmd_credential(int argc, char **argv)
 			snprintf(abs_dir, sizeof(abs_dir), "%s/%s", cwd, dir) >= (int) sizeof(abs_dir))
 		{
 			fputs("bcd credential: cannot make --dir absolute\n", stderr);
-			return BCD_EXIT_USAGE;
+			return BCD_RC_USAGE;
 		}
 		dir = abs_dir;
 	}
 	if (bcd_socket_client_path(socket_opt, &path, err, sizeof(err)) != BC_OK)
 	{
 		fprintf(stderr, "bcd credential: %s\n", err);
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
 	req = json_pack("{s:s, s:s, s:s, s:s}", "op", BC_SOCK_OP_CREDENTIAL, "session", session,
 					"context", context != NULL ? context : "", "dir", dir);
 	rc = req == NULL ? refuse("credential", BC_SOCK_FAILED, "out of memory", 0) :
 		exchange("credential", path, req, timeout, &answer);
-	if (rc != 0)
+	if (rc != BCD_RC_OK)
 		goto out;
 	if (!json_is_true(json_object_get(answer, "ok")))
 		rc = report_refusal("credential", answer);
@@ -324,13 +294,13 @@ bcd_cmd_credential(int argc, char **argv)
 	{
 		text = json_dumps(answer, JSON_COMPACT);
 		rc = text != NULL && printf("%s\n", text) > 0 && fflush(stdout) == 0 ?
-			0 : EXIT_SOFTWARE;
+			BCD_RC_OK : BCD_RC_SOFTWARE;
 		free(text);
 	}
 	else
 		rc = printf("%s\n%s\n%s\n", str_or(answer, "keyPath", "?"),
 					str_or(answer, "certPath", "?"), str_or(answer, "notAfter", "?")) > 0 &&
-			fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
+			fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_SOFTWARE;
 out:
 	json_decref(answer);
 	json_decref(req);
@@ -352,7 +322,7 @@ status_usage(FILE *stream)
 }
 
 /* bcd status ... */
-int
+bcd_rc
 bcd_cmd_status(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -371,7 +341,7 @@ bcd_cmd_status(int argc, char **argv)
 	json_t	   *answer = NULL;
 	char	   *text = NULL;
 	int			c;
-	int			rc;
+	bcd_rc		rc;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
@@ -384,41 +354,41 @@ bcd_cmd_status(int argc, char **argv)
 				if (parse_timeout(optarg, &timeout))
 				{
 					fputs("bcd status: --timeout must be seconds in (0, 86400]\n", stderr);
-					return BCD_EXIT_USAGE;
+					return BCD_RC_USAGE;
 				}
 				break;
 			case 'h':
 				status_usage(stdout);
-				return BCD_EXIT_OK;
+				return BCD_RC_OK;
 			default:
 				status_usage(stderr);
-				return BCD_EXIT_USAGE;
+				return BCD_RC_USAGE;
 		}
 	}
 	if (optind != argc)
 	{
 		status_usage(stderr);
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
 	if (bcd_socket_client_path(socket_opt, &path, err, sizeof(err)) != BC_OK)
 	{
 		fprintf(stderr, "bcd status: %s\n", err);
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
 	req = json_pack("{s:s}", "op", prometheus ? BC_SOCK_OP_METRICS : BC_SOCK_OP_STATUS);
 	rc = req == NULL ? refuse("status", BC_SOCK_FAILED, "out of memory", 0) :
 		exchange("status", path, req, timeout, &answer);
-	if (rc != 0)
+	if (rc != BCD_RC_OK)
 		goto out;
 	if (!json_is_true(json_object_get(answer, "ok")))
 		rc = report_refusal("status", answer);
 	else if (prometheus)
 		rc = fputs(str_or(answer, "metrics", ""), stdout) >= 0 && fflush(stdout) == 0 ?
-			0 : EXIT_SOFTWARE;
+			BCD_RC_OK : BCD_RC_SOFTWARE;
 	else
 	{
 		text = json_dumps(answer, JSON_COMPACT);
-		rc = text != NULL && printf("%s\n", text) > 0 && fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
+		rc = text != NULL && printf("%s\n", text) > 0 && fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_SOFTWARE;
 	}
 out:
 	free(text);

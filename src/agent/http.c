@@ -154,13 +154,14 @@ set_options(bcd_http *h, const char *url, const char *body, struct curl_slist *h
 }
 
 /*
- * POST body to base_url + path.  BC_OK with any HTTP status in reply;
- * BCD_STOPPED when a stop signal aborted it; BC_EINVAL (reason in err) when
- * no answer came (connection, TLS, timeout, body over the bound).
+ * POST body to base_url + path.  BCD_RC_OK with any HTTP status in reply;
+ * BCD_RC_STOPPED when a stop signal aborted it; BCD_RC_RETRY (reason in err)
+ * when no answer came (connection, TLS, timeout, body over the bound, or
+ * the request could not even be made).
  */
-int
-bcd_http_post(bcd_http *h, const char *path, const char *body,
-			  bcd_http_reply *reply, char *err, size_t errlen)
+static bcd_rc
+http_post(bcd_http *h, const char *path, const char *body,
+		  bcd_http_reply *reply, char *err, size_t errlen)
 {
 	struct curl_slist *headers = NULL;
 	struct curl_slist *more;
@@ -170,10 +171,11 @@ bcd_http_post(bcd_http *h, const char *path, const char *body,
 	size_t		url_len = strlen(h->base) + strlen(path) + 1;
 	curl_off_t	retry = -1;
 	CURLcode	cc;
-	int			rc = BC_ENOMEM;
+	bcd_rc		rc = BCD_RC_RETRY;
 
 	memset(reply, 0, sizeof(*reply));
 	reply->retry_after = -1;
+	snprintf(err, errlen, "out of memory");
 	url = malloc(url_len);
 	if (url == NULL)
 		goto out;
@@ -182,7 +184,6 @@ bcd_http_post(bcd_http *h, const char *path, const char *body,
 	if (headers == NULL || (more = curl_slist_append(headers, "Expect:")) == NULL)
 		goto out;
 	headers = more;
-	rc = BC_EINVAL;
 	if (set_options(h, url, body, headers, &b, errbuf) != BC_OK)
 	{
 		snprintf(err, errlen, "cannot set up libcurl");
@@ -191,7 +192,7 @@ bcd_http_post(bcd_http *h, const char *path, const char *body,
 	cc = curl_easy_perform(h->curl);
 	if (cc == CURLE_ABORTED_BY_CALLBACK && bcd_stop_requested())
 	{
-		rc = BCD_STOPPED;
+		rc = BCD_RC_STOPPED;
 		goto out;
 	}
 	if (cc != CURLE_OK)
@@ -206,13 +207,13 @@ bcd_http_post(bcd_http *h, const char *path, const char *body,
 		reply->retry_after = retry > 86400 ? 86400 : (long) retry;
 	if (b.data == NULL && (b.data = calloc(1, 1)) == NULL)
 	{
-		rc = BC_ENOMEM;
+		reply->status = 0;
 		goto out;
 	}
 	reply->body = b.data;
 	reply->len = b.len;
 	b.data = NULL;
-	rc = BC_OK;
+	rc = BCD_RC_OK;
 out:
 	free(b.data);
 	curl_slist_free_all(headers);
@@ -254,4 +255,31 @@ bcd_http_describe(const bcd_http_reply *reply, char *buf, size_t len)
 	snprintf(buf, len, "HTTP %ld%s%s%s%s", reply->status, code[0] ? " " : "", code,
 			 message[0] ? ": " : "", message);
 	json_decref(doc);
+}
+
+/*
+ * POST body to path and classify what came back: the one place that tells
+ * an answer to verify from one to retry or to give up on (the join loop,
+ * renewal and session provisioning all ask here).
+ *
+ *   BCD_RC_OK       200 or 403 in reply: verify it (bcd_answer_verify);
+ *   BCD_RC_RETRY    no answer (reply->status is 0; why in err), or 429 or
+ *                   5xx (described in err; reply->retry_after, -1 when
+ *                   absent): transient, try again later;
+ *   BCD_RC_FAILED   any other status (400, 404, 413, ...; described in err):
+ *                   retrying would get the same answer;
+ *   BCD_RC_STOPPED  a stop signal aborted the request.
+ */
+bcd_rc
+bcd_http_exchange(bcd_http *h, const char *path, const char *body,
+				  bcd_http_reply *reply, char *err, size_t errlen)
+{
+	bcd_rc		rc = http_post(h, path, body, reply, err, errlen);
+
+	if (rc != BCD_RC_OK)
+		return rc;
+	if (reply->status == 200 || reply->status == 403)
+		return BCD_RC_OK;
+	bcd_http_describe(reply, err, errlen);
+	return reply->status == 429 || reply->status >= 500 ? BCD_RC_RETRY : BCD_RC_FAILED;
 }

@@ -56,7 +56,7 @@ round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errle
 }
 
 /* Act on a verified deferral: wait (pending) or fail (challenge: no producer). */
-static int
+static bcd_rc
 on_deferral(bcd_agent *a, const bcd_answer *ans)
 {
 	const char *attestor = ans->attestor != NULL ? ans->attestor : a->opts->attestor;
@@ -68,7 +68,7 @@ on_deferral(bcd_agent *a, const bcd_answer *ans)
 		/* Only the join-token producer exists, and it answers no challenge. */
 		bcd_log("join: the service sent a challenge for attestor %s, but no producer "
 				"answers challenges for %s", attestor, attestor);
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	}
 	if (wait > a->opts->max_retry_after)
 		wait = a->opts->max_retry_after;
@@ -77,11 +77,11 @@ on_deferral(bcd_agent *a, const bcd_answer *ans)
 	jittered = bcd_jitter((double) wait, 0.1);
 	bcd_log("join: pending (request %s awaits an operator's decision); asking again in %.1f s",
 			ans->request_id != NULL ? ans->request_id : "?", jittered);
-	return bcd_sleep(jittered) ? BCD_STOPPED : BCD_RETRY;
+	return bcd_sleep(jittered) ? BCD_RC_STOPPED : BCD_RC_RETRY;
 }
 
 /* Store a verified issued answer as the node's credential. */
-static int
+static bcd_rc
 on_issued(bcd_agent *a, join_state *js, const bcd_answer *ans, bcd_credential *cred)
 {
 	char		err[512];
@@ -90,18 +90,18 @@ on_issued(bcd_agent *a, join_state *js, const bcd_answer *ans, bcd_credential *c
 						 err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("join: %s", err);
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	}
 	bcd_store_forget_work(a->opts->state_dir, "join");
 	if (bcd_credential_fill(cred, js->key, ans->leaf) != BC_OK)
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	bcd_log("joined as %s (serial %s, not after %s)", cred->spiffe_id, cred->serial,
 			cred->not_after_text);
-	return BCD_EXIT_OK;
+	return BCD_RC_OK;
 }
 
-/* One round: BCD_EXIT_OK, BCD_EXIT_REFUSED, BCD_EXIT_FAIL, BCD_RETRY or BCD_STOPPED. */
-static int
+/* One round: BCD_RC_OK, BCD_RC_REFUSED, BCD_RC_FAILED, BCD_RC_RETRY or BCD_RC_STOPPED. */
+static bcd_rc
 join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
 {
 	bcd_http_reply reply;
@@ -109,45 +109,36 @@ join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
 	char		err[512];
 	char	   *request = NULL;
 	double		wait;
-	int			rc;
+	bcd_rc		rc;
 
 	memset(&ans, 0, sizeof(ans));
 	memset(&reply, 0, sizeof(reply));
-	rc = round_request(a, js, &request, err, sizeof(err));
-	if (rc != BC_OK)
+	if (round_request(a, js, &request, err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("join: %s", err);
-		rc = BCD_EXIT_FAIL;
+		rc = BCD_RC_FAILED;
 		goto out;
 	}
-	rc = bcd_http_post(a->http, BC_PATH_JOIN, request, &reply, err, sizeof(err));
-	if (rc == BCD_STOPPED)
-		goto out;
-	if (rc != BC_OK || reply.status == 429 || reply.status >= 500)
+	rc = bcd_http_exchange(a->http, BC_PATH_JOIN, request, &reply, err, sizeof(err));
+	if (rc == BCD_RC_RETRY)
 	{
-		if (rc == BC_OK)
-			bcd_http_describe(&reply, err, sizeof(err));
-		wait = bcd_backoff_next(&a->backoff, rc == BC_OK ? reply.retry_after : -1,
-								a->opts->max_retry_after);
+		wait = bcd_backoff_next(&a->backoff, reply.retry_after, a->opts->max_retry_after);
 		bcd_log("join: no answer (%s); trying again in %.1f s", err, wait);
-		rc = bcd_sleep(wait) ? BCD_STOPPED : BCD_RETRY;
+		rc = bcd_sleep(wait) ? BCD_RC_STOPPED : BCD_RC_RETRY;
 		goto out;
 	}
-	if (reply.status != 200 && reply.status != 403)
-	{
-		bcd_http_describe(&reply, err, sizeof(err));
+	if (rc == BCD_RC_FAILED)
 		bcd_log("join: the gateway answered %s; giving up", err);
-		rc = BCD_EXIT_FAIL;
+	if (rc != BCD_RC_OK)
 		goto out;
-	}
 	bcd_backoff_reset(&a->backoff);
 	rc = bcd_answer_verify(&a->keys, reply.body, reply.len, js->csr, js->csr_len,
 						   js->key, &ans, err, sizeof(err));
-	if (rc == BCD_EXIT_OK)
+	if (rc == BCD_RC_OK)
 		rc = on_issued(a, js, &ans, cred);
-	else if (rc == BCD_EXIT_DEFERRED)
+	else if (rc == BCD_RC_DEFERRED)
 		rc = on_deferral(a, &ans);
-	else if (rc == BCD_EXIT_REFUSED)
+	else if (rc == BCD_RC_REFUSED)
 		bcd_log("join: the service refused the join (%s); a refusal is final, "
 				"not trying again", ans.refusal);
 	else
@@ -161,14 +152,14 @@ out:
 
 /*
  * Join until a credential is stored in the state directory (filled into
- * cred): BCD_EXIT_OK, BCD_EXIT_REFUSED, BCD_EXIT_FAIL or BCD_STOPPED.
+ * cred): BCD_RC_OK, BCD_RC_REFUSED, BCD_RC_FAILED or BCD_RC_STOPPED.
  */
-int
+bcd_rc
 bcd_join_loop(bcd_agent *a, bcd_credential *cred)
 {
 	join_state	js;
 	const char *what = "cannot create the join directory";
-	int			rc = BCD_EXIT_FAIL;
+	bcd_rc		rc = BCD_RC_FAILED;
 
 	memset(&js, 0, sizeof(js));
 	memset(cred, 0, sizeof(*cred));
@@ -185,7 +176,7 @@ bcd_join_loop(bcd_agent *a, bcd_credential *cred)
 	bcd_backoff_reset(&a->backoff);
 	do
 		rc = join_round(a, &js, cred);
-	while (rc == BCD_RETRY);
+	while (rc == BCD_RC_RETRY);
 out:
 	if (what != NULL)
 		bcd_log("join: %s", what);

@@ -60,9 +60,9 @@ join_request_usage(FILE *stream)
 		  stream);
 }
 
-/* Parse argv into opts; BCD_EXIT_OK, -1 after --help, or a usage exit code. */
-static int
-parse_join_request_args(int argc, char **argv, join_request_opts *opts)
+/* Parse argv into opts; BCD_RC_OK (*help set after --help), or BCD_RC_USAGE. */
+static bcd_rc
+parse_join_request_args(int argc, char **argv, join_request_opts *opts, int *help)
 {
 	static const struct option longopts[] = {
 		{"service-keys", required_argument, NULL, 's'},
@@ -79,6 +79,7 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts)
 	};
 	int			c;
 
+	*help = 0;
 	memset(opts, 0, sizeof(*opts));
 	opts->role = BC_ROLE_NODE;
 	opts->attestor = BC_ATTESTOR_JOIN_TOKEN;
@@ -98,25 +99,26 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts)
 			case 'A': opts->attestation_file = optarg; break;
 			case 'h':
 				join_request_usage(stdout);
-				return -1;		/* help printed: exit 0 */
+				*help = 1;
+				return BCD_RC_OK;
 			default:
 				join_request_usage(stderr);
-				return BCD_EXIT_USAGE;
+				return BCD_RC_USAGE;
 		}
 	}
 	if (optind != argc || opts->service_keys == NULL || opts->out_dir == NULL ||
 		(opts->token != NULL && opts->token_file != NULL))
 	{
 		join_request_usage(stderr);
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
 	if (strcmp(opts->role, BC_ROLE_NODE) != 0 && strcmp(opts->role, BC_ROLE_SITE) != 0 &&
 		strcmp(opts->role, BC_ROLE_RAMDISK) != 0)
 	{
 		fprintf(stderr, "bcd join-request: --role must be node, site or ramdisk\n");
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
-	return BCD_EXIT_OK;
+	return BCD_RC_OK;
 }
 
 /*
@@ -419,7 +421,7 @@ done:
 }
 
 /* bcd join-request ... */
-int
+bcd_rc
 bcd_cmd_join_request(int argc, char **argv)
 {
 	join_request_opts opts;
@@ -427,18 +429,17 @@ bcd_cmd_join_request(int argc, char **argv)
 	char		err[512];
 	char	   *token = NULL;
 	size_t		token_len = 0;
-	int			exit_code;
+	int			help;
+	bcd_rc		outcome;
 	int			rc;
 
-	exit_code = parse_join_request_args(argc, argv, &opts);
-	if (exit_code < 0)
-		return BCD_EXIT_OK;
-	if (exit_code != BCD_EXIT_OK)
-		return exit_code;
+	outcome = parse_join_request_args(argc, argv, &opts, &help);
+	if (outcome != BCD_RC_OK || help)
+		return outcome;
 	if (bcd_service_keys_load(opts.service_keys, &keys, err, sizeof(err)) != BC_OK)
 	{
 		fprintf(stderr, "bcd join-request: %s\n", err);
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	}
 	rc = bcd_load_token(opts.token, opts.token_file, &token, &token_len);
 	if (rc != BC_OK)
@@ -449,5 +450,5 @@ bcd_cmd_join_request(int argc, char **argv)
 	if (token != NULL)
 		bc_free_secret(token, token_len + 1);
 	bcd_service_keys_free(&keys);
-	return rc == BC_OK ? BCD_EXIT_OK : BCD_EXIT_FAIL;
+	return rc == BC_OK ? BCD_RC_OK : BCD_RC_FAILED;
 }

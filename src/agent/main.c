@@ -10,7 +10,7 @@
 typedef struct bcd_subcommand
 {
 	const char *name;
-	int			(*run) (int argc, char **argv);
+	bcd_rc		(*run) (int argc, char **argv);
 	const char *summary;
 } bcd_subcommand;
 
@@ -44,22 +44,22 @@ usage(FILE *stream)
 		  "docs/agent.md describes the daemon (bcd run).\n", stream);
 }
 
-/* Dispatch argv[1] to its subcommand, which sees argv[1..] as its argv. */
-int
-main(int argc, char **argv)
+/* Run argv[1]'s subcommand (it sees argv[1..] as its argv); its outcome. */
+static bcd_rc
+dispatch(int argc, char **argv)
 {
 	int			i;
 
 	if (argc < 2)
 	{
 		usage(stderr);
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 		strcmp(argv[1], "help") == 0)
 	{
 		usage(stdout);
-		return BCD_EXIT_OK;
+		return BCD_RC_OK;
 	}
 	for (i = 0; subcommands[i].name != NULL; i++)
 	{
@@ -68,5 +68,12 @@ main(int argc, char **argv)
 	}
 	fprintf(stderr, "bcd: unknown subcommand \"%s\"\n", argv[1]);
 	usage(stderr);
-	return BCD_EXIT_USAGE;
+	return BCD_RC_USAGE;
+}
+
+/* bcd: the subcommand's outcome becomes the exit status here, and only here. */
+int
+main(int argc, char **argv)
+{
+	return bcd_exit_status(dispatch(argc, argv));
 }

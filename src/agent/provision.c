@@ -109,38 +109,25 @@ take_issued(bcd_job *job, EVP_PKEY *key, bcd_answer *ans)
 	job->message[0] = '\0';
 }
 
-/* Act on the gateway's reply to the session request of key and csr. */
+/* Act on the gateway's answer (200 or 403) to the session request of key and csr. */
 static void
-on_reply(const bcd_service_keys *keys, const bcd_node_snapshot *node, bcd_job *job,
-		 const bcd_http_reply *reply, EVP_PKEY *key, const unsigned char *csr,
-		 size_t csr_len)
+on_answer(const bcd_service_keys *keys, const bcd_node_snapshot *node, bcd_job *job,
+		  const bcd_http_reply *reply, EVP_PKEY *key, const unsigned char *csr,
+		  size_t csr_len)
 {
 	bcd_answer	ans;
 	char		err[512];
-	int			rc;
+	bcd_rc		rc;
 
-	if (reply->status == 429 || reply->status >= 500)
-	{
-		bcd_http_describe(reply, err, sizeof(err));
-		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
-				 "the service is unavailable (%s); try again later", err);
-		return;
-	}
-	if (reply->status != 200 && reply->status != 403)
-	{
-		bcd_http_describe(reply, err, sizeof(err));
-		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the gateway answered %s", err);
-		return;
-	}
 	rc = bcd_answer_verify(keys, reply->body, reply->len, csr, csr_len, key, &ans,
 						   err, sizeof(err));
-	if (rc == BCD_EXIT_REFUSED)
+	if (rc == BCD_RC_REFUSED)
 		job_fail(job, BCD_CODE_REFUSED, BCD_OUTCOME_REFUSED,
 				 "the service refused a session credential to this node (%s)", ans.refusal);
-	else if (rc == BCD_EXIT_DEFERRED)
+	else if (rc == BCD_RC_DEFERRED)
 		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED,
 				 "the service answered %s to a session request", ans.status);
-	else if (rc != BCD_EXIT_OK)
+	else if (rc != BCD_RC_OK)
 		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
 	else if (check_session(node, job, &ans, err, sizeof(err)) != BC_OK)
 		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
@@ -165,7 +152,7 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 	char	   *body = NULL;
 	bcd_http_reply reply;
 	char		err[512];
-	int			rc;
+	bcd_rc		rc;
 
 	memset(&reply, 0, sizeof(reply));
 	bcd_job_clear_result(job);
@@ -180,14 +167,19 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot make the key, CSR or proof");
 		goto out;
 	}
-	rc = bcd_http_post(http, BC_PATH_SESSION, body, &reply, err, sizeof(err));
-	if (rc == BCD_STOPPED)
+	rc = bcd_http_exchange(http, BC_PATH_SESSION, body, &reply, err, sizeof(err));
+	if (rc == BCD_RC_STOPPED)
 		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE, "bcd is stopping");
-	else if (rc != BC_OK)
+	else if (rc == BCD_RC_RETRY && reply.status == 0)
 		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
 				 "the gateway does not answer (%s); try again later", err);
+	else if (rc == BCD_RC_RETRY)
+		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
+				 "the service is unavailable (%s); try again later", err);
+	else if (rc != BCD_RC_OK)
+		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the gateway answered %s", err);
 	else
-		on_reply(keys, node, job, &reply, key, csr, csr_len);
+		on_answer(keys, node, job, &reply, key, csr, csr_len);
 out:
 	if (job->code == BCD_CODE_OK)
 		bcd_log("session %s%s%s: issued %s (serial %s, not after %s)", job->session,

@@ -65,7 +65,7 @@ out:
 }
 
 /* Check that a verified answer renews cur (issued, same SPIFFE ID), then store it. */
-static int
+static bcd_rc
 accept_renewal(bcd_agent *a, const bcd_credential *cur, EVP_PKEY *key,
 			   const bcd_answer *ans, bcd_credential *next)
 {
@@ -75,30 +75,30 @@ accept_renewal(bcd_agent *a, const bcd_credential *cur, EVP_PKEY *key,
 	{
 		bcd_log("renew: the new certificate names %s, not this node (%s); nothing was stored",
 				ans->spiffe_id, cur->spiffe_id);
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	}
 	if (bcd_store_commit(a->opts->state_dir, key, ans->chain_pem, ans->chain_pem_len,
 						 err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("renew: %s", err);
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	}
 	if (bcd_credential_fill(next, key, ans->leaf) != BC_OK)
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	bcd_log("renewed %s: serial %s replaces %s, not after %s", next->spiffe_id,
 			next->serial, cur->serial, next->not_after_text);
-	return BCD_EXIT_OK;
+	return BCD_RC_OK;
 }
 
 /*
- * Renew cur once.  BCD_EXIT_OK (next filled, stored), BCD_EXIT_REFUSED,
- * BCD_EXIT_FAIL (a bad answer or a permanent error: nothing stored),
- * BCD_RETRY (no answer, 429 or 5xx; *retry_after from the gateway or -1) or
- * BCD_STOPPED.  The new key and CSR are kept in DIR/renew until the
+ * Renew cur once.  BCD_RC_OK (next filled, stored), BCD_RC_REFUSED,
+ * BCD_RC_FAILED (a bad answer or a permanent error: nothing stored),
+ * BCD_RC_RETRY (no answer, 429 or 5xx; *retry_after from the gateway or -1)
+ * or BCD_RC_STOPPED.  The new key and CSR are kept in DIR/renew until the
  * renewal is answered, so a retry after a lost answer asks for the same key
  * (and the service answers with the certificate it already issued to it).
  */
-int
+bcd_rc
 bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 		  long *retry_after)
 {
@@ -111,7 +111,7 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 	char		err[512];
 	char	   *workdir = NULL;
 	const char *what = "";
-	int			rc = BCD_EXIT_FAIL;
+	bcd_rc		rc = BCD_RC_FAILED;
 
 	memset(&reply, 0, sizeof(reply));
 	memset(&ans, 0, sizeof(ans));
@@ -125,42 +125,33 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 		bcd_log("renew: cannot make the new key, CSR or proof (%s)", what);
 		goto out;
 	}
-	rc = bcd_http_post(a->http, BC_PATH_RENEW, body, &reply, err, sizeof(err));
-	if (rc == BCD_STOPPED)
-		goto out;
-	if (rc != BC_OK || reply.status == 429 || reply.status >= 500)
+	rc = bcd_http_exchange(a->http, BC_PATH_RENEW, body, &reply, err, sizeof(err));
+	if (rc == BCD_RC_RETRY)
 	{
-		if (rc == BC_OK)
-			bcd_http_describe(&reply, err, sizeof(err));
-		*retry_after = rc == BC_OK ? reply.retry_after : -1;
+		*retry_after = reply.retry_after;
 		bcd_log("renew: no answer (%s)", err);
-		rc = BCD_RETRY;
-		goto out;
 	}
-	if (reply.status != 200 && reply.status != 403)
-	{
-		bcd_http_describe(&reply, err, sizeof(err));
+	else if (rc == BCD_RC_FAILED)
 		bcd_log("renew: the gateway answered %s", err);
-		rc = BCD_EXIT_FAIL;
+	if (rc != BCD_RC_OK)
 		goto out;
-	}
 	rc = bcd_answer_verify(&a->keys, reply.body, reply.len, csr, csr_len, key,
 						   &ans, err, sizeof(err));
-	if (rc == BCD_EXIT_OK)
+	if (rc == BCD_RC_OK)
 		rc = accept_renewal(a, cur, key, &ans, next);
-	else if (rc == BCD_EXIT_REFUSED)
+	else if (rc == BCD_RC_REFUSED)
 		bcd_log("renew: the service refused the renewal of serial %s (%s); nothing was stored",
 				cur->serial, ans.refusal);
-	else if (rc == BCD_EXIT_DEFERRED)
+	else if (rc == BCD_RC_DEFERRED)
 	{
 		bcd_log("renew: the service answered %s to a renewal; nothing was stored", ans.status);
-		rc = BCD_EXIT_FAIL;
+		rc = BCD_RC_FAILED;
 	}
 	else
 		bcd_log("renew: the answer does not verify, nothing was stored: %s", err);
 out:
 	/* Answered, stored or refused: the next renewal starts from a new key. */
-	if (workdir != NULL && (rc == BCD_EXIT_OK || rc == BCD_EXIT_REFUSED))
+	if (workdir != NULL && (rc == BCD_RC_OK || rc == BCD_RC_REFUSED))
 		bcd_store_forget_work(a->opts->state_dir, "renew");
 	free(workdir);
 	bcd_answer_free(&ans);

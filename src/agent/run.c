@@ -99,9 +99,9 @@ parse_number(const char *s, double lo, double hi, double *out)
 	return end == s || *end != '\0' || !isfinite(*out) || *out < lo || *out > hi;
 }
 
-/* Parse argv into o; BCD_EXIT_OK, -1 after --help, or a usage exit code. */
-static int
-parse_run_args(int argc, char **argv, bcd_run_opts *o)
+/* Parse argv into o; BCD_RC_OK (*help set after --help), or BCD_RC_USAGE. */
+static bcd_rc
+parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 {
 	static const struct option longopts[] = {
 		{"gateway", required_argument, NULL, 'g'},
@@ -130,6 +130,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o)
 	double		v;
 	int			server_opt = 0;
 	int			c;
+
+	*help = 0;
 
 	o->role = BC_ROLE_NODE;
 	o->attestor = BC_ATTESTOR_JOIN_TOKEN;
@@ -180,10 +182,11 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o)
 				break;
 			case 'h':
 				run_usage(stdout, o->renew_cmd);
-				return -1;
+				*help = 1;
+				return BCD_RC_OK;
 			default:
 				run_usage(stderr, o->renew_cmd);
-				return BCD_EXIT_USAGE;
+				return BCD_RC_USAGE;
 		}
 	}
 	if (optind != argc || o->gateway == NULL || o->gateway_ca == NULL ||
@@ -213,9 +216,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o)
 	if (bad != NULL)
 	{
 		fprintf(stderr, "bcd %s: %s\n", o->renew_cmd ? "renew" : "run", bad);
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
-	return BCD_EXIT_OK;
+	return BCD_RC_OK;
 }
 
 /*
@@ -237,41 +240,41 @@ renewal_delay(const bcd_run_opts *o, const bcd_credential *cred)
 
 /*
  * Renew cred until it is renewed (cred replaced), backing off on failures.
- * BCD_EXIT_OK, BCD_STOPPED, BCD_RETRY (expired and a token is configured:
- * join again), or with --once the failure's exit code.
+ * BCD_RC_OK, BCD_RC_STOPPED, BCD_RC_RETRY (expired and a token is configured:
+ * join again), or with --once the failure's outcome.
  */
-static int
+static bcd_rc
 renew_until_done(bcd_agent *a, bcd_credential *cred)
 {
 	const bcd_run_opts *o = a->opts;
 	bcd_credential next;
 	long		retry_after;
 	double		wait;
-	int			rc;
+	bcd_rc		rc;
 
 	bcd_backoff_reset(&a->backoff);
 	for (;;)
 	{
 		rc = bcd_renew(a, cred, &next, &retry_after);
-		if (rc == BCD_EXIT_OK)
+		if (rc == BCD_RC_OK)
 		{
 			bcd_credential_free(cred);
 			*cred = next;
-			return BCD_EXIT_OK;
+			return BCD_RC_OK;
 		}
-		if (rc == BCD_STOPPED || (o->once && rc != BCD_RETRY))
+		if (rc == BCD_RC_STOPPED || (o->once && rc != BCD_RC_RETRY))
 			return rc;
 		wait = bcd_backoff_next(&a->backoff, retry_after, o->max_retry_after);
 		bcd_log("renew: trying again in %.1f s", wait);
 		if (bcd_sleep(wait))
-			return BCD_STOPPED;
+			return BCD_RC_STOPPED;
 		if ((int64_t) time(NULL) >= cred->not_after && !o->once)
 		{
 			if (o->token != NULL || o->token_file != NULL)
 			{
 				bcd_log("the certificate %s expired at %s; joining again", cred->serial,
 						cred->not_after_text);
-				return BCD_RETRY;
+				return BCD_RC_RETRY;
 			}
 			bcd_log("the certificate %s expired at %s and no token is configured to join "
 					"again; still trying to renew", cred->serial, cred->not_after_text);
@@ -279,8 +282,8 @@ renew_until_done(bcd_agent *a, bcd_credential *cred)
 	}
 }
 
-/* Load the stored credential or join; BCD_EXIT_OK with cred filled. */
-static int
+/* Load the stored credential or join; BCD_RC_OK with cred filled. */
+static bcd_rc
 credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 {
 	const bcd_run_opts *o = a->opts;
@@ -291,12 +294,12 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 	if (have && (int64_t) time(NULL) < cred->not_after)
 	{
 		bcd_store_forget_work(o->state_dir, "join");
-		return BCD_EXIT_OK;
+		return BCD_RC_OK;
 	}
 	if (have && (o->renew_cmd || (o->token == NULL && o->token_file == NULL)))
 	{
 		bcd_log("the certificate %s expired at %s", cred->serial, cred->not_after_text);
-		return BCD_EXIT_OK;		/* renewing is all that is left to try */
+		return BCD_RC_OK;		/* renewing is all that is left to try */
 	}
 	if (have)
 		bcd_credential_free(cred);
@@ -305,13 +308,13 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 	if (o->renew_cmd)
 	{
 		bcd_log("renew: there is no credential to renew in %s", o->state_dir);
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	}
 	return bcd_join_loop(a, cred);
 }
 
 /* The daemon's life once the state directory is locked. */
-static int
+static bcd_rc
 run_agent(bcd_agent *a)
 {
 	const bcd_run_opts *o = a->opts;
@@ -319,14 +322,14 @@ run_agent(bcd_agent *a)
 	int			renew_now = o->renew_now;
 	int			force_join = 0;
 	double		delay;
-	int			rc;
+	bcd_rc		rc;
 
 	for (;;)
 	{
 		if (force_join)
 			bcd_server_publish(a->server, NULL);
 		rc = credential_or_join(a, &cred, force_join);
-		if (rc != BCD_EXIT_OK)
+		if (rc != BCD_RC_OK)
 			return rc;
 		bcd_server_publish(a->server, &cred);
 		force_join = 0;
@@ -334,7 +337,7 @@ run_agent(bcd_agent *a)
 		{
 			printf("%s\n%s\n", cred.spiffe_id, cred.not_after_text);
 			bcd_credential_free(&cred);
-			return fflush(stdout) == 0 ? BCD_EXIT_OK : BCD_EXIT_FAIL;
+			return fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_FAILED;
 		}
 		do
 		{
@@ -343,18 +346,18 @@ run_agent(bcd_agent *a)
 			if (delay > 0)
 				bcd_log("%s (serial %s, not after %s): renewal in %.0f s", cred.spiffe_id,
 						cred.serial, cred.not_after_text, delay);
-			rc = bcd_sleep(delay) ? BCD_STOPPED : renew_until_done(a, &cred);
-			if (rc == BCD_EXIT_OK)
+			rc = bcd_sleep(delay) ? BCD_RC_STOPPED : renew_until_done(a, &cred);
+			if (rc == BCD_RC_OK)
 				bcd_server_publish(a->server, &cred);
-			if (rc == BCD_EXIT_OK && o->once)
+			if (rc == BCD_RC_OK && o->once)
 			{
 				printf("%s\n%s\n", cred.serial, cred.not_after_text);
-				rc = fflush(stdout) == 0 ? BCD_EXIT_OK : BCD_EXIT_FAIL;
+				rc = fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_FAILED;
 				break;
 			}
-		} while (rc == BCD_EXIT_OK);
+		} while (rc == BCD_RC_OK);
 		bcd_credential_free(&cred);
-		if (rc != BCD_RETRY)
+		if (rc != BCD_RC_RETRY)
 			return rc;
 		force_join = 1;
 	}
@@ -388,27 +391,26 @@ start_server(bcd_agent *a)
 }
 
 /* bcd run / bcd renew: parse, load the pinned keys, lock DIR, run. */
-static int
+static bcd_rc
 run_main(int argc, char **argv, int renew_cmd)
 {
 	bcd_run_opts opts;
 	bcd_agent	agent;
 	char		err[1024];
 	int			lock_fd = -1;
-	int			rc;
+	int			help;
+	bcd_rc		rc;
 
 	memset(&opts, 0, sizeof(opts));
 	memset(&agent, 0, sizeof(agent));
 	opts.renew_cmd = renew_cmd;
 	opts.renew_now = renew_cmd;
-	rc = parse_run_args(argc, argv, &opts);
-	if (rc < 0)
-		return BCD_EXIT_OK;
-	if (rc != BCD_EXIT_OK)
+	rc = parse_run_args(argc, argv, &opts, &help);
+	if (rc != BCD_RC_OK || help)
 		return rc;
 	agent.opts = &opts;
 	bcd_signals_block();
-	rc = BCD_EXIT_FAIL;
+	rc = BCD_RC_FAILED;
 	if (bcd_service_keys_load(opts.service_keys, &agent.keys, err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("%s", err);
@@ -433,13 +435,8 @@ run_main(int argc, char **argv, int renew_cmd)
 	if (!opts.once && start_server(&agent) != BC_OK)
 		goto out;
 	rc = run_agent(&agent);
-	if (rc == BCD_STOPPED)
-	{
+	if (rc == BCD_RC_STOPPED)
 		bcd_log("stopped by a signal");
-		rc = BCD_EXIT_OK;
-	}
-	else if (rc == BCD_RETRY)
-		rc = BCD_EXIT_FAIL;
 out:
 	bcd_server_stop(agent.server);
 	bcd_http_free(agent.http);
@@ -450,14 +447,14 @@ out:
 }
 
 /* bcd run ... */
-int
+bcd_rc
 bcd_cmd_run(int argc, char **argv)
 {
 	return run_main(argc, argv, 0);
 }
 
 /* bcd renew --once ... */
-int
+bcd_rc
 bcd_cmd_renew(int argc, char **argv)
 {
 	return run_main(argc, argv, 1);

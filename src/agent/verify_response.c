@@ -36,9 +36,9 @@ verify_usage(FILE *stream)
 		  stream);
 }
 
-/* Parse argv into opts; BCD_EXIT_OK, -1 after --help, or a usage exit code. */
-static int
-parse_verify_args(int argc, char **argv, verify_opts *opts)
+/* Parse argv into opts; BCD_RC_OK (*help set after --help), or BCD_RC_USAGE. */
+static bcd_rc
+parse_verify_args(int argc, char **argv, verify_opts *opts, int *help)
 {
 	static const struct option longopts[] = {
 		{"service-keys", required_argument, NULL, 's'},
@@ -49,6 +49,7 @@ parse_verify_args(int argc, char **argv, verify_opts *opts)
 	};
 	int			c;
 
+	*help = 0;
 	memset(opts, 0, sizeof(*opts));
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
@@ -60,19 +61,20 @@ parse_verify_args(int argc, char **argv, verify_opts *opts)
 			case 'r': opts->response = optarg; break;
 			case 'h':
 				verify_usage(stdout);
-				return -1;
+				*help = 1;
+				return BCD_RC_OK;
 			default:
 				verify_usage(stderr);
-				return BCD_EXIT_USAGE;
+				return BCD_RC_USAGE;
 		}
 	}
 	if (optind != argc || opts->service_keys == NULL || opts->dir == NULL ||
 		opts->response == NULL)
 	{
 		verify_usage(stderr);
-		return BCD_EXIT_USAGE;
+		return BCD_RC_USAGE;
 	}
-	return BCD_EXIT_OK;
+	return BCD_RC_OK;
 }
 
 /* The string member name of obj, or NULL. */
@@ -138,7 +140,7 @@ out:
 }
 
 /* bcd verify-response ... */
-int
+bcd_rc
 bcd_cmd_verify_response(int argc, char **argv)
 {
 	verify_opts opts;
@@ -152,21 +154,20 @@ bcd_cmd_verify_response(int argc, char **argv)
 	EVP_PKEY   *key = NULL;
 	long		holder;
 	int			lock_fd = -1;
-	int			exit_code;
+	int			help;
+	bcd_rc		outcome;
 	int			rc;
 
 	memset(&ans, 0, sizeof(ans));
-	exit_code = parse_verify_args(argc, argv, &opts);
-	if (exit_code < 0)
-		return BCD_EXIT_OK;
-	if (exit_code != BCD_EXIT_OK)
-		return exit_code;
+	outcome = parse_verify_args(argc, argv, &opts, &help);
+	if (outcome != BCD_RC_OK || help)
+		return outcome;
 	if (bcd_service_keys_load(opts.service_keys, &keys, err, sizeof(err)) != BC_OK)
 	{
 		fprintf(stderr, "bcd verify-response: %s\n", err);
-		return BCD_EXIT_FAIL;
+		return BCD_RC_FAILED;
 	}
-	exit_code = BCD_EXIT_FAIL;
+	outcome = BCD_RC_FAILED;
 	/* DIR may be the state directory of a running bcd: its lock, until node-chain.pem is written */
 	rc = bcd_state_lock(opts.dir, &lock_fd, &holder);
 	if (rc != BC_OK)
@@ -183,19 +184,19 @@ bcd_cmd_verify_response(int argc, char **argv)
 	}
 	if (load_csr_and_key(opts.dir, &csr, &csr_len, &key) != BC_OK)
 		goto out;
-	exit_code = bcd_answer_verify(&keys, text, len, (unsigned char *) csr, csr_len,
+	outcome = bcd_answer_verify(&keys, text, len, (unsigned char *) csr, csr_len,
 								  key, &ans, err, sizeof(err));
-	if (exit_code == BCD_EXIT_REFUSED)
+	if (outcome == BCD_RC_REFUSED)
 		fprintf(stderr, "%s\n", err);
-	else if (exit_code == BCD_EXIT_DEFERRED)
+	else if (outcome == BCD_RC_DEFERRED)
 		print_deferral(&ans);
-	else if (exit_code != BCD_EXIT_OK)
+	else if (outcome != BCD_RC_OK)
 		fprintf(stderr, "bcd verify-response: %s\n", err);
 	else if (bcd_write_file_atomic(opts.dir, "node-chain.pem", ans.chain_pem,
 								   ans.chain_pem_len, 0644) != BC_OK)
 	{
 		fprintf(stderr, "bcd verify-response: cannot write node-chain.pem\n");
-		exit_code = BCD_EXIT_FAIL;
+		outcome = BCD_RC_FAILED;
 	}
 	else
 		printf("%s\n%s\n", ans.spiffe_id, ans.not_after);
@@ -207,5 +208,5 @@ out:
 	free(csr);
 	free(text);
 	bcd_service_keys_free(&keys);
-	return exit_code;
+	return outcome;
 }
