@@ -1,6 +1,7 @@
 # mk/agent.mk: what the agent daemon (bcd run) adds to the host build, and
 # its end-to-end tests.  Included by the top-level Makefile after
-# mk/host.mk, whose rules build bcd from every src/agent/*.c.
+# mk/host.mk, whose rules build bcd from every .c in src/agent/cmd, core and
+# producers.
 #
 #   make agent-test   build/asan/bcd (ASan + UBSan), the gateway, then the
 #                     TAP scripts test/agent/*.t through prove

@@ -5,7 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GW_MAX_BODY			65536
+#include "bc_protocol.h"
+
+/* A request body: the protocol's bound of a request (64 KiB). */
+#define GW_MAX_BODY			BC_REQUEST_MAX
 #define GW_MAX_HEADERS		16384
 #define GW_MAX_PROXIES		64
 

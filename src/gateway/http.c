@@ -17,6 +17,8 @@
 #include "metrics.h"
 #include "ratelimit.h"
 
+#include "bc_protocol.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,11 +37,11 @@ struct route
 
 /* Column 0: the function's result, relayed as is; column 1: its status, for the mapping. */
 static const struct route routes[] = {
-	{"/v1/join", GW_EP_JOIN,
+	{BC_PATH_JOIN, GW_EP_JOIN,
 	"SELECT t.r, t.r->>'status' FROM public.bc_join($1::jsonb) AS t(r)"},
-	{"/v1/renew", GW_EP_RENEW,
+	{BC_PATH_RENEW, GW_EP_RENEW,
 	"SELECT t.r, t.r->>'status' FROM bc_join.renew($1::jsonb) AS t(r)"},
-	{"/v1/session", GW_EP_SESSION,
+	{BC_PATH_SESSION, GW_EP_SESSION,
 	"SELECT t.r, t.r->>'status' FROM bc_join.issue_session($1::jsonb) AS t(r)"},
 };
 
@@ -155,7 +157,7 @@ static void
 reply_unavailable(struct req_ctx *ctx, enum gw_outcome out, const char *reason)
 {
 	ctx->reason = reason;
-	reply_error(ctx, 503, out, "UNAVAILABLE", "service temporarily unavailable",
+	reply_error(ctx, 503, out, BC_ERROR_UNAVAILABLE, "service temporarily unavailable",
 				ctx->gw->cfg.retry_after_s);
 }
 
@@ -163,7 +165,7 @@ reply_unavailable(struct req_ctx *ctx, enum gw_outcome out, const char *reason)
 static void
 reply_internal(struct req_ctx *ctx)
 {
-	reply_error(ctx, 500, GW_OUT_ERROR, "INTERNAL", "internal error", 0);
+	reply_error(ctx, 500, GW_OUT_ERROR, BC_ERROR_INTERNAL, "internal error", 0);
 }
 
 /*
@@ -254,11 +256,11 @@ reply_db_error(struct req_ctx *ctx, const struct gw_db_result *r)
 			/* seen by the operator: a server-side fault could raise these too */
 			if (strncmp(r->sqlstate, "54", 2) == 0)
 				ctx->reason = "program limit exceeded (request too complex, or a server fault)";
-			reply_error(ctx, 400, GW_OUT_INVALID, "INVALID_INPUT",
+			reply_error(ctx, 400, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT,
 						invalid_input_message(r->sqlstate, r->message), 0);
 			return;
 		case 404:
-			reply_error(ctx, 404, GW_OUT_UNSUPPORTED, "UNSUPPORTED",
+			reply_error(ctx, 404, GW_OUT_UNSUPPORTED, BC_ERROR_UNSUPPORTED,
 						"not supported by this service", 0);
 			return;
 		case 503:
@@ -281,16 +283,16 @@ relay_done(const struct gw_db_result *r, void *arg)
 		case GW_DB_OK:
 			if (r->value == NULL || r->tag == NULL)
 				break;
-			if (strcmp(r->tag, "issued") == 0 || strcmp(r->tag, "pending") == 0 ||
-				strcmp(r->tag, "challenge") == 0)
+			if (strcmp(r->tag, BC_STATUS_ISSUED) == 0 || strcmp(r->tag, BC_STATUS_PENDING) == 0 ||
+				strcmp(r->tag, BC_STATUS_CHALLENGE) == 0)
 			{
-				enum gw_outcome out = r->tag[0] == 'i' ? GW_OUT_ISSUED :
-				r->tag[0] == 'p' ? GW_OUT_PENDING : GW_OUT_CHALLENGE;
+				enum gw_outcome out = strcmp(r->tag, BC_STATUS_ISSUED) == 0 ? GW_OUT_ISSUED :
+				strcmp(r->tag, BC_STATUS_PENDING) == 0 ? GW_OUT_PENDING : GW_OUT_CHALLENGE;
 
 				reply(ctx, 200, out, "application/json", r->value, r->value_len, 0);
 				return;
 			}
-			if (strcmp(r->tag, "refused") == 0)
+			if (strcmp(r->tag, BC_STATUS_REFUSED) == 0)
 			{
 				reply(ctx, 403, GW_OUT_REFUSED, "application/json", r->value, r->value_len, 0);
 				return;
@@ -388,7 +390,7 @@ rate_allowed(struct req_ctx *ctx, const struct gw_addr *addr)
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	if (gw_ratelimit_take(gw->rl, addr, (double) now.tv_sec + (double) now.tv_nsec / 1e9, &retry))
 		return 1;
-	reply_error(ctx, 429, GW_OUT_RATE_LIMITED, "RATE_LIMITED", "too many requests",
+	reply_error(ctx, 429, GW_OUT_RATE_LIMITED, BC_ERROR_RATE_LIMITED, "too many requests",
 				retry < 1 ? 1 : (int) ceil(retry));
 	return 0;
 }
@@ -404,12 +406,12 @@ handle_relay(struct req_ctx *ctx, const struct route *rt)
 	ctx->body_len = n;
 	if (n == 0)
 	{
-		reply_error(ctx, 400, GW_OUT_INVALID, "INVALID_INPUT", "request body is empty", 0);
+		reply_error(ctx, 400, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "request body is empty", 0);
 		return;
 	}
 	if (n > GW_MAX_BODY)
 	{
-		reply_error(ctx, 413, GW_OUT_TOO_LARGE, "INVALID_INPUT",
+		reply_error(ctx, 413, GW_OUT_TOO_LARGE, BC_ERROR_INVALID_INPUT,
 					"request body over 65536 bytes", 0);
 		return;
 	}
@@ -423,7 +425,7 @@ handle_relay(struct req_ctx *ctx, const struct route *rt)
 	/* a text parameter ends at the first NUL: refuse rather than truncate */
 	if (memchr(ctx->body, '\0', n) != NULL)
 	{
-		reply_error(ctx, 400, GW_OUT_INVALID, "INVALID_INPUT",
+		reply_error(ctx, 400, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT,
 					"request body contains a NUL byte", 0);
 		return;
 	}
@@ -470,7 +472,7 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		if (method != EVHTTP_REQ_GET)
 		{
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
-			reply_error(ctx, 405, GW_OUT_INVALID, "INVALID_INPUT", "method not allowed", 0);
+			reply_error(ctx, 405, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "method not allowed", 0);
 		}
 		else if (path[1] == 'h')
 			handle_health(ctx);
@@ -488,7 +490,7 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		if (method != EVHTTP_REQ_POST)
 		{
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
-			reply_error(ctx, 405, GW_OUT_INVALID, "INVALID_INPUT", "method not allowed", 0);
+			reply_error(ctx, 405, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "method not allowed", 0);
 			return;
 		}
 		if (!rate_allowed(ctx, &addr))
@@ -496,5 +498,5 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		handle_relay(ctx, &routes[i]);
 		return;
 	}
-	reply_error(ctx, 404, GW_OUT_UNSUPPORTED, "UNSUPPORTED", "no such endpoint", 0);
+	reply_error(ctx, 404, GW_OUT_UNSUPPORTED, BC_ERROR_UNSUPPORTED, "no such endpoint", 0);
 }

@@ -1,6 +1,8 @@
 /* metrics.c: request counters and latency histograms, Prometheus text format. */
 #include "metrics.h"
 
+#include "bc_protocol.h"
+
 #include <event2/buffer.h>
 
 static const char *const endpoint_names[GW_EP_COUNT] = {
@@ -8,7 +10,8 @@ static const char *const endpoint_names[GW_EP_COUNT] = {
 };
 
 static const char *const outcome_names[GW_OUT_COUNT] = {
-	"issued", "pending", "challenge", "refused", "invalid", "unsupported",
+	BC_STATUS_ISSUED, BC_STATUS_PENDING, BC_STATUS_CHALLENGE, BC_STATUS_REFUSED, "invalid",
+	"unsupported",
 	"unavailable", "error", "too_large", "rate_limited", "timeout"
 };
 

@@ -1,0 +1,245 @@
+/*
+ * run.c: `bcd run`, the agent daemon: its command line; the daemon itself
+ * is core/daemon.c.  `bcd renew` (renew.c) shares this command line.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bc_protocol.h"
+#include "cmd/cmd.h"
+#include "core/daemon.h"
+#include "core/join_request.h"
+
+/* Bounds of --max-retry-after, in seconds. */
+#define MAX_RETRY_AFTER_MAX 86400L
+/* Defaults and upper bounds of --max-provisioning and --max-queue. */
+#define MAX_PROVISIONING_DEFAULT 4
+#define MAX_PROVISIONING_MAX 64
+#define MAX_QUEUE_DEFAULT 256
+#define MAX_QUEUE_MAX 4096
+
+/* Print the usage of bcd run (or bcd renew) to stream. */
+static void
+run_usage(FILE *stream, int renew_cmd)
+{
+	if (renew_cmd)
+		fputs("usage: bcd renew --once --gateway URL --gateway-ca FILE --service-keys FILE\n"
+			  "                 --state-dir DIR [--max-retry-after S]\n"
+			  "\n"
+			  "Renews the credential in DIR once, now (the same as bcd run --renew-now\n"
+			  "--once), prints the new serial and notAfter, one per line, and exits.\n"
+			  "Options as for bcd run (see bcd run --help).\n", stream);
+	else
+		fputs("usage: bcd run --gateway URL --gateway-ca FILE --service-keys FILE\n"
+			  "               --state-dir DIR [--token T | --token-file FILE]\n"
+			  "               [--role node|site|ramdisk] [--attestor ID] [--claims JSON]\n"
+			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
+			  "               [--once] [--renew-now] [--socket PATH]\n"
+			  "               [--max-provisioning N] [--max-queue N] [--metrics-file PATH]\n"
+			  "\n"
+			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
+			  "then renews the node certificate at about F of its lifetime, until\n"
+			  "SIGTERM or SIGINT (exit 0).  DIR is locked: one bcd per state directory.\n"
+			  "\n"
+			  "  --gateway URL        the bc-gateway, https://HOST:PORT\n"
+			  "  --gateway-ca FILE    PEM CA certificate(s) the gateway's TLS certificate\n"
+			  "                       must chain to; the system store is not used\n"
+			  "  --service-keys FILE  the JSON of bc_join.service_keys(): the pinned\n"
+			  "                       signing key (answers), encryption key (sealed\n"
+			  "                       tokens) and node CA (certificates)\n"
+			  "  --state-dir DIR      the credential store: created 0700 if missing,\n"
+			  "                       refused if another user owns it; holds lock,\n"
+			  "                       node.key (0600), node-chain.pem, join/\n"
+			  "  --token T            the join token (visible in ps: prefer --token-file)\n"
+			  "  --token-file FILE    the join token, read at every join round (one\n"
+			  "                       trailing newline stripped); without a token the\n"
+			  "                       agent cannot join again once its certificate expired\n"
+			  "  --role ROLE          node (default), site or ramdisk\n"
+			  "  --attestor ID        the attestor of the join (default join-token)\n"
+			  "  --claims JSON        the JoinRequest claims object (default hostname, arch)\n"
+			  "  --hostname H         claims.hostname (default: gethostname())\n"
+			  "  --max-retry-after S  longest wait the service or gateway may ask for\n"
+			  "                       (pending, Retry-After), clamped to [1, S];\n"
+			  "                       default 300\n"
+			  "  --renew-at F         renew at F of the lifetime (0 < F < 1, default 0.5),\n"
+			  "                       +-10% of the wait at random\n"
+			  "  --once               join if needed (waiting through deferrals), print\n"
+			  "                       the SPIFFE ID and notAfter, one per line, and exit\n"
+			  "  --renew-now          renew at once; with --once print the new serial and\n"
+			  "                       notAfter and exit (the same as bcd renew --once)\n"
+			  "\n"
+			  "The daemon (not --once) serves session credentials on a local socket\n"
+			  "(docs/sessions.md, \"The host side\"); under socket activation it takes the\n"
+			  "socket systemd passes and creates nothing:\n"
+			  "  --socket PATH        default $XDG_RUNTIME_DIR/bcd/bcd.sock, or\n"
+			  "                       DIR/run/bcd.sock when XDG_RUNTIME_DIR is unset; its\n"
+			  "                       directory is made 0700 and must be ours\n"
+			  "  --max-provisioning N provisionings in flight at most (default 4)\n"
+			  "  --max-queue N        callers waiting at most (default 256); beyond: busy\n"
+			  "  --metrics-file PATH  Prometheus text, rewritten atomically on change\n"
+			  "\n"
+			  "Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failure (a bad\n"
+			  "answer, another bcd holds DIR, ...), 2 the service refused, 64 usage.\n",
+			  stream);
+}
+
+/* Parse a number in [lo, hi] into *out; 0 on success. */
+static int
+parse_number(const char *s, double lo, double hi, double *out)
+{
+	char	   *end;
+
+	*out = strtod(s, &end);
+	return end == s || *end != '\0' || !isfinite(*out) || *out < lo || *out > hi;
+}
+
+/* Parse argv into o; BCD_RC_OK (*help set after --help), or BCD_RC_USAGE. */
+static bcd_rc
+parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
+{
+	static const struct option longopts[] = {
+		{"gateway", required_argument, NULL, 'g'},
+		{"gateway-ca", required_argument, NULL, 'C'},
+		{"service-keys", required_argument, NULL, 's'},
+		{"state-dir", required_argument, NULL, 'd'},
+		{"token", required_argument, NULL, 't'},
+		{"token-file", required_argument, NULL, 'T'},
+		{"role", required_argument, NULL, 'r'},
+		{"attestor", required_argument, NULL, 'a'},
+		{"claims", required_argument, NULL, 'c'},
+		{"hostname", required_argument, NULL, 'H'},
+		{"max-retry-after", required_argument, NULL, 'm'},
+		{"renew-at", required_argument, NULL, 'R'},
+		{"once", no_argument, NULL, 'o'},
+		{"renew-now", no_argument, NULL, 'n'},
+		{"socket", required_argument, NULL, 'S'},
+		{"max-provisioning", required_argument, NULL, 'P'},
+		{"max-queue", required_argument, NULL, 'Q'},
+		{"metrics-file", required_argument, NULL, 'M'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}
+	};
+	const char *bad = NULL;
+	json_t	   *claims;
+	double		v;
+	int			server_opt = 0;
+	int			c;
+
+	*help = 0;
+
+	o->role = BC_ROLE_NODE;
+	o->attestor = BC_ATTESTOR_JOIN_TOKEN;
+	o->max_retry_after = 300;
+	o->renew_at = 0.5;
+	o->max_provisioning = MAX_PROVISIONING_DEFAULT;
+	o->max_queue = MAX_QUEUE_DEFAULT;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+	{
+		switch (c)
+		{
+			case 'g': o->gateway = optarg; break;
+			case 'C': o->gateway_ca = optarg; break;
+			case 's': o->service_keys = optarg; break;
+			case 'd': o->state_dir = optarg; break;
+			case 't': o->token = optarg; break;
+			case 'T': o->token_file = optarg; break;
+			case 'r': o->role = optarg; break;
+			case 'a': o->attestor = optarg; break;
+			case 'c': o->claims = optarg; break;
+			case 'H': o->hostname = optarg; break;
+			case 'o': o->once = 1; break;
+			case 'n': o->renew_now = 1; break;
+			case 'S': o->socket = optarg; server_opt = 1; break;
+			case 'M': o->metrics_file = optarg; server_opt = 1; break;
+			case 'P':
+				if (parse_number(optarg, 1, MAX_PROVISIONING_MAX, &v) || v != floor(v))
+					bad = "--max-provisioning must be a whole number in [1, 64]";
+				o->max_provisioning = (long) v;
+				server_opt = 1;
+				break;
+			case 'Q':
+				if (parse_number(optarg, 1, MAX_QUEUE_MAX, &v) || v != floor(v))
+					bad = "--max-queue must be a whole number in [1, 4096]";
+				o->max_queue = (long) v;
+				server_opt = 1;
+				break;
+			case 'm':
+				if (parse_number(optarg, 1, MAX_RETRY_AFTER_MAX, &v))
+					bad = "--max-retry-after must be a number of seconds in [1, 86400]";
+				o->max_retry_after = (long) v;
+				break;
+			case 'R':
+				if (parse_number(optarg, 0.01, 0.99, &v))
+					bad = "--renew-at must be a fraction in [0.01, 0.99]";
+				o->renew_at = v;
+				break;
+			case 'h':
+				run_usage(stdout, o->renew_cmd);
+				*help = 1;
+				return BCD_RC_OK;
+			default:
+				run_usage(stderr, o->renew_cmd);
+				return BCD_RC_USAGE;
+		}
+	}
+	if (optind != argc || o->gateway == NULL || o->gateway_ca == NULL ||
+		o->service_keys == NULL || o->state_dir == NULL)
+		bad = "--gateway, --gateway-ca, --service-keys and --state-dir are required";
+	else if (o->token != NULL && o->token_file != NULL)
+		bad = "--token and --token-file exclude each other";
+	else if (strcmp(o->role, BC_ROLE_NODE) != 0 && strcmp(o->role, BC_ROLE_SITE) != 0 &&
+			 strcmp(o->role, BC_ROLE_RAMDISK) != 0)
+		bad = "--role must be node, site or ramdisk";
+	else if (strncmp(o->gateway, "https://", 8) != 0)
+		bad = "--gateway must be an https:// URL";
+	else if (o->renew_cmd && !o->once)
+		bad = "bcd renew needs --once (the daemon renews by itself)";
+	else if (server_opt && o->once)
+		bad = "--socket, --max-provisioning, --max-queue and --metrics-file serve the daemon, "
+			"not --once";
+	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
+		bad = "--metrics-file must be an absolute path";
+	else if (o->claims != NULL)
+	{
+		claims = bcd_build_claims(o->claims, NULL);
+		if (claims == NULL)
+			bad = "--claims must be a JSON object";
+		json_decref(claims);
+	}
+	if (bad != NULL)
+	{
+		fprintf(stderr, "bcd %s: %s\n", o->renew_cmd ? "renew" : "run", bad);
+		return BCD_RC_USAGE;
+	}
+	return BCD_RC_OK;
+}
+
+/* bcd run, or with renew_cmd bcd renew: parse the command line, run the daemon (cmd.h). */
+bcd_rc
+bcd_run_command(int argc, char **argv, int renew_cmd)
+{
+	bcd_run_opts opts;
+	int			help;
+	bcd_rc		rc;
+
+	memset(&opts, 0, sizeof(opts));
+	opts.renew_cmd = renew_cmd;
+	opts.renew_now = renew_cmd;
+	rc = parse_run_args(argc, argv, &opts, &help);
+	if (rc != BCD_RC_OK || help)
+		return rc;
+	return bcd_daemon_run(&opts);
+}
+
+/* bcd run ... */
+bcd_rc
+bcd_cmd_run(int argc, char **argv)
+{
+	return bcd_run_command(argc, argv, 0);
+}

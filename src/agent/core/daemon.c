@@ -1,0 +1,178 @@
+/*
+ * daemon.c: the life of `bcd run` (and `bcd renew`) once its command line
+ * is read: load the pinned keys, take the state directory's lock, serve the
+ * local socket (sessions.c), then load or join (join_loop.c) and renew
+ * (renewal.c), joining again when the certificate expired, until SIGTERM or
+ * SIGINT.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bc_common.h"
+#include "core/daemon.h"
+#include "core/join_loop.h"
+#include "core/log.h"
+#include "core/renewal.h"
+#include "core/sessions.h"
+#include "core/signals.h"
+#include "core/store.h"
+
+/* Load the stored credential or join; BCD_RC_OK with cred filled. */
+static bcd_rc
+credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
+{
+	const bcd_run_opts *o = a->opts;
+	char		err[512];
+	int			have;
+
+	have = !force_join && bcd_store_load(o->state_dir, &a->keys, cred, err, sizeof(err)) == BC_OK;
+	if (have && (int64_t) time(NULL) < cred->not_after)
+	{
+		bcd_store_forget_work(o->state_dir, "join");
+		return BCD_RC_OK;
+	}
+	if (have && (o->renew_cmd || (o->token == NULL && o->token_file == NULL)))
+	{
+		bcd_log("the certificate %s expired at %s", cred->serial, cred->not_after_text);
+		return BCD_RC_OK;		/* renewing is all that is left to try */
+	}
+	if (have)
+		bcd_credential_free(cred);
+	else if (!force_join)
+		bcd_log("%s", err);
+	if (o->renew_cmd)
+	{
+		bcd_log("renew: there is no credential to renew in %s", o->state_dir);
+		return BCD_RC_FAILED;
+	}
+	return bcd_join_loop(a, cred);
+}
+
+/* The daemon's life once the state directory is locked. */
+static bcd_rc
+run_agent(bcd_agent *a)
+{
+	const bcd_run_opts *o = a->opts;
+	bcd_credential cred;
+	int			renew_now = o->renew_now;
+	int			force_join = 0;
+	double		delay;
+	bcd_rc		rc;
+
+	for (;;)
+	{
+		if (force_join)
+			bcd_server_publish(a->server, NULL);
+		rc = credential_or_join(a, &cred, force_join);
+		if (rc != BCD_RC_OK)
+			return rc;
+		bcd_server_publish(a->server, &cred);
+		force_join = 0;
+		if (o->once && !renew_now)
+		{
+			printf("%s\n%s\n", cred.spiffe_id, cred.not_after_text);
+			bcd_credential_free(&cred);
+			return fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_FAILED;
+		}
+		do
+		{
+			delay = renew_now ? 0 : bcd_renewal_delay(o, &cred);
+			renew_now = 0;
+			if (delay > 0)
+				bcd_log("%s (serial %s, not after %s): renewal in %.0f s", cred.spiffe_id,
+						cred.serial, cred.not_after_text, delay);
+			rc = bcd_sleep(delay) ? BCD_RC_STOPPED : bcd_renew_until_done(a, &cred);
+			if (rc == BCD_RC_OK)
+				bcd_server_publish(a->server, &cred);
+			if (rc == BCD_RC_OK && o->once)
+			{
+				printf("%s\n%s\n", cred.serial, cred.not_after_text);
+				rc = fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_FAILED;
+				break;
+			}
+		} while (rc == BCD_RC_OK);
+		bcd_credential_free(&cred);
+		if (rc != BCD_RC_RETRY)
+			return rc;
+		force_join = 1;
+	}
+}
+
+/*
+ * Start the socket server of the daemon, with the stored credential already
+ * published when it is valid: a hook that socket activation started bcd for
+ * must not be told there is no credential while the store is being read.
+ */
+static int
+start_server(bcd_agent *a)
+{
+	bcd_credential cred;
+	char		err[1024];
+	int			have;
+	int			rc;
+
+	have = bcd_store_load(a->opts->state_dir, &a->keys, &cred, err, sizeof(err)) == BC_OK;
+	if (have && (int64_t) time(NULL) >= cred.not_after)
+	{
+		bcd_credential_free(&cred);
+		have = 0;
+	}
+	rc = bcd_server_start(a->opts, &a->keys, have ? &cred : NULL, &a->server, err, sizeof(err));
+	if (have)
+		bcd_credential_free(&cred);
+	if (rc != BC_OK)
+		bcd_log("cannot serve the local socket: %s", err);
+	return rc;
+}
+
+/* The daemon: load the pinned keys, lock DIR, serve the socket, run (daemon.h). */
+bcd_rc
+bcd_daemon_run(const bcd_run_opts *opts)
+{
+	bcd_agent	agent;
+	char		err[1024];
+	int			lock_fd = -1;
+	bcd_rc		rc;
+
+	memset(&agent, 0, sizeof(agent));
+	agent.opts = opts;
+	bcd_signals_block();
+	rc = BCD_RC_FAILED;
+	if (bcd_service_keys_load(opts->service_keys, &agent.keys, err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("%s", err);
+		goto out;
+	}
+	if (access(opts->gateway_ca, R_OK) != 0)
+	{
+		bcd_log("cannot read --gateway-ca %s", opts->gateway_ca);
+		goto out;
+	}
+	if (bcd_store_open(opts->state_dir, &lock_fd, err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("%s", err);
+		goto out;
+	}
+	agent.http = bcd_http_new(opts->gateway, opts->gateway_ca, err, sizeof(err));
+	if (agent.http == NULL)
+	{
+		bcd_log("%s", err);
+		goto out;
+	}
+	if (!opts->once && start_server(&agent) != BC_OK)
+		goto out;
+	rc = run_agent(&agent);
+	if (rc == BCD_RC_STOPPED)
+		bcd_log("stopped by a signal");
+out:
+	bcd_server_stop(agent.server);
+	bcd_http_free(agent.http);
+	bcd_service_keys_free(&agent.keys);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	return rc;
+}
+

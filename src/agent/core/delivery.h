@@ -1,0 +1,24 @@
+/*
+ * delivery.h: the runtime directory, the selectors, and the delivery of a
+ * session credential into the directory a caller names.
+ */
+#ifndef BCD_DELIVERY_H
+#define BCD_DELIVERY_H
+
+#include <stddef.h>
+
+#include "core/fileio.h"
+#include "core/sessions.h"
+
+/* Longest delivery directory path. */
+#define BCD_DIR_MAX 1024
+
+char	   *bcd_runtime_dir(void);
+int			bcd_runtime_dir_open(const char *runtime_dir, int *fd, char *err, size_t errlen);
+int			bcd_delivery_open(const char *runtime_dir, const bcd_dir_id *own, int n_own,
+							  const char *path, int *dirfd, char **norm, char *err, size_t errlen);
+int			bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job,
+							   char **key_path, char **cert_path, char *err, size_t errlen);
+int			bcd_selector_valid(const char *s, int required);
+
+#endif							/* BCD_DELIVERY_H */

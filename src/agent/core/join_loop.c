@@ -1,0 +1,215 @@
+/*
+ * join_loop.c: join through the gateway until a certificate is issued, the
+ * service refuses, or a stop signal arrives: the behaviour of runAgentJoin.
+ *
+ * One key and one CSR (kept in DIR/join/, so a restart reuses them) serve
+ * every round.  Each round seals the token afresh (the same CSR); every
+ * answer is verified (signature, csrSha256, chain) before anything in it is
+ * used.  The evidence comes from the attestor's producer (producers/).
+ * pending: wait retryAfterSeconds (clamped to [1, --max-retry-after],
+ * +-10%) and ask again.  challenge: the producer of the attestor named
+ * answers, when it answers challenges (join-token answers none).  No answer, 429 or 5xx: exponential backoff.
+ * 403: the refusal is final.  A deferral is never taken for a join.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bc_common.h"
+#include "bc_protocol.h"
+#include "core/join_loop.h"
+#include "core/join_request.h"
+#include "core/log.h"
+#include "core/signals.h"
+#include "core/verify.h"
+#include "producers/producer.h"
+
+/* Seconds to wait on pending when the service did not say. */
+#define PENDING_DEFAULT_WAIT 30
+
+/* What one round of the join needs and keeps across rounds. */
+typedef struct join_state
+{
+	char	   *dir;			/* DIR/join */
+	EVP_PKEY   *key;
+	unsigned char *csr;
+	size_t		csr_len;
+	json_t	   *claims;
+	bcd_evidence answer;		/* a producer's answer to a challenge, for the next round */
+	int			answered;		/* answer holds one */
+} join_state;
+
+/* The JoinRequest of this round: the producer's evidence made afresh, the same CSR. */
+static int
+round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errlen)
+{
+	const bcd_run_opts *o = a->opts;
+	const bcd_producer *producer = bcd_producer_for(o->attestor);
+	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, o->token, o->token_file};
+	bcd_evidence ev = {NULL, NULL};
+	const bcd_evidence *use = &ev;
+	int			rc = BC_OK;
+
+	if (js->answered)
+		use = &js->answer;
+	else
+		rc = producer->produce(&in, &ev, err, errlen);
+	if (rc == BC_OK)
+	{
+		rc = bcd_join_request_json(js->csr, js->csr_len, o->role, o->attestor,
+								   use->attestation, use->sealed_token, js->claims, text);
+		if (rc != BC_OK)
+			snprintf(err, errlen, "cannot build the JoinRequest (%s)", bc_status_str(rc));
+	}
+	bcd_evidence_free(&ev);
+	return rc;
+}
+
+/* Act on a verified deferral: wait (pending), or have the producer answer a challenge. */
+static bcd_rc
+on_deferral(bcd_agent *a, join_state *js, const bcd_answer *ans)
+{
+	const char *attestor = ans->attestor != NULL ? ans->attestor : a->opts->attestor;
+	const bcd_producer *producer = bcd_producer_for(attestor);
+	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, a->opts->token, a->opts->token_file};
+	long		wait = ans->retry_after > 0 ? ans->retry_after : PENDING_DEFAULT_WAIT;
+	char		err[512];
+	double		jittered;
+
+	if (strcmp(ans->status, BC_STATUS_CHALLENGE) == 0)
+	{
+		if (producer->answer == NULL || strcmp(producer->attestor, attestor) != 0)
+		{
+			bcd_log("join: the service sent a challenge for attestor %s, but no producer "
+					"answers challenges for %s", attestor, attestor);
+			return BCD_RC_FAILED;
+		}
+		bcd_evidence_free(&js->answer);
+		js->answered = 0;
+		if (ans->challenge == NULL ||
+			producer->answer(&in, ans->challenge, &js->answer, err, sizeof(err)) != BC_OK)
+		{
+			bcd_log("join: the producer of %s cannot answer the challenge: %s", attestor,
+					ans->challenge == NULL ? "the challenge is empty" : err);
+			return BCD_RC_FAILED;
+		}
+		js->answered = 1;
+		return BCD_RC_RETRY;
+	}
+	if (wait > a->opts->max_retry_after)
+		wait = a->opts->max_retry_after;
+	if (wait < 1)
+		wait = 1;
+	jittered = bcd_jitter((double) wait, 0.1);
+	bcd_log("join: pending (request %s awaits an operator's decision); asking again in %.1f s",
+			ans->request_id != NULL ? ans->request_id : "?", jittered);
+	return bcd_sleep(jittered) ? BCD_RC_STOPPED : BCD_RC_RETRY;
+}
+
+/* Store a verified issued answer as the node's credential. */
+static bcd_rc
+on_issued(bcd_agent *a, join_state *js, const bcd_answer *ans, bcd_credential *cred)
+{
+	char		err[512];
+
+	if (bcd_store_commit(a->opts->state_dir, js->key, ans->chain_pem, ans->chain_pem_len,
+						 err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("join: %s", err);
+		return BCD_RC_FAILED;
+	}
+	bcd_store_forget_work(a->opts->state_dir, "join");
+	if (bcd_credential_fill(cred, js->key, ans->leaf) != BC_OK)
+		return BCD_RC_FAILED;
+	bcd_log("joined as %s (serial %s, not after %s)", cred->spiffe_id, cred->serial,
+			cred->not_after_text);
+	return BCD_RC_OK;
+}
+
+/* One round: BCD_RC_OK, BCD_RC_REFUSED, BCD_RC_FAILED, BCD_RC_RETRY or BCD_RC_STOPPED. */
+static bcd_rc
+join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
+{
+	bcd_http_reply reply;
+	bcd_answer	ans;
+	char		err[512];
+	char	   *request = NULL;
+	double		wait;
+	bcd_rc		rc;
+
+	memset(&ans, 0, sizeof(ans));
+	memset(&reply, 0, sizeof(reply));
+	if (round_request(a, js, &request, err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("join: %s", err);
+		rc = BCD_RC_FAILED;
+		goto out;
+	}
+	rc = bcd_http_exchange(a->http, BC_PATH_JOIN, request, &reply, err, sizeof(err));
+	if (rc == BCD_RC_RETRY)
+	{
+		wait = bcd_backoff_next(&a->backoff, reply.retry_after, a->opts->max_retry_after);
+		bcd_log("join: no answer (%s); trying again in %.1f s", err, wait);
+		rc = bcd_sleep(wait) ? BCD_RC_STOPPED : BCD_RC_RETRY;
+		goto out;
+	}
+	if (rc == BCD_RC_FAILED)
+		bcd_log("join: the gateway answered %s; giving up", err);
+	if (rc != BCD_RC_OK)
+		goto out;
+	bcd_backoff_reset(&a->backoff);
+	rc = bcd_answer_verify(&a->keys, reply.body, reply.len, js->csr, js->csr_len,
+						   js->key, &ans, err, sizeof(err));
+	if (rc == BCD_RC_OK)
+		rc = on_issued(a, js, &ans, cred);
+	else if (rc == BCD_RC_DEFERRED)
+		rc = on_deferral(a, js, &ans);
+	else if (rc == BCD_RC_REFUSED)
+		bcd_log("join: the service refused the join (%s); a refusal is final, "
+				"not trying again", ans.refusal);
+	else
+		bcd_log("join: the answer does not verify, nothing was stored: %s", err);
+out:
+	bcd_answer_free(&ans);
+	bcd_http_reply_free(&reply);
+	free(request);
+	return rc;
+}
+
+/*
+ * Join until a credential is stored in the state directory (filled into
+ * cred): BCD_RC_OK, BCD_RC_REFUSED, BCD_RC_FAILED or BCD_RC_STOPPED.
+ */
+bcd_rc
+bcd_join_loop(bcd_agent *a, bcd_credential *cred)
+{
+	join_state	js;
+	const char *what = "cannot create the join directory";
+	bcd_rc		rc = BCD_RC_FAILED;
+
+	memset(&js, 0, sizeof(js));
+	memset(cred, 0, sizeof(*cred));
+	js.dir = bcd_store_work_dir(a->opts->state_dir, "join");
+	if (js.dir == NULL)
+		goto out;
+	if (bcd_node_key_and_csr(js.dir, &js.key, &js.csr, &js.csr_len, &what) != BC_OK)
+		goto out;
+	what = "--claims must be a JSON object";
+	js.claims = bcd_build_claims(a->opts->claims, a->opts->hostname);
+	if (js.claims == NULL)
+		goto out;
+	what = NULL;
+	bcd_backoff_reset(&a->backoff);
+	do
+		rc = join_round(a, &js, cred);
+	while (rc == BCD_RC_RETRY);
+out:
+	if (what != NULL)
+		bcd_log("join: %s", what);
+	json_decref(js.claims);
+	bcd_evidence_free(&js.answer);
+	free(js.csr);
+	EVP_PKEY_free(js.key);
+	free(js.dir);
+	return rc;
+}

@@ -1,0 +1,200 @@
+/*
+ * provision.c: one provisioning of a session credential through POST
+ * /v1/session (bc_join.issue_session), run by a worker of the socket server.
+ *
+ * A fresh P-256 key is generated for it, here and now (never in advance,
+ * never kept spare), with its CSR; the request is proven by the node's
+ * current key exactly as a renewal is (bcd_proof_request in proof.c), with
+ * the session and context selectors added to the proof.  The answer is
+ * verified like a join's (verify.c: the pinned signing key, csrSha256 of our
+ * own CSR, the leaf certifies the new key and chains to the pinned node CA),
+ * and then must name the node's own SPIFFE ID followed by /session/
+ * <sessionId>, and the session and context asked for.  Only then are the key
+ * and chain handed back, for delivery (delivery.c).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bc_common.h"
+#include "core/log.h"
+#include "core/proof.h"
+#include "core/provision.h"
+#include "core/verify.h"
+
+/* Set job's result to a failure: code, outcome and a message for the caller. */
+static void
+job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Set job's result to a failure: code, outcome and a message for the caller. */
+static void
+job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
+{
+	va_list		ap;
+
+	job->code = code;
+	job->outcome = outcome;
+	va_start(ap, fmt);
+	vsnprintf(job->message, sizeof(job->message), fmt, ap);
+	va_end(ap);
+}
+
+/* Release a job's result (the key is wiped). */
+void
+bcd_job_clear_result(bcd_job *job)
+{
+	if (job->key_pem != NULL)
+		bc_free_secret(job->key_pem, job->key_len);
+	free(job->chain_pem);
+	job->key_pem = NULL;
+	job->key_len = 0;
+	job->chain_pem = NULL;
+	job->chain_len = 0;
+}
+
+/* The string member name of obj, or def. */
+static const char *
+member_or(json_t *obj, const char *name, const char *def)
+{
+	json_t	   *m = json_object_get(obj, name);
+
+	return json_is_string(m) ? json_string_value(m) : def;
+}
+
+/* Check that a verified issued answer is for this node, session and context. */
+static int
+check_session(const bcd_node_snapshot *node, const bcd_job *job, const bcd_answer *ans,
+			  char *err, size_t errlen)
+{
+	const char *session_id = member_or(ans->payload, "sessionId", NULL);
+	char		want[1024];
+	int			n;
+
+	if (session_id == NULL)
+	{
+		snprintf(err, errlen, "the answer names no sessionId");
+		return BC_EVERIFY;
+	}
+	n = snprintf(want, sizeof(want), "%s/session/%s", node->spiffe_id, session_id);
+	if (n < 0 || (size_t) n >= sizeof(want) || strcmp(want, ans->spiffe_id) != 0)
+	{
+		snprintf(err, errlen, "the certificate names %.200s, not a session of this node",
+				 ans->spiffe_id);
+		return BC_EVERIFY;
+	}
+	if (strcmp(member_or(ans->payload, "session", ""), job->session) != 0 ||
+		strcmp(member_or(ans->payload, "context", ""), job->context) != 0)
+	{
+		snprintf(err, errlen, "the answer is for another session or context");
+		return BC_EVERIFY;
+	}
+	return BC_OK;
+}
+
+/* Take a verified, checked answer's key and chain into job's result. */
+static void
+take_issued(bcd_job *job, EVP_PKEY *key, bcd_answer *ans)
+{
+	if (bcd_key_pem(key, &job->key_pem, &job->key_len) != BC_OK)
+	{
+		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot encode the session key");
+		return;
+	}
+	job->chain_pem = ans->chain_pem;
+	job->chain_len = ans->chain_pem_len;
+	ans->chain_pem = NULL;
+	snprintf(job->not_after, sizeof(job->not_after), "%s", ans->not_after);
+	snprintf(job->serial, sizeof(job->serial), "%s", ans->serial);
+	snprintf(job->spiffe_id, sizeof(job->spiffe_id), "%s", ans->spiffe_id);
+	job->code = BCD_CODE_OK;
+	job->outcome = BCD_OUTCOME_ISSUED;
+	job->message[0] = '\0';
+}
+
+/* Act on the gateway's answer (200 or 403) to the session request of key and csr. */
+static void
+on_answer(const bcd_service_keys *keys, const bcd_node_snapshot *node, bcd_job *job,
+		  const bcd_http_reply *reply, EVP_PKEY *key, const unsigned char *csr,
+		  size_t csr_len)
+{
+	bcd_answer	ans;
+	char		err[512];
+	bcd_rc		rc;
+
+	rc = bcd_answer_verify(keys, reply->body, reply->len, csr, csr_len, key, &ans,
+						   err, sizeof(err));
+	if (rc == BCD_RC_REFUSED)
+		job_fail(job, BCD_CODE_REFUSED, BCD_OUTCOME_REFUSED,
+				 "the service refused a session credential to this node (%s)", ans.refusal);
+	else if (rc == BCD_RC_DEFERRED)
+		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED,
+				 "the service answered %s to a session request", ans.status);
+	else if (rc != BCD_RC_OK)
+		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
+	else if (check_session(node, job, &ans, err, sizeof(err)) != BC_OK)
+		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
+	else
+		take_issued(job, key, &ans);
+	bcd_answer_free(&ans);
+}
+
+/*
+ * Provision job's session credential with the node credential node (which
+ * is present): fill job's result (code BCD_CODE_OK with the key and chain,
+ * or a failure with its message).  Logs one line either way.
+ */
+void
+bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snapshot *node,
+			  bcd_job *job)
+{
+	EVP_PKEY   *key = NULL;
+	unsigned char *csr = NULL;
+	size_t		csr_len = 0;
+	json_t	   *extra = NULL;
+	char	   *body = NULL;
+	bcd_http_reply reply;
+	char		err[512];
+	bcd_rc		rc;
+
+	memset(&reply, 0, sizeof(reply));
+	bcd_job_clear_result(job);
+	key = bc_p256_generate();
+	extra = job->context[0] != '\0' ?
+		json_pack("{s:s, s:s}", "session", job->session, "context", job->context) :
+		json_pack("{s:s}", "session", job->session);
+	if (key == NULL || extra == NULL || bc_csr_create(key, NULL, &csr, &csr_len) != BC_OK ||
+		bcd_proof_request(node->key, node->serial, BC_PURPOSE_SESSION, extra, csr, csr_len,
+						  &body) != BC_OK)
+	{
+		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot make the key, CSR or proof");
+		goto out;
+	}
+	rc = bcd_http_exchange(http, BC_PATH_SESSION, body, &reply, err, sizeof(err));
+	if (rc == BCD_RC_STOPPED)
+		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE, "bcd is stopping");
+	else if (rc == BCD_RC_RETRY && reply.status == 0)
+		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
+				 "the gateway does not answer (%s); try again later", err);
+	else if (rc == BCD_RC_RETRY)
+		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
+				 "the service is unavailable (%s); try again later", err);
+	else if (rc != BCD_RC_OK)
+		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the gateway answered %s", err);
+	else
+		on_answer(keys, node, job, &reply, key, csr, csr_len);
+out:
+	if (job->code == BCD_CODE_OK)
+		bcd_log("session %s%s%s: issued %s (serial %s, not after %s)", job->session,
+				job->context[0] ? " context " : "", job->context, job->spiffe_id,
+				job->serial, job->not_after);
+	else
+		bcd_log("session %s%s%s: %s: %s", job->session, job->context[0] ? " context " : "",
+				job->context, bcd_code_name(job->code), job->message);
+	bcd_http_reply_free(&reply);
+	json_decref(extra);
+	free(body);
+	free(csr);
+	EVP_PKEY_free(key);
+}

@@ -1,0 +1,287 @@
+/*
+ * transport.c: the agent's HTTPS client (libcurl, OpenSSL flavour).  The gateway's
+ * CA is pinned (no system store), TLS 1.2 or newer, https only, no
+ * redirects, no proxy, bounded time and a bounded response body.  A pending
+ * stop signal aborts a transfer at once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "bc_common.h"
+#include "core/signals.h"
+#include "core/transport.h"
+
+/* Connect and whole-transfer timeouts, in seconds. */
+#define CONNECT_TIMEOUT 10L
+#define TOTAL_TIMEOUT 60L
+
+/* A client of one gateway. */
+struct bcd_http
+{
+	CURL	   *curl;
+	char	   *base;			/* without a trailing '/' */
+	char	   *ca_file;
+};
+
+/* The body being received, bounded by BCD_HTTP_BODY_MAX. */
+typedef struct body_buf
+{
+	char	   *data;
+	size_t		len;
+	int			too_big;
+} body_buf;
+
+/* curl write callback: append to the bounded body, or fail the transfer. */
+static size_t
+on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	body_buf   *b = userdata;
+	size_t		n = size * nmemb;
+	char	   *grown;
+
+	if (n > BCD_HTTP_BODY_MAX - b->len)
+	{
+		b->too_big = 1;
+		return 0;
+	}
+	grown = realloc(b->data, b->len + n + 1);
+	if (grown == NULL)
+		return 0;
+	b->data = grown;
+	memcpy(b->data + b->len, ptr, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return n;
+}
+
+/* curl progress callback: abort when a stop signal is pending. */
+static int
+on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
+			curl_off_t ultotal, curl_off_t ulnow)
+{
+	(void) clientp;
+	(void) dltotal;
+	(void) dlnow;
+	(void) ultotal;
+	(void) ulnow;
+	return bcd_stop_requested();
+}
+
+/* A client for base_url (https://...) pinning the CA certificates in ca_file. */
+bcd_http *
+bcd_http_new(const char *base_url, const char *ca_file, char *err, size_t errlen)
+{
+	bcd_http   *h = NULL;
+	size_t		n;
+
+	if (strncmp(base_url, "https://", 8) != 0)
+	{
+		snprintf(err, errlen, "--gateway must be an https:// URL");
+		return NULL;
+	}
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+	{
+		snprintf(err, errlen, "cannot initialise libcurl");
+		return NULL;
+	}
+	h = calloc(1, sizeof(*h));
+	if (h == NULL || (h->base = strdup(base_url)) == NULL ||
+		(h->ca_file = strdup(ca_file)) == NULL || (h->curl = curl_easy_init()) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		bcd_http_free(h);
+		return NULL;
+	}
+	n = strlen(h->base);
+	while (n > 8 && h->base[n - 1] == '/')
+		h->base[--n] = '\0';
+	return h;
+}
+
+/* Release the client. */
+void
+bcd_http_free(bcd_http *h)
+{
+	if (h == NULL)
+		return;
+	if (h->curl != NULL)
+		curl_easy_cleanup(h->curl);
+	free(h->base);
+	free(h->ca_file);
+	free(h);
+	curl_global_cleanup();
+}
+
+/* Release a reply's body. */
+void
+bcd_http_reply_free(bcd_http_reply *reply)
+{
+	free(reply->body);
+	memset(reply, 0, sizeof(*reply));
+}
+
+/* Set every option of one POST of body (JSON) to url. */
+static int
+set_options(bcd_http *h, const char *url, const char *body, struct curl_slist *headers,
+			body_buf *b, char *errbuf)
+{
+	CURL	   *c = h->curl;
+
+	curl_easy_reset(c);
+	return curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https") != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_CAPATH, NULL) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_SSLVERSION, (long) CURL_SSLVERSION_TLSv1_2) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_PROXY, "") != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_TIMEOUT, TOTAL_TIMEOUT) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_MAXFILESIZE, (long) BCD_HTTP_BODY_MAX) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long) strlen(body)) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, b) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf) != CURLE_OK ? BC_EINVAL : BC_OK;
+}
+
+/*
+ * POST body to base_url + path.  BCD_RC_OK with any HTTP status in reply;
+ * BCD_RC_STOPPED when a stop signal aborted it; BCD_RC_RETRY (reason in err)
+ * when no answer came (connection, TLS, timeout, body over the bound, or
+ * the request could not even be made).
+ */
+static bcd_rc
+http_post(bcd_http *h, const char *path, const char *body,
+		  bcd_http_reply *reply, char *err, size_t errlen)
+{
+	struct curl_slist *headers = NULL;
+	struct curl_slist *more;
+	body_buf	b = {NULL, 0, 0};
+	char		errbuf[CURL_ERROR_SIZE] = "";
+	char	   *url = NULL;
+	size_t		url_len = strlen(h->base) + strlen(path) + 1;
+	curl_off_t	retry = -1;
+	CURLcode	cc;
+	bcd_rc		rc = BCD_RC_RETRY;
+
+	memset(reply, 0, sizeof(*reply));
+	reply->retry_after = -1;
+	snprintf(err, errlen, "out of memory");
+	url = malloc(url_len);
+	if (url == NULL)
+		goto out;
+	snprintf(url, url_len, "%s%s", h->base, path);
+	headers = curl_slist_append(NULL, "Content-Type: application/json");
+	if (headers == NULL || (more = curl_slist_append(headers, "Expect:")) == NULL)
+		goto out;
+	headers = more;
+	if (set_options(h, url, body, headers, &b, errbuf) != BC_OK)
+	{
+		snprintf(err, errlen, "cannot set up libcurl");
+		goto out;
+	}
+	cc = curl_easy_perform(h->curl);
+	if (cc == CURLE_ABORTED_BY_CALLBACK && bcd_stop_requested())
+	{
+		rc = BCD_RC_STOPPED;
+		goto out;
+	}
+	if (cc != CURLE_OK)
+	{
+		snprintf(err, errlen, "%s: %s", url,
+				 b.too_big ? "the answer is over 256 KiB" :
+				 errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
+		goto out;
+	}
+	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &reply->status);
+	if (curl_easy_getinfo(h->curl, CURLINFO_RETRY_AFTER, &retry) == CURLE_OK && retry > 0)
+		reply->retry_after = retry > 86400 ? 86400 : (long) retry;
+	if (b.data == NULL && (b.data = calloc(1, 1)) == NULL)
+	{
+		reply->status = 0;
+		goto out;
+	}
+	reply->body = b.data;
+	reply->len = b.len;
+	b.data = NULL;
+	rc = BCD_RC_OK;
+out:
+	free(b.data);
+	curl_slist_free_all(headers);
+	free(url);
+	return rc;
+}
+
+/* Copy s into buf keeping only printable ASCII, at most 120 characters. */
+static void
+printable(const char *s, char *buf, size_t len)
+{
+	size_t		i = 0;
+
+	for (; *s != '\0' && i + 1 < len && i < 120; s++)
+		buf[i++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
+	buf[i] = '\0';
+}
+
+/*
+ * "HTTP <status> <code>: <message>" for an error answer of the gateway
+ * ({"status":..,"error":{"code","message"}}), only printable ASCII kept.
+ */
+void
+bcd_http_describe(const bcd_http_reply *reply, char *buf, size_t len)
+{
+	json_t	   *doc = NULL;
+	json_t	   *error;
+	json_error_t jerr;
+	char		code[128] = "";
+	char		message[128] = "";
+
+	if (reply->body != NULL)
+		doc = json_loadb(reply->body, reply->len, 0, &jerr);
+	error = json_object_get(doc, "error");
+	if (json_is_string(json_object_get(error, "code")))
+		printable(json_string_value(json_object_get(error, "code")), code, sizeof(code));
+	if (json_is_string(json_object_get(error, "message")))
+		printable(json_string_value(json_object_get(error, "message")), message, sizeof(message));
+	snprintf(buf, len, "HTTP %ld%s%s%s%s", reply->status, code[0] ? " " : "", code,
+			 message[0] ? ": " : "", message);
+	json_decref(doc);
+}
+
+/*
+ * POST body to path and classify what came back: the one place that tells
+ * an answer to verify from one to retry or to give up on (the join loop,
+ * renewal and session provisioning all ask here).
+ *
+ *   BCD_RC_OK       200 or 403 in reply: verify it (bcd_answer_verify);
+ *   BCD_RC_RETRY    no answer (reply->status is 0; why in err), or 429 or
+ *                   5xx (described in err; reply->retry_after, -1 when
+ *                   absent): transient, try again later;
+ *   BCD_RC_FAILED   any other status (400, 404, 413, ...; described in err):
+ *                   retrying would get the same answer;
+ *   BCD_RC_STOPPED  a stop signal aborted the request.
+ */
+bcd_rc
+bcd_http_exchange(bcd_http *h, const char *path, const char *body,
+				  bcd_http_reply *reply, char *err, size_t errlen)
+{
+	bcd_rc		rc = http_post(h, path, body, reply, err, errlen);
+
+	if (rc != BCD_RC_OK)
+		return rc;
+	if (reply->status == 200 || reply->status == 403)
+		return BCD_RC_OK;
+	bcd_http_describe(reply, err, errlen);
+	return reply->status == 429 || reply->status >= 500 ? BCD_RC_RETRY : BCD_RC_FAILED;
+}

@@ -1,0 +1,61 @@
+/*
+ * producer.h: the interface of an attestor's producer, the agent's half of
+ * an attestor: it makes the evidence of round 1 of a join and answers the
+ * service's challenges.  One file per producer (join_token.c; later tpm,
+ * x509pop, provisioned, cloud-iid, discovery), each exporting one
+ * bcd_producer; registry.c finds the one for an attestor id.
+ */
+#ifndef BCD_PRODUCER_H
+#define BCD_PRODUCER_H
+
+#include <stddef.h>
+
+#include "core/service_keys.h"
+
+/* What a producer works from: the service's keys, the join's CSR, the operator's inputs. */
+typedef struct bcd_producer_input
+{
+	const bcd_service_keys *keys;
+	const unsigned char *csr;	/* DER, the same for every round of the join */
+	size_t		csr_len;
+	const char *token;			/* --token, or NULL */
+	const char *token_file;		/* --token-file (read at every round), or NULL */
+} bcd_producer_input;
+
+/* What a producer made for one round (each malloc()ed, or NULL). */
+typedef struct bcd_evidence
+{
+	char	   *attestation;	/* the JoinRequest's "attestation" (base64url) */
+	char	   *sealed_token;	/* the JoinRequest's "sealedToken" (JWE compact) */
+} bcd_evidence;
+
+typedef struct bcd_producer
+{
+	const char *attestor;		/* the attestor id it produces for */
+
+	/* The evidence of round 1 (and of every round before a challenge). */
+	int			(*produce) (const bcd_producer_input *in, bcd_evidence *out,
+							char *err, size_t errlen);
+
+	/* The answer to a challenge (base64url); NULL: it answers none. */
+	int			(*answer) (const bcd_producer_input *in, const char *challenge,
+						   bcd_evidence *out, char *err, size_t errlen);
+} bcd_producer;
+
+/* The producers (one file each). */
+extern const bcd_producer bcd_producer_join_token;
+
+/*
+ * The producer for attestor: its own, or the join-token producer (a token
+ * sealed to the service, the evidence every registered SQL attestor takes).
+ */
+const bcd_producer *bcd_producer_for(const char *attestor);
+
+/* Release what a producer made. */
+void		bcd_evidence_free(bcd_evidence *ev);
+
+/* join_token.c: the join token, as given or read from its file (see there). */
+int			bcd_join_token_load(const char *token, const char *token_file,
+								char **out, size_t *len);
+
+#endif							/* BCD_PRODUCER_H */

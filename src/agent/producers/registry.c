@@ -1,0 +1,34 @@
+/*
+ * registry.c: which producer serves which attestor id.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "producers/producer.h"
+
+/* Every producer bcd has. */
+static const bcd_producer *const producers[] = {
+	&bcd_producer_join_token,
+};
+
+/* The producer for attestor (producer.h). */
+const bcd_producer *
+bcd_producer_for(const char *attestor)
+{
+	size_t		i;
+
+	for (i = 0; i < sizeof(producers) / sizeof(producers[0]); i++)
+		if (attestor != NULL && strcmp(producers[i]->attestor, attestor) == 0)
+			return producers[i];
+	return &bcd_producer_join_token;
+}
+
+/* Release what a producer made. */
+void
+bcd_evidence_free(bcd_evidence *ev)
+{
+	free(ev->attestation);
+	free(ev->sealed_token);
+	ev->attestation = NULL;
+	ev->sealed_token = NULL;
+}

@@ -1,0 +1,113 @@
+/*
+ * bc_protocol.h: the words and bounds of the bc_join protocol, in one place
+ * for every side that speaks it: the extension (src/ext), the gateway
+ * (src/gateway) and the agent bcd (src/agent).  docs/protocol.md and
+ * docs/sessions.md describe them.
+ *
+ * Plain C, no PostgreSQL headers, no functions: macros only, so that any
+ * file of any side may include it.  A bound that the extension also defines
+ * in its own headers is spelled token for token the same here, so both
+ * definitions may meet in one translation unit until the extension includes
+ * this file alone.
+ */
+#ifndef BC_PROTOCOL_H
+#define BC_PROTOCOL_H
+
+/* ------------------------------------------------------------ endpoints */
+
+/* The gateway's endpoints, each relayed to one SQL function. */
+#define BC_PATH_JOIN			"/v1/join"		/* bc_join(request) */
+#define BC_PATH_RENEW			"/v1/renew"		/* bc_join.renew(request) */
+#define BC_PATH_SESSION			"/v1/session"	/* bc_join.issue_session(request) */
+
+/* ---------------------------------------------------------------- roles */
+
+/* The roles a JoinRequest may ask for ("role"). */
+#define BC_ROLE_NODE			"node"
+#define BC_ROLE_SITE			"site"
+#define BC_ROLE_RAMDISK			"ramdisk"
+
+/* The attestor of a JoinRequest without "attestor" (the built-in). */
+#define BC_ATTESTOR_JOIN_TOKEN	"join-token"
+
+/* ------------------------------------------------------------- statuses */
+
+/* The "status" of an answer (the outer JSON and the signed payload). */
+#define BC_STATUS_ISSUED		"issued"
+#define BC_STATUS_PENDING		"pending"
+#define BC_STATUS_CHALLENGE		"challenge"
+#define BC_STATUS_REFUSED		"refused"
+
+/* The one refusal: {"status":"refused","error":{"code":...}}. */
+#define BC_REFUSAL_CODE			"ACCESS_DENIED"
+
+/* The error codes of the gateway's own answers ({"error":{"code":...}}). */
+#define BC_ERROR_INVALID_INPUT	"INVALID_INPUT"
+#define BC_ERROR_UNSUPPORTED	"UNSUPPORTED"
+#define BC_ERROR_UNAVAILABLE	"UNAVAILABLE"
+#define BC_ERROR_RATE_LIMITED	"RATE_LIMITED"
+#define BC_ERROR_INTERNAL		"INTERNAL"
+
+/* -------------------------------------------------- bounds of a request */
+
+/* A JoinRequest (and a renewal or session request): 64 KiB in all. */
+#define BC_REQUEST_MAX			(64 * 1024)
+#define BC_CSR_B64_MAX			(8 * 1024)
+#define BC_ATTESTATION_B64_MAX	(48 * 1024)
+#define BC_SEALED_TOKEN_MAX		(4 * 1024)
+#define BC_CLAIM_STRING_MAX		256
+#define BC_CLAIM_ARRAY_MAX		64
+#define BC_ATTESTOR_ID_MAX		64
+/* A join token, in bytes (what is sealed, before sealing). */
+#define BC_TOKEN_MAX			256
+
+/* ------------------------------------------ proofs by the node's key */
+
+/* The "purpose" of a proof: a renewal, a session credential. */
+#define BC_PURPOSE_RENEW		"renew"
+#define BC_PURPOSE_SESSION		"session"
+
+/* A proof's "iat" must be within this many seconds of the service clock. */
+#define BC_PROOF_WINDOW 300
+
+/* ------------------------------------------------ session selectors */
+
+/*
+ * A session or context selector: BC_SESSION_MIN (session) or
+ * BC_CONTEXT_MIN (context) to BC_SELECTOR_MAX characters, every one of
+ * them in BC_SELECTOR_CHARS (strspn(s, BC_SELECTOR_CHARS) == strlen(s)).
+ * A selector is something the node vouches for, never an authorization.
+ */
+#define BC_SELECTOR_MAX 128
+#define BC_SESSION_MIN			1
+#define BC_CONTEXT_MIN			0
+#define BC_SELECTOR_CHARS \
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
+
+/* --------------------------------------------- bcd's local socket */
+
+/* The "op" of a request line on the socket. */
+#define BC_SOCK_OP_CREDENTIAL	"credential"
+#define BC_SOCK_OP_STATUS		"status"
+#define BC_SOCK_OP_METRICS		"metrics"
+
+/* The "error" words of an answer {"ok":false,"error":...}, bcd's own. */
+#define BC_SOCK_OK				"ok"	/* the counters' name of a delivery */
+#define BC_SOCK_NO_NODE_CREDENTIAL "no-node-credential"
+#define BC_SOCK_BUSY			"busy"
+#define BC_SOCK_REFUSED			"refused"
+#define BC_SOCK_UNAVAILABLE		"unavailable"
+#define BC_SOCK_BAD_REQUEST		"bad-request"
+#define BC_SOCK_BAD_DIR			"bad-dir"
+#define BC_SOCK_FORBIDDEN		"forbidden"
+#define BC_SOCK_FAILED			"failed"
+/* ... and the clients' own (no answer came, or none was asked for). */
+#define BC_SOCK_NO_DAEMON		"no-daemon"
+#define BC_SOCK_NO_ANSWER		"no-answer"
+#define BC_SOCK_TIMEOUT			"timeout"
+#define BC_SOCK_UNTRUSTED_SOCKET "untrusted-socket"
+
+/* One request line on the socket, the newline included. */
+#define BC_SOCK_REQUEST_MAX		8192
+
+#endif							/* BC_PROTOCOL_H */
