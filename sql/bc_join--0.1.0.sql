@@ -30,6 +30,22 @@ CREATE FUNCTION bc_join.compute_now() RETURNS timestamptz
 	AS 'MODULE_PATHNAME', 'bc_compute_now'
 	LANGUAGE C STABLE PARALLEL SAFE;
 
+/* -------------------------------------------------------------- domains */
+
+-- The checks the tables would otherwise repeat, each spelled once (the same
+-- words and bounds as src/common/bc_protocol.h).  Columns an operator reads
+-- and compares as text (roles, serials) stay text with a CHECK, so that
+-- polymorphic functions (pgTAP's is(), coalesce with text) accept them.
+CREATE FUNCTION bc_join.are_agent_roles(roles text[]) RETURNS boolean
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT roles IS NOT NULL AND cardinality(roles) >= 1
+				 AND roles <@ ARRAY['node', 'site', 'ramdisk']::text[] $$;
+-- a SHA-256 digest
+CREATE DOMAIN bc_join.sha256 AS bytea CHECK (length(VALUE) = 32);
+-- a session or context selector: 0 to 128 of [A-Za-z0-9._:-]
+CREATE DOMAIN bc_join.selector AS text CHECK (VALUE ~ '^[A-Za-z0-9._:-]{0,128}$');
+
 /* ---------------------------------------------------------------- tenants */
 
 CREATE TABLE bc_join.tenants (
@@ -67,7 +83,7 @@ CREATE TABLE bc_join.nodes (
 	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
 	site_id text REFERENCES bc_join.sites (id),
 	pool_id text REFERENCES bc_join.pools (id),
-	role text NOT NULL CHECK (role IN ('node', 'site', 'ramdisk')),
+	role text NOT NULL CHECK (bc_join.are_agent_roles(ARRAY[role])),
 	state text NOT NULL DEFAULT 'adopting'
 		CHECK (state IN ('adopting', 'active', 'retired')),
 	trust text NOT NULL CHECK (trust IN ('platform', 'tenant-owned')),
@@ -89,12 +105,12 @@ CREATE TABLE bc_join.node_certs (
 	identity_generation integer NOT NULL,
 	not_before timestamptz NOT NULL,
 	not_after timestamptz NOT NULL,
-	spki_sha256 bytea NOT NULL CHECK (length(spki_sha256) = 32),
+	spki_sha256 bc_join.sha256 NOT NULL,
 	allowed_kinds text[],				-- NULL: unrestricted
 	node_key_uri text,
 	certificate bytea NOT NULL,			-- DER; public
 	-- SHA-256 of the JoinRequest's CSR when a join issued it (NULL: a renewal)
-	join_csr_sha256 bytea CHECK (length(join_csr_sha256) = 32),
+	join_csr_sha256 bc_join.sha256,
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	revoked_at timestamptz,
 	revocation_reason text,
@@ -106,7 +122,7 @@ CREATE UNIQUE INDEX node_certs_spki_idx ON bc_join.node_certs (spki_sha256);
 
 -- A stable hardware identity (32-byte hash) bound to one node for good.
 CREATE TABLE bc_join.node_bindings (
-	subject bytea PRIMARY KEY CHECK (length(subject) = 32),
+	subject bc_join.sha256 PRIMARY KEY,
 	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
 	attestor text NOT NULL,
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
@@ -120,11 +136,11 @@ CREATE TABLE bc_join.join_tokens (
 	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
 	pool_id text REFERENCES bc_join.pools (id),
 	site_id text REFERENCES bc_join.sites (id),
-	secret_sha256 bytea NOT NULL CHECK (length(secret_sha256) = 32),
+	secret_sha256 bc_join.sha256 NOT NULL,
 	uses_total integer NOT NULL CHECK (uses_total >= 1),
 	uses_left integer NOT NULL CHECK (uses_left >= 0 AND uses_left <= uses_total),
 	expires_at timestamptz NOT NULL,
-	role text NOT NULL CHECK (role IN ('node', 'site', 'ramdisk')),
+	role text NOT NULL CHECK (bc_join.are_agent_roles(ARRAY[role])),
 	expect jsonb CHECK (expect IS NULL OR jsonb_typeof(expect) = 'object'),
 	allow_reclaim boolean NOT NULL DEFAULT false,
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
@@ -141,8 +157,8 @@ CREATE TABLE bc_join.sessions (
 	id text PRIMARY KEY,
 	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
 	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
-	session_ref text NOT NULL CHECK (session_ref ~ '^[A-Za-z0-9._:-]{1,128}$'),
-	context_ref text NOT NULL DEFAULT '' CHECK (context_ref ~ '^[A-Za-z0-9._:-]{0,128}$'),
+	session_ref bc_join.selector NOT NULL CHECK (session_ref <> ''),
+	context_ref bc_join.selector NOT NULL DEFAULT '',
 	provisioned_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	UNIQUE (node_id, session_ref, context_ref)
 );
@@ -152,7 +168,7 @@ CREATE TABLE bc_join.session_certs (
 	session_id text NOT NULL REFERENCES bc_join.sessions (id) ON DELETE CASCADE,
 	not_before timestamptz NOT NULL,
 	not_after timestamptz NOT NULL,
-	spki_sha256 bytea NOT NULL CHECK (length(spki_sha256) = 32),
+	spki_sha256 bc_join.sha256 NOT NULL,
 	certificate bytea NOT NULL,
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
 );
@@ -165,8 +181,8 @@ CREATE TABLE bc_join.join_requests (
 	id text PRIMARY KEY,
 	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
 	attestor text NOT NULL,
-	role text NOT NULL CHECK (role IN ('node', 'site', 'ramdisk')),
-	csr_sha256 bytea NOT NULL CHECK (length(csr_sha256) = 32),
+	role text NOT NULL CHECK (bc_join.are_agent_roles(ARRAY[role])),
+	csr_sha256 bc_join.sha256 NOT NULL,
 	claims jsonb NOT NULL DEFAULT '{}',
 	state text NOT NULL DEFAULT 'pending'
 		CHECK (state IN ('pending', 'approved', 'rejected', 'consumed')),
@@ -187,7 +203,7 @@ CREATE INDEX join_requests_pending_idx ON bc_join.join_requests (created_at)
 -- that must admit one join at most.
 CREATE TABLE bc_join.attestation_uses (
 	attestor text NOT NULL,
-	subject bytea NOT NULL CHECK (length(subject) = 32), -- sha256 of what must be used once
+	subject bc_join.sha256 NOT NULL,                     -- sha256 of what must be used once
 	node_id text,
 	used_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	expires_at timestamptz,                              -- NULL keeps it forever
@@ -205,7 +221,7 @@ CREATE TABLE bc_join.attestors (
 	id text PRIMARY KEY CHECK (id ~ '^[a-z0-9._-]{1,64}$'),
 	version text NOT NULL CHECK (length(version) BETWEEN 1 AND 64),
 	roles text[] NOT NULL
-		CHECK (cardinality(roles) >= 1 AND roles <@ ARRAY['node', 'site', 'ramdisk']),
+		CHECK (bc_join.are_agent_roles(roles)),
 	verify regprocedure NOT NULL,
 	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	registered_by text NOT NULL DEFAULT session_user
@@ -391,7 +407,7 @@ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = create_join_token.tenant_id) THEN
 		PERFORM bc_join.invalid_input('the tenant does not exist');
 	END IF;
-	IF role IS NULL OR role NOT IN ('node', 'site', 'ramdisk') THEN
+	IF NOT coalesce(bc_join.are_agent_roles(ARRAY[role]), false) THEN
 		PERFORM bc_join.invalid_input('role must be node, site or ramdisk');
 	END IF;
 	IF uses IS NULL OR uses NOT BETWEEN 1 AND 1000000 THEN
@@ -796,7 +812,7 @@ BEGIN
 	IF id IS NULL OR id !~ '^[a-z0-9._-]{1,64}$' THEN
 		PERFORM bc_join.invalid_input('an attestor id is 1 to 64 of a-z, 0-9, ''.'', ''_'' and ''-''');
 	END IF;
-	IF roles IS NULL OR cardinality(roles) = 0 OR NOT roles <@ ARRAY['node', 'site', 'ramdisk'] THEN
+	IF NOT coalesce(bc_join.are_agent_roles(roles), false) THEN
 		PERFORM bc_join.invalid_input('roles must be a non-empty subset of node, site and ramdisk');
 	END IF;
 	IF version IS NULL OR length(version) NOT BETWEEN 1 AND 64 THEN

@@ -69,6 +69,14 @@
 
 /* A proof's "iat" must be within this many seconds of the service clock. */
 #define BC_PROOF_WINDOW 300
+/* A proof (JWS compact) in bytes. */
+#define BC_PROOF_MAX 4096
+
+/* ------------------------------------------------ certificate lifetimes */
+
+/* The longest certificate the service issues, in seconds; a ramdisk's. */
+#define BC_SERVICE_TTL_MAX		86400
+#define BC_RAMDISK_TTL_MAX		7200
 
 /* ------------------------------------------------ session selectors */
 

@@ -22,19 +22,8 @@
 /* INVALID_CONFIG: the service's own setup is wrong (keys, settings, attestor). */
 #define ERRCODE_BC_INVALID_CONFIG ERRCODE_CONFIG_FILE_ERROR
 
-/* Bounds of a JoinRequest (CONTRACT.md: 64 KiB in all). */
-#define BC_REQUEST_MAX			(64 * 1024)
-#define BC_CSR_B64_MAX			(8 * 1024)
-#define BC_ATTESTATION_B64_MAX	(48 * 1024)
-#define BC_SEALED_TOKEN_MAX		(4 * 1024)
-#define BC_CLAIM_STRING_MAX		256
-#define BC_CLAIM_ARRAY_MAX		64
-#define BC_ATTESTOR_ID_MAX		64
-#define BC_TOKEN_MAX			256
-
-/* The longest certificate the service issues, in seconds. */
-#define BC_SERVICE_TTL_MAX		86400
-#define BC_RAMDISK_TTL_MAX		7200
+/* The protocol's words and bounds (roles, statuses, request bounds, TTL caps): one home for every side. */
+#include "bc_protocol.h"
 
 /* ---------------------------------------------------------------- bc_join.c */
 
@@ -284,9 +273,6 @@ extern bool bc_single_use_consumed(void);
 
 /* ----------------------------------------------------------------- proof.c */
 
-/* How far a proof's iat may lie from the service clock, in seconds. */
-#define BC_PROOF_WINDOW 300
-#define BC_PROOF_MAX 4096
 
 /* Parse and bound {"csr", "proof"} into req (the CSR) and *proof; raises 22023. */
 extern void bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof,

@@ -123,9 +123,11 @@ outcome_of(Jsonb *response, bool refused)
 	status = getKeyJsonValueFromContainer(&response->root, "status", 6, NULL);
 	if (status != NULL && status->type == jbvString)
 	{
-		if (status->val.string.len == 7 && strncmp(status->val.string.val, "pending", 7) == 0)
+		if (status->val.string.len == strlen(BC_STATUS_PENDING) &&
+			strncmp(status->val.string.val, BC_STATUS_PENDING, status->val.string.len) == 0)
 			return BC_OUTCOME_DEFERRED_APPROVAL;
-		if (status->val.string.len == 9 && strncmp(status->val.string.val, "challenge", 9) == 0)
+		if (status->val.string.len == strlen(BC_STATUS_CHALLENGE) &&
+			strncmp(status->val.string.val, BC_STATUS_CHALLENGE, status->val.string.len) == 0)
 			return BC_OUTCOME_DEFERRED_CHALLENGE;
 	}
 	return BC_OUTCOME_ADMITTED;

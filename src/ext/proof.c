@@ -59,7 +59,7 @@ bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof, MemoryContex
 	if (*proof == NULL)
 		bc_invalid_input("\"proof\" is required");
 	bc_parse_csr(csr_b64, req, owner);
-	req->role = "node";
+	req->role = BC_ROLE_NODE;
 	req->claims = bc_jsonb("{}");
 }
 

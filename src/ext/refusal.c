@@ -137,7 +137,7 @@ Jsonb *
 bc_refusal_response(void)
 {
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(
-		"{\"status\":\"refused\",\"error\":{\"code\":\"ACCESS_DENIED\",\"message\":\"Join refused\"}}")));
+		"{\"status\":\"" BC_STATUS_REFUSED "\",\"error\":{\"code\":\"" BC_REFUSAL_CODE "\",\"message\":\"Join refused\"}}")));
 }
 
 PG_FUNCTION_INFO_V1(bc_refuse);

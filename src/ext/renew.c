@@ -88,7 +88,7 @@ static Jsonb *
 renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 {
 	const char *proof = (const char *) arg;
-	char	   *serial = bc_proof_serial(proof, "renew");
+	char	   *serial = bc_proof_serial(proof, BC_PURPOSE_RENEW);
 	Datum		v = CStringGetTextDatum(serial);
 	BcProofCert c;
 	int			ttl;
@@ -96,10 +96,10 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	StringInfoData ev;
 	Jsonb	   *evj;
 
-	bc_lock_proof_cert("renew", serial, true, &c);
+	bc_lock_proof_cert(BC_PURPOSE_RENEW, serial, true, &c);
 	req->role = c.role;
 
-	(void) bc_check_node_proof("renew", req, proof, serial, c.der, c.node_id, c.tenant);
+	(void) bc_check_node_proof(BC_PURPOSE_RENEW, req, proof, serial, c.der, c.node_id, c.tenant);
 
 	if (c.revoked && c.renewed && c.generation == c.node_generation)
 	{
@@ -109,15 +109,15 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		if (again != NULL)
 			return again;
 	}
-	bc_require_live_cert("renew", &c);
+	bc_require_live_cert(BC_PURPOSE_RENEW, &c);
 	if (c.node_key_uri != NULL)
 		bc_refuse_join("renew:key-statement-unknown", c.tenant);
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("renew:csr-signature", c.tenant);
-	(void) bc_key_reuse_check(req, "renew", false, outcxt);
+	(void) bc_key_reuse_check(req, BC_PURPOSE_RENEW, false, outcxt);
 
 	ttl = bc_cert_ttl;
-	if (strcmp(c.role, "ramdisk") == 0 && ttl > BC_RAMDISK_TTL_MAX)
+	if (strcmp(c.role, BC_ROLE_RAMDISK) == 0 && ttl > BC_RAMDISK_TTL_MAX)
 		ttl = BC_RAMDISK_TTL_MAX;
 	bc_spi_exec(&revoke_cert, &v, NULL, false, 0);
 	bc_issue_and_record(req, c.tenant, c.node_id, c.generation, c.allowed_kinds,
@@ -144,5 +144,5 @@ PG_FUNCTION_INFO_V1(bc_renew_request);
 Datum
 bc_renew_request(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_JSONB_P(bc_proof_request_round(PG_GETARG_JSONB_P(0), "renew", renew_round));
+	PG_RETURN_JSONB_P(bc_proof_request_round(PG_GETARG_JSONB_P(0), BC_PURPOSE_RENEW, renew_round));
 }

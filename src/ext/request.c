@@ -235,13 +235,13 @@ bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner)
 	/* role */
 	if (req->role == NULL)
 		bc_invalid_input("\"role\" is required");
-	if (strcmp(req->role, "node") != 0 && strcmp(req->role, "site") != 0 &&
-		strcmp(req->role, "ramdisk") != 0)
+	if (strcmp(req->role, BC_ROLE_NODE) != 0 && strcmp(req->role, BC_ROLE_SITE) != 0 &&
+		strcmp(req->role, BC_ROLE_RAMDISK) != 0)
 		bc_invalid_input("\"role\" must be node, site or ramdisk");
 
 	/* attestor: absent or empty means join-token */
 	if (req->attestor == NULL || req->attestor[0] == '\0')
-		req->attestor = "join-token";
+		req->attestor = BC_ATTESTOR_JOIN_TOKEN;
 	check_attestor_id(req->attestor);
 
 	/* claims: absent means {} */

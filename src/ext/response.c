@@ -90,7 +90,7 @@ bc_issued_payload_start(StringInfo payload, const BcJoinRequest *req, const char
 						const char *tenant_id)
 {
 	initStringInfo(payload);
-	appendStringInfoString(payload, "{\"status\":\"issued\"");
+	appendStringInfoString(payload, "{\"status\":\"" BC_STATUS_ISSUED "\"");
 	bc_json_member(payload, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(payload, "issuedAt", bc_rfc3339(bc_now()));
 	bc_json_member(payload, "nodeId", node_id);
@@ -132,7 +132,7 @@ bc_issued_response(const BcJoinRequest *req, const char *node_id, const char *te
 		appendStringInfoString(&payload, "null");
 	bc_json_member(&payload, "notAfter", bc_rfc3339(issued->not_after));
 	appendStringInfoChar(&payload, '}');
-	return bc_signed_response("issued", &payload, outcxt);
+	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 
 /* The signed deferral: pending (approval) or challenge, bound to the CSR. */
@@ -143,7 +143,7 @@ bc_deferral_response(const BcJoinRequest *req, const BcOutcome *out, MemoryConte
 	bool		approval = strcmp(out->kind, "approval") == 0;
 
 	initStringInfo(&payload);
-	appendStringInfo(&payload, "{\"status\":\"%s\"", approval ? "pending" : "challenge");
+	appendStringInfo(&payload, "{\"status\":\"%s\"", approval ? BC_STATUS_PENDING : BC_STATUS_CHALLENGE);
 	bc_json_member(&payload, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(&payload, "issuedAt", bc_rfc3339(bc_now()));
 	bc_json_member(&payload, "attestor", req->attestor);
@@ -158,5 +158,5 @@ bc_deferral_response(const BcJoinRequest *req, const BcOutcome *out, MemoryConte
 		bc_json_member(&payload, "notAfter", bc_rfc3339(out->not_after));
 	}
 	appendStringInfoChar(&payload, '}');
-	return bc_signed_response(approval ? "pending" : "challenge", &payload, outcxt);
+	return bc_signed_response(approval ? BC_STATUS_PENDING : BC_STATUS_CHALLENGE, &payload, outcxt);
 }

@@ -355,7 +355,7 @@ validate_placement(const BcJoinRequest *req, BcAttestResult *res, bool *custom_s
 		Datum		v = CStringGetTextDatum(res->pool_id);
 		char	   *pool_site;
 
-		if (strcmp(req->role, "site") == 0)
+		if (strcmp(req->role, BC_ROLE_SITE) == 0)
 			bc_refuse_join("join:site-pool", tenant);
 		if (bc_spi_exec(&pool_lookup, &v, NULL, true, 1) != 1)
 			bc_refuse_join("join:pool-unknown", tenant);
@@ -447,6 +447,6 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 	*ttl = bc_cert_ttl;
 	if (res->cert_ttl_seconds > 0 && res->cert_ttl_seconds < *ttl)
 		*ttl = res->cert_ttl_seconds;
-	if (strcmp(req->role, "ramdisk") == 0 && *ttl > BC_RAMDISK_TTL_MAX)
+	if (strcmp(req->role, BC_ROLE_RAMDISK) == 0 && *ttl > BC_RAMDISK_TTL_MAX)
 		*ttl = BC_RAMDISK_TTL_MAX;
 }

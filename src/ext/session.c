@@ -18,7 +18,6 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 
-#define BC_SELECTOR_MAX 128
 
 static BcPlan reserve_session = {
 	"WITH new AS ("
@@ -43,22 +42,15 @@ static BcPlan insert_session_cert = {
 	6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID, BYTEAOID}
 };
 
-/* A session or context selector: 0 to 128 of [A-Za-z0-9._:-] (session: at least 1). */
+/* A session or context selector: BC_SESSION_MIN/BC_CONTEXT_MIN to BC_SELECTOR_MAX of BC_SELECTOR_CHARS. */
 static bool
 valid_selector(const char *s, bool required)
 {
 	size_t		n = strlen(s);
-	const char *p;
 
-	if (n > BC_SELECTOR_MAX || (required && n == 0))
+	if (n > BC_SELECTOR_MAX || n < (required ? BC_SESSION_MIN : BC_CONTEXT_MIN))
 		return false;
-	for (p = s; *p; p++)
-	{
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-			  *p == '.' || *p == '_' || *p == ':' || *p == '-'))
-			return false;
-	}
-	return true;
+	return strspn(s, BC_SELECTOR_CHARS) == n;
 }
 
 /* The session round: check the node and its proof, reserve the session, issue. */
@@ -66,7 +58,7 @@ static Jsonb *
 session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 {
 	const char *proof = (const char *) arg;
-	char	   *serial = bc_proof_serial(proof, "session");
+	char	   *serial = bc_proof_serial(proof, BC_PURPOSE_SESSION);
 	Datum		v[6];
 	BcProofCert c;
 	char	   *node_id;
@@ -82,13 +74,13 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	BcIssued	issued;
 	StringInfoData payload;
 
-	bc_lock_proof_cert("session", serial, false, &c);
+	bc_lock_proof_cert(BC_PURPOSE_SESSION, serial, false, &c);
 	node_id = c.node_id;
 	tenant = c.tenant;
 	remaining = c.remaining;
 
-	pj = bc_check_node_proof("session", req, proof, serial, c.der, node_id, tenant);
-	bc_require_live_cert("session", &c);
+	pj = bc_check_node_proof(BC_PURPOSE_SESSION, req, proof, serial, c.der, node_id, tenant);
+	bc_require_live_cert(BC_PURPOSE_SESSION, &c);
 
 	session_ref = bc_proof_member("session", pj, "session", tenant);
 	ctx = getKeyJsonValueFromContainer(&pj->root, "context", 7, NULL);
@@ -157,7 +149,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_append_chain(&payload, &issued);
 	bc_json_member(&payload, "notAfter", bc_rfc3339(issued.not_after));
 	appendStringInfoChar(&payload, '}');
-	return bc_signed_response("issued", &payload, outcxt);
+	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 
 PG_FUNCTION_INFO_V1(bc_issue_session_request);
@@ -166,5 +158,5 @@ PG_FUNCTION_INFO_V1(bc_issue_session_request);
 Datum
 bc_issue_session_request(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_JSONB_P(bc_proof_request_round(PG_GETARG_JSONB_P(0), "session", session_round));
+	PG_RETURN_JSONB_P(bc_proof_request_round(PG_GETARG_JSONB_P(0), BC_PURPOSE_SESSION, session_round));
 }

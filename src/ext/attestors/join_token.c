@@ -14,7 +14,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
-static const char *const join_token_roles[] = {"node", "site", "ramdisk", NULL};
+static const char *const join_token_roles[] = {BC_ROLE_NODE, BC_ROLE_SITE, BC_ROLE_RAMDISK, NULL};
 
 static BcPlan lock_token = {
 	"SELECT tenant_id, pool_id, site_id, secret_sha256, uses_left, "
