@@ -15,8 +15,21 @@ OBJS        = $(EXT_SRCS:.c=.o) $(COMMON_SRCS:.c=.o)
 DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql
 PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 
+# make installcheck: the pg_regress suites on a temporary instance of the
+# installed PostgreSQL (bc_join preloaded by test/regress.conf; keys made by
+# test/installcheck, which as root runs pg_regress as postgres), results and
+# regression.diffs under build/installcheck/.  One suite: REGRESS=regress_admin.
+# make installcheck BCJ_REGRESS_RUNNING=1: against the running server that the
+# PG* environment names instead (what test/run-all does, with its REGRESS_OPTS).
 REGRESS      = $(sort $(basename $(notdir $(wildcard sql/regress_*.sql))))
+BCJ_REGRESS_DIR = $(CURDIR)/build/installcheck
+ifeq ($(BCJ_REGRESS_RUNNING),)
+REGRESS_OPTS = --inputdir=. --load-extension=bc_join --outputdir=$(BCJ_REGRESS_DIR) \
+	--temp-instance=$(BCJ_REGRESS_DIR)/instance \
+	--temp-config=$(CURDIR)/test/regress.conf --temp-config=$(BCJ_REGRESS_DIR)/keys.conf
+else
 REGRESS_OPTS = --inputdir=. --load-extension=bc_join
+endif
 
 PG_CPPFLAGS = -Isrc/common -Isrc/ext
 # TPM structures (src/common/tpm.c) are unmarshalled with tpm2-tss's libtss2-mu.
@@ -32,6 +45,12 @@ EXTRA_CLEAN = build
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PGXS's pg_regress_installcheck, run through test/installcheck (keys, and the
+# postgres OS user as root).
+pg_regress_installcheck = $(CURDIR)/test/installcheck $(BCJ_REGRESS_DIR) \
+	$(top_builddir)/src/test/regress/pg_regress --inputdir=$(srcdir) --bindir='$(bindir)' \
+	$(pg_regress_locale_flags) $(EXTRA_REGRESS_OPTS)
 
 # Host programs (bcd, test tools, unit tests, sanitizer builds).
 include mk/host.mk

@@ -1016,3 +1016,104 @@ GRANT SELECT ON
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
 			  expect, allow_reclaim, created_at, created_by, revoked_at)
 	ON bc_join.join_tokens TO bc_join_operator;
+
+/* ------------------------------------------------------------------ comments */
+
+-- What \df+ bc_join.* and \dv+ bc_join.* show: one sentence per function and
+-- view, what it does and what it returns (test: sql/regress_comments.sql).
+
+-- Joins and the other requests from agents (through the gateway).
+COMMENT ON FUNCTION public.bc_join(jsonb) IS
+	'Runs one join round of a JoinRequest in this transaction (attestor, node, certificate, bindings, events, audit) and returns {"status", "response"}: the signed result or deferral, or the one uniform refusal.';
+COMMENT ON FUNCTION bc_join.renew(jsonb) IS
+	'Renews a node certificate from a CSR for a new key and a proof signed by the current node key; returns the signed "issued" response or the one refusal, as a join does.';
+COMMENT ON FUNCTION bc_join.issue_session(jsonb) IS
+	'Issues a session credential to a joined node from a session key''s CSR and a proof signed by the node key; returns the signed response or the one refusal (docs/sessions.md).';
+
+-- Administration (bc_join_operator).
+COMMENT ON FUNCTION bc_join.create_tenant(text) IS
+	'Creates a tenant with this name and returns its id.';
+COMMENT ON FUNCTION bc_join.create_site(text, text) IS
+	'Creates a site of a tenant and returns its id.';
+COMMENT ON FUNCTION bc_join.create_pool(text, text, text) IS
+	'Creates a pool in a site of the same tenant and returns its id.';
+COMMENT ON FUNCTION bc_join.create_join_token(text, text, integer, interval, text, jsonb, boolean, text) IS
+	'Creates a join token for a pool (or a site) with a number of uses, a lifetime, a role and optional expected claims, and returns "<id>.<secret>", shown this once (only the secret''s SHA-256 is stored).';
+COMMENT ON FUNCTION bc_join.revoke_join_token(text) IS
+	'Revokes a join token so that no further join can use it; returns true when it was revoked now, false when it was unknown or already revoked.';
+COMMENT ON FUNCTION bc_join.approve_join_request(text) IS
+	'Approves a pending join request so that the agent''s next retry completes the join; returns nothing.';
+COMMENT ON FUNCTION bc_join.reject_join_request(text, text) IS
+	'Rejects a pending join request with a reason so that the agent''s next retry is refused; returns nothing.';
+COMMENT ON FUNCTION bc_join.retire_node(text) IS
+	'Retires a node (state retired, certificates revoked, bindings dropped); returns nothing.';
+COMMENT ON FUNCTION bc_join.delete_node(text) IS
+	'Deletes a node with its certificates and bindings; returns nothing.';
+COMMENT ON FUNCTION bc_join.register_command_kind(text, text) IS
+	'Registers a command kind (dotted lower-case words, like disk.wipe) that allowedKinds may name, keeping an existing one as it is; returns nothing.';
+COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
+	'Deletes up to batch expired attestation_uses rows without waiting on joins and returns how many it deleted: call it again until it returns 0.';
+COMMENT ON FUNCTION bc_join.attestor_stats() IS
+	'Returns, from shared memory, one row per attestor and outcome since the last reset: calls, total, mean, min, max, p50 and p99 milliseconds, and the latency histogram (read it through the attestor_statistics view).';
+COMMENT ON FUNCTION bc_join.attestor_stats_reset() IS
+	'Forgets every attestor counter in shared memory and returns the time of the reset.';
+
+-- Custom attestors (superuser).
+COMMENT ON FUNCTION bc_join.register_attestor(text, text, text[], regprocedure) IS
+	'Registers (or re-registers) a custom attestor: its id, version, the roles it may admit and its verify function, which must carry its own SET search_path; superuser only; returns nothing.';
+COMMENT ON FUNCTION bc_join.unregister_attestor(text) IS
+	'Removes a custom attestor, so that a built-in with the same id takes over again; returns true when one was removed.';
+
+-- Public keys (what agents pin).
+COMMENT ON FUNCTION bc_join.service_keys() IS
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, nodeCa}, to hand to bcd as --service-keys.';
+COMMENT ON FUNCTION bc_join.signing_jwk() IS
+	'Returns the public JWK of the key that signs every JoinResponse (agents pin it).';
+COMMENT ON FUNCTION bc_join.encryption_jwk() IS
+	'Returns the public JWK that sealed join tokens are encrypted to.';
+COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
+	'Returns the node CA certificate as PEM.';
+
+-- Helpers for attestors (called inside a join round).
+COMMENT ON FUNCTION bc_join.compute_now() IS
+	'Returns the service clock, the transaction start plus bc_join.clock_offset seconds, against which every expiry is compared.';
+COMMENT ON FUNCTION bc_join.refuse(text, text) IS
+	'Refuses the join under way with the uniform refusal (SQLSTATE JR001) carrying ''<attestor>:<reason>'' and, when known, the tenant whose events record it; never returns.';
+COMMENT ON FUNCTION bc_join.use_once(text, bytea, timestamptz, text) IS
+	'Records a piece of single-use evidence (the SHA-256 subject) for an attestor, or refuses ''<attestor>:reused'' when it was used before; call it only in a round that returns a result; returns nothing.';
+COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
+	'Checks a join token without spending it (secret, revocation, expiry, uses, role, expected claims) and returns {tokenId, tenantId, poolId, siteId, role, allowReclaim}, or refuses ''<attestor>:<reason>''.';
+COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
+	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
+COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
+	'Records a join request for the CSR of context that waits for an operator, notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
+COMMENT ON FUNCTION bc_join.consume_join_request(text, jsonb) IS
+	'Consumes an approved join request made for the CSR of context in the round that issues, or refuses ''<attestor>:<reason>''; returns nothing.';
+COMMENT ON FUNCTION bc_join.await_approval(text, text, jsonb, jsonb, integer) IS
+	'Runs the approval round of an attestor: returns a deferral while the join request is new or pending, NULL once it is approved (and consumed), and refuses ''<attestor>:rejected'' when it was rejected.';
+COMMENT ON FUNCTION bc_join.b64url_encode(bytea) IS
+	'Returns data encoded as base64url without padding.';
+COMMENT ON FUNCTION bc_join.b64url_decode(text) IS
+	'Returns the bytes of base64url text without padding; raises an error on malformed input.';
+COMMENT ON FUNCTION bc_join.ecdsa_verify(text, bytea, bytea) IS
+	'Verifies an ECDSA P-256 / SHA-256 signature (DER or raw r||s) over message with a PEM SubjectPublicKeyInfo public key and returns whether it holds.';
+
+-- Internal helpers and trigger functions (not called by hand).
+COMMENT ON FUNCTION bc_join.new_id(text) IS
+	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
+COMMENT ON FUNCTION bc_join.random_secret() IS
+	'Internal: returns 32 random bytes from the server''s strong source as base64url without padding.';
+COMMENT ON FUNCTION bc_join.invalid_input(text) IS
+	'Internal: raises INVALID_INPUT (SQLSTATE 22023) with msg, the code in the detail; never returns.';
+COMMENT ON FUNCTION bc_join.note_single_use_round() IS
+	'Internal: marks that single-use evidence was consumed in the running join round; returns nothing.';
+COMMENT ON FUNCTION bc_join.note_single_use() IS
+	'Trigger on attestation_uses: marks that single-use evidence was consumed in the running join round.';
+COMMENT ON FUNCTION bc_join.attestors_changed() IS
+	'Trigger on attestors: makes every backend forget the attestors it cached.';
+
+-- Views.
+COMMENT ON VIEW bc_join.pending_join_requests IS
+	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail and expires_in.';
+COMMENT ON VIEW bc_join.attestor_statistics IS
+	'Verifications by attestor and outcome (admitted, deferred-approval, deferred-challenge, refused, error) since the last reset, with their timing in milliseconds (p50/p99 are histogram bucket bounds).';

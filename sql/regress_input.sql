@@ -3,10 +3,12 @@
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 \getenv bcd BCJ_BCD
-\getenv keys BCJ_SERVICE_KEYS
 \getenv scratch BCJ_SCRATCH
 \set d :scratch/regress_input
 \set mk `mkdir -p :d`
+-- The keys an agent pins, from this server.
+\set keys :d/service-keys.json
+SELECT bc_join.service_keys() \g (format=unaligned tuples_only=on) :keys
 -- A well-formed request (its token is unknown; input checks come first).
 \set req `:bcd join-request --service-keys :keys --token jt_00000000000000000000000000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA --out-dir :d/ok`
 -- A CSR with an RSA key, which the service does not certify.

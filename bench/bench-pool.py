@@ -8,7 +8,7 @@ over kept-alive TLS connections:
   2. real joins (200 issued): the database's cost;
   3. /healthz latency while every pool connection is blocked on a row lock.
 Prints requests/s, latency percentiles and the gateway's CPU per request.
-Not a TAP script: run it by hand (`/usr/bin/python3 test/gateway/bench-pool.py`).
+Not a TAP script: run it by hand (`/usr/bin/python3 bench/bench-pool.py`).
 """
 import http.client
 import json
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "gateway"))
 import gwlib  # noqa: E402
 
 

@@ -1,0 +1,79 @@
+# bench/sections/perf.sh: section 6, where the machine's time goes: perf
+# record -a during a join run and a ceiling run at the best client count of
+# section 1 (BENCH_PERF_CLIENTS, default 8, when section 1 did not run), per
+# transaction by process and library.  BENCH_PERF=0 skips it.  Sourced by
+# bench/run.
+
+# perf record -a samples every CPU (cpu-clock: this VM has no hardware
+# counters) while pgbench runs; a process's and a library's share of the
+# samples times the machine time of one transaction (1 / tps) is what that
+# part costs per transaction.  Idle time is the kernel's swapper.
+declare -gA PF_J PF_C
+PERF_OK=0
+perf_split() {  # perf_split FILE TPS ARRAYNAME
+  local -n into=$3
+  while read -r k v; do into[$k]=$v; done < <(perf report -i "$1" --sort comm,dso --stdio 2>/dev/null | awk -v tps="$2" '
+    /^ *[0-9.]+%/ { p = $1; sub("%", "", p); comm = $2; dso = $3
+      if (comm == "swapper") k = "idle"
+      else if (comm == "pgbench") k = "load"
+      else if (comm != "postgres") k = "other"
+      else if (dso == "postgres") k = "pg"
+      else if (dso ~ /^libcrypto|^libssl/) k = "ossl"
+      else if (dso ~ /^bc_join|^libjansson/) k = "ours"
+      else if (dso ~ /kernel/) k = "kernel"
+      else k = "libc"
+      t[k] += p; all += p }
+    END { for (k in t) printf "%s %.0f\n", k, t[k] / all * 1e6 / tps }')
+}
+
+perf_run() {
+  if [ "${BENCH_PERF:-1}" = 1 ] && command -v perf >/dev/null && perf record -a -o /dev/null -- true >/dev/null 2>&1; then
+    PF_C_N=${BEST_C:-${BENCH_PERF_CLIENTS:-8}}
+    log "where the time goes: perf record -a during joins and the ceiling at $PF_C_N clients"
+    for what in join ceiling; do
+      ensure_sql "$(per_run "$SECS")"
+      reset_nodes
+      d=$W/runs/perf-$what
+      mkdir -p "$d"
+      sqlb -c "CHECKPOINT" >/dev/null
+      (cd "$d" && perf record -a -F 999 -o "$d/perf.data" -- pgbench -n -M prepared -f "$ROOT/bench/$what.pgbench" \
+        -c "$PF_C_N" -j "$(( PF_C_N < NPROC ? PF_C_N : NPROC ))" -T "$SECS" \
+        -D nreq="$((SQL_NEXT - 1))" -D ntok="$TOKENS" bench >out 2>err) || { cat "$d/err" >&2; die "perf $what"; }
+      tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$d/out")
+      if [ "$what" = join ]; then PF_J_TPS=$tps; perf_split "$d/perf.data" "$tps" PF_J; else PF_C_TPS=$tps; perf_split "$d/perf.data" "$tps" PF_C; fi
+      rm -f "$d/perf.data"
+    done
+    PERF_OK=1
+    reset_nodes
+  fi
+}
+
+perf_report() {
+  if [ "$PERF_OK" = 1 ]; then
+    echo "### 6. Where the machine's time goes (perf)"
+    echo
+    echo "\`perf record -a -F 999\` (cpu-clock, every CPU) during $SECS s of joins and $SECS s of the plain-SQL ceiling at $PF_C_N clients: $(fmt "$PF_J_TPS") joins/s and $(fmt "$PF_C_TPS") ceiling tx/s in these runs. Each part's share of the samples × the machine time of one transaction (1 / rate, both cores):"
+    echo
+    echo "| µs of the machine per transaction | join | ceiling | join − ceiling |"
+    echo "| --- | ---: | ---: | ---: |"
+    for k in pg ossl ours libc kernel load other idle; do
+      case $k in
+        pg) label="PostgreSQL's own code (the \`postgres\` binary)" ;;
+        ossl) label="OpenSSL (libcrypto) in the server" ;;
+        ours) label="bc_join.so and libjansson" ;;
+        libc) label="the C library in the server (malloc, memcpy, …)" ;;
+        kernel) label="the kernel, for the server (sockets, WAL writes, fsync)" ;;
+        load) label="pgbench (the load tool, same cores)" ;;
+        other) label="other processes" ;;
+        idle) label="idle" ;;
+      esac
+      j=${PF_J[$k]:-0} c=${PF_C[$k]:-0}
+      echo "| $label | $j | $c | $((j - c)) |"
+    done
+    jt=$(awk -v t="$PF_J_TPS" 'BEGIN { printf "%.0f", 1e6 / t }'); ct=$(awk -v t="$PF_C_TPS" 'BEGIN { printf "%.0f", 1e6 / t }')
+    echo "| **a transaction** | **$jt** | **$ct** | **$((jt - ct))** |"
+    echo
+    echo "For comparison, the EC arithmetic of a join at \`openssl speed\`'s rates (section 2): $CRYPTO_US µs; 80% of this ceiling would need a join in $(awk -v t="$PF_C_TPS" 'BEGIN { printf "%.0f", 1e6 / t / 0.8 }') µs."
+    echo
+  fi
+}
