@@ -1090,7 +1090,7 @@ COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
 COMMENT ON FUNCTION bc_join.consume_join_request(text, jsonb) IS
 	'Consumes an approved join request made for the CSR of context in the round that issues, or refuses ''<attestor>:<reason>''; returns nothing.';
 COMMENT ON FUNCTION bc_join.await_approval(text, text, jsonb, jsonb, integer) IS
-	'Runs the approval round of an attestor: returns a deferral while the join request is new or pending, NULL once it is approved (and consumed), and refuses ''<attestor>:rejected'' when it was rejected.';
+	'Runs the approval round of an attestor: returns a deferral while the join request is new or pending, NULL once it is approved (and consumed), and refuses ''<attestor>:rejected'' when it was rejected or ''<attestor>:request-expired'' once bc_join.join_request_ttl has passed.';
 COMMENT ON FUNCTION bc_join.b64url_encode(bytea) IS
 	'Returns data encoded as base64url without padding.';
 COMMENT ON FUNCTION bc_join.b64url_decode(text) IS
@@ -1099,6 +1099,8 @@ COMMENT ON FUNCTION bc_join.ecdsa_verify(text, bytea, bytea) IS
 	'Verifies an ECDSA P-256 / SHA-256 signature (DER or raw r||s) over message with a PEM SubjectPublicKeyInfo public key and returns whether it holds.';
 
 -- Internal helpers and trigger functions (not called by hand).
+COMMENT ON FUNCTION bc_join.are_agent_roles(text[]) IS
+	'Returns whether roles is a non-empty list of agent roles (node, site, ramdisk): the one spelling of the roles in SQL.';
 COMMENT ON FUNCTION bc_join.new_id(text) IS
 	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 COMMENT ON FUNCTION bc_join.random_secret() IS
