@@ -150,6 +150,31 @@ CREATE TABLE bc_join.join_tokens (
 );
 CREATE INDEX join_tokens_tenant_idx ON bc_join.join_tokens (tenant_id);
 
+/* ---------------------------------------------------- provisioning tokens */
+
+-- A one-time token for a node that exists (the provisioned attestor): a
+-- machine re-imaged, or one the operator moves, comes back as that node.
+CREATE TABLE bc_join.provisioning_tokens (
+	id text PRIMARY KEY CHECK (id ~ '^pt_[0-9a-f]{32}$'),
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	secret_sha256 bc_join.sha256 NOT NULL,
+	expires_at timestamptz NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user,
+	spent_at timestamptz,
+	revoked_at timestamptz
+);
+CREATE INDEX provisioning_tokens_node_idx ON bc_join.provisioning_tokens (node_id);
+
+-- An optional resolver: maps the nodeId a provisioned agent names to a node id.
+CREATE TABLE bc_join.provisioning_resolver (
+	one boolean PRIMARY KEY DEFAULT true CHECK (one),
+	resolve regprocedure NOT NULL,
+	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	registered_by text NOT NULL DEFAULT session_user
+);
+
 /* --------------------------------------------------------------- sessions */
 
 -- A session identity on a node, reserved when the session first asks.
@@ -457,6 +482,87 @@ BEGIN
 								   'uses', uses, 'role', role, 'expiresAt', bc_join.compute_now() + ttl,
 								   'allowReclaim', allow_reclaim));
 	RETURN tid || '.' || secret;
+END
+$$;
+
+-- A one-time provisioning token for an existing node; returned once, only its hash is stored.
+CREATE FUNCTION bc_join.create_provisioning_token(node_id text, ttl interval DEFAULT '1 hour')
+	RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tid text := bc_join.new_id('pt');
+	secret text := bc_join.random_secret();
+	n bc_join.nodes;
+BEGIN
+	SELECT * INTO n FROM bc_join.nodes x WHERE x.id = create_provisioning_token.node_id;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	IF n.state = 'retired' THEN
+		PERFORM bc_join.invalid_input('the node is retired');
+	END IF;
+	IF ttl IS NULL OR ttl <= interval '0' OR ttl > interval '30 days' THEN
+		PERFORM bc_join.invalid_input('ttl must be positive and at most 30 days');
+	END IF;
+	INSERT INTO bc_join.provisioning_tokens (id, node_id, tenant_id, secret_sha256, expires_at)
+		VALUES (tid, n.id, n.tenant_id, sha256(convert_to(secret, 'UTF8')), bc_join.compute_now() + ttl);
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('provisioning_token.create', n.tenant_id, n.id,
+				jsonb_build_object('tokenId', tid, 'expiresAt', bc_join.compute_now() + ttl));
+	RETURN tid || '.' || secret;
+END
+$$;
+
+-- Revoke a provisioning token that was not used yet.
+CREATE FUNCTION bc_join.revoke_provisioning_token(token_id text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	t bc_join.provisioning_tokens;
+BEGIN
+	UPDATE bc_join.provisioning_tokens p SET revoked_at = bc_join.compute_now()
+		WHERE p.id = revoke_provisioning_token.token_id AND p.revoked_at IS NULL AND p.spent_at IS NULL
+		RETURNING * INTO t;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('provisioning_token.revoke', t.tenant_id, t.node_id, jsonb_build_object('tokenId', t.id));
+	RETURN true;
+END
+$$;
+
+-- Register (or with NULL remove) the resolver of provisioned joins:
+-- resolve(node_ref text, context jsonb) RETURNS text, the node id that the
+-- nodeId an agent names stands for (NULL: none).  Superuser only.
+CREATE FUNCTION bc_join.register_provisioning_resolver(resolve regprocedure) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	p pg_proc;
+BEGIN
+	IF resolve IS NULL THEN
+		DELETE FROM bc_join.provisioning_resolver;
+		INSERT INTO bc_join.audit_log (action, detail) VALUES ('provisioning_resolver.remove', '{}');
+		RETURN;
+	END IF;
+	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = resolve;
+	IF p.pronargs <> 2 OR p.proargtypes[0] <> 'text'::regtype OR p.proargtypes[1] <> 'jsonb'::regtype
+	   OR p.prorettype <> 'text'::regtype OR p.proretset OR p.prokind <> 'f' THEN
+		PERFORM bc_join.invalid_input('resolve must be a function (node_ref text, context jsonb) RETURNS text');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
+		PERFORM bc_join.invalid_input(format('the resolver %s has no SET search_path of its own', resolve));
+	END IF;
+	INSERT INTO bc_join.provisioning_resolver AS r (resolve) VALUES (resolve)
+		ON CONFLICT (one) DO UPDATE SET resolve = EXCLUDED.resolve,
+			registered_at = EXCLUDED.registered_at, registered_by = EXCLUDED.registered_by;
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('provisioning_resolver.register', jsonb_build_object('resolve', resolve::text));
 END
 $$;
 
@@ -990,6 +1096,8 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.create_pool(text, text, text),
 	bc_join.create_join_token(text, text, integer, interval, text, jsonb, boolean, text),
 	bc_join.revoke_join_token(text),
+	bc_join.create_provisioning_token(text, interval),
+	bc_join.revoke_provisioning_token(text),
 	bc_join.approve_join_request(text),
 	bc_join.reject_join_request(text, text),
 	bc_join.retire_node(text),
@@ -1016,6 +1124,9 @@ GRANT SELECT ON
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
 			  expect, allow_reclaim, created_at, created_by, revoked_at)
 	ON bc_join.join_tokens TO bc_join_operator;
+GRANT SELECT (id, node_id, tenant_id, expires_at, created_at, created_by, spent_at, revoked_at)
+	ON bc_join.provisioning_tokens TO bc_join_operator;
+GRANT SELECT ON bc_join.provisioning_resolver TO bc_join_operator;
 
 /* ------------------------------------------------------------------ comments */
 
@@ -1101,6 +1212,12 @@ COMMENT ON FUNCTION bc_join.ecdsa_verify(text, bytea, bytea) IS
 -- Internal helpers and trigger functions (not called by hand).
 COMMENT ON FUNCTION bc_join.are_agent_roles(text[]) IS
 	'Returns whether roles is a non-empty list of agent roles (node, site, ramdisk): the one spelling of the roles in SQL.';
+COMMENT ON FUNCTION bc_join.create_provisioning_token(text, interval) IS
+	'Creates a one-time provisioning token for an existing node (the provisioned attestor: the machine comes back as that node) and returns it once; only its hash is stored.';
+COMMENT ON FUNCTION bc_join.revoke_provisioning_token(text) IS
+	'Revokes a provisioning token not used yet; returns whether one was revoked.';
+COMMENT ON FUNCTION bc_join.register_provisioning_resolver(regprocedure) IS
+	'Registers the function (node_ref text, context jsonb) RETURNS text that maps the nodeId a provisioned agent names to a node id (NULL removes it); superuser only.';
 COMMENT ON FUNCTION bc_join.new_id(text) IS
 	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 COMMENT ON FUNCTION bc_join.random_secret() IS

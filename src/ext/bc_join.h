@@ -204,6 +204,8 @@ typedef struct BcAttestResult
 	bool		expect_checked;
 	/* the token allows a reclaim (set by JoinService when token_id is given) */
 	bool		allow_reclaim;
+	/* an operator's one-time token named this node (provisioned): a reclaim it allows */
+	bool		operator_reclaim;
 } BcAttestResult;
 
 /* What an attestor answers: a result, or a deferral. */
@@ -231,6 +233,7 @@ typedef struct BcAttestor
 } BcAttestor;
 
 extern const BcAttestor bc_join_token_attestor;
+extern const BcAttestor bc_provisioned_attestor;
 
 /* registry.c: the attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
 extern const BcAttestor *bc_find_attestor(const char *id);
@@ -258,6 +261,8 @@ extern void bc_spend_join_token(const char *token_id);
 extern bool bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who,
 								  const char *tenant);
 
+/* sql_attestor.c: the context an attestor's SQL functions get, {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
+extern Jsonb *bc_attestor_context(const BcJoinRequest *req);
 /* sql_attestor.c: run a registered attestor's SQL function. */
 extern void bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *req,
 								   BcOutcome *out);
@@ -266,6 +271,24 @@ extern void bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *r
 extern void bc_parse_outcome(const char *attestor, Jsonb *answer, BcOutcome *out);
 extern void bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl);
 extern void bc_validate_deferral(const char *attestor, BcOutcome *out);
+
+/*
+ * evidence.c: a built-in attestor's JSON evidence, read without raising
+ * (ATTESTORS.md, "General rules"): exactly an object of these members,
+ * strings or integers, each once and within its cap; anything else is the
+ * refusal "<attestor>:malformed".
+ */
+typedef struct BcEvidenceMember
+{
+	const char *name;
+	bool		integer;		/* a JSON integer (no fraction, no exponent); else a string */
+	bool		required;
+	int			max;			/* bytes of a string, digits of an integer */
+	char	   *value;			/* out: the string, or the integer's digits; NULL when absent */
+} BcEvidenceMember;
+
+extern void bc_evidence_members(const char *attestor, const bytea *evidence,
+								BcEvidenceMember *members, int n);
 
 /* single_use.c: single-use evidence consumed in the running round. */
 extern void bc_single_use_reset(void);

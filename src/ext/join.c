@@ -58,6 +58,12 @@ open_sealed_token(BcJoinRequest *req, const char *attestor)
 		bc_free_secret(pt, ptlen + 1);
 		bc_refuse_join(psprintf("%s:csr-binding", attestor), NULL);
 	}
+	/* A provisioning token is for the provisioned attestor alone. */
+	if (strcmp(attestor, "provisioned") != 0 && ptlen > 3 && memcmp(pt, "pt_", 3) == 0)
+	{
+		bc_free_secret(pt, ptlen + 1);
+		bc_refuse_join(psprintf("%s:provisioning-token", attestor), NULL);
+	}
 	/* The plaintext is compared whole: a NUL inside would cut it short. */
 	if (ptlen == 0 || memchr(pt, '\0', ptlen) != NULL)
 	{

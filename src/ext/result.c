@@ -337,10 +337,14 @@ validate_reclaim(const BcJoinRequest *req, BcAttestResult *res)
 	/* Through a token, only when the token allows it. */
 	if (res->token_id != NULL && !res->allow_reclaim)
 		bc_refuse_join("join:reclaim-not-allowed", tenant);
-	/* A hardware key never gives way to an unproven one unless an operator's token says so. */
+	/*
+	 * A hardware key never gives way to an unproven one unless an operator
+	 * said so: a join token allowing reclaim, or a provisioning token made
+	 * for this very node.
+	 */
 	if (strcmp(node_key, "tpm") == 0 &&
 		(res->node_key == NULL || strcmp(res->node_key, "tpm") != 0) &&
-		!(res->token_id != NULL && res->allow_reclaim))
+		!(res->token_id != NULL && res->allow_reclaim) && !res->operator_reclaim)
 		bc_refuse_join("join:hardware-key-enrolled", tenant);
 }
 
