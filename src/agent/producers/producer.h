@@ -20,6 +20,7 @@ typedef struct bcd_producer_input
 	size_t		csr_len;
 	const char *token;			/* --token, or NULL */
 	const char *token_file;		/* --token-file (read at every round), or NULL */
+	const char *node_id;		/* --node-id (provisioned), or NULL */
 } bcd_producer_input;
 
 /* What a producer made for one round (each malloc()ed, or NULL). */
@@ -44,6 +45,7 @@ typedef struct bcd_producer
 
 /* The producers (one file each). */
 extern const bcd_producer bcd_producer_join_token;
+extern const bcd_producer bcd_producer_provisioned;
 
 /*
  * The producer for attestor: its own, or the join-token producer (a token
@@ -57,5 +59,9 @@ void		bcd_evidence_free(bcd_evidence *ev);
 /* join_token.c: the join token, as given or read from its file (see there). */
 int			bcd_join_token_load(const char *token, const char *token_file,
 								char **out, size_t *len);
+
+/* join_token.c: the token, when there is one, sealed to the service for this CSR. */
+int			bcd_seal_token(const bcd_producer_input *in, bcd_evidence *out, char *err,
+						   size_t errlen);
 
 #endif							/* BCD_PRODUCER_H */
