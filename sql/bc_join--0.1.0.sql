@@ -195,8 +195,13 @@ CREATE TABLE bc_join.session_certs (
 	not_after timestamptz NOT NULL,
 	spki_sha256 bc_join.sha256 NOT NULL,
 	certificate bytea NOT NULL,
-	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+	-- the node certificate the session was asked with: revoking it revokes this
+	node_serial text,
+	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	revoked_at timestamptz,
+	revocation_reason text
 );
+CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
 CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
 
@@ -985,6 +990,114 @@ $$;
 
 /* ------------------------------------------------------------------ nodes */
 
+/* ------------------------------------------------------------ revocation */
+
+-- Revoke one certificate, a node's or a session's, by serial; revoking a node
+-- certificate revokes the session certificates asked with it.  reason: an
+-- RFC 5280 reason name (keyCompromise, superseded, cessationOfOperation,
+-- affiliationChanged, privilegeWithdrawn, unspecified) or any short text,
+-- which the CRL carries as unspecified.  Returns false when it was already
+-- revoked.  Audited, evented, and the gateway's cached CRL is told.
+CREATE FUNCTION bc_join.revoke_certificate(serial text, reason text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	node text;
+	tenant text;
+	sessions bigint := 0;
+	kind text := 'node';
+BEGIN
+	IF reason IS NULL OR length(reason) NOT BETWEEN 1 AND 200 THEN
+		PERFORM bc_join.invalid_input('a revocation needs a reason of 1 to 200 characters');
+	END IF;
+	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
+		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
+	IF FOUND THEN
+		UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE c.serial = revoke_certificate.serial AND c.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.node_serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		GET DIAGNOSTICS sessions = ROW_COUNT;
+	ELSE
+		kind := 'session';
+		SELECT s.node_id, s.tenant_id INTO node, tenant FROM bc_join.session_certs sc
+			JOIN bc_join.sessions s ON s.id = sc.session_id WHERE sc.serial = revoke_certificate.serial;
+		IF NOT FOUND THEN
+			PERFORM bc_join.invalid_input('no certificate has this serial');
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'certificate.revoked',
+				jsonb_build_object('serial', serial, 'kind', kind, 'nodeId', node, 'reason', reason,
+								   'sessionCertificates', sessions));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('certificate.revoke', tenant, node,
+				jsonb_build_object('serial', serial, 'kind', kind, 'reason', reason,
+								   'sessionCertificates', sessions));
+	PERFORM pg_notify('bc_join_crl', serial);
+	RETURN true;
+END
+$$;
+
+-- Revoke every live certificate of a node, and the session certificates asked
+-- with them; returns how many node certificates were revoked.  The node stays
+-- (it may join again through an attestor); retire_node also ends it.
+CREATE FUNCTION bc_join.revoke_node(node_id text, reason text) RETURNS integer
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	c record;
+	n integer := 0;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM bc_join.nodes x WHERE x.id = revoke_node.node_id) THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	FOR c IN SELECT serial FROM bc_join.node_certs x
+			 WHERE x.node_id = revoke_node.node_id AND x.revoked_at IS NULL ORDER BY x.issued_at LOOP
+		IF bc_join.revoke_certificate(c.serial, reason) THEN
+			n := n + 1;
+		END IF;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+-- Every revoked certificate, node and session, with its reason.
+CREATE VIEW bc_join.revoked_certificates AS
+	SELECT c.serial, 'node'::text AS kind, c.node_id, n.tenant_id, c.revoked_at,
+		   c.revocation_reason AS reason, c.not_after, c.not_after <= bc_join.compute_now() AS expired
+	FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id
+	WHERE c.revoked_at IS NOT NULL
+	UNION ALL
+	SELECT sc.serial, 'session', s.node_id, s.tenant_id, sc.revoked_at, sc.revocation_reason,
+		   sc.not_after, sc.not_after <= bc_join.compute_now()
+	FROM bc_join.session_certs sc JOIN bc_join.sessions s ON s.id = sc.session_id
+	WHERE sc.revoked_at IS NOT NULL;
+
+-- The node CA's CRL (DER): every revoked certificate not yet expired.
+CREATE FUNCTION bc_join.crl() RETURNS bytea
+	AS 'MODULE_PATHNAME', 'bc_crl' LANGUAGE C STABLE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+-- The same as PEM, for psql and openssl.
+CREATE FUNCTION bc_join.crl_pem() RETURNS text
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT '-----BEGIN X509 CRL-----' || E'\n' || encode(bc_join.crl(), 'base64') || E'\n'
+				 || '-----END X509 CRL-----' || E'\n' $$;
+
 -- Retire a node: state retired, certificates revoked, bindings dropped.
 CREATE FUNCTION bc_join.retire_node(node_id text) RETURNS void
 	LANGUAGE plpgsql SECURITY DEFINER
@@ -1001,6 +1114,10 @@ BEGIN
 	END IF;
 	UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
 		WHERE c.node_id = retire_node.node_id AND c.revoked_at IS NULL;
+	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		FROM bc_join.sessions s
+		WHERE s.id = sc.session_id AND s.node_id = retire_node.node_id AND sc.revoked_at IS NULL;
+	PERFORM pg_notify('bc_join_crl', node_id);
 	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
@@ -1085,7 +1202,8 @@ REVOKE ALL ON FUNCTION public.bc_join(jsonb) FROM PUBLIC;
 -- The gateway: the relayed entry points and nothing else.
 GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
-GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb) TO bc_join_gateway;
+GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl()
+	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
 GRANT USAGE ON SCHEMA bc_join TO bc_join_operator;
@@ -1098,6 +1216,10 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.revoke_join_token(text),
 	bc_join.create_provisioning_token(text, interval),
 	bc_join.revoke_provisioning_token(text),
+	bc_join.revoke_certificate(text, text),
+	bc_join.revoke_node(text, text),
+	bc_join.crl(),
+	bc_join.crl_pem(),
 	bc_join.approve_join_request(text),
 	bc_join.reject_join_request(text, text),
 	bc_join.retire_node(text),
@@ -1118,7 +1240,7 @@ GRANT SELECT ON
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
 	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
 	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics,
-	bc_join.sessions, bc_join.session_certs
+	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
@@ -1218,6 +1340,16 @@ COMMENT ON FUNCTION bc_join.revoke_provisioning_token(text) IS
 	'Revokes a provisioning token not used yet; returns whether one was revoked.';
 COMMENT ON FUNCTION bc_join.register_provisioning_resolver(regprocedure) IS
 	'Registers the function (node_ref text, context jsonb) RETURNS text that maps the nodeId a provisioned agent names to a node id (NULL removes it); superuser only.';
+COMMENT ON FUNCTION bc_join.revoke_certificate(text, text) IS
+	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it), audited and evented; returns false when it was revoked already.';
+COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
+	'Revokes every live certificate of a node and the session certificates asked with them; returns how many node certificates were revoked.';
+COMMENT ON FUNCTION bc_join.crl() IS
+	'Returns the node CA''s CRL (DER, RFC 5280): every revoked certificate not yet expired, nextUpdate bc_join.crl_validity seconds on.';
+COMMENT ON FUNCTION bc_join.crl_pem() IS
+	'Returns bc_join.crl() as PEM, for psql and openssl.';
+COMMENT ON VIEW bc_join.revoked_certificates IS
+	'Every revoked certificate, node and session: serial, kind, node, tenant, when, reason, and whether it has expired since.';
 COMMENT ON FUNCTION bc_join.new_id(text) IS
 	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 COMMENT ON FUNCTION bc_join.random_secret() IS

@@ -33,6 +33,8 @@ extern int	bc_cert_ttl;
 extern int	bc_clock_offset;
 extern int	bc_session_ttl;
 extern int	bc_join_request_ttl;
+extern char *bc_crl_url;
+extern int	bc_crl_validity;
 
 /* The trust domain, or INVALID_CONFIG when it is not set. */
 extern const char *bc_require_trust_domain(void);
