@@ -876,6 +876,11 @@ BEGIN
 		END IF;
 		PERFORM bc_join.invalid_input('no pending join request has this id');
 	END IF;
+	-- A tpm request waits for its EK: approving it enrolls the EK for the request's tenant.
+	IF r.attestor = 'tpm' AND r.detail ? 'ekSpkiSha256' THEN
+		PERFORM bc_join.enroll_tpm_ek(r.detail->>'ekSpkiSha256', r.tenant_id, r.detail->>'poolId',
+									  r.detail->>'siteId', request_id => r.id);
+	END IF;
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (r.tenant_id, 'join_request.approved', jsonb_build_object('requestId', r.id, 'by', session_user));
 	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
@@ -1191,6 +1196,266 @@ CREATE VIEW bc_join.attestor_statistics AS
 CREATE FUNCTION bc_join.attestor_stats_reset() RETURNS timestamptz
 	AS 'MODULE_PATHNAME', 'bc_attestor_stats_reset' LANGUAGE C VOLATILE;
 
+/* ------------------------------------------------------- challenge state */
+
+/*
+ * A challenge's state, sealed under challenge.key for the running join
+ * round's attestor, CSR and role, until not_after (at most a day ahead).
+ * Call it in the round that defers with a challenge: JoinService gives the
+ * signed response this notAfter.  Only the attestor of the running round
+ * may call it (55000 otherwise).
+ */
+CREATE FUNCTION bc_join.seal_challenge_state(attestor text, plaintext jsonb, not_after timestamptz)
+	RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_seal_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
+
+/*
+ * The plaintext of a state sealed by seal_challenge_state in the round
+ * before; refuses '<attestor>:state-mismatch' (it does not open, or was
+ * sealed for another attestor, CSR or role) and
+ * '<attestor>:challenge-expired' (compute_now() past its notAfter).
+ */
+CREATE FUNCTION bc_join.open_challenge_state(attestor text, state text)
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_open_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
+
+/* ------------------------------------------------------------------- tpm */
+
+-- EK roots (self-signed) and intermediates, added with add_tpm_ek_root.
+CREATE TABLE bc_join.tpm_ek_certificates (
+	sha256 bytea PRIMARY KEY CHECK (length(sha256) = 32),	-- of the DER
+	certificate bytea NOT NULL,
+	is_root boolean NOT NULL,
+	subject text NOT NULL,
+	added_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	added_by text NOT NULL DEFAULT session_user
+);
+
+-- EKs an operator enrolled, by SHA-256 of their SPKI: trusted, and their tenant.
+CREATE TABLE bc_join.tpm_ek_enrollments (
+	ek_spki_sha256 bytea PRIMARY KEY CHECK (length(ek_spki_sha256) = 32),
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text REFERENCES bc_join.pools (id),
+	site_id text REFERENCES bc_join.sites (id),
+	-- a PCR policy of this EK's own (else the pool's, else the tenant's)
+	pcr_selection text,
+	pcr_values bytea,
+	request_id text,					-- the join request whose approval enrolled it
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user,
+	CHECK (pool_id IS NOT NULL OR site_id IS NOT NULL),
+	CHECK ((pcr_selection IS NULL) = (pcr_values IS NULL))
+);
+
+-- PCR policies per tenant (pool_id NULL) or per pool: the quote must show these values.
+CREATE TABLE bc_join.tpm_pcr_policies (
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text REFERENCES bc_join.pools (id),
+	selection text NOT NULL,			-- normalized, e.g. sha256:0,1,2,3,4,5,6,7
+	pcr_values bytea NOT NULL,			-- the selected PCRs' values, in that order
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user
+);
+CREATE UNIQUE INDEX tpm_pcr_policies_idx ON bc_join.tpm_pcr_policies (tenant_id, coalesce(pool_id, ''));
+
+-- Per tenant: what an EK neither enrolled nor chained gets (default refuse).
+CREATE TABLE bc_join.tpm_settings (
+	tenant_id text PRIMARY KEY REFERENCES bc_join.tenants (id),
+	enrollment text NOT NULL CHECK (enrollment IN ('refuse', 'approval'))
+);
+
+-- What the last tpm join proved of an EK: renewal checks it is still trusted.
+CREATE TABLE bc_join.tpm_eks (
+	ek_spki_sha256 bytea PRIMARY KEY CHECK (length(ek_spki_sha256) = 32),
+	ek_public bytea NOT NULL,			-- TPM2B_PUBLIC as received
+	ek_certificate bytea,				-- NULL when the EK was enrolled
+	seen_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+
+-- The checks behind the configuration functions (C: the attestor's own parsers).
+CREATE FUNCTION bc_join.tpm_pcr_selection(selection text, pcr_values bytea) RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_tpm_pcr_selection_sql' LANGUAGE C IMMUTABLE STRICT;
+CREATE FUNCTION bc_join.tpm_ek_certificate(certificate_pem text) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_tpm_ek_certificate_sql' LANGUAGE C IMMUTABLE STRICT;
+
+/*
+ * Add an EK root (a self-signed CA certificate) or an intermediate (any
+ * other CA certificate), one PEM certificate at a time.  Returns the hex
+ * SHA-256 of its DER; adding it again changes nothing.
+ */
+CREATE FUNCTION bc_join.add_tpm_ek_root(certificate_pem text) RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	c jsonb := bc_join.tpm_ek_certificate(certificate_pem);
+BEGIN
+	INSERT INTO bc_join.tpm_ek_certificates (sha256, certificate, is_root, subject)
+		VALUES (decode(c->>'sha256', 'hex'), decode(c->>'der', 'hex'), (c->>'isRoot')::boolean, c->>'subject')
+		ON CONFLICT (sha256) DO NOTHING;
+	IF FOUND THEN
+		INSERT INTO bc_join.audit_log (action, detail)
+			VALUES ('tpm.ek_root.add', jsonb_build_object('sha256', c->>'sha256', 'subject', c->>'subject',
+														  'root', (c->>'isRoot')::boolean));
+	END IF;
+	RETURN c->>'sha256';
+END
+$$;
+
+-- Remove an EK root or intermediate by the hex SHA-256 add_tpm_ek_root returned.
+CREATE FUNCTION bc_join.remove_tpm_ek_root(sha256 text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF sha256 IS NULL OR sha256 !~ '^[0-9a-f]{64}$' THEN
+		PERFORM bc_join.invalid_input('sha256 is 64 lower-case hex digits');
+	END IF;
+	DELETE FROM bc_join.tpm_ek_certificates c WHERE c.sha256 = decode(remove_tpm_ek_root.sha256, 'hex');
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('tpm.ek_root.remove', jsonb_build_object('sha256', remove_tpm_ek_root.sha256));
+	RETURN true;
+END
+$$;
+
+/*
+ * Enroll an EK by the hex SHA-256 of its SPKI (sha256sum of
+ * `tpm2_readpublic -f der`): trusted without a certificate, joining tenant
+ * tenant_id in pool pool_id (or at site site_id).  Optionally a PCR policy
+ * of its own.  Enrolling it again replaces the enrollment.
+ */
+CREATE FUNCTION bc_join.enroll_tpm_ek(ek_spki_sha256 text, tenant_id text, pool_id text DEFAULT NULL,
+									  site_id text DEFAULT NULL, pcr_selection text DEFAULT NULL,
+									  pcr_values bytea DEFAULT NULL, request_id text DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	sel text;
+BEGIN
+	IF ek_spki_sha256 IS NULL OR lower(ek_spki_sha256) !~ '^[0-9a-f]{64}$' THEN
+		PERFORM bc_join.invalid_input('ek_spki_sha256 is the 64 hex digits of SHA-256 over the EK''s DER SubjectPublicKeyInfo');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = enroll_tpm_ek.tenant_id) THEN
+		PERFORM bc_join.invalid_input('no tenant has this id');
+	END IF;
+	IF pool_id IS NULL AND site_id IS NULL THEN
+		PERFORM bc_join.invalid_input('an enrollment names a pool, or a site');
+	END IF;
+	IF pool_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM bc_join.pools p
+			WHERE p.id = enroll_tpm_ek.pool_id AND p.tenant_id = enroll_tpm_ek.tenant_id
+			  AND (enroll_tpm_ek.site_id IS NULL OR p.site_id = enroll_tpm_ek.site_id)) THEN
+		PERFORM bc_join.invalid_input('the pool is not one of this tenant (at this site)');
+	END IF;
+	IF site_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM bc_join.sites s
+			WHERE s.id = enroll_tpm_ek.site_id AND s.tenant_id = enroll_tpm_ek.tenant_id) THEN
+		PERFORM bc_join.invalid_input('the site is not one of this tenant');
+	END IF;
+	IF (pcr_selection IS NULL) <> (pcr_values IS NULL) THEN
+		PERFORM bc_join.invalid_input('a PCR policy is a selection and its values, both');
+	END IF;
+	IF pcr_selection IS NOT NULL THEN
+		sel := bc_join.tpm_pcr_selection(pcr_selection, pcr_values);
+	END IF;
+	INSERT INTO bc_join.tpm_ek_enrollments AS e (ek_spki_sha256, tenant_id, pool_id, site_id,
+												 pcr_selection, pcr_values, request_id)
+		VALUES (decode(lower(ek_spki_sha256), 'hex'), tenant_id, pool_id, site_id, sel, pcr_values, request_id)
+		ON CONFLICT ON CONSTRAINT tpm_ek_enrollments_pkey DO UPDATE SET tenant_id = excluded.tenant_id,
+			pool_id = excluded.pool_id, site_id = excluded.site_id,
+			pcr_selection = excluded.pcr_selection, pcr_values = excluded.pcr_values,
+			request_id = excluded.request_id, created_at = bc_join.compute_now(), created_by = session_user;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tpm.ek.enroll', tenant_id,
+				jsonb_build_object('ekSpkiSha256', lower(ek_spki_sha256), 'poolId', pool_id, 'siteId', site_id,
+								   'pcrSelection', sel, 'requestId', request_id));
+END
+$$;
+
+-- Forget an EK's enrollment.
+CREATE FUNCTION bc_join.unenroll_tpm_ek(ek_spki_sha256 text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	t text;
+BEGIN
+	IF ek_spki_sha256 IS NULL OR lower(ek_spki_sha256) !~ '^[0-9a-f]{64}$' THEN
+		PERFORM bc_join.invalid_input('ek_spki_sha256 is 64 hex digits');
+	END IF;
+	DELETE FROM bc_join.tpm_ek_enrollments e WHERE e.ek_spki_sha256 = decode(lower(unenroll_tpm_ek.ek_spki_sha256), 'hex')
+		RETURNING e.tenant_id INTO t;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tpm.ek.unenroll', t, jsonb_build_object('ekSpkiSha256', lower(ek_spki_sha256)));
+	RETURN true;
+END
+$$;
+
+/*
+ * The PCR policy of a tenant (pool_id NULL) or of one of its pools:
+ * selection like tpm2-tools' (sha256:0,1,2,3 or sha256:0-7+sha1:0) and the
+ * selected PCRs' values concatenated in that order (what
+ * `tpm2_pcrread -o FILE SELECTION` writes).  selection NULL removes it.
+ */
+CREATE FUNCTION bc_join.set_tpm_pcr_policy(tenant_id text, pool_id text, selection text, pcr_values bytea DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	sel text;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = set_tpm_pcr_policy.tenant_id) THEN
+		PERFORM bc_join.invalid_input('no tenant has this id');
+	END IF;
+	IF pool_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM bc_join.pools p
+			WHERE p.id = set_tpm_pcr_policy.pool_id AND p.tenant_id = set_tpm_pcr_policy.tenant_id) THEN
+		PERFORM bc_join.invalid_input('the pool is not one of this tenant');
+	END IF;
+	DELETE FROM bc_join.tpm_pcr_policies p WHERE p.tenant_id = set_tpm_pcr_policy.tenant_id
+		AND p.pool_id IS NOT DISTINCT FROM set_tpm_pcr_policy.pool_id;
+	IF selection IS NOT NULL THEN
+		IF pcr_values IS NULL THEN
+			PERFORM bc_join.invalid_input('a PCR policy is a selection and its values, both');
+		END IF;
+		sel := bc_join.tpm_pcr_selection(selection, pcr_values);
+		INSERT INTO bc_join.tpm_pcr_policies (tenant_id, pool_id, selection, pcr_values)
+			VALUES (tenant_id, pool_id, sel, pcr_values);
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tpm.pcr_policy.set', tenant_id, jsonb_build_object('poolId', pool_id, 'selection', sel));
+END
+$$;
+
+/*
+ * What a tenant's EK that is neither enrolled nor chained to a root gets
+ * when a sealed join token of the tenant comes with it: 'refuse' (the
+ * default) or 'approval' (a join request; approving it enrolls the EK).
+ */
+CREATE FUNCTION bc_join.set_tpm_enrollment_mode(tenant_id text, mode text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF mode IS NULL OR mode NOT IN ('refuse', 'approval') THEN
+		PERFORM bc_join.invalid_input('the tpm enrollment mode is refuse or approval');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = set_tpm_enrollment_mode.tenant_id) THEN
+		PERFORM bc_join.invalid_input('no tenant has this id');
+	END IF;
+	INSERT INTO bc_join.tpm_settings AS s (tenant_id, enrollment) VALUES (tenant_id, mode)
+		ON CONFLICT ON CONSTRAINT tpm_settings_pkey DO UPDATE SET enrollment = excluded.enrollment;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tpm.enrollment_mode.set', tenant_id, jsonb_build_object('mode', mode));
+END
+$$;
+
 /* ------------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
@@ -1233,14 +1498,24 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.signing_jwk(),
 	bc_join.encryption_jwk(),
 	bc_join.node_ca_certificate(),
-	bc_join.service_keys()
+	bc_join.service_keys(),
+	bc_join.add_tpm_ek_root(text),
+	bc_join.remove_tpm_ek_root(text),
+	bc_join.enroll_tpm_ek(text, text, text, text, text, bytea, text),
+	bc_join.unenroll_tpm_ek(text),
+	bc_join.set_tpm_pcr_policy(text, text, text, bytea),
+	bc_join.set_tpm_enrollment_mode(text, text),
+	bc_join.tpm_pcr_selection(text, bytea),
+	bc_join.tpm_ek_certificate(text)
 	TO bc_join_operator;
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
 	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
 	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics,
-	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates
+	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates,
+	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
+	bc_join.tpm_settings, bc_join.tpm_eks
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
@@ -1350,6 +1625,26 @@ COMMENT ON FUNCTION bc_join.crl_pem() IS
 	'Returns bc_join.crl() as PEM, for psql and openssl.';
 COMMENT ON VIEW bc_join.revoked_certificates IS
 	'Every revoked certificate, node and session: serial, kind, node, tenant, when, reason, and whether it has expired since.';
+COMMENT ON FUNCTION bc_join.seal_challenge_state(text, jsonb, timestamptz) IS
+	'Seals an attestor''s challenge state under challenge.key (AEAD), bound to the attestor, the CSR, the role and notAfter; returns it as text for the challenge (call it in the round that defers).';
+COMMENT ON FUNCTION bc_join.open_challenge_state(text, text) IS
+	'Opens challenge state sealed in an earlier round and returns its plaintext, or refuses ''<attestor>:state-mismatch'' or ''<attestor>:challenge-expired''.';
+COMMENT ON FUNCTION bc_join.tpm_pcr_selection(text, bytea) IS
+	'Checks a PCR selection (tpm2-tools syntax, e.g. sha256:0-7) against its expected PCR values and returns the normalised selection; raises 22023 when they do not fit.';
+COMMENT ON FUNCTION bc_join.tpm_ek_certificate(text) IS
+	'Parses one PEM EK root or intermediate certificate and returns what the tpm attestor keeps of it (DER, SHA-256, whether self-signed); raises 22023 otherwise.';
+COMMENT ON FUNCTION bc_join.add_tpm_ek_root(text) IS
+	'Adds an EK root (self-signed) or intermediate certificate that tpm EK certificates may chain to; returns the hex SHA-256 of its DER.';
+COMMENT ON FUNCTION bc_join.remove_tpm_ek_root(text) IS
+	'Removes an EK root or intermediate by the hex SHA-256 of its DER; returns whether one was removed.';
+COMMENT ON FUNCTION bc_join.enroll_tpm_ek(text, text, text, text, text, bytea, text) IS
+	'Enrolls an EK by the hex SHA-256 of its SubjectPublicKeyInfo for a tenant (and pool or site, and an optional PCR policy): it joins without an EK certificate or token.';
+COMMENT ON FUNCTION bc_join.unenroll_tpm_ek(text) IS
+	'Removes an EK enrollment; returns whether one was removed.';
+COMMENT ON FUNCTION bc_join.set_tpm_pcr_policy(text, text, text, bytea) IS
+	'Sets (or with NULL values removes) the PCR policy of a tenant, or of one of its pools: the selection and the expected PCR values a tpm quote must match.';
+COMMENT ON FUNCTION bc_join.set_tpm_enrollment_mode(text, text) IS
+	'Sets what happens to an EK neither enrolled nor chained that comes with a tenant''s sealed token: refuse (the default) or approval (a pending join request that approve_join_request enrolls).';
 COMMENT ON FUNCTION bc_join.new_id(text) IS
 	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 COMMENT ON FUNCTION bc_join.random_secret() IS

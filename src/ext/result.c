@@ -263,6 +263,20 @@ bc_validate_deferral(const char *attestor, BcOutcome *out)
 		if (n == 0)
 			bc_invalid_config("attestor \"%s\" deferred with a challenge that is not non-empty base64url",
 							  attestor);
+		/* A sealed state carries the notAfter JoinService enforces: the same one. */
+		{
+			TimestampTz sealed;
+
+			if (bc_challenge_sealed_not_after(&sealed))
+			{
+				if (out->has_not_after &&
+					bc_timestamp_to_unix(out->not_after) != bc_timestamp_to_unix(sealed))
+					bc_invalid_config("attestor \"%s\" deferred with a notAfter other than its sealed state's",
+									  attestor);
+				out->not_after = sealed;
+				out->has_not_after = true;
+			}
+		}
 		if (!out->has_not_after)
 		{
 			out->not_after = bc_now() + 300 * USECS_PER_SEC;
