@@ -120,12 +120,14 @@ CREATE INDEX node_certs_node_idx ON bc_join.node_certs (node_id);
 -- One key, one certificate: a CSR key admits at most one join (join:key-reused).
 CREATE UNIQUE INDEX node_certs_spki_idx ON bc_join.node_certs (spki_sha256);
 
--- A stable hardware identity (32-byte hash) bound to one node for good.
+-- A stable hardware identity (32-byte hash) bound to one node for good, per
+-- attestor: one attestor's binding is never matched by another's result.
 CREATE TABLE bc_join.node_bindings (
-	subject bc_join.sha256 PRIMARY KEY,
-	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
 	attestor text NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+	subject bc_join.sha256 NOT NULL,
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	PRIMARY KEY (attestor, subject)
 );
 CREATE INDEX node_bindings_node_idx ON bc_join.node_bindings (node_id);
 
@@ -469,9 +471,16 @@ BEGIN
 			PERFORM bc_join.invalid_input('expect must be a JSON object of claims');
 		END IF;
 		SELECT k INTO bad FROM jsonb_object_keys(expect) k
-			WHERE k NOT IN ('productUuid', 'serial', 'macs', 'gpuUuids', 'hostname', 'arch') LIMIT 1;
+			WHERE k NOT IN ('productUuid', 'serial', 'macs', 'gpuUuids', 'hostname', 'arch', 'attestors') LIMIT 1;
 		IF bad IS NOT NULL THEN
 			PERFORM bc_join.invalid_input(format('expect names an unknown claim %L', bad));
+		END IF;
+		-- "attestors": the attestors that may use the token (every other refuses it)
+		IF expect ? 'attestors' AND (jsonb_typeof(expect->'attestors') <> 'array'
+				OR jsonb_array_length(expect->'attestors') = 0
+				OR EXISTS (SELECT 1 FROM jsonb_array_elements(expect->'attestors') a
+						   WHERE jsonb_typeof(a) <> 'string' OR a #>> '{}' !~ '^[a-z0-9._-]{1,64}$')) THEN
+			PERFORM bc_join.invalid_input('expect''s attestors must be a non-empty array of attestor ids');
 		END IF;
 	END IF;
 

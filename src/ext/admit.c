@@ -45,13 +45,13 @@ static BcPlan insert_cert = {
 
 static BcPlan insert_binding = {
 	"INSERT INTO bc_join.node_bindings (subject, node_id, attestor) VALUES ($1, $2, $3) "
-	"ON CONFLICT (subject) DO NOTHING",
+	"ON CONFLICT (attestor, subject) DO NOTHING",
 	3, {BYTEAOID, TEXTOID, TEXTOID}
 };
 
 static BcPlan binding_owner = {
-	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1",
-	1, {BYTEAOID}
+	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1 AND attestor = $3",
+	3, {BYTEAOID, TEXTOID, TEXTOID}
 };
 
 /* Issue a certificate for the CSR's key and record it in node_certs. */

@@ -265,9 +265,12 @@ extern void bc_check_join_token(const char *who, const char *token, const char *
 								Jsonb *claims, BcToken *out);
 /* Spend one use of a checked token. */
 extern void bc_spend_join_token(const char *token_id);
-/* Enforce a token's expect binding; refuses "<who>:expect"; returns allow_reclaim. */
-extern bool bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who,
-								  const char *tenant);
+/*
+ * Enforce a token's expect binding: its "attestors" limit for attestor
+ * ("<attestor>:token-attestor"), its claims ("<who>:expect"); returns allow_reclaim.
+ */
+extern bool bc_check_token_expect(const char *token_id, Jsonb *claims, const char *attestor,
+								  const char *who, const char *tenant);
 
 /* sql_attestor.c: the context an attestor's SQL functions get, {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
 extern Jsonb *bc_attestor_context(const BcJoinRequest *req);

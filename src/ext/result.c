@@ -58,8 +58,8 @@ enum
 };
 
 static BcPlan binding_lookup = {
-	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1",
-	1, {BYTEAOID}
+	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1 AND attestor = $2",
+	2, {BYTEAOID, TEXTOID}
 };
 
 static BcPlan bad_kind = {
@@ -427,7 +427,8 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 
 	/* A token the attestor consumed: JoinService enforces its expect binding. */
 	if (res->token_id != NULL && !res->expect_checked)
-		res->allow_reclaim = bc_check_token_expect(res->token_id, req->claims, "join", tenant);
+		res->allow_reclaim = bc_check_token_expect(res->token_id, req->claims, req->attestor, "join",
+													tenant);
 
 	if (res->node_id != NULL)
 		validate_reclaim(req, res);
@@ -441,9 +442,11 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 	/* A subject bound to another node never admits this one. */
 	if (res->has_bind)
 	{
-		Datum		v = PointerGetDatum(bc_bytea(res->bind, BC_SHA256_LEN));
+		Datum		v[2];
 
-		if (bc_spi_exec(&binding_lookup, &v, NULL, true, 1) == 1 &&
+		v[0] = PointerGetDatum(bc_bytea(res->bind, BC_SHA256_LEN));
+		v[1] = CStringGetTextDatum(req->attestor);
+		if (bc_spi_exec(&binding_lookup, v, NULL, true, 1) == 1 &&
 			(res->node_id == NULL || strcmp(bc_spi_text(1), res->node_id) != 0))
 			bc_refuse_join("join:bound-elsewhere", tenant);
 	}

@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(75);
+SELECT plan(80);
 
 -- A tenant, a site, a pool; a second tenant to see where events land.
 SELECT bc_join.create_tenant('acme') AS tenant \gset
@@ -220,6 +220,18 @@ SELECT is(bc_join(:'nulreq'), :'refused'::jsonb, 'a token followed by a NUL and 
 SELECT is(pg_temp.last_refusal(), 'root join-token:malformed-seal', 'a token followed by a NUL and junk: malformed-seal');
 \set goodreq `:bcd join-request --service-keys :keys --out-dir :d/nul | /usr/bin/python3 test/tools/reseal_token.py :keys "$(printf %s :'ptok' | od -An -tx1 | tr -d ' \n')"`
 SELECT is(bc_join(:'goodreq')->>'status', 'issued', 'the same token sealed by jwcrypto without the junk is admitted');
+
+-- a token limited to attestors: every other attestor, join-token included, refuses it
+SELECT bc_join.create_join_token(:'tenant', :'pool', expect => '{"attestors": ["tpm"]}') AS ltok \gset
+\set lreq `:bcd join-request --service-keys :keys --token :'ltok' --out-dir :d/limited`
+SELECT is(bc_join(:'lreq'), :'refused'::jsonb, 'a token limited to tpm, stripped of its evidence: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' join-token:token-attestor', 'refused token-attestor');
+SELECT is(pg_temp.uses_left(:'ltok'), 1, 'and not spent');
+SELECT bc_join.create_join_token(:'tenant', :'pool', expect => '{"attestors": ["join-token", "tpm"], "hostname": "lim-1"}') AS ltok2 \gset
+\set lreq2 `:bcd join-request --service-keys :keys --token :'ltok2' --out-dir :d/limited2 --hostname lim-1`
+SELECT is(bc_join(:'lreq2')->>'status', 'issued', 'a token that lists join-token is admitted (and its claims still checked)');
+SELECT throws_ok(format('SELECT bc_join.create_join_token(%L, %L, expect => %L)', :'tenant', :'pool', '{"attestors": []}'),
+				 '22023', NULL, 'an empty attestors limit is refused at creation');
 
 -- revoked
 SELECT ok(bc_join.revoke_join_token(split_part(:'stok', '.', 1)), 'a token can be revoked');

@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(68);
+SELECT plan(70);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -244,6 +244,13 @@ SELECT bc_join.register_attestor('rules2', '1', ARRAY['node'], 'public.rules_ver
 SELECT is(pg_temp.j_own(:'nreq'::jsonb || '{"attestor":"rules2"}', :'base'), :'refused'::jsonb,
 		  'the same CSR through another attestor is refused');
 SELECT is(pg_temp.last_refusal(), 'join:key-reused', 'as key-reused');
+-- bindings are per attestor: rules2's result with rules' bind is no match
+SELECT bc_join.b64url_encode(sha256('per-attestor'::bytea)) AS pbind \gset
+SELECT pg_temp.payload(pg_temp.j(:'nreq', :'base'::jsonb || jsonb_build_object('bind', :'pbind')))->>'nodeId' AS pb1 \gset
+SELECT isnt(pg_temp.payload(pg_temp.j(:'nreq'::jsonb || '{"attestor":"rules2"}', :'base'::jsonb || jsonb_build_object('bind', :'pbind')))->>'nodeId',
+			:'pb1', 'the same bind from another attestor is its own binding: a new node, not bound-elsewhere');
+SELECT is((SELECT count(*) FROM bc_join.node_bindings WHERE subject = sha256('per-attestor'::bytea)), 2::bigint,
+		  'two bindings, one per attestor');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -71,18 +71,41 @@ is_token_id(const char *id, size_t len)
 	return true;
 }
 
-/* Refuse unless the claims contain the token's expect binding. */
+/*
+ * Enforce a token's expect binding: its "attestors" member, when there is
+ * one, must list attestor (else "<attestor>:token-attestor": stripping the
+ * evidence off a tpm request must not make it a plain token join); the
+ * claims must contain the rest (else "<who>:expect").
+ */
 static void
-enforce_expect(Jsonb *expect, Jsonb *claims, const char *refusal, const char *tenant)
+enforce_expect(Jsonb *expect, Jsonb *claims, const char *attestor, const char *who,
+			   const char *tenant)
 {
+	JsonbValue *limit = getKeyJsonValueFromContainer(&expect->root, "attestors", 9, NULL);
+	Jsonb	   *rest = expect;
+
+	if (limit != NULL)
+	{
+		Jsonb	   *listed = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+																CStringGetDatum(psprintf("[\"%s\"]", attestor))));
+
+		if (limit->type != jbvBinary || !JsonContainerIsArray(limit->val.binary.data) ||
+			!DatumGetBool(DirectFunctionCall2(jsonb_contains,
+											  JsonbPGetDatum(JsonbValueToJsonb(limit)),
+											  JsonbPGetDatum(listed))))
+			bc_refuse_join(psprintf("%s:token-attestor", attestor), tenant);
+		rest = DatumGetJsonbP(DirectFunctionCall2(jsonb_delete, JsonbPGetDatum(expect),
+												  CStringGetTextDatum("attestors")));
+	}
 	if (!DatumGetBool(DirectFunctionCall2(jsonb_contains, JsonbPGetDatum(claims),
-										  JsonbPGetDatum(expect))))
-		bc_refuse_join(refusal, tenant);
+										  JsonbPGetDatum(rest))))
+		bc_refuse_join(psprintf("%s:expect", who), tenant);
 }
 
-/* Enforce a token's expect binding; refuses "<who>:expect"; returns allow_reclaim. */
+/* Enforce a token's expect binding for attestor; refuses "<who>:expect"; returns allow_reclaim. */
 bool
-bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who, const char *tenant)
+bc_check_token_expect(const char *token_id, Jsonb *claims, const char *attestor,
+					  const char *who, const char *tenant)
 {
 	Datum		v = CStringGetTextDatum(token_id);
 	bool		isnull;
@@ -92,7 +115,7 @@ bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who, cons
 		bc_refuse_join(psprintf("%s:unknown-token", who), tenant);
 	expect = bc_spi_datum(Anum_expect_expect, &isnull);
 	if (!isnull)
-		enforce_expect(DatumGetJsonbP(expect), claims, psprintf("%s:expect", who), tenant);
+		enforce_expect(DatumGetJsonbP(expect), claims, attestor, who, tenant);
 	return bc_spi_bool(Anum_expect_allow_reclaim);
 }
 
@@ -171,7 +194,7 @@ bc_check_join_token(const char *who, const char *token, const char *role,
 		bc_refuse_join(psprintf("%s:role", who), tenant);
 	e = bc_spi_datum(Anum_tok_expect, &isnull);
 	if (!isnull)
-		enforce_expect(DatumGetJsonbP(e), claims, psprintf("%s:expect", who), tenant);
+		enforce_expect(DatumGetJsonbP(e), claims, who, who, tenant);
 
 	out->token_id = token_id;
 	out->tenant_id = tenant;
