@@ -309,6 +309,9 @@ CREATE TABLE bc_join.events (
 );
 CREATE INDEX events_tenant_at_idx ON bc_join.events (tenant_id, at);
 
+-- The issuance log: every row carries the hash of the row before it and its
+-- own (a hash chain, bc_join.audit_chain below), so that history cannot be
+-- rewritten without it showing (verify_audit_log, tools/bc-audit-verify).
 CREATE TABLE bc_join.audit_log (
 	id bigserial PRIMARY KEY,
 	at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
@@ -316,8 +319,68 @@ CREATE TABLE bc_join.audit_log (
 	action text NOT NULL,
 	tenant_id text,
 	node_id text,
-	detail jsonb NOT NULL DEFAULT '{}'
+	detail jsonb NOT NULL DEFAULT '{}',
+	prev_hash bytea NOT NULL,			-- the hash of the row before (32 zero bytes for the first)
+	hash bytea NOT NULL					-- SHA-256(prev_hash || bc_join.audit_content(row))
 );
+
+-- What a row's hash covers: each field length-prefixed (octets:value|), the
+-- time as microseconds since the Unix epoch, NULL as '-'.  The same bytes
+-- tools/bc-audit-verify computes from an export (bc_join.audit_export).
+CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, action text,
+									  tenant_id text, node_id text, detail jsonb)
+	RETURNS bytea
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+	SELECT convert_to(string_agg(octet_length(f) || ':' || f, '|' ORDER BY n), 'UTF8')
+	FROM unnest(ARRAY[id::text, ((extract(epoch FROM at) * 1000000)::bigint)::text, actor, action,
+					  coalesce(tenant_id, '-'), coalesce(node_id, '-'), detail::text])
+		 WITH ORDINALITY AS x(f, n) $$;
+
+-- Before every insert: under the chain's lock (held to the end of the
+-- transaction, so concurrent joins append one after the other), the row
+-- takes the next id and links to the last row.
+CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	prev bytea;
+BEGIN
+	PERFORM pg_advisory_xact_lock(1650680370, 0);
+	SELECT a.hash INTO prev FROM bc_join.audit_log a ORDER BY a.id DESC LIMIT 1;
+	NEW.id := nextval('bc_join.audit_log_id_seq');
+	NEW.prev_hash := coalesce(prev, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea);
+	NEW.hash := sha256(NEW.prev_hash || bc_join.audit_content(NEW.id, NEW.at, NEW.actor, NEW.action,
+															   NEW.tenant_id, NEW.node_id, NEW.detail));
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER audit_chain BEFORE INSERT ON bc_join.audit_log
+	FOR EACH ROW EXECUTE FUNCTION bc_join.audit_chain();
+-- The log is appended to, never rewritten in place.
+CREATE FUNCTION bc_join.audit_append_only() RETURNS trigger
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+		MESSAGE = 'the issuance log is append-only',
+		HINT = 'Rows are never updated or deleted; bc_join.verify_audit_log() would show it.';
+END
+$$;
+CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON bc_join.audit_log
+	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.audit_append_only();
+
+-- The log as tools/bc-audit-verify reads it (psql \copy ... CSV HEADER).
+-- Each field as it goes into the hash (NULL as '-'), so that no tool has to
+-- tell a NULL from an empty string in CSV.
+CREATE VIEW bc_join.audit_export AS
+	SELECT id, (extract(epoch FROM at) * 1000000)::bigint AS at_us, actor, action,
+		   coalesce(tenant_id, '-') AS tenant_id, coalesce(node_id, '-') AS node_id,
+		   detail::text AS detail, encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash
+	FROM bc_join.audit_log ORDER BY id;
 
 /* ------------------------------------------------------- internal helpers */
 
@@ -1004,6 +1067,49 @@ $$;
 
 /* ------------------------------------------------------------------ nodes */
 
+/* --------------------------------------------------------- issuance log */
+
+-- Check the hash chain of the issuance log; the first row that does not
+-- hold, with why (altered: its hash is not its content's; removed or
+-- inserted: it does not link to the row before), or no row when it holds.
+CREATE FUNCTION bc_join.audit_log_problems(max_rows integer DEFAULT 1)
+	RETURNS TABLE (id bigint, problem text)
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	r bc_join.audit_log;
+	prev bytea := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
+	found_n integer := 0;
+BEGIN
+	FOR r IN SELECT * FROM bc_join.audit_log a ORDER BY a.id LOOP
+		IF r.hash <> sha256(r.prev_hash || bc_join.audit_content(r.id, r.at, r.actor, r.action,
+																 r.tenant_id, r.node_id, r.detail)) THEN
+			id := r.id; problem := 'altered: the row''s hash is not its content''s';
+			RETURN NEXT; found_n := found_n + 1;
+		ELSIF r.prev_hash <> prev THEN
+			id := r.id; problem := 'does not link to the row before: a row was removed or inserted before it';
+			RETURN NEXT; found_n := found_n + 1;
+		END IF;
+		EXIT WHEN found_n >= max_rows;
+		prev := r.hash;
+	END LOOP;
+END
+$$;
+
+-- true when the whole issuance log chains (contract name).
+CREATE FUNCTION bc_join.verify_audit_log() RETURNS boolean
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT NOT EXISTS (SELECT 1 FROM bc_join.audit_log_problems(1)) $$;
+
+-- The chain's head signed by the service signing key (a JWS, the same key as
+-- every JoinResponse): published (the gateway's GET /v1/audit-anchor, or
+-- anywhere), it lets anyone holding it detect a rewritten history later.
+CREATE FUNCTION bc_join.audit_anchor() RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_audit_anchor' LANGUAGE C STABLE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
 /* ------------------------------------------------------------ revocation */
 
 -- Revoke one certificate, a node's or a session's, by serial; revoking a node
@@ -1476,7 +1582,8 @@ REVOKE ALL ON FUNCTION public.bc_join(jsonb) FROM PUBLIC;
 -- The gateway: the relayed entry points and nothing else.
 GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
-GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl()
+GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl(),
+	bc_join.audit_anchor()
 	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
@@ -1491,6 +1598,9 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.create_provisioning_token(text, interval),
 	bc_join.revoke_provisioning_token(text),
 	bc_join.revoke_certificate(text, text),
+	bc_join.verify_audit_log(),
+	bc_join.audit_log_problems(integer),
+	bc_join.audit_anchor(),
 	bc_join.revoke_node(text, text),
 	bc_join.crl(),
 	bc_join.crl_pem(),
@@ -1522,7 +1632,7 @@ GRANT SELECT ON
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
 	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
 	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics,
-	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates,
+	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates, bc_join.audit_export,
 	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
 	bc_join.tpm_settings, bc_join.tpm_eks
 	TO bc_join_operator;
@@ -1654,6 +1764,16 @@ COMMENT ON FUNCTION bc_join.set_tpm_pcr_policy(text, text, text, bytea) IS
 	'Sets (or with NULL values removes) the PCR policy of a tenant, or of one of its pools: the selection and the expected PCR values a tpm quote must match.';
 COMMENT ON FUNCTION bc_join.set_tpm_enrollment_mode(text, text) IS
 	'Sets what happens to an EK neither enrolled nor chained that comes with a tenant''s sealed token: refuse (the default) or approval (a pending join request that approve_join_request enrolls).';
+COMMENT ON FUNCTION bc_join.audit_content(bigint, timestamptz, text, text, text, text, jsonb) IS
+	'Returns the bytes an issuance log row''s hash covers: each field length-prefixed, the time in microseconds since the Unix epoch.';
+COMMENT ON FUNCTION bc_join.audit_log_problems(integer) IS
+	'Checks the issuance log''s hash chain and returns the first rows (at most max_rows) that do not hold, with why: altered, or not linked to the row before (a row removed or inserted).';
+COMMENT ON FUNCTION bc_join.verify_audit_log() IS
+	'Returns whether the whole issuance log chains: no row altered, removed or inserted.';
+COMMENT ON FUNCTION bc_join.audit_anchor() IS
+	'Returns the issuance log''s head (id, hash, time) as a JWS signed by the service signing key, to publish: a later rewrite of the history shows against it.';
+COMMENT ON VIEW bc_join.audit_export IS
+	'The issuance log as tools/bc-audit-verify reads it offline (psql \\copy ... CSV HEADER).';
 COMMENT ON FUNCTION bc_join.new_id(text) IS
 	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 COMMENT ON FUNCTION bc_join.random_secret() IS

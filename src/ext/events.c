@@ -54,3 +54,52 @@ bc_jsonb(const char *text)
 {
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
 }
+
+static BcPlan audit_head = {
+	"SELECT id, encode(hash, 'hex') FROM bc_join.audit_log ORDER BY id DESC LIMIT 1",
+	0, {InvalidOid}
+};
+
+PG_FUNCTION_INFO_V1(bc_audit_anchor);
+
+/*
+ * bc_join.audit_anchor(): {"purpose":"bc_join/audit-anchor","headId",
+ * "headHash","at"} signed ES256 by the service signing key, as a JWS compact
+ * serialization; verify it with the signing JWK agents pin.
+ */
+Datum
+bc_audit_anchor(PG_FUNCTION_ARGS)
+{
+	const BcKeys *keys;
+	StringInfoData payload;
+	char	   *jws = NULL;
+	int			st;
+	bool		isnull;
+	int64		head_id = 0;
+	char	   *head_hash = NULL;
+
+	bc_require_config();
+	keys = bc_keys();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (bc_spi_exec(&audit_head, NULL, NULL, true, 1) == 1)
+	{
+		head_id = DatumGetInt64(bc_spi_datum(1, &isnull));
+		head_hash = bc_spi_text_req(2);
+	}
+	initStringInfo(&payload);
+	appendStringInfo(&payload, "{\"purpose\":\"bc_join/audit-anchor\",\"headId\":" INT64_FORMAT,
+					 head_id);
+	bc_json_member(&payload, "headHash", head_hash);
+	bc_json_member(&payload, "at", bc_rfc3339(bc_now()));
+	appendStringInfoChar(&payload, '}');
+	st = bc_jws_sign_es256(keys->signing, keys->signing_kid, (unsigned char *) payload.data,
+						   payload.len, &jws);
+	SPI_finish();
+	if (st != BC_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not sign the audit anchor"),
+				 bc_errdetail_openssl(bc_status_str(st))));
+	PG_RETURN_TEXT_P(cstring_to_text(bc_take_cstring(jws)));
+}

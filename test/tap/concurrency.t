@@ -7,7 +7,7 @@ n=0 failed=0
 ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'"; failed=$((failed + 1)); fi; }
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d bcj_concurrency "$@"; }
 
-echo "1..7"
+echo "1..8"
 S="$BCJ_SCRATCH/concurrency"
 rm -rf "$S"; mkdir -p "$S"
 psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS bcj_concurrency" -c "CREATE DATABASE bcj_concurrency" >/dev/null
@@ -54,4 +54,5 @@ ok "$(sql -c "SELECT count(*) FROM bc_join.node_certs c JOIN bc_join.nodes n ON 
 ok "$(sql -c "SELECT uses_left FROM bc_join.join_tokens WHERE tenant_id = '$tenant'")" 0 "the token has no use left"
 ok "$(sql -c "SELECT count(*) FROM bc_join.events WHERE tenant_id = '$tenant' AND payload->>'refusal' = 'join-token:spent'")" 13 "13 refusals recorded as spent in the tenant's stream"
 ok "$(cat "$S"/out* | grep -vc -e '^issued$' -e '^refused$' -e '^t$' -e '^$')" 0 "no client saw an error"
+ok "$(sql -c "SELECT bc_join.verify_audit_log()")" t "the issuance log still chains: the concurrent joins appended one after the other"
 [ "$failed" -eq 0 ]
