@@ -66,6 +66,8 @@ bc_csr_create(EVP_PKEY *key, const char *cn,
 {
 	X509_REQ   *req = NULL;
 	X509_NAME  *name;
+	EVP_MD_CTX *md = NULL;
+	char		props[64];
 	unsigned char *der = NULL;
 	int			len;
 	int			rc = BC_EUNSUPPORTED;
@@ -86,8 +88,11 @@ bc_csr_create(EVP_PKEY *key, const char *cn,
 		rc = BC_EINVAL;
 		goto out;
 	}
-	if (X509_REQ_set_pubkey(req, key) != 1 ||
-		X509_REQ_sign(req, key, EVP_sha256()) <= 0)
+	md = EVP_MD_CTX_new();
+	if (X509_REQ_set_pubkey(req, key) != 1 || md == NULL ||
+		EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL,
+							  bc_pkey_sign_props(key, props, sizeof(props)), key, NULL) != 1 ||
+		X509_REQ_sign_ctx(req, md) <= 0)
 		goto out;
 	len = i2d_X509_REQ(req, &der);
 	rc = der_copy(der, len, der_out, der_len);
@@ -95,6 +100,7 @@ out:
 	if (rc != BC_OK)
 		ERR_clear_error();
 	OPENSSL_free(der);
+	EVP_MD_CTX_free(md);
 	X509_REQ_free(req);
 	return rc;
 }
