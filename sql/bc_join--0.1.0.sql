@@ -150,6 +150,31 @@ CREATE TABLE bc_join.join_tokens (
 );
 CREATE INDEX join_tokens_tenant_idx ON bc_join.join_tokens (tenant_id);
 
+/* ---------------------------------------------------- provisioning tokens */
+
+-- A one-time token for a node that exists (the provisioned attestor): a
+-- machine re-imaged, or one the operator moves, comes back as that node.
+CREATE TABLE bc_join.provisioning_tokens (
+	id text PRIMARY KEY CHECK (id ~ '^pt_[0-9a-f]{32}$'),
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	secret_sha256 bc_join.sha256 NOT NULL,
+	expires_at timestamptz NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user,
+	spent_at timestamptz,
+	revoked_at timestamptz
+);
+CREATE INDEX provisioning_tokens_node_idx ON bc_join.provisioning_tokens (node_id);
+
+-- An optional resolver: maps the nodeId a provisioned agent names to a node id.
+CREATE TABLE bc_join.provisioning_resolver (
+	one boolean PRIMARY KEY DEFAULT true CHECK (one),
+	resolve regprocedure NOT NULL,
+	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	registered_by text NOT NULL DEFAULT session_user
+);
+
 /* --------------------------------------------------------------- sessions */
 
 -- A session identity on a node, reserved when the session first asks.
@@ -170,8 +195,13 @@ CREATE TABLE bc_join.session_certs (
 	not_after timestamptz NOT NULL,
 	spki_sha256 bc_join.sha256 NOT NULL,
 	certificate bytea NOT NULL,
-	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+	-- the node certificate the session was asked with: revoking it revokes this
+	node_serial text,
+	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	revoked_at timestamptz,
+	revocation_reason text
 );
+CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
 CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
 
@@ -457,6 +487,87 @@ BEGIN
 								   'uses', uses, 'role', role, 'expiresAt', bc_join.compute_now() + ttl,
 								   'allowReclaim', allow_reclaim));
 	RETURN tid || '.' || secret;
+END
+$$;
+
+-- A one-time provisioning token for an existing node; returned once, only its hash is stored.
+CREATE FUNCTION bc_join.create_provisioning_token(node_id text, ttl interval DEFAULT '1 hour')
+	RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tid text := bc_join.new_id('pt');
+	secret text := bc_join.random_secret();
+	n bc_join.nodes;
+BEGIN
+	SELECT * INTO n FROM bc_join.nodes x WHERE x.id = create_provisioning_token.node_id;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	IF n.state = 'retired' THEN
+		PERFORM bc_join.invalid_input('the node is retired');
+	END IF;
+	IF ttl IS NULL OR ttl <= interval '0' OR ttl > interval '30 days' THEN
+		PERFORM bc_join.invalid_input('ttl must be positive and at most 30 days');
+	END IF;
+	INSERT INTO bc_join.provisioning_tokens (id, node_id, tenant_id, secret_sha256, expires_at)
+		VALUES (tid, n.id, n.tenant_id, sha256(convert_to(secret, 'UTF8')), bc_join.compute_now() + ttl);
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('provisioning_token.create', n.tenant_id, n.id,
+				jsonb_build_object('tokenId', tid, 'expiresAt', bc_join.compute_now() + ttl));
+	RETURN tid || '.' || secret;
+END
+$$;
+
+-- Revoke a provisioning token that was not used yet.
+CREATE FUNCTION bc_join.revoke_provisioning_token(token_id text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	t bc_join.provisioning_tokens;
+BEGIN
+	UPDATE bc_join.provisioning_tokens p SET revoked_at = bc_join.compute_now()
+		WHERE p.id = revoke_provisioning_token.token_id AND p.revoked_at IS NULL AND p.spent_at IS NULL
+		RETURNING * INTO t;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('provisioning_token.revoke', t.tenant_id, t.node_id, jsonb_build_object('tokenId', t.id));
+	RETURN true;
+END
+$$;
+
+-- Register (or with NULL remove) the resolver of provisioned joins:
+-- resolve(node_ref text, context jsonb) RETURNS text, the node id that the
+-- nodeId an agent names stands for (NULL: none).  Superuser only.
+CREATE FUNCTION bc_join.register_provisioning_resolver(resolve regprocedure) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	p pg_proc;
+BEGIN
+	IF resolve IS NULL THEN
+		DELETE FROM bc_join.provisioning_resolver;
+		INSERT INTO bc_join.audit_log (action, detail) VALUES ('provisioning_resolver.remove', '{}');
+		RETURN;
+	END IF;
+	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = resolve;
+	IF p.pronargs <> 2 OR p.proargtypes[0] <> 'text'::regtype OR p.proargtypes[1] <> 'jsonb'::regtype
+	   OR p.prorettype <> 'text'::regtype OR p.proretset OR p.prokind <> 'f' THEN
+		PERFORM bc_join.invalid_input('resolve must be a function (node_ref text, context jsonb) RETURNS text');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
+		PERFORM bc_join.invalid_input(format('the resolver %s has no SET search_path of its own', resolve));
+	END IF;
+	INSERT INTO bc_join.provisioning_resolver AS r (resolve) VALUES (resolve)
+		ON CONFLICT (one) DO UPDATE SET resolve = EXCLUDED.resolve,
+			registered_at = EXCLUDED.registered_at, registered_by = EXCLUDED.registered_by;
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('provisioning_resolver.register', jsonb_build_object('resolve', resolve::text));
 END
 $$;
 
@@ -765,6 +876,11 @@ BEGIN
 		END IF;
 		PERFORM bc_join.invalid_input('no pending join request has this id');
 	END IF;
+	-- A tpm request waits for its EK: approving it enrolls the EK for the request's tenant.
+	IF r.attestor = 'tpm' AND r.detail ? 'ekSpkiSha256' THEN
+		PERFORM bc_join.enroll_tpm_ek(r.detail->>'ekSpkiSha256', r.tenant_id, r.detail->>'poolId',
+									  r.detail->>'siteId', request_id => r.id);
+	END IF;
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (r.tenant_id, 'join_request.approved', jsonb_build_object('requestId', r.id, 'by', session_user));
 	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
@@ -879,6 +995,114 @@ $$;
 
 /* ------------------------------------------------------------------ nodes */
 
+/* ------------------------------------------------------------ revocation */
+
+-- Revoke one certificate, a node's or a session's, by serial; revoking a node
+-- certificate revokes the session certificates asked with it.  reason: an
+-- RFC 5280 reason name (keyCompromise, superseded, cessationOfOperation,
+-- affiliationChanged, privilegeWithdrawn, unspecified) or any short text,
+-- which the CRL carries as unspecified.  Returns false when it was already
+-- revoked.  Audited, evented, and the gateway's cached CRL is told.
+CREATE FUNCTION bc_join.revoke_certificate(serial text, reason text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	node text;
+	tenant text;
+	sessions bigint := 0;
+	kind text := 'node';
+BEGIN
+	IF reason IS NULL OR length(reason) NOT BETWEEN 1 AND 200 THEN
+		PERFORM bc_join.invalid_input('a revocation needs a reason of 1 to 200 characters');
+	END IF;
+	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
+		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
+	IF FOUND THEN
+		UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE c.serial = revoke_certificate.serial AND c.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.node_serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		GET DIAGNOSTICS sessions = ROW_COUNT;
+	ELSE
+		kind := 'session';
+		SELECT s.node_id, s.tenant_id INTO node, tenant FROM bc_join.session_certs sc
+			JOIN bc_join.sessions s ON s.id = sc.session_id WHERE sc.serial = revoke_certificate.serial;
+		IF NOT FOUND THEN
+			PERFORM bc_join.invalid_input('no certificate has this serial');
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'certificate.revoked',
+				jsonb_build_object('serial', serial, 'kind', kind, 'nodeId', node, 'reason', reason,
+								   'sessionCertificates', sessions));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('certificate.revoke', tenant, node,
+				jsonb_build_object('serial', serial, 'kind', kind, 'reason', reason,
+								   'sessionCertificates', sessions));
+	PERFORM pg_notify('bc_join_crl', serial);
+	RETURN true;
+END
+$$;
+
+-- Revoke every live certificate of a node, and the session certificates asked
+-- with them; returns how many node certificates were revoked.  The node stays
+-- (it may join again through an attestor); retire_node also ends it.
+CREATE FUNCTION bc_join.revoke_node(node_id text, reason text) RETURNS integer
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	c record;
+	n integer := 0;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM bc_join.nodes x WHERE x.id = revoke_node.node_id) THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	FOR c IN SELECT serial FROM bc_join.node_certs x
+			 WHERE x.node_id = revoke_node.node_id AND x.revoked_at IS NULL ORDER BY x.issued_at LOOP
+		IF bc_join.revoke_certificate(c.serial, reason) THEN
+			n := n + 1;
+		END IF;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+-- Every revoked certificate, node and session, with its reason.
+CREATE VIEW bc_join.revoked_certificates AS
+	SELECT c.serial, 'node'::text AS kind, c.node_id, n.tenant_id, c.revoked_at,
+		   c.revocation_reason AS reason, c.not_after, c.not_after <= bc_join.compute_now() AS expired
+	FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id
+	WHERE c.revoked_at IS NOT NULL
+	UNION ALL
+	SELECT sc.serial, 'session', s.node_id, s.tenant_id, sc.revoked_at, sc.revocation_reason,
+		   sc.not_after, sc.not_after <= bc_join.compute_now()
+	FROM bc_join.session_certs sc JOIN bc_join.sessions s ON s.id = sc.session_id
+	WHERE sc.revoked_at IS NOT NULL;
+
+-- The node CA's CRL (DER): every revoked certificate not yet expired.
+CREATE FUNCTION bc_join.crl() RETURNS bytea
+	AS 'MODULE_PATHNAME', 'bc_crl' LANGUAGE C STABLE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+-- The same as PEM, for psql and openssl.
+CREATE FUNCTION bc_join.crl_pem() RETURNS text
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT '-----BEGIN X509 CRL-----' || E'\n' || encode(bc_join.crl(), 'base64') || E'\n'
+				 || '-----END X509 CRL-----' || E'\n' $$;
+
 -- Retire a node: state retired, certificates revoked, bindings dropped.
 CREATE FUNCTION bc_join.retire_node(node_id text) RETURNS void
 	LANGUAGE plpgsql SECURITY DEFINER
@@ -895,6 +1119,10 @@ BEGIN
 	END IF;
 	UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
 		WHERE c.node_id = retire_node.node_id AND c.revoked_at IS NULL;
+	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		FROM bc_join.sessions s
+		WHERE s.id = sc.session_id AND s.node_id = retire_node.node_id AND sc.revoked_at IS NULL;
+	PERFORM pg_notify('bc_join_crl', node_id);
 	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
@@ -968,6 +1196,266 @@ CREATE VIEW bc_join.attestor_statistics AS
 CREATE FUNCTION bc_join.attestor_stats_reset() RETURNS timestamptz
 	AS 'MODULE_PATHNAME', 'bc_attestor_stats_reset' LANGUAGE C VOLATILE;
 
+/* ------------------------------------------------------- challenge state */
+
+/*
+ * A challenge's state, sealed under challenge.key for the running join
+ * round's attestor, CSR and role, until not_after (at most a day ahead).
+ * Call it in the round that defers with a challenge: JoinService gives the
+ * signed response this notAfter.  Only the attestor of the running round
+ * may call it (55000 otherwise).
+ */
+CREATE FUNCTION bc_join.seal_challenge_state(attestor text, plaintext jsonb, not_after timestamptz)
+	RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_seal_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
+
+/*
+ * The plaintext of a state sealed by seal_challenge_state in the round
+ * before; refuses '<attestor>:state-mismatch' (it does not open, or was
+ * sealed for another attestor, CSR or role) and
+ * '<attestor>:challenge-expired' (compute_now() past its notAfter).
+ */
+CREATE FUNCTION bc_join.open_challenge_state(attestor text, state text)
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_open_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
+
+/* ------------------------------------------------------------------- tpm */
+
+-- EK roots (self-signed) and intermediates, added with add_tpm_ek_root.
+CREATE TABLE bc_join.tpm_ek_certificates (
+	sha256 bytea PRIMARY KEY CHECK (length(sha256) = 32),	-- of the DER
+	certificate bytea NOT NULL,
+	is_root boolean NOT NULL,
+	subject text NOT NULL,
+	added_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	added_by text NOT NULL DEFAULT session_user
+);
+
+-- EKs an operator enrolled, by SHA-256 of their SPKI: trusted, and their tenant.
+CREATE TABLE bc_join.tpm_ek_enrollments (
+	ek_spki_sha256 bytea PRIMARY KEY CHECK (length(ek_spki_sha256) = 32),
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text REFERENCES bc_join.pools (id),
+	site_id text REFERENCES bc_join.sites (id),
+	-- a PCR policy of this EK's own (else the pool's, else the tenant's)
+	pcr_selection text,
+	pcr_values bytea,
+	request_id text,					-- the join request whose approval enrolled it
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user,
+	CHECK (pool_id IS NOT NULL OR site_id IS NOT NULL),
+	CHECK ((pcr_selection IS NULL) = (pcr_values IS NULL))
+);
+
+-- PCR policies per tenant (pool_id NULL) or per pool: the quote must show these values.
+CREATE TABLE bc_join.tpm_pcr_policies (
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text REFERENCES bc_join.pools (id),
+	selection text NOT NULL,			-- normalized, e.g. sha256:0,1,2,3,4,5,6,7
+	pcr_values bytea NOT NULL,			-- the selected PCRs' values, in that order
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user
+);
+CREATE UNIQUE INDEX tpm_pcr_policies_idx ON bc_join.tpm_pcr_policies (tenant_id, coalesce(pool_id, ''));
+
+-- Per tenant: what an EK neither enrolled nor chained gets (default refuse).
+CREATE TABLE bc_join.tpm_settings (
+	tenant_id text PRIMARY KEY REFERENCES bc_join.tenants (id),
+	enrollment text NOT NULL CHECK (enrollment IN ('refuse', 'approval'))
+);
+
+-- What the last tpm join proved of an EK: renewal checks it is still trusted.
+CREATE TABLE bc_join.tpm_eks (
+	ek_spki_sha256 bytea PRIMARY KEY CHECK (length(ek_spki_sha256) = 32),
+	ek_public bytea NOT NULL,			-- TPM2B_PUBLIC as received
+	ek_certificate bytea,				-- NULL when the EK was enrolled
+	seen_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+
+-- The checks behind the configuration functions (C: the attestor's own parsers).
+CREATE FUNCTION bc_join.tpm_pcr_selection(selection text, pcr_values bytea) RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_tpm_pcr_selection_sql' LANGUAGE C IMMUTABLE STRICT;
+CREATE FUNCTION bc_join.tpm_ek_certificate(certificate_pem text) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_tpm_ek_certificate_sql' LANGUAGE C IMMUTABLE STRICT;
+
+/*
+ * Add an EK root (a self-signed CA certificate) or an intermediate (any
+ * other CA certificate), one PEM certificate at a time.  Returns the hex
+ * SHA-256 of its DER; adding it again changes nothing.
+ */
+CREATE FUNCTION bc_join.add_tpm_ek_root(certificate_pem text) RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	c jsonb := bc_join.tpm_ek_certificate(certificate_pem);
+BEGIN
+	INSERT INTO bc_join.tpm_ek_certificates (sha256, certificate, is_root, subject)
+		VALUES (decode(c->>'sha256', 'hex'), decode(c->>'der', 'hex'), (c->>'isRoot')::boolean, c->>'subject')
+		ON CONFLICT (sha256) DO NOTHING;
+	IF FOUND THEN
+		INSERT INTO bc_join.audit_log (action, detail)
+			VALUES ('tpm.ek_root.add', jsonb_build_object('sha256', c->>'sha256', 'subject', c->>'subject',
+														  'root', (c->>'isRoot')::boolean));
+	END IF;
+	RETURN c->>'sha256';
+END
+$$;
+
+-- Remove an EK root or intermediate by the hex SHA-256 add_tpm_ek_root returned.
+CREATE FUNCTION bc_join.remove_tpm_ek_root(sha256 text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF sha256 IS NULL OR sha256 !~ '^[0-9a-f]{64}$' THEN
+		PERFORM bc_join.invalid_input('sha256 is 64 lower-case hex digits');
+	END IF;
+	DELETE FROM bc_join.tpm_ek_certificates c WHERE c.sha256 = decode(remove_tpm_ek_root.sha256, 'hex');
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('tpm.ek_root.remove', jsonb_build_object('sha256', remove_tpm_ek_root.sha256));
+	RETURN true;
+END
+$$;
+
+/*
+ * Enroll an EK by the hex SHA-256 of its SPKI (sha256sum of
+ * `tpm2_readpublic -f der`): trusted without a certificate, joining tenant
+ * tenant_id in pool pool_id (or at site site_id).  Optionally a PCR policy
+ * of its own.  Enrolling it again replaces the enrollment.
+ */
+CREATE FUNCTION bc_join.enroll_tpm_ek(ek_spki_sha256 text, tenant_id text, pool_id text DEFAULT NULL,
+									  site_id text DEFAULT NULL, pcr_selection text DEFAULT NULL,
+									  pcr_values bytea DEFAULT NULL, request_id text DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	sel text;
+BEGIN
+	IF ek_spki_sha256 IS NULL OR lower(ek_spki_sha256) !~ '^[0-9a-f]{64}$' THEN
+		PERFORM bc_join.invalid_input('ek_spki_sha256 is the 64 hex digits of SHA-256 over the EK''s DER SubjectPublicKeyInfo');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = enroll_tpm_ek.tenant_id) THEN
+		PERFORM bc_join.invalid_input('no tenant has this id');
+	END IF;
+	IF pool_id IS NULL AND site_id IS NULL THEN
+		PERFORM bc_join.invalid_input('an enrollment names a pool, or a site');
+	END IF;
+	IF pool_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM bc_join.pools p
+			WHERE p.id = enroll_tpm_ek.pool_id AND p.tenant_id = enroll_tpm_ek.tenant_id
+			  AND (enroll_tpm_ek.site_id IS NULL OR p.site_id = enroll_tpm_ek.site_id)) THEN
+		PERFORM bc_join.invalid_input('the pool is not one of this tenant (at this site)');
+	END IF;
+	IF site_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM bc_join.sites s
+			WHERE s.id = enroll_tpm_ek.site_id AND s.tenant_id = enroll_tpm_ek.tenant_id) THEN
+		PERFORM bc_join.invalid_input('the site is not one of this tenant');
+	END IF;
+	IF (pcr_selection IS NULL) <> (pcr_values IS NULL) THEN
+		PERFORM bc_join.invalid_input('a PCR policy is a selection and its values, both');
+	END IF;
+	IF pcr_selection IS NOT NULL THEN
+		sel := bc_join.tpm_pcr_selection(pcr_selection, pcr_values);
+	END IF;
+	INSERT INTO bc_join.tpm_ek_enrollments AS e (ek_spki_sha256, tenant_id, pool_id, site_id,
+												 pcr_selection, pcr_values, request_id)
+		VALUES (decode(lower(ek_spki_sha256), 'hex'), tenant_id, pool_id, site_id, sel, pcr_values, request_id)
+		ON CONFLICT ON CONSTRAINT tpm_ek_enrollments_pkey DO UPDATE SET tenant_id = excluded.tenant_id,
+			pool_id = excluded.pool_id, site_id = excluded.site_id,
+			pcr_selection = excluded.pcr_selection, pcr_values = excluded.pcr_values,
+			request_id = excluded.request_id, created_at = bc_join.compute_now(), created_by = session_user;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tpm.ek.enroll', tenant_id,
+				jsonb_build_object('ekSpkiSha256', lower(ek_spki_sha256), 'poolId', pool_id, 'siteId', site_id,
+								   'pcrSelection', sel, 'requestId', request_id));
+END
+$$;
+
+-- Forget an EK's enrollment.
+CREATE FUNCTION bc_join.unenroll_tpm_ek(ek_spki_sha256 text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	t text;
+BEGIN
+	IF ek_spki_sha256 IS NULL OR lower(ek_spki_sha256) !~ '^[0-9a-f]{64}$' THEN
+		PERFORM bc_join.invalid_input('ek_spki_sha256 is 64 hex digits');
+	END IF;
+	DELETE FROM bc_join.tpm_ek_enrollments e WHERE e.ek_spki_sha256 = decode(lower(unenroll_tpm_ek.ek_spki_sha256), 'hex')
+		RETURNING e.tenant_id INTO t;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tpm.ek.unenroll', t, jsonb_build_object('ekSpkiSha256', lower(ek_spki_sha256)));
+	RETURN true;
+END
+$$;
+
+/*
+ * The PCR policy of a tenant (pool_id NULL) or of one of its pools:
+ * selection like tpm2-tools' (sha256:0,1,2,3 or sha256:0-7+sha1:0) and the
+ * selected PCRs' values concatenated in that order (what
+ * `tpm2_pcrread -o FILE SELECTION` writes).  selection NULL removes it.
+ */
+CREATE FUNCTION bc_join.set_tpm_pcr_policy(tenant_id text, pool_id text, selection text, pcr_values bytea DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	sel text;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = set_tpm_pcr_policy.tenant_id) THEN
+		PERFORM bc_join.invalid_input('no tenant has this id');
+	END IF;
+	IF pool_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM bc_join.pools p
+			WHERE p.id = set_tpm_pcr_policy.pool_id AND p.tenant_id = set_tpm_pcr_policy.tenant_id) THEN
+		PERFORM bc_join.invalid_input('the pool is not one of this tenant');
+	END IF;
+	DELETE FROM bc_join.tpm_pcr_policies p WHERE p.tenant_id = set_tpm_pcr_policy.tenant_id
+		AND p.pool_id IS NOT DISTINCT FROM set_tpm_pcr_policy.pool_id;
+	IF selection IS NOT NULL THEN
+		IF pcr_values IS NULL THEN
+			PERFORM bc_join.invalid_input('a PCR policy is a selection and its values, both');
+		END IF;
+		sel := bc_join.tpm_pcr_selection(selection, pcr_values);
+		INSERT INTO bc_join.tpm_pcr_policies (tenant_id, pool_id, selection, pcr_values)
+			VALUES (tenant_id, pool_id, sel, pcr_values);
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tpm.pcr_policy.set', tenant_id, jsonb_build_object('poolId', pool_id, 'selection', sel));
+END
+$$;
+
+/*
+ * What a tenant's EK that is neither enrolled nor chained to a root gets
+ * when a sealed join token of the tenant comes with it: 'refuse' (the
+ * default) or 'approval' (a join request; approving it enrolls the EK).
+ */
+CREATE FUNCTION bc_join.set_tpm_enrollment_mode(tenant_id text, mode text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF mode IS NULL OR mode NOT IN ('refuse', 'approval') THEN
+		PERFORM bc_join.invalid_input('the tpm enrollment mode is refuse or approval');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = set_tpm_enrollment_mode.tenant_id) THEN
+		PERFORM bc_join.invalid_input('no tenant has this id');
+	END IF;
+	INSERT INTO bc_join.tpm_settings AS s (tenant_id, enrollment) VALUES (tenant_id, mode)
+		ON CONFLICT ON CONSTRAINT tpm_settings_pkey DO UPDATE SET enrollment = excluded.enrollment;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tpm.enrollment_mode.set', tenant_id, jsonb_build_object('mode', mode));
+END
+$$;
+
 /* ------------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
@@ -979,7 +1467,8 @@ REVOKE ALL ON FUNCTION public.bc_join(jsonb) FROM PUBLIC;
 -- The gateway: the relayed entry points and nothing else.
 GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
-GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb) TO bc_join_gateway;
+GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl()
+	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
 GRANT USAGE ON SCHEMA bc_join TO bc_join_operator;
@@ -990,6 +1479,12 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.create_pool(text, text, text),
 	bc_join.create_join_token(text, text, integer, interval, text, jsonb, boolean, text),
 	bc_join.revoke_join_token(text),
+	bc_join.create_provisioning_token(text, interval),
+	bc_join.revoke_provisioning_token(text),
+	bc_join.revoke_certificate(text, text),
+	bc_join.revoke_node(text, text),
+	bc_join.crl(),
+	bc_join.crl_pem(),
 	bc_join.approve_join_request(text),
 	bc_join.reject_join_request(text, text),
 	bc_join.retire_node(text),
@@ -1003,19 +1498,32 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.signing_jwk(),
 	bc_join.encryption_jwk(),
 	bc_join.node_ca_certificate(),
-	bc_join.service_keys()
+	bc_join.service_keys(),
+	bc_join.add_tpm_ek_root(text),
+	bc_join.remove_tpm_ek_root(text),
+	bc_join.enroll_tpm_ek(text, text, text, text, text, bytea, text),
+	bc_join.unenroll_tpm_ek(text),
+	bc_join.set_tpm_pcr_policy(text, text, text, bytea),
+	bc_join.set_tpm_enrollment_mode(text, text),
+	bc_join.tpm_pcr_selection(text, bytea),
+	bc_join.tpm_ek_certificate(text)
 	TO bc_join_operator;
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
 	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
 	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics,
-	bc_join.sessions, bc_join.session_certs
+	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates,
+	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
+	bc_join.tpm_settings, bc_join.tpm_eks
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
 			  expect, allow_reclaim, created_at, created_by, revoked_at)
 	ON bc_join.join_tokens TO bc_join_operator;
+GRANT SELECT (id, node_id, tenant_id, expires_at, created_at, created_by, spent_at, revoked_at)
+	ON bc_join.provisioning_tokens TO bc_join_operator;
+GRANT SELECT ON bc_join.provisioning_resolver TO bc_join_operator;
 
 /* ------------------------------------------------------------------ comments */
 
@@ -1101,6 +1609,42 @@ COMMENT ON FUNCTION bc_join.ecdsa_verify(text, bytea, bytea) IS
 -- Internal helpers and trigger functions (not called by hand).
 COMMENT ON FUNCTION bc_join.are_agent_roles(text[]) IS
 	'Returns whether roles is a non-empty list of agent roles (node, site, ramdisk): the one spelling of the roles in SQL.';
+COMMENT ON FUNCTION bc_join.create_provisioning_token(text, interval) IS
+	'Creates a one-time provisioning token for an existing node (the provisioned attestor: the machine comes back as that node) and returns it once; only its hash is stored.';
+COMMENT ON FUNCTION bc_join.revoke_provisioning_token(text) IS
+	'Revokes a provisioning token not used yet; returns whether one was revoked.';
+COMMENT ON FUNCTION bc_join.register_provisioning_resolver(regprocedure) IS
+	'Registers the function (node_ref text, context jsonb) RETURNS text that maps the nodeId a provisioned agent names to a node id (NULL removes it); superuser only.';
+COMMENT ON FUNCTION bc_join.revoke_certificate(text, text) IS
+	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it), audited and evented; returns false when it was revoked already.';
+COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
+	'Revokes every live certificate of a node and the session certificates asked with them; returns how many node certificates were revoked.';
+COMMENT ON FUNCTION bc_join.crl() IS
+	'Returns the node CA''s CRL (DER, RFC 5280): every revoked certificate not yet expired, nextUpdate bc_join.crl_validity seconds on.';
+COMMENT ON FUNCTION bc_join.crl_pem() IS
+	'Returns bc_join.crl() as PEM, for psql and openssl.';
+COMMENT ON VIEW bc_join.revoked_certificates IS
+	'Every revoked certificate, node and session: serial, kind, node, tenant, when, reason, and whether it has expired since.';
+COMMENT ON FUNCTION bc_join.seal_challenge_state(text, jsonb, timestamptz) IS
+	'Seals an attestor''s challenge state under challenge.key (AEAD), bound to the attestor, the CSR, the role and notAfter; returns it as text for the challenge (call it in the round that defers).';
+COMMENT ON FUNCTION bc_join.open_challenge_state(text, text) IS
+	'Opens challenge state sealed in an earlier round and returns its plaintext, or refuses ''<attestor>:state-mismatch'' or ''<attestor>:challenge-expired''.';
+COMMENT ON FUNCTION bc_join.tpm_pcr_selection(text, bytea) IS
+	'Checks a PCR selection (tpm2-tools syntax, e.g. sha256:0-7) against its expected PCR values and returns the normalised selection; raises 22023 when they do not fit.';
+COMMENT ON FUNCTION bc_join.tpm_ek_certificate(text) IS
+	'Parses one PEM EK root or intermediate certificate and returns what the tpm attestor keeps of it (DER, SHA-256, whether self-signed); raises 22023 otherwise.';
+COMMENT ON FUNCTION bc_join.add_tpm_ek_root(text) IS
+	'Adds an EK root (self-signed) or intermediate certificate that tpm EK certificates may chain to; returns the hex SHA-256 of its DER.';
+COMMENT ON FUNCTION bc_join.remove_tpm_ek_root(text) IS
+	'Removes an EK root or intermediate by the hex SHA-256 of its DER; returns whether one was removed.';
+COMMENT ON FUNCTION bc_join.enroll_tpm_ek(text, text, text, text, text, bytea, text) IS
+	'Enrolls an EK by the hex SHA-256 of its SubjectPublicKeyInfo for a tenant (and pool or site, and an optional PCR policy): it joins without an EK certificate or token.';
+COMMENT ON FUNCTION bc_join.unenroll_tpm_ek(text) IS
+	'Removes an EK enrollment; returns whether one was removed.';
+COMMENT ON FUNCTION bc_join.set_tpm_pcr_policy(text, text, text, bytea) IS
+	'Sets (or with NULL values removes) the PCR policy of a tenant, or of one of its pools: the selection and the expected PCR values a tpm quote must match.';
+COMMENT ON FUNCTION bc_join.set_tpm_enrollment_mode(text, text) IS
+	'Sets what happens to an EK neither enrolled nor chained that comes with a tenant''s sealed token: refuse (the default) or approval (a pending join request that approve_join_request enrolls).';
 COMMENT ON FUNCTION bc_join.new_id(text) IS
 	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 COMMENT ON FUNCTION bc_join.random_secret() IS

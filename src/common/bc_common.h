@@ -252,6 +252,7 @@ typedef struct bc_cert_params
 	size_t		n_uris;
 	int64_t		not_before;		/* unix seconds */
 	int64_t		not_after;		/* unix seconds */
+	const char *crl_url;		/* a CRL distribution point URI, or NULL */
 } bc_cert_params;
 
 /*
@@ -265,6 +266,28 @@ typedef struct bc_cert_params
  */
 int			bc_cert_issue(const bc_cert_params *p,
 						  unsigned char serial_out[16], X509 **out);
+
+/* ------------------------------------------------------------- crl.c */
+
+/* One revoked certificate of a CRL. */
+typedef struct bc_crl_entry
+{
+	unsigned char serial[16];	/* big-endian, as bc_cert_issue hands it back */
+	int64_t		revoked_at;		/* unix seconds */
+	int			reason;			/* an RFC 5280 reason code (bc_crl_reason_code) */
+} bc_crl_entry;
+
+/* The RFC 5280 reason code of a bc_join revocation reason (unspecified when unknown). */
+int			bc_crl_reason_code(const char *reason);
+
+/*
+ * The CRL of the CA: v2, thisUpdate/nextUpdate, the entries with their
+ * reason codes, the CRL number and the authority key identifier, signed
+ * ECDSA-SHA256 by ca_key; DER, malloc()ed.
+ */
+int			bc_crl_build(X509 *ca, EVP_PKEY *ca_key, const bc_crl_entry *entries, size_t n,
+						 int64_t this_update, int64_t next_update, uint64_t number,
+						 unsigned char **der_out, size_t *der_len);
 
 /* DER of a certificate (malloc). */
 int			bc_cert_der(X509 *cert, unsigned char **der_out, size_t *der_len);

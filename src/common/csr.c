@@ -142,9 +142,14 @@ bc_csr_verify_pop(const bc_csr *csr)
 	const ASN1_OBJECT *alg = NULL;
 	int			ptype = V_ASN1_UNDEF;
 
-	/* Exactly ecdsa-with-SHA256, without parameters (RFC 5758 §3.2). */
+	/*
+	 * Exactly ecdsa-with-SHA256.  RFC 5758 §3.2 says its parameters are
+	 * absent; the tpm2-openssl provider (Debian's 1.1.1) writes NULL, which
+	 * is taken too: any other parameter is refused.
+	 */
 	X509_ALGOR_get0(&alg, &ptype, NULL, csr->req->sig_alg);
-	if (OBJ_obj2nid(alg) != NID_ecdsa_with_SHA256 || ptype != V_ASN1_UNDEF)
+	if (OBJ_obj2nid(alg) != NID_ecdsa_with_SHA256 ||
+		(ptype != V_ASN1_UNDEF && ptype != V_ASN1_NULL))
 		return BC_EVERIFY;
 	if (ASN1_item_verify(ASN1_ITEM_rptr(BC_REQ_INFO), csr->req->sig_alg,
 						 csr->req->signature, csr->req->info, csr->key) != 1)

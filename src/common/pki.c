@@ -197,6 +197,50 @@ out:
 }
 
 /* 1 when uri is a non-empty run of printable ASCII without spaces, bounded. */
+static int	uri_is_acceptable(const char *uri);
+
+/* The CRL distribution point: one fullName URI (RFC 5280 4.2.1.13). */
+static int
+add_crl_dp(X509 *cert, const char *url)
+{
+	CRL_DIST_POINTS *dps = NULL;
+	DIST_POINT *dp = NULL;
+	GENERAL_NAME *gn = NULL;
+	ASN1_IA5STRING *ia5 = NULL;
+	int			rc = BC_ECRYPTO;
+
+	if (!uri_is_acceptable(url))
+		return BC_EINVAL;
+	dps = sk_DIST_POINT_new_null();
+	dp = DIST_POINT_new();
+	gn = GENERAL_NAME_new();
+	ia5 = ASN1_IA5STRING_new();
+	if (dps == NULL || dp == NULL || gn == NULL || ia5 == NULL ||
+		ASN1_STRING_set(ia5, url, (int) strlen(url)) != 1)
+		goto out;
+	GENERAL_NAME_set0_value(gn, GEN_URI, ia5);
+	ia5 = NULL;
+	if ((dp->distpoint = DIST_POINT_NAME_new()) == NULL)
+		goto out;
+	dp->distpoint->type = 0;	/* fullName */
+	if ((dp->distpoint->name.fullname = GENERAL_NAMES_new()) == NULL ||
+		sk_GENERAL_NAME_push(dp->distpoint->name.fullname, gn) <= 0)
+		goto out;
+	gn = NULL;
+	if (sk_DIST_POINT_push(dps, dp) <= 0)
+		goto out;
+	dp = NULL;
+	if (X509_add1_ext_i2d(cert, NID_crl_distribution_points, dps, 0, X509V3_ADD_DEFAULT) == 1)
+		rc = BC_OK;
+out:
+	ASN1_IA5STRING_free(ia5);
+	GENERAL_NAME_free(gn);
+	DIST_POINT_free(dp);
+	sk_DIST_POINT_pop_free(dps, DIST_POINT_free);
+	return rc;
+}
+
+/* 1 when uri is a non-empty run of printable ASCII without spaces, bounded. */
 static int
 uri_is_acceptable(const char *uri)
 {
@@ -369,6 +413,12 @@ bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
 	if (p->n_uris > 0)
 	{
 		rc = add_uri_sans(cert, p->uris, p->n_uris, p->subject_cn == NULL);
+		if (rc != BC_OK)
+			goto out;
+	}
+	if (p->crl_url != NULL)
+	{
+		rc = add_crl_dp(cert, p->crl_url);
 		if (rc != BC_OK)
 			goto out;
 	}

@@ -15,6 +15,8 @@ int			bc_cert_ttl = BC_SERVICE_TTL_MAX;
 int			bc_clock_offset = 0;
 int			bc_session_ttl = 900;
 int			bc_join_request_ttl = 86400;
+char	   *bc_crl_url = NULL;
+int			bc_crl_validity = 3600;
 
 void		_PG_init(void);
 
@@ -142,6 +144,27 @@ _PG_init(void)
 							&bc_join_request_ttl,
 							86400,
 							60, 366 * 86400,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("bc_join.crl_url",
+							   "The CRL distribution point written into issued certificates.",
+							   "Where relying parties fetch the node CA's CRL, e.g. "
+							   "https://gateway.example.org/v1/crl; empty writes none.",
+							   &bc_crl_url,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.crl_validity",
+							"Seconds from a CRL's thisUpdate to its nextUpdate.",
+							"Relying parties fetch a new CRL before then; the gateway refreshes "
+							"its copy when a revocation commits and before nextUpdate.",
+							&bc_crl_validity,
+							3600,
+							60, 7 * 86400,
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);

@@ -33,6 +33,8 @@ extern int	bc_cert_ttl;
 extern int	bc_clock_offset;
 extern int	bc_session_ttl;
 extern int	bc_join_request_ttl;
+extern char *bc_crl_url;
+extern int	bc_crl_validity;
 
 /* The trust domain, or INVALID_CONFIG when it is not set. */
 extern const char *bc_require_trust_domain(void);
@@ -72,6 +74,10 @@ typedef struct BcKeys
 	char	   *node_ca_pem;	/* public, TopMemoryContext */
 	unsigned char *node_ca_der;
 	size_t		node_ca_der_len;
+	/* challenge.key: seals challenge state (32 bytes, or a P-256 key) */
+	bool		has_challenge;
+	unsigned char challenge32[BC_STATE_KEY_LEN];
+	EVP_PKEY   *challenge_pkey;	/* private; NULL for a 32-byte key */
 } BcKeys;
 
 /* The service keys, loaded once per backend from bc_join.key_dir. */
@@ -130,6 +136,7 @@ typedef struct BcJoinRequest
 	char		csr_spki_sha256_b64[44];
 	bytea	   *attestation;	/* decoded, NULL when absent */
 	char	   *token;			/* the opened sealed token, NULL when none */
+	Jsonb	   *renew_tpm;		/* a renewal's "tpm" member, NULL when none */
 } BcJoinRequest;
 
 /* One round of a request: an answer, or a JR001 refusal raised. */
@@ -204,6 +211,8 @@ typedef struct BcAttestResult
 	bool		expect_checked;
 	/* the token allows a reclaim (set by JoinService when token_id is given) */
 	bool		allow_reclaim;
+	/* an operator's one-time token named this node (provisioned): a reclaim it allows */
+	bool		operator_reclaim;
 } BcAttestResult;
 
 /* What an attestor answers: a result, or a deferral. */
@@ -231,6 +240,8 @@ typedef struct BcAttestor
 } BcAttestor;
 
 extern const BcAttestor bc_join_token_attestor;
+extern const BcAttestor bc_provisioned_attestor;
+extern const BcAttestor bc_tpm_attestor;
 
 /* registry.c: the attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
 extern const BcAttestor *bc_find_attestor(const char *id);
@@ -258,6 +269,15 @@ extern void bc_spend_join_token(const char *token_id);
 extern bool bc_check_token_expect(const char *token_id, Jsonb *claims, const char *who,
 								  const char *tenant);
 
+/* sql_attestor.c: the context an attestor's SQL functions get, {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
+extern Jsonb *bc_attestor_context(const BcJoinRequest *req);
+/*
+ * attestors/tpm.c: a renewal of a certificate carrying statement proves it
+ * again for the new key with the request's "tpm" member (NULL: none).
+ */
+extern void bc_tpm_renew_check(const BcJoinRequest *req, Jsonb *tpm, const char *node_id,
+							   const char *tenant, const char *statement);
+
 /* sql_attestor.c: run a registered attestor's SQL function. */
 extern void bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *req,
 								   BcOutcome *out);
@@ -267,16 +287,55 @@ extern void bc_parse_outcome(const char *attestor, Jsonb *answer, BcOutcome *out
 extern void bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl);
 extern void bc_validate_deferral(const char *attestor, BcOutcome *out);
 
+/*
+ * evidence.c: a built-in attestor's JSON evidence, read without raising
+ * (ATTESTORS.md, "General rules"): exactly an object of these members,
+ * strings or integers, each once and within its cap; anything else is the
+ * refusal "<attestor>:malformed".
+ */
+typedef struct BcEvidenceMember
+{
+	const char *name;
+	bool		integer;		/* a JSON integer (no fraction, no exponent); else a string */
+	bool		required;
+	int			max;			/* bytes of a string, digits of an integer */
+	char	   *value;			/* out: the string, or the integer's digits; NULL when absent */
+} BcEvidenceMember;
+
+extern void bc_evidence_members(const char *attestor, const bytea *evidence,
+								BcEvidenceMember *members, int n);
+
 /* single_use.c: single-use evidence consumed in the running round. */
 extern void bc_single_use_reset(void);
 extern bool bc_single_use_consumed(void);
 
+/* ------------------------------------------------------- challenge_state.c */
+
+/* A join round begins / ends: the challenge helpers act for its attestor and CSR. */
+extern void bc_challenge_round_begin(const BcJoinRequest *req);
+extern void bc_challenge_round_end(void);
+/* The notAfter of a state sealed in the running round, when one was. */
+extern bool bc_challenge_sealed_not_after(TimestampTz *not_after);
+/* Seal an attestor's payload for the running round's CSR and role until not_after. */
+extern char *bc_challenge_seal(const char *attestor, TimestampTz not_after,
+							   const unsigned char *payload, size_t n);
+/*
+ * Open a state sealed in the round before: refuses "<attestor>:state-mismatch"
+ * (does not open, another attestor, CSR or role) or
+ * "<attestor>:challenge-expired"; the attestor's payload.
+ */
+extern bytea *bc_challenge_open(const char *attestor, const char *state, const char *tenant,
+								TimestampTz *not_after_out);
+
 /* ----------------------------------------------------------------- proof.c */
 
 
-/* Parse and bound {"csr", "proof"} into req (the CSR) and *proof; raises 22023. */
+/*
+ * Parse and bound {"csr", "proof"} (and, for who "renew", an optional "tpm"
+ * object) into req (the CSR, renew_tpm) and *proof; raises 22023.
+ */
 extern void bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof,
-								   MemoryContext owner);
+								   const char *who, MemoryContext owner);
 /* The serial a proof names, before its signature is checked; refuses "<who>:malformed-proof". */
 extern char *bc_proof_serial(const char *proof, const char *who);
 /* The certificate a proof names, and its node, as locked for the round. */

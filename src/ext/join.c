@@ -58,6 +58,12 @@ open_sealed_token(BcJoinRequest *req, const char *attestor)
 		bc_free_secret(pt, ptlen + 1);
 		bc_refuse_join(psprintf("%s:csr-binding", attestor), NULL);
 	}
+	/* A provisioning token is for the provisioned attestor alone. */
+	if (strcmp(attestor, "provisioned") != 0 && ptlen > 3 && memcmp(pt, "pt_", 3) == 0)
+	{
+		bc_free_secret(pt, ptlen + 1);
+		bc_refuse_join(psprintf("%s:provisioning-token", attestor), NULL);
+	}
 	/* The plaintext is compared whole: a NUL inside would cut it short. */
 	if (ptlen == 0 || memchr(pt, '\0', ptlen) != NULL)
 	{
@@ -79,6 +85,7 @@ join_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 
 	memset(&out, 0, sizeof(out));
 	bc_single_use_reset();
+	bc_challenge_round_begin(req);
 
 	if (!role_admitted(att, req->role))
 		bc_refuse_join(psprintf("%s:role-not-admitted", att->id), NULL);
@@ -220,7 +227,7 @@ bc_join_request(PG_FUNCTION_ARGS)
 	MemoryContext callcxt = CurrentMemoryContext;
 	BcJoinRequest req;
 	const BcAttestor *att;
-	Jsonb	   *out;
+	Jsonb	   *volatile out = NULL;
 
 	bc_parse_join_request(jb, &req, callcxt);
 
@@ -229,7 +236,15 @@ bc_join_request(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	att = bc_find_attestor(req.attestor);
-	out = bc_run_round(&req, join_round, (void *) att, att->id, callcxt);
+	PG_TRY();
+	{
+		out = bc_run_round(&req, join_round, (void *) att, att->id, callcxt);
+	}
+	PG_FINALLY();
+	{
+		bc_challenge_round_end();
+	}
+	PG_END_TRY();
 	SPI_finish();
 
 	PG_RETURN_JSONB_P(out);

@@ -26,13 +26,18 @@ static BcPlan use_proof = {
 	4, {TEXTOID, BYTEAOID, TEXTOID, FLOAT8OID}
 };
 
-/* Parse and bound {"csr", "proof"} into req (the CSR) and *proof. */
+/*
+ * Parse and bound {"csr", "proof"} into req (the CSR) and *proof; a renewal
+ * may also carry "tpm", an object (req->renew_tpm), which the round checks.
+ */
 void
-bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof, MemoryContext owner)
+bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof, const char *who,
+					   MemoryContext owner)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
 	char	   *csr_b64 = NULL;
+	Jsonb	   *tpm = NULL;
 
 	memset(req, 0, sizeof(*req));
 	*proof = NULL;
@@ -51,6 +56,12 @@ bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof, MemoryContex
 			csr_b64 = bc_json_string_value(&v, key, BC_CSR_B64_MAX);
 		else if (strcmp(key, "proof") == 0)
 			*proof = bc_json_string_value(&v, key, BC_PROOF_MAX);
+		else if (strcmp(key, "tpm") == 0 && strcmp(who, "renew") == 0)
+		{
+			if (v.type != jbvBinary || !JsonContainerIsObject(v.val.binary.data))
+				bc_invalid_input("\"tpm\" must be a JSON object");
+			tpm = JsonbValueToJsonb(&v);
+		}
 		else
 			bc_invalid_input("unknown field \"%.64s\"", key);
 	}
@@ -59,6 +70,7 @@ bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof, MemoryContex
 	if (*proof == NULL)
 		bc_invalid_input("\"proof\" is required");
 	bc_parse_csr(csr_b64, req, owner);
+	req->renew_tpm = tpm;
 	req->role = BC_ROLE_NODE;
 	req->claims = bc_jsonb("{}");
 }
@@ -369,7 +381,7 @@ bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 	char	   *proof;
 	Jsonb	   *out;
 
-	bc_parse_proof_request(jb, &req, &proof, callcxt);
+	bc_parse_proof_request(jb, &req, &proof, who, callcxt);
 	req.attestor = who;
 	bc_require_config();
 

@@ -17,6 +17,8 @@
 /* The attestors built into JoinService; a registered one with the same id wins. */
 static const BcAttestor *const builtin_attestors[] = {
 	&bc_join_token_attestor,
+	&bc_provisioned_attestor,
+	&bc_tpm_attestor,
 	NULL
 };
 

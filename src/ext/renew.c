@@ -9,8 +9,9 @@
  * signature proves possession of the new key.  The current certificate must
  * be unrevoked, of the node's current identity generation and unexpired; the
  * node live.  allowedKinds carry forward; a node key statement (nodeKeyUri)
- * carries forward only when proven again for the new key, which no renewal
- * proof can do yet, so such a certificate is refused key-statement-unknown.
+ * carries forward only when proven again for the new key: a TPM AK
+ * statement by the request's "tpm" member (attestors/tpm.c,
+ * bc_tpm_renew_check), any other is refused key-statement-unknown.
  * The current certificate is locked and checked by proof.c (bc_lock_proof_cert,
  * bc_require_live_cert), as for sessions.
  * The old certificate is revoked (renewed): renewing twice from it fails,
@@ -110,8 +111,13 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 			return again;
 	}
 	bc_require_live_cert(BC_PURPOSE_RENEW, &c);
+	/* A TPM statement is proven again for the new key; any other cannot be. */
 	if (c.node_key_uri != NULL)
-		bc_refuse_join("renew:key-statement-unknown", c.tenant);
+	{
+		if (strncmp(c.node_key_uri, "urn:bc:tpm-ak:", 14) != 0)
+			bc_refuse_join("renew:key-statement-unknown", c.tenant);
+		bc_tpm_renew_check(req, req->renew_tpm, c.node_id, c.tenant, c.node_key_uri);
+	}
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("renew:csr-signature", c.tenant);
 	(void) bc_key_reuse_check(req, BC_PURPOSE_RENEW, false, outcxt);
@@ -121,7 +127,7 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		ttl = BC_RAMDISK_TTL_MAX;
 	bc_spi_exec(&revoke_cert, &v, NULL, false, 0);
 	bc_issue_and_record(req, c.tenant, c.node_id, c.generation, c.allowed_kinds,
-						c.has_allowed_kinds, NULL, false, ttl, &issued);
+						c.has_allowed_kinds, c.node_key_uri, false, ttl, &issued);
 
 	initStringInfo(&ev);
 	appendStringInfoString(&ev, "{\"nodeId\":");

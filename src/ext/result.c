@@ -263,6 +263,20 @@ bc_validate_deferral(const char *attestor, BcOutcome *out)
 		if (n == 0)
 			bc_invalid_config("attestor \"%s\" deferred with a challenge that is not non-empty base64url",
 							  attestor);
+		/* A sealed state carries the notAfter JoinService enforces: the same one. */
+		{
+			TimestampTz sealed;
+
+			if (bc_challenge_sealed_not_after(&sealed))
+			{
+				if (out->has_not_after &&
+					bc_timestamp_to_unix(out->not_after) != bc_timestamp_to_unix(sealed))
+					bc_invalid_config("attestor \"%s\" deferred with a notAfter other than its sealed state's",
+									  attestor);
+				out->not_after = sealed;
+				out->has_not_after = true;
+			}
+		}
 		if (!out->has_not_after)
 		{
 			out->not_after = bc_now() + 300 * USECS_PER_SEC;
@@ -337,10 +351,14 @@ validate_reclaim(const BcJoinRequest *req, BcAttestResult *res)
 	/* Through a token, only when the token allows it. */
 	if (res->token_id != NULL && !res->allow_reclaim)
 		bc_refuse_join("join:reclaim-not-allowed", tenant);
-	/* A hardware key never gives way to an unproven one unless an operator's token says so. */
+	/*
+	 * A hardware key never gives way to an unproven one unless an operator
+	 * said so: a join token allowing reclaim, or a provisioning token made
+	 * for this very node.
+	 */
 	if (strcmp(node_key, "tpm") == 0 &&
 		(res->node_key == NULL || strcmp(res->node_key, "tpm") != 0) &&
-		!(res->token_id != NULL && res->allow_reclaim))
+		!(res->token_id != NULL && res->allow_reclaim) && !res->operator_reclaim)
 		bc_refuse_join("join:hardware-key-enrolled", tenant);
 }
 

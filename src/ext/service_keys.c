@@ -29,6 +29,8 @@ bc_keys_reset(void)
 	bc_ossl_cache_forget(keys.signing);
 	bc_ossl_cache_forget(keys.encryption);
 	bc_ossl_cache_forget(keys.node_ca_key);
+	bc_ossl_cache_forget(keys.challenge_pkey);
+	EVP_PKEY_free(keys.challenge_pkey);
 	EVP_PKEY_free(keys.signing);
 	EVP_PKEY_free(keys.encryption);
 	EVP_PKEY_free(keys.node_ca_key);
@@ -116,6 +118,21 @@ bc_keys(void)
 					 "The node CA's private key must be the one its certificate certifies.");
 	if (bc_jwk_thumbprint(keys.signing, keys.signing_kid) != BC_OK)
 		config_error("could not compute the signing key id", "The signing key is not a P-256 key.");
+
+	/*
+	 * challenge.key seals the state of two-round attestors.  A directory
+	 * without it still serves one-round joins; sealing then raises
+	 * INVALID_CONFIG (bc_challenge_keys()).
+	 */
+	path = psprintf("%s/challenge.key", bc_key_dir);
+	if (access(path, F_OK) == 0)
+	{
+		check_private_mode(path, false);
+		if (bc_state_key_read_file(path, keys.challenge32, &keys.challenge_pkey,
+								   err, sizeof(err)) != BC_OK)
+			config_error("could not load a bc_join key", psprintf("%s: %s.", path, err));
+		keys.has_challenge = true;
+	}
 
 	/* Public copies of the CA certificate, PEM and DER. */
 	bio = BIO_new(BIO_s_mem());

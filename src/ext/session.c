@@ -37,9 +37,10 @@ static BcPlan find_session = {
 };
 
 static BcPlan insert_session_cert = {
-	"INSERT INTO bc_join.session_certs (serial, session_id, not_before, not_after, spki_sha256, certificate) "
-	"VALUES ($1, $2, $3, $4, $5, $6)",
-	6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID, BYTEAOID}
+	"INSERT INTO bc_join.session_certs (serial, session_id, not_before, not_after, spki_sha256, "
+	"       certificate, node_serial) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7)",
+	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID, BYTEAOID, TEXTOID}
 };
 
 /* A session or context selector: BC_SESSION_MIN/BC_CONTEXT_MIN to BC_SELECTOR_MAX of BC_SELECTOR_CHARS. */
@@ -59,7 +60,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 {
 	const char *proof = (const char *) arg;
 	char	   *serial = bc_proof_serial(proof, BC_PURPOSE_SESSION);
-	Datum		v[6];
+	Datum		v[7];
 	BcProofCert c;
 	char	   *node_id;
 	char	   *tenant;
@@ -124,6 +125,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	v[3] = TimestampTzGetDatum(issued.not_after);
 	v[4] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
 	v[5] = PointerGetDatum(bc_bytea(issued.leaf_der, issued.leaf_der_len));
+	v[6] = CStringGetTextDatum(serial);
 	bc_spi_exec(&insert_session_cert, v, NULL, false, 0);
 
 	if (created)

@@ -26,9 +26,9 @@ build_evidence(const BcJoinRequest *req)
 	return bc_jsonb(buf.data);
 }
 
-/* The context: {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
-static Jsonb *
-build_context(const BcJoinRequest *req)
+/* The context every SQL function of an attestor gets: {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
+Jsonb *
+bc_attestor_context(const BcJoinRequest *req)
 {
 	StringInfoData buf;
 
@@ -54,7 +54,7 @@ bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *req, BcOutcom
 	InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = JsonbPGetDatum(build_evidence(req));
 	fcinfo->args[0].isnull = false;
-	fcinfo->args[1].value = JsonbPGetDatum(build_context(req));
+	fcinfo->args[1].value = JsonbPGetDatum(bc_attestor_context(req));
 	fcinfo->args[1].isnull = false;
 
 	answer = FunctionCallInvoke(fcinfo);

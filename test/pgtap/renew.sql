@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(46);
+SELECT plan(50);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -122,12 +122,20 @@ SELECT is(pg_temp.renew(:'r2', :'gen'), :'refused'::jsonb, 'a certificate of an 
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' renew:superseded', 'refused superseded');
 UPDATE bc_join.nodes SET identity_generation = identity_generation - 1 WHERE id = :'node';
 
--- a node key statement cannot be proven again by this proof
-UPDATE bc_join.node_certs SET node_key_uri = 'urn:bc:tpm-ak:sha256:' || repeat('a', 64) WHERE serial = :'s2';
+-- a node key statement the service cannot prove again
+UPDATE bc_join.node_certs SET node_key_uri = 'urn:example:other-key' WHERE serial = :'s2';
 SELECT pg_temp.proof_payload(:'s2', :'r2', 2) AS pp9 \gset
 \set stmt `printf %s :'pp9' | :josetool sign :d/k2/node.key`
 SELECT is(pg_temp.renew(:'r2', :'stmt'), :'refused'::jsonb, 'a certificate with a node key statement: the one refusal');
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' renew:key-statement-unknown', 'refused key-statement-unknown');
+-- a TPM AK statement is proven again only with the tpm member (test/tap/tpm.t renews with one)
+UPDATE bc_join.node_certs SET node_key_uri = 'urn:bc:tpm-ak:sha256:' || repeat('a', 64) WHERE serial = :'s2';
+SELECT is(pg_temp.renew(:'r2', :'stmt'), :'refused'::jsonb, 'a TPM-bound certificate renewed without the tpm member: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' renew:tpm-missing', 'refused tpm-missing');
+SELECT throws_ok($$SELECT bc_join.renew('{"csr":"AA","proof":"a.b.c","tpm":"x"}')$$, '22023', NULL,
+				 'a renewal''s tpm member must be an object');
+SELECT throws_ok($$SELECT bc_join.issue_session('{"csr":"AA","proof":"a.b.c","tpm":{}}')$$, '22023', NULL,
+				 'only a renewal may carry a tpm member');
 UPDATE bc_join.node_certs SET node_key_uri = NULL WHERE serial = :'s2';
 
 SELECT is((SELECT count(*) FROM bc_join.node_certs WHERE node_id = :'node'), 2::bigint, 'no refusal issued anything');

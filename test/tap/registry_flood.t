@@ -14,18 +14,11 @@ import psycopg2
 
 N_CALLS = 100_000
 BATCH = 10_000
-n = 0
-failed = 0
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name), flush=True)
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines():
-            print("#   " + line)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import bctest
+tap = bctest.Tap()
+ok = tap.ok
 
-print("1..7", flush=True)
 
 # A watchdog: a backend spinning in a cyclic cache list ignores every cancel,
 # so a broken build must fail this script, not hang the run.
@@ -182,4 +175,4 @@ try:
     admin.cursor().execute("DROP DATABASE bcj_flood WITH (FORCE)")
 except Exception:
     pass
-sys.exit(1 if failed else 0)
+sys.exit(tap.done())

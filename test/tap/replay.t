@@ -12,18 +12,11 @@ nothing.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*)."""
 import json, os, shutil, subprocess, sys, threading
 import psycopg2
 
-n = 0
-failed = 0
-def ok(cond, name, detail=""):
-    global n, failed
-    n += 1
-    print(("ok %d - %s" if cond else "not ok %d - %s") % (n, name), flush=True)
-    if not cond:
-        failed += 1
-        for line in str(detail).splitlines():
-            print("#   " + line)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import bctest
+tap = bctest.Tap()
+ok = tap.ok
 
-print("1..15", flush=True)
 bcd, keys = os.environ["BCJ_BCD"], os.environ["BCJ_SERVICE_KEYS"]
 scratch = os.path.join(os.environ["BCJ_SCRATCH"], "replay")
 shutil.rmtree(scratch, ignore_errors=True)
@@ -137,4 +130,4 @@ ok(serial(a4) is not None and serial(a4) == serial(b4),
 
 db.close()
 admin.cursor().execute("DROP DATABASE bcj_replay WITH (FORCE)")
-sys.exit(1 if failed else 0)
+sys.exit(tap.done())

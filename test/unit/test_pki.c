@@ -298,6 +298,88 @@ issue(pki_fixture *f, EVP_PKEY *ca_key, X509 *ca, unsigned char serial[16])
 	return cert;
 }
 
+/* A CRL of the CA: verifies with the CA key, names the revoked serial with its reason, and
+ * an X509 store with CRL checking refuses the revoked certificate and accepts another. */
+static void
+test_crl(void **state)
+{
+	pki_fixture *f = *state;
+	unsigned char s1[16];
+	unsigned char s2[16];
+	X509	   *revoked = issue(f, f->ca_key, f->ca, s1);
+	X509	   *good = issue(f, f->ca_key, f->ca, s2);
+	bc_crl_entry e = {.revoked_at = f->now - 10,.reason = bc_crl_reason_code("keyCompromise")};
+	unsigned char *der = NULL;
+	size_t		len = 0;
+	const unsigned char *p;
+	X509_CRL   *crl;
+	X509_REVOKED *r = NULL;
+	X509_STORE *store;
+	X509_STORE_CTX *ctx;
+
+	memcpy(e.serial, s1, 16);
+	assert_int_equal(bc_crl_reason_code("renewed"), CRL_REASON_SUPERSEDED);
+	assert_int_equal(bc_crl_reason_code("no such"), CRL_REASON_UNSPECIFIED);
+	assert_int_equal(bc_crl_build(f->ca, f->ca_key, &e, 1, f->now, f->now, 1, &der, &len), BC_EINVAL);
+	assert_int_equal(bc_crl_build(f->ca, f->ca_key, &e, 1, f->now - 60, f->now + 3600, 7, &der, &len),
+					 BC_OK);
+	p = der;
+	crl = d2i_X509_CRL(NULL, &p, (long) len);
+	assert_non_null(crl);
+	assert_int_equal(X509_CRL_verify(crl, X509_get0_pubkey(f->ca)), 1);
+	assert_int_equal(X509_CRL_get0_by_cert(crl, &r, revoked), 1);
+	assert_int_equal(X509_CRL_get0_by_cert(crl, &r, good), 0);
+
+	store = X509_STORE_new();
+	assert_int_equal(X509_STORE_add_cert(store, f->ca), 1);
+	assert_int_equal(X509_STORE_add_crl(store, crl), 1);
+	X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);
+	ctx = X509_STORE_CTX_new();
+	assert_int_equal(X509_STORE_CTX_init(ctx, store, revoked, NULL), 1);
+	assert_int_equal(X509_verify_cert(ctx), 0);
+	assert_int_equal(X509_STORE_CTX_get_error(ctx), X509_V_ERR_CERT_REVOKED);
+	X509_STORE_CTX_cleanup(ctx);
+	assert_int_equal(X509_STORE_CTX_init(ctx, store, good, NULL), 1);
+	assert_int_equal(X509_verify_cert(ctx), 1);
+	X509_STORE_CTX_free(ctx);
+	X509_STORE_free(store);
+	X509_CRL_free(crl);
+	free(der);
+	X509_free(revoked);
+	X509_free(good);
+}
+
+/* With a CRL URL, the certificate names it as its one distribution point. */
+static void
+test_cert_crl_dp(void **state)
+{
+	pki_fixture *f = *state;
+	const char *uris[] = {"spiffe://example.org/tenant/t1/node/n1"};
+	bc_cert_params p = {
+		.ca_cert = f->ca,.ca_key = f->ca_key,.subject_key = f->node_key,
+		.subject_cn = "n1",.uris = uris,.n_uris = 1,
+		.not_before = f->now - 60,.not_after = f->now + 3600,
+		.crl_url = "https://gw.example.org/v1/crl"
+	};
+	unsigned char serial[16];
+	X509	   *cert = NULL;
+	CRL_DIST_POINTS *dps;
+	GENERAL_NAME *gn;
+
+	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_OK);
+	dps = X509_get_ext_d2i(cert, NID_crl_distribution_points, NULL, NULL);
+	assert_non_null(dps);
+	assert_int_equal(sk_DIST_POINT_num(dps), 1);
+	gn = sk_GENERAL_NAME_value(sk_DIST_POINT_value(dps, 0)->distpoint->name.fullname, 0);
+	assert_int_equal(gn->type, GEN_URI);
+	assert_string_equal((const char *) ASN1_STRING_get0_data(gn->d.uniformResourceIdentifier),
+						"https://gw.example.org/v1/crl");
+	CRL_DIST_POINTS_free(dps);
+	X509_free(cert);
+	p.crl_url = "not a uri";
+	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_EINVAL);
+}
+
 /* The issued certificate has exactly the documented shape. */
 static void
 test_cert_issue_shape(void **state)
@@ -604,6 +686,8 @@ main(void)
 		cmocka_unit_test(test_ecdsa_sig_to_der),
 		cmocka_unit_test(test_csr_other_key_types),
 		cmocka_unit_test(test_cert_issue_shape),
+		cmocka_unit_test(test_crl),
+		cmocka_unit_test(test_cert_crl_dp),
 		cmocka_unit_test(test_cert_serials_differ),
 		cmocka_unit_test(test_cert_verify_chain),
 		cmocka_unit_test(test_cert_empty_subject),

@@ -39,7 +39,8 @@ run_usage(FILE *stream, int renew_cmd)
 	else
 		fputs("usage: bcd run --gateway URL --gateway-ca FILE --service-keys FILE\n"
 			  "               --state-dir DIR [--token T | --token-file FILE]\n"
-			  "               [--role node|site|ramdisk] [--attestor ID] [--claims JSON]\n"
+			  "               [--role node|site|ramdisk] [--attestor ID] [--node-id NODE]\n"
+			  "               [--claims JSON]\n"
 			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
 			  "               [--once] [--renew-now] [--socket PATH]\n"
 			  "               [--max-provisioning N] [--max-queue N] [--metrics-file PATH]\n"
@@ -68,6 +69,10 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       it must go through a resource manager (tpmrm, tabrmd)\n"
 			  "  --tpm-ek rsa|p384    tpm: the endorsement key (default rsa, 0x81010001)\n"
 			  "  --tpm-pcrs SEL       tpm: the quote's PCRs (default sha256:0-7)\n"
+			  "  --node-id NODE       come back as this existing node: the token is a\n"
+			  "                       provisioning token an operator made for it\n"
+			  "                       (bc_join.create_provisioning_token); attestor\n"
+			  "                       provisioned\n"
 			  "  --claims JSON        the JoinRequest claims object (default hostname, arch)\n"
 			  "  --hostname H         claims.hostname (default: gethostname())\n"
 			  "  --max-retry-after S  longest wait the service or gateway may ask for\n"
@@ -118,6 +123,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"token-file", required_argument, NULL, 'T'},
 		{"role", required_argument, NULL, 'r'},
 		{"attestor", required_argument, NULL, 'a'},
+		{"node-id", required_argument, NULL, 'N'},
 		{"claims", required_argument, NULL, 'c'},
 		{"hostname", required_argument, NULL, 'H'},
 		{"max-retry-after", required_argument, NULL, 'm'},
@@ -139,6 +145,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	TPML_PCR_SELECTION sel;
 	double		v;
 	int			server_opt = 0;
+	int			attestor_set = 0;
 	int			tpm_opt = 0;
 	int			c;
 
@@ -165,7 +172,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 't': o->token = optarg; break;
 			case 'T': o->token_file = optarg; break;
 			case 'r': o->role = optarg; break;
-			case 'a': o->attestor = optarg; break;
+			case 'a': o->attestor = optarg; attestor_set = 1; break;
+			case 'N': o->node_id = optarg; break;
 			case 'c': o->claims = optarg; break;
 			case 'H': o->hostname = optarg; break;
 			case 'o': o->once = 1; break;
@@ -211,6 +219,12 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		bad = "--gateway, --gateway-ca, --service-keys and --state-dir are required";
 	else if (o->token != NULL && o->token_file != NULL)
 		bad = "--token and --token-file exclude each other";
+	else if (o->node_id != NULL && attestor_set && strcmp(o->attestor, "provisioned") != 0)
+		bad = "--node-id joins through the provisioned attestor, not another";
+	else if (o->node_id != NULL && o->node_id[0] == '\0')
+		bad = "--node-id must name a node";
+	else if (o->node_id != NULL && o->token == NULL && o->token_file == NULL)
+		bad = "--node-id needs the provisioning token (--token or --token-file)";
 	else if (strcmp(o->role, BC_ROLE_NODE) != 0 && strcmp(o->role, BC_ROLE_SITE) != 0 &&
 			 strcmp(o->role, BC_ROLE_RAMDISK) != 0)
 		bad = "--role must be node, site or ramdisk";
@@ -242,6 +256,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			bad = "--claims must be a JSON object";
 		json_decref(claims);
 	}
+	if (bad == NULL && o->node_id != NULL)
+		o->attestor = "provisioned";
 	if (bad != NULL)
 	{
 		fprintf(stderr, "bcd %s: %s\n", o->renew_cmd ? "renew" : "run", bad);

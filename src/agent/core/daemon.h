@@ -22,6 +22,7 @@ typedef struct bcd_run_opts
 	const char *token_file;
 	const char *role;
 	const char *attestor;
+	const char *node_id;		/* --node-id: join as this node (provisioned) */
 	const char *claims;
 	const char *hostname;
 	long		max_retry_after;	/* seconds, clamp of every wait we are told */

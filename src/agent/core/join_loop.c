@@ -47,7 +47,7 @@ round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errle
 {
 	const bcd_run_opts *o = a->opts;
 	const bcd_producer *producer = bcd_producer_for(o->attestor);
-	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, o->token, o->token_file,
+	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, o->token, o->token_file, o->node_id,
 	&o->tpm, js->key_path};
 	bcd_evidence ev = {NULL, NULL};
 	const bcd_evidence *use = &ev;
@@ -75,7 +75,7 @@ on_deferral(bcd_agent *a, join_state *js, const bcd_answer *ans)
 	const char *attestor = ans->attestor != NULL ? ans->attestor : a->opts->attestor;
 	const bcd_producer *producer = bcd_producer_for(attestor);
 	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, a->opts->token, a->opts->token_file,
-	&a->opts->tpm, js->key_path};
+		a->opts->node_id, &a->opts->tpm, js->key_path};
 	long		wait = ans->retry_after > 0 ? ans->retry_after : PENDING_DEFAULT_WAIT;
 	char		err[512];
 	double		jittered;

@@ -56,9 +56,9 @@ bcd_join_token_load(const char *token, const char *token_file, char **out, size_
 	return rc;
 }
 
-/* Round 1 (and every round): the token, when there is one, sealed to the service. */
-static int
-produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errlen)
+/* The token, when there is one, sealed to the service for this CSR (producer.h). */
+int
+bcd_seal_token(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errlen)
 {
 	char		csr_sha256[44];
 	char	   *token = NULL;
@@ -87,6 +87,6 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 
 const bcd_producer bcd_producer_join_token = {
 	.attestor = BC_ATTESTOR_JOIN_TOKEN,
-	.produce = produce,
+	.produce = bcd_seal_token,
 	.answer = NULL,
 };

@@ -34,6 +34,7 @@ typedef struct bcd_producer_input
 	size_t		csr_len;
 	const char *token;			/* --token, or NULL */
 	const char *token_file;		/* --token-file (read at every round), or NULL */
+	const char *node_id;		/* --node-id (provisioned), or NULL */
 	const bcd_tpm_config *tpm;	/* the tpm producer's configuration, or NULL */
 	const char *key_path;		/* the CSR's key file (tpm: its TSS2 PRIVATE KEY) */
 } bcd_producer_input;
@@ -60,6 +61,7 @@ typedef struct bcd_producer
 
 /* The producers (one file each). */
 extern const bcd_producer bcd_producer_join_token;
+extern const bcd_producer bcd_producer_provisioned;
 extern const bcd_producer bcd_producer_tpm;
 
 /*
@@ -74,6 +76,10 @@ void		bcd_evidence_free(bcd_evidence *ev);
 /* join_token.c: the join token, as given or read from its file (see there). */
 int			bcd_join_token_load(const char *token, const char *token_file,
 								char **out, size_t *len);
+
+/* join_token.c: the token, when there is one, sealed to the service for this CSR. */
+int			bcd_seal_token(const bcd_producer_input *in, bcd_evidence *out, char *err,
+						   size_t errlen);
 
 /*
  * tpm.c: the "tpm" member of a tpm node's renewal, {"akPub", "nodeKeyPub",

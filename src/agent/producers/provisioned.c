@@ -1,0 +1,66 @@
+/*
+ * provisioned.c: the producer of the provisioned attestor (ATTESTORS.md):
+ * a one-time provisioning token made by an operator for a node that exists
+ * (bc_join.create_provisioning_token), sealed to the service for this CSR
+ * like a join token, and the evidence {"nodeId": "<node id>"} naming the
+ * node this machine comes back as (bcd run --node-id NODE).  It answers no
+ * challenge.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "bc_common.h"
+#include "producers/producer.h"
+
+#define BCD_ATTESTOR_PROVISIONED "provisioned"
+
+/* Every round: the sealed token and {"nodeId": ...} as base64url. */
+static int
+produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errlen)
+{
+	json_t	   *ev;
+	char	   *text = NULL;
+	int			rc;
+
+	if (in->node_id == NULL || in->node_id[0] == '\0')
+	{
+		snprintf(err, errlen, "the provisioned attestor needs --node-id");
+		return BC_EINVAL;
+	}
+	if (in->token == NULL && in->token_file == NULL)
+	{
+		snprintf(err, errlen, "the provisioned attestor needs the provisioning token (--token or --token-file)");
+		return BC_EINVAL;
+	}
+	rc = bcd_seal_token(in, out, err, errlen);
+	if (rc != BC_OK)
+		return rc;
+	ev = json_pack("{s:s}", "nodeId", in->node_id);
+	if (ev != NULL)
+		text = json_dumps(ev, JSON_COMPACT);
+	json_decref(ev);
+	if (text == NULL)
+	{
+		snprintf(err, errlen, "cannot build the provisioned evidence (out of memory)");
+		bcd_evidence_free(out);
+		return BC_ENOMEM;
+	}
+	out->attestation = bc_b64url_encode_alloc((const unsigned char *) text, strlen(text));
+	free(text);
+	if (out->attestation == NULL)
+	{
+		snprintf(err, errlen, "cannot build the provisioned evidence (out of memory)");
+		bcd_evidence_free(out);
+		return BC_ENOMEM;
+	}
+	return BC_OK;
+}
+
+const bcd_producer bcd_producer_provisioned = {
+	.attestor = BCD_ATTESTOR_PROVISIONED,
+	.produce = produce,
+	.answer = NULL,
+};

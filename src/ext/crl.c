@@ -1,0 +1,94 @@
+/*
+ * crl.c: bc_join.crl(), the node CA's certificate revocation list.
+ *
+ * Every revoked certificate the node CA issued (node and session) that has
+ * not expired yet, with its revocation date and reason code; thisUpdate is
+ * the service clock, nextUpdate bc_join.crl_validity seconds later, the CRL
+ * number the thisUpdate in seconds (monotonic as the clock is); signed by
+ * the node CA key, which never leaves the server.  bc-gateway serves it at
+ * GET /v1/crl.
+ */
+#include "bc_join.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+static BcPlan revoked = {
+	"SELECT serial, extract(epoch FROM revoked_at)::bigint, revocation_reason "
+	"FROM bc_join.node_certs WHERE revoked_at IS NOT NULL AND not_after > bc_join.compute_now() "
+	"UNION ALL "
+	"SELECT serial, extract(epoch FROM revoked_at)::bigint, revocation_reason "
+	"FROM bc_join.session_certs WHERE revoked_at IS NOT NULL AND not_after > bc_join.compute_now()",
+	0, {InvalidOid}
+};
+
+enum
+{
+	Anum_rev_serial = 1,
+	Anum_rev_at,
+	Anum_rev_reason
+};
+
+/* 16 bytes from 32 lower-case hex digits. */
+static void
+serial_bytes(const char *hex, unsigned char out[16])
+{
+	int			i;
+
+	if (strlen(hex) != 32 || strspn(hex, "0123456789abcdef") != 32)
+		elog(ERROR, "stored serial \"%s\" is not 32 hex digits", hex);
+	for (i = 0; i < 16; i++)
+	{
+		char		byte[3] = {hex[2 * i], hex[2 * i + 1], '\0'};
+
+		out[i] = (unsigned char) strtoul(byte, NULL, 16);
+	}
+}
+
+PG_FUNCTION_INFO_V1(bc_crl);
+
+/* bc_join.crl(): the CRL, DER. */
+Datum
+bc_crl(PG_FUNCTION_ARGS)
+{
+	const BcKeys *keys;
+	bc_crl_entry *entries;
+	uint64		n;
+	uint64		i;
+	int64		now;
+	unsigned char *der = NULL;
+	size_t		len = 0;
+	int			st;
+
+	bc_require_config();
+	keys = bc_keys();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	n = bc_spi_exec(&revoked, NULL, NULL, true, 0);
+	entries = palloc0(sizeof(bc_crl_entry) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *reason;
+
+		CHECK_FOR_INTERRUPTS();
+		serial_bytes(TextDatumGetCString(SPI_getbinval(tup, desc, Anum_rev_serial, &isnull)),
+					 entries[i].serial);
+		entries[i].revoked_at = DatumGetInt64(SPI_getbinval(tup, desc, Anum_rev_at, &isnull));
+		reason = SPI_getvalue(tup, desc, Anum_rev_reason);
+		entries[i].reason = bc_crl_reason_code(reason);
+	}
+	now = bc_timestamp_to_unix(bc_now());
+	st = bc_crl_build(keys->node_ca, keys->node_ca_key, entries, (size_t) n, now,
+					  now + bc_crl_validity, (uint64_t) now, &der, &len);
+	SPI_finish();
+	if (st != BC_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not build the CRL"),
+				 bc_errdetail_openssl(bc_status_str(st))));
+	PG_RETURN_BYTEA_P(bc_take_bytea(der, len, false));
+}
