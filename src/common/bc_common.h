@@ -97,6 +97,15 @@ EVP_PKEY   *bc_p256_generate(void);
 int			bc_pkey_is_p256(const EVP_PKEY *key);
 
 /*
+ * The property query that signs with key (EVP_DigestSignInit_ex): NULL for a
+ * key of the default (or fips, base) provider, else "?provider=<its
+ * provider>" in buf, so that a key held by another provider (the agent's
+ * TPM keys, tpm2-openssl) signs in that provider even when the process
+ * prefers the default one (EVP_set_default_properties "?provider=default").
+ */
+const char *bc_pkey_sign_props(const EVP_PKEY *key, char *buf, size_t buflen);
+
+/*
  * Read a PEM key from path.  want_private: 1 reads a private key (PKCS#8 or
  * SEC1), 0 a public key (SubjectPublicKeyInfo).  The key must be P-256.
  * On failure returns NULL and writes a reason into err.

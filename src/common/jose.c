@@ -161,13 +161,17 @@ es256_sign(EVP_PKEY *key, const char *data, size_t n,
 	ECDSA_SIG  *esig = NULL;
 	const BIGNUM *r;
 	const BIGNUM *s;
+	char		props[64];
 	int			rc = BC_ECRYPTO;
 
 	md = bc_ossl_cache_sign_ctx(key);
 	if (md == NULL)
 	{
 		md = EVP_MD_CTX_new();
-		if (md == NULL || EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, key) != 1)
+		if (md == NULL ||
+			EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL,
+								  bc_pkey_sign_props(key, props, sizeof(props)),
+								  key, NULL) != 1)
 			goto out;
 	}
 	/* One call: the buffer holds any P-256 ECDSA signature (no size query). */

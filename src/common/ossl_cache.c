@@ -151,6 +151,7 @@ bc_ossl_cache_sign_ctx(EVP_PKEY *key)
 {
 	cached_key *k = slot_of(key);
 	EVP_MD_CTX *copy;
+	char		props[64];
 
 	if (k == NULL)
 		return NULL;
@@ -158,7 +159,9 @@ bc_ossl_cache_sign_ctx(EVP_PKEY *key)
 	{
 		k->sign = EVP_MD_CTX_new();
 		if (k->sign == NULL ||
-			EVP_DigestSignInit(k->sign, NULL, EVP_sha256(), NULL, key) != 1)
+			EVP_DigestSignInit_ex(k->sign, NULL, "SHA256", NULL,
+								  bc_pkey_sign_props(key, props, sizeof(props)),
+								  key, NULL) != 1)
 		{
 			EVP_MD_CTX_free(k->sign);
 			k->sign = NULL;

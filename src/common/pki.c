@@ -59,6 +59,45 @@ der_copy(unsigned char *ossl_der, int len, unsigned char **der_out, size_t *der_
 	return BC_OK;
 }
 
+/*
+ * Sign req with a key of another provider (props "?provider=..."): the TBS
+ * bytes signed in that provider, the AlgorithmIdentifier set here to
+ * ecdsa-with-SHA256 without parameters (RFC 5758 3.2, what
+ * bc_csr_verify_pop requires): tpm2-openssl 1.1 writes a NULL parameter.
+ */
+static int
+sign_req_in_provider(X509_REQ *req, EVP_PKEY *key, const char *props)
+{
+	const ASN1_BIT_STRING *psig = NULL;
+	const X509_ALGOR *palg = NULL;
+	ASN1_BIT_STRING *sigbits;
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	unsigned char *tbs = NULL;
+	unsigned char sig[160];
+	size_t		sig_len = sizeof(sig);
+	int			tbs_len;
+	int			ok = 0;
+
+	tbs_len = i2d_re_X509_REQ_tbs(req, &tbs);
+	if (md == NULL || tbs_len <= 0 ||
+		EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL, props, key, NULL) != 1 ||
+		EVP_DigestSign(md, sig, &sig_len, tbs, (size_t) tbs_len) != 1)
+		goto out;
+	X509_REQ_get0_signature(req, &psig, &palg);
+	sigbits = (ASN1_BIT_STRING *) psig;
+	if (X509_ALGOR_set0((X509_ALGOR *) palg, OBJ_nid2obj(NID_ecdsa_with_SHA256),
+						V_ASN1_UNDEF, NULL) != 1 ||
+		ASN1_BIT_STRING_set(sigbits, sig, (int) sig_len) != 1)
+		goto out;
+	sigbits->flags &= ~(ASN1_STRING_FLAG_BITS_LEFT | 0x07);
+	sigbits->flags |= ASN1_STRING_FLAG_BITS_LEFT;
+	ok = 1;
+out:
+	OPENSSL_free(tbs);
+	EVP_MD_CTX_free(md);
+	return ok;
+}
+
 /* A CSR for key (subject CN=cn when not NULL), signed with SHA-256, as DER. */
 int
 bc_csr_create(EVP_PKEY *key, const char *cn,
@@ -66,6 +105,7 @@ bc_csr_create(EVP_PKEY *key, const char *cn,
 {
 	X509_REQ   *req = NULL;
 	X509_NAME  *name;
+	char		props[64];
 	unsigned char *der = NULL;
 	int			len;
 	int			rc = BC_EUNSUPPORTED;
@@ -86,8 +126,14 @@ bc_csr_create(EVP_PKEY *key, const char *cn,
 		rc = BC_EINVAL;
 		goto out;
 	}
-	if (X509_REQ_set_pubkey(req, key) != 1 ||
-		X509_REQ_sign(req, key, EVP_sha256()) <= 0)
+	if (X509_REQ_set_pubkey(req, key) != 1)
+		goto out;
+	if (bc_pkey_sign_props(key, props, sizeof(props)) != NULL)
+	{
+		if (!sign_req_in_provider(req, key, props))
+			goto out;
+	}
+	else if (X509_REQ_sign(req, key, EVP_sha256()) <= 0)
 		goto out;
 	len = i2d_X509_REQ(req, &der);
 	rc = der_copy(der, len, der_out, der_len);

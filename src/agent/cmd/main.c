@@ -28,6 +28,8 @@ static const bcd_subcommand subcommands[] = {
 	"ask the local bcd for a session credential (what a hook runs)"},
 	{"status", bcd_cmd_status,
 	"print the local bcd's queue depth, in-flight count and counters"},
+	{"tpm-evidence", bcd_cmd_tpm_evidence,
+	"the tpm attestor's evidence (or a challenge's answer) by hand, no gateway"},
 	{NULL, NULL, NULL}
 };
 

@@ -14,6 +14,8 @@
 #include "cmd/cmd.h"
 #include "core/daemon.h"
 #include "core/join_request.h"
+#include "core/tpm_esys.h"
+#include "core/tpm_key.h"
 
 /* Bounds of --max-retry-after, in seconds. */
 #define MAX_RETRY_AFTER_MAX 86400L
@@ -61,7 +63,12 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       trailing newline stripped); without a token the\n"
 			  "                       agent cannot join again once its certificate expired\n"
 			  "  --role ROLE          node (default), site or ramdisk\n"
-			  "  --attestor ID        the attestor of the join (default join-token)\n"
+			  "  --attestor ID        the attestor of the join (default join-token); tpm:\n"
+			  "                       the node key is made in the TPM, the join proves it\n"
+			  "  --tcti CONF          tpm: the TPM's TCTI (default device:/dev/tpmrm0);\n"
+			  "                       it must go through a resource manager (tpmrm, tabrmd)\n"
+			  "  --tpm-ek rsa|p384    tpm: the endorsement key (default rsa, 0x81010001)\n"
+			  "  --tpm-pcrs SEL       tpm: the quote's PCRs (default sha256:0-7)\n"
 			  "  --node-id NODE       come back as this existing node: the token is a\n"
 			  "                       provisioning token an operator made for it\n"
 			  "                       (bc_join.create_provisioning_token); attestor\n"
@@ -127,14 +134,19 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"max-provisioning", required_argument, NULL, 'P'},
 		{"max-queue", required_argument, NULL, 'Q'},
 		{"metrics-file", required_argument, NULL, 'M'},
+		{"tcti", required_argument, NULL, 'X'},
+		{"tpm-ek", required_argument, NULL, 'E'},
+		{"tpm-pcrs", required_argument, NULL, 'p'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
 	const char *bad = NULL;
 	json_t	   *claims;
+	TPML_PCR_SELECTION sel;
 	double		v;
 	int			server_opt = 0;
 	int			attestor_set = 0;
+	int			tpm_opt = 0;
 	int			c;
 
 	*help = 0;
@@ -145,6 +157,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	o->renew_at = 0.5;
 	o->max_provisioning = MAX_PROVISIONING_DEFAULT;
 	o->max_queue = MAX_QUEUE_DEFAULT;
+	o->tpm.tcti = BCD_TCTI_DEFAULT;
+	o->tpm.ek = BCD_TPM_EK_RSA;
+	o->tpm.pcrs = "sha256:0-7";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
 	{
@@ -165,6 +180,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
+			case 'X': o->tpm.tcti = optarg; tpm_opt = 1; break;
+			case 'E': o->tpm.ek = optarg; tpm_opt = 1; break;
+			case 'p': o->tpm.pcrs = optarg; tpm_opt = 1; break;
 			case 'P':
 				if (parse_number(optarg, 1, MAX_PROVISIONING_MAX, &v) || v != floor(v))
 					bad = "--max-provisioning must be a whole number in [1, 64]";
@@ -219,6 +237,18 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			"not --once";
 	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
 		bad = "--metrics-file must be an absolute path";
+	else if (tpm_opt && strcmp(o->attestor, BCD_ATTESTOR_TPM) != 0)
+		bad = "--tcti, --tpm-ek and --tpm-pcrs are for --attestor tpm";
+	else if (strcmp(o->tpm.ek, BCD_TPM_EK_RSA) != 0 && strcmp(o->tpm.ek, BCD_TPM_EK_P384) != 0)
+		bad = "--tpm-ek must be rsa or p384";
+	else if (bcd_tpm_parse_pcrs(o->tpm.pcrs, &sel) != 0)
+		bad = "--tpm-pcrs must be BANK:LIST[+BANK:LIST...], e.g. sha256:0-7 or sha256:0,2,4-7";
+	else if (strcmp(o->attestor, BCD_ATTESTOR_TPM) == 0 && bcd_tpm_tcti_refused(o->tpm.tcti))
+	{
+		fprintf(stderr, "bcd %s: --tcti %s: %s\n", o->renew_cmd ? "renew" : "run",
+				o->tpm.tcti, bcd_tpm_tcti_refused(o->tpm.tcti));
+		return BCD_RC_USAGE;
+	}
 	else if (o->claims != NULL)
 	{
 		claims = bcd_build_claims(o->claims, NULL);
@@ -250,6 +280,7 @@ bcd_run_command(int argc, char **argv, int renew_cmd)
 	rc = parse_run_args(argc, argv, &opts, &help);
 	if (rc != BCD_RC_OK || help)
 		return rc;
+	opts.tpm.state_dir = opts.state_dir;
 	return bcd_daemon_run(&opts);
 }
 

@@ -19,6 +19,7 @@
 #include "core/sessions.h"
 #include "core/signals.h"
 #include "core/store.h"
+#include "core/tpm_key.h"
 
 /* Load the stored credential or join; BCD_RC_OK with cred filled. */
 static bcd_rc
@@ -151,6 +152,13 @@ bcd_daemon_run(const bcd_run_opts *opts)
 		bcd_log("cannot read --gateway-ca %s", opts->gateway_ca);
 		goto out;
 	}
+	/* A tpm node's keys live in the TPM: the provider before any key is read. */
+	if (strcmp(opts->attestor, BCD_ATTESTOR_TPM) == 0 &&
+		bcd_tpm_keys_init(opts->tpm.tcti, err, sizeof(err)) != BC_OK)
+	{
+		bcd_log("--attestor tpm: %s", err);
+		goto out;
+	}
 	if (bcd_store_open(opts->state_dir, &lock_fd, err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("%s", err);
@@ -171,6 +179,7 @@ out:
 	bcd_server_stop(agent.server);
 	bcd_http_free(agent.http);
 	bcd_service_keys_free(&agent.keys);
+	bcd_tpm_keys_done();
 	if (lock_fd >= 0)
 		close(lock_fd);
 	return rc;

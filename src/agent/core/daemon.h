@@ -9,6 +9,7 @@
 #include "core/outcome.h"
 #include "core/service_keys.h"
 #include "core/transport.h"
+#include "producers/producer.h"
 
 /* What the command line of bcd run / bcd renew asked for. */
 typedef struct bcd_run_opts
@@ -34,6 +35,8 @@ typedef struct bcd_run_opts
 	const char *metrics_file;	/* --metrics-file PATH, or NULL */
 	long		max_provisioning;
 	long		max_queue;
+	/* --attestor tpm: --tcti, --tpm-ek, --tpm-pcrs (state_dir set to --state-dir) */
+	bcd_tpm_config tpm;
 } bcd_run_opts;
 
 /* The socket server of bcd run (sessions.h). */

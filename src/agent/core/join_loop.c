@@ -17,6 +17,7 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/fileio.h"
 #include "core/join_loop.h"
 #include "core/join_request.h"
 #include "core/log.h"
@@ -31,6 +32,7 @@
 typedef struct join_state
 {
 	char	   *dir;			/* DIR/join */
+	char	   *key_path;		/* DIR/join/node.key */
 	EVP_PKEY   *key;
 	unsigned char *csr;
 	size_t		csr_len;
@@ -45,7 +47,8 @@ round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errle
 {
 	const bcd_run_opts *o = a->opts;
 	const bcd_producer *producer = bcd_producer_for(o->attestor);
-	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, o->token, o->token_file, o->node_id};
+	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, o->token, o->token_file, o->node_id,
+	&o->tpm, js->key_path};
 	bcd_evidence ev = {NULL, NULL};
 	const bcd_evidence *use = &ev;
 	int			rc = BC_OK;
@@ -72,7 +75,7 @@ on_deferral(bcd_agent *a, join_state *js, const bcd_answer *ans)
 	const char *attestor = ans->attestor != NULL ? ans->attestor : a->opts->attestor;
 	const bcd_producer *producer = bcd_producer_for(attestor);
 	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, a->opts->token, a->opts->token_file,
-		a->opts->node_id};
+		a->opts->node_id, &a->opts->tpm, js->key_path};
 	long		wait = ans->retry_after > 0 ? ans->retry_after : PENDING_DEFAULT_WAIT;
 	char		err[512];
 	double		jittered;
@@ -191,7 +194,7 @@ bcd_join_loop(bcd_agent *a, bcd_credential *cred)
 	memset(&js, 0, sizeof(js));
 	memset(cred, 0, sizeof(*cred));
 	js.dir = bcd_store_work_dir(a->opts->state_dir, "join");
-	if (js.dir == NULL)
+	if (js.dir == NULL || (js.key_path = bcd_path_join(js.dir, "node.key")) == NULL)
 		goto out;
 	if (bcd_node_key_and_csr(js.dir, &js.key, &js.csr, &js.csr_len, &what) != BC_OK)
 		goto out;
@@ -210,7 +213,8 @@ out:
 	json_decref(js.claims);
 	bcd_evidence_free(&js.answer);
 	free(js.csr);
-	EVP_PKEY_free(js.key);
+	bcd_node_key_free(js.key);
+	free(js.key_path);
 	free(js.dir);
 	return rc;
 }

@@ -9,6 +9,7 @@
 
 #include "bc_common.h"
 #include "core/node_credential.h"
+#include "core/store.h"
 
 /* Where the node credential is published. */
 struct bcd_published_node
@@ -34,7 +35,7 @@ bcd_node_free(bcd_published_node *p)
 {
 	if (p == NULL)
 		return;
-	EVP_PKEY_free(p->node.key);
+	bcd_node_key_free(p->node.key);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -44,7 +45,7 @@ void
 bcd_node_publish(bcd_published_node *p, const bcd_credential *cred)
 {
 	pthread_mutex_lock(&p->lock);
-	EVP_PKEY_free(p->node.key);
+	bcd_node_key_free(p->node.key);
 	p->node.key = NULL;
 	p->node.present = 0;
 	if (cred != NULL && cred->key != NULL && EVP_PKEY_up_ref(cred->key) == 1)
@@ -79,7 +80,7 @@ bcd_node_take(bcd_published_node *p, bcd_node_snapshot *out)
 void
 bcd_node_release(bcd_node_snapshot *n)
 {
-	EVP_PKEY_free(n->key);
+	bcd_node_key_free(n->key);
 	n->key = NULL;
 }
 

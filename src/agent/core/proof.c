@@ -10,6 +10,7 @@
 
 #include "bc_common.h"
 #include "core/proof.h"
+#include "core/tpm_key.h"
 
 /*
  * The body of a request proven by the node's current key (a renewal, a
@@ -38,8 +39,10 @@ bcd_proof_request(EVP_PKEY *node_key, const char *serial, const char *purpose,
 	if (doc == NULL || (extra != NULL && json_object_update(doc, extra) != 0) ||
 		(claims = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
 		goto out;
+	bcd_tpm_key_lock();
 	rc = bc_jws_sign_es256(node_key, NULL, (const unsigned char *) claims,
 						   strlen(claims), &proof);
+	bcd_tpm_key_unlock();
 	if (rc != BC_OK)
 		goto out;
 	rc = BC_ENOMEM;

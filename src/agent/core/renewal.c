@@ -9,7 +9,8 @@
  * is verified like a join's (signature, csrSha256, chain, the leaf certifies
  * the new key) and must keep the SPIFFE ID (same tenant, same node) before
  * the new key and chain replace the old ones.  The proof is built by
- * bcd_proof_request (proof.c), which session credentials share.
+ * bcd_proof_request (proof.c), which session credentials share.  A tpm node
+ * makes the new key in the TPM and adds "tpm" (add_tpm_member).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +19,51 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/fileio.h"
 #include "core/log.h"
 #include "core/proof.h"
 #include "core/renewal.h"
 #include "core/signals.h"
+#include "core/tpm_key.h"
 #include "core/verify.h"
+
+/*
+ * A tpm node's renewal carries, beside csr and proof, "tpm": the node's AK
+ * certifying the new key (made in the TPM too), ATTESTORS.md "Renewal of
+ * such a certificate".  body is replaced by the body with that member.
+ */
+static int
+add_tpm_member(bcd_agent *a, const char *workdir, char **body)
+{
+	char	   *key_path = bcd_path_join(workdir, "node.key");
+	char		err[512];
+	json_t	   *doc = NULL;
+	json_t	   *member = NULL;
+	char	   *text = NULL;
+	int			rc = BC_ENOMEM;
+
+	if (key_path == NULL)
+		goto out;
+	rc = bcd_tpm_renewal_member(&a->opts->tpm, key_path, &member, err, sizeof(err));
+	if (rc != BC_OK)
+	{
+		bcd_log("renew: the TPM cannot certify the new key: %s", err);
+		goto out;
+	}
+	rc = BC_ENOMEM;
+	doc = json_loads(*body, 0, NULL);
+	if (doc == NULL || json_object_set(doc, "tpm", member) != 0 ||
+		(text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
+		goto out;
+	free(*body);
+	*body = text;
+	rc = BC_OK;
+out:
+	json_decref(member);
+	json_decref(doc);
+	free(key_path);
+	return rc;
+}
 
 /* Check that a verified answer renews cur (issued, same SPIFFE ID), then store it. */
 static bcd_rc
@@ -85,6 +126,8 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 		bcd_log("renew: cannot make the new key, CSR or proof (%s)", what);
 		goto out;
 	}
+	if (bcd_tpm_keys_on() && add_tpm_member(a, workdir, &body) != BC_OK)
+		goto out;
 	rc = bcd_http_exchange(a->http, BC_PATH_RENEW, body, &reply, err, sizeof(err));
 	if (rc == BCD_RC_RETRY)
 	{
@@ -118,7 +161,7 @@ out:
 	bcd_http_reply_free(&reply);
 	free(body);
 	free(csr);
-	EVP_PKEY_free(key);
+	bcd_node_key_free(key);
 	return rc;
 }
 

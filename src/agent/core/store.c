@@ -35,6 +35,7 @@
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/store.h"
+#include "core/tpm_key.h"
 #include "core/verify.h"
 
 /* Check that path is a directory we own; set its mode to 0700 if it is not. */
@@ -124,18 +125,58 @@ exists_in(const char *dir, const char *name)
 	return found;
 }
 
+/*
+ * The node key in path, or NULL with a log line (err may be NULL).  A tpm
+ * bcd (bcd_tpm_keys_on) reads TSS2 PRIVATE KEYs only and refuses any file
+ * key; any other bcd refuses a TSS2 key legibly (it needs --attestor tpm).
+ */
+static EVP_PKEY *
+read_node_key(const char *path, char *err, size_t errlen)
+{
+	char		buf[512];
+	EVP_PKEY   *key;
+
+	if (err == NULL)
+	{
+		err = buf;
+		errlen = sizeof(buf);
+	}
+	err[0] = '\0';
+	if (bcd_tpm_keys_on())
+		key = bcd_tpm_key_read(path, err, errlen);
+	else if (bcd_tpm_key_file_is_tss2(path))
+	{
+		snprintf(err, errlen, "%s is a key in a TPM (TSS2 PRIVATE KEY): run bcd with "
+				 "--attestor tpm --tcti CONF", path);
+		key = NULL;
+	}
+	else
+		key = bc_pkey_read_pem_file(path, 1, err, errlen);
+	if (key == NULL && access(path, F_OK) == 0)
+		bcd_log("%s", err);
+	return key;
+}
+
 /* The private key in dir/name, or NULL. */
 static EVP_PKEY *
 read_key_in(const char *dir, const char *name)
 {
 	char	   *path = bcd_path_join(dir, name);
-	char		err[256];
 	EVP_PKEY   *key = NULL;
 
 	if (path != NULL)
-		key = bc_pkey_read_pem_file(path, 1, err, sizeof(err));
+		key = read_node_key(path, NULL, 0);
 	free(path);
 	return key;
+}
+
+/* Free a node key (a TPM key under the provider's lock). */
+void
+bcd_node_key_free(EVP_PKEY *key)
+{
+	bcd_tpm_key_lock();
+	EVP_PKEY_free(key);
+	bcd_tpm_key_unlock();
 }
 
 /* The first certificate in dir/name, or NULL. */
@@ -205,7 +246,7 @@ recover_commit(const char *dir)
 		bcd_log("undid an interrupted credential update");
 	}
 	sync_dir(dir);
-	EVP_PKEY_free(key);
+	bcd_node_key_free(key);
 	X509_free(leaf);
 	ERR_clear_error();
 }
@@ -376,7 +417,7 @@ bcd_credential_fill(bcd_credential *cred, EVP_PKEY *key, X509 *leaf)
 void
 bcd_credential_free(bcd_credential *cred)
 {
-	EVP_PKEY_free(cred->key);
+	bcd_node_key_free(cred->key);
 	X509_free(cred->leaf);
 	free(cred->spiffe_id);
 	memset(cred, 0, sizeof(*cred));
@@ -439,7 +480,7 @@ bcd_store_load(const char *dir, const bcd_service_keys *keys, bcd_credential *cr
 		cred->obtained = (int64_t) st.st_mtime;
 out:
 	free(chain_path);
-	EVP_PKEY_free(key);
+	bcd_node_key_free(key);
 	X509_free(leaf);
 	ERR_clear_error();
 	return rc;
@@ -480,7 +521,9 @@ bcd_store_commit(const char *dir, EVP_PKEY *key, const char *chain_pem,
 	size_t		pem_len = 0;
 	int			rc;
 
+	bcd_tpm_key_lock();
 	rc = bcd_key_pem(key, &pem, &pem_len);
+	bcd_tpm_key_unlock();
 	if (rc == BC_OK)
 		rc = bcd_write_file_atomic(dir, "node.key.new", pem, pem_len, 0600);
 	if (rc == BC_OK)
@@ -580,7 +623,7 @@ bcd_node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_
 	{
 		*what = "cannot reuse DIR/node.key and DIR/node.csr.der";
 		rc = BC_EINVAL;
-		*key = bc_pkey_read_pem_file(key_path, 1, err, sizeof(err));
+		*key = read_node_key(key_path, err, sizeof(err));
 		if (*key == NULL)
 			goto out;
 		rc = bcd_read_file(csr_path, BC_DER_MAX, (char **) csr, csr_len);
@@ -592,15 +635,23 @@ bcd_node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_
 	}
 	*what = "cannot generate the node key";
 	rc = BC_ECRYPTO;
-	*key = bc_p256_generate();
+	*key = bcd_tpm_keys_on() ? bcd_tpm_key_generate(err, sizeof(err)) : bc_p256_generate();
 	if (*key == NULL)
+	{
+		if (bcd_tpm_keys_on())
+			bcd_log("%s", err);
 		goto out;
+	}
 	*what = "cannot write node.key";
+	bcd_tpm_key_lock();
 	rc = write_node_key(dir, *key);
+	bcd_tpm_key_unlock();
 	if (rc != BC_OK)
 		goto out;
 	*what = "cannot create the CSR";
+	bcd_tpm_key_lock();
 	rc = bc_csr_create(*key, NULL, csr, csr_len);
+	bcd_tpm_key_unlock();
 	if (rc != BC_OK)
 		goto out;
 	*what = "cannot write node.csr.der";
@@ -608,7 +659,7 @@ bcd_node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_
 out:
 	if (rc != BC_OK)
 	{
-		EVP_PKEY_free(*key);
+		bcd_node_key_free(*key);
 		*key = NULL;
 		free(*csr);
 		*csr = NULL;

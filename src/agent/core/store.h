@@ -37,6 +37,7 @@ int			bcd_store_commit(const char *dir, EVP_PKEY *key, const char *chain_pem,
 							 size_t chain_len, char *err, size_t errlen);
 int			bcd_credential_fill(bcd_credential *cred, EVP_PKEY *key, X509 *leaf);
 void		bcd_credential_free(bcd_credential *cred);
+void		bcd_node_key_free(EVP_PKEY *key);
 int			bcd_key_pem(EVP_PKEY *key, char **out, size_t *len);
 
 /* DIR/join, DIR/renew: the key and CSR of an exchange in progress. */

@@ -10,7 +10,21 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "core/service_keys.h"
+
+/* The attestor id of the tpm producer (tpm.c). */
+#define BCD_ATTESTOR_TPM "tpm"
+
+/* What the tpm producer works with (--tcti, --tpm-ek, --tpm-pcrs, the state directory). */
+typedef struct bcd_tpm_config
+{
+	const char *tcti;			/* Tss2_TctiLdr_Initialize's conf */
+	const char *ek;				/* "rsa" or "p384" */
+	const char *pcrs;			/* the quote's PCR selection, "sha256:0-7" */
+	const char *state_dir;		/* holds the AK's blobs */
+} bcd_tpm_config;
 
 /* What a producer works from: the service's keys, the join's CSR, the operator's inputs. */
 typedef struct bcd_producer_input
@@ -21,6 +35,8 @@ typedef struct bcd_producer_input
 	const char *token;			/* --token, or NULL */
 	const char *token_file;		/* --token-file (read at every round), or NULL */
 	const char *node_id;		/* --node-id (provisioned), or NULL */
+	const bcd_tpm_config *tpm;	/* the tpm producer's configuration, or NULL */
+	const char *key_path;		/* the CSR's key file (tpm: its TSS2 PRIVATE KEY) */
 } bcd_producer_input;
 
 /* What a producer made for one round (each malloc()ed, or NULL). */
@@ -46,6 +62,7 @@ typedef struct bcd_producer
 /* The producers (one file each). */
 extern const bcd_producer bcd_producer_join_token;
 extern const bcd_producer bcd_producer_provisioned;
+extern const bcd_producer bcd_producer_tpm;
 
 /*
  * The producer for attestor: its own, or the join-token producer (a token
@@ -63,5 +80,13 @@ int			bcd_join_token_load(const char *token, const char *token_file,
 /* join_token.c: the token, when there is one, sealed to the service for this CSR. */
 int			bcd_seal_token(const bcd_producer_input *in, bcd_evidence *out, char *err,
 						   size_t errlen);
+
+/*
+ * tpm.c: the "tpm" member of a tpm node's renewal, {"akPub", "nodeKeyPub",
+ * "certifyInfo", "certifySignature"}: the node's AK (the one in its
+ * certificate's statement) certifying the new key in key_path.
+ */
+int			bcd_tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
+								   json_t **out, char *err, size_t errlen);
 
 #endif							/* BCD_PRODUCER_H */

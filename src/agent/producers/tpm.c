@@ -1,0 +1,321 @@
+/*
+ * tpm.c: the producer of the tpm attestor (ATTESTORS.md "tpm"): two rounds,
+ * the CSR's key made in the TPM (core/tpm_key.c), the TPM's side through
+ * ESAPI (core/tpm_esys.c).
+ *
+ * Round 1: base64url of {"ekPub", "ekCert"?, "akPub", "nodeKeyPub",
+ * "certifyInfo", "certifySignature"}: the EK's TPM2B_PUBLIC and the
+ * certificate of that EK found in NV (the DER without NV padding; absent
+ * when the TPM has none: the EK must then be enrolled), the AK's
+ * TPM2B_PUBLIC, the node key's TPM2B_PUBLIC (the bytes in its TSS2 PRIVATE
+ * KEY, the TPM's marshalling) and TPM2_Certify of the node key by the AK.
+ * The join token, when one is configured, is sealed to the service beside
+ * it in both rounds (it resolves the tenant of an EK that is not enrolled).
+ *
+ * The challenge, base64url of {"credentialBlob", "encryptedSecret",
+ * "state"}, is answered with every round-1 member and "state" as received,
+ * "secret" (what TPM2_ActivateCredential returns) and a quote by the AK over
+ * the configured PCRs with extraData SHA-256(secret || SHA-256(CSR DER)).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <openssl/crypto.h>
+
+#include "bc_common.h"
+#include "core/tpm_esys.h"
+#include "core/tpm_key.h"
+#include "producers/producer.h"
+
+/* Bound of a challenge (base64url of the JSON) we decode. */
+#define CHALLENGE_MAX 8192
+
+/* Set doc[name] to base64url of the bytes; 0 on success. */
+static int
+set_b64(json_t *doc, const char *name, const unsigned char *data, size_t len)
+{
+	char	   *b64 = bc_b64url_encode_alloc(data, len);
+
+	return b64 == NULL || json_object_set_new(doc, name, json_string(b64)) != 0 ?
+		(free(b64), -1) : (free(b64), 0);
+}
+
+/*
+ * Open the TPM, load the AK and certify the node key of key_path: into doc,
+ * akPub, nodeKeyPub, certifyInfo, certifySignature, and with with_ek ekPub
+ * and (when the TPM has one) ekCert.  *tpm stays open (the AK loaded).
+ */
+static int
+certify_members(const bcd_tpm_config *cfg, const char *key_path, int with_ek,
+				bcd_tpm **tpm, json_t *doc, char *err, size_t errlen)
+{
+	bcd_tpm_key_blobs *blobs = NULL;
+	bcd_tpm_bytes *ak = NULL;
+	bcd_tpm_bytes *attest = NULL;
+	bcd_tpm_bytes *sig = NULL;
+	bcd_tpm_bytes *cert = NULL;
+	const bcd_tpm_bytes *ek;
+	int			rc = BC_ENOMEM;
+
+	*tpm = NULL;
+	blobs = malloc(sizeof(*blobs));
+	ak = malloc(sizeof(*ak));
+	attest = malloc(sizeof(*attest));
+	sig = malloc(sizeof(*sig));
+	cert = malloc(sizeof(*cert));
+	if (blobs == NULL || ak == NULL || attest == NULL || sig == NULL || cert == NULL)
+		goto out;
+	rc = bcd_tpm_key_blobs_read(key_path, blobs, err, errlen);
+	if (rc != BC_OK)
+		goto out;
+	rc = bcd_tpm_open(cfg->tcti, cfg->ek, tpm, err, errlen);
+	if (rc == BC_OK)
+		rc = bcd_tpm_ak(*tpm, cfg->state_dir, ak, err, errlen);
+	if (rc == BC_OK)
+		rc = bcd_tpm_certify(*tpm, blobs->pub, blobs->pub_len, blobs->priv, blobs->priv_len,
+							 attest, sig, err, errlen);
+	if (rc == BC_OK && with_ek)
+	{
+		ek = bcd_tpm_ek_pub(*tpm);
+		rc = bcd_tpm_ek_cert(*tpm, cert, err, errlen);
+		if (rc == BC_OK &&
+			(set_b64(doc, "ekPub", ek->data, ek->len) != 0 ||
+			 (cert->len > 0 && set_b64(doc, "ekCert", cert->data, cert->len) != 0)))
+			rc = BC_ENOMEM;
+	}
+	if (rc == BC_OK &&
+		(set_b64(doc, "akPub", ak->data, ak->len) != 0 ||
+		 set_b64(doc, "nodeKeyPub", blobs->pub, blobs->pub_len) != 0 ||
+		 set_b64(doc, "certifyInfo", attest->data, attest->len) != 0 ||
+		 set_b64(doc, "certifySignature", sig->data, sig->len) != 0))
+		rc = BC_ENOMEM;
+	if (rc == BC_ENOMEM)
+		snprintf(err, errlen, "out of memory");
+out:
+	if (rc != BC_OK)
+	{
+		bcd_tpm_close(*tpm);
+		*tpm = NULL;
+	}
+	if (blobs != NULL)
+		OPENSSL_cleanse(blobs, sizeof(*blobs));
+	free(blobs);
+	free(ak);
+	free(attest);
+	free(sig);
+	free(cert);
+	return rc;
+}
+
+/* out->attestation = base64url of doc's compact JSON. */
+static int
+encode_evidence(json_t *doc, bcd_evidence *out)
+{
+	char	   *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+	if (text == NULL)
+		return BC_ENOMEM;
+	out->attestation = bc_b64url_encode_alloc((const unsigned char *) text, strlen(text));
+	free(text);
+	return out->attestation == NULL ? BC_ENOMEM : BC_OK;
+}
+
+/* Round 1: the join token sealed (when configured) and the TPM's evidence. */
+static int
+produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errlen)
+{
+	bcd_tpm    *tpm = NULL;
+	json_t	   *doc = NULL;
+	int			rc;
+
+	memset(out, 0, sizeof(*out));
+	if (in->tpm == NULL || in->key_path == NULL)
+	{
+		snprintf(err, errlen, "the tpm producer needs --tcti and the TPM node key");
+		return BC_EINVAL;
+	}
+	rc = bcd_producer_join_token.produce(in, out, err, errlen);
+	if (rc != BC_OK)
+		return rc;
+	doc = json_object();
+	rc = doc == NULL ? BC_ENOMEM : certify_members(in->tpm, in->key_path, 1, &tpm, doc,
+												   err, errlen);
+	bcd_tpm_close(tpm);
+	if (rc == BC_OK && (rc = encode_evidence(doc, out)) != BC_OK)
+		snprintf(err, errlen, "out of memory");
+	json_decref(doc);
+	if (rc != BC_OK)
+		bcd_evidence_free(out);
+	return rc;
+}
+
+/* Decode the base64url string member name of doc into a malloc()ed buffer. */
+static int
+get_b64(json_t *doc, const char *name, unsigned char **buf, size_t *len)
+{
+	const char *s = json_string_value(json_object_get(doc, name));
+	size_t		n;
+
+	*buf = NULL;
+	*len = 0;
+	if (s == NULL)
+		return BC_EINVAL;
+	n = strlen(s);
+	*buf = malloc(bc_b64url_decoded_maxlen(n) + 1);
+	if (*buf == NULL)
+		return BC_ENOMEM;
+	return bc_b64url_decode(s, n, *buf, bc_b64url_decoded_maxlen(n) + 1, len);
+}
+
+/* The challenge: {credentialBlob, encryptedSecret, state}, decoded. */
+static json_t *
+decode_challenge(const char *challenge, char *err, size_t errlen)
+{
+	size_t		n = strlen(challenge);
+	unsigned char *raw = NULL;
+	size_t		raw_len = 0;
+	json_t	   *doc = NULL;
+
+	if (n > CHALLENGE_MAX || (raw = malloc(bc_b64url_decoded_maxlen(n) + 1)) == NULL ||
+		bc_b64url_decode(challenge, n, raw, bc_b64url_decoded_maxlen(n) + 1, &raw_len) != BC_OK)
+		snprintf(err, errlen, "the challenge is not base64url (or over %d characters)",
+				 CHALLENGE_MAX);
+	else
+	{
+		doc = json_loadb((const char *) raw, raw_len, JSON_REJECT_DUPLICATES, NULL);
+		if (!json_is_object(doc) ||
+			!json_is_string(json_object_get(doc, "credentialBlob")) ||
+			!json_is_string(json_object_get(doc, "encryptedSecret")) ||
+			!json_is_string(json_object_get(doc, "state")))
+		{
+			json_decref(doc);
+			doc = NULL;
+			snprintf(err, errlen, "the challenge is not {credentialBlob, encryptedSecret, "
+					 "state}");
+		}
+	}
+	free(raw);
+	return doc;
+}
+
+/* Round 2: activate the credential, quote over the secret and the CSR, send it all. */
+static int
+answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out,
+	   char *err, size_t errlen)
+{
+	TPML_PCR_SELECTION sel;
+	bcd_tpm    *tpm = NULL;
+	json_t	   *ch = NULL;
+	json_t	   *doc = NULL;
+	unsigned char *blob = NULL;
+	unsigned char *enc = NULL;
+	size_t		blob_len = 0;
+	size_t		enc_len = 0;
+	unsigned char secret[64];
+	size_t		secret_len = 0;
+	unsigned char buf[BC_TPM_SECRET_LEN + BC_SHA256_LEN];
+	unsigned char nonce[BC_SHA256_LEN];
+	bcd_tpm_bytes *attest = NULL;
+	bcd_tpm_bytes *sig = NULL;
+	int			rc = BC_EINVAL;
+
+	memset(out, 0, sizeof(*out));
+	if (in->tpm == NULL || in->key_path == NULL)
+	{
+		snprintf(err, errlen, "the tpm producer needs --tcti and the TPM node key");
+		return BC_EINVAL;
+	}
+	if (bcd_tpm_parse_pcrs(in->tpm->pcrs, &sel) != 0)
+	{
+		snprintf(err, errlen, "bad PCR selection \"%s\"", in->tpm->pcrs);
+		return BC_EINVAL;
+	}
+	ch = decode_challenge(challenge, err, errlen);
+	if (ch == NULL)
+		goto out;
+	if (get_b64(ch, "credentialBlob", &blob, &blob_len) != BC_OK ||
+		get_b64(ch, "encryptedSecret", &enc, &enc_len) != BC_OK)
+	{
+		snprintf(err, errlen, "the challenge's credentialBlob or encryptedSecret is not "
+				 "base64url");
+		goto out;
+	}
+	rc = bcd_producer_join_token.produce(in, out, err, errlen);
+	if (rc != BC_OK)
+		goto out;
+	rc = BC_ENOMEM;
+	doc = json_object();
+	attest = malloc(sizeof(*attest));
+	sig = malloc(sizeof(*sig));
+	if (doc == NULL || attest == NULL || sig == NULL)
+		goto out;
+	rc = certify_members(in->tpm, in->key_path, 1, &tpm, doc, err, errlen);
+	if (rc == BC_OK)
+		rc = bcd_tpm_activate(tpm, blob, blob_len, enc, enc_len, secret, &secret_len,
+							  err, errlen);
+	if (rc == BC_OK && secret_len != BC_TPM_SECRET_LEN)
+	{
+		snprintf(err, errlen, "the challenge's secret has %zu bytes, not %d", secret_len,
+				 BC_TPM_SECRET_LEN);
+		rc = BC_EINVAL;
+	}
+	if (rc == BC_OK)
+	{
+		memcpy(buf, secret, BC_TPM_SECRET_LEN);
+		rc = bc_sha256(in->csr, in->csr_len, buf + BC_TPM_SECRET_LEN);
+		if (rc == BC_OK)
+			rc = bc_sha256(buf, sizeof(buf), nonce);
+	}
+	if (rc == BC_OK)
+		rc = bcd_tpm_quote(tpm, &sel, nonce, sizeof(nonce), attest, sig, err, errlen);
+	if (rc == BC_OK &&
+		(json_object_set(doc, "state", json_object_get(ch, "state")) != 0 ||
+		 set_b64(doc, "secret", secret, secret_len) != 0 ||
+		 set_b64(doc, "quote", attest->data, attest->len) != 0 ||
+		 set_b64(doc, "quoteSignature", sig->data, sig->len) != 0 ||
+		 encode_evidence(doc, out) != BC_OK))
+	{
+		snprintf(err, errlen, "out of memory");
+		rc = BC_ENOMEM;
+	}
+out:
+	bcd_tpm_close(tpm);
+	OPENSSL_cleanse(secret, sizeof(secret));
+	OPENSSL_cleanse(buf, sizeof(buf));
+	json_decref(doc);
+	json_decref(ch);
+	free(blob);
+	free(enc);
+	free(attest);
+	free(sig);
+	if (rc != BC_OK)
+		bcd_evidence_free(out);
+	return rc;
+}
+
+/* The "tpm" member of a renewal (producer.h). */
+int
+bcd_tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path, json_t **out,
+					   char *err, size_t errlen)
+{
+	bcd_tpm    *tpm = NULL;
+	json_t	   *doc = json_object();
+	int			rc;
+
+	*out = NULL;
+	rc = doc == NULL ? BC_ENOMEM : certify_members(cfg, key_path, 0, &tpm, doc, err, errlen);
+	bcd_tpm_close(tpm);
+	if (rc == BC_OK)
+		*out = doc;
+	else
+		json_decref(doc);
+	return rc;
+}
+
+const bcd_producer bcd_producer_tpm = {
+	.attestor = BCD_ATTESTOR_TPM,
+	.produce = produce,
+	.answer = answer,
+};
