@@ -17,6 +17,7 @@
 /* The attestors built into JoinService; a registered one with the same id wins. */
 static const BcAttestor *const builtin_attestors[] = {
 	&bc_join_token_attestor,
+	&bc_x509pop_attestor,
 	NULL
 };
 
