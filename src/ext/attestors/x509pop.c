@@ -432,11 +432,9 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	if (bc_jws_x5c_parse(jws, len, X509POP_PAYLOAD_MAX, &j, &fault) != BC_OK)
 		bc_refuse_join(fault_reason(fault), NULL);
 	ncerts = j.ncerts;
+	/* (j keeps pointing at them for the signature check; nothing raises until it is freed) */
 	for (i = 0; i < ncerts; i++)
-	{
 		certs[i] = bc_own_x509(CurrentMemoryContext, j.certs[i]);
-		j.certs[i] = NULL;
-	}
 	signing_input_len = j.signing_input_len;
 
 	/* The payload; its purpose, this CSR, fresh; then the signature. */
@@ -450,11 +448,7 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 		refusal = WHO ":stale-iat";
 	else if (bc_jws_x5c_verify(&j, jws) != BC_OK)
 		refusal = WHO ":signature";
-	if (refusal == NULL)
-	{
-		for (i = 0; i < 3; i++)
-			ps.str[i] = pstrdup(ps.str[i]);
-	}
+	memset(j.certs, 0, sizeof(j.certs));	/* the memory context's */
 	bc_x5c_jws_free(&j);
 	if (refusal != NULL)
 		bc_refuse_join(refusal, NULL);
