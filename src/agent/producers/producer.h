@@ -10,6 +10,9 @@
 
 #include <stddef.h>
 
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+
 #include "core/service_keys.h"
 
 /* What a producer works from: the service's keys, the join's CSR, the operator's inputs. */
@@ -20,6 +23,10 @@ typedef struct bcd_producer_input
 	size_t		csr_len;
 	const char *token;			/* --token, or NULL */
 	const char *token_file;		/* --token-file (read at every round), or NULL */
+	/* x509pop: the certificate held (node-chain.pem's leaf) and its key (node.key) */
+	EVP_PKEY   *held_key;
+	X509	   *held_leaf;
+	const char *held_node_id;
 } bcd_producer_input;
 
 /* What a producer made for one round (each malloc()ed, or NULL). */
@@ -44,6 +51,7 @@ typedef struct bcd_producer
 
 /* The producers (one file each). */
 extern const bcd_producer bcd_producer_join_token;
+extern const bcd_producer bcd_producer_x509pop;
 
 /*
  * The producer for attestor: its own, or the join-token producer (a token

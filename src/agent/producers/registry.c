@@ -9,6 +9,7 @@
 /* Every producer bcd has. */
 static const bcd_producer *const producers[] = {
 	&bcd_producer_join_token,
+	&bcd_producer_x509pop,
 };
 
 /* The producer for attestor (producer.h). */
