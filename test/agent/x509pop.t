@@ -5,7 +5,7 @@ bcd joins by token with a 60-second certificate (bc_join.cert_ttl through
 ALTER DATABASE); the certificate then expires for real, so bcd's clock and
 the service's agree.  bcd run --once without a token re-joins by x509pop
 through the gateway with a new key and comes back as the same node,
-identity generation + 1.  Beyond the grace (bc_join.x509pop_grace = 0) the
+identity generation + 1.  Beyond the grace (bc_join.x509pop_grace = 0, ALTER SYSTEM) the
 service refuses: bcd exits 2 saying it needs a join token; with one it joins
 as a new node.
 """
@@ -38,7 +38,9 @@ def body(tap, env):
                     "AND payload->>'nodeId' = '%s' AND payload->>'attestor' = 'x509pop'" % node), "1",
            "node.joined (reclaim) in the events")
 
-    env.psql("ALTER DATABASE agent SET bc_join.x509pop_grace = 0")
+    # the gateway keeps its sessions: a reload reaches them, ALTER DATABASE would not
+    env.psql("ALTER SYSTEM SET bc_join.x509pop_grace = 0")
+    env.psql("SELECT pg_reload_conf()")
     time.sleep(62)
     r = env.bcd("run", *env.run_args(state, extra=["--once"]))
     tap.eq(r.returncode, 2, "beyond the grace, no token: refused, exit 2", r.stderr)
