@@ -245,6 +245,22 @@ CREATE TABLE bc_join.attestation_uses (
 CREATE INDEX attestation_uses_expires_idx ON bc_join.attestation_uses (expires_at)
 	WHERE expires_at IS NOT NULL;
 
+/* ------------------------------------------------------------- x509pop roots */
+
+-- External PKIs whose leaves x509pop admits: each root is its own trust
+-- store (never merged) and admits into one tenant and pool.  Written only
+-- through add_x509pop_root(), which validates the certificate.
+CREATE TABLE bc_join.x509pop_roots (
+	id text PRIMARY KEY,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text NOT NULL REFERENCES bc_join.pools (id),
+	certificate bytea NOT NULL,			-- DER; public
+	sha256 bc_join.sha256 NOT NULL UNIQUE,	-- of the DER: one root, one tenant and pool
+	subject text NOT NULL,
+	not_after timestamptz NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+
 /* -------------------------------------------------------------- attestors */
 
 -- Custom attestors: SQL functions (evidence jsonb, context jsonb) RETURNS jsonb.
@@ -1263,6 +1279,67 @@ BEGIN
 END
 $$;
 
+/* ------------------------------------------------------------- x509pop roots */
+
+CREATE FUNCTION bc_join.x509pop_root_parse(certificate_pem text, OUT der bytea, OUT sha256 bytea,
+										   OUT subject text, OUT not_after timestamptz)
+	AS 'MODULE_PATHNAME', 'bc_x509pop_root_parse'
+	LANGUAGE C IMMUTABLE STRICT;
+
+-- Add an external PKI root for x509pop: its leaves join tenant_id's pool_id; returns the root's id.
+CREATE FUNCTION bc_join.add_x509pop_root(certificate_pem text, tenant_id text, pool_id text)
+	RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	r record;
+	rid text := bc_join.new_id('x5r');
+BEGIN
+	IF certificate_pem IS NULL OR tenant_id IS NULL OR pool_id IS NULL THEN
+		PERFORM bc_join.invalid_input('certificate_pem, tenant_id and pool_id are required');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM bc_join.pools p
+				   WHERE p.id = add_x509pop_root.pool_id AND p.tenant_id = add_x509pop_root.tenant_id) THEN
+		PERFORM bc_join.invalid_input('the pool does not exist in this tenant');
+	END IF;
+	SELECT * INTO r FROM bc_join.x509pop_root_parse(certificate_pem);
+	IF r.not_after <= bc_join.compute_now() THEN
+		PERFORM bc_join.invalid_input('the certificate has expired');
+	END IF;
+	IF EXISTS (SELECT 1 FROM bc_join.x509pop_roots x WHERE x.sha256 = r.sha256) THEN
+		PERFORM bc_join.invalid_input('this root is already configured (remove it first to move it)');
+	END IF;
+	INSERT INTO bc_join.x509pop_roots (id, tenant_id, pool_id, certificate, sha256, subject, not_after)
+		VALUES (rid, add_x509pop_root.tenant_id, add_x509pop_root.pool_id, r.der, r.sha256,
+				r.subject, r.not_after);
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('x509pop.root.add', add_x509pop_root.tenant_id,
+				jsonb_build_object('rootId', rid, 'poolId', add_x509pop_root.pool_id,
+								   'subject', r.subject, 'sha256', encode(r.sha256, 'hex')));
+	RETURN rid;
+END
+$$;
+
+-- Remove an x509pop root; returns whether one was removed.  Nodes it admitted stay.
+CREATE FUNCTION bc_join.remove_x509pop_root(root_id text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	t text;
+BEGIN
+	DELETE FROM bc_join.x509pop_roots x WHERE x.id = remove_x509pop_root.root_id
+		RETURNING x.tenant_id INTO t;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('x509pop.root.remove', t, jsonb_build_object('rootId', root_id));
+	RETURN true;
+END
+$$;
+
 /* ------------------------------------------------------------- housekeeping */
 
 /*
@@ -1608,6 +1685,8 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.reject_join_request(text, text),
 	bc_join.retire_node(text),
 	bc_join.delete_node(text),
+	bc_join.add_x509pop_root(text, text, text),
+	bc_join.remove_x509pop_root(text),
 	bc_join.register_command_kind(text, text),
 	bc_join.prune_attestation_uses(integer),
 	bc_join.b64url_encode(bytea),
@@ -1634,7 +1713,8 @@ GRANT SELECT ON
 	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics,
 	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates, bc_join.audit_export,
 	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
-	bc_join.tpm_settings, bc_join.tpm_eks
+	bc_join.tpm_settings, bc_join.tpm_eks,
+	bc_join.x509pop_roots
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
@@ -1676,6 +1756,10 @@ COMMENT ON FUNCTION bc_join.retire_node(text) IS
 	'Retires a node (state retired, certificates revoked, bindings dropped); returns nothing.';
 COMMENT ON FUNCTION bc_join.delete_node(text) IS
 	'Deletes a node with its certificates and bindings; returns nothing.';
+COMMENT ON FUNCTION bc_join.add_x509pop_root(text, text, text) IS
+	'Adds one PEM CA certificate of an external PKI as an x509pop root (its own trust store, never merged with another) whose leaves join the tenant''s pool, and returns the root''s id.';
+COMMENT ON FUNCTION bc_join.remove_x509pop_root(text) IS
+	'Removes an x509pop root so that its leaves no longer join; returns true when one was removed.';
 COMMENT ON FUNCTION bc_join.register_command_kind(text, text) IS
 	'Registers a command kind (dotted lower-case words, like disk.wipe) that allowedKinds may name, keeping an existing one as it is; returns nothing.';
 COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
@@ -1774,6 +1858,8 @@ COMMENT ON FUNCTION bc_join.audit_anchor() IS
 	'Returns the issuance log''s head (id, hash, time) as a JWS signed by the service signing key, to publish: a later rewrite of the history shows against it.';
 COMMENT ON VIEW bc_join.audit_export IS
 	'The issuance log as tools/bc-audit-verify reads it offline (psql \\copy ... CSV HEADER).';
+COMMENT ON FUNCTION bc_join.x509pop_root_parse(text) IS
+	'Internal: parses exactly one PEM CA certificate within x509pop''s key limits and returns its DER, SHA-256, subject and notAfter; raises INVALID_INPUT otherwise.';
 COMMENT ON FUNCTION bc_join.new_id(text) IS
 	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 COMMENT ON FUNCTION bc_join.random_secret() IS

@@ -204,6 +204,81 @@ int			bc_jwe_open(EVP_PKEY *recipient_priv, const char *jwe, size_t n,
 						char **hdr_value_out,
 						unsigned char **pt_out, size_t *pt_len);
 
+/* ------------------------------------------------------- JWS with x5c (jose_x5c.c) */
+
+/* The algorithms of a JWS that carries its signer's chain (x509pop evidence). */
+enum bc_jws_alg
+{
+	BC_JWS_ES256 = 0,			/* P-256, SHA-256, R||S of 64 bytes */
+	BC_JWS_ES384 = 1,			/* P-384, SHA-384, R||S of 96 bytes */
+	BC_JWS_RS256 = 2,			/* RSA PKCS#1 v1.5, SHA-256 */
+	BC_JWS_PS256 = 3			/* RSA-PSS, SHA-256, MGF1-SHA-256, 32-byte salt */
+};
+
+/* At most a leaf and 4 intermediates, each at most 16,384 bytes of DER. */
+#define BC_X5C_INTERMEDIATES_MAX 4
+#define BC_X5C_CERTS_MAX (1 + BC_X5C_INTERMEDIATES_MAX)
+#define BC_X5C_CERT_MAX 16384
+/* RSA keys of a chain: 2048 to 8192 bits; the longest signature. */
+#define BC_X5C_RSA_MIN_BITS 2048
+#define BC_X5C_RSA_MAX_BITS 8192
+#define BC_X5C_SIG_MAX (BC_X5C_RSA_MAX_BITS / 8)
+
+/* What failed in bc_jws_x5c_parse (beside its status). */
+enum bc_x5c_fault
+{
+	BC_X5C_NONE = 0,
+	BC_X5C_MALFORMED,			/* encoding, JSON, header members, alg */
+	BC_X5C_TOO_MANY_INTERMEDIATES,
+	BC_X5C_OVERSIZED_CERT,
+	BC_X5C_WEAK_KEY,			/* RSA under 2048 bits */
+	BC_X5C_HUGE_KEY,			/* RSA over 8192 bits */
+	BC_X5C_KEY_TYPE,			/* neither P-256, P-384 nor RSA */
+	BC_X5C_ALG_MISMATCH			/* alg does not fit the leaf's key */
+};
+
+/* A parsed x5c JWS: the chain (leaf first), the payload, the signature. */
+typedef struct bc_x5c_jws
+{
+	int			alg;			/* enum bc_jws_alg */
+	X509	   *certs[BC_X5C_CERTS_MAX];	/* owned; certs[0] the leaf */
+	size_t		ncerts;
+	unsigned char *payload;		/* decoded, NUL-terminated (not counted) */
+	size_t		payload_len;
+	unsigned char *sig;
+	size_t		sig_len;
+	size_t		signing_input_len;	/* jws[0..this) is what was signed */
+} bc_x5c_jws;
+
+/* "ES256", "ES384", "RS256", "PS256" for an enum bc_jws_alg, else NULL. */
+const char *bc_jws_alg_name(int alg);
+
+/* The key limits of a chain certificate: BC_X5C_NONE or the fault. */
+int			bc_x5c_key_fault(const EVP_PKEY *key);
+
+/*
+ * Parse a JWS compact serialization whose protected header is exactly alg
+ * and x5c (optionally typ), in this order of checks: the count of x5c
+ * entries and the decoded size of each (before anything is parsed), each
+ * certificate parsed and its key within the limits, the header's members,
+ * alg fitting the leaf key; then the payload (at most max_payload bytes)
+ * and the signature are decoded, not verified.  On failure *fault says what
+ * failed and j holds nothing.  Release with bc_x5c_jws_free().
+ */
+int			bc_jws_x5c_parse(const char *jws, size_t n, size_t max_payload,
+							 bc_x5c_jws *j, int *fault);
+/* Verify j's signature over jws (as parsed) with the leaf's key: BC_OK or BC_EVERIFY. */
+int			bc_jws_x5c_verify(const bc_x5c_jws *j, const char *jws);
+void		bc_x5c_jws_free(bc_x5c_jws *j);
+
+/*
+ * Sign payload as an x5c JWS: alg (enum bc_jws_alg) fitting key, the header
+ * {"alg", "x5c": chain[0..nchain) in standard base64 DER}, chain[0] the
+ * certificate of key.  *jws_out is NUL-terminated (malloc).
+ */
+int			bc_jws_sign_x5c(EVP_PKEY *key, int alg, X509 *const *chain, size_t nchain,
+							const unsigned char *payload, size_t n, char **jws_out);
+
 /* ------------------------------------------------------------------- PKI */
 
 /* Upper bound on a CSR or certificate in DER. */
@@ -303,6 +378,21 @@ X509	   *bc_cert_read_pem_file(const char *path, char *err, size_t errlen);
  * purpose any, at time at_unix, or now when 0).  BC_EVERIFY when it fails.
  */
 int			bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix);
+
+/*
+ * Verify leaf through the untrusted certificates untrusted[0..n) to the one
+ * trust anchor (X509_verify_cert, strict, purpose any, the anchor trusted
+ * even when not self-signed, no other store), at at_unix or now when 0.
+ * BC_EVERIFY when it fails.
+ */
+int			bc_cert_verify_path(X509 *leaf, X509 *const *untrusted, size_t n, X509 *anchor,
+								int64_t at_unix);
+
+/* notAfter of cert in unix seconds. */
+int			bc_cert_not_after(X509 *cert, int64_t *out);
+
+/* How many URI SANs of cert start with prefix. */
+int			bc_cert_uri_san_count(X509 *cert, const char *prefix);
 
 /*
  * The first URI SAN of cert starting with prefix (e.g. "spiffe://"), as a

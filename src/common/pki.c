@@ -579,3 +579,92 @@ bc_cert_uri_san(X509 *cert, const char *prefix, char **out)
 	GENERAL_NAMES_free(names);
 	return rc;
 }
+
+/* Verify leaf through untrusted[0..n) to the one anchor (strict, at at_unix or now). */
+int
+bc_cert_verify_path(X509 *leaf, X509 *const *untrusted, size_t n, X509 *anchor,
+					int64_t at_unix)
+{
+	X509_STORE *store = NULL;
+	X509_STORE_CTX *ctx = NULL;
+	STACK_OF(X509) *chain = NULL;
+	X509_VERIFY_PARAM *param;
+	size_t		i;
+	int			rc = BC_ECRYPTO;
+
+	if (leaf == NULL || anchor == NULL)
+		return BC_EINVAL;
+	store = X509_STORE_new();
+	ctx = X509_STORE_CTX_new();
+	chain = sk_X509_new_null();
+	if (store == NULL || ctx == NULL || chain == NULL || X509_STORE_add_cert(store, anchor) != 1)
+		goto out;
+	for (i = 0; i < n; i++)
+	{
+		if (sk_X509_push(chain, untrusted[i]) <= 0)
+			goto out;
+	}
+	if (X509_STORE_CTX_init(ctx, store, leaf, chain) != 1)
+		goto out;
+	param = X509_STORE_CTX_get0_param(ctx);
+	X509_VERIFY_PARAM_set_flags(param, X509_V_FLAG_X509_STRICT | X509_V_FLAG_PARTIAL_CHAIN);
+	if (X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_ANY) != 1)
+		goto out;
+	if (at_unix != 0)
+		X509_VERIFY_PARAM_set_time(param, (time_t) at_unix);
+	rc = X509_verify_cert(ctx) == 1 ? BC_OK : BC_EVERIFY;
+out:
+	ERR_clear_error();
+	X509_STORE_CTX_free(ctx);
+	sk_X509_free(chain);		/* the certificates stay the caller's */
+	X509_STORE_free(store);
+	return rc;
+}
+
+/* notAfter of cert in unix seconds. */
+int
+bc_cert_not_after(X509 *cert, int64_t *out)
+{
+	struct tm	tm;
+
+	*out = 0;
+	memset(&tm, 0, sizeof(tm));
+	if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1)
+	{
+		ERR_clear_error();
+		return BC_EINVAL;
+	}
+	*out = (int64_t) timegm(&tm);
+	return BC_OK;
+}
+
+/* How many URI SANs of cert start with prefix. */
+int
+bc_cert_uri_san_count(X509 *cert, const char *prefix)
+{
+	GENERAL_NAMES *names = X509_get_ext_d2i(cert, NID_subject_alt_name, NULL, NULL);
+	size_t		prefix_len = strlen(prefix);
+	int			count = 0;
+	int			i;
+
+	if (names == NULL)
+	{
+		ERR_clear_error();
+		return 0;
+	}
+	for (i = 0; i < sk_GENERAL_NAME_num(names); i++)
+	{
+		const GENERAL_NAME *gen = sk_GENERAL_NAME_value(names, i);
+		int			len;
+
+		if (gen->type != GEN_URI)
+			continue;
+		len = ASN1_STRING_length(gen->d.uniformResourceIdentifier);
+		if (len >= 0 && (size_t) len >= prefix_len &&
+			memcmp(ASN1_STRING_get0_data(gen->d.uniformResourceIdentifier), prefix,
+				   prefix_len) == 0)
+			count++;
+	}
+	GENERAL_NAMES_free(names);
+	return count;
+}

@@ -169,6 +169,27 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("bc_join.x509pop_window",
+							"How far an x509pop proof's iat may be from the service clock.",
+							"Either way; a proof is also kept as used until iat plus this window.",
+							&bc_x509pop_window,
+							300,
+							10, 3600,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.x509pop_grace",
+							"How long after its notAfter a node certificate still reclaims its node by x509pop.",
+							"A machine that was away comes back as itself within this time; "
+							"after it, it needs a join token again.",
+							&bc_x509pop_grace,
+							30 * 86400,
+							0, 366 * 86400,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("bc_join");
 
 	bc_stats_init();

@@ -242,6 +242,11 @@ typedef struct BcAttestor
 extern const BcAttestor bc_join_token_attestor;
 extern const BcAttestor bc_provisioned_attestor;
 extern const BcAttestor bc_tpm_attestor;
+extern const BcAttestor bc_x509pop_attestor;
+
+/* attestors/x509pop.c: the iat window and the grace after a node certificate's expiry (seconds). */
+extern int	bc_x509pop_window;
+extern int	bc_x509pop_grace;
 
 /* registry.c: the attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
 extern const BcAttestor *bc_find_attestor(const char *id);

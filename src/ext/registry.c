@@ -19,6 +19,7 @@ static const BcAttestor *const builtin_attestors[] = {
 	&bc_join_token_attestor,
 	&bc_provisioned_attestor,
 	&bc_tpm_attestor,
+	&bc_x509pop_attestor,
 	NULL
 };
 

@@ -3,6 +3,7 @@
  *
  *   jose-tool sign KEY.pem [KID] < payload > jws
  *   jose-tool verify PUB.jwk < jws > payload          (exit 1 on failure)
+ *   jose-tool x5c-verify < jws > payload              (x5c JWS, the leaf's key)
  *   jose-tool seal PUB.jwk HDRNAME HDRVALUE < pt > jwe
  *   jose-tool open KEY.pem HDRNAME < jwe > pt         (header value on stderr)
  *   jose-tool jwk KEY.pem                              (public JWK on stdout)
@@ -24,6 +25,7 @@ usage(FILE *stream)
 	fputs("usage:\n"
 		  "  jose-tool sign KEY.pem [KID] < payload > jws\n"
 		  "  jose-tool verify PUB.jwk < jws > payload\n"
+		  "  jose-tool x5c-verify < jws > payload      (x5c JWS: ES256/ES384/RS256/PS256)\n"
 		  "  jose-tool seal PUB.jwk HDRNAME HDRVALUE < plaintext > jwe\n"
 		  "  jose-tool open KEY.pem HDRNAME < jwe > plaintext\n"
 		  "      (prints the value of header member HDRNAME on stderr, one line)\n"
@@ -181,6 +183,40 @@ cmd_verify(int argc, char **argv)
 	return rc == BC_OK ? 0 : 1;
 }
 
+/* jose-tool x5c-verify: parse and verify an x5c JWS; the payload on stdout. */
+static int
+cmd_x5c_verify(int argc, char **argv)
+{
+	char	   *jws = NULL;
+	size_t		len = 0;
+	bc_x5c_jws	j;
+	int			fault = BC_X5C_NONE;
+	int			rc;
+
+	(void) argv;
+	memset(&j, 0, sizeof(j));
+	if (argc != 2)
+	{
+		usage(stderr);
+		return 2;
+	}
+	rc = read_stream(stdin, &jws, &len);
+	if (rc == BC_OK)
+	{
+		trim_trailing_space(jws, &len);
+		rc = bc_jws_x5c_parse(jws, len, BC_JOSE_MAX, &j, &fault);
+	}
+	if (rc == BC_OK)
+		rc = bc_jws_x5c_verify(&j, jws);
+	if (rc == BC_OK && fwrite(j.payload, 1, j.payload_len, stdout) != j.payload_len)
+		rc = BC_EINVAL;
+	if (rc != BC_OK)
+		fprintf(stderr, "jose-tool x5c-verify: %s (fault %d)\n", bc_status_str(rc), fault);
+	bc_x5c_jws_free(&j);
+	free(jws);
+	return rc == BC_OK ? 0 : 1;
+}
+
 /* jose-tool seal PUB.jwk HDRNAME HDRVALUE */
 static int
 cmd_seal(int argc, char **argv)
@@ -296,6 +332,8 @@ main(int argc, char **argv)
 		return cmd_sign(argc, argv);
 	if (strcmp(argv[1], "verify") == 0)
 		return cmd_verify(argc, argv);
+	if (strcmp(argv[1], "x5c-verify") == 0)
+		return cmd_x5c_verify(argc, argv);
 	if (strcmp(argv[1], "seal") == 0)
 		return cmd_seal(argc, argv);
 	if (strcmp(argv[1], "open") == 0)

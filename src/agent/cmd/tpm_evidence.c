@@ -131,7 +131,7 @@ bcd_cmd_tpm_evidence(int argc, char **argv)
 		if (rc != BC_OK)
 			goto out;
 	}
-	in = (bcd_producer_input) {NULL, csr, csr_len, NULL, NULL, NULL, &cfg, key_path};
+	in = (bcd_producer_input) {.csr = csr,.csr_len = csr_len,.tpm = &cfg,.key_path = key_path};
 	rc = challenge != NULL ?
 		bcd_producer_tpm.answer(&in, challenge, &ev, err, sizeof(err)) :
 		bcd_producer_tpm.produce(&in, &ev, err, sizeof(err));

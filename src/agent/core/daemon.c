@@ -21,35 +21,72 @@
 #include "core/store.h"
 #include "core/tpm_key.h"
 
+/*
+ * An expired credential (or one whose renewal was refused once it expired):
+ * come back as the same node by x509pop, proving the old certificate with
+ * its key and asking for a new key's certificate; only if that is refused,
+ * join with the token, when there is one.
+ */
+static bcd_rc
+rejoin_as_itself(bcd_agent *a, bcd_credential *old, bcd_credential *cred)
+{
+	const bcd_run_opts *o = a->opts;
+	bcd_rc		rc;
+
+	bcd_log("the certificate %s of %s expired at %s; joining again as the same node by "
+			"x509pop, with a new key", old->serial, old->spiffe_id, old->not_after_text);
+	rc = bcd_join_loop(a, old, cred);
+	if (rc != BCD_RC_REFUSED)
+		return rc;
+	if (o->token == NULL && o->token_file == NULL)
+	{
+		bcd_log("x509pop: the service did not take %s back (the reason is in bc_join.events, "
+				"security.join.refused); to join again this host needs a join token: "
+				"start bcd with --token-file FILE", old->spiffe_id);
+		return BCD_RC_REFUSED;
+	}
+	bcd_log("x509pop: the service did not take %s back; joining with the join token as a "
+			"new node", old->spiffe_id);
+	return bcd_join_loop(a, NULL, cred);
+}
+
 /* Load the stored credential or join; BCD_RC_OK with cred filled. */
 static bcd_rc
 credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 {
 	const bcd_run_opts *o = a->opts;
+	bcd_credential old;
 	char		err[512];
 	int			have;
+	bcd_rc		rc;
 
-	have = !force_join && bcd_store_load(o->state_dir, &a->keys, cred, err, sizeof(err)) == BC_OK;
-	if (have && (int64_t) time(NULL) < cred->not_after)
+	have = bcd_store_load(o->state_dir, &a->keys, cred, err, sizeof(err)) == BC_OK;
+	if (have && !force_join && (int64_t) time(NULL) < cred->not_after)
 	{
 		bcd_store_forget_work(o->state_dir, "join");
 		return BCD_RC_OK;
 	}
-	if (have && (o->renew_cmd || (o->token == NULL && o->token_file == NULL)))
+	if (have && o->renew_cmd)
 	{
 		bcd_log("the certificate %s expired at %s", cred->serial, cred->not_after_text);
 		return BCD_RC_OK;		/* renewing is all that is left to try */
 	}
 	if (have)
-		bcd_credential_free(cred);
-	else if (!force_join)
+	{
+		old = *cred;
+		memset(cred, 0, sizeof(*cred));
+		rc = rejoin_as_itself(a, &old, cred);
+		bcd_credential_free(&old);
+		return rc;
+	}
+	if (!force_join)
 		bcd_log("%s", err);
 	if (o->renew_cmd)
 	{
 		bcd_log("renew: there is no credential to renew in %s", o->state_dir);
 		return BCD_RC_FAILED;
 	}
-	return bcd_join_loop(a, cred);
+	return bcd_join_loop(a, NULL, cred);
 }
 
 /* The daemon's life once the state directory is locked. */

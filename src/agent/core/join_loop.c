@@ -39,16 +39,37 @@ typedef struct join_state
 	json_t	   *claims;
 	bcd_evidence answer;		/* a producer's answer to a challenge, for the next round */
 	int			answered;		/* answer holds one */
+	const char *attestor;		/* --attestor, or x509pop for a held credential */
+	const bcd_credential *held;	/* x509pop: the certificate held, else NULL */
+	char	   *held_node_id;
 } join_state;
+
+/* What a producer of this join works from. */
+static bcd_producer_input
+producer_input(bcd_agent *a, const join_state *js)
+{
+	bcd_producer_input in = {
+		.keys = &a->keys,.csr = js->csr,.csr_len = js->csr_len,
+		.token = a->opts->token,.token_file = a->opts->token_file,
+		.node_id = a->opts->node_id,.tpm = &a->opts->tpm,.key_path = js->key_path
+	};
+
+	if (js->held != NULL)
+	{
+		in.held_key = js->held->key;
+		in.held_leaf = js->held->leaf;
+		in.held_node_id = js->held_node_id;
+	}
+	return in;
+}
 
 /* The JoinRequest of this round: the producer's evidence made afresh, the same CSR. */
 static int
 round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errlen)
 {
 	const bcd_run_opts *o = a->opts;
-	const bcd_producer *producer = bcd_producer_for(o->attestor);
-	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, o->token, o->token_file, o->node_id,
-	&o->tpm, js->key_path};
+	const bcd_producer *producer = bcd_producer_for(js->attestor);
+	bcd_producer_input in = producer_input(a, js);
 	bcd_evidence ev = {NULL, NULL};
 	const bcd_evidence *use = &ev;
 	int			rc = BC_OK;
@@ -59,7 +80,7 @@ round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errle
 		rc = producer->produce(&in, &ev, err, errlen);
 	if (rc == BC_OK)
 	{
-		rc = bcd_join_request_json(js->csr, js->csr_len, o->role, o->attestor,
+		rc = bcd_join_request_json(js->csr, js->csr_len, o->role, js->attestor,
 								   use->attestation, use->sealed_token, js->claims, text);
 		if (rc != BC_OK)
 			snprintf(err, errlen, "cannot build the JoinRequest (%s)", bc_status_str(rc));
@@ -72,10 +93,9 @@ round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errle
 static bcd_rc
 on_deferral(bcd_agent *a, join_state *js, const bcd_answer *ans)
 {
-	const char *attestor = ans->attestor != NULL ? ans->attestor : a->opts->attestor;
+	const char *attestor = ans->attestor != NULL ? ans->attestor : js->attestor;
 	const bcd_producer *producer = bcd_producer_for(attestor);
-	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, a->opts->token, a->opts->token_file,
-		a->opts->node_id, &a->opts->tpm, js->key_path};
+	bcd_producer_input in = producer_input(a, js);
 	long		wait = ans->retry_after > 0 ? ans->retry_after : PENDING_DEFAULT_WAIT;
 	char		err[512];
 	double		jittered;
@@ -169,8 +189,8 @@ join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
 	else if (rc == BCD_RC_DEFERRED)
 		rc = on_deferral(a, js, &ans);
 	else if (rc == BCD_RC_REFUSED)
-		bcd_log("join: the service refused the join (%s); a refusal is final, "
-				"not trying again", ans.refusal);
+		bcd_log("join: the service refused the %s join (%s); a refusal is final, "
+				"not trying again", js->attestor, ans.refusal);
 	else
 		bcd_log("join: the answer does not verify, nothing was stored: %s", err);
 out:
@@ -185,7 +205,7 @@ out:
  * cred): BCD_RC_OK, BCD_RC_REFUSED, BCD_RC_FAILED or BCD_RC_STOPPED.
  */
 bcd_rc
-bcd_join_loop(bcd_agent *a, bcd_credential *cred)
+bcd_join_loop(bcd_agent *a, const bcd_credential *held, bcd_credential *cred)
 {
 	join_state	js;
 	const char *what = "cannot create the join directory";
@@ -193,6 +213,21 @@ bcd_join_loop(bcd_agent *a, bcd_credential *cred)
 
 	memset(&js, 0, sizeof(js));
 	memset(cred, 0, sizeof(*cred));
+	js.attestor = a->opts->attestor;
+	if (held != NULL)
+	{
+		const char *slash = held->spiffe_id != NULL ? strrchr(held->spiffe_id, '/') : NULL;
+
+		what = "the held certificate names no node";
+		if (slash == NULL || strstr(held->spiffe_id, "/node/") == NULL || slash[1] == '\0')
+			goto out;
+		js.held_node_id = strdup(slash + 1);
+		if (js.held_node_id == NULL)
+			goto out;
+		js.held = held;
+		js.attestor = "x509pop";
+		what = "cannot create the join directory";
+	}
 	js.dir = bcd_store_work_dir(a->opts->state_dir, "join");
 	if (js.dir == NULL || (js.key_path = bcd_path_join(js.dir, "node.key")) == NULL)
 		goto out;
@@ -216,5 +251,6 @@ out:
 	bcd_node_key_free(js.key);
 	free(js.key_path);
 	free(js.dir);
+	free(js.held_node_id);
 	return rc;
 }

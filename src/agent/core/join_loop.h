@@ -5,6 +5,11 @@
 #include "core/daemon.h"
 #include "core/store.h"
 
-bcd_rc		bcd_join_loop(bcd_agent *a, bcd_credential *cred);
+/*
+ * Join until issued (cred filled), refused, failed or stopped.  held NULL:
+ * with --attestor's producer (join-token by default); held a credential (an
+ * expired one): come back as its node by x509pop, with a new key.
+ */
+bcd_rc		bcd_join_loop(bcd_agent *a, const bcd_credential *held, bcd_credential *cred);
 
 #endif							/* BCD_JOIN_LOOP_H */

@@ -184,8 +184,8 @@ bcd_renewal_delay(const bcd_run_opts *o, const bcd_credential *cred)
 
 /*
  * Renew cred until it is renewed (cred replaced), backing off on failures.
- * BCD_RC_OK, BCD_RC_STOPPED, BCD_RC_RETRY (expired and a token is configured:
- * join again), or with --once the failure's outcome.
+ * BCD_RC_OK, BCD_RC_STOPPED, BCD_RC_RETRY (expired: join again, as the
+ * same node by x509pop first), or with --once the failure's outcome.
  */
 bcd_rc
 bcd_renew_until_done(bcd_agent *a, bcd_credential *cred)
@@ -214,14 +214,9 @@ bcd_renew_until_done(bcd_agent *a, bcd_credential *cred)
 			return BCD_RC_STOPPED;
 		if ((int64_t) time(NULL) >= cred->not_after && !o->once)
 		{
-			if (o->token != NULL || o->token_file != NULL)
-			{
-				bcd_log("the certificate %s expired at %s; joining again", cred->serial,
-						cred->not_after_text);
-				return BCD_RC_RETRY;
-			}
-			bcd_log("the certificate %s expired at %s and no token is configured to join "
-					"again; still trying to renew", cred->serial, cred->not_after_text);
+			bcd_log("the certificate %s expired at %s; joining again", cred->serial,
+					cred->not_after_text);
+			return BCD_RC_RETRY;
 		}
 	}
 }

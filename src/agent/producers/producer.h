@@ -11,6 +11,8 @@
 #include <stddef.h>
 
 #include <jansson.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
 
 #include "core/service_keys.h"
 
@@ -37,6 +39,10 @@ typedef struct bcd_producer_input
 	const char *node_id;		/* --node-id (provisioned), or NULL */
 	const bcd_tpm_config *tpm;	/* the tpm producer's configuration, or NULL */
 	const char *key_path;		/* the CSR's key file (tpm: its TSS2 PRIVATE KEY) */
+	/* x509pop: the certificate held (node-chain.pem's leaf) and its key (node.key) */
+	EVP_PKEY   *held_key;
+	X509	   *held_leaf;
+	const char *held_node_id;
 } bcd_producer_input;
 
 /* What a producer made for one round (each malloc()ed, or NULL). */
@@ -63,6 +69,7 @@ typedef struct bcd_producer
 extern const bcd_producer bcd_producer_join_token;
 extern const bcd_producer bcd_producer_provisioned;
 extern const bcd_producer bcd_producer_tpm;
+extern const bcd_producer bcd_producer_x509pop;
 
 /*
  * The producer for attestor: its own, or the join-token producer (a token

@@ -11,6 +11,7 @@ static const bcd_producer *const producers[] = {
 	&bcd_producer_join_token,
 	&bcd_producer_provisioned,
 	&bcd_producer_tpm,
+	&bcd_producer_x509pop,
 };
 
 /* The producer for attestor (producer.h). */
