@@ -18,6 +18,7 @@
 static const BcAttestor *const builtin_attestors[] = {
 	&bc_join_token_attestor,
 	&bc_provisioned_attestor,
+	&bc_cloud_iid_attestor,
 	NULL
 };
 
