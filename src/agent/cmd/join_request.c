@@ -191,7 +191,7 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 	if (rc != BC_OK)
 		goto out;
 	what = "cannot build the JoinRequest (sealing the token)";
-	in = (bcd_producer_input) {keys, csr, csr_len, token, NULL, NULL};
+	in = (bcd_producer_input) {keys, csr, csr_len, token, NULL, NULL, NULL, NULL, NULL};
 	rc = bcd_producer_join_token.produce(&in, &ev, why, sizeof(why));
 	if (rc == BC_OK)
 		rc = bcd_join_request_json(csr, csr_len, opts->role, opts->attestor,

@@ -45,7 +45,8 @@ round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errle
 {
 	const bcd_run_opts *o = a->opts;
 	const bcd_producer *producer = bcd_producer_for(o->attestor);
-	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, o->token, o->token_file, o->node_id};
+	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, o->token, o->token_file, o->node_id,
+		o->cloud, o->metadata_url, o->cloud_audience};
 	bcd_evidence ev = {NULL, NULL};
 	const bcd_evidence *use = &ev;
 	int			rc = BC_OK;
@@ -72,7 +73,7 @@ on_deferral(bcd_agent *a, join_state *js, const bcd_answer *ans)
 	const char *attestor = ans->attestor != NULL ? ans->attestor : a->opts->attestor;
 	const bcd_producer *producer = bcd_producer_for(attestor);
 	bcd_producer_input in = {&a->keys, js->csr, js->csr_len, a->opts->token, a->opts->token_file,
-		a->opts->node_id};
+		a->opts->node_id, a->opts->cloud, a->opts->metadata_url, a->opts->cloud_audience};
 	long		wait = ans->retry_after > 0 ? ans->retry_after : PENDING_DEFAULT_WAIT;
 	char		err[512];
 	double		jittered;

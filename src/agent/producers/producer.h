@@ -21,6 +21,9 @@ typedef struct bcd_producer_input
 	const char *token;			/* --token, or NULL */
 	const char *token_file;		/* --token-file (read at every round), or NULL */
 	const char *node_id;		/* --node-id (provisioned), or NULL */
+	const char *cloud;			/* --cloud aws|gcp|azure (cloud-iid), or NULL */
+	const char *metadata_url;	/* --metadata-url (cloud-iid), or NULL: the cloud's own */
+	const char *cloud_audience;	/* --cloud-audience (cloud-iid, gcp), or NULL */
 } bcd_producer_input;
 
 /* What a producer made for one round (each malloc()ed, or NULL). */
@@ -46,6 +49,7 @@ typedef struct bcd_producer
 /* The producers (one file each). */
 extern const bcd_producer bcd_producer_join_token;
 extern const bcd_producer bcd_producer_provisioned;
+extern const bcd_producer bcd_producer_cloud_iid;
 
 /*
  * The producer for attestor: its own, or the join-token producer (a token

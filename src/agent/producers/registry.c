@@ -10,6 +10,7 @@
 static const bcd_producer *const producers[] = {
 	&bcd_producer_join_token,
 	&bcd_producer_provisioned,
+	&bcd_producer_cloud_iid,
 };
 
 /* The producer for attestor (producer.h). */
