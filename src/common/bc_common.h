@@ -445,4 +445,63 @@ int			bc_open_state_p256(EVP_PKEY *priv, const char *context,
 int			bc_state_key_read_file(const char *path, unsigned char key32[BC_STATE_KEY_LEN],
 								   EVP_PKEY **pkey_out, char *err, size_t errlen);
 
+/* ----------------------------------------------------------------- cloud.c */
+
+/*
+ * The provider-independent checks of the cloud-iid attestor (ATTESTORS.md,
+ * "cloud-iid").  Each verifier returns BC_OK, or a failure status with
+ * *reason set to a static refusal reason ("malformed-pkcs7", "bad-signature",
+ * ...); what it hands back is malloc()ed.
+ */
+#define BC_CLOUD_DOC_MAX (16 * 1024)
+
+/* PEM text holding one or more certificates: every one parses, or BC_EINVAL. */
+int			bc_cloud_certs_from_pem(const char *pem, size_t n, STACK_OF(X509) **out);
+
+/*
+ * AWS: a BER PKCS#7 SignedData with exactly one SignerInfo and its content
+ * attached, verified by PKCS7_verify(p7, certs, NULL, NULL, out,
+ * PKCS7_NOINTERN | PKCS7_NOVERIFY): only a configured certificate can be
+ * the signer.  *content is the signed content (NUL-terminated, not counted).
+ */
+int			bc_cloud_aws_verify(const unsigned char *p7, size_t n, STACK_OF(X509) *certs,
+								unsigned char **content, size_t *content_len,
+								const char **reason);
+
+/*
+ * Azure: the same shape; the signer is the certificate PKCS7_get0_signers
+ * matches to the SignerInfo (never the bag's first), chain-verified at
+ * at_unix with purpose ANY to roots through intermediates (nothing else,
+ * nothing fetched), with a dNSName equal to domain or ending in "." domain;
+ * then PKCS7_verify(p7, {signer}, NULL, NULL, out, NOINTERN | NOVERIFY).
+ */
+int			bc_cloud_azure_verify(const unsigned char *p7, size_t n, STACK_OF(X509) *roots,
+								  STACK_OF(X509) *intermediates, const char *domain,
+								  int64_t at_unix, unsigned char **content,
+								  size_t *content_len, const char **reason);
+
+/*
+ * A JWKS document ({"keys": [...]}): BC_OK when every key has a string kid
+ * and kty and every RSA key (2048 to 8192 bits) builds; *rsa_keys counts them.
+ */
+int			bc_cloud_jwks_check(const char *jwks, size_t n, int *rsa_keys);
+
+/*
+ * The keys of a JWKS whose kid is kid: *matches counts them; when exactly
+ * one matches and it is an RSA key, *key is it (EVP_PKEY_fromdata from n, e).
+ */
+int			bc_cloud_jwks_rsa_key(const char *jwks, size_t n, const char *kid,
+								  int *matches, EVP_PKEY **key);
+
+/* RS256 (RSASSA-PKCS1-v1_5, SHA-256) over input: BC_OK or BC_EVERIFY. */
+int			bc_cloud_rs256_verify(EVP_PKEY *key, const char *input, size_t n,
+								  const unsigned char *sig, size_t sig_len);
+
+/* "YYYY-MM-DDTHH:MM:SSZ" (AWS pendingTime) as Unix seconds. */
+int			bc_cloud_parse_rfc3339(const char *s, int64_t *out);
+/* "MM/DD/YY HH:MM:SS -0000" (Azure timeStamp, UTC) as Unix seconds. */
+int			bc_cloud_parse_azure_time(const char *s, int64_t *out);
+/* 1 when s is a UUID: 8-4-4-4-12 hex digits. */
+int			bc_cloud_is_uuid(const char *s);
+
 #endif							/* BC_COMMON_H */

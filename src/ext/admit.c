@@ -164,8 +164,11 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	bc_json_member(&ev, "serial", issued.serial_hex);
 	bc_json_member(&ev, "spiffeId", issued.spiffe_id);
 	bc_json_member(&ev, "csrSha256", req->csr_sha256_b64);
-	appendStringInfo(&ev, ",\"reclaim\":%s,\"identityGeneration\":%d}",
+	appendStringInfo(&ev, ",\"reclaim\":%s,\"identityGeneration\":%d",
 					 reclaim ? "true" : "false", generation);
+	if (res->joined_detail != NULL)
+		appendStringInfo(&ev, ",\"detail\":%s", res->joined_detail);
+	appendStringInfoChar(&ev, '}');
 	evj = bc_jsonb(ev.data);
 	bc_emit_event(res->tenant_id, "node.joined", evj);
 	bc_audit(reclaim ? "node.reclaim" : "node.join", res->tenant_id, node_id, evj);

@@ -164,6 +164,10 @@ extern void bc_invalid_config(const char *fmt,...) pg_attribute_printf(1, 2) pg_
  */
 extern void bc_refuse_join(const char *refusal, const char *tenant_id) pg_attribute_noreturn();
 
+/* The same, with a JSON object the refusal event carries as "detail". */
+extern void bc_refuse_join_detail(const char *refusal, const char *tenant_id,
+								  const char *detail_json) pg_attribute_noreturn();
+
 /* The refusal pending after a JR001 error was caught (and clear it). */
 extern bool bc_take_refusal(char **refusal, char **tenant_id);
 
@@ -213,6 +217,8 @@ typedef struct BcAttestResult
 	bool		allow_reclaim;
 	/* an operator's one-time token named this node (provisioned): a reclaim it allows */
 	bool		operator_reclaim;
+	/* a JSON object node.joined carries as "detail" (cloud-iid: the instance), or NULL */
+	char	   *joined_detail;
 } BcAttestResult;
 
 /* What an attestor answers: a result, or a deferral. */
@@ -247,6 +253,7 @@ extern const BcAttestor bc_x509pop_attestor;
 /* attestors/x509pop.c: the iat window and the grace after a node certificate's expiry (seconds). */
 extern int	bc_x509pop_window;
 extern int	bc_x509pop_grace;
+extern const BcAttestor bc_cloud_iid_attestor;
 
 /* registry.c: the attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
 extern const BcAttestor *bc_find_attestor(const char *id);
@@ -312,6 +319,19 @@ typedef struct BcEvidenceMember
 
 extern void bc_evidence_members(const char *attestor, const bytea *evidence,
 								BcEvidenceMember *members, int n);
+
+/* A scalar member of a signed JSON document, read by path ("google.compute_engine.project_id"). */
+typedef struct BcDocField
+{
+	const char *path;
+	bool		integer;		/* a JSON integer; else a string */
+	char	   *value;			/* out: the string, or the integer's digits; NULL when absent */
+	bool		seen;			/* out */
+	bool		wrong_type;		/* out: present, but not of its type */
+} BcDocField;
+
+/* Read these fields of a JSON object; false when it is no JSON object or a field is duplicated. */
+extern bool bc_doc_fields(const char *data, int len, BcDocField *fields, int n);
 
 /* single_use.c: single-use evidence consumed in the running round. */
 extern void bc_single_use_reset(void);

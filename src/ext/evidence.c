@@ -134,3 +134,184 @@ bc_evidence_members(const char *attestor, const bytea *evidence, BcEvidenceMembe
 			bc_refuse_join(psprintf("%s:malformed", attestor), NULL);
 	}
 }
+
+/*
+ * Signed documents (a cloud's identity document, a JWT's claims): nested
+ * JSON of which the caller reads some scalar members by path ("a.b.c").
+ * Other members are ignored; a member read twice (a duplicate) or text that
+ * is no JSON object makes the whole document unreadable; a member of the
+ * wrong type is reported on that member.
+ */
+#define DOC_DEPTH_MAX 32
+
+typedef struct DocScan
+{
+	BcDocField *fields;
+	int			n;
+	int			depth;			/* containers open */
+	char		kind[DOC_DEPTH_MAX];	/* 'o' or 'a' for each */
+	char	   *names[DOC_DEPTH_MAX];	/* the member each object is at */
+	int			current;		/* field whose value comes next, or -1 */
+	bool		bad;
+} DocScan;
+
+/* The wanted field at the member just started, or -1. */
+static int
+doc_match(DocScan *ds)
+{
+	StringInfoData path;
+	int			i;
+
+	for (i = 0; i < ds->depth; i++)
+		if (ds->kind[i] != 'o')
+			return -1;			/* inside an array: never read */
+	initStringInfo(&path);
+	for (i = 0; i < ds->depth; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&path, '.');
+		appendStringInfoString(&path, ds->names[i]);
+	}
+	for (i = 0; i < ds->n; i++)
+		if (strcmp(ds->fields[i].path, path.data) == 0)
+			return i;
+	return -1;
+}
+
+static void
+doc_container_start(DocScan *ds, char kind)
+{
+	if (ds->current >= 0)
+	{
+		ds->fields[ds->current].wrong_type = true;	/* a scalar was wanted */
+		ds->current = -1;
+	}
+	if (ds->depth >= DOC_DEPTH_MAX)
+	{
+		ds->bad = true;
+		return;
+	}
+	ds->kind[ds->depth] = kind;
+	ds->names[ds->depth] = NULL;
+	ds->depth++;
+}
+
+static void
+doc_object_start(void *state)
+{
+	doc_container_start((DocScan *) state, 'o');
+}
+
+static void
+doc_array_start(void *state)
+{
+	doc_container_start((DocScan *) state, 'a');
+}
+
+static void
+doc_container_end(void *state)
+{
+	DocScan    *ds = (DocScan *) state;
+
+	if (ds->depth > 0)
+		ds->depth--;
+}
+
+static void
+doc_field_start(void *state, char *fname, bool isnull)
+{
+	DocScan    *ds = (DocScan *) state;
+	int			i;
+
+	if (ds->depth < 1 || ds->depth > DOC_DEPTH_MAX)
+		return;
+	ds->names[ds->depth - 1] = fname;
+	ds->current = -1;
+	/* match with this member as the last path element */
+	i = doc_match(ds);
+	if (i >= 0)
+	{
+		if (ds->fields[i].seen)
+			ds->bad = true;		/* a duplicate */
+		ds->fields[i].seen = true;
+		ds->current = i;
+	}
+}
+
+static void
+doc_scalar(void *state, char *token, JsonTokenType type)
+{
+	DocScan    *ds = (DocScan *) state;
+	BcDocField *f;
+
+	if (ds->depth == 0)
+	{
+		ds->bad = true;			/* a bare scalar document */
+		return;
+	}
+	if (ds->current < 0)
+		return;
+	f = &ds->fields[ds->current];
+	ds->current = -1;
+	if (f->integer)
+	{
+		const char *p = token[0] == '-' ? token + 1 : token;
+		size_t		digits = strspn(p, "0123456789");
+
+		if (type != JSON_TOKEN_NUMBER || digits == 0 || p[digits] != '\0' || digits > 18)
+		{
+			f->wrong_type = true;
+			return;
+		}
+	}
+	else if (type != JSON_TOKEN_STRING)
+	{
+		f->wrong_type = true;
+		return;
+	}
+	f->value = pstrdup(token);
+}
+
+/* Read the fields of a signed JSON document; false when it is unreadable. */
+bool
+bc_doc_fields(const char *data, int len, BcDocField *fields, int n)
+{
+	DocScan		ds;
+	JsonSemAction sem;
+	JsonLexContext *lex;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		fields[i].value = NULL;
+		fields[i].seen = false;
+		fields[i].wrong_type = false;
+	}
+	if (len <= 0 || memchr(data, '\0', len) != NULL || !pg_verify_mbstr(PG_UTF8, data, len, true))
+		return false;
+	memset(&ds, 0, sizeof(ds));
+	ds.fields = fields;
+	ds.n = n;
+	ds.current = -1;
+	memset(&sem, 0, sizeof(sem));
+	sem.semstate = &ds;
+	sem.object_start = doc_object_start;
+	sem.object_end = doc_container_end;
+	sem.array_start = doc_array_start;
+	sem.array_end = doc_container_end;
+	sem.object_field_start = doc_field_start;
+	sem.scalar = doc_scalar;
+	lex = makeJsonLexContextCstringLen((char *) data, len, PG_UTF8, true);
+	/* the root must be an object */
+	{
+		int			k = 0;
+
+		while (k < len && (data[k] == ' ' || data[k] == '\t' || data[k] == '\n' || data[k] == '\r'))
+			k++;
+		if (k >= len || data[k] != '{')
+			return false;
+	}
+	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || ds.bad)
+		return false;
+	return true;
+}

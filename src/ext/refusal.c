@@ -19,6 +19,9 @@
 static char pending_refusal[160];
 static char pending_tenant[80];
 static bool pending = false;
+/* A JSON object the refusal event carries as "detail" (never evidence): pending, then taken. */
+static char pending_detail[512];
+static char taken_detail[512];
 
 /* Raise the uniform refusal, remembering its reason and tenant. */
 void
@@ -26,6 +29,27 @@ bc_refuse_join(const char *refusal, const char *tenant_id)
 {
 	strlcpy(pending_refusal, refusal ? refusal : "join:refused", sizeof(pending_refusal));
 	strlcpy(pending_tenant, tenant_id ? tenant_id : "", sizeof(pending_tenant));
+	pending = true;
+	pending_detail[0] = '\0';
+	ereport(ERROR,
+			(errcode(ERRCODE_BC_JOIN_REFUSED),
+			 errmsg("join refused"),
+			 errhidestmt(true)));
+}
+
+/*
+ * The same, with a JSON object the security.join.refused event carries as
+ * "detail" (what an operator needs to act: never the evidence itself).
+ */
+void
+bc_refuse_join_detail(const char *refusal, const char *tenant_id, const char *detail_json)
+{
+	strlcpy(pending_refusal, refusal ? refusal : "join:refused", sizeof(pending_refusal));
+	strlcpy(pending_tenant, tenant_id ? tenant_id : "", sizeof(pending_tenant));
+	if (detail_json != NULL && strlen(detail_json) < sizeof(pending_detail))
+		strlcpy(pending_detail, detail_json, sizeof(pending_detail));
+	else
+		pending_detail[0] = '\0';
 	pending = true;
 	ereport(ERROR,
 			(errcode(ERRCODE_BC_JOIN_REFUSED),
@@ -41,9 +65,11 @@ bc_take_refusal(char **refusal, char **tenant_id)
 
 	*refusal = was ? pstrdup(pending_refusal) : NULL;
 	*tenant_id = (was && pending_tenant[0]) ? pstrdup(pending_tenant) : NULL;
+	strlcpy(taken_detail, was ? pending_detail : "", sizeof(taken_detail));
 	pending = false;
 	pending_refusal[0] = '\0';
 	pending_tenant[0] = '\0';
+	pending_detail[0] = '\0';
 	return was;
 }
 
@@ -126,6 +152,9 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 					 req->csr_sha256_b64, req->csr_spki_sha256_b64, claims_b64);
 	if (suppressed_before > 0)
 		appendStringInfo(&buf, ",\"suppressedBefore\":" INT64_FORMAT, suppressed_before);
+	if (taken_detail[0] != '\0')
+		appendStringInfo(&buf, ",\"detail\":%s", taken_detail);
+	taken_detail[0] = '\0';
 	appendStringInfoChar(&buf, '}');
 
 	bc_emit_event(stream, "security.join.refused",

@@ -20,6 +20,7 @@ static const BcAttestor *const builtin_attestors[] = {
 	&bc_provisioned_attestor,
 	&bc_tpm_attestor,
 	&bc_x509pop_attestor,
+	&bc_cloud_iid_attestor,
 	NULL
 };
 

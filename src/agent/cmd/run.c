@@ -40,6 +40,7 @@ run_usage(FILE *stream, int renew_cmd)
 		fputs("usage: bcd run --gateway URL --gateway-ca FILE --service-keys FILE\n"
 			  "               --state-dir DIR [--token T | --token-file FILE]\n"
 			  "               [--role node|site|ramdisk] [--attestor ID] [--node-id NODE]\n"
+			  "               [--cloud aws|gcp|azure [--metadata-url URL] [--cloud-audience A]]\n"
 			  "               [--claims JSON]\n"
 			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
 			  "               [--once] [--renew-now] [--socket PATH]\n"
@@ -73,6 +74,15 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       provisioning token an operator made for it\n"
 			  "                       (bc_join.create_provisioning_token); attestor\n"
 			  "                       provisioned\n"
+			  "  --cloud CLOUD        with --attestor cloud-iid: aws, gcp or azure; the\n"
+			  "                       evidence is the cloud's signed word from its metadata\n"
+			  "                       service (aws also sends the token, sealed, if given)\n"
+			  "  --metadata-url URL   the metadata service (default the cloud's own:\n"
+			  "                       http://169.254.169.254, gcp\n"
+			  "                       http://metadata.google.internal)\n"
+			  "  --cloud-audience A   gcp: the audience the service is configured with\n"
+			  "                       (bc_join.cloud_providers); the token asks for\n"
+			  "                       A#<csrSha256>\n"
 			  "  --claims JSON        the JoinRequest claims object (default hostname, arch)\n"
 			  "  --hostname H         claims.hostname (default: gethostname())\n"
 			  "  --max-retry-after S  longest wait the service or gateway may ask for\n"
@@ -124,6 +134,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"role", required_argument, NULL, 'r'},
 		{"attestor", required_argument, NULL, 'a'},
 		{"node-id", required_argument, NULL, 'N'},
+		{"cloud", required_argument, NULL, 'L'},
+		{"metadata-url", required_argument, NULL, 'U'},
+		{"cloud-audience", required_argument, NULL, 'A'},
 		{"claims", required_argument, NULL, 'c'},
 		{"hostname", required_argument, NULL, 'H'},
 		{"max-retry-after", required_argument, NULL, 'm'},
@@ -174,6 +187,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'r': o->role = optarg; break;
 			case 'a': o->attestor = optarg; attestor_set = 1; break;
 			case 'N': o->node_id = optarg; break;
+			case 'L': o->cloud = optarg; break;
+			case 'U': o->metadata_url = optarg; break;
+			case 'A': o->cloud_audience = optarg; break;
 			case 'c': o->claims = optarg; break;
 			case 'H': o->hostname = optarg; break;
 			case 'o': o->once = 1; break;
@@ -225,6 +241,21 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		bad = "--node-id must name a node";
 	else if (o->node_id != NULL && o->token == NULL && o->token_file == NULL)
 		bad = "--node-id needs the provisioning token (--token or --token-file)";
+	else if ((o->cloud != NULL || o->metadata_url != NULL || o->cloud_audience != NULL) &&
+			 strcmp(o->attestor, "cloud-iid") != 0)
+		bad = "--cloud, --metadata-url and --cloud-audience are for --attestor cloud-iid";
+	else if (strcmp(o->attestor, "cloud-iid") == 0 &&
+			 (o->cloud == NULL || (strcmp(o->cloud, "aws") != 0 && strcmp(o->cloud, "gcp") != 0 &&
+								   strcmp(o->cloud, "azure") != 0)))
+		bad = "--attestor cloud-iid needs --cloud aws, gcp or azure";
+	else if (o->cloud != NULL && strcmp(o->cloud, "gcp") == 0 &&
+			 (o->cloud_audience == NULL || o->cloud_audience[0] == '\0'))
+		bad = "--cloud gcp needs --cloud-audience (the audience bc_join.cloud_providers names)";
+	else if (o->cloud_audience != NULL && o->cloud != NULL && strcmp(o->cloud, "gcp") != 0)
+		bad = "--cloud-audience is for --cloud gcp";
+	else if (o->metadata_url != NULL && strncmp(o->metadata_url, "http://", 7) != 0 &&
+			 strncmp(o->metadata_url, "https://", 8) != 0)
+		bad = "--metadata-url must be an http:// or https:// URL";
 	else if (strcmp(o->role, BC_ROLE_NODE) != 0 && strcmp(o->role, BC_ROLE_SITE) != 0 &&
 			 strcmp(o->role, BC_ROLE_RAMDISK) != 0)
 		bad = "--role must be node, site or ramdisk";

@@ -23,6 +23,9 @@ typedef struct bcd_run_opts
 	const char *role;
 	const char *attestor;
 	const char *node_id;		/* --node-id: join as this node (provisioned) */
+	const char *cloud;			/* --cloud aws|gcp|azure (cloud-iid) */
+	const char *metadata_url;	/* --metadata-url: the metadata service (cloud-iid) */
+	const char *cloud_audience;	/* --cloud-audience (cloud-iid on gcp) */
 	const char *claims;
 	const char *hostname;
 	long		max_retry_after;	/* seconds, clamp of every wait we are told */

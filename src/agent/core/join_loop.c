@@ -51,7 +51,9 @@ producer_input(bcd_agent *a, const join_state *js)
 	bcd_producer_input in = {
 		.keys = &a->keys,.csr = js->csr,.csr_len = js->csr_len,
 		.token = a->opts->token,.token_file = a->opts->token_file,
-		.node_id = a->opts->node_id,.tpm = &a->opts->tpm,.key_path = js->key_path
+		.node_id = a->opts->node_id,.tpm = &a->opts->tpm,.key_path = js->key_path,
+		.cloud = a->opts->cloud,.metadata_url = a->opts->metadata_url,
+		.cloud_audience = a->opts->cloud_audience
 	};
 
 	if (js->held != NULL)

@@ -43,6 +43,9 @@ typedef struct bcd_producer_input
 	EVP_PKEY   *held_key;
 	X509	   *held_leaf;
 	const char *held_node_id;
+	const char *cloud;			/* --cloud aws|gcp|azure (cloud-iid), or NULL */
+	const char *metadata_url;	/* --metadata-url (cloud-iid), or NULL: the cloud's own */
+	const char *cloud_audience;	/* --cloud-audience (cloud-iid, gcp), or NULL */
 } bcd_producer_input;
 
 /* What a producer made for one round (each malloc()ed, or NULL). */
@@ -70,6 +73,7 @@ extern const bcd_producer bcd_producer_join_token;
 extern const bcd_producer bcd_producer_provisioned;
 extern const bcd_producer bcd_producer_tpm;
 extern const bcd_producer bcd_producer_x509pop;
+extern const bcd_producer bcd_producer_cloud_iid;
 
 /*
  * The producer for attestor: its own, or the join-token producer (a token

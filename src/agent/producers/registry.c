@@ -12,6 +12,7 @@ static const bcd_producer *const producers[] = {
 	&bcd_producer_provisioned,
 	&bcd_producer_tpm,
 	&bcd_producer_x509pop,
+	&bcd_producer_cloud_iid,
 };
 
 /* The producer for attestor (producer.h). */

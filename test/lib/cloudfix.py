@@ -1,0 +1,179 @@
+"""cloudfix.py: local stand-ins for the clouds' signing keys (cloud-iid tests).
+
+The verification code is the one that checks real evidence; only the trust
+material differs: a self-signed RSA-2048 certificate plays AWS's regional
+certificate, a root -> intermediate -> signer chain with a dNSName under a
+test domain plays Azure's, an RSA key in a JWKS plays Google's.  openssl
+makes the PKCS#7 exactly as the clouds ship it (attached content, BER/DER),
+jwcrypto the JWT."""
+import base64, hashlib, json, os, subprocess, time
+
+from jwcrypto import jwk, jws
+from jwcrypto.common import json_encode
+
+AZURE_DOMAIN = "metadata.test.example"
+GCP_AUDIENCE = "https://join.test.example"
+
+
+def b64u(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def sh(*args, data=None):
+    return subprocess.run(args, input=data, capture_output=True, check=True).stdout
+
+
+class Clouds:
+    def __init__(self, d):
+        self.d = d
+        os.makedirs(d, exist_ok=True)
+        p = lambda n: os.path.join(d, n)
+        self.p = p
+        # AWS: a self-signed RSA-2048 certificate like the regional one, and an evil one
+        for n in ("aws", "evil"):
+            sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p(n + ".key"),
+               "-out", p(n + ".crt"), "-days", "30", "-subj", "/CN=" + n + " stand-in",
+               "-addext", "basicConstraints=critical,CA:TRUE,pathlen:0",
+               "-addext", "keyUsage=digitalSignature")
+        # Azure: root -> intermediate -> signer (dNSName under the test domain); an unrelated cert
+        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p("root.key"),
+           "-out", p("root.crt"), "-days", "30", "-subj", "/CN=azure test root",
+           "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=keyCertSign,cRLSign")
+        self._issue("int", "root", "/CN=azure test intermediate",
+                    "basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=keyCertSign,cRLSign\n")
+        self._issue("signer", "int", "/CN=eastus." + AZURE_DOMAIN,
+                    "subjectAltName=DNS:eastus.%s\nextendedKeyUsage=serverAuth,clientAuth\n" % AZURE_DOMAIN)
+        self._issue("wrongdom", "int", "/CN=eastus.metadata.elsewhere.example",
+                    "subjectAltName=DNS:eastus.metadata.elsewhere.example,DNS:x%s\n" % AZURE_DOMAIN)
+        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p("azevil.key"),
+           "-out", p("azevil.crt"), "-days", "30", "-subj", "/CN=eastus." + AZURE_DOMAIN,
+           "-addext", "subjectAltName=DNS:eastus." + AZURE_DOMAIN)
+        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p("other.key"),
+           "-out", p("other.crt"), "-days", "30", "-subj", "/CN=unrelated")
+        # GCP: an RSA key in a JWKS, and keys that must never verify
+        self.gkey = jwk.JWK.generate(kty="RSA", size=2048, kid="g1")
+        self.gother = jwk.JWK.generate(kty="RSA", size=2048, kid="g2")
+        self.gec = jwk.JWK.generate(kty="EC", crv="P-256", kid="g1")
+
+    def _issue(self, name, ca, subj, ext):
+        p = self.p
+        with open(p(name + ".ext"), "w") as f:
+            f.write(ext)
+        sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", p(name + ".key"),
+           "-out", p(name + ".csr"), "-subj", subj)
+        sh("openssl", "x509", "-req", "-in", p(name + ".csr"), "-CA", p(ca + ".crt"),
+           "-CAkey", p(ca + ".key"), "-CAcreateserial", "-days", "30", "-out", p(name + ".crt"),
+           "-extfile", p(name + ".ext"))
+
+    def pem(self, name):
+        return open(self.p(name + ".crt")).read()
+
+    def jwks(self):
+        return json.dumps({"keys": [json.loads(self.gkey.export_public())]})
+
+    def configure(self, cur, tenant, pool, aws_account="123456789012", gcp_project="proj-1",
+                  azure_sub="8d10da13-8125-4ba9-a717-bf7490507b3d"):
+        """The operator's configuration for all three providers."""
+        q = cur.execute
+        q("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('aws', 'certificate', %s)",
+          (self.pem("aws"),))
+        q("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('azure', 'root', %s)",
+          (self.pem("root"),))
+        q("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('azure', 'intermediate', %s)",
+          (self.pem("int"),))
+        q("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('gcp', 'jwks', %s)",
+          (self.jwks(),))
+        q("INSERT INTO bc_join.cloud_providers (provider) VALUES ('aws')")
+        q("INSERT INTO bc_join.cloud_providers (provider, audience) VALUES ('gcp', %s)", (GCP_AUDIENCE,))
+        q("INSERT INTO bc_join.cloud_providers (provider, domain) VALUES ('azure', %s)", (AZURE_DOMAIN,))
+        for prov, acct in (("aws", aws_account), ("gcp", gcp_project), ("azure", azure_sub)):
+            q("INSERT INTO bc_join.cloud_accounts (provider, account, tenant_id, pool_id) "
+              "VALUES (%s, %s, %s, %s)", (prov, acct, tenant, pool))
+
+    # -------------------------------------------------------------- AWS
+    def aws_document(self, account="123456789012", instance="i-0123456789abcdef0", pending=None):
+        pending = pending if pending is not None else time.time() - 60
+        doc = {"accountId": account, "architecture": "x86_64", "availabilityZone": "eu-west-1a",
+               "imageId": "ami-0123456789abcdef0", "instanceId": instance, "instanceType": "t3.micro",
+               "pendingTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(pending)),
+               "privateIp": "10.0.0.5", "region": "eu-west-1", "version": "2017-09-30"}
+        # pretty-printed like AWS's, the exact bytes signed
+        return json.dumps(doc, indent=2, separators=(",", " : ")).encode()
+
+    def aws_pkcs7(self, document, signer="aws", certs=False):
+        args = ["openssl", "smime", "-sign", "-nodetach", "-binary", "-md", "sha256", "-outform", "DER",
+                "-signer", self.p(signer + ".crt"), "-inkey", self.p(signer + ".key")]
+        if not certs:
+            args.append("-nocerts")
+        return sh(*args, data=document)
+
+    def aws_rsa2048(self, pkcs7):
+        """The /rsa2048 answer: base64 with line breaks, as IMDS serves it."""
+        return base64.encodebytes(pkcs7)
+
+    def aws_evidence(self, document, pkcs7):
+        return json.dumps({"provider": "aws", "document": b64u(document), "pkcs7": b64u(pkcs7)})
+
+    # -------------------------------------------------------------- GCP
+    def gcp_token(self, csr_sha256, alg="RS256", key=None, kid="g1", aud=None, iss=None,
+                  iat=None, exp=None, project="proj-1", instance="4567890123456789012",
+                  created=None, drop=()):
+        now = int(time.time())
+        iat = now if iat is None else iat
+        claims = {"iss": iss or "https://accounts.google.com",
+                  "aud": aud if aud is not None else GCP_AUDIENCE + "#" + csr_sha256,
+                  "azp": "1122334455", "sub": "1122334455", "email": "vm@proj-1.iam.example",
+                  "iat": iat, "exp": exp if exp is not None else iat + 3600,
+                  "google": {"compute_engine": {
+                      "project_id": project, "project_number": 99887766, "zone": "europe-west1-b",
+                      "instance_id": instance, "instance_name": "vm-1",
+                      "instance_creation_timestamp": created if created is not None else now - 120}}}
+        for k in drop:
+            claims["google"]["compute_engine"].pop(k, None)
+        payload = json.dumps(claims).encode()
+        if alg == "none":
+            return b64u(json.dumps({"alg": "none", "kid": kid}).encode()) + "." + b64u(payload) + "."
+        if alg == "HS256":
+            key = jwk.JWK(kty="oct", k=b64u(self.gkey.export_to_pem()))
+        key = key or (self.gec if alg == "ES256" else self.gkey)
+        t = jws.JWS(payload)
+        t.add_signature(key, None, json_encode({"alg": alg, "kid": kid, "typ": "JWT"}))
+        return t.serialize(compact=True)
+
+    def gcp_evidence(self, token):
+        return json.dumps({"provider": "gcp", "token": token})
+
+    # ------------------------------------------------------------ Azure
+    def azure_content(self, nonce, vm="0f2c4a8e-5b6d-4e7f-8a9b-0c1d2e3f4a5b",
+                      sub="8d10da13-8125-4ba9-a717-bf7490507b3d", created=None, expires=None):
+        now = time.time()
+        fmt = lambda t: time.strftime("%m/%d/%y %H:%M:%S -0000", time.gmtime(t))
+        return json.dumps({"nonce": nonce, "plan": {"name": "", "product": "", "publisher": ""},
+                           "timeStamp": {"createdOn": fmt(created if created is not None else now - 5),
+                                         "expiresOn": fmt(expires if expires is not None else now + 21600)},
+                           "vmId": vm, "licenseType": "", "subscriptionId": sub,
+                           "sku": "22_04-lts-gen2"}).encode()
+
+    def azure_pkcs7(self, content, signer="signer", bag=("other", "signer")):
+        """Signed by signer; the bag holds the named certificates in this order (unrelated first)."""
+        bagfile = self.p("bag-%s.pem" % signer)
+        with open(bagfile, "w") as f:
+            for n in bag:
+                f.write(self.pem(n))
+        return sh("openssl", "smime", "-sign", "-nodetach", "-binary", "-md", "sha256", "-outform", "DER",
+                  "-nocerts", "-certfile", bagfile, "-signer", self.p(signer + ".crt"),
+                  "-inkey", self.p(signer + ".key"), data=content)
+
+    def azure_answer(self, pkcs7):
+        """The IMDS answer to /metadata/attested/document."""
+        return json.dumps({"encoding": "pkcs7", "signature": base64.b64encode(pkcs7).decode()})
+
+    def azure_evidence(self, pkcs7):
+        return json.dumps({"provider": "azure", "document": b64u(pkcs7)})
+
+
+def csr_sha256(request_json):
+    """(csrSha256 base64url, Azure nonce) of a JoinRequest's CSR."""
+    csr = base64.urlsafe_b64decode(request_json["csr"] + "=" * (-len(request_json["csr"]) % 4))
+    h = hashlib.sha256(csr).digest()
+    return b64u(h), h.hex()[:32]

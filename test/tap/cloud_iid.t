@@ -1,0 +1,253 @@
+#!/usr/bin/python3
+"""cloud_iid.t: the cloud-iid attestor, every refusal per provider.
+
+Local CAs and keys stand in for AWS's regional certificate, Azure's signer
+chain and Google's JWKS (test/lib/cloudfix.py); the verification code is the
+one real evidence meets.  Requests are made by the real agent command
+(bcd join-request --attestor cloud-iid --attestation-file).  Proves: each
+provider admits good evidence once and refuses it forever after
+(already-admitted, its event naming provider, account and instance), a
+reset lets the instance come back as the same node exactly once more, and
+each check of ATTESTORS.md refuses what breaks it with its reason; the
+configuration is validated when written.  Needs the environment
+test/run-all sets (PGHOST, PGPORT, BCJ_*)."""
+import base64, json, os, shutil, subprocess, sys, time
+import psycopg2
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import bctest, cloudfix
+tap = bctest.Tap()
+ok, eq = tap.ok, tap.eq
+
+bcd, keys = os.environ["BCJ_BCD"], os.environ["BCJ_SERVICE_KEYS"]
+scratch = os.path.join(os.environ["BCJ_SCRATCH"], "cloud_iid")
+shutil.rmtree(scratch, ignore_errors=True)
+os.makedirs(scratch)
+admin = psycopg2.connect(dbname="postgres")
+admin.autocommit = True
+admin.cursor().execute("DROP DATABASE IF EXISTS bcj_cloud")
+admin.cursor().execute("CREATE DATABASE bcj_cloud")
+db = psycopg2.connect(dbname="bcj_cloud")
+db.autocommit = True
+c = db.cursor()
+def one(sql, *args):
+    c.execute(sql, args)
+    return c.fetchone()[0]
+c.execute("CREATE EXTENSION bc_join")
+t = one("SELECT bc_join.create_tenant('clouds')")
+s = one("SELECT bc_join.create_site(%s, 's')", t)
+p = one("SELECT bc_join.create_pool(%s, %s, 'vms')", t, s)
+t2 = one("SELECT bc_join.create_tenant('other')")
+s2 = one("SELECT bc_join.create_site(%s, 's')", t2)
+p2 = one("SELECT bc_join.create_pool(%s, %s, 'vms')", t2, s2)
+cl = cloudfix.Clouds(os.path.join(scratch, "ca"))
+cl.configure(c, t, p)
+
+n = [0]
+def request(evidence, d=None, token=None):
+    """A JoinRequest for evidence from the key and CSR kept in d (new when None)."""
+    if d is None:
+        n[0] += 1
+        d = "r%d" % n[0]
+    f = os.path.join(scratch, d + ".json")
+    with open(f, "w") as fh:
+        fh.write(evidence)
+    args = [bcd, "join-request", "--service-keys", keys, "--attestor", "cloud-iid",
+            "--attestation-file", f, "--out-dir", os.path.join(scratch, d)]
+    if token:
+        args += ["--token", token]
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+def csr_of(d):
+    """(csrSha256, Azure nonce) of the CSR kept in d, made by a first request."""
+    return cloudfix.csr_sha256(json.loads(request('{"provider":"aws"}', d)))
+def join(req):
+    c.execute("SELECT bc_join(%s::jsonb)", (req,))
+    return c.fetchone()[0]
+def last_refusal():
+    return one("SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' "
+               "ORDER BY id DESC LIMIT 1")
+def refused(req, reason, name):
+    r = join(req)
+    got = last_refusal()
+    ok(r.get("status") == "refused" and got == "cloud-iid:" + reason, name + ": refused " + reason,
+       (r, got))
+def node_of(r):
+    body = r["response"].split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["nodeId"]
+def token():
+    return one("SELECT bc_join.create_join_token(%s, %s)", t, p)
+
+# ------------------------------------------------------------ configuration
+def config_error(sql, args, code, name):
+    try:
+        c.execute(sql, args)
+        ok(False, name)
+    except psycopg2.Error as e:
+        ok(e.pgcode == code, name, (e.pgcode, str(e)))
+config_error("INSERT INTO bc_join.cloud_accounts (provider, account, tenant_id, pool_id) "
+             "VALUES ('aws', '123456789012', %s, %s)", (t2, p2), "F0000",
+             "a second mapping of an account is INVALID_CONFIG")
+config_error("UPDATE bc_join.cloud_providers SET max_instance_age = '1 hour' WHERE provider = 'azure'",
+             (), "F0000", "an instance age for azure is INVALID_CONFIG")
+config_error("INSERT INTO bc_join.cloud_accounts (provider, account, tenant_id, pool_id, allow_unbound) "
+             "VALUES ('gcp', 'proj-x', %s, %s, true)", (t, p), "F0000", "unbound admission is for aws alone")
+config_error("INSERT INTO bc_join.cloud_accounts (provider, account, tenant_id, pool_id) "
+             "VALUES ('gcp', 'proj-x', %s, %s)", (t, p2), "F0000", "a pool of another tenant is refused")
+config_error("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('aws', 'certificate', 'nope')",
+             (), "22023", "trust material that is no certificate is refused")
+config_error("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('azure', 'root', %s)",
+             (cl.pem("int"),), "22023", "an azure root must be self-signed")
+config_error("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('gcp', 'jwks', %s)",
+             (json.dumps({"keys": [json.loads(cl.gec.export_public())]}),), "22023",
+             "a JWKS without an RSA key is refused")
+
+# ------------------------------------------------------------------- AWS
+doc = cl.aws_document()
+p7 = cl.aws_pkcs7(doc)
+r = join(request(cl.aws_evidence(doc, p7), token=token()))
+ok(r.get("status") == "issued", "aws: a signed document with a sealed join token is admitted", r)
+aws_node = node_of(r)
+ev = one("SELECT payload FROM bc_join.events WHERE type = 'node.joined' ORDER BY id DESC LIMIT 1")
+eq(ev.get("detail"), {"provider": "aws", "account": "123456789012", "instance": "i-0123456789abcdef0",
+                      "admission": "token"}, "aws: node.joined names the instance")
+refused(request(cl.aws_evidence(doc, p7), token=token()), "already-admitted", "aws: the same instance again")
+ev = one("SELECT payload FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1")
+eq(ev.get("detail"), {"provider": "aws", "account": "123456789012", "instance": "i-0123456789abcdef0"},
+   "aws: the already-admitted event names provider, account and instance")
+ok(one("SELECT tenant_id FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1") == t,
+   "aws: and lands in the account's tenant")
+
+doc2 = cl.aws_document(instance="i-0000000000000002")
+refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2))), "no-token", "aws: no sealed join token")
+refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2, signer="evil", certs=True)), token=token()),
+        "bad-signature", "aws: signed by a certificate in the bag, not a configured one")
+refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2, signer="evil")), token=token()),
+        "bad-signature", "aws: signed by another key")
+refused(request(cl.aws_evidence(doc2, p7), token=token()), "content-mismatch",
+        "aws: a document substituted beside a valid pkcs7")
+detached = subprocess.run(["openssl", "smime", "-sign", "-binary", "-md", "sha256", "-outform", "DER", "-nocerts",
+                           "-signer", cl.p("aws.crt"), "-inkey", cl.p("aws.key")],
+                          input=doc2, capture_output=True, check=True).stdout
+refused(request(cl.aws_evidence(doc2, detached), token=token()), "malformed-pkcs7", "aws: detached content")
+refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2) + b"\0"), token=token()), "malformed-pkcs7",
+        "aws: bytes after the PKCS#7")
+doc3 = cl.aws_document(account="999999999999", instance="i-0000000000000003")
+refused(request(cl.aws_evidence(doc3, cl.aws_pkcs7(doc3)), token=token()), "unknown-account",
+        "aws: an account nobody mapped")
+tok_other = one("SELECT bc_join.create_join_token(%s, %s)", t2, p2)
+refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2)), token=tok_other), "token-mismatch",
+        "aws: a join token of another tenant")
+c.execute("UPDATE bc_join.cloud_providers SET max_instance_age = '1 hour' WHERE provider = 'aws'")
+old = cl.aws_document(instance="i-0000000000000004", pending=time.time() - 7200)
+refused(request(cl.aws_evidence(old, cl.aws_pkcs7(old)), token=token()), "too-old", "aws: an instance too old")
+c.execute("UPDATE bc_join.cloud_providers SET max_instance_age = NULL WHERE provider = 'aws'")
+c.execute("UPDATE bc_join.cloud_accounts SET allow_unbound = true WHERE provider = 'aws'")
+refused(request(cl.aws_evidence(old, cl.aws_pkcs7(old))), "unbound-stale",
+        "aws: unbound admission more than 300 s after pendingTime")
+r = join(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2))))
+ok(r.get("status") == "issued", "aws: an account opted in is admitted without a token", r)
+ev = one("SELECT payload FROM bc_join.events WHERE type = 'node.joined' ORDER BY id DESC LIMIT 1")
+ok(ev["detail"]["admission"] == "aws-unbound", "aws: recorded as aws-unbound in node.joined", ev)
+c.execute("UPDATE bc_join.cloud_accounts SET allow_unbound = false WHERE provider = 'aws'")
+refused(request('{"provider":"aws","document":"e30"}'), "malformed", "aws: pkcs7 missing")
+refused(request('{"provider":"aws","pkcs7":"AA","document":"AA","document":"AA"}'), "malformed",
+        "aws: a duplicate member")
+refused(request('{"provider":"ibm","document":"AA"}'), "malformed", "an unknown provider")
+
+# once forever, then a reset: the same node once more, and only once
+eq(one("SELECT bc_join.reset_cloud_instance('aws', '123456789012', 'i-0123456789abcdef0')"), True,
+   "reset_cloud_instance: the instance had been admitted")
+ok(one("SELECT count(*) FROM bc_join.audit_log WHERE action = 'cloud_instance.reset'") == 1 and
+   one("SELECT count(*) FROM bc_join.events WHERE type = 'cloud_instance.reset'") == 1,
+   "reset_cloud_instance is audited and evented")
+r = join(request(cl.aws_evidence(doc, p7), token=token()))
+ok(r.get("status") == "issued" and node_of(r) == aws_node, "aws: after a reset the instance reclaims its node", r)
+ok(one("SELECT identity_generation FROM bc_join.nodes WHERE id = %s", aws_node) == 2,
+   "aws: as generation 2, no second node")
+refused(request(cl.aws_evidence(doc, p7), token=token()), "already-admitted", "aws: and only once")
+
+# ------------------------------------------------------------------- GCP
+d = "gcp"
+h, _ = csr_of(d)
+refused(request(cl.gcp_evidence(cl.gcp_token(h, alg="none")), d), "wrong-alg", "gcp: alg none")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, alg="HS256")), d), "wrong-alg",
+        "gcp: HS256 keyed with the public key")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, alg="ES256")), d), "wrong-alg", "gcp: ES256")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, kid="nope")), d), "unknown-key", "gcp: an unknown kid")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, key=cl.gother)), d), "bad-signature",
+        "gcp: signed by another key under the kid")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, iss="https://evil.example")), d), "wrong-issuer",
+        "gcp: another issuer")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, aud=cloudfix.GCP_AUDIENCE)), d), "wrong-audience",
+        "gcp: the audience without the CSR")
+refused(request(cl.gcp_evidence(cl.gcp_token("x" * 43)), d), "wrong-audience", "gcp: another CSR's audience")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, aud=[cloudfix.GCP_AUDIENCE + "#" + h])), d), "wrong-audience",
+        "gcp: an audience array")
+now = int(time.time())
+refused(request(cl.gcp_evidence(cl.gcp_token(h, iat=now - 4000, exp=now - 400)), d), "expired", "gcp: expired")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, iat=now + 600)), d), "not-yet-valid", "gcp: issued in the future")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, iat=now - 10, exp=now + 7200)), d), "lifetime",
+        "gcp: a lifetime over an hour")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, drop=("instance_id",))), d), "no-instance", "gcp: no instance_id")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, project="proj-nobody")), d), "unknown-account",
+        "gcp: a project nobody mapped")
+c.execute("UPDATE bc_join.cloud_providers SET max_instance_age = '1 hour' WHERE provider = 'gcp'")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, created=now - 7200)), d), "too-old", "gcp: an instance too old")
+c.execute("UPDATE bc_join.cloud_providers SET max_instance_age = NULL WHERE provider = 'gcp'")
+r = join(request(cl.gcp_evidence(cl.gcp_token(h)), d))
+ok(r.get("status") == "issued", "gcp: a token for this CSR is admitted, no join token needed", r)
+gcp_node = node_of(r)
+d2 = "gcp2"
+h2, _ = csr_of(d2)
+refused(request(cl.gcp_evidence(cl.gcp_token(h2)), d2), "already-admitted", "gcp: the same instance, a new key")
+c.execute("SELECT bc_join.reset_cloud_instance('gcp', 'proj-1', '4567890123456789012')")
+r = join(request(cl.gcp_evidence(cl.gcp_token(h2)), d2))
+ok(r.get("status") == "issued" and node_of(r) == gcp_node, "gcp: after a reset, its node again", r)
+
+# ----------------------------------------------------------------- Azure
+d = "az"
+h, nonce = csr_of(d)
+content = cl.azure_content(nonce)
+refused(request(cl.azure_evidence(cl.azure_pkcs7(content, signer="azevil", bag=("signer", "azevil"))), d),
+        "untrusted-signer", "azure: signed by a bag certificate that does not chain (a chaining one first)")
+refused(request(cl.azure_evidence(cl.azure_pkcs7(content, signer="wrongdom", bag=("other", "wrongdom"))), d),
+        "wrong-domain", "azure: a signer outside the configured domain")
+bad = bytearray(cl.azure_pkcs7(content))
+bad[-1] ^= 1
+refused(request(cl.azure_evidence(bytes(bad)), d), "bad-signature", "azure: a bad signature")
+good = cl.azure_pkcs7(content)
+swapped = good.replace(nonce.encode(), ("0" * 32).encode())
+refused(request(cl.azure_evidence(swapped), d), "bad-signature", "azure: substituted content")
+refused(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content("0" * 32))), d), "wrong-nonce",
+        "azure: another CSR's nonce")
+refused(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce, created=now - 7200,
+                                                                  expires=now - 3600))), d),
+        "expired", "azure: an expired document")
+refused(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce, created=now + 600))), d),
+        "not-yet-valid", "azure: a document from the future")
+refused(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce, vm="not-a-uuid"))), d),
+        "malformed-document", "azure: a vmId that is no UUID")
+refused(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(
+    nonce, sub="00000000-0000-0000-0000-000000000000"))), d), "unknown-account", "azure: an unmapped subscription")
+r = join(request(cl.azure_evidence(good), d))
+ok(r.get("status") == "issued", "azure: the attested document for this CSR is admitted (unrelated cert first in the bag)", r)
+az_node = node_of(r)
+r2 = join(request(cl.azure_evidence(good), d))
+ok(r2.get("status") == "issued" and node_of(r2) == az_node,
+   "azure: the same request again is answered again (one key, one join)", r2)
+d2 = "az2"
+h2, nonce2 = csr_of(d2)
+refused(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce2))), d2), "already-admitted",
+        "azure: the same VM, a new key")
+c.execute("SELECT bc_join.reset_cloud_instance('azure', '8D10DA13-8125-4BA9-A717-BF7490507B3D', "
+          "'0f2c4a8e-5b6d-4e7f-8a9b-0c1d2e3f4a5b')")
+r = join(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce2))), d2))
+ok(r.get("status") == "issued" and node_of(r) == az_node, "azure: after a reset (ids in any case), its node again", r)
+ok(one("SELECT count(*) FROM bc_join.nodes") == 4, "four nodes: aws twice, gcp, azure; no second node for a reset",
+   one("SELECT count(*) FROM bc_join.nodes"))
+ok(one("SELECT count(*) FROM bc_join.events WHERE type = 'security.join.refused' "
+       "AND payload::text LIKE '%%BEGIN%%'") == 0, "no refusal event carries evidence")
+
+c.execute("DELETE FROM bc_join.cloud_providers WHERE provider = 'azure'")
+refused(request(cl.azure_evidence(good), "az3"), "provider-disabled", "azure: a provider not configured")
+tap.done()
