@@ -1476,158 +1476,6 @@ CREATE FUNCTION bc_join.tpm_ek_certificate(certificate_pem text) RETURNS jsonb
  * SHA-256 of its DER; adding it again changes nothing.
  */
 CREATE FUNCTION bc_join.add_tpm_ek_root(certificate_pem text) RETURNS text
-/* -------------------------------------------------------------- cloud-iid */
-
--- The cloud-iid attestor's configuration (docs/attestors.md, "cloud-iid"):
--- tables an operator edits in psql, each row checked as it is written.
-
--- What each provider's evidence is verified with; nothing is built in or
--- fetched.  aws/certificate: the region's RSA-2048 signing certificate
--- (PEM); azure/root and azure/intermediate: the attested-data signer's
--- roots (trust anchors) and intermediates (PEM); gcp/jwks: Google's JWKS
--- (JSON, {"keys": [...]}).
-CREATE TABLE bc_join.cloud_trust (
-	id bigserial PRIMARY KEY,
-	provider text NOT NULL CHECK (provider IN ('aws', 'gcp', 'azure')),
-	kind text NOT NULL,
-	material text NOT NULL CHECK (length(material) BETWEEN 1 AND 65536),
-	note text NOT NULL DEFAULT '' CHECK (length(note) <= 200),
-	added_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	added_by text NOT NULL DEFAULT session_user,
-	CHECK ((provider, kind) IN (('aws', 'certificate'), ('azure', 'root'),
-								('azure', 'intermediate'), ('gcp', 'jwks')))
-);
-
--- Per provider: whether it is enabled, and its settings.
---   gcp:   audience (required), the JWT's aud is '<audience>#<csrSha256>'
---   azure: domain (required), the signer's dNSName is it or ends in '.<domain>'
---   aws, gcp: max_instance_age, optional (azure has no instance age)
-CREATE TABLE bc_join.cloud_providers (
-	provider text PRIMARY KEY CHECK (provider IN ('aws', 'gcp', 'azure')),
-	audience text,
-	domain text,
-	max_instance_age interval,
-	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	updated_by text NOT NULL DEFAULT session_user
-);
-
--- Which tenant and pool a cloud account joins: exactly one mapping per
--- (provider, account).  account: the AWS accountId, the GCP project_id, the
--- Azure subscriptionId in lower case.  allow_unbound (AWS only): admit this
--- account's instances without a sealed join token, within 300 s of
--- pendingTime (AWS binds nothing to the CSR).
-CREATE TABLE bc_join.cloud_accounts (
-	id bigserial PRIMARY KEY,
-	provider text NOT NULL CHECK (provider IN ('aws', 'gcp', 'azure')),
-	account text NOT NULL CHECK (length(account) BETWEEN 1 AND 128),
-	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
-	pool_id text NOT NULL REFERENCES bc_join.pools (id),
-	allow_unbound boolean NOT NULL DEFAULT false,
-	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	created_by text NOT NULL DEFAULT session_user
-);
-CREATE INDEX cloud_accounts_account_idx ON bc_join.cloud_accounts (provider, account);
-
--- An optional resolver for accounts without a mapping.
-CREATE TABLE bc_join.cloud_resolver (
-	one boolean PRIMARY KEY DEFAULT true CHECK (one),
-	resolve regprocedure NOT NULL,
-	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	registered_by text NOT NULL DEFAULT session_user
-);
-
--- The trust material parses (C: certificates, a JWKS with RSA keys).
-CREATE FUNCTION bc_join.cloud_trust_check() RETURNS trigger
-	AS 'MODULE_PATHNAME', 'bc_cloud_trust_check' LANGUAGE C;
-CREATE TRIGGER cloud_trust_check BEFORE INSERT OR UPDATE ON bc_join.cloud_trust
-	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_trust_check();
-
--- Raise INVALID_CONFIG (SQLSTATE F0000) with msg; never returns.
-CREATE FUNCTION bc_join.invalid_config(msg text) RETURNS void
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	RAISE EXCEPTION USING ERRCODE = 'config_file_error', MESSAGE = msg,
-		DETAIL = 'INVALID_CONFIG: the cloud-iid configuration would be inconsistent.';
-END
-$$;
-
-CREATE FUNCTION bc_join.cloud_providers_check() RETURNS trigger
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	IF NEW.provider = 'azure' AND NEW.max_instance_age IS NOT NULL THEN
-		PERFORM bc_join.invalid_config('azure has no instance age: max_instance_age must be NULL');
-	END IF;
-	IF NEW.max_instance_age IS NOT NULL AND NEW.max_instance_age <= interval '0' THEN
-		PERFORM bc_join.invalid_config('max_instance_age must be positive');
-	END IF;
-	IF NEW.provider = 'gcp' AND (NEW.audience IS NULL OR length(NEW.audience) NOT BETWEEN 1 AND 512
-								 OR NEW.audience !~ '^[\x21-\x7e]+$') THEN
-		PERFORM bc_join.invalid_config('gcp needs an audience: 1 to 512 printable ASCII characters, no space');
-	END IF;
-	IF NEW.provider <> 'gcp' AND NEW.audience IS NOT NULL THEN
-		PERFORM bc_join.invalid_config('only gcp has an audience');
-	END IF;
-	IF NEW.provider = 'azure' AND (NEW.domain IS NULL OR NEW.domain !~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$') THEN
-		PERFORM bc_join.invalid_config('azure needs a domain (like metadata.azure.com), lower case');
-	END IF;
-	IF NEW.provider <> 'azure' AND NEW.domain IS NOT NULL THEN
-		PERFORM bc_join.invalid_config('only azure has a domain');
-	END IF;
-	NEW.updated_at := bc_join.compute_now();
-	NEW.updated_by := session_user;
-	RETURN NEW;
-END
-$$;
-CREATE TRIGGER cloud_providers_check BEFORE INSERT OR UPDATE ON bc_join.cloud_providers
-	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_providers_check();
-
-CREATE FUNCTION bc_join.cloud_accounts_check() RETURNS trigger
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	IF EXISTS (SELECT 1 FROM bc_join.cloud_accounts a
-			   WHERE a.provider = NEW.provider AND a.account = NEW.account AND a.id <> NEW.id) THEN
-		PERFORM bc_join.invalid_config(format('%s account %s is mapped already: one account, one tenant and pool',
-											  NEW.provider, NEW.account));
-	END IF;
-	IF NOT EXISTS (SELECT 1 FROM bc_join.pools p WHERE p.id = NEW.pool_id AND p.tenant_id = NEW.tenant_id) THEN
-		PERFORM bc_join.invalid_config(format('pool %s is not a pool of tenant %s', NEW.pool_id, NEW.tenant_id));
-	END IF;
-	IF NEW.allow_unbound AND NEW.provider <> 'aws' THEN
-		PERFORM bc_join.invalid_config('allow_unbound is for aws alone (gcp and azure bind the CSR)');
-	END IF;
-	IF NEW.provider = 'aws' AND NEW.account !~ '^[0-9]{12}$' THEN
-		PERFORM bc_join.invalid_config('an aws account is its 12-digit accountId');
-	END IF;
-	IF NEW.provider = 'azure' AND NEW.account !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
-		PERFORM bc_join.invalid_config('an azure account is its subscriptionId, a lower-case UUID');
-	END IF;
-	RETURN NEW;
-END
-$$;
-CREATE TRIGGER cloud_accounts_check BEFORE INSERT OR UPDATE ON bc_join.cloud_accounts
-	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_accounts_check();
-
--- bind = SHA-256(provider 0x00 account 0x00 instance), as ATTESTORS.md defines it.
-CREATE FUNCTION bc_join.cloud_instance_bind(provider text, account text, instance text) RETURNS bytea
-	LANGUAGE sql IMMUTABLE STRICT
-	SET search_path = pg_catalog, pg_temp
-	AS $$ SELECT sha256(convert_to(provider, 'UTF8') || '\x00'::bytea || convert_to(account, 'UTF8')
-						|| '\x00'::bytea || convert_to(instance, 'UTF8')) $$;
-
-/*
- * Let an instance be admitted once more: its once-forever use is dropped,
- * so that its next admission reclaims the node bound to it (rather than
- * making a second node).  Audited and evented; returns whether it had been
- * admitted.
- */
-CREATE FUNCTION bc_join.reset_cloud_instance(provider text, account text, instance text)
-	RETURNS boolean
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
 	AS $$
@@ -1797,6 +1645,166 @@ BEGIN
 		ON CONFLICT ON CONSTRAINT tpm_settings_pkey DO UPDATE SET enrollment = excluded.enrollment;
 	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
 		VALUES ('tpm.enrollment_mode.set', tenant_id, jsonb_build_object('mode', mode));
+END
+$$;
+
+
+/* -------------------------------------------------------------- cloud-iid */
+
+-- The cloud-iid attestor's configuration (docs/attestors.md, "cloud-iid"):
+-- tables an operator edits in psql, each row checked as it is written.
+
+-- What each provider's evidence is verified with; nothing is built in or
+-- fetched.  aws/certificate: the region's RSA-2048 signing certificate
+-- (PEM); azure/root and azure/intermediate: the attested-data signer's
+-- roots (trust anchors) and intermediates (PEM); gcp/jwks: Google's JWKS
+-- (JSON, {"keys": [...]}).
+CREATE TABLE bc_join.cloud_trust (
+	id bigserial PRIMARY KEY,
+	provider text NOT NULL CHECK (provider IN ('aws', 'gcp', 'azure')),
+	kind text NOT NULL,
+	material text NOT NULL CHECK (length(material) BETWEEN 1 AND 65536),
+	note text NOT NULL DEFAULT '' CHECK (length(note) <= 200),
+	added_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	added_by text NOT NULL DEFAULT session_user,
+	CHECK ((provider, kind) IN (('aws', 'certificate'), ('azure', 'root'),
+								('azure', 'intermediate'), ('gcp', 'jwks')))
+);
+
+-- Per provider: whether it is enabled, and its settings.
+--   gcp:   audience (required), the JWT's aud is '<audience>#<csrSha256>'
+--   azure: domain (required), the signer's dNSName is it or ends in '.<domain>'
+--   aws, gcp: max_instance_age, optional (azure has no instance age)
+CREATE TABLE bc_join.cloud_providers (
+	provider text PRIMARY KEY CHECK (provider IN ('aws', 'gcp', 'azure')),
+	audience text,
+	domain text,
+	max_instance_age interval,
+	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	updated_by text NOT NULL DEFAULT session_user
+);
+
+-- Which tenant and pool a cloud account joins: exactly one mapping per
+-- (provider, account).  account: the AWS accountId, the GCP project_id, the
+-- Azure subscriptionId in lower case.  allow_unbound (AWS only): admit this
+-- account's instances without a sealed join token, within 300 s of
+-- pendingTime (AWS binds nothing to the CSR).
+CREATE TABLE bc_join.cloud_accounts (
+	id bigserial PRIMARY KEY,
+	provider text NOT NULL CHECK (provider IN ('aws', 'gcp', 'azure')),
+	account text NOT NULL CHECK (length(account) BETWEEN 1 AND 128),
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text NOT NULL REFERENCES bc_join.pools (id),
+	allow_unbound boolean NOT NULL DEFAULT false,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user
+);
+CREATE INDEX cloud_accounts_account_idx ON bc_join.cloud_accounts (provider, account);
+
+-- An optional resolver for accounts without a mapping.
+CREATE TABLE bc_join.cloud_resolver (
+	one boolean PRIMARY KEY DEFAULT true CHECK (one),
+	resolve regprocedure NOT NULL,
+	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	registered_by text NOT NULL DEFAULT session_user
+);
+
+-- The trust material parses (C: certificates, a JWKS with RSA keys).
+CREATE FUNCTION bc_join.cloud_trust_check() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'bc_cloud_trust_check' LANGUAGE C;
+CREATE TRIGGER cloud_trust_check BEFORE INSERT OR UPDATE ON bc_join.cloud_trust
+	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_trust_check();
+
+-- Raise INVALID_CONFIG (SQLSTATE F0000) with msg; never returns.
+CREATE FUNCTION bc_join.invalid_config(msg text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = 'config_file_error', MESSAGE = msg,
+		DETAIL = 'INVALID_CONFIG: the cloud-iid configuration would be inconsistent.';
+END
+$$;
+
+CREATE FUNCTION bc_join.cloud_providers_check() RETURNS trigger
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF NEW.provider = 'azure' AND NEW.max_instance_age IS NOT NULL THEN
+		PERFORM bc_join.invalid_config('azure has no instance age: max_instance_age must be NULL');
+	END IF;
+	IF NEW.max_instance_age IS NOT NULL AND NEW.max_instance_age <= interval '0' THEN
+		PERFORM bc_join.invalid_config('max_instance_age must be positive');
+	END IF;
+	IF NEW.provider = 'gcp' AND (NEW.audience IS NULL OR length(NEW.audience) NOT BETWEEN 1 AND 512
+								 OR NEW.audience !~ '^[\x21-\x7e]+$') THEN
+		PERFORM bc_join.invalid_config('gcp needs an audience: 1 to 512 printable ASCII characters, no space');
+	END IF;
+	IF NEW.provider <> 'gcp' AND NEW.audience IS NOT NULL THEN
+		PERFORM bc_join.invalid_config('only gcp has an audience');
+	END IF;
+	IF NEW.provider = 'azure' AND (NEW.domain IS NULL OR NEW.domain !~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$') THEN
+		PERFORM bc_join.invalid_config('azure needs a domain (like metadata.azure.com), lower case');
+	END IF;
+	IF NEW.provider <> 'azure' AND NEW.domain IS NOT NULL THEN
+		PERFORM bc_join.invalid_config('only azure has a domain');
+	END IF;
+	NEW.updated_at := bc_join.compute_now();
+	NEW.updated_by := session_user;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER cloud_providers_check BEFORE INSERT OR UPDATE ON bc_join.cloud_providers
+	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_providers_check();
+
+CREATE FUNCTION bc_join.cloud_accounts_check() RETURNS trigger
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM bc_join.cloud_accounts a
+			   WHERE a.provider = NEW.provider AND a.account = NEW.account AND a.id <> NEW.id) THEN
+		PERFORM bc_join.invalid_config(format('%s account %s is mapped already: one account, one tenant and pool',
+											  NEW.provider, NEW.account));
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM bc_join.pools p WHERE p.id = NEW.pool_id AND p.tenant_id = NEW.tenant_id) THEN
+		PERFORM bc_join.invalid_config(format('pool %s is not a pool of tenant %s', NEW.pool_id, NEW.tenant_id));
+	END IF;
+	IF NEW.allow_unbound AND NEW.provider <> 'aws' THEN
+		PERFORM bc_join.invalid_config('allow_unbound is for aws alone (gcp and azure bind the CSR)');
+	END IF;
+	IF NEW.provider = 'aws' AND NEW.account !~ '^[0-9]{12}$' THEN
+		PERFORM bc_join.invalid_config('an aws account is its 12-digit accountId');
+	END IF;
+	IF NEW.provider = 'azure' AND NEW.account !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+		PERFORM bc_join.invalid_config('an azure account is its subscriptionId, a lower-case UUID');
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER cloud_accounts_check BEFORE INSERT OR UPDATE ON bc_join.cloud_accounts
+	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_accounts_check();
+
+-- bind = SHA-256(provider 0x00 account 0x00 instance), as ATTESTORS.md defines it.
+CREATE FUNCTION bc_join.cloud_instance_bind(provider text, account text, instance text) RETURNS bytea
+	LANGUAGE sql IMMUTABLE STRICT
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT sha256(convert_to(provider, 'UTF8') || '\x00'::bytea || convert_to(account, 'UTF8')
+						|| '\x00'::bytea || convert_to(instance, 'UTF8')) $$;
+
+/*
+ * Let an instance be admitted once more: its once-forever use is dropped,
+ * so that its next admission reclaims the node bound to it (rather than
+ * making a second node).  Audited and evented; returns whether it had been
+ * admitted.
+ */
+CREATE FUNCTION bc_join.reset_cloud_instance(provider text, account text, instance text)
+	RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
 	b bytea;
 	n bigint;
 	node text;
