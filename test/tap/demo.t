@@ -24,6 +24,8 @@ has '^bcd status: +2 provisioning requests for the 50 hooks$'; ok $? "bcd status
 has '^server: +2 session certificates for the burst sessions, 2 sessions in bc_join.sessions$'; ok $? "and the server saw exactly 2"
 has '^the hook printed: bcd credential: no-node-credential: '; ok $? "a host without a node credential: the hook says why"
 has '^its exit status: +77 '; ok $? "and exits 77"
+has '^statement: +urn:bc:tpm-ak:sha256:[0-9a-f]{64}$'; ok $? "a second host joins by TPM: the AK statement in its certificate"
+has '^node\.key: +-----BEGIN TSS2 PRIVATE KEY-----'; ok $? "and its node key is a TPM key blob"
 has 'session\.provisioned'; ok $? "the operator's queries show the events"
 has '^demo: done$'; ok $? "the demo runs to its end"
 [ "$failed" = 0 ] || { echo "# demo output:"; sed 's/^/#   /' "$out" | tail -60; }
