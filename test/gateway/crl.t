@@ -8,7 +8,8 @@ longer than until its nextUpdate; repeated GETs are answered from memory (the
 gateway's fetch counter and pg_stat_user_functions stay put); a revocation in
 psql reaches the gateway through LISTEN/NOTIFY and the next GET (within 1 s,
 no restart) returns a CRL with which openssl verify -crl_check rejects the
-revoked certificate while the other node's still verifies; POST is 405;
+revoked certificate while the other node's still verifies; concurrent GETs on
+a cold cache share one fetch; POST is 405;
 with the database stopped the cached CRL is still served; a CRL over
 --crl-max-size is refused (503, logged); /metrics; exit 0.
 """
@@ -170,6 +171,18 @@ def body(tap, env):
            gwlib.metric(m(), "bc_gateway_crl_fetches_total", [("result", "error")]) >= 1.0,
            "the failed fetch while down was logged and counted")
     tap.eq(g.stop(), 0, "the gateway exits 0 (LeakSanitizer included)")
+
+    # -- concurrent GETs on a cold cache share one fetch ---------------------------
+    cold = env.gateway("cold")
+    procs = [subprocess.Popen(["curl", "-sS", "--cacert", env.cert, "-o", os.devnull,
+                               "-w", "%{http_code}", cold.url("/v1/crl")],
+                              stdout=subprocess.PIPE, text=True) for _ in range(10)]
+    codes = [p.communicate()[0] for p in procs]
+    text = env.curl(cold, "/metrics")[2].decode()
+    tap.ok(codes == ["200"] * 10 and
+           gwlib.metric(text, "bc_gateway_crl_fetches_total", [("result", "ok")]) == 1.0,
+           "10 concurrent GETs on a cold cache: all 200, one fetch", (codes, text[-600:]))
+    tap.eq(cold.stop(), 0, "that gateway exits 0")
 
     # -- a CRL over the cap ---------------------------------------------------------
     small = env.gateway("small", "--crl-max-size", "64")
