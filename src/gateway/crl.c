@@ -14,7 +14,8 @@
  * A request for a CRL that is not current waits for the fetch in progress
  * (started if none is), but only for a fetch that started after the last
  * notification it could know of.  A fetch that fails leaves the old CRL
- * served until its nextUpdate, then 503.  A refresh timer fetches again at
+ * served until its nextUpdate, then 503; for --retry-after seconds after a
+ * failure, requests get that answer without a new attempt.  A refresh timer fetches again at
  * 3/4 of the way from thisUpdate to nextUpdate (every --retry-after seconds
  * while it fails).
  */
@@ -72,6 +73,8 @@ struct gw_crl
 	int			fetching;
 	uint64_t	fetch_seq;		/* notify_seq when the running fetch started */
 	TAILQ_HEAD(, waiter) waiters;
+
+	double		failed_mono;	/* when the last fetch failed (0: never) */
 
 	uint64_t	fetch_ok;
 	uint64_t	fetch_error;
@@ -258,6 +261,7 @@ fetch_done(const struct gw_db_result *r, void *arg)
 	else
 	{
 		c->fetch_error++;
+		c->failed_mono = mono_now();
 		gw_log(r->status == GW_DB_OK ? GW_LOG_ERROR : GW_LOG_WARN, "crl fetch failed",
 			   json_pack("{s:s,s:s?,s:b}", "reason", why, "sqlstate",
 						 r->status == GW_DB_ERROR ? r->sqlstate : NULL,
@@ -393,7 +397,10 @@ gw_crl_get(struct gw_crl *c, gw_crl_cb cb, void *arg)
 {
 	struct waiter *w;
 
-	if (current(c) || c->closing)
+	/* after a failed fetch, at most one attempt per --retry-after: cached or 503 meanwhile */
+	if (current(c) || c->closing ||
+		(!c->fetching && c->failed_mono > 0 &&
+		 mono_now() - c->failed_mono < c->cfg->retry_after_s))
 	{
 		answer(c, cb, arg);
 		return 0;
