@@ -59,6 +59,10 @@ static const char usage_text[] =
 "                              left, skipping trusted proxies, the first other\n"
 "                              address is the client\n"
 "\n"
+"CRL (GET /v1/crl, cached; see docs/gateway.md):\n"
+"  --crl-max-size BYTES        a CRL larger than this is refused (default\n"
+"                              8388608, 8 MiB)\n"
+"\n"
 "Process:\n"
 "  --shutdown-timeout DUR      on SIGTERM/SIGINT stop accepting and let\n"
 "                              in-flight requests finish for at most this\n"
@@ -226,6 +230,7 @@ set_defaults(struct gw_config *cfg)
 	cfg->burst = -1;
 	cfg->rate_table = 65536;
 	cfg->shutdown_ms = 10000;
+	cfg->crl_max_size = 8 * 1024 * 1024;
 	cfg->log_level = GW_LOG_INFO;
 }
 
@@ -233,7 +238,7 @@ enum
 {
 	OPT_LISTEN = 256, OPT_CERT, OPT_KEY, OPT_DB, OPT_POOL, OPT_QUEUE, OPT_WAIT,
 	OPT_STMT, OPT_RETRY, OPT_IO, OPT_REQ, OPT_RATE, OPT_BURST, OPT_TABLE,
-	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN
+	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN, OPT_CRLMAX
 };
 
 static const struct option options[] = {
@@ -253,6 +258,7 @@ static const struct option options[] = {
 	{"rate-burst", required_argument, NULL, OPT_BURST},
 	{"rate-table", required_argument, NULL, OPT_TABLE},
 	{"trusted-proxy", required_argument, NULL, OPT_PROXY},
+	{"crl-max-size", required_argument, NULL, OPT_CRLMAX},
 	{"shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN},
 	{"log-level", required_argument, NULL, OPT_LOGLEVEL},
 	{"help", no_argument, NULL, 'h'},
@@ -330,6 +336,11 @@ apply_option(struct gw_config *cfg, int c, const char *arg)
 			if ((v = parse_int(arg, 16, 10000000)) < 0)
 				goto bad;
 			cfg->rate_table = (int) v;
+			return 0;
+		case OPT_CRLMAX:
+			if ((v = parse_int(arg, 64, 1024L * 1024 * 1024)) < 0)
+				goto bad;
+			cfg->crl_max_size = (size_t) v;
 			return 0;
 		case OPT_PROXY:
 			if (cfg->nproxies >= GW_MAX_PROXIES ||

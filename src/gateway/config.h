@@ -46,6 +46,8 @@ struct gw_config
 	int				max_connections;	/* client connections at once */
 	int				max_connections_set;	/* given on the command line */
 
+	size_t			crl_max_size;		/* a larger CRL is refused */
+
 	long			shutdown_ms;
 	int				log_level;
 };

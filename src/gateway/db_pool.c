@@ -7,6 +7,12 @@
  * the socket allows).  Jobs wait in a bounded FIFO with a wait timer.  A slot
  * whose connection breaks goes back to DOWN and is reconnected lazily, when a
  * job needs it.  Nothing here blocks the event loop.
+ *
+ * With gw_db_pool_listen, one connection at a time runs LISTEN (a job of the
+ * pool's own, sent before any queued job when it is a new connection): the
+ * first to connect, and when that one is lost, the next idle one at the next
+ * dispatch.  One listener, so a notification arrives once.  Notifications are
+ * handed to a callback from the idle read path and after every statement.
  */
 #include "db_pool.h"
 #include "log.h"
@@ -56,6 +62,8 @@ struct slot
 	struct event *guard;		/* connect timeout or statement guard */
 	struct job *job;
 	PGresult   *res;			/* the first result of the running statement */
+	int			listening;		/* LISTEN is in force on this connection */
+	int			listen_failed;	/* LISTEN raised an error here: not again */
 };
 
 struct gw_db_pool
@@ -68,10 +76,17 @@ struct gw_db_pool
 	TAILQ_HEAD(, job) queue;
 	int			nqueued;
 	double		last_fail;
+	char	   *listen_sql;		/* "LISTEN channel", or NULL */
+	gw_db_notify_cb notify_cb;
+	void	   *notify_arg;
+	int			nlistening;		/* connections with LISTEN in force (0 or 1) */
+	int			listen_pending; /* a LISTEN is running */
+	unsigned long listen_period;	/* bumped when nlistening goes 0 -> 1 */
 };
 
 static void slot_io_cb(evutil_socket_t fd, short what, void *arg);
 static void dispatch(struct gw_db_pool *pool);
+static int	start_query(struct slot *s, struct job *j);
 
 /* Seconds on the monotonic clock. */
 static double
@@ -222,6 +237,26 @@ slot_close(struct slot *s)
 	PQfinish(s->conn);
 	s->conn = NULL;
 	s->state = SLOT_DOWN;
+	s->listen_failed = 0;
+	if (s->listening)
+	{
+		s->listening = 0;
+		s->pool->nlistening--;
+	}
+}
+
+/* Hand every notification libpq has buffered on the slot to the callback. */
+static void
+drain_notifies(struct slot *s)
+{
+	PGnotify   *n;
+
+	while (s->conn != NULL && (n = PQnotifies(s->conn)) != NULL)
+	{
+		if (s->pool->notify_cb != NULL)
+			s->pool->notify_cb(n->relname, n->extra, s->pool->notify_arg);
+		PQfreemem(n);
+	}
 }
 
 /* Free a job and its wait timer. */
@@ -293,6 +328,74 @@ connect_failed(struct slot *s, const char *why)
 		fail_queue(pool, "database unavailable");
 }
 
+/* The LISTEN of a new connection finished. */
+static void
+listen_done(const struct gw_db_result *r, void *arg)
+{
+	struct slot *s = arg;
+	struct gw_db_pool *pool = s->pool;
+
+	pool->listen_pending = 0;
+	if (r->status != GW_DB_OK)
+	{
+		if (r->status == GW_DB_ERROR)
+			s->listen_failed = 1;
+		gw_log(GW_LOG_WARN, "database LISTEN failed",
+			   json_pack("{s:i,s:s,s:s?}", "slot", s->index, "reason", r->reason ? r->reason : "",
+						 "sqlstate", r->sqlstate));
+		return;
+	}
+	/* complete() made the slot idle (or closed it) before calling us */
+	if (s->state != SLOT_IDLE || s->listening)
+		return;
+	s->listening = 1;
+	if (pool->nlistening++ == 0)
+		pool->listen_period++;
+}
+
+/* Send LISTEN on a freshly connected (idle) slot; -1 when it cannot be sent. */
+static int
+start_listen(struct slot *s)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL)
+		return -1;
+	j->pool = s->pool;
+	j->sql = s->pool->listen_sql;
+	j->cb = listen_done;
+	j->arg = s;
+	/* set first: start_query may complete the job (and clear it) before it returns */
+	s->pool->listen_pending = 1;
+	if (start_query(s, j) != 0)
+	{
+		s->pool->listen_pending = 0;
+		job_free(j);
+		return -1;
+	}
+	return 0;
+}
+
+/* Whether the pool wants a LISTEN started now (none in force, none running). */
+static int
+want_listener(const struct gw_db_pool *pool)
+{
+	return pool->listen_sql != NULL && pool->nlistening == 0 && !pool->listen_pending;
+}
+
+/* No connection listens: start LISTEN on an idle one, if any. */
+static void
+ensure_listener(struct gw_db_pool *pool)
+{
+	for (int i = 0; i < pool->nslots && want_listener(pool); i++)
+	{
+		struct slot *s = &pool->slots[i];
+
+		if (s->state == SLOT_IDLE && !s->listen_failed && start_listen(s) != 0)
+			slot_close(s);
+	}
+}
+
 /* Drive a connecting slot one step with PQconnectPoll. */
 static void
 connect_step(struct slot *s)
@@ -317,6 +420,11 @@ connect_step(struct slot *s)
 			}
 			s->state = SLOT_IDLE;
 			gw_log(GW_LOG_INFO, "database connected", json_pack("{s:i}", "slot", s->index));
+			if (want_listener(s->pool) && start_listen(s) != 0)
+			{
+				connect_failed(s, "listen");
+				return;
+			}
 			dispatch(s->pool);
 			return;
 		case PGRES_POLLING_FAILED:
@@ -389,6 +497,8 @@ complete(struct slot *s, enum gw_db_status forced, const char *reason)
 			if (PQnfields(res) >= 2 && !PQgetisnull(res, 0, 1))
 				r.tag = PQgetvalue(res, 0, 1);
 		}
+		else if (res != NULL && st == PGRES_COMMAND_OK)
+			;					/* LISTEN: OK, no value */
 		else if (res != NULL && st == PGRES_FATAL_ERROR &&
 				 PQresultErrorField(res, PG_DIAG_SQLSTATE) != NULL)
 		{
@@ -420,6 +530,8 @@ complete(struct slot *s, enum gw_db_status forced, const char *reason)
 		j->cb(&r, j->arg);
 	PQclear(res);
 	job_free(j);
+	if (s->state == SLOT_IDLE)
+		drain_notifies(s);
 }
 
 /* Send a job's statement on an idle slot; -1 when the connection turned out broken. */
@@ -450,6 +562,7 @@ start_query(struct slot *s, struct job *j)
 static void
 dispatch(struct gw_db_pool *pool)
 {
+	ensure_listener(pool);
 	for (int i = 0; i < pool->nslots && !TAILQ_EMPTY(&pool->queue); i++)
 	{
 		struct slot *s = &pool->slots[i];
@@ -527,16 +640,14 @@ query_io(struct slot *s, short what)
 static void
 idle_read(struct slot *s)
 {
-	PGnotify   *n;
-
 	if (!PQconsumeInput(s->conn) || PQstatus(s->conn) == CONNECTION_BAD)
 	{
 		gw_log(GW_LOG_INFO, "database connection lost", json_pack("{s:i}", "slot", s->index));
 		slot_close(s);
+		ensure_listener(s->pool);
 		return;
 	}
-	while ((n = PQnotifies(s->conn)) != NULL)
-		PQfreemem(n);
+	drain_notifies(s);
 }
 
 /* Socket event on a slot. */
@@ -649,7 +760,30 @@ gw_db_pool_free(struct gw_db_pool *pool)
 			event_free(pool->slots[i].guard);
 	free(pool->slots);
 	free(pool->conninfo);
+	free(pool->listen_sql);
 	free(pool);
+}
+
+/* LISTEN channel on every new connection; see db_pool.h. */
+void
+gw_db_pool_listen(struct gw_db_pool *pool, const char *channel,
+				  gw_db_notify_cb cb, void *arg)
+{
+	size_t		n = strlen(channel) + 16;
+
+	free(pool->listen_sql);
+	pool->listen_sql = malloc(n);
+	if (pool->listen_sql != NULL)
+		snprintf(pool->listen_sql, n, "LISTEN \"%s\"", channel);
+	pool->notify_cb = cb;
+	pool->notify_arg = arg;
+}
+
+/* The current listening period, 0 while nobody listens; see db_pool.h. */
+unsigned long
+gw_db_pool_listen_period(const struct gw_db_pool *pool)
+{
+	return pool->nlistening > 0 ? pool->listen_period : 0;
 }
 
 /* Queue sql with param for the next free connection; see db_pool.h. */

@@ -44,6 +44,24 @@ void		gw_db_pool_free(struct gw_db_pool *pool);
 int			gw_db_submit(struct gw_db_pool *pool, const char *sql, const char *param,
 						 gw_db_cb cb, void *arg, const char **why);
 
+/* Called for each notification on the channel given to gw_db_pool_listen. */
+typedef void (*gw_db_notify_cb) (const char *channel, const char *extra, void *arg);
+
+/*
+ * Run LISTEN channel on every connection right after it is made (before any
+ * job runs on it) and call cb for every notification, whether it arrives on
+ * an idle connection or during a statement.  Call before the first submit.
+ */
+void		gw_db_pool_listen(struct gw_db_pool *pool, const char *channel,
+							  gw_db_notify_cb cb, void *arg);
+
+/*
+ * The current listening period: 0 while no connection has LISTEN in force,
+ * else a number that changes every time the pool goes from none listening
+ * to one.  While it stays the same (and not 0), no notification was missed.
+ */
+unsigned long gw_db_pool_listen_period(const struct gw_db_pool *pool);
+
 /* Connections running a statement. */
 int			gw_db_pool_in_use(const struct gw_db_pool *pool);
 

@@ -12,6 +12,7 @@ struct evconnlistener;
 struct event_base;
 struct evhttp;
 struct evhttp_bound_socket;
+struct gw_crl;
 struct gw_db_pool;
 struct gw_ratelimit;
 
@@ -23,6 +24,7 @@ struct gateway
 	struct evhttp_bound_socket *bound;
 	SSL_CTX    *ssl_ctx;
 	struct gw_db_pool *pool;
+	struct gw_crl *crl;			/* the CRL cache (GET /v1/crl) */
 	struct gw_ratelimit *rl;
 	struct gw_metrics metrics;
 

@@ -11,6 +11,7 @@
 #include "http.h"
 #include "client_addr.h"
 #include "conn.h"
+#include "crl.h"
 #include "db_pool.h"
 #include "gateway.h"
 #include "log.h"
@@ -61,6 +62,7 @@ struct req_ctx
 	size_t		body_len;
 	char		sqlstate[6];
 	const char *reason;
+	char		cache_control[32];	/* empty: no-store */
 };
 
 /* Seconds elapsed since ts (monotonic). */
@@ -107,7 +109,7 @@ reply(struct req_ctx *ctx, int code, enum gw_outcome out, const char *ctype,
 	char		ra[16];
 
 	evhttp_add_header(h, "Content-Type", ctype);
-	evhttp_add_header(h, "Cache-Control", "no-store");
+	evhttp_add_header(h, "Cache-Control", ctx->cache_control[0] ? ctx->cache_control : "no-store");
 	if (retry_after > 0)
 	{
 		snprintf(ra, sizeof(ra), "%d", retry_after);
@@ -362,7 +364,8 @@ handle_metrics(struct req_ctx *ctx)
 		.max_connections = ctx->gw->max_connections,
 	};
 
-	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0)
+	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0 ||
+		gw_crl_render_metrics(ctx->gw->crl, buf) != 0)
 		goto fail;
 	n = evbuffer_get_length(buf);
 	text = malloc(n + 1);
@@ -375,6 +378,29 @@ fail:
 out:
 	free(text);
 	evbuffer_free(buf);
+}
+
+/* The CRL cache answered a GET /v1/crl. */
+static void
+crl_ready(const unsigned char *der, size_t len, long max_age, void *arg)
+{
+	struct req_ctx *ctx = arg;
+
+	if (der == NULL)
+	{
+		reply_unavailable(ctx, GW_OUT_UNAVAILABLE, "no CRL within its nextUpdate");
+		return;
+	}
+	snprintf(ctx->cache_control, sizeof(ctx->cache_control), "max-age=%ld", max_age);
+	reply(ctx, 200, GW_OUT_ISSUED, "application/pkix-crl", (const char *) der, len, 0);
+}
+
+/* GET /v1/crl: the node CA's CRL (DER) from the cache; never rate limited. */
+static void
+handle_crl(struct req_ctx *ctx)
+{
+	if (gw_crl_get(ctx->gw->crl, crl_ready, ctx) != 0)
+		reply_internal(ctx);
 }
 
 /* Whether the client may make one more relayed call now; answers 429 when not. */
@@ -466,9 +492,10 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		gw_addr_format(&addr, ctx->client, sizeof(ctx->client));
 	else
 		memset(&addr, 0, sizeof(addr));
-	if (path != NULL && (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0))
+	if (path != NULL && (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0 ||
+						 strcmp(path, GW_PATH_CRL) == 0))
 	{
-		ctx->label = path + 1;
+		ctx->label = path[1] == 'v' ? "crl" : path + 1;
 		if (method != EVHTTP_REQ_GET)
 		{
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
@@ -476,8 +503,10 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		}
 		else if (path[1] == 'h')
 			handle_health(ctx);
-		else
+		else if (path[1] == 'm')
 			handle_metrics(ctx);
+		else
+			handle_crl(ctx);
 		return;
 	}
 	ctx->observed = 1;

@@ -8,6 +8,7 @@
  */
 #include "config.h"
 #include "conn.h"
+#include "crl.h"
 #include "db_pool.h"
 #include "gateway.h"
 #include "http.h"
@@ -137,6 +138,9 @@ main(int argc, char **argv)
 	gw.pool = gw_db_pool_new(gw.base, &gw.cfg);
 	if (gw.pool == NULL)
 		goto out;
+	gw.crl = gw_crl_new(gw.base, gw.pool, &gw.cfg);
+	if (gw.crl == NULL)
+		goto out;
 	if (gw.cfg.rate > 0)
 	{
 		gw.rl = gw_ratelimit_new(gw.cfg.rate, gw.cfg.burst, gw.cfg.rate_table);
@@ -169,7 +173,9 @@ main(int argc, char **argv)
 
 out:
 	/* answer what is still waiting for the database before the connections go */
+	gw_crl_close(gw.crl);
 	gw_db_pool_free(gw.pool);
+	gw_crl_free(gw.crl);
 	gw_listener_close(&gw);
 	if (gw.http != NULL)
 		evhttp_free(gw.http);
