@@ -56,6 +56,7 @@ pg_regress_installcheck = $(CURDIR)/test/installcheck $(BCJ_REGRESS_DIR) \
 include mk/host.mk
 include mk/gateway.mk
 include mk/agent.mk
+include mk/fuzz.mk
 
 all: host
 all: gateway

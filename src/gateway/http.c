@@ -243,6 +243,53 @@ invalid_input_message(const char *ss, const char *server_msg)
 	return "invalid input";
 }
 
+/*
+ * Fuzz entry point (test/fuzz/fuzz_gw_http.c): the HTTP status, outcome and
+ * client message reply_db_error() chooses for SQLSTATE ss and the server's
+ * primary message server_msg.  Not used by the gateway itself.
+ */
+int
+gw_http_fuzz_db_error(const char *ss, const char *server_msg, int *outcome,
+					  const char **message)
+{
+	int			code = gw_http_status_for_sqlstate(ss, outcome);
+
+	*message = code == 400 ? invalid_input_message(ss, server_msg) : NULL;
+	return code;
+}
+
+/*
+ * Why a request body of n bytes is not relayed, its HTTP status in *http, or
+ * NULL when it is relayed.  body NULL checks only the length (before the
+ * body is copied out of libevent's buffer).
+ */
+static const char *
+body_refusal(const char *body, size_t n, int *http)
+{
+	*http = 400;
+	if (n == 0)
+		return "request body is empty";
+	if (n > GW_MAX_BODY)
+	{
+		*http = 413;
+		return "request body over 65536 bytes";
+	}
+	/* a text parameter ends at the first NUL: refuse rather than truncate */
+	if (body != NULL && memchr(body, '\0', n) != NULL)
+		return "request body contains a NUL byte";
+	return NULL;
+}
+
+/* Fuzz entry point (test/fuzz/fuzz_gw_http.c): 0 when a body is relayed, else its HTTP status. */
+int
+gw_http_fuzz_body(const char *body, size_t n)
+{
+	int			http;
+
+	return body_refusal(NULL, n, &http) != NULL || body_refusal(body, n, &http) != NULL ?
+		http : 0;
+}
+
 /* A server error: map its SQLSTATE to an answer. */
 static void
 reply_db_error(struct req_ctx *ctx, const struct gw_db_result *r)
@@ -428,17 +475,13 @@ handle_relay(struct req_ctx *ctx, const struct route *rt)
 	struct evbuffer *in = evhttp_request_get_input_buffer(ctx->req);
 	size_t		n = in ? evbuffer_get_length(in) : 0;
 	const char *why = NULL;
+	int			http;
 
 	ctx->body_len = n;
-	if (n == 0)
+	if ((why = body_refusal(NULL, n, &http)) != NULL)
 	{
-		reply_error(ctx, 400, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "request body is empty", 0);
-		return;
-	}
-	if (n > GW_MAX_BODY)
-	{
-		reply_error(ctx, 413, GW_OUT_TOO_LARGE, BC_ERROR_INVALID_INPUT,
-					"request body over 65536 bytes", 0);
+		reply_error(ctx, http, http == 413 ? GW_OUT_TOO_LARGE : GW_OUT_INVALID,
+					BC_ERROR_INVALID_INPUT, why, 0);
 		return;
 	}
 	ctx->body = malloc(n + 1);
@@ -448,11 +491,9 @@ handle_relay(struct req_ctx *ctx, const struct route *rt)
 		return;
 	}
 	ctx->body[n] = '\0';
-	/* a text parameter ends at the first NUL: refuse rather than truncate */
-	if (memchr(ctx->body, '\0', n) != NULL)
+	if ((why = body_refusal(ctx->body, n, &http)) != NULL)
 	{
-		reply_error(ctx, 400, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT,
-					"request body contains a NUL byte", 0);
+		reply_error(ctx, http, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, why, 0);
 		return;
 	}
 	/* from here relay_done answers, possibly before gw_db_submit returns */

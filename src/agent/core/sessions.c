@@ -872,3 +872,61 @@ bcd_server_stop(bcd_server *s)
 	free(s->runtime_dir);
 	free(s);
 }
+
+/*
+ * Fuzz entry point (test/fuzz/fuzz_sock_line.c), not used by bcd: what a
+ * caller sends on a connection (data, n bytes, then EOF) read and answered
+ * by conn_read() and handle_request() exactly as the I/O thread does, by a
+ * server that holds no node credential and runs no worker (so a valid
+ * credential request ends at no-node-credential).  The answer line is
+ * written into answer (NUL-terminated, truncated to cap); returns its
+ * length, or -1 when there was no answer or the connection could not be made.
+ */
+long
+bcd_sessions_fuzz_line(const unsigned char *data, size_t n, char *answer, size_t cap)
+{
+	bcd_server	s;
+	bcd_conn   *c;
+	int			sv[2];
+	size_t		off = 0;
+	ssize_t		got;
+	long		len = 0;
+
+	if (cap == 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+		return -1;
+	answer[0] = '\0';
+	(void) fcntl(sv[0], F_SETFL, O_NONBLOCK);
+	(void) fcntl(sv[1], F_SETFL, O_NONBLOCK);
+	while (off < n && (got = write(sv[1], data + off, n - off)) > 0)
+		off += (size_t) got;
+	(void) shutdown(sv[1], SHUT_WR);
+	memset(&s, 0, sizeof(s));
+	s.max_queue = 1;
+	s.wake[0] = s.wake[1] = -1;
+	s.node = bcd_node_new();
+	c = calloc(1, sizeof(*c));
+	if (s.node == NULL || c == NULL)
+	{
+		free(c);
+		bcd_node_free(s.node);
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
+	c->fd = sv[0];
+	c->dirfd = -1;
+	c->state = CONN_READING;
+	s.conns = c;
+	s.n_conns = 1;
+	/* conn_read() reads once per call, as after each poll() */
+	for (int i = 0; i < 4 && s.n_conns == 1 && c->state == CONN_READING; i++)
+		conn_read(&s, c);
+	if (s.n_conns == 1)
+		conn_close(&s, c);
+	while ((size_t) len + 1 < cap && (got = read(sv[1], answer + len, cap - 1 - (size_t) len)) > 0)
+		len += got;
+	answer[len] = '\0';
+	close(sv[1]);
+	bcd_node_free(s.node);
+	return len > 0 ? len : -1;
+}

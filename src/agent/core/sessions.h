@@ -93,4 +93,11 @@ int			bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 void		bcd_server_publish(bcd_server *s, const bcd_credential *cred);
 void		bcd_server_stop(bcd_server *s);
 
+/*
+ * Fuzz entry point (test/fuzz/fuzz_sock_line.c), not used by bcd: the
+ * request bytes read and answered as by the socket server with no node
+ * credential; the answer line in answer; its length or -1.
+ */
+long		bcd_sessions_fuzz_line(const unsigned char *data, size_t n, char *answer, size_t cap);
+
 #endif							/* BCD_SESSIONS_H */

@@ -1,0 +1,67 @@
+/*
+ * fuzz_gw_http.c: what of bc-gateway's request handling runs without a
+ * network: the status mapping of a database error (SQLSTATE and server
+ * message to HTTP status, outcome and client message) and the bounds of a
+ * request body.  Input: the first byte is the length of the SQLSTATE text
+ * (mod 8), then that text, then the server's message.  The whole input is
+ * also a request body.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "metrics.h"
+#include "http.h"
+#include "fuzz_common.h"
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char		ss[8];
+	char	   *msg;
+	size_t		sl;
+	int			outcome = -1;
+	const char *client = NULL;
+	int			code;
+	int			body;
+
+	/* a body: relayed exactly when 1..65536 bytes without a NUL */
+	body = gw_http_fuzz_body((const char *) data, size);
+	if (size == 0 || memchr(data, '\0', size) != NULL)
+		BC_FUZZ_ASSERT(body == 400);
+	else if (size > GW_MAX_BODY)
+		BC_FUZZ_ASSERT(body == 413);
+	else
+		BC_FUZZ_ASSERT(body == 0);
+
+	if (size == 0)
+		return 0;
+	sl = data[0] % 8;
+	if (sl > size - 1)
+		sl = size - 1;
+	memcpy(ss, data + 1, sl);
+	ss[sl] = '\0';
+	msg = malloc(size - 1 - sl + 1);
+	BC_FUZZ_ASSERT(msg != NULL);
+	memcpy(msg, data + 1 + sl, size - 1 - sl);
+	msg[size - 1 - sl] = '\0';
+
+	code = gw_http_fuzz_db_error((data[0] & 0x80) ? NULL : ss, msg, &outcome, &client);
+	BC_FUZZ_ASSERT(code == 400 || code == 404 || code == 500 || code == 503);
+	if ((data[0] & 0x80) || strlen(ss) != 5)
+		BC_FUZZ_ASSERT(code == 500);
+	else if (strncmp(ss, "22", 2) == 0 || strcmp(ss, "54000") == 0 || strcmp(ss, "54001") == 0)
+		BC_FUZZ_ASSERT(code == 400 && outcome == GW_OUT_INVALID);
+	if (code == 400)
+	{
+		BC_FUZZ_ASSERT(client != NULL);
+		/* the server's own words reach the client only for the relayed codes */
+		if (client == msg)
+			BC_FUZZ_ASSERT(strcmp(ss, "22023") == 0 || strcmp(ss, "22P02") == 0 ||
+						   strcmp(ss, "22021") == 0 || strcmp(ss, "22P05") == 0);
+	}
+	else
+		BC_FUZZ_ASSERT(client == NULL);
+	free(msg);
+	return 0;
+}
