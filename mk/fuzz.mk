@@ -49,7 +49,7 @@ build/fuzz/fuzz_gw_%: build/fuzz/obj/test/fuzz/fuzz_gw_%.o $(FUZZ_GW_OBJS) $(FUZ
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(GW_LIBS) $(HOST_LIBS)
 
 build/fuzz/fuzz_sock_line build/fuzz/fuzz_verify: build/fuzz/fuzz_%: build/fuzz/obj/test/fuzz/fuzz_%.o $(FUZZ_AGENT_OBJS) $(FUZZ_COMMON_OBJS)
-	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(HOST_LIBS) -lcurl -lm $(shell pkg-config --libs libsystemd) -pthread
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(HOST_LIBS) -lcurl -lm $(shell pkg-config --libs libsystemd) -pthread $(shell pkg-config --libs tss2-esys tss2-tctildr tss2-rc)
 
 build/fuzz/fuzz_%: build/fuzz/obj/test/fuzz/fuzz_%.o $(FUZZ_COMMON_OBJS)
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(HOST_LIBS)
