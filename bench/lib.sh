@@ -14,6 +14,7 @@ if [ "$QUICK" = 1 ]; then
   PRUNE_ROWS=${BENCH_PRUNE_ROWS:-100000}
   PRUNE_SECS=${BENCH_PRUNE_SECS:-20}
   PROFILE_JOINS=${BENCH_PROFILE_JOINS:-50}
+  ATT_JOINS=${BENCH_ATT_JOINS:-5}
   UPDATE_DOC=${BENCH_UPDATE_DOC:-0}
 else
   SECS=${BENCH_SECS:-20}
@@ -21,6 +22,7 @@ else
   PRUNE_ROWS=${BENCH_PRUNE_ROWS:-1000000}
   PRUNE_SECS=${BENCH_PRUNE_SECS:-60}
   PROFILE_JOINS=${BENCH_PROFILE_JOINS:-300}
+  ATT_JOINS=${BENCH_ATT_JOINS:-20}
   UPDATE_DOC=${BENCH_UPDATE_DOC:-1}
 fi
 CLIENTS=${BENCH_CLIENTS:-"1 2 4 8 16"}
@@ -182,7 +184,7 @@ bench_databases() {
   sqlb -c "SELECT bc_join.service_keys()" >"$W/service-keys.json"
   log "building bench/genreq.c"
   cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Isrc/common bench/genreq.c src/common/*.c \
-    -lssl -lcrypto -ljansson -o "$W/genreq"
+    $(pkg-config --cflags --libs tss2-mu) -lssl -lcrypto -ljansson -o "$W/genreq"
   SQL_TOKENS=$W/tokens
   ensure_sql 1
   make_sample
