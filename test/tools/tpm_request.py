@@ -17,7 +17,6 @@ from files tpm2-tools 5.4 and openssl wrote (test/tap/tpm.t).
   tpm_request.py nonce SECRET_FILE CSR_DER [renew]
       hex of SHA-256(secret || SHA-256(CSR)), or of
       SHA-256("bc_join/tpm/renew" || SHA-256(CSR)) for renew
-  tpm_request.py resign CSR_DER HANDLE
       sign the CSR again in the TPM with ecdsa-with-SHA256 WITHOUT parameters:
       tpm2-openssl 1.1.1 writes an explicit NULL after the OID, which
       RFC 5758 forbids and JoinService refuses (join:csr-signature)
@@ -111,32 +110,6 @@ def der_len(n):
     return bytes([0x80 | len(b)]) + b
 
 
-def der_tlv(tag, body):
-    return bytes([tag]) + der_len(len(body)) + body
-
-
-def der_read(b, off):
-    """(tag, start of body, end of body) of the TLV at off."""
-    tag, n = b[off], b[off + 1]
-    off += 2
-    if n & 0x80:
-        k = n & 0x7f
-        n = int.from_bytes(b[off:off + k], "big")
-        off += k
-    return tag, off, off + n
-
-
-def resign(argv):
-    csr = open(argv[0], "rb").read()
-    _, body, _ = der_read(csr, 0)
-    _, ib, ie = der_read(csr, body)
-    info = csr[body:ie]
-    sig = tpm_sign(argv[1], info)
-    algid = der_tlv(0x30, bytes.fromhex("06082a8648ce3d040302"))
-    out = der_tlv(0x30, info + algid + der_tlv(0x03, b"\x00" + sig))
-    open(argv[0], "wb").write(out)
-
-
 def renew(argv):
     from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
     csr = open(argv[0], "rb").read()
@@ -155,4 +128,4 @@ def renew(argv):
     print(json.dumps(req))
 
 
-{"join": join, "challenge": challenge, "nonce": nonce, "resign": resign, "renew": renew}[sys.argv[1]](sys.argv[2:])
+{"join": join, "challenge": challenge, "nonce": nonce, "renew": renew}[sys.argv[1]](sys.argv[2:])
