@@ -275,6 +275,9 @@ typedef struct BcToken
  */
 extern void bc_check_join_token(const char *who, const char *token, const char *role,
 								Jsonb *claims, BcToken *out);
+/* Lock a token's row and compare its secret in constant time; refuses "<who>:unknown|secret". */
+extern void bc_lock_token_secret(BcPlan *plan, const char *id, const char *secret,
+								 int secret_col, const char *who);
 /* Spend one use of a checked token. */
 extern void bc_spend_join_token(const char *token_id);
 /*

@@ -130,41 +130,27 @@ bc_spend_join_token(const char *token_id)
 }
 
 /*
- * Lock and check a token for this round without spending it: the secret in
- * constant time, then revocation, expiry, uses, role and expect.  Refusals
- * are "<who>:<reason>"; from the matched secret on they carry the tenant.
+ * Lock the row of token id with plan (its column secret_col holding the
+ * SHA-256 of the secret) and compare secret with it in constant time, doing
+ * the same work for an id nobody issued; refuses "<who>:unknown" and
+ * "<who>:secret".  The locked row stays the last SPI result.
  */
 void
-bc_check_join_token(const char *who, const char *token, const char *role,
-					Jsonb *claims, BcToken *out)
+bc_lock_token_secret(BcPlan *plan, const char *id, const char *secret, int secret_col,
+					 const char *who)
 {
-	const char *dot;
-	char	   *token_id;
-	const char *secret;
-	unsigned char secret_hash[BC_SHA256_LEN];
 	static const unsigned char dummy_hash[BC_SHA256_LEN];
+	unsigned char secret_hash[BC_SHA256_LEN];
+	Datum		v = CStringGetTextDatum(id);
 	bool		found;
 	bool		matched;
 	bool		isnull;
-	Datum		v;
-	Datum		e;
-	char	   *tenant;
 
-	memset(out, 0, sizeof(*out));
-
-	/* "<id>.<secret>" */
-	dot = strrchr(token, '.');
-	if (dot == NULL || !is_token_id(token, dot - token) || strlen(dot + 1) != 43)
-		bc_refuse_join(psprintf("%s:malformed", who), NULL);
-	token_id = pnstrdup(token, dot - token);
-	secret = dot + 1;
 	bc_sha256(secret, strlen(secret), secret_hash);
-
-	v = CStringGetTextDatum(token_id);
-	found = bc_spi_exec(&lock_token, &v, NULL, false, 1) == 1;
+	found = bc_spi_exec(plan, &v, NULL, false, 1) == 1;
 	if (found)
 	{
-		bytea	   *stored = DatumGetByteaPP(bc_spi_datum(Anum_tok_secret_sha256, &isnull));
+		bytea	   *stored = DatumGetByteaPP(bc_spi_datum(secret_col, &isnull));
 
 		matched = !isnull && VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
 			bc_ct_equal(VARDATA_ANY(stored), secret_hash, BC_SHA256_LEN);
@@ -180,6 +166,33 @@ bc_check_join_token(const char *who, const char *token, const char *role,
 		bc_refuse_join(psprintf("%s:unknown", who), NULL);
 	if (!matched)
 		bc_refuse_join(psprintf("%s:secret", who), NULL);
+}
+
+/*
+ * Lock and check a token for this round without spending it: the secret in
+ * constant time, then revocation, expiry, uses, role and expect.  Refusals
+ * are "<who>:<reason>"; from the matched secret on they carry the tenant.
+ */
+void
+bc_check_join_token(const char *who, const char *token, const char *role,
+					Jsonb *claims, BcToken *out)
+{
+	const char *dot;
+	char	   *token_id;
+	const char *secret;
+	bool		isnull;
+	Datum		e;
+	char	   *tenant;
+
+	memset(out, 0, sizeof(*out));
+
+	/* "<id>.<secret>" */
+	dot = strrchr(token, '.');
+	if (dot == NULL || !is_token_id(token, dot - token) || strlen(dot + 1) != 43)
+		bc_refuse_join(psprintf("%s:malformed", who), NULL);
+	token_id = pnstrdup(token, dot - token);
+	secret = dot + 1;
+	bc_lock_token_secret(&lock_token, token_id, secret, Anum_tok_secret_sha256, who);
 
 	/* The secret matched: from here on the tenant is authenticated. */
 	tenant = bc_spi_text_req(Anum_tok_tenant);

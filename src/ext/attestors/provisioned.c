@@ -90,16 +90,11 @@ provisioned_verify(const BcJoinRequest *req, BcOutcome *out)
 {
 	BcEvidenceMember m[] = {{.name = "nodeId", .required = true, .max = 128}};
 	BcAttestResult *res = &out->result;
-	static const unsigned char dummy_hash[BC_SHA256_LEN];
-	unsigned char secret_hash[BC_SHA256_LEN];
 	const char *dot;
 	char	   *token_id;
 	const char *secret;
 	char	   *node;
 	char	   *tenant;
-	bool		found;
-	bool		matched;
-	bool		isnull;
 	Datum		v;
 
 	bc_evidence_members("provisioned", req->attestation, m, lengthof(m));
@@ -114,28 +109,8 @@ provisioned_verify(const BcJoinRequest *req, BcOutcome *out)
 		bc_refuse_join("provisioned:malformed-token", NULL);
 	token_id = pnstrdup(req->token, dot - req->token);
 	secret = dot + 1;
-	bc_sha256(secret, strlen(secret), secret_hash);
-
 	v = CStringGetTextDatum(token_id);
-	found = bc_spi_exec(&lock_token, &v, NULL, false, 1) == 1;
-	if (found)
-	{
-		bytea	   *stored = DatumGetByteaPP(bc_spi_datum(Anum_pt_secret_sha256, &isnull));
-
-		matched = !isnull && VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
-			bc_ct_equal(VARDATA_ANY(stored), secret_hash, BC_SHA256_LEN);
-	}
-	else
-	{
-		/* The same work as a known token, so timing tells nothing. */
-		(void) bc_ct_equal(dummy_hash, secret_hash, BC_SHA256_LEN);
-		matched = false;
-	}
-	OPENSSL_cleanse(secret_hash, sizeof(secret_hash));
-	if (!found)
-		bc_refuse_join("provisioned:unknown", NULL);
-	if (!matched)
-		bc_refuse_join("provisioned:secret", NULL);
+	bc_lock_token_secret(&lock_token, token_id, secret, Anum_pt_secret_sha256, "provisioned");
 
 	/* The secret matched: the tenant is authenticated from here. */
 	tenant = bc_spi_text_req(Anum_pt_tenant);
