@@ -95,6 +95,9 @@ CREATE TABLE bc_join.nodes (
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	retired_at timestamptz,
+	-- when the node last joined, renewed or asked for a session (sessions
+	-- move it at most once a minute); bc_join.stale_nodes reads it
+	last_seen_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	CHECK (site_id IS NOT NULL OR pool_id IS NOT NULL)
 );
 CREATE INDEX nodes_tenant_idx ON bc_join.nodes (tenant_id);
@@ -119,6 +122,9 @@ CREATE TABLE bc_join.node_certs (
 CREATE INDEX node_certs_node_idx ON bc_join.node_certs (node_id);
 -- One key, one certificate: a CSR key admits at most one join (join:key-reused).
 CREATE UNIQUE INDEX node_certs_spki_idx ON bc_join.node_certs (spki_sha256);
+-- prune_certificates: rows come in roughly notAfter order, so a BRIN index
+-- finds the expired ones for a fraction of a btree's cost to every issuance.
+CREATE INDEX node_certs_not_after_idx ON bc_join.node_certs USING brin (not_after);
 
 -- A stable hardware identity (32-byte hash) bound to one node for good, per
 -- attestor: one attestor's binding is never matched by another's result.
@@ -206,6 +212,7 @@ CREATE TABLE bc_join.session_certs (
 CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
 CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
+CREATE INDEX session_certs_not_after_idx ON bc_join.session_certs USING brin (not_after);
 
 /* ---------------------------------------------------------- join requests */
 
@@ -324,6 +331,8 @@ CREATE TABLE bc_join.events (
 	at timestamptz NOT NULL DEFAULT bc_join.compute_now()
 );
 CREATE INDEX events_tenant_at_idx ON bc_join.events (tenant_id, at);
+-- prune_events: appended in time order, so BRIN (small, cheap for joins).
+CREATE INDEX events_at_idx ON bc_join.events USING brin (at);
 
 -- The issuance log: every row carries the hash of the row before it and its
 -- own (a hash chain, bc_join.audit_chain below), so that history cannot be
@@ -1368,6 +1377,168 @@ BEGIN
 END
 $$;
 
+-- A retention or staleness setting (bc_join.retain_*, stale_after,
+-- x509pop_grace, without the prefix) as an interval.
+CREATE FUNCTION bc_join.setting_interval(name text) RETURNS interval
+	AS 'MODULE_PATHNAME', 'bc_setting_interval'
+	LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+/*
+ * Retention.  Each prune_* deletes up to batch rows past their retention
+ * and returns how many: call it again until it returns 0.  Rows other
+ * sessions hold are skipped (FOR UPDATE SKIP LOCKED), so a prune never waits
+ * on a join, a renewal or a session.  The audit log is never pruned.
+ */
+
+-- Events older than bc_join.retain_events (90 days).
+CREATE FUNCTION bc_join.prune_events(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	cutoff timestamptz := bc_join.compute_now() - bc_join.setting_interval('retain_events');
+	n bigint;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.events e
+		WHERE e.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.events x WHERE x.at < cutoff
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+/*
+ * Node and session certificates expired more than
+ * bc_join.retain_expired_certificates (30 days) ago, up to batch in all,
+ * node certificates first.  Never one unexpired (so never a live one, nor a
+ * revoked one the CRL still lists), never a node's newest certificate, and a
+ * node certificate not before bc_join.x509pop_grace after its notAfter
+ * either (x509pop reclaims by it).
+ */
+CREATE FUNCTION bc_join.prune_certificates(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	now_ timestamptz := bc_join.compute_now();
+	keep interval := bc_join.setting_interval('retain_expired_certificates');
+	node_cutoff timestamptz := now_ - greatest(keep, bc_join.setting_interval('x509pop_grace'));
+	n bigint;
+	m bigint := 0;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.node_certs c
+		WHERE c.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.node_certs x
+			WHERE x.not_after < node_cutoff AND x.not_after < now_
+			  AND EXISTS (SELECT 1 FROM bc_join.node_certs y
+						  WHERE y.node_id = x.node_id AND y.issued_at > x.issued_at)
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n < batch THEN
+		DELETE FROM bc_join.session_certs c
+			WHERE c.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM bc_join.session_certs x
+				WHERE x.not_after < now_ - keep AND x.not_after < now_
+				LIMIT batch - n FOR UPDATE SKIP LOCKED));
+		GET DIAGNOSTICS m = ROW_COUNT;
+	END IF;
+	RETURN n + m;
+END
+$$;
+
+/*
+ * Sessions provisioned, and with no certificate expiring, within the last
+ * bc_join.retain_sessions (7 days), with their (expired) certificates.  A
+ * session asked for again after that gets a new session id.
+ */
+CREATE FUNCTION bc_join.prune_sessions(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	cutoff timestamptz := bc_join.compute_now() - bc_join.setting_interval('retain_sessions');
+	n bigint;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.sessions s
+		WHERE s.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.sessions x
+			WHERE x.provisioned_at < cutoff
+			  AND NOT EXISTS (SELECT 1 FROM bc_join.session_certs c
+							  WHERE c.session_id = x.id AND c.not_after >= cutoff)
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+/*
+ * Join requests past bc_join.retain_join_requests (30 days): rejected or
+ * consumed ones decided (consumed) longer ago, pending or approved ones
+ * expired longer ago.  A pending request that has not expired always stays.
+ */
+CREATE FUNCTION bc_join.prune_join_requests(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	now_ timestamptz := bc_join.compute_now();
+	cutoff timestamptz := now_ - bc_join.setting_interval('retain_join_requests');
+	n bigint;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.join_requests r
+		WHERE r.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.join_requests x
+			WHERE (x.state IN ('rejected', 'consumed')
+				   AND coalesce(x.consumed_at, x.decided_at, x.created_at) < cutoff)
+			   OR (x.state IN ('pending', 'approved') AND x.expires_at < cutoff AND x.expires_at < now_)
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+-- One batch of each prune (attestation uses too); returns the counts as
+-- jsonb.  Call it again until every count is 0.
+CREATE FUNCTION bc_join.prune(batch integer DEFAULT 5000) RETURNS jsonb
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	RETURN jsonb_build_object(
+		'events', bc_join.prune_events(batch),
+		'certificates', bc_join.prune_certificates(batch),
+		'sessions', bc_join.prune_sessions(batch),
+		'joinRequests', bc_join.prune_join_requests(batch),
+		'attestationUses', bc_join.prune_attestation_uses(batch));
+END
+$$;
+
+-- Live nodes not seen (joined, renewed, asked for a session) for
+-- bc_join.stale_after (3 days), longest unseen first, with the notAfter of
+-- their newest certificate.
+CREATE VIEW bc_join.stale_nodes AS
+	SELECT n.id, n.tenant_id, n.site_id, n.pool_id, n.role, n.state, n.last_seen_at,
+		   bc_join.compute_now() - n.last_seen_at AS unseen_for,
+		   (SELECT c.not_after FROM bc_join.node_certs c WHERE c.node_id = n.id
+			ORDER BY c.issued_at DESC LIMIT 1) AS last_not_after
+	FROM bc_join.nodes n
+	WHERE n.state <> 'retired'
+	  AND n.last_seen_at < bc_join.compute_now() - bc_join.setting_interval('stale_after')
+	ORDER BY n.last_seen_at;
+
 /* ------------------------------------------------------------- statistics */
 
 -- Rounds by attestor and outcome since the last reset (shared memory).
@@ -1915,6 +2086,12 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.remove_x509pop_root(text),
 	bc_join.register_command_kind(text, text),
 	bc_join.prune_attestation_uses(integer),
+	bc_join.prune_events(integer),
+	bc_join.prune_certificates(integer),
+	bc_join.prune_sessions(integer),
+	bc_join.prune_join_requests(integer),
+	bc_join.prune(integer),
+	bc_join.setting_interval(text),
 	bc_join.b64url_encode(bytea),
 	bc_join.b64url_decode(text),
 	bc_join.attestor_stats(),
@@ -1940,7 +2117,7 @@ GRANT SELECT ON
 	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates, bc_join.audit_export,
 	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
 	bc_join.tpm_settings, bc_join.tpm_eks,
-	bc_join.x509pop_roots
+	bc_join.x509pop_roots, bc_join.stale_nodes
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
@@ -1997,6 +2174,18 @@ COMMENT ON FUNCTION bc_join.register_command_kind(text, text) IS
 	'Registers a command kind (dotted lower-case words, like disk.wipe) that allowedKinds may name, keeping an existing one as it is; returns nothing.';
 COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
 	'Deletes up to batch expired attestation_uses rows without waiting on joins and returns how many it deleted: call it again until it returns 0.';
+COMMENT ON FUNCTION bc_join.prune_events(integer) IS
+	'Deletes up to batch events older than bc_join.retain_events without waiting on joins and returns how many it deleted: call it again until it returns 0.';
+COMMENT ON FUNCTION bc_join.prune_certificates(integer) IS
+	'Deletes up to batch node and session certificates expired longer than bc_join.retain_expired_certificates ago (never an unexpired one, never a node''s newest) and returns how many.';
+COMMENT ON FUNCTION bc_join.prune_sessions(integer) IS
+	'Deletes up to batch sessions with no certificate expiring within bc_join.retain_sessions, with their certificates, and returns how many.';
+COMMENT ON FUNCTION bc_join.prune_join_requests(integer) IS
+	'Deletes up to batch join requests decided, or expired, longer than bc_join.retain_join_requests ago (never a pending one not expired) and returns how many.';
+COMMENT ON FUNCTION bc_join.prune(integer) IS
+	'Runs one batch of every prune (events, certificates, sessions, join requests, attestation uses) and returns the counts as jsonb: call it again until every count is 0.';
+COMMENT ON FUNCTION bc_join.setting_interval(text) IS
+	'Returns a retention or staleness setting (retain_events, retain_expired_certificates, retain_sessions, retain_join_requests, stale_after, x509pop_grace) as an interval.';
 COMMENT ON FUNCTION bc_join.attestor_stats() IS
 	'Returns, from shared memory, one row per attestor and outcome since the last reset: calls, total, mean, min, max, p50 and p99 milliseconds, and the latency histogram (read it through the attestor_statistics view).';
 COMMENT ON FUNCTION bc_join.attestor_stats_reset() IS
@@ -2119,5 +2308,7 @@ COMMENT ON FUNCTION bc_join.invalid_config(text) IS
 -- Views.
 COMMENT ON VIEW bc_join.pending_join_requests IS
 	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail and expires_in.';
+COMMENT ON VIEW bc_join.stale_nodes IS
+	'Live nodes not seen (joined, renewed, asked for a session) for bc_join.stale_after, longest unseen first, with the notAfter of their newest certificate.';
 COMMENT ON VIEW bc_join.attestor_statistics IS
 	'Verifications by attestor and outcome (admitted, deferred-approval, deferred-challenge, refused, error) since the last reset, with their timing in milliseconds (p50/p99 are histogram bucket bounds).';

@@ -23,7 +23,8 @@ static BcPlan insert_node = {
 
 static BcPlan rekey_node = {
 	"UPDATE bc_join.nodes SET identity_generation = identity_generation + 1, "
-	"       attestor = $2, node_key = $3, claims = $4, updated_at = bc_join.compute_now() "
+	"       attestor = $2, node_key = $3, claims = $4, updated_at = bc_join.compute_now(), "
+	"       last_seen_at = bc_join.compute_now() "
 	"WHERE id = $1 RETURNING identity_generation",
 	4, {TEXTOID, TEXTOID, TEXTOID, JSONBOID}
 };

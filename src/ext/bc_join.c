@@ -16,7 +16,17 @@ int			bc_clock_offset = 0;
 int			bc_session_ttl = 900;
 int			bc_join_request_ttl = 86400;
 char	   *bc_crl_url = NULL;
+
+/* The longest retention a setting takes: ten years, in seconds. */
+#define BC_RETAIN_MAX (10 * 366 * 86400)
 int			bc_crl_validity = 3600;
+
+/* Retention and staleness, read by SQL through bc_join.setting_interval(). */
+static int	bc_retain_events = 90 * 86400;
+static int	bc_retain_expired_certificates = 30 * 86400;
+static int	bc_retain_sessions = 7 * 86400;
+static int	bc_retain_join_requests = 30 * 86400;
+static int	bc_stale_after = 3 * 86400;
 
 void		_PG_init(void);
 
@@ -190,6 +200,61 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("bc_join.retain_events",
+							"How long events are kept.",
+							"bc_join.prune_events() deletes events older than this.",
+							&bc_retain_events,
+							90 * 86400,
+							3600, BC_RETAIN_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.retain_expired_certificates",
+							"How long node and session certificates are kept after their notAfter.",
+							"bc_join.prune_certificates() deletes them after this; a revoked "
+							"certificate stays while it has not expired (the CRL lists it), a "
+							"node's newest certificate stays, and a node certificate stays "
+							"at least bc_join.x509pop_grace.",
+							&bc_retain_expired_certificates,
+							30 * 86400,
+							0, BC_RETAIN_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.retain_sessions",
+							"How long a session is kept once its last certificate expired.",
+							"bc_join.prune_sessions() deletes sessions (and their certificates) "
+							"with no certificate that expired less than this ago.",
+							&bc_retain_sessions,
+							7 * 86400,
+							3600, BC_RETAIN_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.retain_join_requests",
+							"How long decided or expired join requests are kept.",
+							"bc_join.prune_join_requests() deletes rejected and consumed "
+							"requests decided, and pending or approved ones expired, longer ago.",
+							&bc_retain_join_requests,
+							30 * 86400,
+							3600, BC_RETAIN_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.stale_after",
+							"How long a live node may go unseen before bc_join.stale_nodes lists it.",
+							"A node is seen when it joins, renews or asks for a session.",
+							&bc_stale_after,
+							3 * 86400,
+							60, BC_RETAIN_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("bc_join");
 
 	bc_stats_init();
@@ -221,6 +286,43 @@ Datum
 bc_compute_now(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_TIMESTAMPTZ(bc_now());
+}
+
+PG_FUNCTION_INFO_V1(bc_setting_interval);
+
+/*
+ * setting_interval(name): a retention or staleness setting as an interval.
+ * A C function, so that calling it loads the module that defines the
+ * settings (current_setting() in SQL would fail in a backend that has not).
+ */
+Datum
+bc_setting_interval(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int			secs;
+	Interval   *iv;
+
+	if (strcmp(name, "retain_events") == 0)
+		secs = bc_retain_events;
+	else if (strcmp(name, "retain_expired_certificates") == 0)
+		secs = bc_retain_expired_certificates;
+	else if (strcmp(name, "retain_sessions") == 0)
+		secs = bc_retain_sessions;
+	else if (strcmp(name, "retain_join_requests") == 0)
+		secs = bc_retain_join_requests;
+	else if (strcmp(name, "stale_after") == 0)
+		secs = bc_stale_after;
+	else if (strcmp(name, "x509pop_grace") == 0)
+		secs = bc_x509pop_grace;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown setting \"%s\"", name),
+				 errdetail("INVALID_INPUT: one of retain_events, retain_expired_certificates, "
+						   "retain_sessions, retain_join_requests, stale_after, x509pop_grace.")));
+	iv = (Interval *) palloc0(sizeof(Interval));
+	iv->time = (int64) secs * USECS_PER_SEC;
+	PG_RETURN_INTERVAL_P(iv);
 }
 
 PG_FUNCTION_INFO_V1(bc_random_secret);

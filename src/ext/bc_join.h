@@ -394,6 +394,8 @@ extern void bc_lock_proof_cert(const char *who, const char *serial, bool for_upd
 							   BcProofCert *c);
 /* Refuse "<who>:revoked|superseded|expired|retired" unless the certificate is live. */
 extern void bc_require_live_cert(const char *who, const BcProofCert *c);
+/* The node was seen (last_seen_at, adopting -> active); locked: held for update. */
+extern void bc_node_seen(const char *node_id, bool locked);
 /* A string member of a verified proof payload, or the refusal. */
 extern char *bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant);
 /* A request proven by a node key, parsed, checked and run as round for who. */

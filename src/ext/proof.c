@@ -291,6 +291,40 @@ bc_require_live_cert(const char *who, const BcProofCert *c)
 		bc_refuse_join(psprintf("%s:retired", who), c->tenant);
 }
 
+/*
+ * The node was seen: last_seen_at moves, and an adopting node becomes
+ * active.  A renewal holds the node for update and always writes; a session
+ * holds it only for share (others may too), so it writes at most once a
+ * minute and only when it gets the row at once (SKIP LOCKED): it never
+ * waits, and two sessions of one node never deadlock on it.
+ */
+#define NODE_SEEN_SET \
+	"UPDATE bc_join.nodes n SET last_seen_at = bc_join.compute_now(), " \
+	"       state = CASE WHEN n.state = 'adopting' THEN 'active' ELSE n.state END, " \
+	"       updated_at = CASE WHEN n.state = 'adopting' THEN bc_join.compute_now() ELSE n.updated_at END "
+
+static BcPlan node_seen_locked = {
+	NODE_SEEN_SET "WHERE n.id = $1 AND n.state <> 'retired'",
+	1, {TEXTOID}
+};
+
+static BcPlan node_seen_shared = {
+	NODE_SEEN_SET
+	"WHERE n.id = (SELECT x.id FROM bc_join.nodes x WHERE x.id = $1 AND x.state <> 'retired' "
+	"              AND (x.state = 'adopting' "
+	"                   OR x.last_seen_at < bc_join.compute_now() - interval '1 minute') "
+	"              FOR NO KEY UPDATE SKIP LOCKED)",
+	1, {TEXTOID}
+};
+
+void
+bc_node_seen(const char *node_id, bool locked)
+{
+	Datum		v = CStringGetTextDatum(node_id);
+
+	bc_spi_exec(locked ? &node_seen_locked : &node_seen_shared, &v, NULL, false, 0);
+}
+
 /* A string member of a verified proof payload, or the refusal. */
 char *
 bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant)

@@ -17,7 +17,8 @@
  * The old certificate is revoked (renewed): renewing twice from it fails,
  * except that a renewal repeated for the same new key (its answer was lost)
  * gets the certificate already issued to that key, and nothing new.
- * Refusals are the one refusal, recorded as renew:<reason>.
+ * A renewal marks the node seen (bc_node_seen: last_seen_at, adopting ->
+ * active).  Refusals are the one refusal, recorded as renew:<reason>.
  */
 #include "bc_join.h"
 
@@ -128,6 +129,7 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_spi_exec(&revoke_cert, &v, NULL, false, 0);
 	bc_issue_and_record(req, c.tenant, c.node_id, c.generation, c.allowed_kinds,
 						c.has_allowed_kinds, c.node_key_uri, false, ttl, &issued);
+	bc_node_seen(c.node_id, true);
 
 	initStringInfo(&ev);
 	appendStringInfoString(&ev, "{\"nodeId\":");

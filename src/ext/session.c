@@ -11,7 +11,9 @@
  * asks, never in advance; its certificate, SPIFFE ID
  * spiffe://<td>/tenant/<t>/node/<n>/session/<sessionId>, lives
  * bc_join.session_ttl (900 s) at most and never beyond the node's own.
- * Refusals are the one refusal, recorded as session:<reason>.
+ * A session marks the node seen (bc_node_seen: last_seen_at at most once a
+ * minute, adopting -> active).  Refusals are the one refusal, recorded as
+ * session:<reason>.
  */
 #include "bc_join.h"
 
@@ -127,6 +129,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	v[5] = PointerGetDatum(bc_bytea(issued.leaf_der, issued.leaf_der_len));
 	v[6] = CStringGetTextDatum(serial);
 	bc_spi_exec(&insert_session_cert, v, NULL, false, 0);
+	bc_node_seen(node_id, false);
 
 	if (created)
 	{
