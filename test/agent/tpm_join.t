@@ -81,6 +81,23 @@ def run_body(tap, env, tpm):
     tap.ok(r2.returncode == 0 and r2.stdout.splitlines()[:1] == [spiffe],
            "the renewed credential names the same node", r2.stdout + r2.stderr)
 
+    # Under a PCR policy the renewal quotes the PCRs for the new CSR, checked by the service.
+    env.psql("SELECT bc_join.set_tpm_pcr_policy('%s', NULL, 'sha256:0-7', decode(repeat('00', 256), 'hex'))"
+             % env.tenant)
+    renew_args = ["--once", "--gateway", env.gw_url, "--gateway-ca", env.ca,
+                  "--service-keys", env.service_keys, "--state-dir", state] + tpm_args
+    r = env.bcd("renew", *renew_args)
+    tap.ok(r.returncode == 0, "under a PCR policy (fresh PCRs 0-7) bcd renews with a quote of them",
+           r.stdout + r.stderr)
+    env.psql("SELECT bc_join.set_tpm_pcr_policy('%s', NULL, 'sha256:0-7', decode(repeat('11', 256), 'hex'))"
+             % env.tenant)
+    r = env.bcd("renew", *renew_args)
+    tap.ok(r.returncode != 0 and env.psql(
+        "SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' "
+        "ORDER BY id DESC LIMIT 1") == "renew:tpm-pcr-digest",
+        "with other expected PCR values the renewal is refused renew:tpm-pcr-digest", r.stderr)
+    env.psql("SELECT bc_join.set_tpm_pcr_policy('%s', NULL, NULL)" % env.tenant)
+
     # A session credential through the daemon (signed with the TPM key).
     rt = sessionlib.runtime_dir(env)
     sock = os.path.join(rt, "bcd", "bcd.sock")

@@ -40,25 +40,35 @@ add_tpm_member(bcd_agent *a, const char *workdir, char **body)
 	json_t	   *doc = NULL;
 	json_t	   *member = NULL;
 	char	   *text = NULL;
+	const char *csr_b64;
+	unsigned char *csr = NULL;
+	size_t		csr_len = 0;
 	int			rc = BC_ENOMEM;
 
 	if (key_path == NULL)
 		goto out;
-	rc = bcd_tpm_renewal_member(&a->opts->tpm, key_path, &member, err, sizeof(err));
+	doc = json_loads(*body, 0, NULL);
+	csr_b64 = doc != NULL ? json_string_value(json_object_get(doc, "csr")) : NULL;
+	if (csr_b64 == NULL ||
+		(csr = malloc(bc_b64url_decoded_maxlen(strlen(csr_b64)) + 1)) == NULL ||
+		bc_b64url_decode(csr_b64, strlen(csr_b64), csr, bc_b64url_decoded_maxlen(strlen(csr_b64)),
+						 &csr_len) != BC_OK)
+		goto out;
+	rc = bcd_tpm_renewal_member(&a->opts->tpm, key_path, csr, csr_len, &member, err, sizeof(err));
 	if (rc != BC_OK)
 	{
 		bcd_log("renew: the TPM cannot certify the new key: %s", err);
 		goto out;
 	}
 	rc = BC_ENOMEM;
-	doc = json_loads(*body, 0, NULL);
-	if (doc == NULL || json_object_set(doc, "tpm", member) != 0 ||
+	if (json_object_set(doc, "tpm", member) != 0 ||
 		(text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
 		goto out;
 	free(*body);
 	*body = text;
 	rc = BC_OK;
 out:
+	free(csr);
 	json_decref(member);
 	json_decref(doc);
 	free(key_path);

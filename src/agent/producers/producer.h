@@ -98,6 +98,7 @@ int			bcd_seal_token(const bcd_producer_input *in, bcd_evidence *out, char *err,
  * certificate's statement) certifying the new key in key_path.
  */
 int			bcd_tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
+								   const unsigned char *csr, size_t csr_len,
 								   json_t **out, char *err, size_t errlen);
 
 #endif							/* BCD_PRODUCER_H */

@@ -295,17 +295,53 @@ out:
 	return rc;
 }
 
-/* The "tpm" member of a renewal (producer.h). */
+/*
+ * The "tpm" member of a renewal (producer.h): the AK's Certify of the new
+ * key, and a Quote of the configured PCRs with extraData
+ * SHA-256("bc_join/tpm/renew" || SHA-256(new CSR DER)), which the service
+ * checks where a PCR policy applies to the node (and ignores elsewhere).
+ */
 int
-bcd_tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path, json_t **out,
+bcd_tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
+					   const unsigned char *csr, size_t csr_len, json_t **out,
 					   char *err, size_t errlen)
 {
+	static const char label[] = "bc_join/tpm/renew";
 	bcd_tpm    *tpm = NULL;
 	json_t	   *doc = json_object();
+	TPML_PCR_SELECTION sel;
+	unsigned char buf[sizeof(label) - 1 + BC_SHA256_LEN];
+	unsigned char nonce[BC_SHA256_LEN];
+	bcd_tpm_bytes *attest = malloc(sizeof(*attest));
+	bcd_tpm_bytes *sig = malloc(sizeof(*sig));
 	int			rc;
 
 	*out = NULL;
-	rc = doc == NULL ? BC_ENOMEM : certify_members(cfg, key_path, 0, &tpm, doc, err, errlen);
+	rc = (doc == NULL || attest == NULL || sig == NULL) ? BC_ENOMEM
+		: certify_members(cfg, key_path, 0, &tpm, doc, err, errlen);
+	if (rc == BC_OK && bcd_tpm_parse_pcrs(cfg->pcrs, &sel) != 0)
+	{
+		snprintf(err, errlen, "bad PCR selection \"%s\"", cfg->pcrs);
+		rc = BC_EINVAL;
+	}
+	if (rc == BC_OK)
+	{
+		memcpy(buf, label, sizeof(label) - 1);
+		rc = bc_sha256(csr, csr_len, buf + sizeof(label) - 1);
+		if (rc == BC_OK)
+			rc = bc_sha256(buf, sizeof(buf), nonce);
+	}
+	if (rc == BC_OK)
+		rc = bcd_tpm_quote(tpm, &sel, nonce, sizeof(nonce), attest, sig, err, errlen);
+	if (rc == BC_OK &&
+		(set_b64(doc, "quote", attest->data, attest->len) != 0 ||
+		 set_b64(doc, "quoteSignature", sig->data, sig->len) != 0))
+	{
+		snprintf(err, errlen, "out of memory");
+		rc = BC_ENOMEM;
+	}
+	free(attest);
+	free(sig);
 	bcd_tpm_close(tpm);
 	if (rc == BC_OK)
 		*out = doc;
