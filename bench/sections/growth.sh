@@ -26,7 +26,8 @@ gdb_ensure() {
 }
 # gdb_restore DB: back to the bulk-loaded nodes alone (what runs added goes).
 gdb_restore() {
-  DB=$1 sqlb -c "DELETE FROM bc_join.nodes WHERE attestor <> 'bench-bulk'" \
+  DB=$1 sqlb -c "SET session_replication_role = replica" \
+    -c "DELETE FROM bc_join.nodes WHERE attestor <> 'bench-bulk'" \
     -c "DELETE FROM bc_join.events WHERE id > ${G_EV[$1]}" \
     -c "DELETE FROM bc_join.audit_log WHERE id > ${G_AU[$1]}" \
     -c "VACUUM ANALYZE bc_join.nodes, bc_join.node_certs, bc_join.events, bc_join.audit_log, bc_join.join_tokens" >/dev/null
@@ -38,7 +39,8 @@ growth_run() {
     setup_db "$db" "$W/tokens.$db"
     gdb_ensure "$db" 1
     DB=$db make_sample
-    DB=$db sqlb -c "TRUNCATE bc_join.nodes, bc_join.events, bc_join.audit_log CASCADE" >/dev/null
+    DB=$db sqlb -c "SET session_replication_role = replica" \
+      -c "TRUNCATE bc_join.nodes, bc_join.events, bc_join.audit_log CASCADE" >/dev/null
     t0=$(date +%s.%N)
     DB=$db sqlb -v start=1 -v n="$n" -f bench/load-nodes.sql >/dev/null
     G_LOAD[$n]=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')

@@ -4,7 +4,7 @@
 # transaction, and the same with one token for every join.  Sourced by
 # bench/run.
 
-declare -gA J_TPS J_P50 J_P99 J_WAL C_TPS C_P50 C_P99 C_WAL
+declare -gA J_TPS J_P50 J_P99 J_WAL C_TPS C_P50 C_P99 C_WAL P_BAD
 HOT_C=${BENCH_HOT_CLIENTS:-8}
 BEST_C="" BEST="" BEST_CEIL=""
 
@@ -24,13 +24,18 @@ joins_run() {
   for c in $CLIENTS; do
     ensure_sql "$(per_run "$SECS")"
     reset_nodes
+    P_BAD[$c]=""
     pgrun "join-c$c-a" "$ROOT/bench/join.pgbench" "$c" "$HALF"; ja=$TPS jwa=$WALKB
+    [ "$RUN_OK" = 1 ] || P_BAD[$c]=1
     reset_nodes
     pgrun "ceiling-c$c-a" "$ROOT/bench/ceiling.pgbench" "$c" "$HALF"; ca=$TPS cwa=$WALKB
+    [ "$RUN_OK" = 1 ] || P_BAD[$c]=1
     reset_nodes
     pgrun "ceiling-c$c-b" "$ROOT/bench/ceiling.pgbench" "$c" "$HALF"; cb=$TPS cwb=$WALKB
+    [ "$RUN_OK" = 1 ] || P_BAD[$c]=1
     reset_nodes
     pgrun "join-c$c-b" "$ROOT/bench/join.pgbench" "$c" "$HALF"; jb=$TPS jwb=$WALKB
+    [ "$RUN_OK" = 1 ] || P_BAD[$c]=1
     pgmerge "join-c$c" "$ja" "$jb" "$jwa" "$jwb"
     J_TPS[$c]=$TPS J_P50[$c]=$P50 J_P99[$c]=$P99 J_WAL[$c]=$WALKB
     pgmerge "ceiling-c$c" "$ca" "$cb" "$cwa" "$cwb"
@@ -48,6 +53,7 @@ joins_run() {
   reset_nodes
   BEST_C=""; BEST=0; BEST_CEIL=0
   for c in $CLIENTS; do
+    [ -z "${P_BAD[$c]}" ] || continue     # an invalid point is no result
     if awk -v a="${J_TPS[$c]}" -v b="$BEST" 'BEGIN { exit !(a > b) }'; then BEST=${J_TPS[$c]}; BEST_C=$c; fi
     if awk -v a="${C_TPS[$c]}" -v b="$BEST_CEIL" 'BEGIN { exit !(a > b) }'; then BEST_CEIL=${C_TPS[$c]}; fi
   done
@@ -63,6 +69,10 @@ joins_report() {
   echo "| clients | joins/s | p50 ms | p99 ms | WAL kB/join | ceiling tx/s | ceiling p50 ms | ceiling p99 ms | ceiling WAL kB/tx | joins / ceiling | joins / crypto ceiling |"
   echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for c in $CLIENTS; do
+    if [ -n "${P_BAD[$c]}" ]; then
+      echo "| $c | invalid (see below) | | | | | | | | | |"
+      continue
+    fi
     echo "| $c | $(fmt "${J_TPS[$c]}") | $(fmt "${J_P50[$c]}") | $(fmt "${J_P99[$c]}") | ${J_WAL[$c]} | $(fmt "${C_TPS[$c]}") | $(fmt "${C_P50[$c]}") | $(fmt "${C_P99[$c]}") | ${C_WAL[$c]} | $(ratio "${J_TPS[$c]}" "${C_TPS[$c]}") | $(ratio "${J_TPS[$c]}" "$CRYPTO_CEIL") |"
   done
   echo
