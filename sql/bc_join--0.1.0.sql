@@ -1874,6 +1874,104 @@ BEGIN
 END
 $$;
 
+/* --------------------------------------------------------------- commands */
+
+-- Does a certificate's allowed_kinds admit kind?  NULL allows every kind;
+-- an entry is an exact kind or a prefix.* glob ("diag.*" admits "diag.run",
+-- never "diag" itself), so "wipe" never admits "disk.wipe".
+CREATE FUNCTION bc_join.kind_allowed(allowed text[], kind text) RETURNS boolean
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+	SELECT allowed IS NULL OR kind = ANY (allowed)
+		OR EXISTS (SELECT 1 FROM unnest(allowed) AS a
+				   WHERE right(a, 2) = '.*' AND length(a) > 2 AND starts_with(kind, left(a, -1)))
+$$;
+
+-- Commands for a node, fetched by the node (bc_join.fetch_commands) with a
+-- proof by its current key, and completed by it (bc_join.complete_command).
+CREATE TABLE bc_join.commands (
+	id text PRIMARY KEY,
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	kind text NOT NULL REFERENCES bc_join.command_kinds (kind),
+	payload jsonb NOT NULL DEFAULT '{}' CHECK (octet_length(payload::text) <= 16384),
+	state text NOT NULL DEFAULT 'queued'
+		CHECK (state IN ('queued', 'dispatched', 'done', 'failed', 'expired')),
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user,
+	expires_at timestamptz NOT NULL,
+	dispatched_at timestamptz,
+	dispatched_serial text,
+	attempts integer NOT NULL DEFAULT 0 CHECK (attempts BETWEEN 0 AND 5),
+	result jsonb CHECK (result IS NULL OR octet_length(result::text) <= 16384),
+	completed_at timestamptz,
+	CHECK (expires_at > created_at AND expires_at <= created_at + interval '7 days')
+);
+CREATE INDEX commands_node_open_idx ON bc_join.commands (node_id, created_at)
+	WHERE state IN ('queued', 'dispatched');
+
+-- Queue a command for a node: the kind must be a registered command kind
+-- and allowed by the node's current live certificate (allowed_kinds; NULL
+-- allows every kind).  It expires after one hour
+-- unless completed before.  Returns the command id.
+-- Checked again at dispatch against the certificate that fetches it.
+CREATE FUNCTION bc_join.enqueue_command(node_id text, kind text, payload jsonb)
+	RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	n bc_join.nodes;
+	kinds text[];
+	found_cert boolean := false;
+	cid text := bc_join.new_id('cmd');
+	t_now timestamptz := bc_join.compute_now();
+BEGIN
+	IF node_id IS NULL OR kind IS NULL THEN
+		PERFORM bc_join.invalid_input('node_id and kind are required');
+	END IF;
+	IF payload IS NULL THEN
+		payload := '{}';
+	END IF;
+	IF jsonb_typeof(payload) <> 'object' OR octet_length(payload::text) > 16384 THEN
+		PERFORM bc_join.invalid_input('the payload must be a JSON object of at most 16384 bytes');
+	END IF;
+	SELECT * INTO n FROM bc_join.nodes x WHERE x.id = enqueue_command.node_id FOR SHARE;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('the node does not exist');
+	END IF;
+	IF n.state = 'retired' THEN
+		PERFORM bc_join.invalid_input('the node is retired');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds k WHERE k.kind = enqueue_command.kind) THEN
+		PERFORM bc_join.invalid_input(format('%s is no registered command kind', kind));
+	END IF;
+	SELECT true, c.allowed_kinds INTO found_cert, kinds FROM bc_join.node_certs c
+		WHERE c.node_id = n.id AND c.identity_generation = n.identity_generation
+		  AND c.revoked_at IS NULL AND c.not_before <= t_now AND c.not_after > t_now
+		ORDER BY c.issued_at DESC LIMIT 1;
+	IF NOT coalesce(found_cert, false) THEN
+		PERFORM bc_join.invalid_input('the node holds no live certificate');
+	END IF;
+	IF NOT bc_join.kind_allowed(kinds, kind) THEN
+		PERFORM bc_join.invalid_input(format('the node''s certificate does not allow command kind %s', kind));
+	END IF;
+	INSERT INTO bc_join.commands (id, node_id, kind, payload, created_at, expires_at)
+		VALUES (cid, n.id, kind, payload, t_now, t_now + interval '1 hour');
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('command.enqueue', n.tenant_id, n.id,
+				jsonb_build_object('commandId', cid, 'kind', kind));
+	RETURN cid;
+END
+$$;
+
+-- What operators read: every command with its node, tenant and outcome.
+CREATE VIEW bc_join.command_status AS
+	SELECT c.id, c.node_id, n.tenant_id, c.kind, c.state, c.attempts, c.created_at,
+		   c.created_by, c.expires_at, c.dispatched_at, c.dispatched_serial, c.completed_at,
+		   c.result, (c.result->>'exitCode')::text AS exit_code, c.result->>'reason' AS reason
+	FROM bc_join.commands c JOIN bc_join.nodes n ON n.id = c.node_id;
+
 /* ------------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
@@ -1930,7 +2028,9 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.set_tpm_pcr_policy(text, text, text, bytea),
 	bc_join.set_tpm_enrollment_mode(text, text),
 	bc_join.tpm_pcr_selection(text, bytea),
-	bc_join.tpm_ek_certificate(text)
+	bc_join.tpm_ek_certificate(text),
+	bc_join.enqueue_command(text, text, jsonb),
+	bc_join.kind_allowed(text[], text)
 	TO bc_join_operator;
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
@@ -1940,7 +2040,7 @@ GRANT SELECT ON
 	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates, bc_join.audit_export,
 	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
 	bc_join.tpm_settings, bc_join.tpm_eks,
-	bc_join.x509pop_roots
+	bc_join.x509pop_roots, bc_join.commands, bc_join.command_status
 	TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
@@ -2121,3 +2221,9 @@ COMMENT ON VIEW bc_join.pending_join_requests IS
 	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail and expires_in.';
 COMMENT ON VIEW bc_join.attestor_statistics IS
 	'Verifications by attestor and outcome (admitted, deferred-approval, deferred-challenge, refused, error) since the last reset, with their timing in milliseconds (p50/p99 are histogram bucket bounds).';
+COMMENT ON FUNCTION bc_join.kind_allowed(text[], text) IS
+	'Whether allowed_kinds (exact kinds or prefix.* globs; NULL allows all) admits a command kind.';
+COMMENT ON FUNCTION bc_join.enqueue_command(text, text, jsonb) IS
+	'Queues a command (a registered kind the node''s live certificate allows, a JSON object payload) for one hour; returns its id.';
+COMMENT ON VIEW bc_join.command_status IS
+	'Every command: node, tenant, kind, state, attempts, when dispatched and to which certificate, the result.';
