@@ -1965,6 +1965,26 @@ BEGIN
 END
 $$;
 
+/*
+ * A node's commands, handed out signed: {"proof": <JWS by the node key over
+ * purpose "commands", serial, iat>}.  Kinds are checked again against that
+ * certificate.  See docs/commands.md.
+ */
+CREATE FUNCTION bc_join.fetch_commands(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_fetch_commands_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * A dispatched command's outcome: {"proof": <JWS by the node key over purpose
+ * "complete", serial, iat, commandId, status, resultSha256>, "result":
+ * <base64url of a JSON object>}.  See docs/commands.md.
+ */
+CREATE FUNCTION bc_join.complete_command(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_complete_command_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
 -- What operators read: every command with its node, tenant and outcome.
 CREATE VIEW bc_join.command_status AS
 	SELECT c.id, c.node_id, n.tenant_id, c.kind, c.state, c.attempts, c.created_at,
@@ -1984,7 +2004,7 @@ REVOKE ALL ON FUNCTION public.bc_join(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
 GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl(),
-	bc_join.audit_anchor()
+	bc_join.audit_anchor(), bc_join.fetch_commands(jsonb), bc_join.complete_command(jsonb)
 	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
@@ -2227,3 +2247,7 @@ COMMENT ON FUNCTION bc_join.enqueue_command(text, text, jsonb) IS
 	'Queues a command (a registered kind the node''s live certificate allows, a JSON object payload) for one hour; returns its id.';
 COMMENT ON VIEW bc_join.command_status IS
 	'Every command: node, tenant, kind, state, attempts, when dispatched and to which certificate, the result.';
+COMMENT ON FUNCTION bc_join.fetch_commands(jsonb) IS
+	'A node''s queued commands whose kinds its proving certificate allows, signed by the service key; proven by the node key (purpose commands).';
+COMMENT ON FUNCTION bc_join.complete_command(jsonb) IS
+	'Records a dispatched command''s outcome (done or failed, a JSON object result); proven by the node key (purpose complete).';

@@ -393,6 +393,8 @@ extern void bc_lock_proof_cert(const char *who, const char *serial, bool for_upd
 extern void bc_require_live_cert(const char *who, const BcProofCert *c);
 /* A string member of a verified proof payload, or the refusal. */
 extern char *bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant);
+/* Non-raising check of a JSON object text (unique members, small whole numbers). */
+extern bool bc_json_object_ok(const char *text, size_t len);
 /* A request proven by a node key, parsed, checked and run as round for who. */
 extern Jsonb *bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round);
 /* Check a node's proof for purpose who; returns its verified payload. */
