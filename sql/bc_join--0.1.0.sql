@@ -1992,6 +1992,103 @@ CREATE VIEW bc_join.command_status AS
 		   c.result, (c.result->>'exitCode')::text AS exit_code, c.result->>'reason' AS reason
 	FROM bc_join.commands c JOIN bc_join.nodes n ON n.id = c.node_id;
 
+/* -------------------------------------------------------------- discovery */
+
+-- A site whose PXE-booted ramdisks may join by the discovery attestor: off
+-- until an operator enables it (set_discovery_site).  epoch fences site
+-- assertions: one names the epoch it was signed in and is refused once the
+-- epoch moved (bump_site_epoch; every new certificate of a site agent of
+-- the site bumps it).  approval: none, unknown-machines (a MAC not seen in
+-- discovery_machines waits for an operator) or always.  allowed_kinds: what
+-- the ramdisk's certificate allows.
+CREATE TABLE bc_join.discovery_sites (
+	site_id text PRIMARY KEY REFERENCES bc_join.sites (id) ON DELETE CASCADE,
+	epoch bigint NOT NULL DEFAULT 1 CHECK (epoch >= 1),
+	approval text NOT NULL DEFAULT 'none' CHECK (approval IN ('none', 'unknown-machines', 'always')),
+	allowed_kinds text[] NOT NULL DEFAULT ARRAY['inventory.refresh', 'logs.collect', 'diag.*',
+		'disk.wipe', 'deploy.*', 'boot.kexec'],
+	cert_ttl_seconds integer NOT NULL DEFAULT 7200 CHECK (cert_ttl_seconds BETWEEN 60 AND 7200),
+	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+
+-- The machines (MACs) of a site that joined by discovery before, or that an
+-- operator lists: known to approval 'unknown-machines'.
+CREATE TABLE bc_join.discovery_machines (
+	site_id text NOT NULL REFERENCES bc_join.sites (id) ON DELETE CASCADE,
+	mac text NOT NULL CHECK (mac ~ '^[0-9a-f]{2}(:[0-9a-f]{2}){5}$'),
+	last_node_id text,
+	first_seen timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	last_joined_at timestamptz,
+	PRIMARY KEY (site_id, mac)
+);
+
+-- Enable discovery on a site, or change its approval mode and kinds.
+CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT 'none',
+										   allowed_kinds text[] DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	k text;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id) THEN
+		PERFORM bc_join.invalid_input('the site does not exist');
+	END IF;
+	IF approval IS NULL OR approval NOT IN ('none', 'unknown-machines', 'always') THEN
+		PERFORM bc_join.invalid_input('approval must be none, unknown-machines or always');
+	END IF;
+	FOREACH k IN ARRAY coalesce(allowed_kinds, '{}') LOOP
+		IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c
+					   WHERE c.kind = k OR (right(k, 2) = '.*' AND starts_with(c.kind, left(k, -1)))) THEN
+			PERFORM bc_join.invalid_input(format('%s is no registered command kind or prefix.* glob', k));
+		END IF;
+	END LOOP;
+	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds)
+		VALUES (site_id, approval, coalesce(allowed_kinds, ARRAY['inventory.refresh', 'logs.collect',
+				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']))
+		ON CONFLICT ON CONSTRAINT discovery_sites_pkey DO UPDATE SET approval = EXCLUDED.approval,
+			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
+			updated_at = bc_join.compute_now();
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('discovery_site.set', jsonb_build_object('siteId', site_id, 'approval', approval,
+				'allowedKinds', allowed_kinds));
+END
+$$;
+
+-- Move a site's discovery epoch on: every assertion signed before is refused.
+CREATE FUNCTION bc_join.bump_site_epoch(site_id text) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	e bigint;
+BEGIN
+	UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now()
+		WHERE d.site_id = bump_site_epoch.site_id RETURNING d.epoch INTO e;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('discovery is not enabled on the site');
+	END IF;
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('discovery_site.bump_epoch', jsonb_build_object('siteId', site_id, 'epoch', e));
+	RETURN e;
+END
+$$;
+
+-- A site agent re-keyed (a join, a reclaim, a renewal: any new certificate): its site's epoch moves on.
+CREATE FUNCTION bc_join.site_agent_rekeyed() RETURNS trigger
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now()
+		FROM bc_join.nodes n WHERE n.id = NEW.node_id AND n.role = 'site' AND d.site_id = n.site_id;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER site_agent_rekeyed AFTER INSERT ON bc_join.node_certs
+	FOR EACH ROW EXECUTE FUNCTION bc_join.site_agent_rekeyed();
+
 /* ------------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
@@ -2050,7 +2147,9 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.tpm_pcr_selection(text, bytea),
 	bc_join.tpm_ek_certificate(text),
 	bc_join.enqueue_command(text, text, jsonb),
-	bc_join.kind_allowed(text[], text)
+	bc_join.kind_allowed(text[], text),
+	bc_join.set_discovery_site(text, text, text[]),
+	bc_join.bump_site_epoch(text)
 	TO bc_join_operator;
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
@@ -2060,8 +2159,10 @@ GRANT SELECT ON
 	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates, bc_join.audit_export,
 	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
 	bc_join.tpm_settings, bc_join.tpm_eks,
-	bc_join.x509pop_roots, bc_join.commands, bc_join.command_status
+	bc_join.x509pop_roots, bc_join.commands, bc_join.command_status, bc_join.discovery_sites
 	TO bc_join_operator;
+-- discovery: operators list the machines a site knows (approval unknown-machines).
+GRANT SELECT, INSERT, DELETE ON bc_join.discovery_machines TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
 			  expect, allow_reclaim, created_at, created_by, revoked_at)
@@ -2251,3 +2352,7 @@ COMMENT ON FUNCTION bc_join.fetch_commands(jsonb) IS
 	'A node''s queued commands whose kinds its proving certificate allows, signed by the service key; proven by the node key (purpose commands).';
 COMMENT ON FUNCTION bc_join.complete_command(jsonb) IS
 	'Records a dispatched command''s outcome (done or failed, a JSON object result); proven by the node key (purpose complete).';
+COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[]) IS
+	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow); returns nothing.';
+COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
+	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';

@@ -254,6 +254,7 @@ extern const BcAttestor bc_x509pop_attestor;
 extern int	bc_x509pop_window;
 extern int	bc_x509pop_grace;
 extern const BcAttestor bc_cloud_iid_attestor;
+extern const BcAttestor bc_discovery_attestor;
 
 /* registry.c: the attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
 extern const BcAttestor *bc_find_attestor(const char *id);
