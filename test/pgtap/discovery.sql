@@ -20,7 +20,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(43);
+SELECT plan(51);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -119,6 +119,23 @@ INSERT INTO bc_join.attestation_uses (attestor, subject, expires_at)
 SELECT is(bc_join(:'rq'), :'refused'::jsonb, 'a used assertion');
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' discovery:reused', 'recorded discovery:reused');
 
+-- Evidence that is no JSON object of {"assertion"}; an assertion that is no JWS.
+\set bad `printf 'not json' > :d/bad.json && :bcd join-request --service-keys :keys --token :'t' --out-dir :d/r2 --role ramdisk --attestor discovery --attestation-file :d/bad.json`
+SELECT is(bc_join(:'bad'), :'refused'::jsonb, 'evidence that is not JSON');
+SELECT is(pg_temp.last_refusal(), 'root discovery:malformed', 'recorded discovery:malformed');
+\set bad `printf '{"assertion":"x.y"}' > :d/bad.json && :bcd join-request --service-keys :keys --token :'t' --out-dir :d/r2 --role ramdisk --attestor discovery --attestation-file :d/bad.json`
+SELECT is(bc_join(:'bad'), :'refused'::jsonb, 'an assertion that is no JWS');
+SELECT is(pg_temp.last_refusal(), 'root discovery:malformed-proof', 'recorded discovery:malformed-proof');
+-- A site agent of another tenant.
+SELECT bc_join.create_tenant('other') AS tenant2 \gset
+SELECT bc_join.create_site(:'tenant2', 'elsewhere') AS osite \gset
+SELECT bc_join.create_join_token(:'tenant2', NULL, role => 'site', site_id => :'osite') AS otok \gset
+\set oreq `:bcd join-request --service-keys :keys --token :'otok' --out-dir :d/osa --role site`
+SELECT pg_temp.payload(bc_join(:'oreq'))->>'serial' AS osa \gset
+\set rq `:dr :bcd :josetool :keys :d/r2 :'t' :d/osa/node.key :osa :site :mac2 1 :now :exp`
+SELECT is(bc_join(:'rq'), :'refused'::jsonb, 'a site agent of another tenant');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' discovery:tenant-mismatch', 'recorded discovery:tenant-mismatch');
+
 ------------------------------------------------------------ the epoch
 SELECT is(bc_join.bump_site_epoch(:'site'), 2::bigint, 'bump_site_epoch moves the epoch on');
 \set rq `:dr :bcd :josetool :keys :d/r3 :'t' :d/sa/node.key :sa :site :mac2 1 :now :exp`
@@ -148,6 +165,9 @@ SELECT bc_join.set_discovery_site(:'site', 'always');
 SELECT pg_temp.rtok() AS t \gset
 \set rq `:dr :bcd :josetool :keys :d/r6 :'t' :d/sa2/node.key :sa2 :site :mac1 3 :now :exp`
 SELECT is(bc_join(:'rq')->>'status', 'pending', 'always: every machine waits');
+SELECT bc_join.reject_join_request(id, 'not ours') FROM bc_join.pending_join_requests WHERE attestor = 'discovery';
+SELECT is(bc_join(:'rq'), :'refused'::jsonb, 'a rejected machine is refused');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' discovery:rejected', 'recorded discovery:rejected');
 
 SELECT * FROM finish();
 ROLLBACK;
