@@ -146,7 +146,9 @@ SELECT is(pg_temp.last_refusal(), :'tenant' || ' discovery:stale-epoch', 'record
 SELECT jsonb_build_object('purpose', 'renew', 'serial', :'sa',
 	'csrSha256', bc_join.b64url_encode(sha256(bc_join.b64url_decode(:'s2'::jsonb->>'csr'))), 'iat', :now)::text AS rpp \gset
 \set rproof `printf %s :'rpp' | :josetool sign :d/sa/node.key`
-SELECT pg_temp.payload(bc_join.renew(jsonb_build_object('csr', :'s2'::jsonb->>'csr', 'proof', :'rproof')))->>'serial' AS sa2 \gset
+SELECT bc_join.renew(jsonb_build_object('csr', :'s2'::jsonb->>'csr', 'proof', :'rproof')) AS rr \gset
+SELECT pg_temp.payload(:'rr')->>'serial' AS sa2 \gset
+\set stored `echo :'rr' | :bcd verify-response --service-keys :keys --dir :d/sa2 --response - >/dev/null && echo ok`
 SELECT is(epoch, 3::bigint, 're-keying the site agent bumps the epoch') FROM bc_join.discovery_sites WHERE site_id = :'site';
 \set rq `:dr :bcd :josetool :keys :d/r3 :'t' :d/sa/node.key :sa :site :mac2 3 :now :exp`
 SELECT is(bc_join(:'rq'), :'refused'::jsonb, 'an assertion by the site agent''s old key');
@@ -158,9 +160,12 @@ SELECT bc_join.set_discovery_site(:'site', 'unknown-machines');
 SELECT is(bc_join(:'rq')->>'status', 'pending', 'unknown-machines: an unknown MAC waits for an operator');
 SELECT bc_join.approve_join_request(id) FROM bc_join.pending_join_requests WHERE attestor = 'discovery';
 SELECT is(bc_join(:'rq')->>'status', 'issued', 'once approved, the same request joins');
+-- The site agent's own command signs this one: bcd sign-discovery-assertion.
 SELECT pg_temp.rtok() AS t \gset
-\set rq `:dr :bcd :josetool :keys :d/r5 :'t' :d/sa2/node.key :sa2 :site :mac1 3 :now :exp`
-SELECT is(bc_join(:'rq')->>'status', 'issued', 'a MAC the site has seen joins without waiting');
+\set mk5 `:bcd join-request --service-keys :keys --out-dir :d/r5 --role ramdisk --attestor discovery >/dev/null && echo ok`
+\set ev5 `:bcd sign-discovery-assertion --state-dir :d/sa2 --service-keys :keys --site :site --mac :mac1 --epoch 3 --csr :d/r5/node.csr.der > :d/r5/ev.json && echo :d/r5/ev.json`
+\set rq `:bcd join-request --service-keys :keys --token :'t' --out-dir :d/r5 --role ramdisk --attestor discovery --attestation-file :ev5`
+SELECT is(bc_join(:'rq')->>'status', 'issued', 'a MAC the site has seen joins without waiting (bcd sign-discovery-assertion signed it)');
 SELECT bc_join.set_discovery_site(:'site', 'always');
 SELECT pg_temp.rtok() AS t \gset
 \set rq `:dr :bcd :josetool :keys :d/r6 :'t' :d/sa2/node.key :sa2 :site :mac1 3 :now :exp`
