@@ -2045,6 +2045,221 @@ BEGIN
 END
 $$;
 
+/* --------------------------------------------------------------- commands */
+
+-- Does a certificate's allowed_kinds admit kind?  NULL allows every kind;
+-- an entry is an exact kind or a prefix.* glob ("diag.*" admits "diag.run",
+-- never "diag" itself), so "wipe" never admits "disk.wipe".
+CREATE FUNCTION bc_join.kind_allowed(allowed text[], kind text) RETURNS boolean
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+	SELECT allowed IS NULL OR kind = ANY (allowed)
+		OR EXISTS (SELECT 1 FROM unnest(allowed) AS a
+				   WHERE right(a, 2) = '.*' AND length(a) > 2 AND starts_with(kind, left(a, -1)))
+$$;
+
+-- Commands for a node, fetched by the node (bc_join.fetch_commands) with a
+-- proof by its current key, and completed by it (bc_join.complete_command).
+CREATE TABLE bc_join.commands (
+	id text PRIMARY KEY,
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	kind text NOT NULL REFERENCES bc_join.command_kinds (kind),
+	payload jsonb NOT NULL DEFAULT '{}' CHECK (octet_length(payload::text) <= 16384),
+	state text NOT NULL DEFAULT 'queued'
+		CHECK (state IN ('queued', 'dispatched', 'done', 'failed', 'expired')),
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user,
+	expires_at timestamptz NOT NULL,
+	dispatched_at timestamptz,
+	dispatched_serial text,
+	attempts integer NOT NULL DEFAULT 0 CHECK (attempts BETWEEN 0 AND 5),
+	result jsonb CHECK (result IS NULL OR octet_length(result::text) <= 16384),
+	completed_at timestamptz,
+	CHECK (expires_at > created_at AND expires_at <= created_at + interval '7 days')
+);
+CREATE INDEX commands_node_open_idx ON bc_join.commands (node_id, created_at)
+	WHERE state IN ('queued', 'dispatched');
+
+-- Queue a command for a node: the kind must be a registered command kind
+-- and allowed by the node's current live certificate (allowed_kinds; NULL
+-- allows every kind).  It expires after one hour
+-- unless completed before.  Returns the command id.
+-- Checked again at dispatch against the certificate that fetches it.
+CREATE FUNCTION bc_join.enqueue_command(node_id text, kind text, payload jsonb)
+	RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	n bc_join.nodes;
+	kinds text[];
+	found_cert boolean := false;
+	cid text := bc_join.new_id('cmd');
+	t_now timestamptz := bc_join.compute_now();
+BEGIN
+	IF node_id IS NULL OR kind IS NULL THEN
+		PERFORM bc_join.invalid_input('node_id and kind are required');
+	END IF;
+	IF payload IS NULL THEN
+		payload := '{}';
+	END IF;
+	IF jsonb_typeof(payload) <> 'object' OR octet_length(payload::text) > 16384 THEN
+		PERFORM bc_join.invalid_input('the payload must be a JSON object of at most 16384 bytes');
+	END IF;
+	SELECT * INTO n FROM bc_join.nodes x WHERE x.id = enqueue_command.node_id FOR SHARE;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('the node does not exist');
+	END IF;
+	IF n.state = 'retired' THEN
+		PERFORM bc_join.invalid_input('the node is retired');
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds k WHERE k.kind = enqueue_command.kind) THEN
+		PERFORM bc_join.invalid_input(format('%s is no registered command kind', kind));
+	END IF;
+	SELECT true, c.allowed_kinds INTO found_cert, kinds FROM bc_join.node_certs c
+		WHERE c.node_id = n.id AND c.identity_generation = n.identity_generation
+		  AND c.revoked_at IS NULL AND c.not_before <= t_now AND c.not_after > t_now
+		ORDER BY c.issued_at DESC LIMIT 1;
+	IF NOT coalesce(found_cert, false) THEN
+		PERFORM bc_join.invalid_input('the node holds no live certificate');
+	END IF;
+	IF NOT bc_join.kind_allowed(kinds, kind) THEN
+		PERFORM bc_join.invalid_input(format('the node''s certificate does not allow command kind %s', kind));
+	END IF;
+	INSERT INTO bc_join.commands (id, node_id, kind, payload, created_at, expires_at)
+		VALUES (cid, n.id, kind, payload, t_now, t_now + interval '1 hour');
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('command.enqueue', n.tenant_id, n.id,
+				jsonb_build_object('commandId', cid, 'kind', kind));
+	RETURN cid;
+END
+$$;
+
+/*
+ * A node's commands, handed out signed: {"proof": <JWS by the node key over
+ * purpose "commands", serial, iat>}.  Kinds are checked again against that
+ * certificate.  See docs/commands.md.
+ */
+CREATE FUNCTION bc_join.fetch_commands(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_fetch_commands_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * A dispatched command's outcome: {"proof": <JWS by the node key over purpose
+ * "complete", serial, iat, commandId, status, resultSha256>, "result":
+ * <base64url of a JSON object>}.  See docs/commands.md.
+ */
+CREATE FUNCTION bc_join.complete_command(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_complete_command_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
+-- What operators read: every command with its node, tenant and outcome.
+CREATE VIEW bc_join.command_status AS
+	SELECT c.id, c.node_id, n.tenant_id, c.kind, c.state, c.attempts, c.created_at,
+		   c.created_by, c.expires_at, c.dispatched_at, c.dispatched_serial, c.completed_at,
+		   c.result, (c.result->>'exitCode')::text AS exit_code, c.result->>'reason' AS reason
+	FROM bc_join.commands c JOIN bc_join.nodes n ON n.id = c.node_id;
+
+/* -------------------------------------------------------------- discovery */
+
+-- A site whose PXE-booted ramdisks may join by the discovery attestor: off
+-- until an operator enables it (set_discovery_site).  epoch fences site
+-- assertions: one names the epoch it was signed in and is refused once the
+-- epoch moved (bump_site_epoch; every new certificate of a site agent of
+-- the site bumps it).  approval: none, unknown-machines (a MAC not seen in
+-- discovery_machines waits for an operator) or always.  allowed_kinds: what
+-- the ramdisk's certificate allows.
+CREATE TABLE bc_join.discovery_sites (
+	site_id text PRIMARY KEY REFERENCES bc_join.sites (id) ON DELETE CASCADE,
+	epoch bigint NOT NULL DEFAULT 1 CHECK (epoch >= 1),
+	approval text NOT NULL DEFAULT 'none' CHECK (approval IN ('none', 'unknown-machines', 'always')),
+	allowed_kinds text[] NOT NULL DEFAULT ARRAY['inventory.refresh', 'logs.collect', 'diag.*',
+		'disk.wipe', 'deploy.*', 'boot.kexec'],
+	cert_ttl_seconds integer NOT NULL DEFAULT 7200 CHECK (cert_ttl_seconds BETWEEN 60 AND 7200),
+	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+
+-- The machines (MACs) of a site that joined by discovery before, or that an
+-- operator lists: known to approval 'unknown-machines'.
+CREATE TABLE bc_join.discovery_machines (
+	site_id text NOT NULL REFERENCES bc_join.sites (id) ON DELETE CASCADE,
+	mac text NOT NULL CHECK (mac ~ '^[0-9a-f]{2}(:[0-9a-f]{2}){5}$'),
+	last_node_id text,
+	first_seen timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	last_joined_at timestamptz,
+	PRIMARY KEY (site_id, mac)
+);
+
+-- Enable discovery on a site, or change its approval mode and kinds.
+CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT 'none',
+										   allowed_kinds text[] DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	k text;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id) THEN
+		PERFORM bc_join.invalid_input('the site does not exist');
+	END IF;
+	IF approval IS NULL OR approval NOT IN ('none', 'unknown-machines', 'always') THEN
+		PERFORM bc_join.invalid_input('approval must be none, unknown-machines or always');
+	END IF;
+	FOREACH k IN ARRAY coalesce(allowed_kinds, '{}') LOOP
+		IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c
+					   WHERE c.kind = k OR (right(k, 2) = '.*' AND starts_with(c.kind, left(k, -1)))) THEN
+			PERFORM bc_join.invalid_input(format('%s is no registered command kind or prefix.* glob', k));
+		END IF;
+	END LOOP;
+	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds)
+		VALUES (site_id, approval, coalesce(allowed_kinds, ARRAY['inventory.refresh', 'logs.collect',
+				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']))
+		ON CONFLICT ON CONSTRAINT discovery_sites_pkey DO UPDATE SET approval = EXCLUDED.approval,
+			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
+			updated_at = bc_join.compute_now();
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('discovery_site.set', jsonb_build_object('siteId', site_id, 'approval', approval,
+				'allowedKinds', allowed_kinds));
+END
+$$;
+
+-- Move a site's discovery epoch on: every assertion signed before is refused.
+CREATE FUNCTION bc_join.bump_site_epoch(site_id text) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	e bigint;
+BEGIN
+	UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now()
+		WHERE d.site_id = bump_site_epoch.site_id RETURNING d.epoch INTO e;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('discovery is not enabled on the site');
+	END IF;
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('discovery_site.bump_epoch', jsonb_build_object('siteId', site_id, 'epoch', e));
+	RETURN e;
+END
+$$;
+
+-- A site agent re-keyed (a join, a reclaim, a renewal: any new certificate): its site's epoch moves on.
+CREATE FUNCTION bc_join.site_agent_rekeyed() RETURNS trigger
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now()
+		FROM bc_join.nodes n WHERE n.id = NEW.node_id AND n.role = 'site' AND d.site_id = n.site_id;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER site_agent_rekeyed AFTER INSERT ON bc_join.node_certs
+	FOR EACH ROW EXECUTE FUNCTION bc_join.site_agent_rekeyed();
+
 /* ------------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
@@ -2057,7 +2272,7 @@ REVOKE ALL ON FUNCTION public.bc_join(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
 GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl(),
-	bc_join.audit_anchor()
+	bc_join.audit_anchor(), bc_join.fetch_commands(jsonb), bc_join.complete_command(jsonb)
 	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
@@ -2107,7 +2322,11 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.set_tpm_pcr_policy(text, text, text, bytea),
 	bc_join.set_tpm_enrollment_mode(text, text),
 	bc_join.tpm_pcr_selection(text, bytea),
-	bc_join.tpm_ek_certificate(text)
+	bc_join.tpm_ek_certificate(text),
+	bc_join.enqueue_command(text, text, jsonb),
+	bc_join.kind_allowed(text[], text),
+	bc_join.set_discovery_site(text, text, text[]),
+	bc_join.bump_site_epoch(text)
 	TO bc_join_operator;
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
@@ -2117,8 +2336,11 @@ GRANT SELECT ON
 	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates, bc_join.audit_export,
 	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
 	bc_join.tpm_settings, bc_join.tpm_eks,
-	bc_join.x509pop_roots, bc_join.stale_nodes
+	bc_join.x509pop_roots, bc_join.stale_nodes, bc_join.commands, bc_join.command_status,
+	bc_join.discovery_sites
 	TO bc_join_operator;
+-- discovery: operators list the machines a site knows (approval unknown-machines).
+GRANT SELECT, INSERT, DELETE ON bc_join.discovery_machines TO bc_join_operator;
 -- Token rows without their secret hash.
 GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
 			  expect, allow_reclaim, created_at, created_by, revoked_at)
@@ -2312,3 +2534,17 @@ COMMENT ON VIEW bc_join.stale_nodes IS
 	'Live nodes not seen (joined, renewed, asked for a session) for bc_join.stale_after, longest unseen first, with the notAfter of their newest certificate.';
 COMMENT ON VIEW bc_join.attestor_statistics IS
 	'Verifications by attestor and outcome (admitted, deferred-approval, deferred-challenge, refused, error) since the last reset, with their timing in milliseconds (p50/p99 are histogram bucket bounds).';
+COMMENT ON FUNCTION bc_join.kind_allowed(text[], text) IS
+	'Whether allowed_kinds (exact kinds or prefix.* globs; NULL allows all) admits a command kind.';
+COMMENT ON FUNCTION bc_join.enqueue_command(text, text, jsonb) IS
+	'Queues a command (a registered kind the node''s live certificate allows, a JSON object payload) for one hour; returns its id.';
+COMMENT ON VIEW bc_join.command_status IS
+	'Every command: node, tenant, kind, state, attempts, when dispatched and to which certificate, the result.';
+COMMENT ON FUNCTION bc_join.fetch_commands(jsonb) IS
+	'A node''s queued commands whose kinds its proving certificate allows, signed by the service key; proven by the node key (purpose commands).';
+COMMENT ON FUNCTION bc_join.complete_command(jsonb) IS
+	'Records a dispatched command''s outcome (done or failed, a JSON object result); proven by the node key (purpose complete).';
+COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[]) IS
+	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow); returns nothing.';
+COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
+	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';

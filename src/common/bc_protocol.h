@@ -19,6 +19,8 @@
 #define BC_PATH_JOIN			"/v1/join"		/* bc_join(request) */
 #define BC_PATH_RENEW			"/v1/renew"		/* bc_join.renew(request) */
 #define BC_PATH_SESSION			"/v1/session"	/* bc_join.issue_session(request) */
+#define BC_PATH_COMMANDS		"/v1/commands"	/* bc_join.fetch_commands(request) */
+#define BC_PATH_COMMANDS_COMPLETE "/v1/commands/complete"	/* bc_join.complete_command(request) */
 
 /* ---------------------------------------------------------------- roles */
 
@@ -66,11 +68,23 @@
 /* The "purpose" of a proof: a renewal, a session credential. */
 #define BC_PURPOSE_RENEW		"renew"
 #define BC_PURPOSE_SESSION		"session"
+/* Fetching the node's commands; reporting one's outcome (docs/commands.md). */
+#define BC_PURPOSE_COMMANDS		"commands"
+#define BC_PURPOSE_COMPLETE		"complete"
 
 /* A proof's "iat" must be within this many seconds of the service clock. */
 #define BC_PROOF_WINDOW 300
 /* A proof (JWS compact) in bytes. */
 #define BC_PROOF_MAX 4096
+
+/* ------------------------------------------------------------ commands */
+
+/* Commands handed out by one fetch, at most. */
+#define BC_COMMANDS_PER_FETCH	16
+/* A command's result (JSON object, decoded bytes), at most. */
+#define BC_COMMAND_RESULT_MAX	12288
+/* A command id: "cmd_" and 32 hex digits. */
+#define BC_COMMAND_ID_LEN		36
 
 /* ------------------------------------------------ certificate lifetimes */
 

@@ -254,6 +254,7 @@ extern const BcAttestor bc_x509pop_attestor;
 extern int	bc_x509pop_window;
 extern int	bc_x509pop_grace;
 extern const BcAttestor bc_cloud_iid_attestor;
+extern const BcAttestor bc_discovery_attestor;
 
 /* registry.c: the attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
 extern const BcAttestor *bc_find_attestor(const char *id);
@@ -398,6 +399,8 @@ extern void bc_require_live_cert(const char *who, const BcProofCert *c);
 extern void bc_node_seen(const char *node_id, bool locked);
 /* A string member of a verified proof payload, or the refusal. */
 extern char *bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant);
+/* Non-raising check of a JSON object text (unique members, small whole numbers). */
+extern bool bc_json_object_ok(const char *text, size_t len);
 /* A request proven by a node key, parsed, checked and run as round for who. */
 extern Jsonb *bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round);
 /* Check a node's proof for purpose who; returns its verified payload. */

@@ -187,6 +187,15 @@ proof_payload_ok(const char *text, size_t len, char **serial)
 	return true;
 }
 
+/* Non-raising: text is one JSON object, unique top-level members, small whole numbers. */
+bool
+bc_json_object_ok(const char *text, size_t len)
+{
+	char	   *ignored;
+
+	return proof_payload_ok(text, len, &ignored);
+}
+
 /*
  * The serial a proof names: the one member read before its signature is
  * checked, because it names the certificate whose key must have signed it.
@@ -380,7 +389,9 @@ bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof
 	if (strcmp(bc_proof_member(who, pj, "purpose", tenant), who) != 0 ||
 		strcmp(bc_proof_member(who, pj, "serial", tenant), serial) != 0)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
-	if (strcmp(bc_proof_member(who, pj, "csrSha256", tenant), req->csr_sha256_b64) != 0)
+	/* A request without a CSR (commands) is bound by its purpose and members instead. */
+	if (req->csr_der != NULL &&
+		strcmp(bc_proof_member(who, pj, "csrSha256", tenant), req->csr_sha256_b64) != 0)
 		bc_refuse_join(psprintf("%s:csr-binding", who), tenant);
 	iat = getKeyJsonValueFromContainer(&pj->root, "iat", 3, NULL);
 	if (iat == NULL || iat->type != jbvNumeric)

@@ -21,6 +21,7 @@ static const BcAttestor *const builtin_attestors[] = {
 	&bc_tpm_attestor,
 	&bc_x509pop_attestor,
 	&bc_cloud_iid_attestor,
+	&bc_discovery_attestor,
 	NULL
 };
 

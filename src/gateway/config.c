@@ -14,8 +14,9 @@
 static const char usage_text[] =
 "Usage: bc-gateway --tls-cert FILE --tls-key FILE [options]\n"
 "\n"
-"HTTPS relay in front of the bc_join database: POST /v1/join, /v1/renew and\n"
-"/v1/session become SELECT <function>($1::jsonb) through libpq; the function's\n"
+"HTTPS relay in front of the bc_join database: POST /v1/join, /v1/renew,\n"
+"/v1/session, /v1/commands and /v1/commands/complete become SELECT\n"
+"<function>($1::jsonb) through libpq; the function's\n"
 "jsonb result is the response body.  GET /healthz and GET /metrics are served\n"
 "on the same listener.\n"
 "\n"

@@ -44,6 +44,10 @@ static const struct route routes[] = {
 	"SELECT t.r, t.r->>'status' FROM bc_join.renew($1::jsonb) AS t(r)"},
 	{BC_PATH_SESSION, GW_EP_SESSION,
 	"SELECT t.r, t.r->>'status' FROM bc_join.issue_session($1::jsonb) AS t(r)"},
+	{BC_PATH_COMMANDS, GW_EP_COMMANDS,
+	"SELECT t.r, t.r->>'status' FROM bc_join.fetch_commands($1::jsonb) AS t(r)"},
+	{BC_PATH_COMMANDS_COMPLETE, GW_EP_COMMANDS_COMPLETE,
+	"SELECT t.r, t.r->>'status' FROM bc_join.complete_command($1::jsonb) AS t(r)"},
 };
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))

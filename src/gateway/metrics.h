@@ -11,6 +11,8 @@ enum gw_endpoint
 	GW_EP_JOIN = 0,
 	GW_EP_RENEW,
 	GW_EP_SESSION,
+	GW_EP_COMMANDS,
+	GW_EP_COMMANDS_COMPLETE,
 	GW_EP_OTHER,			/* unknown path or method */
 	GW_EP_COUNT
 };

@@ -30,6 +30,8 @@ static const bcd_subcommand subcommands[] = {
 	"print the local bcd's queue depth, in-flight count and counters"},
 	{"tpm-evidence", bcd_cmd_tpm_evidence,
 	"the tpm attestor's evidence (or a challenge's answer) by hand, no gateway"},
+	{"sign-discovery-assertion", bcd_cmd_sign_discovery,
+	"site agent: vouch for a PXE-booted machine's CSR (discovery evidence)"},
 	{NULL, NULL, NULL}
 };
 
@@ -42,7 +44,7 @@ usage(FILE *stream)
 	fputs("usage: bcd SUBCOMMAND [OPTIONS]\n"
 		  "       bcd SUBCOMMAND --help\n\nsubcommands:\n", stream);
 	for (i = 0; subcommands[i].name != NULL; i++)
-		fprintf(stream, "  %-16s %s\n", subcommands[i].name, subcommands[i].summary);
+		fprintf(stream, "  %-24s %s\n", subcommands[i].name, subcommands[i].summary);
 	fputs("\n`bcd SUBCOMMAND --help` explains every option of a subcommand;\n"
 		  "docs/agent.md describes the daemon (bcd run).\n", stream);
 }

@@ -12,6 +12,7 @@
 
 #include "bc_protocol.h"
 #include "cmd/cmd.h"
+#include "core/commands.h"
 #include "core/daemon.h"
 #include "core/join_request.h"
 #include "core/tpm_esys.h"
@@ -45,6 +46,8 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
 			  "               [--once] [--renew-now] [--socket PATH]\n"
 			  "               [--max-provisioning N] [--max-queue N] [--metrics-file PATH]\n"
+			  "               [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
+			  "               [--command-timeout S]\n"
 			  "\n"
 			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
 			  "then renews the node certificate at about F of its lifetime, until\n"
@@ -105,6 +108,16 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --max-queue N        callers waiting at most (default 256); beyond: busy\n"
 			  "  --metrics-file PATH  Prometheus text, rewritten atomically on change\n"
 			  "\n"
+			  "Commands (docs/agent.md, \"Commands\"), the daemon only:\n"
+			  "  --command-handler PREFIX=EXECUTABLE  run EXECUTABLE KIND ID, the payload\n"
+			  "                       on stdin, for the commands whose kind starts with\n"
+			  "                       PREFIX (disk.wipe, diag.*, or * for every kind); the\n"
+			  "                       longest prefix wins; repeatable (16 at most)\n"
+			  "  --command-interval S fetch the node's commands every S seconds\n"
+			  "                       (default 30, [1, 3600])\n"
+			  "  --command-timeout S  a handler is killed after S seconds (default 300,\n"
+			  "                       [1, 3600]); its output is kept up to 8 KiB\n"
+			  "\n"
 			  "Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failure (a bad\n"
 			  "answer, another bcd holds DIR, ...), 2 the service refused, 64 usage.\n",
 			  stream);
@@ -150,6 +163,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"tcti", required_argument, NULL, 'X'},
 		{"tpm-ek", required_argument, NULL, 'E'},
 		{"tpm-pcrs", required_argument, NULL, 'p'},
+		{"command-handler", required_argument, NULL, 'K'},
+		{"command-interval", required_argument, NULL, 'I'},
+		{"command-timeout", required_argument, NULL, 'W'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -173,6 +189,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	o->tpm.tcti = BCD_TCTI_DEFAULT;
 	o->tpm.ek = BCD_TPM_EK_RSA;
 	o->tpm.pcrs = "sha256:0-7";
+	o->command_interval = 30;
+	o->command_timeout = 300;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
 	{
@@ -221,6 +239,27 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 					bad = "--renew-at must be a fraction in [0.01, 0.99]";
 				o->renew_at = v;
 				break;
+			case 'K':
+				{
+					const char *why = bcd_commands_add_handler(o, optarg);
+
+					if (why != NULL && bad == NULL)
+						bad = why;
+					server_opt = 1;
+				}
+				break;
+			case 'I':
+				if (parse_number(optarg, 1, 3600, &v))
+					bad = "--command-interval must be a number of seconds in [1, 3600]";
+				o->command_interval = v;
+				server_opt = 1;
+				break;
+			case 'W':
+				if (parse_number(optarg, 1, 3600, &v))
+					bad = "--command-timeout must be a number of seconds in [1, 3600]";
+				o->command_timeout = v;
+				server_opt = 1;
+				break;
 			case 'h':
 				run_usage(stdout, o->renew_cmd);
 				*help = 1;
@@ -264,8 +303,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	else if (o->renew_cmd && !o->once)
 		bad = "bcd renew needs --once (the daemon renews by itself)";
 	else if (server_opt && o->once)
-		bad = "--socket, --max-provisioning, --max-queue and --metrics-file serve the daemon, "
-			"not --once";
+		bad = "--socket, --max-provisioning, --max-queue, --metrics-file and --command-* serve "
+			"the daemon, not --once";
 	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
 		bad = "--metrics-file must be an absolute path";
 	else if (tpm_opt && strcmp(o->attestor, BCD_ATTESTOR_TPM) != 0)

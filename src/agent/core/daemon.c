@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bc_common.h"
+#include "core/commands.h"
 #include "core/daemon.h"
 #include "core/join_loop.h"
 #include "core/log.h"
@@ -89,6 +90,41 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 	return bcd_join_loop(a, NULL, cred);
 }
 
+static double
+monotonic(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+/*
+ * Wait delay seconds; with command handlers, fetch and run the node's
+ * commands every --command-interval meanwhile.  1 when stopped by a signal.
+ */
+static int
+wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
+{
+	double		end = monotonic() + (delay > 0 ? delay : 0);
+
+	if (a->opts->n_handlers == 0)
+		return bcd_sleep(delay);
+	for (;;)
+	{
+		double		left;
+
+		bcd_commands_poll(a, cred);
+		left = end - monotonic();
+		if (left <= 0)
+			return 0;
+		if (bcd_sleep(left < a->opts->command_interval ? left : a->opts->command_interval))
+			return 1;
+		if (end - monotonic() <= 0)
+			return 0;
+	}
+}
+
 /* The daemon's life once the state directory is locked. */
 static bcd_rc
 run_agent(bcd_agent *a)
@@ -122,7 +158,8 @@ run_agent(bcd_agent *a)
 			if (delay > 0)
 				bcd_log("%s (serial %s, not after %s): renewal in %.0f s", cred.spiffe_id,
 						cred.serial, cred.not_after_text, delay);
-			rc = bcd_sleep(delay) ? BCD_RC_STOPPED : bcd_renew_until_done(a, &cred);
+			rc = wait_serving_commands(a, &cred, delay) ? BCD_RC_STOPPED :
+				bcd_renew_until_done(a, &cred);
 			if (rc == BCD_RC_OK)
 				bcd_server_publish(a->server, &cred);
 			if (rc == BCD_RC_OK && o->once)

@@ -11,6 +11,17 @@
 #include "core/transport.h"
 #include "producers/producer.h"
 
+/* Handlers of --command-handler, at most. */
+#define BCD_COMMAND_HANDLERS_MAX 16
+
+/* --command-handler PREFIX=EXECUTABLE: commands whose kind starts with prefix. */
+typedef struct bcd_command_handler
+{
+	const char *prefix;			/* into argv: "disk.", "disk.wipe", "" (every kind) */
+	size_t		prefix_len;		/* without a trailing '*' */
+	const char *exe;			/* absolute path */
+} bcd_command_handler;
+
 /* What the command line of bcd run / bcd renew asked for. */
 typedef struct bcd_run_opts
 {
@@ -38,6 +49,11 @@ typedef struct bcd_run_opts
 	const char *metrics_file;	/* --metrics-file PATH, or NULL */
 	long		max_provisioning;
 	long		max_queue;
+	/* commands (commands.c): handlers, poll interval and a handler's bounds */
+	bcd_command_handler handlers[BCD_COMMAND_HANDLERS_MAX];
+	int			n_handlers;
+	double		command_interval;	/* seconds between fetches */
+	double		command_timeout;	/* seconds a handler may run */
 	/* --attestor tpm: --tcti, --tpm-ek, --tpm-pcrs (state_dir set to --state-dir) */
 	bcd_tpm_config tpm;
 } bcd_run_opts;

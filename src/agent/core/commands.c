@@ -1,0 +1,446 @@
+/*
+ * commands.c: the commands the service queued for this node (docs/agent.md,
+ * "Commands").
+ *
+ * Fetch: POST /v1/commands {"proof": JWS ES256 by the node key over
+ * {"purpose":"commands","serial","iat"}}.  The answer {"status":"issued",
+ * "response": JWS} is verified against the pinned signing key; its payload
+ * must be {"purpose":"commands","nodeId": <ours>,"serial": <ours>,"iat":
+ * <within BC_PROOF_WINDOW>,"commands":[{"id","kind","payload","expiresAt"}]}.
+ * Each command runs the handler whose prefix is the longest that starts its
+ * kind: EXECUTABLE KIND ID, the payload (JSON) on stdin, stdout and stderr
+ * together kept up to OUTPUT_MAX bytes, killed (its process group) after
+ * --command-timeout.  Exit 0 is done, anything else failed.  The result
+ * {"exitCode","output","truncated"[,"reason"]} goes back through POST
+ * /v1/commands/complete {"proof": JWS over {"purpose":"complete","serial",
+ * "iat","commandId","status","resultSha256"},"result": base64url(result)}.
+ * A command whose kind no handler takes fails with reason no-handler.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bc_common.h"
+#include "bc_protocol.h"
+#include "core/commands.h"
+#include "core/log.h"
+#include "core/tpm_key.h"
+#include "core/transport.h"
+
+/* A handler's output (stdout and stderr) kept, in bytes. */
+#define OUTPUT_MAX 8192
+
+static double
+mono_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+/* --command-handler PREFIX=EXECUTABLE (commands.h). */
+const char *
+bcd_commands_add_handler(bcd_run_opts *o, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	size_t		n;
+
+	if (eq == NULL || eq[1] != '/')
+		return "--command-handler must be PREFIX=/absolute/executable";
+	if (o->n_handlers >= BCD_COMMAND_HANDLERS_MAX)
+		return "at most 16 --command-handler";
+	n = (size_t) (eq - arg);
+	/* "diag.*" is the prefix "diag."; "*" or "" every kind */
+	if (n > 0 && arg[n - 1] == '*')
+		n--;
+	if (n > 128 || strspn(arg, "abcdefghijklmnopqrstuvwxyz0123456789-.") < n)
+		return "--command-handler PREFIX is dotted lower-case words (disk.wipe, diag.*, deploy.)";
+	for (int i = 0; i < o->n_handlers; i++)
+		if (o->handlers[i].prefix_len == n && strncmp(o->handlers[i].prefix, arg, n) == 0)
+			return "--command-handler names the same PREFIX twice";
+	if (access(eq + 1, X_OK) != 0)
+		return "--command-handler EXECUTABLE is not executable";
+	o->handlers[o->n_handlers].prefix = arg;
+	o->handlers[o->n_handlers].prefix_len = n;
+	o->handlers[o->n_handlers].exe = eq + 1;
+	o->n_handlers++;
+	return NULL;
+}
+
+/* The handler for kind: the longest prefix; NULL when none. */
+static const bcd_command_handler *
+handler_for(const bcd_run_opts *o, const char *kind)
+{
+	const bcd_command_handler *best = NULL;
+
+	for (int i = 0; i < o->n_handlers; i++)
+	{
+		size_t		n = o->handlers[i].prefix_len;
+
+		if (strncmp(kind, o->handlers[i].prefix, n) == 0 &&
+			(best == NULL || n > best->prefix_len))
+			best = &o->handlers[i];
+	}
+	return best;
+}
+
+/* Bytes JSON strings can hold: printable ASCII, newline and tab; '?' for the rest. */
+static void
+sanitize(char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if ((c < 0x20 && c != '\n' && c != '\t') || c >= 0x7f)
+			s[i] = '?';
+	}
+}
+
+/* Run h for one command; the result object (never NULL unless out of memory). */
+static json_t *
+run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
+			const char *kind, const char *payload)
+{
+	int			in[2] = {-1, -1};
+	int			out[2] = {-1, -1};
+	char		buf[OUTPUT_MAX + 1];
+	size_t		len = 0;
+	int			truncated = 0;
+	int			timed_out = 0;
+	int			status = 0;
+	double		deadline = mono_now() + o->command_timeout;
+	pid_t		pid;
+	json_t	   *res;
+	int			reaped = 0;
+
+	if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
+		goto spawn_failed;
+	pid = fork();
+	if (pid < 0)
+		goto spawn_failed;
+	if (pid == 0)
+	{
+		sigset_t	none;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		setpgid(0, 0);
+		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(out[1], 2) < 0)
+			_exit(127);
+		setenv("BCD_COMMAND_ID", id, 1);
+		setenv("BCD_COMMAND_KIND", kind, 1);
+		execl(h->exe, h->exe, kind, id, (char *) NULL);
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	close(in[0]);
+	close(out[1]);
+	in[0] = out[1] = -1;
+	/* The payload is at most 16 KiB: it fits the pipe, the write does not block. */
+	{
+		size_t		n = strlen(payload);
+		size_t		off = 0;
+		void		(*old) (int) = signal(SIGPIPE, SIG_IGN);
+
+		while (off < n)
+		{
+			ssize_t		w = write(in[1], payload + off, n - off);
+
+			if (w <= 0)
+				break;
+			off += (size_t) w;
+		}
+		signal(SIGPIPE, old);
+		close(in[1]);
+		in[1] = -1;
+	}
+	for (;;)
+	{
+		struct pollfd pfd = {.fd = out[0], .events = POLLIN};
+		double		left = deadline - mono_now();
+		char		junk[4096];
+		ssize_t		r;
+
+		if (left <= 0)
+		{
+			timed_out = 1;
+			break;
+		}
+		if (poll(&pfd, 1, (int) (left * 1000) + 1) <= 0)
+			continue;
+		if (len < OUTPUT_MAX)
+			r = read(out[0], buf + len, OUTPUT_MAX - len);
+		else
+		{
+			r = read(out[0], junk, sizeof(junk));
+			if (r > 0)
+				truncated = 1;
+		}
+		if (r == 0)
+			break;
+		if (r < 0 && errno != EINTR && errno != EAGAIN)
+			break;
+		if (r > 0 && len < OUTPUT_MAX)
+			len += (size_t) r;
+	}
+	/* Output closed: wait for the exit within the same deadline. */
+	while (!timed_out)
+	{
+		pid_t		w = waitpid(pid, &status, WNOHANG);
+
+		if (w == pid)
+		{
+			reaped = 1;
+			break;
+		}
+		if (mono_now() >= deadline)
+		{
+			timed_out = 1;
+			break;
+		}
+		{
+			struct timespec ts = {0, 10 * 1000 * 1000};
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	if (!reaped)
+	{
+		kill(-pid, SIGKILL);
+		kill(pid, SIGKILL);
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+	}
+	close(out[0]);
+	buf[len] = '\0';
+	sanitize(buf, len);
+	res = json_pack("{s:i, s:s, s:b}", "exitCode",
+					!timed_out && WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+					"output", buf, "truncated", truncated);
+	if (res != NULL && timed_out)
+		json_object_set_new(res, "reason", json_string("timeout"));
+	else if (res != NULL && WIFSIGNALED(status))
+		json_object_set_new(res, "reason", json_string("signal"));
+	return res;
+
+spawn_failed:
+	for (int i = 0; i < 2; i++)
+	{
+		if (in[i] >= 0)
+			close(in[i]);
+		if (out[i] >= 0)
+			close(out[i]);
+	}
+	return json_pack("{s:i, s:s, s:b, s:s}", "exitCode", -1, "output", "", "truncated", 0,
+					 "reason", "spawn");
+}
+
+/* A proof by the node key over purpose, serial, iat and extra's members; malloc()ed JWS. */
+static char *
+node_proof(const bcd_credential *cred, const char *purpose, json_t *extra)
+{
+	json_t	   *doc = json_pack("{s:s, s:s, s:I}", "purpose", purpose, "serial", cred->serial,
+								"iat", (json_int_t) time(NULL));
+	char	   *claims = NULL;
+	char	   *jws = NULL;
+
+	if (doc == NULL || (extra != NULL && json_object_update(doc, extra) != 0) ||
+		(claims = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
+		goto out;
+	bcd_tpm_key_lock();
+	if (bc_jws_sign_es256(cred->key, NULL, (const unsigned char *) claims, strlen(claims),
+						  &jws) != BC_OK)
+		jws = NULL;
+	bcd_tpm_key_unlock();
+out:
+	json_decref(doc);
+	free(claims);
+	return jws;
+}
+
+/*
+ * POST body to path and verify the answer's signed payload: the purpose,
+ * our node (the SPIFFE ID ends in /node/<nodeId>); NULL (logged) otherwise.
+ */
+static json_t *
+exchange(bcd_agent *a, const bcd_credential *cred, const char *path, const char *body,
+		 const char *purpose)
+{
+	bcd_http_reply reply;
+	char		err[512];
+	json_t	   *doc = NULL;
+	json_t	   *payload = NULL;
+	unsigned char *pl = NULL;
+	size_t		plen = 0;
+	const char *status;
+	const char *jws;
+	const char *node;
+	size_t		sl = strlen(cred->spiffe_id);
+	bcd_rc		rc;
+
+	memset(&reply, 0, sizeof(reply));
+	rc = bcd_http_exchange(a->http, path, body, &reply, err, sizeof(err));
+	if (rc != BCD_RC_OK)
+	{
+		bcd_log("%s: %s", path, err);
+		goto out;
+	}
+	doc = json_loadb(reply.body, reply.len, JSON_REJECT_DUPLICATES, NULL);
+	status = json_string_value(json_object_get(doc, "status"));
+	jws = json_string_value(json_object_get(doc, "response"));
+	if (status != NULL && strcmp(status, BC_STATUS_REFUSED) == 0)
+	{
+		bcd_log("%s: refused (the reason is in bc_join.events, security.join.refused)", path);
+		goto out;
+	}
+	if (status == NULL || strcmp(status, BC_STATUS_ISSUED) != 0 || jws == NULL ||
+		bc_jws_verify_es256(a->keys.signing_key, jws, strlen(jws), BCD_HTTP_BODY_MAX,
+							&pl, &plen) != BC_OK)
+	{
+		bcd_log("%s: the answer is not signed by the pinned signing key; ignored", path);
+		goto out;
+	}
+	payload = json_loadb((const char *) pl, plen, JSON_REJECT_DUPLICATES, NULL);
+	node = json_string_value(json_object_get(payload, "nodeId"));
+	if (payload == NULL ||
+		!json_is_string(json_object_get(payload, "purpose")) ||
+		strcmp(json_string_value(json_object_get(payload, "purpose")), purpose) != 0 ||
+		node == NULL || strlen(node) + 6 > sl ||
+		strcmp(cred->spiffe_id + sl - strlen(node), node) != 0 ||
+		strncmp(cred->spiffe_id + sl - strlen(node) - 6, "/node/", 6) != 0)
+	{
+		bcd_log("%s: the signed answer is not for this node or request; ignored", path);
+		json_decref(payload);
+		payload = NULL;
+	}
+out:
+	free(pl);
+	json_decref(doc);
+	bcd_http_reply_free(&reply);
+	return payload;
+}
+
+/* Report one command's result. */
+static void
+complete(bcd_agent *a, const bcd_credential *cred, const char *id, json_t *result)
+{
+	json_int_t	code = json_integer_value(json_object_get(result, "exitCode"));
+	const char *status = json_object_get(result, "reason") == NULL && code == 0 ? "done" : "failed";
+	char	   *text = json_dumps(result, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	char		sha[44];
+	char	   *b64 = NULL;
+	char	   *proof = NULL;
+	char	   *body = NULL;
+	json_t	   *extra = NULL;
+	json_t	   *doc = NULL;
+	json_t	   *ans = NULL;
+
+	if (text == NULL || bc_sha256_b64url(text, strlen(text), sha) != BC_OK ||
+		(b64 = bc_b64url_encode_alloc((const unsigned char *) text, strlen(text))) == NULL ||
+		(extra = json_pack("{s:s, s:s, s:s}", "commandId", id, "status", status,
+						   "resultSha256", sha)) == NULL ||
+		(proof = node_proof(cred, BC_PURPOSE_COMPLETE, extra)) == NULL ||
+		(doc = json_pack("{s:s, s:s}", "proof", proof, "result", b64)) == NULL ||
+		(body = json_dumps(doc, JSON_COMPACT)) == NULL)
+	{
+		bcd_log("command %s: cannot build the completion", id);
+		goto out;
+	}
+	ans = exchange(a, cred, BC_PATH_COMMANDS_COMPLETE, body, BC_PURPOSE_COMPLETE);
+	if (ans != NULL && json_is_string(json_object_get(ans, "commandId")) &&
+		strcmp(json_string_value(json_object_get(ans, "commandId")), id) == 0)
+		bcd_log("command %s: reported %s", id, status);
+	else if (ans != NULL)
+		bcd_log("command %s: the completion answer names another command", id);
+out:
+	json_decref(ans);
+	json_decref(doc);
+	json_decref(extra);
+	free(body);
+	free(proof);
+	free(b64);
+	free(text);
+}
+
+/* One fetch, its commands run and reported (commands.h). */
+void
+bcd_commands_poll(bcd_agent *a, const bcd_credential *cred)
+{
+	char	   *proof = node_proof(cred, BC_PURPOSE_COMMANDS, NULL);
+	json_t	   *doc = proof ? json_pack("{s:s}", "proof", proof) : NULL;
+	char	   *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	json_t	   *ans = NULL;
+	json_t	   *cmds;
+	json_int_t	iat;
+	size_t		i;
+	json_t	   *c;
+
+	if (body == NULL)
+	{
+		bcd_log("commands: cannot build the fetch");
+		goto out;
+	}
+	ans = exchange(a, cred, BC_PATH_COMMANDS, body, BC_PURPOSE_COMMANDS);
+	if (ans == NULL)
+		goto out;
+	iat = json_integer_value(json_object_get(ans, "iat"));
+	cmds = json_object_get(ans, "commands");
+	if (!json_is_string(json_object_get(ans, "serial")) ||
+		strcmp(json_string_value(json_object_get(ans, "serial")), cred->serial) != 0 ||
+		!json_is_integer(json_object_get(ans, "iat")) ||
+		iat < (json_int_t) time(NULL) - BC_PROOF_WINDOW || iat > (json_int_t) time(NULL) + BC_PROOF_WINDOW ||
+		!json_is_array(cmds) || json_array_size(cmds) > BC_COMMANDS_PER_FETCH)
+	{
+		bcd_log("commands: the signed answer is not for this certificate, or stale; ignored");
+		goto out;
+	}
+	json_array_foreach(cmds, i, c)
+	{
+		const char *id = json_string_value(json_object_get(c, "id"));
+		const char *kind = json_string_value(json_object_get(c, "kind"));
+		json_t	   *pj = json_object_get(c, "payload");
+		const bcd_command_handler *h;
+		char	   *payload;
+		json_t	   *result;
+
+		if (id == NULL || kind == NULL || !json_is_object(pj) ||
+			strlen(id) != BC_COMMAND_ID_LEN || strncmp(id, "cmd_", 4) != 0)
+		{
+			bcd_log("commands: a malformed command in the signed answer; skipped");
+			continue;
+		}
+		h = handler_for(a->opts, kind);
+		if (h == NULL)
+		{
+			bcd_log("command %s (%s): no --command-handler takes it", id, kind);
+			result = json_pack("{s:i, s:s, s:b, s:s}", "exitCode", -1, "output", "",
+							   "truncated", 0, "reason", "no-handler");
+		}
+		else
+		{
+			payload = json_dumps(pj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			bcd_log("command %s (%s): running %s", id, kind, h->exe);
+			result = payload ? run_handler(a->opts, h, id, kind, payload) : NULL;
+			free(payload);
+		}
+		if (result != NULL)
+			complete(a, cred, id, result);
+		json_decref(result);
+	}
+out:
+	json_decref(ans);
+	json_decref(doc);
+	free(body);
+	free(proof);
+}

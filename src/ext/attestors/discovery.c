@@ -1,0 +1,283 @@
+/*
+ * attestors/discovery.c: the built-in discovery attestor, a PXE-booted
+ * ramdisk vouched for by its site's agent (ATTESTORS.md, "discovery";
+ * docs/attestors.md).
+ *
+ * Two pieces of evidence: a join token of role ramdisk (sealedToken) and
+ * {"assertion": "<JWS>"}, an ES256 JWS by the node key of a site agent of
+ * the token's site over {"purpose":"discovery","serial": <the site agent's
+ * certificate>,"siteId","mac": "aa:bb:cc:dd:ee:ff","epoch": <the site's
+ * discovery epoch>,"csrSha256": <this CSR's>,"iat","exp"}.  Checked: the
+ * token (discovery:<token reason>), the assertion's signature by that
+ * certificate's key, the certificate live and a site agent's of this site
+ * and tenant, bound to this CSR, unexpired (exp at most an hour after iat),
+ * the site enabled for discovery and the epoch its current one; the site's
+ * approval mode may defer (bc_join.await_approval); used once
+ * (attestation_uses until exp), spent with the token in the final round
+ * only.  Result: role ramdisk on the site, certTtlSeconds and allowedKinds
+ * from bc_join.discovery_sites.
+ */
+#include "bc_join.h"
+
+#include "fmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/numeric.h"
+
+static const char *const discovery_roles[] = {BC_ROLE_RAMDISK, NULL};
+
+/* An assertion lives at most this long (exp - iat), in seconds. */
+#define ASSERTION_LIFETIME_MAX 3600
+
+static BcPlan token_site = {
+	"SELECT coalesce($2, (SELECT p.site_id FROM bc_join.pools p WHERE p.id = $1))",
+	2, {TEXTOID, TEXTOID}
+};
+
+static BcPlan agent_site = {
+	"SELECT site_id FROM bc_join.nodes WHERE id = $1",
+	1, {TEXTOID}
+};
+
+static BcPlan site_config = {
+	"SELECT epoch, approval, allowed_kinds, cert_ttl_seconds FROM bc_join.discovery_sites "
+	"WHERE site_id = $1 FOR SHARE",
+	1, {TEXTOID}
+};
+
+static BcPlan known_machine = {
+	"SELECT 1 FROM bc_join.discovery_machines WHERE site_id = $1 AND mac = $2",
+	2, {TEXTOID, TEXTOID}
+};
+
+static BcPlan await = {
+	"SELECT bc_join.await_approval('discovery', $1, $2, $3)::text",
+	3, {TEXTOID, JSONBOID, JSONBOID}
+};
+
+static BcPlan use_assertion = {
+	"INSERT INTO bc_join.attestation_uses (attestor, subject, expires_at) "
+	"VALUES ('discovery', $1, to_timestamp($2)) ON CONFLICT DO NOTHING",
+	2, {BYTEAOID, FLOAT8OID}
+};
+
+static BcPlan remember_machine = {
+	"INSERT INTO bc_join.discovery_machines AS m (site_id, mac, last_joined_at) "
+	"VALUES ($1, $2, bc_join.compute_now()) "
+	"ON CONFLICT (site_id, mac) DO UPDATE SET last_joined_at = bc_join.compute_now()",
+	2, {TEXTOID, TEXTOID}
+};
+
+/* A string member of the verified assertion, or discovery:malformed-assertion. */
+static char *
+member_str(Jsonb *pj, const char *name, const char *tenant)
+{
+	JsonbValue *v = getKeyJsonValueFromContainer(&pj->root, name, strlen(name), NULL);
+
+	if (v == NULL || v->type != jbvString)
+		bc_refuse_join("discovery:malformed-assertion", tenant);
+	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* An integer member of the verified assertion (at most 15 digits, by the scan). */
+static int64
+member_int(Jsonb *pj, const char *name, const char *tenant)
+{
+	JsonbValue *v = getKeyJsonValueFromContainer(&pj->root, name, strlen(name), NULL);
+
+	if (v == NULL || v->type != jbvNumeric)
+		bc_refuse_join("discovery:malformed-assertion", tenant);
+	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
+}
+
+static bool
+valid_mac(const char *m)
+{
+	if (strlen(m) != 17)
+		return false;
+	for (int i = 0; i < 17; i++)
+	{
+		if (i % 3 == 2 ? m[i] != ':' : strchr("0123456789abcdef", m[i]) == NULL || m[i] == '\0')
+			return false;
+	}
+	return true;
+}
+
+/* The assertion's payload, verified with the key of cert_der; refuses otherwise. */
+static Jsonb *
+verified_assertion(const char *jws, bytea *cert_der, const char *tenant)
+{
+	X509	   *cert = NULL;
+	unsigned char *payload = NULL;
+	size_t		plen = 0;
+	Jsonb	   *pj;
+
+	if (bc_cert_parse((unsigned char *) VARDATA_ANY(cert_der), VARSIZE_ANY_EXHDR(cert_der),
+					  &cert) != BC_OK)
+		elog(ERROR, "a stored certificate does not parse");
+	bc_own_x509(CurrentMemoryContext, cert);
+	if (bc_jws_verify_es256(X509_get0_pubkey(cert), jws, strlen(jws), BC_PROOF_MAX,
+							&payload, &plen) != BC_OK)
+		bc_refuse_join("discovery:assertion-signature", NULL);
+	payload = (unsigned char *) bc_take_cstring((char *) payload);
+	if (strlen((char *) payload) != plen || !bc_json_object_ok((char *) payload, plen))
+		bc_refuse_join("discovery:malformed-assertion", tenant);
+	pj = bc_jsonb((char *) payload);
+	if (!JB_ROOT_IS_OBJECT(pj))
+		bc_refuse_join("discovery:malformed-assertion", tenant);
+	return pj;
+}
+
+/* verify(): admit a ramdisk its site agent vouches for, with a ramdisk token. */
+static void
+discovery_verify(const BcJoinRequest *req, BcOutcome *out)
+{
+	BcEvidenceMember m[] = {{.name = "assertion", .required = true, .max = BC_PROOF_MAX}};
+	BcAttestResult *res = &out->result;
+	BcToken		tok;
+	BcProofCert c;
+	char	   *serial;
+	char	   *site;
+	char	   *tenant;
+	Jsonb	   *pj;
+	char	   *mac;
+	int64		epoch;
+	int64		iat;
+	int64		exp;
+	int64		now = bc_timestamp_to_unix(bc_now());
+	Datum		v[3];
+	char		nulls[2] = {' ', ' '};
+	bool		isnull;
+	char	   *approval;
+	Datum		kinds;
+	int			ttl;
+	bytea	   *subject;
+
+	bc_evidence_members("discovery", req->attestation, m, lengthof(m));
+	if (req->token == NULL)
+		bc_refuse_join("discovery:no-token", NULL);
+	bc_check_join_token("discovery", req->token, BC_ROLE_RAMDISK, req->claims, &tok);
+	tenant = tok.tenant_id;
+	(void) bc_check_token_expect(tok.token_id, req->claims, "discovery", "discovery", tenant);
+	v[0] = tok.pool_id ? CStringGetTextDatum(tok.pool_id) : (Datum) 0;
+	v[1] = tok.site_id ? CStringGetTextDatum(tok.site_id) : (Datum) 0;
+	nulls[0] = tok.pool_id ? ' ' : 'n';
+	nulls[1] = tok.site_id ? ' ' : 'n';
+	if (bc_spi_exec(&token_site, v, nulls, true, 1) != 1 || (site = bc_spi_text(1)) == NULL)
+		elog(ERROR, "join token %s has neither site nor pool", tok.token_id);
+
+	/* The site agent's certificate the assertion names, and its signature. */
+	serial = bc_proof_serial(m[0].value, "discovery");
+	bc_lock_proof_cert("discovery", serial, false, &c);
+	pj = verified_assertion(m[0].value, c.der, tenant);
+	if (strcmp(member_str(pj, "purpose", tenant), "discovery") != 0 ||
+		strcmp(member_str(pj, "serial", tenant), serial) != 0)
+		bc_refuse_join("discovery:malformed-assertion", tenant);
+	bc_require_live_cert("discovery", &c);
+	if (strcmp(c.role, BC_ROLE_SITE) != 0)
+		bc_refuse_join("discovery:not-site-agent", tenant);
+	if (strcmp(c.tenant, tenant) != 0)
+		bc_refuse_join("discovery:tenant-mismatch", tenant);
+	v[0] = CStringGetTextDatum(c.node_id);
+	if (bc_spi_exec(&agent_site, v, NULL, true, 1) != 1 || bc_spi_text(1) == NULL ||
+		strcmp(bc_spi_text(1), site) != 0 || strcmp(member_str(pj, "siteId", tenant), site) != 0)
+		bc_refuse_join("discovery:site-mismatch", tenant);
+	if (strcmp(member_str(pj, "csrSha256", tenant), req->csr_sha256_b64) != 0)
+		bc_refuse_join("discovery:csr-binding", tenant);
+	mac = member_str(pj, "mac", tenant);
+	if (!valid_mac(mac))
+		bc_refuse_join("discovery:malformed-assertion", tenant);
+	epoch = member_int(pj, "epoch", tenant);
+	iat = member_int(pj, "iat", tenant);
+	exp = member_int(pj, "exp", tenant);
+	if (exp <= iat || exp - iat > ASSERTION_LIFETIME_MAX || iat > now + BC_PROOF_WINDOW)
+		bc_refuse_join("discovery:malformed-assertion", tenant);
+	if (exp <= now)
+		bc_refuse_join("discovery:assertion-expired", tenant);
+
+	/* The site: enabled, and the assertion signed in its current epoch. */
+	v[0] = CStringGetTextDatum(site);
+	if (bc_spi_exec(&site_config, v, NULL, false, 1) != 1)
+		bc_refuse_join("discovery:site-not-enabled", tenant);
+	if (bc_spi_int8(1) != epoch)
+		bc_refuse_join("discovery:stale-epoch", tenant);
+	approval = bc_spi_text_req(2);
+	kinds = bc_spi_datum(3, &isnull);
+	kinds = PointerGetDatum(DatumGetArrayTypePCopy(kinds));
+	ttl = bc_spi_int4(4);
+
+	/* Approval: always, or for a MAC the site has not seen. */
+	if (strcmp(approval, "always") == 0 ||
+		(strcmp(approval, "unknown-machines") == 0 &&
+		 (v[1] = CStringGetTextDatum(mac), bc_spi_exec(&known_machine, v, NULL, true, 1) != 1)))
+	{
+		StringInfoData detail;
+		char	   *d;
+
+		initStringInfo(&detail);
+		appendStringInfoString(&detail, "{\"mac\":");
+		escape_json(&detail, mac);
+		bc_json_member(&detail, "siteId", site);
+		bc_json_member(&detail, "siteAgent", c.node_id);
+		bc_json_member(&detail, "tokenId", tok.token_id);
+		appendStringInfo(&detail, ",\"approval\":\"%s\"}", approval);
+		v[0] = CStringGetTextDatum(tenant);
+		v[1] = JsonbPGetDatum(bc_attestor_context(req));
+		v[2] = JsonbPGetDatum(bc_jsonb(detail.data));
+		if (bc_spi_exec(&await, v, NULL, false, 1) != 1)
+			elog(ERROR, "bc_join.await_approval returned no row");
+		d = bc_spi_text(1);
+		if (d != NULL)
+		{
+			Jsonb	   *dj = bc_jsonb(d);
+			JsonbValue *rid = getKeyJsonValueFromContainer(&dj->root, "requestId", 9, NULL);
+
+			if (rid == NULL || rid->type != jbvString)
+				elog(ERROR, "bc_join.await_approval answered no requestId");
+			out->deferred = true;
+			out->kind = "approval";
+			out->request_id = pnstrdup(rid->val.string.val, rid->val.string.len);
+			out->retry_after_seconds = 30;
+			return;
+		}
+	}
+
+	/* Final round: the assertion used once (until it expires), the machine remembered. */
+	subject = palloc(VARHDRSZ + BC_SHA256_LEN);
+	SET_VARSIZE(subject, VARHDRSZ + BC_SHA256_LEN);
+	bc_sha256(m[0].value, strlen(m[0].value), (unsigned char *) VARDATA(subject));
+	v[0] = PointerGetDatum(subject);
+	v[1] = Float8GetDatum((double) exp);
+	if (bc_spi_exec(&use_assertion, v, NULL, false, 0) != 1)
+		bc_refuse_join("discovery:reused", tenant);
+	v[0] = CStringGetTextDatum(site);
+	v[1] = CStringGetTextDatum(mac);
+	bc_spi_exec(&remember_machine, v, NULL, false, 0);
+
+	res->tenant_id = tenant;
+	res->role = BC_ROLE_RAMDISK;
+	res->site_id = site;
+	res->token_id = tok.token_id;
+	res->spend_token = true;
+	res->expect_checked = true;
+	res->cert_ttl_seconds = ttl;
+	res->allowed_kinds = kinds;
+	res->has_allowed_kinds = true;
+	{
+		StringInfoData jd;
+
+		initStringInfo(&jd);
+		appendStringInfoString(&jd, "{\"mac\":");
+		escape_json(&jd, mac);
+		bc_json_member(&jd, "siteAgent", c.node_id);
+		appendStringInfo(&jd, ",\"epoch\":" INT64_FORMAT "}", epoch);
+		res->joined_detail = jd.data;
+	}
+}
+
+const BcAttestor bc_discovery_attestor = {
+	.id = "discovery",
+	.version = "0.1.0",
+	.roles = discovery_roles,
+	.verify = discovery_verify,
+};
