@@ -52,6 +52,11 @@ pg_regress_installcheck = $(CURDIR)/test/installcheck $(BCJ_REGRESS_DIR) \
 	$(top_builddir)/src/test/regress/pg_regress --inputdir=$(srcdir) --bindir='$(bindir)' \
 	$(pg_regress_locale_flags) $(EXTRA_REGRESS_OPTS)
 
+# PGXS tracks no header dependencies: every object of the extension depends
+# on the headers the extension's files share (a struct changed in one would
+# otherwise leave objects built against the old layout).
+$(OBJS): $(wildcard src/ext/*.h src/common/*.h)
+
 # Host programs (bcd, test tools, unit tests, sanitizer builds).
 include mk/host.mk
 include mk/gateway.mk
