@@ -189,7 +189,7 @@ gw_http_status_for_sqlstate(const char *ss, int *outcome)
 {
 	static const char *const unsupported[] = {"0A000", "42883", NULL};
 	static const char *const unavailable[] = {"57P01", "57P02", "57P03", "53300",
-	"40001", "40P01", NULL};
+	"40001", "40P01", "25006", NULL};
 
 	if (ss == NULL || strlen(ss) != 5)
 		goto internal;
@@ -362,7 +362,8 @@ handle_metrics(struct req_ctx *ctx)
 		.max_connections = ctx->gw->max_connections,
 	};
 
-	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0)
+	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0 ||
+		gw_db_pool_render_primary(ctx->gw->pool, buf) != 0)
 		goto fail;
 	n = evbuffer_get_length(buf);
 	text = malloc(n + 1);
