@@ -298,7 +298,20 @@ connect_failed(struct slot *s, const char *why)
 static void
 connect_step(struct slot *s)
 {
-	switch (PQconnectPoll(s->conn))
+	PostgresPollingStatusType st = PQconnectPoll(s->conn);
+
+	/*
+	 * With a multi-host conninfo PQconnectPoll closes a refused host's socket
+	 * and opens the next host's, which the kernel usually gives the same fd
+	 * number: an event kept on that number would never fire again (epoll
+	 * dropped the closed socket).  Re-register on every step of a connect.
+	 */
+	if (s->io != NULL)
+	{
+		event_free(s->io);
+		s->io = NULL;
+	}
+	switch (st)
 	{
 		case PGRES_POLLING_READING:
 			if (watch(s, PQsocket(s->conn), EV_READ) != 0)
