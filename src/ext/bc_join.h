@@ -40,6 +40,7 @@ extern int	bc_crl_validity;
 extern const char *bc_require_trust_domain(void);
 /* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
 extern void bc_require_config(void);
+extern void bc_require_primary(void);
 
 /* The service clock (compute_now()) as a TimestampTz. */
 extern TimestampTz bc_now(void);

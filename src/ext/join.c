@@ -232,6 +232,7 @@ bc_join_request(PG_FUNCTION_ARGS)
 	bc_parse_join_request(jb, &req, callcxt);
 
 	bc_require_config();
+	bc_require_primary();
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

@@ -429,6 +429,7 @@ bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 	bc_parse_proof_request(jb, &req, &proof, who, callcxt);
 	req.attestor = who;
 	bc_require_config();
+	bc_require_primary();
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

@@ -23,6 +23,7 @@
 #include <sys/queue.h>
 #include <time.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <libpq-fe.h>
 
@@ -400,7 +401,20 @@ ensure_listener(struct gw_db_pool *pool)
 static void
 connect_step(struct slot *s)
 {
-	switch (PQconnectPoll(s->conn))
+	PostgresPollingStatusType st = PQconnectPoll(s->conn);
+
+	/*
+	 * With a multi-host conninfo PQconnectPoll closes a refused host's socket
+	 * and opens the next host's, which the kernel usually gives the same fd
+	 * number: an event kept on that number would never fire again (epoll
+	 * dropped the closed socket).  Re-register on every step of a connect.
+	 */
+	if (s->io != NULL)
+	{
+		event_free(s->io);
+		s->io = NULL;
+	}
+	switch (st)
 	{
 		case PGRES_POLLING_READING:
 			if (watch(s, PQsocket(s->conn), EV_READ) != 0)
@@ -473,6 +487,20 @@ ensure_connecting(struct gw_db_pool *pool)
 		fail_queue(pool, "database unavailable");
 }
 
+/*
+ * SQLSTATEs after which a connection is not reused: 25006 (the server is, or
+ * has become, a standby: read-only), 57P01/57P02/57P03 (shutting down,
+ * crashed, starting) and class 08 (connection exception).  The next
+ * connection goes through libpq's host list again, and with
+ * target_session_attrs=read-write finds the current primary.
+ */
+static int
+drop_for_sqlstate(const char *ss)
+{
+	return ss != NULL && (strcmp(ss, "25006") == 0 || strncmp(ss, "57P0", 4) == 0 ||
+						  strncmp(ss, "08", 2) == 0);
+}
+
 /* Deliver the running statement's result to its job and make the slot idle (or DOWN). */
 static void
 complete(struct slot *s, enum gw_db_status forced, const char *reason)
@@ -506,6 +534,13 @@ complete(struct slot *s, enum gw_db_status forced, const char *reason)
 			r.sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 			r.message = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
 			r.reason = "server error";
+			if (drop_for_sqlstate(r.sqlstate))
+			{
+				/* a standby, a server shutting down, a broken link: reconnect */
+				gw_log(GW_LOG_INFO, "database connection dropped",
+					   json_pack("{s:i,s:s}", "slot", s->index, "sqlstate", r.sqlstate));
+				broken = 1;
+			}
 		}
 		else if (res == NULL || broken)
 		{
@@ -839,4 +874,63 @@ int
 gw_db_pool_queued(const struct gw_db_pool *pool)
 {
 	return pool->nqueued;
+}
+
+/* Append a Prometheus label value, escaped, to buf. */
+static int
+add_label(struct evbuffer *buf, const char *v)
+{
+	for (const char *p = v ? v : ""; *p; p++)
+	{
+		int			rc;
+
+		if (*p == '\\' || *p == '"')
+			rc = evbuffer_add_printf(buf, "\\%c", *p);
+		else if (*p == '\n')
+			rc = evbuffer_add(buf, "\\n", 2);
+		else
+			rc = evbuffer_add(buf, p, 1);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * bc_gateway_db_primary{host,port} 1 for each distinct server the
+ * established connections are on (PQhost/PQport: the host of a multi-host
+ * conninfo that libpq picked).  With target_session_attrs=read-write that is
+ * the primary; two lines only while old connections drain after a failover.
+ */
+int
+gw_db_pool_render_primary(const struct gw_db_pool *pool, struct evbuffer *buf)
+{
+	int			rc = evbuffer_add_printf(buf,
+										 "# HELP bc_gateway_db_primary The database server the pool's established connections are on.\n"
+										 "# TYPE bc_gateway_db_primary gauge\n") < 0;
+
+	for (int i = 0; i < pool->nslots; i++)
+	{
+		const struct slot *s = &pool->slots[i];
+		int			seen = 0;
+
+		if (s->state != SLOT_IDLE && s->state != SLOT_BUSY)
+			continue;
+		for (int k = 0; k < i && !seen; k++)
+		{
+			const struct slot *o = &pool->slots[k];
+
+			seen = (o->state == SLOT_IDLE || o->state == SLOT_BUSY) &&
+				strcmp(PQhost(o->conn) ? PQhost(o->conn) : "", PQhost(s->conn) ? PQhost(s->conn) : "") == 0 &&
+				strcmp(PQport(o->conn) ? PQport(o->conn) : "", PQport(s->conn) ? PQport(s->conn) : "") == 0;
+		}
+		if (seen)
+			continue;
+		rc |= evbuffer_add_printf(buf, "bc_gateway_db_primary{host=\"") < 0;
+		rc |= add_label(buf, PQhost(s->conn));
+		rc |= evbuffer_add_printf(buf, "\",port=\"") < 0;
+		rc |= add_label(buf, PQport(s->conn));
+		rc |= evbuffer_add_printf(buf, "\"} 1\n") < 0;
+	}
+	return rc ? -1 : 0;
 }

@@ -68,6 +68,10 @@ int			gw_db_pool_in_use(const struct gw_db_pool *pool);
 /* Connections established (idle or busy). */
 int			gw_db_pool_connected(const struct gw_db_pool *pool);
 
+/* Append bc_gateway_db_primary{host,port} 1 per server connected to; 0 on success. */
+struct evbuffer;
+int			gw_db_pool_render_primary(const struct gw_db_pool *pool, struct evbuffer *buf);
+
 /* Jobs waiting for a connection. */
 int			gw_db_pool_queued(const struct gw_db_pool *pool);
 

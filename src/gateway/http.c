@@ -195,7 +195,7 @@ gw_http_status_for_sqlstate(const char *ss, int *outcome)
 {
 	static const char *const unsupported[] = {"0A000", "42883", NULL};
 	static const char *const unavailable[] = {"57P01", "57P02", "57P03", "53300",
-	"40001", "40P01", NULL};
+	"40001", "40P01", "25006", NULL};
 
 	if (ss == NULL || strlen(ss) != 5)
 		goto internal;
@@ -416,7 +416,8 @@ handle_metrics(struct req_ctx *ctx)
 	};
 
 	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0 ||
-		gw_crl_render_metrics(ctx->gw->crl, buf) != 0)
+		gw_crl_render_metrics(ctx->gw->crl, buf) != 0 ||
+		gw_db_pool_render_primary(ctx->gw->pool, buf) != 0)
 		goto fail;
 	n = evbuffer_get_length(buf);
 	text = malloc(n + 1);
