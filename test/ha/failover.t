@@ -28,6 +28,24 @@ import halib  # noqa: E402
 from gwlib import metric, run  # noqa: E402
 from halib import HA  # noqa: E402
 RATE_PAUSE = 0.1        # seconds between two requests of the client loop
+# The consistency invariants of test/tap/sql_fuzz.t and crash_safety.t: each query counts violations.
+INVARIANTS = [
+    ("no node without a certificate",
+     "SELECT count(*) FROM bc_join.nodes n WHERE NOT EXISTS "
+     "(SELECT 1 FROM bc_join.node_certs c WHERE c.node_id = n.id)"),
+    ("no certificate without its node",
+     "SELECT count(*) FROM bc_join.node_certs c WHERE NOT EXISTS "
+     "(SELECT 1 FROM bc_join.nodes n WHERE n.id = c.node_id)"),
+    ("every token's spent uses equal its joins",
+     "SELECT count(*) FROM bc_join.join_tokens t WHERE t.uses_total - t.uses_left <> "
+     "(SELECT count(*) FROM bc_join.events e WHERE e.type = 'node.joined' AND e.payload->>'tokenId' = t.id)"),
+    ("no node without its node.joined event",
+     "SELECT count(*) FROM bc_join.nodes n WHERE NOT EXISTS (SELECT 1 FROM bc_join.events e "
+     "WHERE e.type = 'node.joined' AND e.payload->>'nodeId' = n.id)"),
+    ("at most one live certificate per node",
+     "SELECT count(*) FROM (SELECT node_id FROM bc_join.node_certs WHERE revoked_at IS NULL "
+     "AND not_after > now() GROUP BY node_id HAVING count(*) > 1) x"),
+]
 
 
 class HAEnv(halib.HAMixin, gwlib.Env):
@@ -123,6 +141,10 @@ def failover_round(tap, env, gw, victim, heir, name):
     found = int(env.psql("SELECT count(*) FROM bc_join.node_certs WHERE join_csr_sha256::bytea IN (%s)"
                          % hexes)) if issued else 0
     tap.eq(found, len(issued), "%s: every join answered issued has its certificate on %s" % (name, heir))
+    # The crash-safety invariants hold on the new primary.
+    for what, q in INVARIANTS:
+        tap.eq(env.psql(q), "0", "%s: on %s, %s" % (name, heir, what))
+    tap.eq(env.psql("SELECT bc_join.verify_audit_log()"), "t", "%s: the issuance log chains on %s" % (name, heir))
     if t_back is None:
         return None
     fo = t_back - t_kill
