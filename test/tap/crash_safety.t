@@ -1,16 +1,21 @@
 #!/usr/bin/python3
-"""crash_safety.t: joins and renewals run concurrently while backends are
-killed with SIGKILL (docs/security.md, "Crash safety").
+"""crash_safety.t: joins, renewals and session requests run concurrently
+while backends, and once the postmaster itself, are killed with SIGKILL
+(docs/security.md, "Crash safety").
 
 Its own cluster (bctest.ClusterEnv: the postmaster restarts every backend
 after a SIGKILL, which would disturb the suites sharing test/run-all's).
-Four clients join and renew their own node in a loop for
-BCJ_CRASH_SECONDS (default 20); a killer sends SIGKILL to a random client
-backend of pg_stat_activity every 0.2 to 0.8 s; clients reconnect and carry
-on (a renewal whose answer was lost is settled by looking at which key the
+Four clients join, renew their own node and ask for session credentials
+(bc_join.issue_session) in a loop for BCJ_CRASH_SECONDS (default 20); a
+killer sends SIGKILL to a random client backend of pg_stat_activity every
+0.2 to 0.8 s, and once, half way, to the postmaster, then starts the
+cluster again (crash recovery from the WAL); clients reconnect and carry on
+(a renewal whose answer was lost is settled by looking at which key the
 live certificate certifies).  Afterwards, on the recovered cluster: the
-consistency invariants of sql_fuzz.t, and every renewed certificate's
-predecessor revoked.
+consistency invariants of sql_fuzz.t, every renewed certificate's
+predecessor revoked, and the session invariants (no session without its
+certificate and its session.provisioned event, every session certificate
+asked with a certificate of its own node).
 """
 import hashlib
 import importlib.machinery
@@ -62,15 +67,20 @@ class Client(threading.Thread):
         self.w = world
         self.until = until
         self.conn = reconnect(until + 60)
-        self.counts = {"joined": 0, "renewed": 0, "lost": 0, "other": 0}
+        self.counts = {"joined": 0, "renewed": 0, "sessions": 0, "lost": 0, "other": 0}
         self.errors = []
         self.node_id = None
         self.node_key = None
+        self.issued = []    # (table, serial) of every answer "issued" seen
 
     def call(self, fn, doc):
         with self.conn.cursor() as cur:
             cur.execute("SELECT %s(%%s::jsonb)::text" % fn, (json.dumps(doc),))
-            return json.loads(cur.fetchone()[0])
+            r = json.loads(cur.fetchone()[0])
+        if r.get("status") == "issued":
+            serial = json.loads(fz.b64u_dec(r["response"].split(".")[1]))["serial"]
+            self.issued.append(("session_certs" if fn == "bc_join.issue_session" else "node_certs", serial))
+        return r
 
     def one(self, sql, args=()):
         with self.conn.cursor() as cur:
@@ -100,6 +110,15 @@ class Client(threading.Thread):
                             self.node_key = key
                     else:
                         self.counts["other"] += 1
+                elif random.random() < 0.5:
+                    serial = self.live_serial()
+                    doc = self.proof(serial, "session")[0]
+                    r = self.call("bc_join.issue_session", doc)
+                    if r.get("status") == "issued":
+                        self.counts["sessions"] += 1
+                    else:
+                        self.counts["other"] += 1
+                        self.errors.append("issue_session answered %s" % json.dumps(r)[:200])
                 else:
                     serial = self.one("SELECT serial FROM bc_join.node_certs WHERE node_id = %s "
                                       "AND revoked_at IS NULL ORDER BY issued_at DESC LIMIT 1",
@@ -122,11 +141,45 @@ class Client(threading.Thread):
                 if new_key is not None:
                     self.settle(new_key)
 
-    def proof(self, serial):
+    def live_serial(self):
+        return self.one("SELECT serial FROM bc_join.node_certs WHERE node_id = %s "
+                        "AND revoked_at IS NULL ORDER BY issued_at DESC LIMIT 1", (self.node_id,))[0]
+
+    def proof(self, serial, purpose="renew"):
         key, der = fz.new_csr()
-        p = {"purpose": "renew", "serial": serial,
+        p = {"purpose": purpose, "serial": serial,
              "csrSha256": fz.b64u(hashlib.sha256(der).digest()), "iat": int(time.time())}
+        if purpose == "session":
+            p["session"] = "s%d" % random.randrange(20)
+            p["context"] = random.choice(["a", "b"])
         return {"csr": fz.b64u(der), "proof": fz.jws_es256(self.node_key, p)}, key
+
+
+def kill_postmaster(tap, env):
+    """SIGKILL the postmaster, wait for its orphaned backends to go, start the
+    cluster again (crash recovery); True once it accepts connections."""
+    with open(os.path.join(env.pg, "data", "postmaster.pid")) as f:
+        pm = int(f.readline())
+    kids = [p for p in os.listdir("/proc") if p.isdigit() and _ppid(p) == pm]
+    os.kill(pm, signal.SIGKILL)
+    tap.note("SIGKILL to the postmaster (pid %d, %d children left orphaned)" % (pm, len(kids)))
+    deadline = time.time() + 30
+    while time.time() < deadline and any(os.path.exists("/proc/" + p) for p in kids + [str(pm)]):
+        time.sleep(0.1)
+    try:
+        env.pg_start()
+    except RuntimeError as e:
+        tap.note(str(e))
+        return False
+    return True
+
+
+def _ppid(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def setup(env):
@@ -145,8 +198,15 @@ def body(tap, env):
         c.start()
     kills = 0
     killer = reconnect(until + 60)
+    postmaster_at = time.time() + SECONDS / 2
+    postmaster_killed = restarted = False
     while time.time() < until:
         time.sleep(random.uniform(0.2, 0.8))
+        if not postmaster_killed and time.time() >= postmaster_at:
+            postmaster_killed = True
+            restarted = kill_postmaster(tap, env)
+            killer = reconnect(time.time() + 60)
+            continue
         try:
             with killer.cursor() as cur:
                 cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND "
@@ -163,21 +223,41 @@ def body(tap, env):
             pass
     for c in clients:
         c.join(120)
+    tap.ok(postmaster_killed and restarted, "the postmaster was killed and the cluster recovered")
+    with open(os.path.join(env.pg, "server.log"), errors="replace") as f:
+        log = f.read()
+    tap.ok("not properly shut down; automatic recovery in progress" in log and "redo done" in log,
+           "the restart replayed the WAL (crash recovery)", log[-2000:])
     counts = {}
     for c in clients:
         for k, v in c.counts.items():
             counts[k] = counts.get(k, 0) + v
     tap.note("%d SIGKILLs; clients: %s" % (kills, ", ".join("%s %d" % kv for kv in sorted(counts.items()))))
     tap.ok(kills > 0 and counts["lost"] > 0, "backends were killed and clients lost connections")
-    tap.ok(counts["joined"] > 0 and counts["renewed"] > 0, "joins and renewals were issued meanwhile")
+    tap.ok(counts["joined"] > 0 and counts["renewed"] > 0 and counts["sessions"] > 0,
+           "joins, renewals and session credentials were issued meanwhile")
     errs = [e for c in clients for e in c.errors]
     tap.ok(not errs, "no client saw an answer other than issued or a lost connection", "\n".join(errs[:10]))
     check = reconnect(time.time() + 60)
     w.conn = check
+    issued = [i for c in clients for i in c.issued]
+    missing = [i for i in issued if w.one("SELECT count(*) FROM bc_join.%s WHERE serial = %%s" % i[0], (i[1],)) != 1]
+    tap.ok(issued and not missing, "every one of the %d answers issued is in the recovered database "
+           "(a commit acknowledged before the crash is kept)" % len(issued), missing[:5])
     for name, sql in fz.invariants() + [
             ("every renewed certificate's predecessor is revoked",
              "SELECT count(*) FROM bc_join.node_certs o WHERE o.revoked_at IS NULL AND EXISTS "
-             "(SELECT 1 FROM bc_join.node_certs n WHERE n.node_id = o.node_id AND n.issued_at > o.issued_at)")]:
+             "(SELECT 1 FROM bc_join.node_certs n WHERE n.node_id = o.node_id AND n.issued_at > o.issued_at)"),
+            ("no session without a certificate",
+             "SELECT count(*) FROM bc_join.sessions s WHERE NOT EXISTS "
+             "(SELECT 1 FROM bc_join.session_certs c WHERE c.session_id = s.id)"),
+            ("every session has exactly one session.provisioned event",
+             "SELECT count(*) FROM bc_join.sessions s WHERE (SELECT count(*) FROM bc_join.events e "
+             "WHERE e.type = 'session.provisioned' AND e.payload->>'sessionId' = s.id) <> 1"),
+            ("every session certificate was asked with a certificate of its own node",
+             "SELECT count(*) FROM bc_join.session_certs c JOIN bc_join.sessions s ON s.id = c.session_id "
+             "WHERE NOT EXISTS (SELECT 1 FROM bc_join.node_certs n WHERE n.serial = c.node_serial "
+             "AND n.node_id = s.node_id)")]:
         tap.eq(w.one(sql), 0, name)
     check.close()
 

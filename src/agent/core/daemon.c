@@ -158,10 +158,15 @@ run_agent(bcd_agent *a)
 			if (delay > 0)
 				bcd_log("%s (serial %s, not after %s): renewal in %.0f s", cred.spiffe_id,
 						cred.serial, cred.not_after_text, delay);
-			rc = wait_serving_commands(a, &cred, delay) ? BCD_RC_STOPPED :
-				bcd_renew_until_done(a, &cred);
+			rc = wait_serving_commands(a, &cred, delay) ? BCD_RC_STOPPED : BCD_RC_OK;
 			if (rc == BCD_RC_OK)
-				bcd_server_publish(a->server, &cred);
+			{
+				bcd_server_renewing(a->server, 1);
+				rc = bcd_renew_until_done(a, &cred);
+				if (rc == BCD_RC_OK)
+					bcd_server_publish(a->server, &cred);
+				bcd_server_renewing(a->server, 0);
+			}
 			if (rc == BCD_RC_OK && o->once)
 			{
 				printf("%s\n%s\n", cred.serial, cred.not_after_text);

@@ -13,10 +13,13 @@
  * component may be bcd's own socket directory or state directory (same
  * device and inode): nothing is delivered into or under them, so a session
  * named "node" never lands on the node key.  The
- * files are then created relative to that descriptor: a temporary name with
- * O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600, written, fsync()ed and renamed
- * over the final name (the key first, then the chain), then the directory
- * is fsync()ed:
+ * files are then created relative to that descriptor: the key and the chain
+ * each to a temporary name with O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600,
+ * written and fsync()ed; then the old .crt is removed, the key renamed over
+ * its final name, the chain renamed to its (the commit point), and the
+ * directory fsync()ed.  So a .crt is only ever beside the .key it certifies,
+ * even when bcd is killed (then a new .key may be left without its .crt, and
+ * a temporary file may be left behind):
  *
  *   DIR/<session>.key, DIR/<session>.crt                    (no context)
  *   DIR/<session>@<context>.key, DIR/<session>@<context>.crt
@@ -240,33 +243,83 @@ write_all(int fd, const char *data, size_t len)
 	return BC_OK;
 }
 
-/* Replace dirfd/name with data (0600) through a temporary name and renameat(). */
+/*
+ * Write data (0600) to a new temporary name in dirfd for name, fsync()ed;
+ * its name in tmp (tmplen bytes).
+ */
 static int
-write_in(int dirfd, const char *name, const char *data, size_t len, char *err, size_t errlen)
+write_tmp(int dirfd, const char *name, const char *data, size_t len, char *tmp, size_t tmplen,
+		  char *err, size_t errlen)
 {
 	unsigned char rnd[8];
-	char		tmp[BC_SELECTOR_MAX * 2 + 64];
 	int			fd;
 	int			ok;
 
 	if (RAND_bytes(rnd, sizeof(rnd)) != 1)
 		return BC_ECRYPTO;
-	snprintf(tmp, sizeof(tmp), ".%s.tmp.%02x%02x%02x%02x%02x%02x%02x%02x", name, rnd[0], rnd[1],
+	snprintf(tmp, tmplen, ".%s.tmp.%02x%02x%02x%02x%02x%02x%02x%02x", name, rnd[0], rnd[1],
 			 rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
 	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 	{
 		snprintf(err, errlen, "cannot create a file in the directory: %s", strerror(errno));
+		tmp[0] = '\0';
 		return BC_EINVAL;
 	}
 	ok = fchmod(fd, 0600) == 0 && write_all(fd, data, len) == BC_OK && fsync(fd) == 0;
 	if (close(fd) != 0)
 		ok = 0;
-	if (ok && renameat(dirfd, tmp, dirfd, name) == 0)
+	if (ok)
 		return BC_OK;
 	snprintf(err, errlen, "cannot write %s in the directory: %s", name, strerror(errno));
 	(void) unlinkat(dirfd, tmp, 0);
+	tmp[0] = '\0';
 	return BC_EINVAL;
+}
+
+/*
+ * Replace dirfd/key_name and dirfd/cert_name with key and chain so that a
+ * .crt is never beside a .key it does not certify, whenever bcd stops: both
+ * are written to temporary names first, then the old .crt is removed, the
+ * key renamed into place, the chain renamed into place (the commit point).
+ * A stop between the last two leaves the new .key without a .crt; never a
+ * mismatched pair.
+ */
+static int
+write_pair(int dirfd, const char *key_name, const char *key, size_t key_len,
+		   const char *cert_name, const char *chain, size_t chain_len, char *err, size_t errlen)
+{
+	char		tmp_key[BC_SELECTOR_MAX * 2 + 64] = "";
+	char		tmp_crt[BC_SELECTOR_MAX * 2 + 64] = "";
+	int			rc;
+
+	rc = write_tmp(dirfd, key_name, key, key_len, tmp_key, sizeof(tmp_key), err, errlen);
+	if (rc == BC_OK)
+		rc = write_tmp(dirfd, cert_name, chain, chain_len, tmp_crt, sizeof(tmp_crt), err, errlen);
+	if (rc == BC_OK && unlinkat(dirfd, cert_name, 0) != 0 && errno != ENOENT)
+	{
+		snprintf(err, errlen, "cannot replace %s in the directory: %s", cert_name, strerror(errno));
+		rc = BC_EINVAL;
+	}
+	if (rc == BC_OK && renameat(dirfd, tmp_key, dirfd, key_name) != 0)
+	{
+		snprintf(err, errlen, "cannot write %s in the directory: %s", key_name, strerror(errno));
+		rc = BC_EINVAL;
+	}
+	else if (rc == BC_OK)
+		tmp_key[0] = '\0';
+	if (rc == BC_OK && renameat(dirfd, tmp_crt, dirfd, cert_name) != 0)
+	{
+		snprintf(err, errlen, "cannot write %s in the directory: %s", cert_name, strerror(errno));
+		rc = BC_EINVAL;
+	}
+	else if (rc == BC_OK)
+		tmp_crt[0] = '\0';
+	if (tmp_key[0] != '\0')
+		(void) unlinkat(dirfd, tmp_key, 0);
+	if (tmp_crt[0] != '\0')
+		(void) unlinkat(dirfd, tmp_crt, 0);
+	return rc;
 }
 
 /*
@@ -291,9 +344,8 @@ bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job, char **key_pa
 			 job->context[0] != '\0' ? "@" : "", job->context);
 	if (dirfd >= 0)
 	{
-		rc = write_in(dirfd, key_name, job->key_pem, job->key_len, err, errlen);
-		if (rc == BC_OK)
-			rc = write_in(dirfd, cert_name, job->chain_pem, job->chain_len, err, errlen);
+		rc = write_pair(dirfd, key_name, job->key_pem, job->key_len, cert_name,
+						job->chain_pem, job->chain_len, err, errlen);
 		if (rc != BC_OK)
 			return rc;
 		(void) fsync(dirfd);

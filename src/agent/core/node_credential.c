@@ -15,6 +15,8 @@
 struct bcd_published_node
 {
 	pthread_mutex_t lock;
+	pthread_cond_t changed;		/* broadcast by every publish and end of a renewal */
+	int			renewing;		/* the main thread is renewing the credential */
 	bcd_node_snapshot node;		/* its key referenced */
 };
 
@@ -25,7 +27,10 @@ bcd_node_new(void)
 	bcd_published_node *p = calloc(1, sizeof(*p));
 
 	if (p != NULL)
+	{
 		pthread_mutex_init(&p->lock, NULL);
+		pthread_cond_init(&p->changed, NULL);
+	}
 	return p;
 }
 
@@ -36,6 +41,7 @@ bcd_node_free(bcd_published_node *p)
 	if (p == NULL)
 		return;
 	bcd_node_key_free(p->node.key);
+	pthread_cond_destroy(&p->changed);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -59,7 +65,48 @@ bcd_node_publish(bcd_published_node *p, const bcd_credential *cred)
 		p->node.not_after = cred->not_after;
 	}
 	p->node.generation++;
+	pthread_cond_broadcast(&p->changed);
 	pthread_mutex_unlock(&p->lock);
+}
+
+/* The main thread starts (on 1) or ends (on 0) a renewal of the credential. */
+void
+bcd_node_renewing(bcd_published_node *p, int on)
+{
+	pthread_mutex_lock(&p->lock);
+	p->renewing = on;
+	pthread_cond_broadcast(&p->changed);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/*
+ * While a renewal is under way and the credential is still that of
+ * generation, wait (at most timeout seconds) for it to be published: a
+ * session refused because the service has just renewed (revoked) the
+ * certificate it was asked with is asked again with the new one.  1 when
+ * the generation changed.
+ */
+int
+bcd_node_wait_renewal(bcd_published_node *p, unsigned long generation, double timeout)
+{
+	struct timespec deadline;
+	int			changed;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += (time_t) timeout;
+	deadline.tv_nsec += (long) ((timeout - (double) (time_t) timeout) * 1e9);
+	if (deadline.tv_nsec >= 1000000000L)
+	{
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&p->lock);
+	while (p->renewing && p->node.generation == generation &&
+		   pthread_cond_timedwait(&p->changed, &p->lock, &deadline) == 0)
+		;
+	changed = p->node.generation != generation;
+	pthread_mutex_unlock(&p->lock);
+	return changed;
 }
 
 /* A copy of the published node credential (its key referenced); release with bcd_node_release. */

@@ -31,6 +31,8 @@ typedef struct bcd_published_node bcd_published_node;
 bcd_published_node *bcd_node_new(void);
 void		bcd_node_free(bcd_published_node *p);
 void		bcd_node_publish(bcd_published_node *p, const bcd_credential *cred);
+void		bcd_node_renewing(bcd_published_node *p, int on);
+int			bcd_node_wait_renewal(bcd_published_node *p, unsigned long generation, double timeout);
 void		bcd_node_take(bcd_published_node *p, bcd_node_snapshot *out);
 void		bcd_node_release(bcd_node_snapshot *n);
 int			bcd_node_usable(const bcd_node_snapshot *n);

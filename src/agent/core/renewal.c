@@ -75,6 +75,23 @@ out:
 	return rc;
 }
 
+/*
+ * 1 when the pending key of DIR/renew is the current node key: the renewal
+ * was stored (bcd_store_commit) and bcd stopped before removing DIR/renew.
+ * Asking again with it would be refused (the service refuses a key already
+ * in use), so the next renewal starts from a new key instead.
+ */
+static int
+committed_already(EVP_PKEY *pending, EVP_PKEY *cur)
+{
+	int			same;
+
+	bcd_tpm_key_lock();
+	same = EVP_PKEY_eq(pending, cur) == 1;
+	bcd_tpm_key_unlock();
+	return same;
+}
+
 /* Check that a verified answer renews cur (issued, same SPIFFE ID), then store it. */
 static bcd_rc
 accept_renewal(bcd_agent *a, const bcd_credential *cur, EVP_PKEY *key,
@@ -129,8 +146,28 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 	memset(next, 0, sizeof(*next));
 	*retry_after = -1;
 	workdir = bcd_store_work_dir(a->opts->state_dir, "renew");
-	if (workdir == NULL ||
-		bcd_node_key_and_csr(workdir, &key, &csr, &csr_len, &what) != BC_OK ||
+	if (workdir != NULL &&
+		bcd_node_key_and_csr(workdir, &key, &csr, &csr_len, &what) == BC_OK &&
+		committed_already(key, cur->key))
+	{
+		/* Stored, then killed before DIR/renew was removed: start from a new key. */
+		bcd_log("renew: the pending key in %s/renew is already the node key (a renewal "
+				"stored before bcd stopped); starting from a new key", a->opts->state_dir);
+		bcd_node_key_free(key);
+		key = NULL;
+		free(csr);
+		csr = NULL;
+		free(workdir);
+		bcd_store_forget_work(a->opts->state_dir, "renew");
+		workdir = bcd_store_work_dir(a->opts->state_dir, "renew");
+		if (workdir != NULL &&
+			bcd_node_key_and_csr(workdir, &key, &csr, &csr_len, &what) != BC_OK)
+		{
+			bcd_node_key_free(key);
+			key = NULL;
+		}
+	}
+	if (workdir == NULL || key == NULL ||
 		bcd_proof_request(cur->key, cur->serial, BC_PURPOSE_RENEW, NULL, csr, csr_len, &body) != BC_OK)
 	{
 		bcd_log("renew: cannot make the new key, CSR or proof (%s)", what);

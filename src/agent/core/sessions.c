@@ -779,6 +779,14 @@ bcd_server_publish(bcd_server *s, const bcd_credential *cred)
 	wake_io(s);
 }
 
+/* The main thread starts (on 1) or ends (on 0) a renewal (node_credential.c). */
+void
+bcd_server_renewing(bcd_server *s, int on)
+{
+	if (s != NULL)
+		bcd_node_renewing(s->node, on);
+}
+
 /*
  * Start the socket server of bcd run: the socket (local_socket.c), initial
  * (when not NULL) published before any caller is read, the workers (one

@@ -91,6 +91,7 @@ int			bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 							 const bcd_credential *initial, bcd_server **out,
 							 char *err, size_t errlen);
 void		bcd_server_publish(bcd_server *s, const bcd_credential *cred);
+void		bcd_server_renewing(bcd_server *s, int on);
 void		bcd_server_stop(bcd_server *s);
 
 /*

@@ -52,7 +52,15 @@ wake(bcd_workers *w)
 	(void) !write(w->wake_fd, &c, 1);
 }
 
-/* Run job on a worker: provision, and once more if a renewal replaced the node key meanwhile. */
+/* The longest a refused provisioning waits for a renewal under way to be published. */
+#define BCD_RENEWAL_WAIT 15.0
+
+/*
+ * Run job on a worker: provision, and once more if a renewal replaced the
+ * node key meanwhile, or replaces it within BCD_RENEWAL_WAIT s when one is
+ * under way (the service revokes the old certificate before bcd has stored
+ * and published the new one).
+ */
 static void
 run_job(bcd_workers *w, bcd_http *http, bcd_job *job)
 {
@@ -73,6 +81,8 @@ run_job(bcd_workers *w, bcd_http *http, bcd_job *job)
 	bcd_node_release(&node);
 	if (job->code != BCD_CODE_REFUSED)
 		return;
+	/* refused while a renewal revoked the certificate and is being stored */
+	(void) bcd_node_wait_renewal(w->node, generation, BCD_RENEWAL_WAIT);
 	bcd_node_take(w->node, &node);
 	if (bcd_node_usable(&node) && node.generation != generation)
 	{
