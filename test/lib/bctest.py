@@ -53,6 +53,38 @@ class Tap:
         return 1 if self.failed else 0
 
 
+class SharedDb:
+    """A TAP script's own database on test/run-all's cluster (reached through
+    the PG* environment run-all exports), with bc_join created, and the
+    script's scratch directory under BCJ_SCRATCH, both made afresh."""
+
+    def __init__(self, name, dbname=None):
+        import psycopg2
+        self.scratch = os.path.join(os.environ["BCJ_SCRATCH"], name)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        os.makedirs(self.scratch)
+        self.dbname = dbname or "bcj_" + name
+        self.admin = psycopg2.connect(dbname="postgres")
+        self.admin.autocommit = True
+        self.admin.cursor().execute("DROP DATABASE IF EXISTS " + self.dbname)
+        self.admin.cursor().execute("CREATE DATABASE " + self.dbname)
+        self.db = psycopg2.connect(dbname=self.dbname)
+        self.db.autocommit = True
+        self.cur = self.db.cursor()
+        self.cur.execute("CREATE EXTENSION bc_join")
+
+    def one(self, sql, *args):
+        """The first column of the first row of sql."""
+        self.cur.execute(sql, args)
+        return self.cur.fetchone()[0]
+
+    def tenant(self, name, pool="p"):
+        """A new tenant with a site and a pool; (tenant, site, pool) ids."""
+        t = self.one("SELECT bc_join.create_tenant(%s)", name)
+        s = self.one("SELECT bc_join.create_site(%s, 's')", t)
+        return t, s, self.one("SELECT bc_join.create_pool(%s, %s, %s)", t, s, pool)
+
+
 def free_port():
     """A TCP port in 20000-60000 that is free on 127.0.0.1 right now."""
     for _ in range(200):

@@ -20,26 +20,10 @@ tap = bctest.Tap()
 ok, eq = tap.ok, tap.eq
 
 bcd, keys = os.environ["BCJ_BCD"], os.environ["BCJ_SERVICE_KEYS"]
-scratch = os.path.join(os.environ["BCJ_SCRATCH"], "cloud_iid")
-shutil.rmtree(scratch, ignore_errors=True)
-os.makedirs(scratch)
-admin = psycopg2.connect(dbname="postgres")
-admin.autocommit = True
-admin.cursor().execute("DROP DATABASE IF EXISTS bcj_cloud")
-admin.cursor().execute("CREATE DATABASE bcj_cloud")
-db = psycopg2.connect(dbname="bcj_cloud")
-db.autocommit = True
-c = db.cursor()
-def one(sql, *args):
-    c.execute(sql, args)
-    return c.fetchone()[0]
-c.execute("CREATE EXTENSION bc_join")
-t = one("SELECT bc_join.create_tenant('clouds')")
-s = one("SELECT bc_join.create_site(%s, 's')", t)
-p = one("SELECT bc_join.create_pool(%s, %s, 'vms')", t, s)
-t2 = one("SELECT bc_join.create_tenant('other')")
-s2 = one("SELECT bc_join.create_site(%s, 's')", t2)
-p2 = one("SELECT bc_join.create_pool(%s, %s, 'vms')", t2, s2)
+sdb = bctest.SharedDb("cloud_iid", "bcj_cloud")
+scratch, admin, db, c, one = sdb.scratch, sdb.admin, sdb.db, sdb.cur, sdb.one
+t, s, p = sdb.tenant('clouds', 'vms')
+t2, s2, p2 = sdb.tenant('other', 'vms')
 cl = cloudfix.Clouds(os.path.join(scratch, "ca"))
 cl.configure(c, t, p)
 

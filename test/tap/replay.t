@@ -18,23 +18,9 @@ tap = bctest.Tap()
 ok = tap.ok
 
 bcd, keys = os.environ["BCJ_BCD"], os.environ["BCJ_SERVICE_KEYS"]
-scratch = os.path.join(os.environ["BCJ_SCRATCH"], "replay")
-shutil.rmtree(scratch, ignore_errors=True)
-os.makedirs(scratch)
-admin = psycopg2.connect(dbname="postgres")
-admin.autocommit = True
-admin.cursor().execute("DROP DATABASE IF EXISTS bcj_replay")
-admin.cursor().execute("CREATE DATABASE bcj_replay")
-db = psycopg2.connect(dbname="bcj_replay")
-db.autocommit = True
-c = db.cursor()
-def one(sql, *args):
-    c.execute(sql, args)
-    return c.fetchone()[0]
-c.execute("CREATE EXTENSION bc_join")
-t = one("SELECT bc_join.create_tenant('r')")
-s = one("SELECT bc_join.create_site(%s, 's')", t)
-p = one("SELECT bc_join.create_pool(%s, %s, 'p')", t, s)
+sdb = bctest.SharedDb("replay")
+scratch, admin, db, c, one = sdb.scratch, sdb.admin, sdb.db, sdb.cur, sdb.one
+t, s, p = sdb.tenant('r')
 
 def request(token, d):
     return subprocess.run([bcd, "join-request", "--service-keys", keys, "--token", token,

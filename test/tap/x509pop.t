@@ -24,26 +24,10 @@ tap = bctest.Tap()
 ok, eq = tap.ok, tap.eq
 
 bcd, keys = os.environ["BCJ_BCD"], os.environ["BCJ_SERVICE_KEYS"]
-scratch = os.path.join(os.environ["BCJ_SCRATCH"], "x509pop")
-shutil.rmtree(scratch, ignore_errors=True)
-os.makedirs(scratch)
-admin = psycopg2.connect(dbname="postgres")
-admin.autocommit = True
-admin.cursor().execute("DROP DATABASE IF EXISTS bcj_x509pop")
-admin.cursor().execute("CREATE DATABASE bcj_x509pop")
-db = psycopg2.connect(dbname="bcj_x509pop")
-db.autocommit = True
-c = db.cursor()
-def one(sql, *args):
-    c.execute(sql, args)
-    return c.fetchone()[0]
-c.execute("CREATE EXTENSION bc_join")
-t1 = one("SELECT bc_join.create_tenant('t1')")
-s1 = one("SELECT bc_join.create_site(%s, 's')", t1)
-p1 = one("SELECT bc_join.create_pool(%s, %s, 'p')", t1, s1)
-t2 = one("SELECT bc_join.create_tenant('t2')")
-s2 = one("SELECT bc_join.create_site(%s, 's')", t2)
-p2 = one("SELECT bc_join.create_pool(%s, %s, 'p')", t2, s2)
+sdb = bctest.SharedDb("x509pop")
+scratch, admin, db, c, one = sdb.scratch, sdb.admin, sdb.db, sdb.cur, sdb.one
+t1, s1, p1 = sdb.tenant('t1')
+t2, s2, p2 = sdb.tenant('t2')
 offset = 0
 
 def b64u(b):
