@@ -431,6 +431,42 @@ BEGIN
 END
 $$;
 
+-- Check a function an operator registers for bc_join to call inside a join:
+-- fn must be a plain function of exactly args returning ret (shape says so
+-- in words), with a SET search_path of its own, since bc_join() runs with
+-- search_path = pg_catalog, pg_temp and fn would inherit it: its unqualified
+-- names would not be found at join time (or, worse, find someone else's
+-- objects).  what names fn in the messages ("verify function", "resolver").
+CREATE FUNCTION bc_join.check_callback(fn regprocedure, what text, args regtype[], ret regtype, shape text)
+	RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	p pg_proc;
+BEGIN
+	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = fn;
+	IF NOT FOUND OR p.pronargs <> cardinality(args) OR p.prorettype <> ret OR p.proretset OR p.prokind <> 'f' THEN
+		PERFORM bc_join.invalid_input(shape);
+	END IF;
+	FOR i IN 1 .. cardinality(args) LOOP
+		IF p.proargtypes[i - 1] <> args[i] THEN
+			PERFORM bc_join.invalid_input(shape);
+		END IF;
+	END LOOP;
+	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
+		RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+			MESSAGE = format('the %s %s has no SET search_path of its own', what, fn),
+			DETAIL = format('INVALID_INPUT: bc_join() runs with search_path = pg_catalog, pg_temp, and a %s '
+							'inherits it, so a table or function it names without a schema would not be found at join time.',
+							what),
+			HINT = format('Run: ALTER FUNCTION %s SET search_path = %s, pg_catalog, pg_temp;',
+						  fn, quote_ident((SELECT n.nspname FROM pg_catalog.pg_namespace n
+										   WHERE n.oid = p.pronamespace)));
+	END IF;
+END
+$$;
+
 /* ---------------------------------------------------------- administration */
 
 -- Create a tenant; returns its id.
@@ -644,22 +680,14 @@ CREATE FUNCTION bc_join.register_provisioning_resolver(resolve regprocedure) RET
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
 	AS $$
-DECLARE
-	p pg_proc;
 BEGIN
 	IF resolve IS NULL THEN
 		DELETE FROM bc_join.provisioning_resolver;
 		INSERT INTO bc_join.audit_log (action, detail) VALUES ('provisioning_resolver.remove', '{}');
 		RETURN;
 	END IF;
-	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = resolve;
-	IF p.pronargs <> 2 OR p.proargtypes[0] <> 'text'::regtype OR p.proargtypes[1] <> 'jsonb'::regtype
-	   OR p.prorettype <> 'text'::regtype OR p.proretset OR p.prokind <> 'f' THEN
-		PERFORM bc_join.invalid_input('resolve must be a function (node_ref text, context jsonb) RETURNS text');
-	END IF;
-	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
-		PERFORM bc_join.invalid_input(format('the resolver %s has no SET search_path of its own', resolve));
-	END IF;
+	PERFORM bc_join.check_callback(resolve, 'resolver', ARRAY['text', 'jsonb']::regtype[], 'text',
+		'resolve must be a function (node_ref text, context jsonb) RETURNS text');
 	INSERT INTO bc_join.provisioning_resolver AS r (resolve) VALUES (resolve)
 		ON CONFLICT (one) DO UPDATE SET resolve = EXCLUDED.resolve,
 			registered_at = EXCLUDED.registered_at, registered_by = EXCLUDED.registered_by;
@@ -1019,8 +1047,6 @@ CREATE FUNCTION bc_join.register_attestor(id text, version text, roles text[], v
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
 	AS $$
-DECLARE
-	p pg_proc;
 BEGIN
 	IF id IS NULL OR id !~ '^[a-z0-9._-]{1,64}$' THEN
 		PERFORM bc_join.invalid_input('an attestor id is 1 to 64 of a-z, 0-9, ''.'', ''_'' and ''-''');
@@ -1031,23 +1057,8 @@ BEGIN
 	IF version IS NULL OR length(version) NOT BETWEEN 1 AND 64 THEN
 		PERFORM bc_join.invalid_input('version must be 1 to 64 characters');
 	END IF;
-	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = verify;
-	IF p.pronargs <> 2 OR p.proargtypes[0] <> 'jsonb'::regtype OR p.proargtypes[1] <> 'jsonb'::regtype
-	   OR p.prorettype <> 'jsonb'::regtype OR p.proretset OR p.prokind <> 'f' THEN
-		PERFORM bc_join.invalid_input('verify must be a function (evidence jsonb, context jsonb) RETURNS jsonb');
-	END IF;
-	-- bc_join() runs with search_path = pg_catalog, pg_temp, and so would the
-	-- attestor: without a search_path of its own, its unqualified names fail
-	-- at join time (or, worse, find someone else's objects).
-	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
-		RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-			MESSAGE = format('the verify function %s has no SET search_path of its own', verify),
-			DETAIL = 'INVALID_INPUT: bc_join() runs with search_path = pg_catalog, pg_temp, and an attestor '
-					 'inherits it, so a table or function it names without a schema would not be found at join time.',
-			HINT = format('Run: ALTER FUNCTION %s SET search_path = %s, pg_catalog, pg_temp;',
-						  verify, quote_ident((SELECT n.nspname FROM pg_catalog.pg_namespace n
-											   WHERE n.oid = p.pronamespace)));
-	END IF;
+	PERFORM bc_join.check_callback(verify, 'verify function', ARRAY['jsonb', 'jsonb']::regtype[], 'jsonb',
+		'verify must be a function (evidence jsonb, context jsonb) RETURNS jsonb');
 	INSERT INTO bc_join.attestors AS a (id, version, roles, verify)
 		VALUES (register_attestor.id, register_attestor.version, register_attestor.roles, register_attestor.verify)
 		ON CONFLICT ON CONSTRAINT attestors_pkey DO UPDATE
@@ -2020,23 +2031,14 @@ CREATE FUNCTION bc_join.register_cloud_resolver(resolve regprocedure) RETURNS vo
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
 	AS $$
-DECLARE
-	p pg_proc;
 BEGIN
 	IF resolve IS NULL THEN
 		DELETE FROM bc_join.cloud_resolver;
 		INSERT INTO bc_join.audit_log (action, detail) VALUES ('cloud_resolver.remove', '{}');
 		RETURN;
 	END IF;
-	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = resolve;
-	IF p.pronargs <> 3 OR p.proargtypes[0] <> 'text'::regtype OR p.proargtypes[1] <> 'text'::regtype
-	   OR p.proargtypes[2] <> 'jsonb'::regtype
-	   OR p.prorettype <> 'jsonb'::regtype OR p.proretset OR p.prokind <> 'f' THEN
-		PERFORM bc_join.invalid_input('resolve must be a function (provider text, account text, context jsonb) RETURNS jsonb');
-	END IF;
-	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
-		PERFORM bc_join.invalid_input(format('the resolver %s has no SET search_path of its own', resolve));
-	END IF;
+	PERFORM bc_join.check_callback(resolve, 'resolver', ARRAY['text', 'text', 'jsonb']::regtype[], 'jsonb',
+		'resolve must be a function (provider text, account text, context jsonb) RETURNS jsonb');
 	INSERT INTO bc_join.cloud_resolver AS r (resolve) VALUES (resolve)
 		ON CONFLICT (one) DO UPDATE SET resolve = EXCLUDED.resolve,
 			registered_at = EXCLUDED.registered_at, registered_by = EXCLUDED.registered_by;
@@ -2508,6 +2510,8 @@ COMMENT ON FUNCTION bc_join.new_id(text) IS
 	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 COMMENT ON FUNCTION bc_join.random_secret() IS
 	'Internal: returns 32 random bytes from the server''s strong source as base64url without padding.';
+COMMENT ON FUNCTION bc_join.check_callback(regprocedure, text, regtype[], regtype, text) IS
+	'Internal: refuses (INVALID_INPUT) a function to be registered for joins unless it has exactly the given arguments and result and a SET search_path of its own; the HINT gives the ALTER FUNCTION.';
 COMMENT ON FUNCTION bc_join.invalid_input(text) IS
 	'Internal: raises INVALID_INPUT (SQLSTATE 22023) with msg, the code in the detail; never returns.';
 COMMENT ON FUNCTION bc_join.note_single_use_round() IS

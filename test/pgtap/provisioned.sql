@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(47);
+SELECT plan(51);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -139,6 +139,30 @@ INSERT INTO public.plg_assets VALUES ('asset-42', :'node');
 CREATE FUNCTION public.asset_node(node_ref text, context jsonb) RETURNS text LANGUAGE sql
 	SET search_path = public, pg_catalog, pg_temp
 	AS $$ SELECT node_id FROM plg_assets WHERE tag = node_ref $$;
+CREATE FUNCTION public.asset_node_loose(node_ref text, context jsonb) RETURNS text LANGUAGE sql
+	AS $$ SELECT node_id FROM plg_assets WHERE tag = node_ref $$;
+CREATE FUNCTION public.asset_node_int(node_ref int, context jsonb) RETURNS text LANGUAGE sql
+	SET search_path = public, pg_catalog, pg_temp
+	AS $$ SELECT NULL::text $$;
+SELECT throws_ok($$SELECT bc_join.register_provisioning_resolver('public.asset_node_int(int,jsonb)')$$,
+				 '22023', 'resolve must be a function (node_ref text, context jsonb) RETURNS text',
+				 'a resolver of another signature is refused');
+SELECT throws_ok($$SELECT bc_join.register_provisioning_resolver('public.asset_node_loose(text,jsonb)')$$,
+				 '22023', 'the resolver public.asset_node_loose(text,jsonb) has no SET search_path of its own',
+				 'a resolver without its own search_path is refused');
+CREATE FUNCTION pg_temp.resolver_hint() RETURNS text LANGUAGE plpgsql AS $$
+DECLARE h text;
+BEGIN
+	PERFORM bc_join.register_provisioning_resolver('public.asset_node_loose(text,jsonb)');
+	RETURN NULL;
+EXCEPTION WHEN invalid_parameter_value THEN
+	GET STACKED DIAGNOSTICS h = PG_EXCEPTION_HINT;
+	RETURN h;
+END $$;
+SELECT is(pg_temp.resolver_hint(),
+		  'Run: ALTER FUNCTION public.asset_node_loose(text,jsonb) SET search_path = public, pg_catalog, pg_temp;',
+		  'the refusal''s hint is the ALTER FUNCTION that mends it');
+SELECT is((SELECT count(*) FROM bc_join.provisioning_resolver), 0::bigint, 'a refused resolver is not registered');
 SELECT lives_ok($$SELECT bc_join.register_provisioning_resolver('public.asset_node(text,jsonb)')$$,
 				'a resolver registers');
 SELECT bc_join.create_provisioning_token(:'node') AS stok \gset
