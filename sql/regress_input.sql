@@ -4,6 +4,11 @@
 \set SHOW_CONTEXT never
 \getenv bcd BCJ_BCD
 \getenv scratch BCJ_SCRATCH
+\if :{?scratch}
+\else
+\warn 'regress_input: BCJ_SCRATCH is not set; run it through make installcheck or test/run-all'
+\quit
+\endif
 \set d :scratch/regress_input
 \set mk `mkdir -p :d`
 -- The keys an agent pins, from this server.
