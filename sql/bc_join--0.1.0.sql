@@ -2262,6 +2262,16 @@ $$;
 CREATE TRIGGER site_agent_rekeyed AFTER INSERT ON bc_join.node_certs
 	FOR EACH ROW EXECUTE FUNCTION bc_join.site_agent_rekeyed();
 
+/*
+ * A site agent's site epoch, the one its discovery assertions must carry:
+ * {"proof": <JWS by the site agent's node key over purpose "site-epoch",
+ * serial, iat>}.  Answered signed.  See docs/attestors.md ("discovery").
+ */
+CREATE FUNCTION bc_join.site_epoch(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_site_epoch_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
 /* ------------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
@@ -2274,7 +2284,8 @@ REVOKE ALL ON FUNCTION public.bc_join(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
 GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl(),
-	bc_join.audit_anchor(), bc_join.fetch_commands(jsonb), bc_join.complete_command(jsonb)
+	bc_join.audit_anchor(), bc_join.fetch_commands(jsonb), bc_join.complete_command(jsonb),
+	bc_join.site_epoch(jsonb)
 	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
@@ -2548,6 +2559,8 @@ COMMENT ON FUNCTION bc_join.fetch_commands(jsonb) IS
 	'A node''s queued commands whose kinds its proving certificate allows, signed by the service key; proven by the node key (purpose commands).';
 COMMENT ON FUNCTION bc_join.complete_command(jsonb) IS
 	'Records a dispatched command''s outcome (done or failed, a JSON object result); proven by the node key (purpose complete).';
+COMMENT ON FUNCTION bc_join.site_epoch(jsonb) IS
+	'A site agent''s site and its current discovery epoch, signed by the service key; proven by the site agent''s node key (purpose site-epoch).';
 COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[]) IS
 	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow); returns nothing.';
 COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS

@@ -21,6 +21,7 @@
 #define BC_PATH_SESSION			"/v1/session"	/* bc_join.issue_session(request) */
 #define BC_PATH_COMMANDS		"/v1/commands"	/* bc_join.fetch_commands(request) */
 #define BC_PATH_COMMANDS_COMPLETE "/v1/commands/complete"	/* bc_join.complete_command(request) */
+#define BC_PATH_SITE_EPOCH		"/v1/site-epoch"	/* bc_join.site_epoch(request) */
 
 /* ---------------------------------------------------------------- roles */
 
@@ -71,6 +72,8 @@
 /* Fetching the node's commands; reporting one's outcome (docs/commands.md). */
 #define BC_PURPOSE_COMMANDS		"commands"
 #define BC_PURPOSE_COMPLETE		"complete"
+/* A site agent asking for its site's discovery epoch (docs/attestors.md). */
+#define BC_PURPOSE_SITE_EPOCH	"site-epoch"
 
 /* A proof's "iat" must be within this many seconds of the service clock. */
 #define BC_PROOF_WINDOW 300

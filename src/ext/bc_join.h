@@ -404,6 +404,18 @@ extern char *bc_proof_member(const char *who, Jsonb *payload, const char *name, 
 extern bool bc_json_object_ok(const char *text, size_t len);
 /* A request proven by a node key, parsed, checked and run as round for who. */
 extern Jsonb *bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round);
+/* A request proven by a node key without a CSR (commands.c). */
+typedef struct BcNodeRequest
+{
+	const char *proof;
+	unsigned char *result;		/* complete: the decoded result, NUL-terminated */
+	size_t		result_len;
+} BcNodeRequest;
+/* Parse {"proof"[, "result"]} and run round (arg: the BcNodeRequest) for who. */
+extern Jsonb *bc_node_request_round(Jsonb *jb, const char *who, BcRoundFn round);
+/* The certificate a node request's proof names, locked, live, the proof checked. */
+extern Jsonb *bc_node_request_proven(const char *who, BcJoinRequest *req, const char *proof,
+									 BcProofCert *c);
 /* Check a node's proof for purpose who; returns its verified payload. */
 extern Jsonb *bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof,
 								  const char *serial, bytea *cert_der, const char *node_id,

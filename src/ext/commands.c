@@ -74,12 +74,7 @@ static BcPlan find_cmd = {
 	3, {TEXTOID, TEXTOID, JSONBOID}
 };
 
-typedef struct CommandsArg
-{
-	const char *proof;
-	unsigned char *result;		/* complete: the decoded result, NUL-terminated */
-	size_t		result_len;
-} CommandsArg;
+typedef BcNodeRequest CommandsArg;
 
 /* Parse and bound {"proof"[, "result"]}; 22023 for anything else. */
 static void
@@ -129,8 +124,8 @@ parse_commands_request(Jsonb *jb, const char *who, CommandsArg *a)
 }
 
 /* The node's certificate named by the proof, locked, the proof checked; the payload. */
-static Jsonb *
-proven(const char *who, BcJoinRequest *req, const char *proof, BcProofCert *c)
+Jsonb *
+bc_node_request_proven(const char *who, BcJoinRequest *req, const char *proof, BcProofCert *c)
 {
 	char	   *serial = bc_proof_serial(proof, who);
 	Jsonb	   *pj;
@@ -154,7 +149,7 @@ fetch_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	int64		failed;
 	StringInfoData payload;
 
-	(void) proven(BC_PURPOSE_COMMANDS, req, a->proof, &c);
+	(void) bc_node_request_proven(BC_PURPOSE_COMMANDS, req, a->proof, &c);
 
 	v[0] = CStringGetTextDatum(c.node_id);
 	bc_spi_exec(&expire_commands, v, NULL, false, 0);
@@ -204,7 +199,7 @@ complete_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	StringInfoData ev;
 	Jsonb	   *evj;
 
-	pj = proven(BC_PURPOSE_COMPLETE, req, a->proof, &c);
+	pj = bc_node_request_proven(BC_PURPOSE_COMPLETE, req, a->proof, &c);
 	id = bc_proof_member(BC_PURPOSE_COMPLETE, pj, "commandId", c.tenant);
 	status = bc_proof_member(BC_PURPOSE_COMPLETE, pj, "status", c.tenant);
 	if (strlen(id) != BC_COMMAND_ID_LEN || strncmp(id, "cmd_", 4) != 0 ||
@@ -266,9 +261,13 @@ answer:
 	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 
-/* Parse, check the configuration, run the round for who in its subtransaction. */
-static Jsonb *
-commands_request(Jsonb *jb, const char *who, BcRoundFn round)
+/*
+ * A request proven by a node key without a CSR ({"proof"}, and "result" for
+ * complete): parse, check the configuration, run the round for who in its
+ * subtransaction; round's arg is the BcNodeRequest.
+ */
+Jsonb *
+bc_node_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 {
 	MemoryContext callcxt = CurrentMemoryContext;
 	BcJoinRequest req;
@@ -295,7 +294,7 @@ PG_FUNCTION_INFO_V1(bc_fetch_commands_request);
 Datum
 bc_fetch_commands_request(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_JSONB_P(commands_request(PG_GETARG_JSONB_P(0), BC_PURPOSE_COMMANDS, fetch_round));
+	PG_RETURN_JSONB_P(bc_node_request_round(PG_GETARG_JSONB_P(0), BC_PURPOSE_COMMANDS, fetch_round));
 }
 
 PG_FUNCTION_INFO_V1(bc_complete_command_request);
@@ -304,5 +303,5 @@ PG_FUNCTION_INFO_V1(bc_complete_command_request);
 Datum
 bc_complete_command_request(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_JSONB_P(commands_request(PG_GETARG_JSONB_P(0), BC_PURPOSE_COMPLETE, complete_round));
+	PG_RETURN_JSONB_P(bc_node_request_round(PG_GETARG_JSONB_P(0), BC_PURPOSE_COMPLETE, complete_round));
 }

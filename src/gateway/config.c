@@ -15,7 +15,7 @@ static const char usage_text[] =
 "Usage: bc-gateway --tls-cert FILE --tls-key FILE [options]\n"
 "\n"
 "HTTPS relay in front of the bc_join database: POST /v1/join, /v1/renew,\n"
-"/v1/session, /v1/commands and /v1/commands/complete become SELECT\n"
+"/v1/session, /v1/commands, /v1/commands/complete and /v1/site-epoch become SELECT\n"
 "<function>($1::jsonb) through libpq; the function's\n"
 "jsonb result is the response body.  GET /healthz and GET /metrics are served\n"
 "on the same listener.\n"

@@ -48,6 +48,8 @@ static const struct route routes[] = {
 	"SELECT t.r, t.r->>'status' FROM bc_join.fetch_commands($1::jsonb) AS t(r)"},
 	{BC_PATH_COMMANDS_COMPLETE, GW_EP_COMMANDS_COMPLETE,
 	"SELECT t.r, t.r->>'status' FROM bc_join.complete_command($1::jsonb) AS t(r)"},
+	{BC_PATH_SITE_EPOCH, GW_EP_SITE_EPOCH,
+	"SELECT t.r, t.r->>'status' FROM bc_join.site_epoch($1::jsonb) AS t(r)"},
 };
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))

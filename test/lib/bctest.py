@@ -32,9 +32,12 @@ class Tap:
         print("%s %d - %s" % ("ok" if cond else "not ok", self.n, name), flush=True)
         if not cond:
             self.failed += 1
+            # also on stderr: prove shows it without -v, so a CI log says why
+            print("# failed: %s" % name, file=sys.stderr, flush=True)
             if diag is not None:
                 for line in str(diag).splitlines()[-30:]:
                     print("#   " + line, flush=True)
+                    print("#   " + line, file=sys.stderr, flush=True)
         return cond
 
     def eq(self, got, want, name, diag=None):

@@ -20,7 +20,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(51);
+SELECT plan(60);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -153,6 +153,33 @@ SELECT is(epoch, 3::bigint, 're-keying the site agent bumps the epoch') FROM bc_
 \set rq `:dr :bcd :josetool :keys :d/r3 :'t' :d/sa/node.key :sa :site :mac2 3 :now :exp`
 SELECT is(bc_join(:'rq'), :'refused'::jsonb, 'an assertion by the site agent''s old key');
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' discovery:revoked', 'recorded discovery:revoked');
+
+------------------------------------------------------------ site_epoch
+-- What a site agent asks (POST /v1/site-epoch): its site's epoch, signed.
+CREATE FUNCTION pg_temp.epoch_pp(serial text) RETURNS text LANGUAGE sql AS $$
+	SELECT jsonb_build_object('purpose', 'site-epoch', 'serial', serial,
+		'iat', extract(epoch FROM bc_join.compute_now())::bigint)::text $$;
+SELECT pg_temp.epoch_pp(:'sa2') AS epp \gset
+\set eproof `printf %s :'epp' | :josetool sign :d/sa2/node.key`
+SELECT bc_join.site_epoch(jsonb_build_object('proof', :'eproof')) AS e1 \gset
+SELECT is(:'e1'::jsonb->>'status', 'issued', 'site_epoch answers the site agent');
+SELECT is(pg_temp.payload(:'e1') - 'iat', jsonb_build_object('purpose', 'site-epoch', 'nodeId',
+	(SELECT node_id FROM bc_join.node_certs WHERE serial = :'sa2'), 'serial', :'sa2', 'siteId', :'site', 'epoch', 3),
+	'with its node, serial, site and the current epoch, signed');
+\set mkjwk `jq .signingKey :keys > :d/signing.jwk && echo ok`
+\set everified `printf %s :'e1' | jq -r .response | :josetool verify :d/signing.jwk | jq -r .epoch`
+SELECT is(:'everified'::text, '3', 'the answer verifies with the pinned signing key');
+SELECT is(bc_join.site_epoch(jsonb_build_object('proof', :'eproof')), :'refused'::jsonb, 'a replayed site-epoch proof is refused');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' site-epoch:reused', 'recorded site-epoch:reused');
+SELECT pg_temp.epoch_pp(:'sa') AS epp \gset
+\set eproof `printf %s :'epp' | :josetool sign :d/sa/node.key`
+SELECT is(bc_join.site_epoch(jsonb_build_object('proof', :'eproof')), :'refused'::jsonb, 'the site agent''s renewed certificate is refused');
+SELECT pg_temp.epoch_pp(:'plain') AS epp \gset
+\set eproof `printf %s :'epp' | :josetool sign :d/plain/node.key`
+SELECT is(bc_join.site_epoch(jsonb_build_object('proof', :'eproof')), :'refused'::jsonb, 'a plain node is no site agent');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' site-epoch:not-site-agent', 'recorded site-epoch:not-site-agent');
+SELECT throws_ok($$SELECT bc_join.site_epoch('{"proof": "x", "result": "y"}')$$, '22023', NULL,
+	'site_epoch takes only a proof');
 
 ------------------------------------------------------------ approval
 SELECT bc_join.set_discovery_site(:'site', 'unknown-machines');

@@ -281,3 +281,56 @@ const BcAttestor bc_discovery_attestor = {
 	.roles = discovery_roles,
 	.verify = discovery_verify,
 };
+
+/* ----------------------------------------- bc_join.site_epoch(request) */
+
+/*
+ * A site agent asks for its site's current discovery epoch, the one its
+ * assertions must carry: {"proof": JWS by its node key over
+ * {"purpose":"site-epoch","serial","iat"}}, fresh and used once, like a
+ * command fetch.  Answered signed with the service key:
+ * {"purpose":"site-epoch","nodeId","serial","siteId","epoch","iat"}.
+ * Refusals (the one refusal outside): site-epoch:<the proof's reasons>,
+ * not-site-agent (the certificate is not a site agent's), site-not-enabled.
+ */
+static Jsonb *
+site_epoch_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
+{
+	BcNodeRequest *a = (BcNodeRequest *) arg;
+	BcProofCert c;
+	Datum		v[1];
+	char	   *site;
+	int64		epoch;
+	StringInfoData payload;
+
+	(void) bc_node_request_proven(BC_PURPOSE_SITE_EPOCH, req, a->proof, &c);
+	if (c.role == NULL || strcmp(c.role, BC_ROLE_SITE) != 0)
+		bc_refuse_join(BC_PURPOSE_SITE_EPOCH ":not-site-agent", c.tenant);
+	v[0] = CStringGetTextDatum(c.node_id);
+	if (bc_spi_exec(&agent_site, v, NULL, true, 1) != 1 || (site = bc_spi_text(1)) == NULL)
+		bc_refuse_join(BC_PURPOSE_SITE_EPOCH ":not-site-agent", c.tenant);
+	v[0] = CStringGetTextDatum(site);
+	if (bc_spi_exec(&site_config, v, NULL, false, 1) != 1)
+		bc_refuse_join(BC_PURPOSE_SITE_EPOCH ":site-not-enabled", c.tenant);
+	epoch = bc_spi_int8(1);
+	bc_node_seen(c.node_id, false);
+
+	initStringInfo(&payload);
+	appendStringInfoString(&payload, "{\"purpose\":\"" BC_PURPOSE_SITE_EPOCH "\"");
+	bc_json_member(&payload, "nodeId", c.node_id);
+	bc_json_member(&payload, "serial", c.serial);
+	bc_json_member(&payload, "siteId", site);
+	appendStringInfo(&payload, ",\"epoch\":" INT64_FORMAT ",\"iat\":" INT64_FORMAT "}",
+					 epoch, bc_timestamp_to_unix(bc_now()));
+	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
+}
+
+PG_FUNCTION_INFO_V1(bc_site_epoch_request);
+
+/* bc_join.site_epoch(request jsonb): the proving site agent's site epoch, signed. */
+Datum
+bc_site_epoch_request(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_JSONB_P(bc_node_request_round(PG_GETARG_JSONB_P(0), BC_PURPOSE_SITE_EPOCH,
+											site_epoch_round));
+}
