@@ -33,7 +33,7 @@ for d in "$C"/*/; do
 done
 rm -rf "$K"
 mkdir -p "$K"
-for t in b64 jws jwe csr state tpm_public tpm_attest tpm_signature tpm_ek_cert gw_addr gw_http sock_line verify; do
+for t in b64 jws jwe csr state tpm_public tpm_attest tpm_signature tpm_ek_cert gw_addr gw_http sock_line verify discovery_req; do
   mkdir -p "$C/fuzz_$t"
 done
 seed() { printf '%s' "$2" >"$C/$1/$3"; }
@@ -75,6 +75,9 @@ w("fuzz_verify", "issued-bare.jws", jws)
 w("fuzz_verify", "issued-status-only.json", json.dumps({"status": "issued", "response": jws[:-4] + "AAAA"}))
 payload = json.loads(base64.urlsafe_b64decode(jws.split(".")[1] + "=="))
 w("fuzz_b64", "csr", req["csr"])
+w("fuzz_discovery_req", "valid", '{"csr":"%s","mac":"aa:bb:cc:dd:ee:ff"}' % req["csr"])
+w("fuzz_discovery_req", "upper-mac", '{"csr":"%s","mac":"AA:bb:cc:dd:ee:ff"}' % req["csr"])
+w("fuzz_discovery_req", "duplicate", '{"csr":"%s","mac":"aa:bb:cc:dd:ee:ff","csr":"x"}' % req["csr"])
 w("fuzz_b64", "payload", jws.split(".")[1])
 w("fuzz_b64", "signature", jws.split(".")[2])
 w("fuzz_b64", "cert-std", payload["certificateChain"][0])

@@ -16,6 +16,8 @@ bcd_rc		bcd_cmd_credential(int argc, char **argv);	/* credential.c */
 bcd_rc		bcd_cmd_status(int argc, char **argv);	/* status.c */
 bcd_rc		bcd_cmd_tpm_evidence(int argc, char **argv);	/* tpm_evidence.c */
 bcd_rc		bcd_cmd_sign_discovery(int argc, char **argv);	/* sign_discovery.c */
+bcd_rc		bcd_cmd_serve_discovery(int argc, char **argv);	/* serve_discovery.c */
+bcd_rc		bcd_cmd_ramdisk(int argc, char **argv);	/* ramdisk.c */
 
 /* The command line of bcd run (renew_cmd 0) and bcd renew (1), then the daemon. */
 bcd_rc		bcd_run_command(int argc, char **argv, int renew_cmd);

@@ -32,6 +32,10 @@ static const bcd_subcommand subcommands[] = {
 	"the tpm attestor's evidence (or a challenge's answer) by hand, no gateway"},
 	{"sign-discovery-assertion", bcd_cmd_sign_discovery,
 	"site agent: vouch for a PXE-booted machine's CSR (discovery evidence)"},
+	{"serve-discovery", bcd_cmd_serve_discovery,
+	"site agent: sign discovery assertions for ramdisks over TLS"},
+	{"ramdisk", bcd_cmd_ramdisk,
+	"a PXE-booted ramdisk: join by discovery, key in memory only, run commands"},
 	{NULL, NULL, NULL}
 };
 

@@ -15,6 +15,7 @@
 
 #include "bc_common.h"
 #include "cmd/cmd.h"
+#include "core/discovery.h"
 #include "core/fileio.h"
 #include "core/service_keys.h"
 #include "core/store.h"
@@ -59,12 +60,9 @@ bcd_cmd_sign_discovery(int argc, char **argv)
 	long		ttl = 600;
 	char	   *end;
 	char		err[512];
-	char		sha[44];
 	char	   *csr = NULL;
 	size_t		csr_len = 0;
-	char	   *claims = NULL;
 	char	   *jws = NULL;
-	json_t	   *doc = NULL;
 	bcd_service_keys keys;
 	bcd_credential cred;
 	int			have_keys = 0, have_cred = 0;
@@ -132,17 +130,13 @@ bcd_cmd_sign_discovery(int argc, char **argv)
 				cred.serial, cred.not_after_text);
 		goto out;
 	}
-	if (bcd_read_file(csr_path, CSR_FILE_MAX, &csr, &csr_len) != BC_OK ||
-		bc_sha256_b64url(csr, csr_len, sha) != BC_OK)
+	if (bcd_read_file(csr_path, CSR_FILE_MAX, &csr, &csr_len) != BC_OK)
 	{
 		fprintf(stderr, "bcd sign-discovery-assertion: cannot read --csr %s\n", csr_path);
 		goto out;
 	}
-	doc = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I}", "purpose", "discovery",
-					"serial", cred.serial, "siteId", site, "mac", mac, "epoch", (json_int_t) epoch,
-					"csrSha256", sha, "iat", (json_int_t) now, "exp", (json_int_t) (now + ttl));
-	if (doc == NULL || (claims = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL ||
-		bc_jws_sign_es256(cred.key, NULL, (const unsigned char *) claims, strlen(claims), &jws) != BC_OK)
+	if (bcd_discovery_sign(&cred, site, mac, epoch, (unsigned char *) csr, csr_len, ttl,
+						   &jws) != BC_OK)
 	{
 		fputs("bcd sign-discovery-assertion: cannot sign\n", stderr);
 		goto out;
@@ -150,8 +144,6 @@ bcd_cmd_sign_discovery(int argc, char **argv)
 	printf("{\"assertion\":\"%s\"}\n", jws);
 	rc = fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_FAILED;
 out:
-	json_decref(doc);
-	free(claims);
 	free(jws);
 	free(csr);
 	if (have_cred)

@@ -31,6 +31,7 @@
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "core/commands.h"
+#include "core/proof.h"
 #include "core/log.h"
 #include "core/tpm_key.h"
 #include "core/transport.h"
@@ -246,91 +247,6 @@ spawn_failed:
 					 "reason", "spawn");
 }
 
-/* A proof by the node key over purpose, serial, iat and extra's members; malloc()ed JWS. */
-static char *
-node_proof(const bcd_credential *cred, const char *purpose, json_t *extra)
-{
-	json_t	   *doc = json_pack("{s:s, s:s, s:I}", "purpose", purpose, "serial", cred->serial,
-								"iat", (json_int_t) time(NULL));
-	char	   *claims = NULL;
-	char	   *jws = NULL;
-
-	if (doc == NULL || (extra != NULL && json_object_update(doc, extra) != 0) ||
-		(claims = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
-		goto out;
-	bcd_tpm_key_lock();
-	if (bc_jws_sign_es256(cred->key, NULL, (const unsigned char *) claims, strlen(claims),
-						  &jws) != BC_OK)
-		jws = NULL;
-	bcd_tpm_key_unlock();
-out:
-	json_decref(doc);
-	free(claims);
-	return jws;
-}
-
-/*
- * POST body to path and verify the answer's signed payload: the purpose,
- * our node (the SPIFFE ID ends in /node/<nodeId>); NULL (logged) otherwise.
- */
-static json_t *
-exchange(bcd_agent *a, const bcd_credential *cred, const char *path, const char *body,
-		 const char *purpose)
-{
-	bcd_http_reply reply;
-	char		err[512];
-	json_t	   *doc = NULL;
-	json_t	   *payload = NULL;
-	unsigned char *pl = NULL;
-	size_t		plen = 0;
-	const char *status;
-	const char *jws;
-	const char *node;
-	size_t		sl = strlen(cred->spiffe_id);
-	bcd_rc		rc;
-
-	memset(&reply, 0, sizeof(reply));
-	rc = bcd_http_exchange(a->http, path, body, &reply, err, sizeof(err));
-	if (rc != BCD_RC_OK)
-	{
-		bcd_log("%s: %s", path, err);
-		goto out;
-	}
-	doc = json_loadb(reply.body, reply.len, JSON_REJECT_DUPLICATES, NULL);
-	status = json_string_value(json_object_get(doc, "status"));
-	jws = json_string_value(json_object_get(doc, "response"));
-	if (status != NULL && strcmp(status, BC_STATUS_REFUSED) == 0)
-	{
-		bcd_log("%s: refused (the reason is in bc_join.events, security.join.refused)", path);
-		goto out;
-	}
-	if (status == NULL || strcmp(status, BC_STATUS_ISSUED) != 0 || jws == NULL ||
-		bc_jws_verify_es256(a->keys.signing_key, jws, strlen(jws), BCD_HTTP_BODY_MAX,
-							&pl, &plen) != BC_OK)
-	{
-		bcd_log("%s: the answer is not signed by the pinned signing key; ignored", path);
-		goto out;
-	}
-	payload = json_loadb((const char *) pl, plen, JSON_REJECT_DUPLICATES, NULL);
-	node = json_string_value(json_object_get(payload, "nodeId"));
-	if (payload == NULL ||
-		!json_is_string(json_object_get(payload, "purpose")) ||
-		strcmp(json_string_value(json_object_get(payload, "purpose")), purpose) != 0 ||
-		node == NULL || strlen(node) + 6 > sl ||
-		strcmp(cred->spiffe_id + sl - strlen(node), node) != 0 ||
-		strncmp(cred->spiffe_id + sl - strlen(node) - 6, "/node/", 6) != 0)
-	{
-		bcd_log("%s: the signed answer is not for this node or request; ignored", path);
-		json_decref(payload);
-		payload = NULL;
-	}
-out:
-	free(pl);
-	json_decref(doc);
-	bcd_http_reply_free(&reply);
-	return payload;
-}
-
 /* Report one command's result. */
 static void
 complete(bcd_agent *a, const bcd_credential *cred, const char *id, json_t *result)
@@ -350,14 +266,14 @@ complete(bcd_agent *a, const bcd_credential *cred, const char *id, json_t *resul
 		(b64 = bc_b64url_encode_alloc((const unsigned char *) text, strlen(text))) == NULL ||
 		(extra = json_pack("{s:s, s:s, s:s}", "commandId", id, "status", status,
 						   "resultSha256", sha)) == NULL ||
-		(proof = node_proof(cred, BC_PURPOSE_COMPLETE, extra)) == NULL ||
+		(proof = bcd_node_proof(cred, BC_PURPOSE_COMPLETE, extra)) == NULL ||
 		(doc = json_pack("{s:s, s:s}", "proof", proof, "result", b64)) == NULL ||
 		(body = json_dumps(doc, JSON_COMPACT)) == NULL)
 	{
 		bcd_log("command %s: cannot build the completion", id);
 		goto out;
 	}
-	ans = exchange(a, cred, BC_PATH_COMMANDS_COMPLETE, body, BC_PURPOSE_COMPLETE);
+	ans = bcd_node_exchange(a->http, &a->keys, cred, BC_PATH_COMMANDS_COMPLETE, body, BC_PURPOSE_COMPLETE);
 	if (ans != NULL && json_is_string(json_object_get(ans, "commandId")) &&
 		strcmp(json_string_value(json_object_get(ans, "commandId")), id) == 0)
 		bcd_log("command %s: reported %s", id, status);
@@ -377,7 +293,7 @@ out:
 void
 bcd_commands_poll(bcd_agent *a, const bcd_credential *cred)
 {
-	char	   *proof = node_proof(cred, BC_PURPOSE_COMMANDS, NULL);
+	char	   *proof = bcd_node_proof(cred, BC_PURPOSE_COMMANDS, NULL);
 	json_t	   *doc = proof ? json_pack("{s:s}", "proof", proof) : NULL;
 	char	   *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
 	json_t	   *ans = NULL;
@@ -391,7 +307,7 @@ bcd_commands_poll(bcd_agent *a, const bcd_credential *cred)
 		bcd_log("commands: cannot build the fetch");
 		goto out;
 	}
-	ans = exchange(a, cred, BC_PATH_COMMANDS, body, BC_PURPOSE_COMMANDS);
+	ans = bcd_node_exchange(a->http, &a->keys, cred, BC_PATH_COMMANDS, body, BC_PURPOSE_COMMANDS);
 	if (ans == NULL)
 		goto out;
 	iat = json_integer_value(json_object_get(ans, "iat"));

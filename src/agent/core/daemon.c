@@ -61,6 +61,16 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 	int			have;
 	bcd_rc		rc;
 
+	if (o->memory_only)
+	{
+		/* bcd ramdisk: nothing stored; its token was spent by the first join. */
+		if (!force_join)
+			return bcd_join_loop(a, NULL, cred);
+		memset(cred, 0, sizeof(*cred));
+		bcd_log("the ramdisk's certificate expired before a renewal succeeded; it cannot "
+				"join again without booting again (a new token, a new assertion)");
+		return BCD_RC_FAILED;
+	}
 	have = bcd_store_load(o->state_dir, &a->keys, cred, err, sizeof(err)) == BC_OK;
 	if (have && !force_join && (int64_t) time(NULL) < cred->not_after)
 	{
@@ -238,7 +248,7 @@ bcd_daemon_run(const bcd_run_opts *opts)
 		bcd_log("--attestor tpm: %s", err);
 		goto out;
 	}
-	if (bcd_store_open(opts->state_dir, &lock_fd, err, sizeof(err)) != BC_OK)
+	if (!opts->memory_only && bcd_store_open(opts->state_dir, &lock_fd, err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("%s", err);
 		goto out;
@@ -249,7 +259,7 @@ bcd_daemon_run(const bcd_run_opts *opts)
 		bcd_log("%s", err);
 		goto out;
 	}
-	if (!opts->once && start_server(&agent) != BC_OK)
+	if (!opts->once && !opts->memory_only && start_server(&agent) != BC_OK)
 		goto out;
 	rc = run_agent(&agent);
 	if (rc == BCD_RC_STOPPED)

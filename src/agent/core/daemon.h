@@ -56,6 +56,14 @@ typedef struct bcd_run_opts
 	double		command_timeout;	/* seconds a handler may run */
 	/* --attestor tpm: --tcti, --tpm-ek, --tpm-pcrs (state_dir set to --state-dir) */
 	bcd_tpm_config tpm;
+	/*
+	 * bcd ramdisk: no state directory (state_dir NULL), every key in memory
+	 * only, no local socket; the discovery producer asks --site-agent for the
+	 * assertion of --mac.
+	 */
+	int			memory_only;
+	const char *site_agent;		/* https://HOST:PORT of the site's bcd serve-discovery */
+	const char *mac;			/* aa:bb:cc:dd:ee:ff */
 } bcd_run_opts;
 
 /* The socket server of bcd run (sessions.h). */

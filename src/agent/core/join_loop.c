@@ -2,8 +2,8 @@
  * join_loop.c: join through the gateway until a certificate is issued, the
  * service refuses, or a stop signal arrives: the behaviour of runAgentJoin.
  *
- * One key and one CSR (kept in DIR/join/, so a restart reuses them) serve
- * every round.  Each round seals the token afresh (the same CSR); every
+ * One key and one CSR (kept in DIR/join/, so a restart reuses them; bcd
+ * ramdisk: in memory only) serve every round.  Each round seals the token afresh (the same CSR); every
  * answer is verified (signature, csrSha256, chain) before anything in it is
  * used.  The evidence comes from the attestor's producer (producers/).
  * pending: wait retryAfterSeconds (clamped to [1, --max-retry-after],
@@ -53,7 +53,8 @@ producer_input(bcd_agent *a, const join_state *js)
 		.token = a->opts->token,.token_file = a->opts->token_file,
 		.node_id = a->opts->node_id,.tpm = &a->opts->tpm,.key_path = js->key_path,
 		.cloud = a->opts->cloud,.metadata_url = a->opts->metadata_url,
-		.cloud_audience = a->opts->cloud_audience
+		.cloud_audience = a->opts->cloud_audience,
+		.site_agent = a->opts->site_agent,.mac = a->opts->mac
 	};
 
 	if (js->held != NULL)
@@ -138,13 +139,16 @@ on_issued(bcd_agent *a, join_state *js, const bcd_answer *ans, bcd_credential *c
 {
 	char		err[512];
 
-	if (bcd_store_commit(a->opts->state_dir, js->key, ans->chain_pem, ans->chain_pem_len,
-						 err, sizeof(err)) != BC_OK)
+	if (a->opts->memory_only)
+		;						/* bcd ramdisk: the key stays in memory, nothing is written */
+	else if (bcd_store_commit(a->opts->state_dir, js->key, ans->chain_pem, ans->chain_pem_len,
+							  err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("join: %s", err);
 		return BCD_RC_FAILED;
 	}
-	bcd_store_forget_work(a->opts->state_dir, "join");
+	else
+		bcd_store_forget_work(a->opts->state_dir, "join");
 	if (bcd_credential_fill(cred, js->key, ans->leaf) != BC_OK)
 		return BCD_RC_FAILED;
 	bcd_log("joined as %s (serial %s, not after %s)", cred->spiffe_id, cred->serial,
@@ -163,9 +167,19 @@ join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
 	double		wait;
 	bcd_rc		rc;
 
+	int			made;
+
 	memset(&ans, 0, sizeof(ans));
 	memset(&reply, 0, sizeof(reply));
-	if (round_request(a, js, &request, err, sizeof(err)) != BC_OK)
+	made = round_request(a, js, &request, err, sizeof(err));
+	if (made == BCD_PRODUCER_RETRY)
+	{
+		wait = bcd_backoff_next(&a->backoff, -1, a->opts->max_retry_after);
+		bcd_log("join: the evidence cannot be made now (%s); trying again in %.1f s", err, wait);
+		rc = bcd_sleep(wait) ? BCD_RC_STOPPED : BCD_RC_RETRY;
+		goto out;
+	}
+	if (made != BC_OK)
 	{
 		bcd_log("join: %s", err);
 		rc = BCD_RC_FAILED;
@@ -230,9 +244,12 @@ bcd_join_loop(bcd_agent *a, const bcd_credential *held, bcd_credential *cred)
 		js.attestor = "x509pop";
 		what = "cannot create the join directory";
 	}
-	js.dir = bcd_store_work_dir(a->opts->state_dir, "join");
-	if (js.dir == NULL || (js.key_path = bcd_path_join(js.dir, "node.key")) == NULL)
-		goto out;
+	if (!a->opts->memory_only)
+	{
+		js.dir = bcd_store_work_dir(a->opts->state_dir, "join");
+		if (js.dir == NULL || (js.key_path = bcd_path_join(js.dir, "node.key")) == NULL)
+			goto out;
+	}
 	if (bcd_node_key_and_csr(js.dir, &js.key, &js.csr, &js.csr_len, &what) != BC_OK)
 		goto out;
 	what = "--claims must be a JSON object";

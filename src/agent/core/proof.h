@@ -11,8 +11,25 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
+#include "core/service_keys.h"
+#include "core/store.h"
+#include "core/transport.h"
+
 int			bcd_proof_request(EVP_PKEY *node_key, const char *serial, const char *purpose,
 							  json_t *extra, const unsigned char *csr, size_t csr_len,
 							  char **body);
+
+/* A proof by the node key over {purpose, serial, iat} and extra's members; malloc()ed JWS. */
+char	   *bcd_node_proof(const bcd_credential *cred, const char *purpose, json_t *extra);
+
+/*
+ * POST body (a request proven by cred's key, no CSR) to path and verify the
+ * answer: issued, signed by the pinned signing key, its purpose, and for this
+ * node (the SPIFFE ID ends in /node/<nodeId>).  The signed payload, or NULL
+ * (logged).
+ */
+json_t	   *bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys,
+							  const bcd_credential *cred, const char *path, const char *body,
+							  const char *purpose);
 
 #endif							/* BCD_PROOF_H */

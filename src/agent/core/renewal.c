@@ -105,7 +105,8 @@ accept_renewal(bcd_agent *a, const bcd_credential *cur, EVP_PKEY *key,
 				ans->spiffe_id, cur->spiffe_id);
 		return BCD_RC_FAILED;
 	}
-	if (bcd_store_commit(a->opts->state_dir, key, ans->chain_pem, ans->chain_pem_len,
+	if (!a->opts->memory_only &&
+		bcd_store_commit(a->opts->state_dir, key, ans->chain_pem, ans->chain_pem_len,
 						 err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("renew: %s", err);
@@ -145,6 +146,22 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 	memset(&ans, 0, sizeof(ans));
 	memset(next, 0, sizeof(*next));
 	*retry_after = -1;
+	if (a->opts->memory_only)
+	{
+		/*
+		 * bcd ramdisk: the new key in memory only.  An answer lost on the way
+		 * cannot be asked for again with the same key; the next try makes a
+		 * new one (docs/agent.md, "bcd ramdisk").
+		 */
+		if (bcd_node_key_and_csr(NULL, &key, &csr, &csr_len, &what) != BC_OK ||
+			bcd_proof_request(cur->key, cur->serial, BC_PURPOSE_RENEW, NULL, csr, csr_len,
+							  &body) != BC_OK)
+		{
+			bcd_log("renew: cannot make the new key, CSR or proof (%s)", what);
+			goto out;
+		}
+		goto exchange;
+	}
 	workdir = bcd_store_work_dir(a->opts->state_dir, "renew");
 	if (workdir != NULL &&
 		bcd_node_key_and_csr(workdir, &key, &csr, &csr_len, &what) == BC_OK &&
@@ -175,6 +192,7 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 	}
 	if (bcd_tpm_keys_on() && add_tpm_member(a, workdir, &body) != BC_OK)
 		goto out;
+exchange:
 	rc = bcd_http_exchange(a->http, BC_PATH_RENEW, body, &reply, err, sizeof(err));
 	if (rc == BCD_RC_RETRY)
 	{

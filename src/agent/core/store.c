@@ -603,20 +603,32 @@ out:
 
 /*
  * The node key and CSR of DIR when both are there (and match), else new ones
- * written there.  One key and one CSR serve every round of a join.
+ * written there.  One key and one CSR serve every round of a join.  dir
+ * NULL (bcd ramdisk): new ones in memory only.
  */
 int
 bcd_node_key_and_csr(const char *dir, EVP_PKEY **key, unsigned char **csr, size_t *csr_len,
 				 const char **what)
 {
-	char	   *key_path = bcd_path_join(dir, "node.key");
-	char	   *csr_path = bcd_path_join(dir, "node.csr.der");
+	char	   *key_path = dir != NULL ? bcd_path_join(dir, "node.key") : NULL;
+	char	   *csr_path = dir != NULL ? bcd_path_join(dir, "node.csr.der") : NULL;
 	char		err[256];
 	bc_csr	   *req = NULL;
 	int			rc = BC_ENOMEM;
 
 	*key = NULL;
 	*csr = NULL;
+	if (dir == NULL)
+	{
+		/* bcd ramdisk: a key in memory only, never written anywhere. */
+		*what = "cannot generate the node key";
+		rc = BC_ECRYPTO;
+		if ((*key = bc_p256_generate()) == NULL)
+			goto out;
+		*what = "cannot create the CSR";
+		rc = bc_csr_create(*key, NULL, csr, csr_len);
+		goto out;
+	}
 	if (key_path == NULL || csr_path == NULL)
 		goto out;
 	if (access(key_path, F_OK) == 0 && access(csr_path, F_OK) == 0)

@@ -46,7 +46,16 @@ typedef struct bcd_producer_input
 	const char *cloud;			/* --cloud aws|gcp|azure (cloud-iid), or NULL */
 	const char *metadata_url;	/* --metadata-url (cloud-iid), or NULL: the cloud's own */
 	const char *cloud_audience;	/* --cloud-audience (cloud-iid, gcp), or NULL */
+	const char *site_agent;		/* discovery: the site agent's https://HOST:PORT */
+	const char *mac;			/* discovery: this machine's MAC */
 } bcd_producer_input;
+
+/*
+ * What produce() returns, beside BC_OK and a BC_E* failure (final): the
+ * evidence cannot be made now but may be later (a site agent that did not
+ * answer); the join loop backs off and asks again.
+ */
+#define BCD_PRODUCER_RETRY 1
 
 /* What a producer made for one round (each malloc()ed, or NULL). */
 typedef struct bcd_evidence
@@ -74,6 +83,7 @@ extern const bcd_producer bcd_producer_provisioned;
 extern const bcd_producer bcd_producer_tpm;
 extern const bcd_producer bcd_producer_x509pop;
 extern const bcd_producer bcd_producer_cloud_iid;
+extern const bcd_producer bcd_producer_discovery;
 
 /*
  * The producer for attestor: its own, or the join-token producer (a token

@@ -13,6 +13,7 @@ static const bcd_producer *const producers[] = {
 	&bcd_producer_tpm,
 	&bcd_producer_x509pop,
 	&bcd_producer_cloud_iid,
+	&bcd_producer_discovery,
 };
 
 /* The producer for attestor (producer.h). */

@@ -1,0 +1,48 @@
+/*
+ * discovery.h: the site agent's discovery assertion and the small protocol
+ * by which a ramdisk asks its site agent for one (docs/agent.md, "bcd
+ * serve-discovery"), shared by bcd sign-discovery-assertion, bcd
+ * serve-discovery and bcd ramdisk's producer.
+ *
+ * The protocol: over TLS (the site agent's node certificate, pinned by the
+ * ramdisk to the node CA), the ramdisk sends one line
+ *   {"csr": "<base64url DER>", "mac": "aa:bb:cc:dd:ee:ff"}\n
+ * (at most BCD_DISCOVERY_LINE_MAX bytes with the newline) and the site agent
+ * answers one line, {"assertion": "<JWS>"} or {"error": "<word>"}, then
+ * closes.
+ */
+#ifndef BCD_DISCOVERY_H
+#define BCD_DISCOVERY_H
+
+#include <stddef.h>
+
+#include "core/store.h"
+
+/* One request line, the newline included, at most. */
+#define BCD_DISCOVERY_LINE_MAX 16384
+/* The "error" words of an answer. */
+#define BCD_DISCOVERY_BAD_REQUEST "bad-request"
+#define BCD_DISCOVERY_UNAVAILABLE "unavailable"
+
+/* Whether m is a MAC as the discovery attestor takes it: aa:bb:cc:dd:ee:ff. */
+int			bcd_valid_mac(const char *m);
+
+/*
+ * The assertion: a JWS ES256 by cred's key over {"purpose":"discovery",
+ * "serial","siteId","mac","epoch","csrSha256","iat","exp": iat + ttl};
+ * malloc()ed into *jws.  BC_OK or a BC_E* status.
+ */
+int			bcd_discovery_sign(const bcd_credential *cred, const char *site, const char *mac,
+							   long long epoch, const unsigned char *csr, size_t csr_len,
+							   long ttl, char **jws);
+
+/*
+ * Parse one request line (without its newline): exactly "csr" (base64url of a
+ * CSR whose signature verifies, at most BC_CSR_B64_MAX characters) and "mac"
+ * (bcd_valid_mac).  BC_OK with *csr (malloc()ed DER) and mac filled, or
+ * BC_EINVAL (nothing to free).
+ */
+int			bcd_discovery_parse_request(const char *line, size_t len, unsigned char **csr,
+										size_t *csr_len, char mac[18]);
+
+#endif							/* BCD_DISCOVERY_H */

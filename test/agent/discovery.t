@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""discovery.t: a PXE-booted ramdisk joins by the discovery attestor through
+the real gateway, vouched for by its site agent.
+
+Shows: a site agent joins by a site token (bcd run --role site) and serves
+bcd serve-discovery (TLS with its node certificate); bcd ramdisk, with no
+state directory, asks it for an assertion, joins by discovery (role
+ramdisk, a certificate of at most 7,200 s allowing exactly the six kinds),
+with its key in memory only (no file anywhere holds it), then runs a
+disk.wipe command by its handler and the operator sees it done; wipe is
+refused at enqueue; with approval 'always' a second ramdisk waits, pending,
+until an operator approves; an assertion signed before bump_site_epoch is
+refused through the gateway (discovery:stale-epoch) while serve-discovery
+signs the new epoch at once; serve-discovery refuses bad requests
+(bad-request) and a ramdisk refuses a site agent whose certificate is not
+of the node CA; SIGTERM stops both.
+"""
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agentlib  # noqa: E402
+from bctest import free_port, wait_port  # noqa: E402
+
+KINDS = ["inventory.refresh", "logs.collect", "diag.*", "disk.wipe", "deploy.*", "boot.kexec"]
+
+
+def ask(port, line, cafile=None):
+    """One request line to serve-discovery over TLS; the answer's JSON (or None)."""
+    ctx = ssl.create_default_context(cafile=cafile) if cafile else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    if not cafile:
+        ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        with ctx.wrap_socket(s) as t:
+            t.sendall(line)
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = t.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    return json.loads(data) if data else None
+
+
+def body(tap, env):
+    """The script."""
+    if not env.has_function("bc_join.site_epoch(jsonb)"):
+        tap.skip("discovery", "bc_join.site_epoch(jsonb) is not in the installed extension yet")
+        return
+    # The site agent: a site token, bcd run --role site.
+    site_tok = os.path.join(env.dir, "site-token")
+    with open(site_tok, "w") as f:
+        f.write(env.psql("SELECT bc_join.create_join_token('%s', NULL, role => 'site', site_id => '%s')"
+                         % (env.tenant, env.site)) + "\n")
+    os.chmod(site_tok, 0o600)
+    sa_state = os.path.join(env.dir, "site-agent")
+    r = env.bcd("run", *env.run_args(sa_state, token_file=site_tok, extra=["--role", "site", "--once"]))
+    tap.ok(r.returncode == 0, "the site agent joined by a site token", r.stdout + r.stderr)
+    env.psql("SELECT bc_join.set_discovery_site('%s')" % env.site)
+
+    port = free_port()
+    srv = env.bcd_bg("serve-discovery", "--state-dir", sa_state, "--service-keys", env.service_keys,
+                     "--gateway", env.gw_url, "--gateway-ca", env.ca, "--listen", "127.0.0.1:%d" % port)
+    wait_port(port, srv.proc, "bcd serve-discovery")
+
+    def ramdisk_token():
+        path = os.path.join(env.dir, "rtok-%d" % time.monotonic_ns())
+        with open(path, "w") as f:
+            f.write(env.psql("SELECT bc_join.create_join_token('%s', '%s', role => 'ramdisk')"
+                             % (env.tenant, env.pool)) + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def ramdisk_args(mac, token, extra=()):
+        return ["--gateway", env.gw_url, "--gateway-ca", env.ca, "--service-keys", env.service_keys,
+                "--token-file", token, "--site-agent", "127.0.0.1:%d" % port, "--mac", mac] + list(extra)
+
+    # ------------------------------------------------------------ admitted
+    handler = os.path.join(env.dir, "wipe.sh")
+    with open(handler, "w") as f:
+        f.write("#!/bin/sh\necho \"wiped by $1 $2\"; cat\n")
+    os.chmod(handler, 0o755)
+    # A short certificate, so that the ramdisk also renews (in memory) while the test runs.
+    env.psql("UPDATE bc_join.discovery_sites SET cert_ttl_seconds = 60 WHERE site_id = '%s'" % env.site)
+    before = set(os.listdir(env.dir))
+    rd = env.bcd_bg("ramdisk", *ramdisk_args("aa:bb:cc:00:00:01", ramdisk_token(), [
+        "--command-handler", "disk.wipe=" + handler, "--command-interval", "1", "--renew-at", "0.1"]))
+    ok = rd.wait_log("joined as spiffe://", timeout=60)
+    tap.ok(ok, "bcd ramdisk joined by discovery through the gateway", rd.text() + srv.text())
+    node = env.psql("SELECT id FROM bc_join.nodes WHERE role = 'ramdisk' ORDER BY created_at DESC LIMIT 1")
+    row = json.loads(env.psql(
+        "SELECT json_build_array(n.role, n.site_id, extract(epoch FROM c.not_after - c.not_before)::int, "
+        "c.allowed_kinds, (SELECT payload->>'attestor' FROM bc_join.events e WHERE e.type = 'node.joined' "
+        "AND e.payload->>'nodeId' = n.id)) FROM bc_join.nodes n JOIN bc_join.node_certs c ON c.node_id = n.id "
+        "WHERE n.id = '%s' ORDER BY c.issued_at LIMIT 1" % node) or "null")
+    tap.ok(row is not None and row[0] == "ramdisk" and row[1] == env.site and row[4] == "discovery",
+           "as a ramdisk of the site, by the discovery attestor", row)
+    tap.ok(row is not None and row[2] <= 60 + 300, "its certificate lives as long as the site says "
+           "(60 s here, at most 7,200 s; plus the backdating for clock skew)", row)
+    tap.eq(row[3] if row else None, KINDS, "its certificate allows exactly the six kinds")
+    after = set(os.listdir(env.dir))
+    tap.eq(sorted(after - before - {p for p in after if p.startswith(("bcd-", "rtok-"))}), [],
+           "bcd ramdisk wrote nothing (no state directory: its key is in memory only)")
+    fd_targets = []
+    try:
+        fd_dir = "/proc/%d/fd" % rd.proc.pid
+        fd_targets = [os.readlink(os.path.join(fd_dir, x)) for x in os.listdir(fd_dir)]
+    except OSError:
+        pass
+    tap.ok(not [t for t in fd_targets if t.startswith("/") and not t.startswith(("/dev/", "/proc/"))
+                and "bcd-" not in t],
+           "and holds no file open but its logs", fd_targets)
+
+    refused = env.psql("SELECT bc_join.enqueue_command('%s', 'wipe', '{}')" % node, check=False)
+    tap.ok(not refused.startswith("cmd_"), "wipe is refused at enqueue (only disk.wipe is allowed)", refused)
+    cid = env.psql("SELECT bc_join.enqueue_command('%s', 'disk.wipe', '{\"disks\": [\"/dev/sda\"]}')" % node)
+    tap.ok(cid.startswith("cmd_"), "disk.wipe is queued", cid)
+    deadline = time.time() + 30
+    st = None
+    while time.time() < deadline:
+        st = env.psql("SELECT json_build_array(state, result->>'output') FROM bc_join.command_status "
+                      "WHERE id = '%s'" % cid)
+        if st and json.loads(st)[0] in ("done", "failed"):
+            break
+        time.sleep(0.3)
+    st = json.loads(st) if st else None
+    tap.ok(st is not None and st[0] == "done" and st[1].startswith("wiped by disk.wipe %s" % cid)
+           and '{"disks":["/dev/sda"]}' in st[1],
+           "the ramdisk ran disk.wipe by its handler and the operator sees it done", st)
+
+    tap.ok(rd.wait_log("renewed spiffe://", timeout=40), "the ramdisk renews with a new key made in memory",
+           rd.text())
+    tap.eq(env.psql("SELECT count(*) FROM bc_join.node_certs WHERE node_id = '%s' AND revoked_at IS NULL" % node),
+           "1", "one live certificate: the renewed one replaced the first")
+    tap.eq(sorted(set(os.listdir(env.dir)) - before - {p for p in os.listdir(env.dir) if p.startswith(("bcd-", "rtok-"))}),
+           [], "still nothing written")
+    env.psql("UPDATE bc_join.discovery_sites SET cert_ttl_seconds = 7200 WHERE site_id = '%s'" % env.site)
+
+    # ------------------------------------------------------------ approval
+    env.psql("SELECT bc_join.set_discovery_site('%s', 'always')" % env.site)
+    rd2 = env.bcd_bg("ramdisk", *ramdisk_args("aa:bb:cc:00:00:02", ramdisk_token(), [
+        "--max-retry-after", "1", "--once"]))
+    pend = rd2.wait_log("join: pending", timeout=60)
+    tap.ok(pend, "approval 'always': the second ramdisk waits, pending", rd2.text())
+    n_pending = env.psql("SELECT count(*) FROM bc_join.pending_join_requests WHERE attestor = 'discovery'")
+    tap.eq(n_pending, "1", "one pending request for the operator")
+    env.psql("SELECT bc_join.approve_join_request(id) FROM bc_join.pending_join_requests "
+             "WHERE attestor = 'discovery'")
+    rc, out = rd2.wait(60)
+    tap.ok(rc == 0 and "spiffe://" in out, "once approved it joins (and --once prints its SPIFFE ID)",
+           rd2.text())
+    env.psql("SELECT bc_join.set_discovery_site('%s')" % env.site)
+
+    # ------------------------------------------------------------ the epoch
+    d = os.path.join(env.dir, "r3")
+    r = env.bcd("join-request", "--service-keys", env.service_keys, "--out-dir", d,
+                "--role", "ramdisk", "--attestor", "discovery")
+    with open(os.path.join(d, "node.csr.der"), "rb") as f:
+        import base64
+        csr64 = base64.urlsafe_b64encode(f.read()).rstrip(b"=").decode()
+    old = ask(port, json.dumps({"csr": csr64, "mac": "aa:bb:cc:00:00:03"}).encode() + b"\n")
+    tap.ok(old is not None and "assertion" in old, "serve-discovery signs an assertion", old)
+    env.psql("SELECT bc_join.bump_site_epoch('%s')" % env.site)
+    ev = os.path.join(d, "ev.json")
+    with open(ev, "w") as f:
+        json.dump(old or {}, f)
+    tok = open(ramdisk_token()).read().strip()
+    r = env.bcd("join-request", "--service-keys", env.service_keys, "--out-dir", d, "--token", tok,
+                "--role", "ramdisk", "--attestor", "discovery", "--attestation-file", ev)
+    ans = subprocess.run(["curl", "-s", "--cacert", env.ca, "-H", "Content-Type: application/json",
+                          "--data-binary", "@-", env.gw_url + "/v1/join"],
+                         input=r.stdout, stdout=subprocess.PIPE, text=True).stdout
+    tap.ok('"ACCESS_DENIED"' in ans, "an assertion signed before the epoch bump is refused through the gateway", ans)
+    tap.eq(env.psql("SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' "
+                    "ORDER BY id DESC LIMIT 1"), "discovery:stale-epoch", "recorded discovery:stale-epoch")
+    new = ask(port, json.dumps({"csr": csr64, "mac": "aa:bb:cc:00:00:03"}).encode() + b"\n")
+    epoch = None
+    if new and "assertion" in new:
+        p = new["assertion"].split(".")[1]
+        epoch = json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4)))["epoch"]
+    tap.eq(epoch, int(env.psql("SELECT epoch FROM bc_join.discovery_sites WHERE site_id = '%s'" % env.site)),
+           "serve-discovery signs the new epoch at once")
+
+    # ------------------------------------------------------------ refusals
+    for name, line in [("not JSON", b"hello\n"),
+                       ("an upper-case MAC", json.dumps({"csr": csr64, "mac": "AA:BB:CC:00:00:03"}).encode() + b"\n"),
+                       ("a CSR that does not parse", json.dumps({"csr": "AAAA", "mac": "aa:bb:cc:00:00:03"}).encode() + b"\n"),
+                       ("an unknown member", json.dumps({"csr": csr64, "mac": "aa:bb:cc:00:00:03", "x": 1}).encode() + b"\n"),
+                       ("a line over 16 KiB", b"{" + b" " * 20000 + b"}\n")]:
+        try:
+            a = ask(port, line)
+        except (OSError, ValueError) as e:
+            a = str(e)
+        tap.eq(a, {"error": "bad-request"}, "serve-discovery refuses %s: bad-request" % name)
+    # A "site agent" whose certificate is not of the node CA.
+    fake_key, fake_crt = env.server_cert("fake-site", env.ca_key, env.ca)
+    fport = free_port()
+    fake = subprocess.Popen(["openssl", "s_server", "-quiet", "-accept", "127.0.0.1:%d" % fport,
+                             "-cert", fake_crt, "-key", fake_key], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(fport, fake, "openssl s_server")
+        rd3 = env.bcd_bg("ramdisk", "--gateway", env.gw_url, "--gateway-ca", env.ca, "--service-keys",
+                         env.service_keys, "--token-file", ramdisk_token(), "--site-agent",
+                         "127.0.0.1:%d" % fport, "--mac", "aa:bb:cc:00:00:04", "--once", "--max-retry-after", "1")
+        tap.ok(rd3.wait_log("is not a node of the pinned node CA", timeout=30),
+               "bcd ramdisk refuses a site agent whose certificate is not of the node CA", rd3.text())
+        rd3.stop(signal.SIGTERM, 15)
+    finally:
+        fake.kill()
+        fake.wait()
+
+    rc, _ = rd.stop(signal.SIGTERM, 15)
+    tap.ok(rc == 0, "SIGTERM stops bcd ramdisk with exit 0", rd.text())
+    rc, _ = srv.stop(signal.SIGTERM, 15)
+    tap.ok(rc == 0, "SIGTERM stops bcd serve-discovery with exit 0", srv.text())
+
+
+if __name__ == "__main__":
+    agentlib.main(body)
