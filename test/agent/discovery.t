@@ -156,6 +156,12 @@ def body(tap, env):
     rc, out = rd2.wait(60)
     tap.ok(rc == 0 and "spiffe://" in out, "once approved it joins (and --once prints its SPIFFE ID)",
            rd2.text())
+    node2 = out.split("\n")[0].rsplit("/", 1)[-1] if out else "?"
+    life = env.psql("SELECT json_build_array(extract(epoch FROM not_after - issued_at)::int, allowed_kinds) "
+                    "FROM bc_join.node_certs WHERE node_id = '%s'" % node2)
+    life = json.loads(life) if life else None
+    tap.ok(life is not None and 0 < life[0] <= 7200 and life[1] == KINDS,
+           "with the site's default: a certificate of at most 7,200 s allowing the six kinds", life)
     env.psql("SELECT bc_join.set_discovery_site('%s')" % env.site)
 
     # ------------------------------------------------------------ the epoch
