@@ -3,7 +3,29 @@
 # on the same cluster, and bc-gateway's POST /v1/join, driven by wrk
 # (bench/bodies.lua).  BENCH_HTTP=0 skips it.  Sourced by bench/run.
 
-declare -gA CF_TPS CF_P50 CF_P99 CFDB_TPS CFDB_P50 CFDB_P99 GW_TPS GW_P50 GW_P99
+declare -gA CF_TPS CF_P50 CF_P99 CFDB_TPS CFDB_P50 CFDB_P99 GW_TPS GW_P50 GW_P99 PF_G
+GW_PERF_OK=0
+# gw_perf_split FILE RATE: PF_G[part] = µs of the machine per request through
+# the gateway, by process (and for bc-gateway by library), as perf_split does.
+gw_perf_split() {
+  local k v
+  while read -r k v; do PF_G[$k]=$v; done < <(perf report -i "$1" --sort comm,dso --stdio 2>/dev/null | awk -v tps="$2" '
+    /^ *[0-9.]+%/ { p = $1; sub("%", "", p); comm = $2; dso = $3
+      if (comm == "swapper") k = "idle"
+      else if (comm == "wrk") k = "load"
+      else if (comm == "postgres") k = (dso ~ /kernel/) ? "pg_kernel" : "pg"
+      else if (comm == "bc-gateway") {
+        if (dso ~ /^libcrypto|^libssl/) k = "gw_tls"
+        else if (dso ~ /^libevent/) k = "gw_event"
+        else if (dso ~ /^libpq/) k = "gw_pq"
+        else if (dso ~ /kernel/) k = "gw_kernel"
+        else if (dso == "bc-gateway") k = "gw_own"
+        else k = "gw_libc"
+      }
+      else k = "other"
+      t[k] += p; all += p }
+    END { for (k in t) printf "%s %.0f\n", k, t[k] / all * 1e6 / tps }')
+}
 # wrkrun NAME URL BODIES CLIENTS SECS: sets TPS P50 P99 (ms).
 wrkrun() {
   local name=$1 url=$2 bodies=$3 c=$4 secs=$5 d=$W/runs/$1 t line non200 wrapped
@@ -58,6 +80,7 @@ http_run() {
   # Bodies: the gateway's joins each once; cfssl signs the same CSRs.
   nhttp=0
   for c in $HTTP_CLIENTS; do nhttp=$((nhttp + $(per_run "$SECS"))); done
+  nhttp=$((nhttp + $(per_run "$SECS")))   # the profiled run below
   log "making $nhttp join requests for the HTTP runs"
   gen "$HTTP_NEXT" "$nhttp" "$W/req/http"
   cut -f2 "$W/req/http.rows" >"$W/req/http.join"
@@ -102,6 +125,30 @@ http_run() {
       used=$(sqlb -c "SELECT coalesce(sum(calls), 0) FROM bc_join.attestor_statistics")
       off=$((off + used))
     done
+    # Where a request's machine time goes on the gateway path (the same
+    # split as section 6 for SQL): perf record -a during one more run.
+    if [ "${BENCH_PERF:-1}" = 1 ] && command -v perf >/dev/null && perf record -a -o /dev/null -- true >/dev/null 2>&1; then
+      PF_G_N=${BEST_C:-${BENCH_PERF_CLIENTS:-8}}
+      tail -n +"$((off + 1))" "$W/req/http.join" >"$W/req/http.join.next"
+      mkdir -p "$W/runs/perf-gateway"
+      # perf samples every CPU for as long as its command (sleep) runs: the whole wrk run.
+      perf record -a -F 999 -o "$W/runs/perf-gateway/perf.data" -- sleep "$SECS" \
+        >/dev/null 2>"$W/runs/perf-gateway/err" &
+      perfpid=$!
+      sleep 0.2
+      wrkrun "perf-gateway-c$PF_G_N" "https://127.0.0.1:$GWPORT/v1/join" "$W/req/http.join.next" "$PF_G_N" "$SECS" once
+      wait "$perfpid" || true
+      echo "$TPS" >"$W/runs/perf-gateway/tps"
+      PF_G_TPS=$(cat "$W/runs/perf-gateway/tps" 2>/dev/null || true)
+      if [ -n "$PF_G_TPS" ]; then
+        gw_perf_split "$W/runs/perf-gateway/perf.data" "$PF_G_TPS"
+        GW_PERF_OK=1
+        log "gateway path under perf: $PF_G_TPS joins/s at $PF_G_N clients"
+      else
+        log "WARNING the gateway's perf run failed: $(tail -3 "$W/runs/perf-gateway/err")"
+      fi
+      rm -f "$W/runs/perf-gateway/perf.data"
+    fi
     stop_pid "$GWPID"
   fi
 }
@@ -118,6 +165,34 @@ http_report() {
       for c in $HTTP_CLIENTS; do
         echo "| $c | $(fmt "${CF_TPS[$c]}") | $(fmt "${CF_P50[$c]}") / $(fmt "${CF_P99[$c]}") | $(fmt "${CFDB_TPS[$c]}") | $(fmt "${CFDB_P50[$c]}") / $(fmt "${CFDB_P99[$c]}") | $(fmt "${GW_TPS[$c]}") | $(fmt "${GW_P50[$c]}") / $(fmt "${GW_P99[$c]}") | $(fmt "${J_TPS[$c]:-}") | $(ratio "${GW_TPS[$c]}" "${CFDB_TPS[$c]}") |"
       done
+      echo
+      echo "Gateway joins / SQL joins: $(for c in $HTTP_CLIENTS; do printf '%s at %s, ' "$(ratio "${GW_TPS[$c]}" "${J_TPS[$c]:-}")" "$c"; done | sed 's/, $//')."
+      if [ "$GW_PERF_OK" = 1 ]; then
+        echo
+        echo "Where a join's machine time goes through the gateway: \`perf record -a -F 999\` during one more $SECS s run at $PF_G_N clients ($(fmt "$PF_G_TPS") joins/s); each part's share of the samples × 1 / rate (both cores). The SQL join's own split is section 6."
+        echo
+        echo "| µs of the machine per join through the gateway | |"
+        echo "| --- | ---: |"
+        total=0
+        for k in pg pg_kernel gw_tls gw_event gw_pq gw_own gw_libc gw_kernel load other idle; do
+          case $k in
+            pg) label="postgres (the join itself, user space)" ;;
+            pg_kernel) label="postgres in the kernel (sockets, WAL, fsync)" ;;
+            gw_tls) label="bc-gateway: OpenSSL (TLS records, handshakes)" ;;
+            gw_event) label="bc-gateway: libevent (HTTP parsing, buffers, epoll)" ;;
+            gw_pq) label="bc-gateway: libpq" ;;
+            gw_own) label="bc-gateway: its own code" ;;
+            gw_libc) label="bc-gateway: the C library and others" ;;
+            gw_kernel) label="bc-gateway in the kernel (TCP, epoll)" ;;
+            load) label="wrk (the load tool, TLS client, same cores)" ;;
+            other) label="other processes" ;;
+            idle) label="idle" ;;
+          esac
+          v=${PF_G[$k]:-0}; total=$((total + v))
+          echo "| $label | $v |"
+        done
+        echo "| **a join through the gateway** | **$total** |"
+      fi
     else
       echo "bc-gateway did not build or run: our joins are through SQL (section 1)."
       echo

@@ -22,6 +22,8 @@
 #define BC_PATH_COMMANDS		"/v1/commands"	/* bc_join.fetch_commands(request) */
 #define BC_PATH_COMMANDS_COMPLETE "/v1/commands/complete"	/* bc_join.complete_command(request) */
 #define BC_PATH_SITE_EPOCH		"/v1/site-epoch"	/* bc_join.site_epoch(request) */
+/* GET: the issuance log's head signed by the service key (bc_join.audit_anchor()). */
+#define BC_PATH_AUDIT_ANCHOR	"/v1/audit-anchor"
 
 /* ---------------------------------------------------------------- roles */
 

@@ -54,6 +54,16 @@ static const struct route routes[] = {
 
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
+/*
+ * GET /v1/audit-anchor: {"anchor": <the JWS of bc_join.audit_anchor()>}, so an
+ * outsider can keep anchors and later detect a rewritten issuance log
+ * (tools/bc-audit-verify --anchor).  Rate limited like the relayed calls;
+ * cacheable for a minute.  The parameter is unused ("").
+ */
+static const char anchor_sql[] =
+	"SELECT jsonb_build_object('anchor', bc_join.audit_anchor())::text, 'issued' "
+	"WHERE $1::text IS NOT NULL";
+
 /* One request from dispatch to answer. */
 struct req_ctx
 {
@@ -558,6 +568,25 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		return;
 	}
 	ctx->observed = 1;
+	if (path != NULL && strcmp(path, BC_PATH_AUDIT_ANCHOR) == 0)
+	{
+		const char *why = NULL;
+
+		ctx->ep = GW_EP_AUDIT_ANCHOR;
+		ctx->label = gw_endpoint_name(GW_EP_AUDIT_ANCHOR);
+		if (method != EVHTTP_REQ_GET)
+		{
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
+			reply_error(ctx, 405, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "method not allowed", 0);
+			return;
+		}
+		if (!rate_allowed(ctx, &addr))
+			return;
+		snprintf(ctx->cache_control, sizeof(ctx->cache_control), "max-age=60");
+		if (gw_db_submit(gw->pool, anchor_sql, "", relay_done, ctx, &why) != 0)
+			reply_unavailable(ctx, GW_OUT_UNAVAILABLE, why);
+		return;
+	}
 	for (size_t i = 0; path != NULL && i < NROUTES; i++)
 	{
 		if (strcmp(path, routes[i].path) != 0)

@@ -12,8 +12,9 @@ refused at enqueue; with approval 'always' a second ramdisk waits, pending,
 until an operator approves; an assertion signed before bump_site_epoch is
 refused through the gateway (discovery:stale-epoch) while serve-discovery
 signs the new epoch at once; serve-discovery refuses bad requests
-(bad-request) and a ramdisk refuses a site agent whose certificate is not
-of the node CA; SIGTERM stops both.
+(bad-request), drops a client that sends nothing after 10 s, and a ramdisk
+refuses a site agent whose certificate is not of the node CA; SIGTERM stops
+both.
 """
 import json
 import os
@@ -205,6 +206,18 @@ def body(tap, env):
         except (OSError, ValueError) as e:
             a = str(e)
         tap.eq(a, {"error": "bad-request"}, "serve-discovery refuses %s: bad-request" % name)
+    # A client that connects and sends nothing holds the one connection at most 10 s.
+    slow = socket.create_connection(("127.0.0.1", port))
+    t0 = time.time()
+    try:
+        behind = ask(port, json.dumps({"csr": csr64, "mac": "aa:bb:cc:00:00:05"}).encode() + b"\n")
+    except OSError as e:
+        behind = str(e)
+    waited = time.time() - t0
+    slow.close()
+    tap.ok(isinstance(behind, dict) and "assertion" in behind and 8 < waited < 14,
+           "a client that sends nothing is dropped after 10 s; the next one is served (waited %.1f s)" % waited,
+           (behind, waited))
     # A "site agent" whose certificate is not of the node CA.
     fake_key, fake_crt = env.server_cert("fake-site", env.ca_key, env.ca)
     fport = free_port()

@@ -8,13 +8,15 @@
  * locked or written: the credential is read again for every connection, so
  * a renewal takes effect at once).  TLS with the site agent's node
  * certificate and key; one connection at a time, each bounded (a request
- * line of 16 KiB, 5 s without progress, 10 s in all), so a client can delay
- * the next one by at most that.  For each request it asks the service for
+ * line of 16 KiB, 10 s in all, the handshake included: every TLS call waits
+ * through bcd_ssl_wait against that deadline), so a client can delay the
+ * next one by at most that (the gateway round trip for the epoch aside).  For each request it asks the service for
  * the site's current epoch (POST /v1/site-epoch, proven by the node key, the
  * signed answer verified), then signs.  The node key must be a key file
  * (not a TPM key).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <poll.h>
@@ -42,8 +44,7 @@
 #include "core/store.h"
 #include "core/transport.h"
 
-/* Seconds a connection may go without progress, and may last in all. */
-#define IDLE_TIMEOUT 5
+/* Seconds a connection may last in all, the handshake included. */
 #define TOTAL_TIMEOUT 10
 
 typedef struct server
@@ -188,20 +189,21 @@ site_epoch(server *s, const bcd_credential *cred, char **site, long long *epoch)
 
 /* Read one line (at most BCD_DISCOVERY_LINE_MAX with its newline) within the deadline. */
 static long
-read_line(SSL *ssl, char *buf, size_t cap, time_t deadline)
+read_line(SSL *ssl, int fd, char *buf, size_t cap, long long deadline)
 {
 	size_t		len = 0;
 
 	while (len < cap)
 	{
-		int			n;
+		int			n = SSL_read(ssl, buf + len, (int) (cap - len));
 		char	   *nl;
 
-		if (time(NULL) > deadline)
-			return -1;
-		n = SSL_read(ssl, buf + len, (int) (cap - len));
 		if (n <= 0)
-			return -1;
+		{
+			if (bcd_ssl_wait(ssl, fd, n, deadline) != 0)
+				return -1;
+			continue;
+		}
 		nl = memchr(buf + len, '\n', (size_t) n);
 		len += (size_t) n;
 		if (nl != NULL)
@@ -211,7 +213,7 @@ read_line(SSL *ssl, char *buf, size_t cap, time_t deadline)
 }
 
 static void
-answer(SSL *ssl, const char *key, const char *value)
+answer(SSL *ssl, int fd, long long deadline, const char *key, const char *value)
 {
 	json_t	   *doc = json_pack("{s:s}", key, value);
 	char	   *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
@@ -219,9 +221,12 @@ answer(SSL *ssl, const char *key, const char *value)
 	if (text != NULL)
 	{
 		size_t		n = strlen(text);
+		int			r;
 
 		text[n] = '\n';			/* json_dumps leaves room for its NUL */
-		(void) SSL_write(ssl, text, (int) n + 1);
+		while ((r = SSL_write(ssl, text, (int) n + 1)) <= 0 &&
+			   bcd_ssl_wait(ssl, fd, r, deadline) == 0)
+			;
 		text[n] = '\0';
 	}
 	free(text);
@@ -234,17 +239,21 @@ answer(SSL *ssl, const char *key, const char *value)
  * connection before the client has read the answer.
  */
 static void
-drain(SSL *ssl, time_t deadline)
+drain(SSL *ssl, int fd, long long deadline)
 {
 	char		sink[4096];
 	size_t		total = 0;
 
-	while (total < 4 * BCD_DISCOVERY_LINE_MAX && time(NULL) <= deadline)
+	while (total < 4 * BCD_DISCOVERY_LINE_MAX)
 	{
 		int			n = SSL_read(ssl, sink, sizeof(sink));
 
 		if (n <= 0)
-			break;
+		{
+			if (bcd_ssl_wait(ssl, fd, n, deadline) != 0)
+				break;
+			continue;
+		}
 		total += (size_t) n;
 		if (memchr(sink, '\n', (size_t) n) != NULL)
 			break;
@@ -256,8 +265,7 @@ static void
 serve_one(server *s, int fd, const char *peer)
 {
 	static char line[BCD_DISCOVERY_LINE_MAX];
-	struct timeval tv = {IDLE_TIMEOUT, 0};
-	time_t		deadline = time(NULL) + TOTAL_TIMEOUT;
+	long long	deadline = bcd_monotonic_ms() + TOTAL_TIMEOUT * 1000LL;
 	bcd_credential cred;
 	char		err[512];
 	char		mac[18];
@@ -270,9 +278,11 @@ serve_one(server *s, int fd, const char *peer)
 	SSL		   *ssl = NULL;
 	long		n;
 
+	int			r;
+
 	memset(&cred, 0, sizeof(cred));
-	(void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	(void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0)
+		goto out;
 	if (bcd_store_load(s->dir, &s->keys, &cred, err, sizeof(err)) != BC_OK)
 	{
 		bcd_log("discovery: %s: no credential to serve with: %s", peer, err);
@@ -290,33 +300,36 @@ serve_one(server *s, int fd, const char *peer)
 		bcd_log("discovery: %s: cannot set up TLS with the node certificate", peer);
 		goto out;
 	}
-	if (SSL_accept(ssl) != 1)
+	while ((r = SSL_accept(ssl)) != 1)
 	{
-		bcd_log("discovery: %s: TLS handshake failed", peer);
-		goto out;
+		if (bcd_ssl_wait(ssl, fd, r, deadline) != 0)
+		{
+			bcd_log("discovery: %s: TLS handshake failed or took over %d s", peer, TOTAL_TIMEOUT);
+			goto out;
+		}
 	}
-	n = read_line(ssl, line, sizeof(line), deadline);
+	n = read_line(ssl, fd, line, sizeof(line), deadline);
 	if (n < 0 || bcd_discovery_parse_request(line, (size_t) n, &csr, &csr_len, mac) != BC_OK)
 	{
 		s->refused++;
 		bcd_log("discovery: %s: refused a request that is not one line {\"csr\",\"mac\"} "
 				"with a valid CSR and MAC", peer);
-		answer(ssl, "error", BCD_DISCOVERY_BAD_REQUEST);
-		drain(ssl, deadline);
+		answer(ssl, fd, deadline, "error", BCD_DISCOVERY_BAD_REQUEST);
+		drain(ssl, fd, deadline);
 		goto out;
 	}
 	if (site_epoch(s, &cred, &site, &epoch) != 0)
 	{
 		bcd_log("discovery: %s: the service did not tell the site's epoch", peer);
-		answer(ssl, "error", BCD_DISCOVERY_UNAVAILABLE);
+		answer(ssl, fd, deadline, "error", BCD_DISCOVERY_UNAVAILABLE);
 		goto out;
 	}
 	if (bcd_discovery_sign(&cred, site, mac, epoch, csr, csr_len, s->ttl, &jws) != BC_OK)
 	{
-		answer(ssl, "error", BCD_DISCOVERY_UNAVAILABLE);
+		answer(ssl, fd, deadline, "error", BCD_DISCOVERY_UNAVAILABLE);
 		goto out;
 	}
-	answer(ssl, "assertion", jws);
+	answer(ssl, fd, deadline, "assertion", jws);
 	s->served++;
 	bcd_log("discovery: %s: signed an assertion for %s (site %s, epoch %lld, %ld s)", peer,
 			mac, site, epoch, s->ttl);

@@ -2,16 +2,50 @@
  * discovery.c: the site agent's discovery assertion and the parse of a
  * ramdisk's request for one (discovery.h).
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <jansson.h>
+#include <openssl/ssl.h>
 
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "core/discovery.h"
 #include "core/tpm_key.h"
+
+long long
+bcd_monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+bcd_ssl_wait(SSL *ssl, int fd, int ret, long long deadline_ms)
+{
+	int			e = SSL_get_error(ssl, ret);
+	long long	left = deadline_ms - bcd_monotonic_ms();
+	struct pollfd p = {fd, 0, 0};
+	int			n;
+
+	if (e == SSL_ERROR_WANT_READ)
+		p.events = POLLIN;
+	else if (e == SSL_ERROR_WANT_WRITE)
+		p.events = POLLOUT;
+	else
+		return -1;
+	if (left <= 0)
+		return -1;
+	do
+		n = poll(&p, 1, (int) (left > 60000 ? 60000 : left));
+	while (n < 0 && errno == EINTR);
+	return n > 0 ? 0 : -1;
+}
 
 int
 bcd_valid_mac(const char *m)

@@ -14,6 +14,7 @@
  * answers no challenge.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,7 +33,7 @@
 #include "core/discovery.h"
 #include "producers/producer.h"
 
-/* Seconds without progress on the connection to the site agent. */
+/* Seconds the connection to the site agent may take: connect, and all the rest. */
 #define SITE_AGENT_TIMEOUT 15
 
 /* A TCP connection to "host:port" ("[v6]:port"), timeouts set; -1 otherwise. */
@@ -108,6 +109,8 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 	char	   *out = NULL;
 	size_t		len = 0;
 	void		(*old_pipe) (int);
+	long long	deadline = bcd_monotonic_ms() + SITE_AGENT_TIMEOUT * 1000LL;
+	int			r = 0;
 	int			fd;
 
 	*retry = 1;
@@ -133,8 +136,14 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 		goto out;
 	}
 	SSL_set_verify(ssl, SSL_VERIFY_PEER, NULL);
-	if (SSL_connect(ssl) != 1 || SSL_get_verify_result(ssl) != X509_V_OK ||
-		SSL_get0_peer_certificate(ssl) == NULL)
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0)
+	{
+		snprintf(err, errlen, "cannot set up the connection to the site agent");
+		goto out;
+	}
+	while ((r = SSL_connect(ssl)) != 1 && bcd_ssl_wait(ssl, fd, r, deadline) == 0)
+		;
+	if (r != 1 || SSL_get_verify_result(ssl) != X509_V_OK || SSL_get0_peer_certificate(ssl) == NULL)
 	{
 		snprintf(err, errlen, "the site agent %s is not a node of the pinned node CA "
 				 "(TLS: %s)", in->site_agent,
@@ -145,7 +154,9 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 		size_t		n = strlen(line);
 
 		line[n] = '\n';			/* json_dumps left room for its NUL */
-		if (SSL_write(ssl, line, (int) n + 1) != (int) n + 1)
+		while ((r = SSL_write(ssl, line, (int) n + 1)) <= 0 && bcd_ssl_wait(ssl, fd, r, deadline) == 0)
+			;
+		if (r != (int) n + 1)
 		{
 			snprintf(err, errlen, "the site agent %s closed the connection", in->site_agent);
 			goto out;
@@ -157,7 +168,11 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 		int			n = SSL_read(ssl, buf + len, (int) (sizeof(buf) - 1 - len));
 
 		if (n <= 0)
+		{
+			if (bcd_ssl_wait(ssl, fd, n, deadline) == 0)
+				continue;
 			break;
+		}
 		len += (size_t) n;
 		if (memchr(buf, '\n', len) != NULL || len == sizeof(buf) - 1)
 			break;

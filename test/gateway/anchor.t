@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""anchor.t: GET /v1/audit-anchor publishes the issuance log's signed head.
+
+A real cluster and the ASan gateway; two nodes joined through it.  Shows:
+the answer is {"anchor": JWS} by the pinned signing key (its kid), purpose
+bc_join/audit-anchor, naming the log's current head (id and hash as the
+database has them), Cache-Control max-age=60; tools/bc-audit-verify accepts
+an export with that anchor, and fails once the newest row is cut off (which
+the chain alone cannot show); a later join moves the published head
+on; POST is 405; the rate limiter applies (429); /metrics counts it; exit 0.
+"""
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gwlib  # noqa: E402
+
+
+def b64url(s):
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def join(env, g, name, token):
+    req, _ = env.join_request(name, token)
+    code, _, b = env.curl(g, "/v1/join", data_file=req)
+    return code
+
+
+def verify(env, csv, anchor_path):
+    r = subprocess.run([os.path.join(gwlib.TOP, "tools/bc-audit-verify"), csv, "--anchor", anchor_path,
+                        "--service-keys", env.service_keys],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return r.returncode, r.stdout
+
+
+def export(env, name):
+    path = os.path.join(env.dir, name)
+    with open(path, "w") as f:
+        f.write(env.psql("COPY (SELECT * FROM bc_join.audit_export) TO STDOUT CSV HEADER"))
+        f.write("\n")
+    return path
+
+
+def body(tap, env):
+    if env.psql("SELECT to_regprocedure('bc_join.audit_anchor()') IS NOT NULL") != "t":
+        tap.skip("anchor", "bc_join.audit_anchor() is not in the installed extension")
+        return
+    g = env.gateway("main", "--db-pool", "2")
+    token = env.token(uses=3)
+    tap.ok(join(env, g, "n1", token) == 200 and join(env, g, "n2", token) == 200,
+           "two nodes joined through the gateway")
+
+    code, h, b = env.curl(g, "/v1/audit-anchor")
+    doc = json.loads(b) if code == 200 else {}
+    tap.ok(code == 200 and set(doc) == {"anchor"}, "GET /v1/audit-anchor answers {\"anchor\": JWS}", (code, b))
+    tap.eq(h.get("cache-control"), "max-age=60", "cacheable for a minute")
+    jws = doc.get("anchor", "..")
+    head, payload = json.loads(b64url(jws.split(".")[0])), json.loads(b64url(jws.split(".")[1]))
+    keys = json.load(open(env.service_keys))
+    tap.eq(payload.get("purpose"), "bc_join/audit-anchor", "an audit anchor")
+    last = env.psql("SELECT id || ' ' || encode(hash, 'hex') FROM bc_join.audit_log ORDER BY id DESC LIMIT 1")
+    tap.eq("%s %s" % (payload.get("headId"), payload.get("headHash")), last,
+           "naming the log's current head (id, hash)")
+    sk = keys["signingKey"]
+    kid = base64.urlsafe_b64encode(hashlib.sha256(json.dumps(
+        {"crv": sk["crv"], "kty": sk["kty"], "x": sk["x"], "y": sk["y"]},
+        separators=(",", ":"), sort_keys=True).encode()).digest()).rstrip(b"=").decode()
+    tap.ok(head.get("alg") == "ES256" and head.get("kid") == kid,
+           "signed ES256 with the pinned signing key's kid (RFC 7638)", (head, kid))
+    anchor_path = os.path.join(env.dir, "anchor.jws")
+    with open(anchor_path, "w") as f:
+        f.write(jws)
+    rc, out = verify(env, export(env, "audit.csv"), anchor_path)
+    tap.ok(rc == 0, "tools/bc-audit-verify accepts the export with the published anchor "
+           "(the JWS verifies with the pinned service-keys.json)", out)
+    del keys
+
+    # The newest row cut off: the chain still links, only the anchor tells.
+    env.psql("ALTER TABLE bc_join.audit_log DISABLE TRIGGER audit_append_only; "
+             "DELETE FROM bc_join.audit_log WHERE id = (SELECT max(id) FROM bc_join.audit_log); "
+             "ALTER TABLE bc_join.audit_log ENABLE TRIGGER audit_append_only")
+    cut = export(env, "cut.csv")
+    r = subprocess.run([os.path.join(gwlib.TOP, "tools/bc-audit-verify"), cut],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tap.ok(r.returncode == 0, "the newest row cut off: the rest still chains (nothing else would notice)", r.stdout)
+    rc, out = verify(env, cut, anchor_path)
+    tap.ok(rc == 1, "but the published anchor names a head the history no longer has: bc-audit-verify fails", out)
+
+    tap.eq(join(env, g, "n3", token), 200, "a third join")
+    code, _, b = env.curl(g, "/v1/audit-anchor")
+    p2 = json.loads(b64url(json.loads(b)["anchor"].split(".")[1])) if code == 200 else {}
+    tap.ok(code == 200 and int(p2.get("headId", 0)) > int(payload.get("headId", 0)),
+           "the published head moves on with the log", (payload, p2))
+
+    code, h, _ = env.curl(g, "/v1/audit-anchor", data="{}")
+    tap.ok(code == 405 and h.get("allow") == "GET", "POST /v1/audit-anchor is 405, Allow: GET", (code, h))
+    text = env.curl(g, "/metrics")[2].decode()
+    tap.ok(gwlib.metric(text, "bc_gateway_requests_total",
+                        [("endpoint", "audit_anchor"), ("outcome", "issued")]) >= 2.0,
+           "/metrics counts the anchors served", text[-800:])
+    tap.eq(g.stop(), 0, "the gateway exits 0 (LeakSanitizer included)")
+
+    limited = env.gateway("limited", "--rate-limit", "1", "--rate-burst", "1")
+    codes = [env.curl(limited, "/v1/audit-anchor")[0] for _ in range(4)]
+    tap.ok(codes[0] == 200 and 429 in codes, "the rate limiter applies to it (429)", codes)
+    tap.eq(limited.stop(), 0, "that gateway exits 0")
+
+
+gwlib.main(body)
