@@ -277,7 +277,6 @@ serve_one(server *s, int fd, const char *peer)
 	SSL_CTX    *ctx;
 	SSL		   *ssl = NULL;
 	long		n;
-
 	int			r;
 
 	memset(&cred, 0, sizeof(cred));
@@ -312,8 +311,9 @@ serve_one(server *s, int fd, const char *peer)
 	if (n < 0 || bcd_discovery_parse_request(line, (size_t) n, &csr, &csr_len, mac) != BC_OK)
 	{
 		s->refused++;
-		bcd_log("discovery: %s: refused a request that is not one line {\"csr\",\"mac\"} "
-				"with a valid CSR and MAC", peer);
+		bcd_log("discovery: %s: refused %s", peer, n < 0 ?
+				"a request line not sent whole within 16 KiB and 10 s" :
+				"a request that is not {\"csr\",\"mac\"} with a valid CSR and MAC");
 		answer(ssl, fd, deadline, "error", BCD_DISCOVERY_BAD_REQUEST);
 		drain(ssl, fd, deadline);
 		goto out;
