@@ -730,10 +730,20 @@ CREATE FUNCTION bc_join.encryption_jwk() RETURNS jsonb
 CREATE FUNCTION bc_join.node_ca_certificate() RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_node_ca_certificate' LANGUAGE C STABLE;
 
--- Everything an agent pins, in one document: trustDomain, signingKey,
--- encryptionKey, nodeCa.  Hand it to bcd as --service-keys.
+-- Everything an agent pins, in one document: trustDomain, signingKey and
+-- encryptionKey (the current ones), signingKeys and encryptionKeys (every
+-- key in key_dir with its kid, the current one first), nodeCa (node-ca.crt:
+-- the issuing CA, then its chain to the root).  Hand it to bcd as
+-- --service-keys.
 CREATE FUNCTION bc_join.service_keys() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_service_keys' LANGUAGE C STABLE;
+
+-- The rollover agents accept: {"keys": [JWS...]}, service_keys() with
+-- issuedAt, signed once by each signing key in key_dir (the gateway's
+-- GET /v1/service-keys).  An agent replaces its pinned set with one signed
+-- by a key it already pins.
+CREATE FUNCTION bc_join.signed_service_keys() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_signed_service_keys' LANGUAGE C STABLE;
 
 /* -------------------------------------------------------------- the join */
 
@@ -2285,7 +2295,7 @@ GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
 GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl(),
 	bc_join.audit_anchor(), bc_join.fetch_commands(jsonb), bc_join.complete_command(jsonb),
-	bc_join.site_epoch(jsonb)
+	bc_join.site_epoch(jsonb), bc_join.signed_service_keys()
 	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
@@ -2328,6 +2338,7 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.encryption_jwk(),
 	bc_join.node_ca_certificate(),
 	bc_join.service_keys(),
+	bc_join.signed_service_keys(),
 	bc_join.add_tpm_ek_root(text),
 	bc_join.remove_tpm_ek_root(text),
 	bc_join.enroll_tpm_ek(text, text, text, text, text, bytea, text),
@@ -2434,7 +2445,9 @@ COMMENT ON FUNCTION bc_join.unregister_attestor(text) IS
 
 -- Public keys (what agents pin).
 COMMENT ON FUNCTION bc_join.service_keys() IS
-	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, nodeCa}, to hand to bcd as --service-keys.';
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa}, to hand to bcd as --service-keys.';
+COMMENT ON FUNCTION bc_join.signed_service_keys() IS
+	'Returns {keys: [JWS...]}: service_keys() with issuedAt, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin.';
 COMMENT ON FUNCTION bc_join.signing_jwk() IS
 	'Returns the public JWK of the key that signs every JoinResponse (agents pin it).';
 COMMENT ON FUNCTION bc_join.encryption_jwk() IS

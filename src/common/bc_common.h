@@ -167,6 +167,13 @@ int			bc_jws_sign_es256(EVP_PKEY *key, const char *kid,
 							  char **jws_out);
 
 /*
+ * The "kid" of a JWS compact serialization's protected header, not verified
+ * (to choose the key to verify with): "" when it has none; BC_EINVAL when it
+ * is not a string shorter than kidlen or the JWS is malformed.
+ */
+int			bc_jws_header_kid(const char *jws, size_t n, char *kid, size_t kidlen);
+
+/*
  * Verify a JWS compact serialization of n bytes against a P-256 public key.
  * The protected header must be a JSON object with "alg":"ES256" (anything
  * else, "none" included, is BC_EUNSUPPORTED) and no "crit".  On success the
@@ -387,6 +394,16 @@ int			bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix);
  */
 int			bc_cert_verify_path(X509 *leaf, X509 *const *untrusted, size_t n, X509 *anchor,
 								int64_t at_unix);
+
+/*
+ * Read the PEM certificates of a bundle (a file when path is not NULL, else
+ * text[0..len)), in order, into out[0..max): at least one, at most max
+ * (BC_ETOOBIG beyond); text outside PEM blocks and blocks of another kind
+ * are skipped, as openssl does.  *n is how many; the caller frees each.  BC_EINVAL and err otherwise.
+ */
+int			bc_cert_read_pem_bundle(const char *path, const char *text, size_t len,
+									X509 **out, size_t max, size_t *n,
+									char *err, size_t errlen);
 
 /* notAfter of cert in unix seconds. */
 int			bc_cert_not_after(X509 *cert, int64_t *out);

@@ -24,6 +24,8 @@
 #define BC_PATH_SITE_EPOCH		"/v1/site-epoch"	/* bc_join.site_epoch(request) */
 /* GET: the issuance log's head signed by the service key (bc_join.audit_anchor()). */
 #define BC_PATH_AUDIT_ANCHOR	"/v1/audit-anchor"
+/* GET: the service keys signed by each signing key (bc_join.signed_service_keys()). */
+#define BC_PATH_SERVICE_KEYS	"/v1/service-keys"
 
 /* ---------------------------------------------------------------- roles */
 

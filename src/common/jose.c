@@ -279,6 +279,39 @@ out:
 	return rc;
 }
 
+/* The kid of a JWS compact serialization's protected header, unverified. */
+int
+bc_jws_header_kid(const char *jws, size_t n, char *kid, size_t kidlen)
+{
+	jose_part	parts[JWS_PARTS];
+	json_t	   *hdr = NULL;
+	json_t	   *member;
+	int			rc;
+
+	if (kidlen == 0)
+		return BC_EINVAL;
+	kid[0] = '\0';
+	if (n > BC_JOSE_MAX)
+		return BC_ETOOBIG;
+	rc = split_compact(jws, n, parts, JWS_PARTS);
+	if (rc == BC_OK)
+		rc = parse_header(&parts[0], &hdr);
+	if (rc != BC_OK)
+		return rc;
+	member = json_object_get(hdr, "kid");
+	if (member != NULL)
+	{
+		rc = BC_EINVAL;
+		if (json_is_string(member) && json_string_length(member) < kidlen)
+		{
+			memcpy(kid, json_string_value(member), json_string_length(member) + 1);
+			rc = BC_OK;
+		}
+	}
+	json_decref(hdr);
+	return rc;
+}
+
 /* Verify an ES256 JWS compact serialization and hand back its payload. */
 int
 bc_jws_verify_es256(EVP_PKEY *pub, const char *jws, size_t n,

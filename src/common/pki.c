@@ -502,6 +502,66 @@ bc_cert_read_pem_file(const char *path, char *err, size_t errlen)
 	return cert;
 }
 
+/* A bundle of PEM certificates (bc_common.h). */
+int
+bc_cert_read_pem_bundle(const char *path, const char *text, size_t len,
+						X509 **out, size_t max, size_t *n, char *err, size_t errlen)
+{
+	BIO		   *bio;
+	char		ossl[256];
+	const char *what = NULL;
+	int			rc = BC_EINVAL;
+
+	*n = 0;
+	if (err != NULL && errlen > 0)
+		err[0] = '\0';
+	bio = path != NULL ? BIO_new_file(path, "r") :
+		(len <= INT_MAX ? BIO_new_mem_buf(text, (int) len) : NULL);
+	if (bio == NULL)
+	{
+		what = "cannot open certificate file";
+		goto out;
+	}
+	for (;;)
+	{
+		X509	   *cert = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+
+		if (cert == NULL)
+		{
+			unsigned long e = ERR_peek_last_error();
+
+			/* The end of the input, after the last certificate. */
+			if (*n > 0 && ERR_GET_REASON(e) == PEM_R_NO_START_LINE)
+			{
+				ERR_clear_error();
+				rc = BC_OK;
+				break;
+			}
+			what = *n == 0 ? "no PEM certificate" : "a malformed certificate in the bundle";
+			break;
+		}
+		if (*n == max)
+		{
+			X509_free(cert);
+			rc = BC_ETOOBIG;
+			what = "too many certificates in the bundle";
+			break;
+		}
+		out[(*n)++] = cert;
+	}
+out:
+	if (rc != BC_OK)
+	{
+		bc_ossl_errors(ossl, sizeof(ossl));
+		if (err != NULL && errlen > 0)
+			BIO_snprintf(err, errlen, "%s%s%s", what, ossl[0] ? ": " : "", ossl);
+		while (*n > 0)
+			X509_free(out[--*n]);
+	}
+	BIO_free(bio);
+	return rc;
+}
+
 /* Verify leaf against the single trusted CA (strict, at at_unix or now). */
 int
 bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix)

@@ -65,23 +65,50 @@ extern int	bc_errdetail_openssl(const char *what);
 
 /* ---------------------------------------------------------- service_keys.c */
 
+/* Most keys of one kind in key_dir: the current one, the next, the previous. */
+#define BC_KEYSET_MAX 3
+/* Most certificates in node-ca.crt: the issuing CA and its chain to a root. */
+#define BC_NODE_CA_CHAIN_MAX 8
+
 typedef struct BcKeys
 {
-	EVP_PKEY   *signing;		/* private: signs responses */
+	/*
+	 * signing.key (current), signing.next.key, signing.previous.key: [0]
+	 * signs, all are published; the same for encryption (all open).
+	 */
+	EVP_PKEY   *signing;		/* == signing_set[0] */
 	char		signing_kid[44];
-	EVP_PKEY   *encryption;		/* private: opens sealed tokens */
+	int			n_signing;
+	EVP_PKEY   *signing_set[BC_KEYSET_MAX];
+	char		signing_kids[BC_KEYSET_MAX][44];
+	EVP_PKEY   *encryption;		/* == encryption_set[0] */
+	int			n_encryption;
+	EVP_PKEY   *encryption_set[BC_KEYSET_MAX];
+	/*
+	 * node-ca.crt: the issuing CA (node_ca, whose key is node-ca.key) first,
+	 * then, for an online intermediate, its chain up to the offline root;
+	 * node_ca_anchor is the bundle's last certificate (the one agents pin).
+	 */
 	X509	   *node_ca;
 	EVP_PKEY   *node_ca_key;	/* private */
-	char	   *node_ca_pem;	/* public, TopMemoryContext */
-	unsigned char *node_ca_der;
-	size_t		node_ca_der_len;
+	int			n_node_ca_chain;
+	X509	   *node_ca_chain[BC_NODE_CA_CHAIN_MAX];	/* [0] == node_ca */
+	X509	   *node_ca_anchor;
+	/* node-ca.previous.crt: earlier intermediates, whose certificates still chain */
+	int			n_node_ca_previous;
+	X509	   *node_ca_previous[BC_NODE_CA_CHAIN_MAX];
+	char	   *node_ca_pem;	/* the whole bundle, PEM */
+	char	   *node_ca_chain_b64;	/* "b64 DER","b64 DER"... of the bundle */
 	/* challenge.key: seals challenge state (32 bytes, or a P-256 key) */
 	bool		has_challenge;
 	unsigned char challenge32[BC_STATE_KEY_LEN];
 	EVP_PKEY   *challenge_pkey;	/* private; NULL for a 32-byte key */
 } BcKeys;
 
-/* The service keys, loaded once per backend from bc_join.key_dir. */
+/*
+ * The service keys, loaded from bc_join.key_dir once per backend and again
+ * when the directory changes (checked once per transaction).
+ */
 extern const BcKeys *bc_keys(void);
 /* Forget the loaded keys (bc_join.key_dir changed). */
 extern void bc_keys_reset(void);

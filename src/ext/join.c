@@ -34,7 +34,7 @@ role_admitted(const BcAttestor *att, const char *role)
 }
 
 /*
- * Open the sealed token with the encryption key; refuse it unless it was
+ * Open the sealed token with an encryption key; refuse it unless it was
  * sealed for this CSR.  The plaintext lands in req->token.
  */
 static void
@@ -45,9 +45,18 @@ open_sealed_token(BcJoinRequest *req, const char *attestor)
 	size_t		ptlen = 0;
 	int			st;
 	bool		same;
+	const BcKeys *keys = bc_keys();
+	int			i;
 
-	st = bc_jwe_open(bc_keys()->encryption, req->sealed_token, strlen(req->sealed_token),
-					 BC_TOKEN_MAX, "csrSha256", &bound, &pt, &ptlen);
+	/*
+	 * The current encryption key first, then the next and the previous one:
+	 * an agent seals to the key it pins, which during a rotation may be
+	 * either (a wrong key fails the AEAD tag, BC_EVERIFY).
+	 */
+	st = BC_EVERIFY;
+	for (i = 0; i < keys->n_encryption && st == BC_EVERIFY; i++)
+		st = bc_jwe_open(keys->encryption_set[i], req->sealed_token, strlen(req->sealed_token),
+						 BC_TOKEN_MAX, "csrSha256", &bound, &pt, &ptlen);
 	if (st != BC_OK)
 		bc_refuse_join(psprintf("%s:%s", attestor,
 								st == BC_EVERIFY ? "unsealable" : "malformed-seal"), NULL);

@@ -97,17 +97,16 @@ bc_issued_payload_start(StringInfo payload, const BcJoinRequest *req, const char
 	bc_json_member(payload, "tenantId", tenant_id);
 }
 
-/* Append ,"certificateChain":[<leaf>,<node CA>] (standard base64 DER). */
+/* Append ,"certificateChain":[<leaf>,<node-ca.crt: the issuing CA .. root>] (base64 DER). */
 void
 bc_append_chain(StringInfo payload, const BcIssued *issued)
 {
 	const BcKeys *keys = bc_keys();
 	char	   *leaf_b64 = palloc(bc_b64_encoded_len(issued->leaf_der_len) + 1);
-	char	   *ca_b64 = palloc(bc_b64_encoded_len(keys->node_ca_der_len) + 1);
 
 	bc_b64_encode(issued->leaf_der, issued->leaf_der_len, leaf_b64);
-	bc_b64_encode(keys->node_ca_der, keys->node_ca_der_len, ca_b64);
-	appendStringInfo(payload, ",\"certificateChain\":[\"%s\",\"%s\"]", leaf_b64, ca_b64);
+	appendStringInfo(payload, ",\"certificateChain\":[\"%s\",%s]", leaf_b64,
+					 keys->node_ca_chain_b64);
 }
 
 /* The signed "issued" response for a certificate just recorded, bound to the CSR. */

@@ -9,39 +9,70 @@
  */
 #include "bc_join.h"
 
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
 #include <openssl/pem.h>
+#include <openssl/x509v3.h>
 
 static BcKeys keys;
 static bool keys_loaded = false;
+
+/* What the keys were loaded from: the directory's identity and times. */
+static struct stat keys_dir_stat;
+/* The local transaction in which key_dir was last compared with keys_dir_stat. */
+static LocalTransactionId keys_checked_lxid = InvalidLocalTransactionId;
 
 /* Free whatever is loaded. */
 void
 bc_keys_reset(void)
 {
+	int			i;
+
 	/* The OpenSSL cache holds references too: release them through it first. */
-	bc_ossl_cache_forget(keys.signing);
-	bc_ossl_cache_forget(keys.encryption);
+	for (i = 0; i < keys.n_signing; i++)
+	{
+		bc_ossl_cache_forget(keys.signing_set[i]);
+		EVP_PKEY_free(keys.signing_set[i]);
+	}
+	for (i = 0; i < keys.n_encryption; i++)
+	{
+		bc_ossl_cache_forget(keys.encryption_set[i]);
+		EVP_PKEY_free(keys.encryption_set[i]);
+	}
 	bc_ossl_cache_forget(keys.node_ca_key);
 	bc_ossl_cache_forget(keys.challenge_pkey);
 	EVP_PKEY_free(keys.challenge_pkey);
-	EVP_PKEY_free(keys.signing);
-	EVP_PKEY_free(keys.encryption);
 	EVP_PKEY_free(keys.node_ca_key);
-	X509_free(keys.node_ca);
+	for (i = 0; i < keys.n_node_ca_chain; i++)
+		X509_free(keys.node_ca_chain[i]);
+	for (i = 0; i < keys.n_node_ca_previous; i++)
+		X509_free(keys.node_ca_previous[i]);
 	free(keys.node_ca_pem);
-	free(keys.node_ca_der);
+	free(keys.node_ca_chain_b64);
 	OPENSSL_cleanse(&keys, sizeof(keys));
 	keys_loaded = false;
+	keys_checked_lxid = InvalidLocalTransactionId;
 }
 
-/* INVALID_CONFIG about the key directory. */
+/* Why a load failed: kept until it is raised (after the retries). */
+typedef struct LoadError
+{
+	const char *msg;
+	char	   *detail;
+} LoadError;
+
+#define LOAD_FAIL(e, m, d) \
+	do { (e)->msg = (m); (e)->detail = (d); return false; } while (0)
+
+/* Raise INVALID_CONFIG about the key directory. */
 static void
 config_error(const char *msg, const char *detail)
 {
@@ -54,70 +85,177 @@ config_error(const char *msg, const char *detail)
 }
 
 /* Refuse a private file that anyone but the server's OS user could read. */
-static void
-check_private_mode(const char *path, bool dir)
+static bool
+check_private_mode(const char *path, bool dir, LoadError *e)
 {
 	struct stat st;
 
 	if (stat(path, &st) != 0)
-		config_error("bc_join key directory is incomplete",
-					 psprintf("%s: %m.", path));
+		LOAD_FAIL(e, "bc_join key directory is incomplete", psprintf("%s: %m.", path));
 	if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
-		config_error("bc_join key directory is malformed",
-					 psprintf("%s is not a %s.", path, dir ? "directory" : "regular file"));
+		LOAD_FAIL(e, "bc_join key directory is malformed",
+				  psprintf("%s is not a %s.", path, dir ? "directory" : "regular file"));
 	if (st.st_uid != geteuid() || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
-		config_error("bc_join keys are readable by others",
-					 psprintf("%s must be owned by the server's OS user with no group or other access (mode 0%o).",
-							  path, (unsigned) (st.st_mode & 07777)));
+		LOAD_FAIL(e, "bc_join keys are readable by others",
+				  psprintf("%s must be owned by the server's OS user with no group or other access (mode 0%o).",
+						   path, (unsigned) (st.st_mode & 07777)));
+	return true;
 }
 
-/* Read one private key file. */
-static EVP_PKEY *
-load_private(const char *dir, const char *name)
+/* Read one private key file; an optional one that does not exist is NULL. */
+static bool
+load_private(const char *name, bool optional, EVP_PKEY **out, LoadError *e)
 {
-	char	   *path = psprintf("%s/%s", dir, name);
+	char	   *path = psprintf("%s/%s", bc_key_dir, name);
 	char		err[256];
-	EVP_PKEY   *k;
 
-	check_private_mode(path, false);
-	k = bc_pkey_read_pem_file(path, 1, err, sizeof(err));
-	if (k == NULL)
-		config_error("could not load a bc_join key", psprintf("%s: %s.", path, err));
-	return k;
+	*out = NULL;
+	if (optional && access(path, F_OK) != 0 && errno == ENOENT)
+		return true;
+	if (!check_private_mode(path, false, e))
+		return false;
+	*out = bc_pkey_read_pem_file(path, 1, err, sizeof(err));
+	if (*out == NULL)
+		LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
+	return true;
 }
 
-/* Load every key from bc_join.key_dir (once per backend). */
-const BcKeys *
-bc_keys(void)
+/*
+ * Load one kind of key: NAME.key (the current one, required), then
+ * NAME.next.key and NAME.previous.key when present; a key twice (a link
+ * made while rotating) counts once.
+ */
+static bool
+load_set(const char *name, EVP_PKEY **set, int *n, char (*kids)[44], LoadError *e)
+{
+	static const char *const suffixes[BC_KEYSET_MAX] = {".key", ".next.key", ".previous.key"};
+	int			i;
+
+	*n = 0;
+	for (i = 0; i < BC_KEYSET_MAX; i++)
+	{
+		EVP_PKEY   *k;
+		char		kid[44];
+		bool		dup = false;
+		int			j;
+
+		if (!load_private(psprintf("%s%s", name, suffixes[i]), i > 0, &k, e))
+			return false;
+		if (k == NULL)
+			continue;
+		if (bc_jwk_thumbprint(k, kid) != BC_OK)
+		{
+			EVP_PKEY_free(k);
+			LOAD_FAIL(e, "could not compute a key id", psprintf("%s%s is not a P-256 key.", name, suffixes[i]));
+		}
+		for (j = 0; j < *n; j++)
+			dup |= EVP_PKEY_eq(set[j], k) == 1;
+		if (dup)
+		{
+			EVP_PKEY_free(k);
+			continue;
+		}
+		if (kids != NULL)
+			memcpy(kids[*n], kid, sizeof(kid));
+		set[(*n)++] = k;
+	}
+	return true;
+}
+
+/* The PEM and base64 DER copies of the node CA bundle. */
+static bool
+encode_bundle(LoadError *e)
+{
+	BIO		   *bio = BIO_new(BIO_s_mem());
+	BUF_MEM    *mem;
+	StringInfoData b64;
+	int			i;
+
+	if (bio == NULL)
+		LOAD_FAIL(e, "out of memory", "Could not encode the node CA certificate.");
+	initStringInfo(&b64);
+	for (i = 0; i < keys.n_node_ca_chain; i++)
+	{
+		unsigned char *der = NULL;
+		int			derlen = i2d_X509(keys.node_ca_chain[i], &der);
+		char	   *s;
+
+		if (derlen <= 0 || PEM_write_bio_X509(bio, keys.node_ca_chain[i]) != 1)
+		{
+			OPENSSL_free(der);
+			BIO_free(bio);
+			LOAD_FAIL(e, "could not encode the node CA certificate", "DER or PEM encoding failed.");
+		}
+		s = palloc(bc_b64_encoded_len(derlen) + 1);
+		bc_b64_encode(der, derlen, s);
+		OPENSSL_free(der);
+		appendStringInfo(&b64, "%s\"%s\"", i > 0 ? "," : "", s);
+	}
+	BIO_get_mem_ptr(bio, &mem);
+	keys.node_ca_pem = malloc(mem->length + 1);
+	keys.node_ca_chain_b64 = strdup(b64.data);
+	if (keys.node_ca_pem == NULL || keys.node_ca_chain_b64 == NULL)
+	{
+		BIO_free(bio);
+		LOAD_FAIL(e, "out of memory", "Could not copy the node CA certificate.");
+	}
+	memcpy(keys.node_ca_pem, mem->data, mem->length);
+	keys.node_ca_pem[mem->length] = '\0';
+	BIO_free(bio);
+	return true;
+}
+
+/* Load every key from bc_join.key_dir into keys; false and e on failure. */
+static bool
+load_all(LoadError *e)
 {
 	char	   *path;
 	char		err[256];
-	BIO		   *bio;
-	BUF_MEM    *mem;
-	unsigned char *der = NULL;
-	int			derlen;
+	size_t		n = 0;
+	int			i;
 
-	if (keys_loaded)
-		return &keys;
-
-	if (bc_key_dir == NULL || bc_key_dir[0] == '\0')
-		config_error("bc_join.key_dir is not set",
-					 "The JoinService has no keys to sign, open tokens or issue certificates with.");
-	check_private_mode(bc_key_dir, true);
-
-	keys.signing = load_private(bc_key_dir, "signing.key");
-	keys.encryption = load_private(bc_key_dir, "encryption.key");
-	keys.node_ca_key = load_private(bc_key_dir, "node-ca.key");
+	if (!check_private_mode(bc_key_dir, true, e))
+		return false;
+	if (!load_set("signing", keys.signing_set, &keys.n_signing, keys.signing_kids, e) ||
+		!load_set("encryption", keys.encryption_set, &keys.n_encryption, NULL, e) ||
+		!load_private("node-ca.key", false, &keys.node_ca_key, e))
+		return false;
+	keys.signing = keys.signing_set[0];
+	memcpy(keys.signing_kid, keys.signing_kids[0], sizeof(keys.signing_kid));
+	keys.encryption = keys.encryption_set[0];
 
 	path = psprintf("%s/node-ca.crt", bc_key_dir);
-	keys.node_ca = bc_cert_read_pem_file(path, err, sizeof(err));
-	if (keys.node_ca == NULL)
-		config_error("could not load the node CA certificate", psprintf("%s: %s.", path, err));
+	if (bc_cert_read_pem_bundle(path, NULL, 0, keys.node_ca_chain, BC_NODE_CA_CHAIN_MAX,
+								&n, err, sizeof(err)) != BC_OK)
+		LOAD_FAIL(e, "could not load the node CA certificate", psprintf("%s: %s.", path, err));
+	keys.n_node_ca_chain = (int) n;
+	keys.node_ca = keys.node_ca_chain[0];
+	keys.node_ca_anchor = keys.node_ca_chain[n - 1];
 	if (X509_check_private_key(keys.node_ca, keys.node_ca_key) != 1)
-		config_error("node-ca.key does not match node-ca.crt",
-					 "The node CA's private key must be the one its certificate certifies.");
-	if (bc_jwk_thumbprint(keys.signing, keys.signing_kid) != BC_OK)
-		config_error("could not compute the signing key id", "The signing key is not a P-256 key.");
+		LOAD_FAIL(e, "node-ca.key does not match node-ca.crt",
+				  "The node CA's private key must be the one the first certificate of node-ca.crt certifies.");
+	/* The bundle is one chain: each certificate issued by the next. */
+	for (i = 0; i + 1 < keys.n_node_ca_chain; i++)
+		if (X509_check_issued(keys.node_ca_chain[i + 1], keys.node_ca_chain[i]) != X509_V_OK)
+			LOAD_FAIL(e, "node-ca.crt is not one chain",
+					  psprintf("Certificate %d of node-ca.crt is not issued by certificate %d "
+							   "(the issuing CA first, then its chain up to the root).", i + 1, i + 2));
+
+	/*
+	 * node-ca.previous.crt (optional, public): the intermediate(s) before
+	 * the current one (tools/bc-join-keygen --rotate-intermediate keeps it),
+	 * so that a node certificate they issued still chains to the root when
+	 * an agent presents only its leaf (x509pop).
+	 */
+	path = psprintf("%s/node-ca.previous.crt", bc_key_dir);
+	if (access(path, F_OK) == 0)
+	{
+		if (bc_cert_read_pem_bundle(path, NULL, 0, keys.node_ca_previous, BC_NODE_CA_CHAIN_MAX,
+									&n, err, sizeof(err)) != BC_OK)
+			LOAD_FAIL(e, "could not load the previous node CA certificate",
+					  psprintf("%s: %s.", path, err));
+		keys.n_node_ca_previous = (int) n;
+	}
 
 	/*
 	 * challenge.key seals the state of two-round attestors.  A directory
@@ -127,44 +265,81 @@ bc_keys(void)
 	path = psprintf("%s/challenge.key", bc_key_dir);
 	if (access(path, F_OK) == 0)
 	{
-		check_private_mode(path, false);
+		if (!check_private_mode(path, false, e))
+			return false;
 		if (bc_state_key_read_file(path, keys.challenge32, &keys.challenge_pkey,
 								   err, sizeof(err)) != BC_OK)
-			config_error("could not load a bc_join key", psprintf("%s: %s.", path, err));
+			LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
 		keys.has_challenge = true;
 	}
+	return encode_bundle(e);
+}
 
-	/* Public copies of the CA certificate, PEM and DER. */
-	bio = BIO_new(BIO_s_mem());
-	if (bio == NULL || PEM_write_bio_X509(bio, keys.node_ca) != 1)
-	{
-		BIO_free(bio);
-		config_error("could not encode the node CA certificate", "PEM encoding failed.");
-	}
-	BIO_get_mem_ptr(bio, &mem);
-	keys.node_ca_pem = malloc(mem->length + 1);
-	if (keys.node_ca_pem == NULL)
-	{
-		BIO_free(bio);
-		config_error("out of memory", "Could not copy the node CA certificate.");
-	}
-	memcpy(keys.node_ca_pem, mem->data, mem->length);
-	keys.node_ca_pem[mem->length] = '\0';
-	BIO_free(bio);
+/* 1 when the directory is not the one (or not as) the keys were loaded from. */
+static bool
+dir_changed(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev != b->st_dev || a->st_ino != b->st_ino ||
+		a->st_mtim.tv_sec != b->st_mtim.tv_sec || a->st_mtim.tv_nsec != b->st_mtim.tv_nsec ||
+		a->st_ctim.tv_sec != b->st_ctim.tv_sec || a->st_ctim.tv_nsec != b->st_ctim.tv_nsec;
+}
 
-	derlen = i2d_X509(keys.node_ca, &der);
-	if (derlen <= 0)
-		config_error("could not encode the node CA certificate", "DER encoding failed.");
-	keys.node_ca_der = malloc(derlen);
-	if (keys.node_ca_der == NULL)
-	{
-		OPENSSL_free(der);
-		config_error("out of memory", "Could not copy the node CA certificate.");
-	}
-	memcpy(keys.node_ca_der, der, derlen);
-	keys.node_ca_der_len = derlen;
-	OPENSSL_free(der);
+/*
+ * The service keys.  Loaded once per backend, and again in the first call
+ * of a transaction that finds key_dir changed (a file added, renamed or
+ * removed: how keys rotate, see tools/bc-join-keygen), so that every call in
+ * one transaction sees the same keys.  A rotation moves files one at a time;
+ * a load that fails, or that saw the directory change under it, is tried
+ * again for a moment before it is an error.
+ */
+const BcKeys *
+bc_keys(void)
+{
+	LoadError	e = {NULL, NULL};
+	struct stat before;
+	struct stat after;
+	int			attempt;
 
+	if (keys_loaded)
+	{
+		if (MyProc == NULL || MyProc->lxid == keys_checked_lxid)
+			return &keys;
+		if (bc_key_dir != NULL && stat(bc_key_dir, &after) == 0 &&
+			!dir_changed(&after, &keys_dir_stat))
+		{
+			keys_checked_lxid = MyProc->lxid;
+			return &keys;
+		}
+		bc_keys_reset();
+	}
+
+	if (bc_key_dir == NULL || bc_key_dir[0] == '\0')
+		config_error("bc_join.key_dir is not set",
+					 "The JoinService has no keys to sign, open tokens or issue certificates with.");
+	for (attempt = 0;; attempt++)
+	{
+		bool		ok;
+
+		CHECK_FOR_INTERRUPTS();
+		if (stat(bc_key_dir, &before) != 0)
+			memset(&before, 0, sizeof(before));
+		ok = load_all(&e);
+		if (stat(bc_key_dir, &after) != 0)
+			memset(&after, 0, sizeof(after));
+		if (ok && !dir_changed(&before, &after))
+			break;
+		bc_keys_reset();
+		if (attempt >= 10)
+		{
+			if (ok)
+				config_error("bc_join key directory keeps changing",
+							 "It changed under every one of ten loads.");
+			config_error(e.msg, e.detail);
+		}
+		pg_usleep(20 * 1000L);
+	}
+	keys_dir_stat = after;
+	keys_checked_lxid = MyProc != NULL ? MyProc->lxid : InvalidLocalTransactionId;
 	keys_loaded = true;
 	return &keys;
 }
@@ -210,35 +385,114 @@ bc_node_ca_certificate(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(bc_keys()->node_ca_pem));
 }
 
+/* Append key's public JWK, with its RFC 7638 kid when with_kid. */
+static void
+append_jwk(StringInfo buf, EVP_PKEY *key, bool with_kid)
+{
+	char	   *jwk = NULL;
+	char		kid[44];
+
+	if (bc_jwk_from_pkey(key, &jwk) != BC_OK || bc_jwk_thumbprint(key, kid) != BC_OK)
+	{
+		bc_free(jwk);
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("could not encode a public key as a JWK")));
+	}
+	jwk = bc_take_cstring(jwk);
+	if (!with_kid)
+	{
+		appendStringInfoString(buf, jwk);
+		return;
+	}
+	/* The canonical JWK is one object: its members, then the kid. */
+	appendBinaryStringInfo(buf, jwk, strlen(jwk) - 1);
+	appendStringInfo(buf, ",\"kid\":\"%s\"}", kid);
+}
+
+/*
+ * The service-keys document: trustDomain, signingKey and encryptionKey (the
+ * current ones, as signing_jwk() and encryption_jwk()), signingKeys and encryptionKeys (every key in key_dir, the
+ * current one first, each with its kid), nodeCa (node-ca.crt: the issuing CA
+ * first, then its chain up to the root).
+ */
+static char *
+service_keys_text(const BcKeys *k, const char *issued_at)
+{
+	StringInfoData buf;
+	int			i;
+
+	(void) bc_require_trust_domain();
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"trustDomain\":");
+	escape_json(&buf, bc_trust_domain);
+	appendStringInfoString(&buf, ",\"signingKey\":");
+	append_jwk(&buf, k->signing, false);
+	appendStringInfoString(&buf, ",\"encryptionKey\":");
+	append_jwk(&buf, k->encryption, false);
+	appendStringInfoString(&buf, ",\"signingKeys\":[");
+	for (i = 0; i < k->n_signing; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		append_jwk(&buf, k->signing_set[i], true);
+	}
+	appendStringInfoString(&buf, "],\"encryptionKeys\":[");
+	for (i = 0; i < k->n_encryption; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		append_jwk(&buf, k->encryption_set[i], true);
+	}
+	appendStringInfoString(&buf, "],\"nodeCa\":");
+	escape_json(&buf, k->node_ca_pem);
+	if (issued_at != NULL)
+		bc_json_member(&buf, "issuedAt", issued_at);
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
 PG_FUNCTION_INFO_V1(bc_service_keys);
 
 /* service_keys(): what an agent pins, in one document. */
 Datum
 bc_service_keys(PG_FUNCTION_ARGS)
 {
+	char	   *text = service_keys_text(bc_keys(), NULL);
+
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
+}
+
+PG_FUNCTION_INFO_V1(bc_signed_service_keys);
+
+/*
+ * signed_service_keys(): the rollover an agent accepts, {"keys": [JWS...]}:
+ * the service-keys document with issuedAt, signed once by every signing key
+ * in key_dir (each JWS names its kid), so that an agent pinning any one of
+ * them can verify the set that replaces its pins.
+ */
+Datum
+bc_signed_service_keys(PG_FUNCTION_ARGS)
+{
 	const BcKeys *k = bc_keys();
-	char	   *sig = NULL;
-	char	   *enc = NULL;
-	StringInfoData buf;
+	char	   *doc = service_keys_text(k, bc_rfc3339(bc_now()));
+	StringInfoData out;
+	int			i;
 
-	(void) bc_require_trust_domain();
-	if (bc_jwk_from_pkey(k->signing, &sig) != BC_OK ||
-		bc_jwk_from_pkey(k->encryption, &enc) != BC_OK)
+	initStringInfo(&out);
+	appendStringInfoString(&out, "{\"keys\":[");
+	for (i = 0; i < k->n_signing; i++)
 	{
-		bc_free(sig);
-		bc_free(enc);
-		ereport(ERROR,
-				(errcode(ERRCODE_BC_INVALID_CONFIG),
-				 errmsg("could not encode a public key as a JWK")));
-	}
-	sig = bc_take_cstring(sig);
-	enc = bc_take_cstring(enc);
+		char	   *jws = NULL;
 
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"trustDomain\":");
-	escape_json(&buf, bc_trust_domain);
-	appendStringInfo(&buf, ",\"signingKey\":%s,\"encryptionKey\":%s,\"nodeCa\":", sig, enc);
-	escape_json(&buf, k->node_ca_pem);
-	appendStringInfoChar(&buf, '}');
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+		if (bc_jws_sign_es256(k->signing_set[i], k->signing_kids[i],
+							  (unsigned char *) doc, strlen(doc), &jws) != BC_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_BC_INVALID_CONFIG),
+					 errmsg("could not sign the service keys")));
+		jws = bc_take_cstring(jws);
+		appendStringInfo(&out, "%s\"%s\"", i > 0 ? "," : "", jws);
+	}
+	appendStringInfoString(&out, "]}");
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }

@@ -64,6 +64,25 @@ static const char anchor_sql[] =
 	"SELECT jsonb_build_object('anchor', bc_join.audit_anchor())::text, 'issued' "
 	"WHERE $1::text IS NOT NULL";
 
+/*
+ * GET /v1/service-keys: bc_join.signed_service_keys(), {"keys": [JWS...]},
+ * the pinned-key rollover bcd fetches (docs/operator.md, key rotation).
+ */
+static const char service_keys_sql[] =
+	"SELECT bc_join.signed_service_keys()::text, 'issued' WHERE $1::text IS NOT NULL";
+
+/* The GET endpoints relayed to SQL. */
+static const struct
+{
+	const char *path;
+	enum gw_endpoint ep;
+	const char *sql;
+}			get_routes[] =
+{
+	{BC_PATH_AUDIT_ANCHOR, GW_EP_AUDIT_ANCHOR, anchor_sql},
+	{BC_PATH_SERVICE_KEYS, GW_EP_SERVICE_KEYS, service_keys_sql},
+};
+
 /* One request from dispatch to answer. */
 struct req_ctx
 {
@@ -568,12 +587,14 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		return;
 	}
 	ctx->observed = 1;
-	if (path != NULL && strcmp(path, BC_PATH_AUDIT_ANCHOR) == 0)
+	for (size_t i = 0; path != NULL && i < sizeof(get_routes) / sizeof(get_routes[0]); i++)
 	{
 		const char *why = NULL;
 
-		ctx->ep = GW_EP_AUDIT_ANCHOR;
-		ctx->label = gw_endpoint_name(GW_EP_AUDIT_ANCHOR);
+		if (strcmp(path, get_routes[i].path) != 0)
+			continue;
+		ctx->ep = get_routes[i].ep;
+		ctx->label = gw_endpoint_name(get_routes[i].ep);
 		if (method != EVHTTP_REQ_GET)
 		{
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
@@ -583,7 +604,7 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		if (!rate_allowed(ctx, &addr))
 			return;
 		snprintf(ctx->cache_control, sizeof(ctx->cache_control), "max-age=60");
-		if (gw_db_submit(gw->pool, anchor_sql, "", relay_done, ctx, &why) != 0)
+		if (gw_db_submit(gw->pool, get_routes[i].sql, "", relay_done, ctx, &why) != 0)
 			reply_unavailable(ctx, GW_OUT_UNAVAILABLE, why);
 		return;
 	}

@@ -15,6 +15,7 @@ enum gw_endpoint
 	GW_EP_COMMANDS_COMPLETE,
 	GW_EP_SITE_EPOCH,
 	GW_EP_AUDIT_ANCHOR,
+	GW_EP_SERVICE_KEYS,
 	GW_EP_OTHER,			/* unknown path or method */
 	GW_EP_COUNT
 };

@@ -19,6 +19,8 @@ gateway, and tampers with a 200 answer's signed response according to
   leaf-other-key   the leaf replaced by one from the real node CA
                    (--node-ca-key/--node-ca) for another key, re-signed with
                    --signing-key
+  keys-file        GET /v1/service-keys answered with the body of --swap-file
+                   (a forged or replayed rollover); everything else passes
 
 Standard library plus python3-jwcrypto and python3-cryptography.
 """
@@ -79,7 +81,7 @@ def reissue(leaf_der, public_key, issuer_key, issuer_name):
 def tamper(body):
     """The tampered body for a 200 answer (bytes in, bytes out)."""
     mode = ARGS.mode
-    if mode in ("pass", "lose-first"):
+    if mode in ("pass", "lose-first", "keys-file"):
         return body
     if mode == "swap":
         with open(ARGS.swap_file, "rb") as f:
@@ -149,6 +151,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
         sys.stderr.write("mitm: %s %s -> %d (%s)\n" % (self.command, self.path, status, ARGS.mode))
+        sys.stderr.flush()
+
+    def do_GET(self):
+        if ARGS.mode == "keys-file" and self.path == "/v1/service-keys":
+            with open(ARGS.swap_file, "rb") as f:
+                body, status = f.read(), 200
+        else:
+            up = urllib.parse.urlparse(ARGS.upstream)
+            ctx = ssl.create_default_context(cafile=ARGS.upstream_ca)
+            conn = http.client.HTTPSConnection(up.hostname, up.port, context=ctx, timeout=30)
+            conn.request("GET", self.path)
+            resp = conn.getresponse()
+            body, status = resp.read(), resp.status
+            conn.close()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        sys.stderr.write("mitm: GET %s -> %d (%s)\n" % (self.path, status, ARGS.mode))
         sys.stderr.flush()
 
     def log_message(self, fmt, *args):

@@ -15,6 +15,8 @@
 \set sigjwk `:josetool jwk :keydir/signing.key`
 \set encjwk `:josetool jwk :keydir/encryption.key`
 \set capem `cat :keydir/node-ca.crt`
+\set sigkid `:josetool thumbprint :keydir/signing.key`
+\set enckid `:josetool thumbprint :keydir/encryption.key`
 
 BEGIN;
 SELECT plan(10);
@@ -24,8 +26,10 @@ SELECT is(bc_join.encryption_jwk(), :'encjwk'::jsonb, 'encryption_jwk() is the p
 SELECT is(bc_join.node_ca_certificate(), :'capem' || E'\n', 'node_ca_certificate() is node-ca.crt');
 SELECT is(bc_join.service_keys() - 'trustDomain',
 		  jsonb_build_object('signingKey', :'sigjwk'::jsonb, 'encryptionKey', :'encjwk'::jsonb,
+							 'signingKeys', jsonb_build_array(:'sigjwk'::jsonb || jsonb_build_object('kid', :'sigkid')),
+							 'encryptionKeys', jsonb_build_array(:'encjwk'::jsonb || jsonb_build_object('kid', :'enckid')),
 							 'nodeCa', :'capem' || E'\n'),
-		  'service_keys() bundles the three public halves');
+		  'service_keys() bundles the public halves, the sets with their RFC 7638 kids');
 SELECT is(bc_join.service_keys()->>'trustDomain', 'test.bc-join.local', 'service_keys() names the trust domain');
 SELECT ok(NOT (bc_join.signing_jwk() ? 'd') AND NOT (bc_join.encryption_jwk() ? 'd'),
 		  'no JWK carries a private member');

@@ -518,6 +518,45 @@ test_cert_verify_chain(void **state)
 	X509_free(foreign);
 }
 
+/* PEM bundles: in order, bounded, nothing but certificates taken. */
+static void
+test_cert_pem_bundle(void **state)
+{
+	pki_fixture *f = *state;
+	BIO		   *bio = BIO_new(BIO_s_mem());
+	X509	   *out[3];
+	size_t		n = 9;
+	char		err[256];
+	char	   *pem;
+	long		len;
+	char	   *text;
+
+	assert_non_null(bio);
+	assert_int_equal(PEM_write_bio_X509(bio, f->ca), 1);
+	BIO_puts(bio, "some text between\n");
+	assert_int_equal(PEM_write_bio_X509(bio, f->other_ca), 1);
+	len = BIO_get_mem_data(bio, &pem);
+	text = strndup(pem, (size_t) len);
+
+	assert_int_equal(bc_cert_read_pem_bundle(NULL, text, strlen(text), out, 3, &n, err, sizeof(err)), BC_OK);
+	assert_int_equal(n, 2);
+	assert_int_equal(X509_cmp(out[0], f->ca), 0);
+	assert_int_equal(X509_cmp(out[1], f->other_ca), 0);
+	X509_free(out[0]);
+	X509_free(out[1]);
+	/* over the bound: nothing handed back */
+	assert_int_equal(bc_cert_read_pem_bundle(NULL, text, strlen(text), out, 1, &n, err, sizeof(err)), BC_ETOOBIG);
+	assert_int_equal(n, 0);
+	/* no certificate, a cut one */
+	assert_int_equal(bc_cert_read_pem_bundle(NULL, "nothing", 7, out, 3, &n, err, sizeof(err)), BC_EINVAL);
+	assert_int_equal(n, 0);
+	assert_int_equal(bc_cert_read_pem_bundle(NULL, text, strlen(text) - 40, out, 3, &n, err, sizeof(err)), BC_EINVAL);
+	assert_int_equal(n, 0);
+	assert_true(strlen(err) > 0);
+	free(text);
+	BIO_free(bio);
+}
+
 /* An empty subject gets a critical SAN, and the strict chain check accepts it. */
 static void
 test_cert_empty_subject(void **state)
@@ -690,6 +729,7 @@ main(void)
 		cmocka_unit_test(test_cert_crl_dp),
 		cmocka_unit_test(test_cert_serials_differ),
 		cmocka_unit_test(test_cert_verify_chain),
+		cmocka_unit_test(test_cert_pem_bundle),
 		cmocka_unit_test(test_cert_empty_subject),
 		cmocka_unit_test(test_cert_from_csr),
 		cmocka_unit_test(test_csr_point_off_curve),

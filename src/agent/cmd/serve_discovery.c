@@ -39,6 +39,7 @@
 #include "core/discovery.h"
 #include "core/log.h"
 #include "core/proof.h"
+#include "core/fileio.h"
 #include "core/service_keys.h"
 #include "core/signals.h"
 #include "core/store.h"
@@ -133,6 +134,31 @@ listen_on(const char *spec, char *err, size_t errlen)
 	return fd;
 }
 
+/* Add the certificates after the leaf of dir/node-chain.pem to ctx's chain. */
+static int
+add_chain(SSL_CTX *ctx, const char *dir)
+{
+	char	   *path = bcd_path_join(dir, "node-chain.pem");
+	X509	   *certs[8];
+	size_t		n = 0;
+	size_t		i;
+	int			rc = BC_EINVAL;
+
+	if (path != NULL &&
+		bc_cert_read_pem_bundle(path, NULL, 0, certs, sizeof(certs) / sizeof(certs[0]), &n,
+								NULL, 0) == BC_OK)
+	{
+		rc = BC_OK;
+		for (i = 1; i < n; i++)
+			if (SSL_CTX_add1_chain_cert(ctx, certs[i]) != 1)
+				rc = BC_ECRYPTO;
+		for (i = 0; i < n; i++)
+			X509_free(certs[i]);
+	}
+	free(path);
+	return rc;
+}
+
 /* The TLS context for cred (made again when the serial changed). */
 static SSL_CTX *
 context_for(server *s, const bcd_credential *cred)
@@ -150,6 +176,12 @@ context_for(server *s, const bcd_credential *cred)
 		return NULL;
 	}
 	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+	/* The chain as answered (the issuing intermediate ..): a ramdisk pins the root only. */
+	if (add_chain(ctx, s->dir) != BC_OK)
+	{
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
 	SSL_CTX_free(s->ctx);
 	s->ctx = ctx;
 	memcpy(s->serial, cred->serial, sizeof(s->serial));

@@ -253,12 +253,18 @@ bcd_daemon_run(const bcd_run_opts *opts)
 		bcd_log("%s", err);
 		goto out;
 	}
+	/* A rollover taken up earlier replaces the --service-keys file's keys. */
+	if (!opts->memory_only)
+		bcd_service_keys_use_state(&agent.keys, opts->state_dir);
 	agent.http = bcd_http_new(opts->gateway, opts->gateway_ca, err, sizeof(err));
 	if (agent.http == NULL)
 	{
 		bcd_log("%s", err);
 		goto out;
 	}
+	/* The service's current keys (a next key staged meanwhile); a failure is only logged. */
+	if (!opts->once)
+		(void) bcd_service_keys_refresh(agent.http, &agent.keys);
 	if (!opts->once && !opts->memory_only && start_server(&agent) != BC_OK)
 		goto out;
 	rc = run_agent(&agent);

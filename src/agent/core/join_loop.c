@@ -198,7 +198,7 @@ join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
 	if (rc != BCD_RC_OK)
 		goto out;
 	bcd_backoff_reset(&a->backoff);
-	rc = bcd_answer_verify(&a->keys, reply.body, reply.len, js->csr, js->csr_len,
+	rc = bcd_answer_verify_fresh(a->http, &a->keys, reply.body, reply.len, js->csr, js->csr_len,
 						   js->key, &ans, err, sizeof(err));
 	if (rc == BCD_RC_OK)
 		rc = on_issued(a, js, &ans, cred);

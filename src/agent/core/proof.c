@@ -105,6 +105,7 @@ bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_creden
 	const char *jws;
 	const char *node;
 	size_t		sl = strlen(cred->spiffe_id);
+	int			unknown_kid = 0;
 	bcd_rc		rc;
 
 	memset(&reply, 0, sizeof(reply));
@@ -122,9 +123,12 @@ bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_creden
 		bcd_log("%s: refused (the reason is in bc_join.events, security.join.refused)", path);
 		goto out;
 	}
-	if (status == NULL || strcmp(status, BC_STATUS_ISSUED) != 0 || jws == NULL ||
-		bc_jws_verify_es256(keys->signing_key, jws, strlen(jws), BCD_HTTP_BODY_MAX,
-							&pl, &plen) != BC_OK)
+	if (status != NULL && strcmp(status, BC_STATUS_ISSUED) == 0 && jws != NULL &&
+		bcd_service_keys_verify(keys, jws, strlen(jws), BCD_HTTP_BODY_MAX, &pl, &plen,
+								&unknown_kid) != BC_OK && unknown_kid &&
+		bcd_service_keys_refresh(http, keys) == BC_OK)
+		(void) bcd_service_keys_verify(keys, jws, strlen(jws), BCD_HTTP_BODY_MAX, &pl, &plen, NULL);
+	if (pl == NULL)
 	{
 		bcd_log("%s: the answer is not signed by the pinned signing key; ignored", path);
 		goto out;

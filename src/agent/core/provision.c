@@ -115,7 +115,7 @@ take_issued(bcd_job *job, EVP_PKEY *key, bcd_answer *ans)
 
 /* Act on the gateway's answer (200 or 403) to the session request of key and csr. */
 static void
-on_answer(const bcd_service_keys *keys, const bcd_node_snapshot *node, bcd_job *job,
+on_answer(bcd_http *http, const bcd_service_keys *keys, const bcd_node_snapshot *node, bcd_job *job,
 		  const bcd_http_reply *reply, EVP_PKEY *key, const unsigned char *csr,
 		  size_t csr_len)
 {
@@ -123,8 +123,8 @@ on_answer(const bcd_service_keys *keys, const bcd_node_snapshot *node, bcd_job *
 	char		err[512];
 	bcd_rc		rc;
 
-	rc = bcd_answer_verify(keys, reply->body, reply->len, csr, csr_len, key, &ans,
-						   err, sizeof(err));
+	rc = bcd_answer_verify_fresh(http, keys, reply->body, reply->len, csr, csr_len, key, &ans,
+								 err, sizeof(err));
 	if (rc == BCD_RC_REFUSED)
 		job_fail(job, BCD_CODE_REFUSED, BCD_OUTCOME_REFUSED,
 				 "the service refused a session credential to this node (%s)", ans.refusal);
@@ -183,7 +183,7 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 	else if (rc != BCD_RC_OK)
 		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the gateway answered %s", err);
 	else
-		on_answer(keys, node, job, &reply, key, csr, csr_len);
+		on_answer(http, keys, node, job, &reply, key, csr, csr_len);
 out:
 	if (job->code == BCD_CODE_OK)
 		bcd_log("session %s%s%s: issued %s (serial %s, not after %s)", job->session,

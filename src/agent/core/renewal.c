@@ -203,7 +203,7 @@ exchange:
 		bcd_log("renew: the gateway answered %s", err);
 	if (rc != BCD_RC_OK)
 		goto out;
-	rc = bcd_answer_verify(&a->keys, reply.body, reply.len, csr, csr_len, key,
+	rc = bcd_answer_verify_fresh(a->http, &a->keys, reply.body, reply.len, csr, csr_len, key,
 						   &ans, err, sizeof(err));
 	if (rc == BCD_RC_OK)
 		rc = accept_renewal(a, cur, key, &ans, next);
@@ -269,6 +269,9 @@ bcd_renew_until_done(bcd_agent *a, bcd_credential *cred)
 		{
 			bcd_credential_free(cred);
 			*cred = next;
+			/* Each renewal also takes up the service's current keys (logged when it fails). */
+			if (!o->once)
+				(void) bcd_service_keys_refresh(a->http, &a->keys);
 			return BCD_RC_OK;
 		}
 		if (rc == BCD_RC_STOPPED || (o->once && rc != BCD_RC_RETRY))

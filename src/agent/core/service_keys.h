@@ -1,6 +1,7 @@
 /*
  * service_keys.h: the pinned public keys of the JoinService, the JSON of
- * bc_join.service_keys(), against which bcd checks everything it is told.
+ * bc_join.service_keys(), against which bcd checks everything it is told,
+ * and their rollover (a new set signed by a key already pinned).
  */
 #ifndef BCD_SERVICE_KEYS_H
 #define BCD_SERVICE_KEYS_H
@@ -12,18 +13,58 @@
 
 /* Bound of the service-keys JSON file. */
 #define BCD_SERVICE_KEYS_MAX (64 * 1024)
+/* Most signing (or encryption) keys pinned at once. */
+#define BCD_PINNED_MAX 4
+/* The file in the state directory that keeps an accepted rollover. */
+#define BCD_ROLLOVER_FILE "service-keys.json"
 
-/* The pinned public keys of a JoinService (bc_join.service_keys()). */
+struct bcd_keyset;
+struct bcd_http;
+
+/*
+ * The pinned keys of a JoinService.  The trust domain and the node CA's root
+ * never change; the signing and encryption keys may, by a verified rollover,
+ * while other threads verify with them (they take the set's lock).
+ */
 typedef struct bcd_service_keys
 {
 	char	   *trust_domain;	/* malloc()ed */
-	EVP_PKEY   *signing_key;	/* verifies responses (JWS ES256) */
-	EVP_PKEY   *encryption_key; /* sealed tokens are encrypted to it */
-	X509	   *node_ca;		/* issues node certificates */
+	X509	   *node_ca;		/* the root node certificates chain to (nodeCa's last) */
+	struct bcd_keyset *set;		/* signing keys by kid, the current encryption key */
 } bcd_service_keys;
 
 int			bcd_service_keys_load(const char *path, bcd_service_keys *keys,
 								  char *err, size_t errlen);
 void		bcd_service_keys_free(bcd_service_keys *keys);
+
+/*
+ * Keep accepted rollovers in state_dir (BCD_ROLLOVER_FILE), and take up the
+ * one kept there when it grew from the same --service-keys file.
+ */
+void		bcd_service_keys_use_state(const bcd_service_keys *keys, const char *state_dir);
+
+/*
+ * Verify an ES256 JWS with the pinned signing key its header names (the
+ * current one when it names none).  *unknown_kid (when not NULL) is 1 when
+ * it names a key not pinned: a rollover may be due (bcd_service_keys_refresh).
+ */
+int			bcd_service_keys_verify(const bcd_service_keys *keys, const char *jws, size_t n,
+									size_t max_payload, unsigned char **payload,
+									size_t *payload_len, int *unknown_kid);
+
+/* The current encryption key (a reference: EVP_PKEY_free it). */
+EVP_PKEY   *bcd_service_keys_encryption(const bcd_service_keys *keys);
+
+/*
+ * Take up a rollover, the text of GET /v1/service-keys ({"keys": [JWS...]}):
+ * a JWS by a pinned key whose payload names the same trust domain and root,
+ * issued no earlier than the set pinned now.  BC_OK (the set replaced, kept
+ * in the state directory when there is one) or an error with err.
+ */
+int			bcd_service_keys_rollover(const bcd_service_keys *keys, const char *text,
+									  size_t len, char *err, size_t errlen);
+
+/* GET /v1/service-keys through http and take it up (logged). */
+int			bcd_service_keys_refresh(struct bcd_http *http, const bcd_service_keys *keys);
 
 #endif							/* BCD_SERVICE_KEYS_H */

@@ -424,6 +424,31 @@ bcd_credential_free(bcd_credential *cred)
 }
 
 /*
+ * Verify leaf through the rest of dir/node-chain.pem (the issuing CA and its
+ * chain, as answered) to the pinned root, at at.
+ */
+static int
+verify_stored_chain(const char *dir, X509 *leaf, X509 *root, int64_t at)
+{
+	char	   *path = bcd_path_join(dir, "node-chain.pem");
+	X509	   *certs[8];
+	size_t		n = 0;
+	size_t		i;
+	int			rc = BC_EINVAL;
+
+	if (path != NULL &&
+		bc_cert_read_pem_bundle(path, NULL, 0, certs, sizeof(certs) / sizeof(certs[0]), &n,
+								NULL, 0) == BC_OK)
+	{
+		rc = bc_cert_verify_path(leaf, certs + 1, n - 1, root, at);
+		for (i = 0; i < n; i++)
+			X509_free(certs[i]);
+	}
+	free(path);
+	return rc;
+}
+
+/*
  * The stored credential: node.key and the leaf of node-chain.pem, which
  * must certify that key and verify against the pinned node CA (checked at
  * its last valid second when it has expired: an expired credential is still
@@ -463,7 +488,7 @@ bcd_store_load(const char *dir, const bcd_service_keys *keys, bcd_credential *cr
 	}
 	at = asn1_unix(X509_get0_notAfter(leaf));
 	at = now < at ? now : at - 1;
-	rc = bc_cert_verify_chain(leaf, keys->node_ca, at);
+	rc = verify_stored_chain(dir, leaf, keys->node_ca, at);
 	if (rc != BC_OK)
 	{
 		snprintf(err, errlen, "%s/node-chain.pem does not verify against the pinned node CA", dir);

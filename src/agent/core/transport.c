@@ -124,7 +124,7 @@ bcd_http_reply_free(bcd_http_reply *reply)
 	memset(reply, 0, sizeof(*reply));
 }
 
-/* Set every option of one POST of body (JSON) to url. */
+/* Set every option of one POST of body (JSON) to url, or of a GET when body is NULL. */
 static int
 set_options(bcd_http *h, const char *url, const char *body, struct curl_slist *headers,
 			body_buf *b, char *errbuf)
@@ -146,8 +146,10 @@ set_options(bcd_http *h, const char *url, const char *body, struct curl_slist *h
 		curl_easy_setopt(c, CURLOPT_TIMEOUT, TOTAL_TIMEOUT) != CURLE_OK ||
 		curl_easy_setopt(c, CURLOPT_MAXFILESIZE, (long) BCD_HTTP_BODY_MAX) != CURLE_OK ||
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers) != CURLE_OK ||
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK ||
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long) strlen(body)) != CURLE_OK ||
+		(body != NULL ?
+		 (curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK ||
+		  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long) strlen(body)) != CURLE_OK) :
+		 curl_easy_setopt(c, CURLOPT_HTTPGET, 1L) != CURLE_OK) ||
 		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
 		curl_easy_setopt(c, CURLOPT_WRITEDATA, b) != CURLE_OK ||
 		curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK ||
@@ -156,7 +158,7 @@ set_options(bcd_http *h, const char *url, const char *body, struct curl_slist *h
 }
 
 /*
- * POST body to base_url + path.  BCD_RC_OK with any HTTP status in reply;
+ * POST body (GET when NULL) to base_url + path.  BCD_RC_OK with any HTTP status in reply;
  * BCD_RC_STOPPED when a stop signal aborted it; BCD_RC_RETRY (reason in err)
  * when no answer came (connection, TLS, timeout, body over the bound, or
  * the request could not even be made).
@@ -260,7 +262,7 @@ bcd_http_describe(const bcd_http_reply *reply, char *buf, size_t len)
 }
 
 /*
- * POST body to path and classify what came back: the one place that tells
+ * POST body to path (GET when body is NULL) and classify what came back: the one place that tells
  * an answer to verify from one to retry or to give up on (the join loop,
  * renewal and session provisioning all ask here).
  *

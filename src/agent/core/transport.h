@@ -27,7 +27,7 @@ typedef struct bcd_http_reply
 bcd_http   *bcd_http_new(const char *base_url, const char *ca_file,
 						 char *err, size_t errlen);
 void		bcd_http_free(bcd_http *h);
-/* POST and classify: BCD_RC_OK (200/403: verify it), _RETRY, _FAILED or _STOPPED. */
+/* POST (GET when body is NULL) and classify: BCD_RC_OK (200/403: verify it), _RETRY, _FAILED or _STOPPED. */
 bcd_rc		bcd_http_exchange(bcd_http *h, const char *path, const char *body,
 							  bcd_http_reply *reply, char *err, size_t errlen);
 void		bcd_http_reply_free(bcd_http_reply *reply);

@@ -5,10 +5,11 @@
  *
  *   1. the outer JSON: a refusal is reported as such (it is unsigned, so it
  *      is only ever a reason to stop, never a reason to change anything);
- *   2. the JWS verifies with the pinned signing key (ES256 only);
+ *   2. the JWS verifies with the pinned signing key its kid names (ES256 only);
  *   3. the payload's csrSha256 is SHA-256 of our own CSR DER;
  *   4. for "issued": certificateChain decodes, its leaf certifies our key,
- *      chains to the pinned node CA, any further certificate is that CA, the
+ *      chains to the pinned node CA root through the further certificates,
+ *      which are that path and nothing else, the
  *      SPIFFE ID is the one answered (a session credential's ends in
  *      /session/<sessionId>), the serial is the one answered.
  */
@@ -21,6 +22,7 @@
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/pem.h>
+#include <openssl/x509v3.h>
 
 #include "bc_common.h"
 #include "bc_protocol.h"
@@ -151,29 +153,51 @@ decode_chain(json_t *payload, X509 **certs, size_t *n_certs)
 	return rc;
 }
 
-/* PEM of the leaf followed by the pinned CA, malloc()ed. */
+/* PEM of certs[0..n) followed by the pinned root when the chain stops short of it, malloc()ed. */
 static int
-chain_pem(X509 *leaf, X509 *ca, char **out, size_t *len)
+chain_pem(X509 *const *certs, size_t n, X509 *root, char **out, size_t *len)
 {
 	BIO		   *bio = BIO_new(BIO_s_mem());
 	char	   *data = NULL;
-	long		n;
+	long		size;
+	size_t		i;
 	int			rc = BC_ECRYPTO;
 
 	*out = NULL;
-	if (bio == NULL || PEM_write_bio_X509(bio, leaf) != 1 ||
-		PEM_write_bio_X509(bio, ca) != 1)
+	if (bio == NULL)
 		goto out;
-	n = BIO_get_mem_data(bio, &data);
+	for (i = 0; i < n; i++)
+		if (PEM_write_bio_X509(bio, certs[i]) != 1)
+			goto out;
+	if (X509_cmp(certs[n - 1], root) != 0 && PEM_write_bio_X509(bio, root) != 1)
+		goto out;
+	size = BIO_get_mem_data(bio, &data);
 	rc = BC_ENOMEM;
-	if (n <= 0 || (*out = malloc((size_t) n)) == NULL)
+	if (size <= 0 || (*out = malloc((size_t) size)) == NULL)
 		goto out;
-	memcpy(*out, data, (size_t) n);
-	*len = (size_t) n;
+	memcpy(*out, data, (size_t) size);
+	*len = (size_t) size;
 	rc = BC_OK;
 out:
 	BIO_free(bio);
 	return rc;
+}
+
+/*
+ * 1 when certs[1..n) is one chain from the leaf's issuer towards the pinned
+ * root (each issued by the next; the last the root or issued by it): the
+ * answer carries the issuing CA and its chain, nothing else.
+ */
+static int
+chain_is_one_path(X509 *const *certs, size_t n, X509 *root)
+{
+	size_t		i;
+
+	for (i = 1; i + 1 < n; i++)
+		if (X509_check_issued(certs[i + 1], certs[i]) != X509_V_OK)
+			return 0;
+	return n < 2 || X509_cmp(certs[n - 1], root) == 0 ||
+		X509_check_issued(root, certs[n - 1]) == X509_V_OK;
 }
 
 /*
@@ -262,14 +286,13 @@ check_issued(const bcd_service_keys *keys, EVP_PKEY *key, bcd_answer *ans,
 	if (EVP_PKEY_eq(X509_get0_pubkey(certs[0]), key) != 1)
 		goto out;
 	what = "the certificate does not verify against the pinned node CA";
-	rc = bc_cert_verify_chain(certs[0], keys->node_ca, 0);
+	rc = bc_cert_verify_path(certs[0], certs + 1, n_certs - 1, keys->node_ca, 0);
 	if (rc != BC_OK)
 		goto out;
-	what = "the certificate chain carries a certificate other than the pinned node CA";
+	what = "the certificate chain carries a certificate that is not on its path to the pinned node CA";
 	rc = BC_EVERIFY;
-	for (i = 1; i < n_certs; i++)
-		if (X509_cmp(certs[i], keys->node_ca) != 0)
-			goto out;
+	if (!chain_is_one_path(certs, n_certs, keys->node_ca))
+		goto out;
 	what = "the certificate's SPIFFE ID is missing or not the one answered";
 	rc = bc_cert_uri_san(certs[0], "spiffe://", &ans->spiffe_id);
 	if (rc != BC_OK)
@@ -286,7 +309,7 @@ check_issued(const bcd_service_keys *keys, EVP_PKEY *key, bcd_answer *ans,
 	if (answered_serial != NULL && strcmp(answered_serial, ans->serial) != 0)
 		goto out;
 	what = "cannot encode the certificate chain";
-	rc = chain_pem(certs[0], keys->node_ca, &ans->chain_pem, &ans->chain_pem_len);
+	rc = chain_pem(certs, n_certs, keys->node_ca, &ans->chain_pem, &ans->chain_pem_len);
 	if (rc != BC_OK)
 		goto out;
 	if (string_member(ans->payload, "notAfter") != NULL)
@@ -317,12 +340,13 @@ verify_payload(const bcd_service_keys *keys, const char *jws, size_t jws_len,
 	const char *got;
 	int			rc;
 
-	rc = bc_jws_verify_es256(keys->signing_key, jws, jws_len, BC_JOSE_MAX,
-							 &raw, &raw_len);
+	rc = bcd_service_keys_verify(keys, jws, jws_len, BC_JOSE_MAX, &raw, &raw_len,
+								 &ans->unknown_kid);
 	if (rc != BC_OK)
 	{
 		snprintf(err, errlen, "the response signature does not verify "
-				 "with the pinned signing key (%s)", bc_status_str(rc));
+				 "with %s (%s)", ans->unknown_kid ? "any pinned signing key: it names another kid" :
+				 "the pinned signing key", bc_status_str(rc));
 		goto out;
 	}
 	rc = BC_EINVAL;
@@ -412,6 +436,27 @@ bcd_answer_verify(const bcd_service_keys *keys, const char *text, size_t len,
 		snprintf(err, errlen, "unknown status in the signed payload");
 out:
 	free(jws);
+	return rc;
+}
+
+/*
+ * bcd_answer_verify, and once more after taking up the service's current
+ * keys (GET /v1/service-keys through http) when the answer is signed by a
+ * key not pinned: the service's signing key rotated since we last asked.
+ */
+bcd_rc
+bcd_answer_verify_fresh(struct bcd_http *http, const bcd_service_keys *keys, const char *text,
+						size_t len, const unsigned char *csr, size_t csr_len, EVP_PKEY *key,
+						bcd_answer *ans, char *err, size_t errlen)
+{
+	bcd_rc		rc = bcd_answer_verify(keys, text, len, csr, csr_len, key, ans, err, errlen);
+
+	if (rc == BCD_RC_FAILED && ans->unknown_kid && http != NULL &&
+		bcd_service_keys_refresh(http, keys) == BC_OK)
+	{
+		bcd_answer_free(ans);
+		rc = bcd_answer_verify(keys, text, len, csr, csr_len, key, ans, err, errlen);
+	}
 	return rc;
 }
 

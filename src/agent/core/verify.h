@@ -29,13 +29,15 @@ typedef struct bcd_answer
 	char	   *spiffe_id;		/* malloc()ed */
 	char		serial[41];		/* of the leaf, lower-case hex, >= 32 digits */
 	char		not_after[64];	/* RFC 3339, as answered (or from the leaf) */
-	char	   *chain_pem;		/* leaf then the pinned CA, malloc()ed */
+	char	   *chain_pem;		/* leaf, the issuing CA .. the pinned root, malloc()ed */
 	size_t		chain_pem_len;
 	/* pending and challenge */
 	long		retry_after;	/* retryAfterSeconds, -1 when absent */
 	const char *request_id;
 	const char *challenge;
 	const char *attestor;
+	/* failed: signed by a key not pinned (a rollover may be due) */
+	int			unknown_kid;
 	/* refused: the outer error code (never from a signed payload) */
 	char		refusal[72];
 } bcd_answer;
@@ -45,6 +47,11 @@ bcd_rc		bcd_answer_verify(const bcd_service_keys *keys, const char *text,
 							  size_t len, const unsigned char *csr,
 							  size_t csr_len, EVP_PKEY *key, bcd_answer *ans,
 							  char *err, size_t errlen);
+/* The same, and again after a rollover when the answer names a key not pinned. */
+bcd_rc		bcd_answer_verify_fresh(struct bcd_http *http, const bcd_service_keys *keys,
+									const char *text, size_t len, const unsigned char *csr,
+									size_t csr_len, EVP_PKEY *key, bcd_answer *ans,
+									char *err, size_t errlen);
 void		bcd_answer_free(bcd_answer *ans);
 int			bcd_cert_serial_hex(X509 *cert, char out[41]);
 void		bcd_cert_not_after(X509 *cert, char *buf, size_t len);

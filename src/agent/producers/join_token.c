@@ -77,8 +77,13 @@ bcd_seal_token(const bcd_producer_input *in, bcd_evidence *out, char *err, size_
 		return BC_OK;			/* no token: the request carries no sealedToken */
 	rc = bc_sha256_b64url(in->csr, in->csr_len, csr_sha256);
 	if (rc == BC_OK)
-		rc = bc_jwe_seal(in->keys->encryption_key, "csrSha256", csr_sha256,
+	{
+		EVP_PKEY   *enc = bcd_service_keys_encryption(in->keys);
+
+		rc = bc_jwe_seal(enc, "csrSha256", csr_sha256,
 						 (const unsigned char *) token, token_len, &out->sealed_token);
+		EVP_PKEY_free(enc);
+	}
 	if (rc != BC_OK)
 		snprintf(err, errlen, "cannot build the JoinRequest (%s)", bc_status_str(rc));
 	bc_free_secret(token, token_len + 1);

@@ -400,6 +400,28 @@ external_branch(const BcJoinRequest *req, X509 *const *certs, size_t ncerts,
 	}
 }
 
+/*
+ * 1 when the leaf chains to the node CA's root (node-ca.crt's last
+ * certificate) through the presented certificates, node-ca.crt's own and
+ * node-ca.previous.crt's: a certificate of a previous intermediate under the
+ * same root counts.
+ */
+static bool
+node_ca_path(const BcKeys *keys, X509 **certs, int ncerts, int64 at)
+{
+	X509	   *untrusted[2 * BC_NODE_CA_CHAIN_MAX + 16];
+	size_t		n = 0;
+	int			i;
+
+	for (i = 1; i < ncerts && n < lengthof(untrusted); i++)
+		untrusted[n++] = certs[i];
+	for (i = 0; i + 1 < keys->n_node_ca_chain && n < lengthof(untrusted); i++)
+		untrusted[n++] = keys->node_ca_chain[i];
+	for (i = 0; i < keys->n_node_ca_previous && n < lengthof(untrusted); i++)
+		untrusted[n++] = keys->node_ca_previous[i];
+	return bc_cert_verify_path(certs[0], untrusted, n, keys->node_ca_anchor, at) == BC_OK;
+}
+
 /* verify(): a machine proves a certificate it holds. */
 static void
 x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
@@ -464,7 +486,7 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	if (bc_cert_not_after(certs[0], &not_after) != BC_OK)
 		bc_refuse_join(WHO ":malformed", NULL);
 	at = not_after - 1 < now ? not_after - 1 : now;
-	if (bc_cert_verify_path(certs[0], certs + 1, ncerts - 1, keys->node_ca, at) == BC_OK)
+	if (node_ca_path(keys, certs, ncerts, at))
 		node_branch(req, certs[0], ps.str[1], res);
 	else
 		external_branch(req, certs, ncerts, ps.str[1], now, res);
