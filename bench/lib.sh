@@ -156,6 +156,7 @@ setup_db() {
   psql -qAtX -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE $1"
   DB=$1 sqlb -v ntok="$TOKENS" <<'SQL' >/dev/null
 CREATE EXTENSION bc_join;
+CREATE EXTENSION pg_walinspect;     -- the WAL of a run split into records and full-page images
 CREATE SCHEMA bench;
 SELECT bc_join.create_tenant('bench') AS t \gset
 SELECT bc_join.create_site(:'t', 'dc1') AS s \gset
@@ -268,6 +269,14 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0 || a == "") print "n/a
 INVALID=()
 declare -gA BAD_RUN      # BAD_RUN[name]=reason: the run's numbers are no result
 
+# pgrun_refill N: at least N unused requests in the main database, its nodes
+# back to the 1,000 of every point (what a point made again starts from).  A
+# section with databases of its own sets PGRUN_REFILL to its own (growth).
+pgrun_refill() {
+  ensure_sql "$1" "${SQL_TOKENS:-$W/tokens}"
+  reset_nodes
+}
+
 # pgrun NAME SCRIPT CLIENTS SECS: one pgbench run; sets TPS P50 P99 (ms) and
 # RUN_OK (1, or 0 when the run is not valid: it is then in BAD_RUN and
 # INVALID, and its numbers must not stand in a table as a result).  A join
@@ -276,7 +285,8 @@ declare -gA BAD_RUN      # BAD_RUN[name]=reason: the run's numbers are no result
 pgrun() {
   local name=$1 script=$2 c=$3 secs=$4 d=$W/runs/$1 j before admitted other processed avail=""
   RUN_OK=1
-  [ "$script" = "$ROOT/bench/join.pgbench" ] && avail=$(sql_left)
+  # what is left in this run's database: NREQ (or SQL_NEXT - 1) less what bench.seq handed out
+  [ "$script" = "$ROOT/bench/join.pgbench" ] && avail=$(sqlb -c "SELECT ${NREQ:-$((SQL_NEXT - 1))} - (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM bench.seq)")
   j=$(( c < NPROC ? c : NPROC ))
   mkdir -p "$d"
   sqlb -c "CHECKPOINT" -c "SELECT bc_join.attestor_stats_reset()" >/dev/null
@@ -288,6 +298,10 @@ pgrun() {
   TPS=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$d/out")
   processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$d/out")
   WALKB=$(sqlb -c "SELECT round(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0') / greatest($processed, 1) / 1024.0, 1)")
+  # of which full-page images (the first change of each page after the checkpoint above), and in B-trees
+  read -r FPIKB BTFPIKB < <(sqlb -F' ' -c "SELECT round(coalesce(sum(fpi_size), 0) / greatest($processed, 1) / 1024.0, 1),
+      round(coalesce(sum(fpi_size) FILTER (WHERE resource_manager = 'Btree'), 0) / greatest($processed, 1) / 1024.0, 1)
+      FROM pg_get_wal_stats('$lsn0', pg_current_wal_flush_lsn())" 2>/dev/null || echo "n/a n/a")
   cat "$d"/tx.* | awk '{ print $3 / 1000 }' | sort -n >"$d/lat"
   P50=$(pct "$d/lat" 50); P99=$(pct "$d/lat" 99)
   rm -f "$d"/tx.*
@@ -295,8 +309,7 @@ pgrun() {
     note_rate "$TPS"
     if [ "$processed" -gt "$avail" ] && [ -z "${PGRUN_AGAIN:-}" ]; then
       log "$name: $processed transactions but only $avail requests were prepared: again with more"
-      ensure_sql "$(( $(per_run "$secs") * 2 ))" "${SQL_TOKENS:-$W/tokens}"
-      reset_nodes
+      "${PGRUN_REFILL:-pgrun_refill}" "$(( $(per_run "$secs") * 2 ))"
       PGRUN_AGAIN=1 pgrun "$@"
       return
     fi

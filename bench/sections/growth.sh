@@ -10,7 +10,7 @@
 # point alike instead of reading as growth.
 G_ROUNDS=${BENCH_GROWTH_ROUNDS:-2}
 GSECS=$(( SECS / G_ROUNDS > 2 ? SECS / G_ROUNDS : 2 ))
-declare -gA G_TPS G_P50 G_P99 G_WAL GC_TPS GC_WAL G_LOAD G_EV G_AU G_NEXT G_R
+declare -gA G_TPS G_P50 G_P99 G_WAL GC_TPS GC_WAL G_LOAD G_EV G_AU G_NEXT G_R G_FPI G_BTFPI
 # gdb_ensure DB NEED: at least NEED unused requests in DB (sealed with its tokens).
 gdb_ensure() {
   local db=$1 need=$2 left add next
@@ -31,6 +31,13 @@ gdb_restore() {
     -c "DELETE FROM bc_join.events WHERE id > ${G_EV[$1]}" \
     -c "DELETE FROM bc_join.audit_log WHERE id > ${G_AU[$1]}" \
     -c "VACUUM ANALYZE bc_join.nodes, bc_join.node_certs, bc_join.events, bc_join.audit_log, bc_join.join_tokens" >/dev/null
+}
+
+# growth_refill N: pgrun's refill for the point's database G_DB (NREQ follows).
+growth_refill() {
+  gdb_ensure "$G_DB" "$1"
+  gdb_restore "$G_DB"
+  NREQ=$((G_NEXT[$G_DB] - 1))
 }
 
 growth_run() {
@@ -57,21 +64,23 @@ growth_run() {
       db=bench_g$n
       gdb_ensure "$db" $((EST * (GSECS + 2)))
       gdb_restore "$db"
-      DB=$db NREQ=$((G_NEXT[$db] - 1)) pgrun "growth-$n-r$r" "$ROOT/bench/join.pgbench" "$GCLIENTS" "$GSECS"
-      G_R[$n,$r]=$TPS G_R[w$n,$r]=$WALKB
+      G_DB=$db DB=$db NREQ=$((G_NEXT[$db] - 1)) PGRUN_REFILL=growth_refill pgrun "growth-$n-r$r" "$ROOT/bench/join.pgbench" "$GCLIENTS" "$GSECS"
+      G_R[$n,$r]=$TPS G_R[w$n,$r]=$WALKB G_R[f$n,$r]=$FPIKB G_R[b$n,$r]=$BTFPIKB
       gdb_restore "$db"
       DB=$db NREQ=$((G_NEXT[$db] - 1)) pgrun "growth-ceiling-$n-r$r" "$ROOT/bench/ceiling.pgbench" "$GCLIENTS" "$GSECS"
       G_R[c$n,$r]=$TPS G_R[cw$n,$r]=$WALKB
     done
   done
   for n in $GROWTH; do
-    js="" cs="" jw="" cw="" lats=()
+    js="" cs="" jw="" cw="" jf="" jb="" lats=()
     for ((r = 1; r <= G_ROUNDS; r++)); do
       js+="${G_R[$n,$r]} " cs+="${G_R[c$n,$r]} " jw+="${G_R[w$n,$r]} " cw+="${G_R[cw$n,$r]} "
+      jf+="${G_R[f$n,$r]} " jb+="${G_R[b$n,$r]} "
       lats+=("$W/runs/growth-$n-r$r/lat")
     done
     mean() { echo "$1" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; printf "%.1f", s / NF }'; }
     G_TPS[$n]=$(mean "$js") GC_TPS[$n]=$(mean "$cs") G_WAL[$n]=$(mean "$jw") GC_WAL[$n]=$(mean "$cw")
+    G_FPI[$n]=$(mean "$jf") G_BTFPI[$n]=$(mean "$jb")
     sort -n -m "${lats[@]}" >"$W/runs/growth-$n.lat"
     G_P50[$n]=$(pct "$W/runs/growth-$n.lat" 50) G_P99[$n]=$(pct "$W/runs/growth-$n.lat" 99)
     log "growth: $n nodes: joins $(fmt "${G_TPS[$n]}")/s over rounds ($js), ceiling $(fmt "${GC_TPS[$n]}")/s ($cs)"
@@ -80,6 +89,7 @@ growth_run() {
 }
 
 growth_report() {
+  local n rounds nofpi nofpi0
   echo "### 4. Growth"
   echo
   echo "$GCLIENTS clients; one database per point holding exactly that many joined nodes before every run (each with its certificate, \`node.joined\` event and audit row, bulk-loaded by \`bench/load-nodes.sql\`; what a run adds is deleted and vacuumed away before the next). The points are measured in $G_ROUNDS rounds of $GSECS s per run, in one order and then the other, and averaged, so that the VM's speed drifting over the minutes of the section weighs on every point alike."
@@ -90,5 +100,15 @@ growth_report() {
     rounds=""
     for ((r = 1; r <= G_ROUNDS; r++)); do rounds+="$(ratio "${G_R[$n,$r]}" "${G_R[$G_FIRST,$r]}") "; done
     echo "| $(printf "%'d" "$n") | $(fmt "${G_TPS[$n]}") | $(fmt "${G_P50[$n]}") | $(fmt "${G_P99[$n]}") | ${G_WAL[$n]} | $(fmt "${GC_TPS[$n]}") | ${GC_WAL[$n]} | $(ratio "${G_TPS[$n]}" "${GC_TPS[$n]}") | $(ratio "${G_TPS[$n]}" "${G_TPS[$G_FIRST]}") | $(ratio "${GC_TPS[$n]}" "${GC_TPS[$G_FIRST]}") | ${rounds% } |"
+  done
+  echo
+  echo "The WAL of the join runs split (pg_walinspect, \`pg_get_wal_stats\` over each run): every point starts after a \`CHECKPOINT\`, so the first change of each page writes a full-page image; with more nodes the joins of a short run land on more distinct index pages (the certificate's random serial and SPKI hash, unique by design), each paying its image once per checkpoint."
+  echo
+  echo "| nodes already joined | WAL kB/join | of which full-page images | of which in B-tree indexes | without full-page images | vs $(printf "%'d" "$G_FIRST") |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+  for n in $GROWTH; do
+    nofpi=$(awk -v a="${G_WAL[$n]}" -v b="${G_FPI[$n]}" 'BEGIN { printf "%.1f", a - b }')
+    nofpi0=$(awk -v a="${G_WAL[$G_FIRST]}" -v b="${G_FPI[$G_FIRST]}" 'BEGIN { printf "%.1f", a - b }')
+    echo "| $(printf "%'d" "$n") | ${G_WAL[$n]} | ${G_FPI[$n]} | ${G_BTFPI[$n]} | $nofpi | $(ratio "$nofpi" "$nofpi0") |"
   done
 }
