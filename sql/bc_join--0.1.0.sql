@@ -365,10 +365,15 @@ CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, act
 
 -- Before every insert: under the chain's lock (held to the end of the
 -- transaction, so concurrent joins append one after the other), the row
--- takes the next id and links to the last row.
+-- takes the next id and links to the last row.  The last row is found by
+-- the primary key, whatever the statistics said when a backend first
+-- planned the query: planned while the log was nearly empty, a sequential
+-- scan and sort stays in a long-lived backend's cached plan (the gateway's)
+-- and every later insert reads the whole log (enable_seqscan off here).
 CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
+	SET enable_seqscan = off
 	AS $$
 DECLARE
 	prev bytea;

@@ -44,6 +44,8 @@ typedef struct parsed_keys
 	char		kid[BCD_PINNED_MAX][44];
 	EVP_PKEY   *enc;
 	char		issued_at[32];	/* "" when the document has none */
+	size_t		n_ca;			/* nodeCa's certificates (anchor the last) */
+	X509	   *ca[NODE_CA_MAX];
 } parsed_keys;
 
 /* What may change, under its lock. */
@@ -104,7 +106,10 @@ parsed_free(parsed_keys *p)
 	int			i;
 
 	free(p->trust_domain);
-	X509_free(p->anchor);
+	if (p->n_ca == 0)
+		X509_free(p->anchor);
+	for (i = 0; i < (int) p->n_ca; i++)
+		X509_free(p->ca[i]);
 	for (i = 0; i < p->n_sig; i++)
 		EVP_PKEY_free(p->sig[i]);
 	EVP_PKEY_free(p->enc);
@@ -193,8 +198,8 @@ parse_doc(json_t *doc, parsed_keys *p, const char **what)
 		goto out;
 	/* The root is what is pinned; the service sends the rest in every answer. */
 	p->anchor = certs[ncerts - 1];
-	for (i = 0; i + 1 < ncerts; i++)
-		X509_free(certs[i]);
+	p->n_ca = ncerts;
+	memcpy(p->ca, certs, ncerts * sizeof(certs[0]));
 	*what = "issuedAt is not a timestamp";
 	rc = BC_EINVAL;
 	if (at != NULL && (!json_is_string(at) || json_string_length(at) >= sizeof(p->issued_at)))
@@ -265,6 +270,7 @@ bcd_service_keys_load(const char *path, bcd_service_keys *keys,
 	keys->node_ca = p.anchor;
 	p.trust_domain = NULL;
 	p.anchor = NULL;
+	p.n_ca--;					/* the last one, the anchor, is keys' now */
 	set_take(keys->set, &p);
 	keys->set->issued_at[0] = '\0';
 out:
@@ -298,12 +304,22 @@ bcd_service_keys_free(bcd_service_keys *keys)
 	memset(keys, 0, sizeof(*keys));
 }
 
-/* 1 when p may replace what keys pins: same trust domain and root. */
+/*
+ * 1 when p may replace what keys pins: the same trust domain, and the pinned
+ * node CA certificate in its nodeCa (the root; or the intermediate, when
+ * that is what the --service-keys file named).
+ */
 static int
 same_anchor(const bcd_service_keys *keys, const parsed_keys *p)
 {
-	return strcmp(keys->trust_domain, p->trust_domain) == 0 &&
-		X509_cmp(keys->node_ca, p->anchor) == 0;
+	size_t		i;
+
+	if (strcmp(keys->trust_domain, p->trust_domain) != 0)
+		return 0;
+	for (i = 0; i < p->n_ca; i++)
+		if (X509_cmp(keys->node_ca, p->ca[i]) == 0)
+			return 1;
+	return 0;
 }
 
 /* Keep the set doc (taken up) in the state directory: {"base", "set"}. */

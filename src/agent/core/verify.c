@@ -185,19 +185,23 @@ out:
 
 /*
  * 1 when certs[1..n) is one chain from the leaf's issuer towards the pinned
- * root (each issued by the next; the last the root or issued by it): the
- * answer carries the issuing CA and its chain, nothing else.
+ * certificate (each issued by the next; the pinned one among them, or the
+ * issuer of the last): the answer carries the issuing CA and its chain,
+ * nothing else.  (The pinned certificate is the root, or, when an operator
+ * pinned the intermediate itself, that intermediate.)
  */
 static int
-chain_is_one_path(X509 *const *certs, size_t n, X509 *root)
+chain_is_one_path(X509 *const *certs, size_t n, X509 *pinned)
 {
 	size_t		i;
 
 	for (i = 1; i + 1 < n; i++)
 		if (X509_check_issued(certs[i + 1], certs[i]) != X509_V_OK)
 			return 0;
-	return n < 2 || X509_cmp(certs[n - 1], root) == 0 ||
-		X509_check_issued(root, certs[n - 1]) == X509_V_OK;
+	for (i = 1; i < n; i++)
+		if (X509_cmp(certs[i], pinned) == 0)
+			return 1;
+	return n < 2 || X509_check_issued(pinned, certs[n - 1]) == X509_V_OK;
 }
 
 /*
