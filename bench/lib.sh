@@ -265,7 +265,7 @@ reset_nodes() {
 # pct FILE P: the P-th percentile (nearest rank) of the sorted numbers in FILE.
 pct() { awk -v p="$2" '{ a[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i = int(NR * p / 100 + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR; print a[i] }' "$1"; }
 fmt() { awk -v x="$1" 'BEGIN { if (x == "nan" || x == "") print "n/a"; else printf "%.*f", (x >= 100 ? 0 : (x >= 10 ? 1 : 2)), x }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0 || a == "") print "n/a"; else printf "%.0f%%", 100 * a / b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^-?[0-9.]+$/ || b !~ /^-?[0-9.]+$/ || b + 0 == 0) print "n/a"; else printf "%.0f%%", 100 * a / b }'; }
 INVALID=()
 declare -gA BAD_RUN      # BAD_RUN[name]=reason: the run's numbers are no result
 
@@ -300,7 +300,7 @@ pgrun() {
   WALKB=$(sqlb -c "SELECT round(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0') / greatest($processed, 1) / 1024.0, 1)")
   # of which full-page images (the first change of each page after the checkpoint above), and in B-trees
   read -r FPIKB BTFPIKB < <(sqlb -F' ' -c "SELECT round(coalesce(sum(fpi_size), 0) / greatest($processed, 1) / 1024.0, 1),
-      round(coalesce(sum(fpi_size) FILTER (WHERE resource_manager = 'Btree'), 0) / greatest($processed, 1) / 1024.0, 1)
+      round(coalesce(sum(fpi_size) FILTER (WHERE \"resource_manager/record_type\" = 'Btree'), 0) / greatest($processed, 1) / 1024.0, 1)
       FROM pg_get_wal_stats('$lsn0', pg_current_wal_flush_lsn())" 2>/dev/null || echo "n/a n/a")
   cat "$d"/tx.* | awk '{ print $3 / 1000 }' | sort -n >"$d/lat"
   P50=$(pct "$d/lat" 50); P99=$(pct "$d/lat" 99)

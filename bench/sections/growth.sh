@@ -78,7 +78,8 @@ growth_run() {
       jf+="${G_R[f$n,$r]} " jb+="${G_R[b$n,$r]} "
       lats+=("$W/runs/growth-$n-r$r/lat")
     done
-    mean() { echo "$1" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; printf "%.1f", s / NF }'; }
+    # the mean of the rounds; n/a when a round has no number (never a 0 standing in for it)
+    mean() { echo "$1" | awk '{ s = 0; for (i = 1; i <= NF; i++) { if ($i !~ /^[0-9.]+$/) { print "n/a"; exit } s += $i } printf "%.1f", s / NF }'; }
     G_TPS[$n]=$(mean "$js") GC_TPS[$n]=$(mean "$cs") G_WAL[$n]=$(mean "$jw") GC_WAL[$n]=$(mean "$cw")
     G_FPI[$n]=$(mean "$jf") G_BTFPI[$n]=$(mean "$jb")
     sort -n -m "${lats[@]}" >"$W/runs/growth-$n.lat"
@@ -107,8 +108,8 @@ growth_report() {
   echo "| nodes already joined | WAL kB/join | of which full-page images | of which in B-tree indexes | without full-page images | vs $(printf "%'d" "$G_FIRST") |"
   echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
   for n in $GROWTH; do
-    nofpi=$(awk -v a="${G_WAL[$n]}" -v b="${G_FPI[$n]}" 'BEGIN { printf "%.1f", a - b }')
-    nofpi0=$(awk -v a="${G_WAL[$G_FIRST]}" -v b="${G_FPI[$G_FIRST]}" 'BEGIN { printf "%.1f", a - b }')
+    nofpi=$(awk -v a="${G_WAL[$n]}" -v b="${G_FPI[$n]}" 'BEGIN { if (b !~ /^[0-9.]+$/) print "n/a"; else printf "%.1f", a - b }')
+    nofpi0=$(awk -v a="${G_WAL[$G_FIRST]}" -v b="${G_FPI[$G_FIRST]}" 'BEGIN { if (b !~ /^[0-9.]+$/) print "n/a"; else printf "%.1f", a - b }')
     echo "| $(printf "%'d" "$n") | ${G_WAL[$n]} | ${G_FPI[$n]} | ${G_BTFPI[$n]} | $nofpi | $(ratio "$nofpi" "$nofpi0") |"
   done
 }
