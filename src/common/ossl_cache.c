@@ -20,7 +20,7 @@
 
 #include "bc_common.h"
 
-#define CACHE_KEYS 4
+#define CACHE_KEYS 8
 
 typedef struct cached_key
 {

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fmgr.h"
@@ -19,6 +20,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
@@ -231,6 +233,38 @@ load_all(LoadError *e)
 	keys.n_node_ca_chain = (int) n;
 	keys.node_ca = keys.node_ca_chain[0];
 	keys.node_ca_anchor = keys.node_ca_chain[n - 1];
+
+	/*
+	 * Rotating the intermediate (tools/bc-join-keygen --rotate-intermediate)
+	 * writes node-ca.next.crt, then renames the new node-ca.key into place,
+	 * then node-ca.next.crt over node-ca.crt: between the two renames the key
+	 * is the next certificate's, which then issues.
+	 */
+	if (X509_check_private_key(keys.node_ca, keys.node_ca_key) != 1 &&
+		access(path = psprintf("%s/node-ca.next.crt", bc_key_dir), F_OK) == 0)
+	{
+		X509	   *next[BC_NODE_CA_CHAIN_MAX];
+		size_t		m = 0;
+
+		ERR_clear_error();
+		if (bc_cert_read_pem_bundle(path, NULL, 0, next, BC_NODE_CA_CHAIN_MAX, &m,
+									err, sizeof(err)) == BC_OK)
+		{
+			if (X509_check_private_key(next[0], keys.node_ca_key) == 1)
+			{
+				for (i = 0; i < keys.n_node_ca_chain; i++)
+					X509_free(keys.node_ca_chain[i]);
+				memcpy(keys.node_ca_chain, next, m * sizeof(next[0]));
+				keys.n_node_ca_chain = (int) m;
+				keys.node_ca = next[0];
+				keys.node_ca_anchor = next[m - 1];
+			}
+			else
+				while (m > 0)
+					X509_free(next[--m]);
+		}
+	}
+	ERR_clear_error();
 	if (X509_check_private_key(keys.node_ca, keys.node_ca_key) != 1)
 		LOAD_FAIL(e, "node-ca.key does not match node-ca.crt",
 				  "The node CA's private key must be the one the first certificate of node-ca.crt certifies.");
@@ -339,6 +373,23 @@ bc_keys(void)
 		pg_usleep(20 * 1000L);
 	}
 	keys_dir_stat = after;
+
+	/*
+	 * The kernel stamps a directory's change with a coarse clock (a few
+	 * milliseconds): two renames of one rotation may share a stamp.  While
+	 * the directory changed that recently, the stamp proves nothing, so the
+	 * next transaction loads again.
+	 */
+	{
+		struct timespec now;
+
+		if (clock_gettime(CLOCK_REALTIME, &now) != 0 ||
+			(now.tv_sec - after.st_mtim.tv_sec) * 1000 +
+			(now.tv_nsec - after.st_mtim.tv_nsec) / 1000000 < 100 ||
+			(now.tv_sec - after.st_ctim.tv_sec) * 1000 +
+			(now.tv_nsec - after.st_ctim.tv_nsec) / 1000000 < 100)
+			memset(&keys_dir_stat, 0, sizeof(keys_dir_stat));
+	}
 	keys_checked_lxid = MyProc != NULL ? MyProc->lxid : InvalidLocalTransactionId;
 	keys_loaded = true;
 	return &keys;

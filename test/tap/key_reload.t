@@ -7,8 +7,9 @@ never in the middle of one (one transaction sees one set of keys); after
 the previous encryption key still opens; after --retire it is refused as
 unsealable; signed_service_keys() holds one JWS per signing key, each
 verifying with the published key of its kid; a node-ca.crt that is not one
-chain (the root first) or whose first certificate is not node-ca.key's is
-INVALID_CONFIG, and the directory put right is taken up again.
+chain or whose first certificate is not node-ca.key's is INVALID_CONFIG,
+and the directory put right is taken up again; a rotation of the
+intermediate stopped between its renames still loads.
 Its own cluster (bctest.ClusterEnv).
 """
 import base64
@@ -151,6 +152,42 @@ def body(tap, env):
            "node-ca.crt without the intermediate (node-ca.key's): INVALID_CONFIG", got)
     replace_ca("".join(certs))
     tap.eq(raised(), None, "the directory put right: taken up again at the next transaction")
+
+    # -- --rotate-intermediate stopped between its renames: the new key with
+    # node-ca.next.crt beside the old node-ca.crt still loads, the next one issuing
+    root = env.keys + ".root"
+    key = os.path.join(env.keys, "node-ca.key")
+    new_key = os.path.join(env.dir, "int2.key")
+    csr = os.path.join(env.dir, "int2.csr")
+    ext = os.path.join(env.dir, "int2.ext")
+    crt = os.path.join(env.dir, "int2.crt")
+    with open(ext, "w") as f:
+        f.write("basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid:always\n")
+    for cmd in (["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", new_key],
+                ["openssl", "req", "-new", "-key", new_key, "-subj", "/CN=second intermediate", "-out", csr],
+                ["openssl", "x509", "-req", "-in", csr, "-CA", os.path.join(root, "root.crt"), "-CAkey",
+                 os.path.join(root, "root.key"), "-days", "1", "-set_serial", "7", "-extfile", ext, "-out", crt]):
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(crt) as f, open(os.path.join(root, "root.crt")) as g:
+        next_bundle = f.read() + g.read()
+    nxt = os.path.join(env.keys, "node-ca.next.crt")
+    with open(nxt, "w") as f:
+        f.write(next_bundle)
+    shutil.copystat(keep, nxt)
+    os.chown(nxt, os.stat(keep).st_uid, os.stat(keep).st_gid)
+    tmpk = os.path.join(env.keys, ".node-ca.key.tmp")
+    shutil.copyfile(new_key, tmpk)
+    shutil.copystat(key, tmpk)
+    os.chown(tmpk, os.stat(key).st_uid, os.stat(key).st_gid)
+    os.rename(tmpk, key)
+    got = raised()
+    pem = one("SELECT bc_join.node_ca_certificate()")
+    conn.commit()
+    tap.ok(got is None and "second intermediate" in subprocess.run(
+        ["openssl", "x509", "-noout", "-subject"], input=pem, stdout=subprocess.PIPE, text=True).stdout,
+        "the new node-ca.key beside node-ca.next.crt (a rotation stopped half-way): it loads, the next one issues",
+        (got, pem[:80]))
     conn.close()
 
 

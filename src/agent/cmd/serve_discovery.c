@@ -134,9 +134,12 @@ listen_on(const char *spec, char *err, size_t errlen)
 	return fd;
 }
 
-/* Add the certificates after the leaf of dir/node-chain.pem to ctx's chain. */
+/*
+ * Add the certificates after the leaf of dir/node-chain.pem to ctx's chain,
+ * when that leaf is leaf (a renewal in between: BC_EINVAL, made again later).
+ */
 static int
-add_chain(SSL_CTX *ctx, const char *dir)
+add_chain(SSL_CTX *ctx, const char *dir, X509 *leaf)
 {
 	char	   *path = bcd_path_join(dir, "node-chain.pem");
 	X509	   *certs[8];
@@ -148,8 +151,8 @@ add_chain(SSL_CTX *ctx, const char *dir)
 		bc_cert_read_pem_bundle(path, NULL, 0, certs, sizeof(certs) / sizeof(certs[0]), &n,
 								NULL, 0) == BC_OK)
 	{
-		rc = BC_OK;
-		for (i = 1; i < n; i++)
+		rc = X509_cmp(certs[0], leaf) == 0 ? BC_OK : BC_EINVAL;
+		for (i = 1; i < n && rc == BC_OK; i++)
 			if (SSL_CTX_add1_chain_cert(ctx, certs[i]) != 1)
 				rc = BC_ECRYPTO;
 		for (i = 0; i < n; i++)
@@ -177,7 +180,7 @@ context_for(server *s, const bcd_credential *cred)
 	}
 	SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
 	/* The chain as answered (the issuing intermediate ..): a ramdisk pins the root only. */
-	if (add_chain(ctx, s->dir) != BC_OK)
+	if (add_chain(ctx, s->dir, cred->leaf) != BC_OK)
 	{
 		SSL_CTX_free(ctx);
 		return NULL;

@@ -362,7 +362,9 @@ bcd_service_keys_use_state(const bcd_service_keys *keys, const char *state_dir)
 		bcd_log("%s grew from another --service-keys file; not used", path);
 		goto out;
 	}
-	if (parse_doc(json_object_get(doc, "set"), &p, &what) != BC_OK || !same_anchor(keys, &p))
+	if (parse_doc(json_object_get(doc, "set"), &p, &what) == BC_OK)
+		what = NULL;
+	if (what != NULL || !same_anchor(keys, &p))
 	{
 		bcd_log("%s is not a set of the pinned service (%s); not used", path,
 				what != NULL ? what : "another trust domain or root");

@@ -153,7 +153,7 @@ decode_chain(json_t *payload, X509 **certs, size_t *n_certs)
 	return rc;
 }
 
-/* PEM of certs[0..n) followed by the pinned root when the chain stops short of it, malloc()ed. */
+/* PEM of certs[0..n) followed by the pinned root unless the chain holds it, malloc()ed. */
 static int
 chain_pem(X509 *const *certs, size_t n, X509 *root, char **out, size_t *len)
 {
@@ -169,7 +169,9 @@ chain_pem(X509 *const *certs, size_t n, X509 *root, char **out, size_t *len)
 	for (i = 0; i < n; i++)
 		if (PEM_write_bio_X509(bio, certs[i]) != 1)
 			goto out;
-	if (X509_cmp(certs[n - 1], root) != 0 && PEM_write_bio_X509(bio, root) != 1)
+	for (i = 1; i < n && X509_cmp(certs[i], root) != 0; i++)
+		;
+	if (i == n && PEM_write_bio_X509(bio, root) != 1)
 		goto out;
 	size = BIO_get_mem_data(bio, &data);
 	rc = BC_ENOMEM;
