@@ -279,8 +279,11 @@ def body(tap, env):
     hooks.join(90)
     tap.ok(hooks.ok >= 20 and hooks.failed == [],
            "%d session credentials through all of it, none failed" % hooks.ok, hooks.failed[:3])
-    bad = [l for l in daemon.text().splitlines() if "does not verify" in l or "refused" in l]
-    tap.ok(bad == [], "A's log shows no answer refused or unverified", bad[:5])
+    # (a session asked with the certificate a renewal is revoking at that moment is
+    # refused and asked again with the new one, by design: the hooks above saw none fail)
+    bad = [l for l in daemon.text().splitlines()
+           if "does not verify" in l or ("refused" in l and not l.startswith("bcd: session "))]
+    tap.ok(bad == [], "A's log shows no answer unverified and no join or renewal refused", bad[:5])
 
     # -- forged rollovers: refused, pins unchanged ------------------------------------------
     daemon.stop()
