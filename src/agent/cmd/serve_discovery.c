@@ -39,7 +39,6 @@
 #include "core/discovery.h"
 #include "core/log.h"
 #include "core/proof.h"
-#include "core/fileio.h"
 #include "core/service_keys.h"
 #include "core/signals.h"
 #include "core/store.h"
@@ -141,24 +140,19 @@ listen_on(const char *spec, char *err, size_t errlen)
 static int
 add_chain(SSL_CTX *ctx, const char *dir, X509 *leaf)
 {
-	char	   *path = bcd_path_join(dir, "node-chain.pem");
-	X509	   *certs[8];
+	X509	   *certs[BCD_CHAIN_MAX];
 	size_t		n = 0;
 	size_t		i;
-	int			rc = BC_EINVAL;
+	int			rc;
 
-	if (path != NULL &&
-		bc_cert_read_pem_bundle(path, NULL, 0, certs, sizeof(certs) / sizeof(certs[0]), &n,
-								NULL, 0) == BC_OK)
-	{
-		rc = X509_cmp(certs[0], leaf) == 0 ? BC_OK : BC_EINVAL;
-		for (i = 1; i < n && rc == BC_OK; i++)
-			if (SSL_CTX_add1_chain_cert(ctx, certs[i]) != 1)
-				rc = BC_ECRYPTO;
-		for (i = 0; i < n; i++)
-			X509_free(certs[i]);
-	}
-	free(path);
+	rc = bcd_store_read_chain(dir, certs, BCD_CHAIN_MAX, &n);
+	if (rc == BC_OK && X509_cmp(certs[0], leaf) != 0)
+		rc = BC_EINVAL;
+	for (i = 1; i < n && rc == BC_OK; i++)
+		if (SSL_CTX_add1_chain_cert(ctx, certs[i]) != 1)
+			rc = BC_ECRYPTO;
+	for (i = 0; i < n; i++)
+		X509_free(certs[i]);
 	return rc;
 }
 

@@ -423,6 +423,20 @@ bcd_credential_free(bcd_credential *cred)
 	memset(cred, 0, sizeof(*cred));
 }
 
+/* dir/node-chain.pem's certificates, the leaf first (store.h). */
+int
+bcd_store_read_chain(const char *dir, X509 **certs, size_t max, size_t *n)
+{
+	char	   *path = bcd_path_join(dir, "node-chain.pem");
+	int			rc = BC_ENOMEM;
+
+	*n = 0;
+	if (path != NULL)
+		rc = bc_cert_read_pem_bundle(path, NULL, 0, certs, max, n, NULL, 0);
+	free(path);
+	return rc;
+}
+
 /*
  * Verify leaf through the rest of dir/node-chain.pem (the issuing CA and its
  * chain, as answered) to the pinned root, at at.
@@ -430,21 +444,16 @@ bcd_credential_free(bcd_credential *cred)
 static int
 verify_stored_chain(const char *dir, X509 *leaf, X509 *root, int64_t at)
 {
-	char	   *path = bcd_path_join(dir, "node-chain.pem");
-	X509	   *certs[8];
+	X509	   *certs[BCD_CHAIN_MAX];
 	size_t		n = 0;
 	size_t		i;
-	int			rc = BC_EINVAL;
+	int			rc;
 
-	if (path != NULL &&
-		bc_cert_read_pem_bundle(path, NULL, 0, certs, sizeof(certs) / sizeof(certs[0]), &n,
-								NULL, 0) == BC_OK)
-	{
+	rc = bcd_store_read_chain(dir, certs, BCD_CHAIN_MAX, &n);
+	if (rc == BC_OK)
 		rc = bc_cert_verify_path(leaf, certs + 1, n - 1, root, at);
-		for (i = 0; i < n; i++)
-			X509_free(certs[i]);
-	}
-	free(path);
+	for (i = 0; i < n; i++)
+		X509_free(certs[i]);
 	return rc;
 }
 

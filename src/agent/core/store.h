@@ -31,6 +31,10 @@ int			bcd_state_lock(const char *dir, int *lock_fd, long *holder);
 void		bcd_state_lock_error(const char *dir, int rc, long holder, char *err, size_t errlen);
 
 int			bcd_store_open(const char *dir, int *lock_fd, char *err, size_t errlen);
+/* Most certificates read from node-chain.pem (the leaf, the issuing CA .. the root). */
+#define BCD_CHAIN_MAX 8
+/* dir/node-chain.pem's certificates, the leaf first; the caller frees each. */
+int			bcd_store_read_chain(const char *dir, X509 **certs, size_t max, size_t *n);
 int			bcd_store_load(const char *dir, const bcd_service_keys *keys,
 						   bcd_credential *cred, char *err, size_t errlen);
 int			bcd_store_commit(const char *dir, EVP_PKEY *key, const char *chain_pem,
