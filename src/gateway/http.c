@@ -537,6 +537,25 @@ handle_relay(struct req_ctx *ctx, const struct route *rt)
 		reply_unavailable(ctx, GW_OUT_UNAVAILABLE, why);
 }
 
+/*
+ * A request on endpoint ep: its label, 405 (with Allow) for another method
+ * than want, 429 past the rate limit.  1 when it may go on.
+ */
+static int
+route_admitted(struct req_ctx *ctx, const struct gw_addr *addr, enum gw_endpoint ep,
+			   enum evhttp_cmd_type method, enum evhttp_cmd_type want, const char *allow)
+{
+	ctx->ep = ep;
+	ctx->label = gw_endpoint_name(ep);
+	if (method != want)
+	{
+		evhttp_add_header(evhttp_request_get_output_headers(ctx->req), "Allow", allow);
+		reply_error(ctx, 405, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "method not allowed", 0);
+		return 0;
+	}
+	return rate_allowed(ctx, addr);
+}
+
 /* evhttp's generic callback: route one complete request. */
 void
 gw_http_handle(struct evhttp_request *req, void *arg)
@@ -593,15 +612,7 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 
 		if (strcmp(path, get_routes[i].path) != 0)
 			continue;
-		ctx->ep = get_routes[i].ep;
-		ctx->label = gw_endpoint_name(get_routes[i].ep);
-		if (method != EVHTTP_REQ_GET)
-		{
-			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
-			reply_error(ctx, 405, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "method not allowed", 0);
-			return;
-		}
-		if (!rate_allowed(ctx, &addr))
+		if (!route_admitted(ctx, &addr, get_routes[i].ep, method, EVHTTP_REQ_GET, "GET"))
 			return;
 		snprintf(ctx->cache_control, sizeof(ctx->cache_control), "max-age=60");
 		if (gw_db_submit(gw->pool, get_routes[i].sql, "", relay_done, ctx, &why) != 0)
@@ -612,17 +623,8 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 	{
 		if (strcmp(path, routes[i].path) != 0)
 			continue;
-		ctx->ep = routes[i].ep;
-		ctx->label = gw_endpoint_name(routes[i].ep);
-		if (method != EVHTTP_REQ_POST)
-		{
-			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
-			reply_error(ctx, 405, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "method not allowed", 0);
-			return;
-		}
-		if (!rate_allowed(ctx, &addr))
-			return;
-		handle_relay(ctx, &routes[i]);
+		if (route_admitted(ctx, &addr, routes[i].ep, method, EVHTTP_REQ_POST, "POST"))
+			handle_relay(ctx, &routes[i]);
 		return;
 	}
 	reply_error(ctx, 404, GW_OUT_UNSUPPORTED, BC_ERROR_UNSUPPORTED, "no such endpoint", 0);

@@ -98,6 +98,18 @@ def body(tap, env):
 
     code, h, _ = env.curl(g, "/v1/audit-anchor", data="{}")
     tap.ok(code == 405 and h.get("allow") == "GET", "POST /v1/audit-anchor is 405, Allow: GET", (code, h))
+    # GET /v1/service-keys: bc_join.signed_service_keys(), each JWS by the key its kid names
+    code, h, b = env.curl(g, "/v1/service-keys")
+    doc = json.loads(b) if code == 200 else {}
+    published = json.loads(env.psql("SELECT bc_join.service_keys()"))
+    kids = [json.loads(b64url(j.split(".")[0])).get("kid") for j in doc.get("keys", [])]
+    tap.ok(code == 200 and set(doc) == {"keys"} and kids == [k["kid"] for k in published["signingKeys"]],
+           "GET /v1/service-keys answers {\"keys\": [JWS]}, one per signing key, by kid", (code, b[:300]))
+    rolled = json.loads(b64url(doc["keys"][0].split(".")[1])) if kids else {}
+    tap.ok(rolled.get("signingKeys") == published["signingKeys"] and "issuedAt" in rolled,
+           "the signed document is service_keys() with issuedAt", rolled)
+    code, h, _ = env.curl(g, "/v1/service-keys", data="{}")
+    tap.ok(code == 405 and h.get("allow") == "GET", "POST /v1/service-keys is 405, Allow: GET", (code, h))
     text = env.curl(g, "/metrics")[2].decode()
     tap.ok(gwlib.metric(text, "bc_gateway_requests_total",
                         [("endpoint", "audit_anchor"), ("outcome", "issued")]) >= 2.0,
@@ -107,6 +119,8 @@ def body(tap, env):
     limited = env.gateway("limited", "--rate-limit", "1", "--rate-burst", "1")
     codes = [env.curl(limited, "/v1/audit-anchor")[0] for _ in range(4)]
     tap.ok(codes[0] == 200 and 429 in codes, "the rate limiter applies to it (429)", codes)
+    codes = [env.curl(limited, "/v1/service-keys")[0] for _ in range(4)]
+    tap.ok(429 in codes, "and to GET /v1/service-keys", codes)
     tap.eq(limited.stop(), 0, "that gateway exits 0")
 
 
