@@ -37,6 +37,9 @@ static const char usage_text[] =
 "                              timeout (default 5s); beyond: 503\n"
 "  --db-statement-timeout DUR  statement_timeout set on every connection\n"
 "                              (default 10s); the gateway gives up 2 s later\n"
+"  --db-no-prepare             send every statement unprepared (for a pooler\n"
+"                              in transaction mode); default: each statement\n"
+"                              is prepared once per connection\n"
 "  --retry-after SECONDS       Retry-After sent with 503 (default 5)\n"
 "\n"
 "Client timeouts:\n"
@@ -224,6 +227,7 @@ set_defaults(struct gw_config *cfg)
 	cfg->db_queue = 256;
 	cfg->db_wait_ms = 5000;
 	cfg->db_statement_ms = 10000;
+	cfg->db_prepare = 1;
 	cfg->retry_after_s = 5;
 	cfg->io_timeout_ms = 10000;
 	cfg->request_timeout_ms = 30000;
@@ -240,7 +244,7 @@ enum
 {
 	OPT_LISTEN = 256, OPT_CERT, OPT_KEY, OPT_DB, OPT_POOL, OPT_QUEUE, OPT_WAIT,
 	OPT_STMT, OPT_RETRY, OPT_IO, OPT_REQ, OPT_RATE, OPT_BURST, OPT_TABLE,
-	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN, OPT_CRLMAX
+	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN, OPT_CRLMAX, OPT_NOPREP
 };
 
 static const struct option options[] = {
@@ -252,6 +256,7 @@ static const struct option options[] = {
 	{"db-queue", required_argument, NULL, OPT_QUEUE},
 	{"db-wait-timeout", required_argument, NULL, OPT_WAIT},
 	{"db-statement-timeout", required_argument, NULL, OPT_STMT},
+	{"db-no-prepare", no_argument, NULL, OPT_NOPREP},
 	{"retry-after", required_argument, NULL, OPT_RETRY},
 	{"io-timeout", required_argument, NULL, OPT_IO},
 	{"request-timeout", required_argument, NULL, OPT_REQ},
@@ -305,6 +310,9 @@ apply_option(struct gw_config *cfg, int c, const char *arg)
 		case OPT_STMT:
 			if ((cfg->db_statement_ms = parse_duration_ms(arg)) <= 0)
 				goto bad;
+			return 0;
+		case OPT_NOPREP:
+			cfg->db_prepare = 0;
 			return 0;
 		case OPT_RETRY:
 			if ((v = parse_int(arg, 1, 86400)) < 0)

@@ -32,6 +32,7 @@ struct gw_config
 	int				db_queue;
 	long			db_wait_ms;			/* queue wait bound; also the connect timeout */
 	long			db_statement_ms;	/* statement_timeout on every connection */
+	int				db_prepare;			/* prepare statements per connection */
 	int				retry_after_s;		/* Retry-After on 503 */
 
 	long			io_timeout_ms;		/* inactivity while reading or writing */

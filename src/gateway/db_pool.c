@@ -3,8 +3,10 @@
  *
  * Each connection is a slot: DOWN, CONNECTING (PQconnectPoll driven by socket
  * events), IDLE (its socket watched, so a server that goes away is noticed at
- * once) or BUSY (PQsendQueryParams, then PQflush/PQconsumeInput/PQgetResult as
- * the socket allows).  Jobs wait in a bounded FIFO with a wait timer.  A slot
+ * once) or BUSY (PQsendQueryPrepared, then PQflush/PQconsumeInput/PQgetResult as
+ * the socket allows).  A statement is prepared on a connection at its first
+ * use there (a Prepare, its result, then the statement by name, all within the
+ * same BUSY turn), so each later call skips the server's parse and plan.  Jobs wait in a bounded FIFO with a wait timer.  A slot
  * whose connection breaks goes back to DOWN and is reconnected lazily, when a
  * job needs it.  Nothing here blocks the event loop.
  *
@@ -20,12 +22,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/queue.h>
 #include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <libpq-fe.h>
+
+/* Distinct statements prepared per connection; more are sent unprepared. */
+#define GW_DB_MAX_STMTS 32
 
 /* After a failed connect with no connection alive, refuse at once for this long. */
 #define RECONNECT_BACKOFF_S 0.25
@@ -46,6 +52,7 @@ struct job
 	struct gw_db_pool *pool;
 	const char *sql;
 	const char *param;
+	int			stmt;			/* prepared statement number, or -1: sent as it is */
 	gw_db_cb	cb;
 	void	   *arg;
 	struct event *wait;			/* queue wait timer */
@@ -65,6 +72,8 @@ struct slot
 	PGresult   *res;			/* the first result of the running statement */
 	int			listening;		/* LISTEN is in force on this connection */
 	int			listen_failed;	/* LISTEN raised an error here: not again */
+	uint32_t	prepared;		/* bit n: statement n is prepared on this connection */
+	int			preparing;		/* the running command is the job's Prepare */
 };
 
 struct gw_db_pool
@@ -83,6 +92,8 @@ struct gw_db_pool
 	int			nlistening;		/* connections with LISTEN in force (0 or 1) */
 	int			listen_pending; /* a LISTEN is running */
 	unsigned long listen_period;	/* bumped when nlistening goes 0 -> 1 */
+	const char *stmts[GW_DB_MAX_STMTS];	/* the statements prepared per connection */
+	int			nstmts;
 };
 
 static void slot_io_cb(evutil_socket_t fd, short what, void *arg);
@@ -239,6 +250,8 @@ slot_close(struct slot *s)
 	s->conn = NULL;
 	s->state = SLOT_DOWN;
 	s->listen_failed = 0;
+	s->prepared = 0;
+	s->preparing = 0;
 	if (s->listening)
 	{
 		s->listening = 0;
@@ -364,6 +377,7 @@ start_listen(struct slot *s)
 		return -1;
 	j->pool = s->pool;
 	j->sql = s->pool->listen_sql;
+	j->stmt = -1;
 	j->cb = listen_done;
 	j->arg = s;
 	/* set first: start_query may complete the job (and clear it) before it returns */
@@ -569,26 +583,60 @@ complete(struct slot *s, enum gw_db_status forced, const char *reason)
 		drain_notifies(s);
 }
 
+/*
+ * Send the slot's job: its Prepare when the statement is numbered and not yet
+ * prepared on this connection, else the statement itself (by name when
+ * prepared); 0 when sent.
+ */
+static int
+send_job(struct slot *s)
+{
+	struct job *j = s->job;
+	const char *values[1] = {j->param};
+	int			nparams = j->param ? 1 : 0;
+	char		name[32];
+
+	if (j->stmt < 0)
+		return PQsendQueryParams(s->conn, j->sql, nparams, NULL, values, NULL, NULL, 0) ? 0 : -1;
+	snprintf(name, sizeof(name), "bc_gw_%d", j->stmt);
+	s->preparing = !(s->prepared & (UINT32_C(1) << j->stmt));
+	if (s->preparing)
+		return PQsendPrepare(s->conn, name, j->sql, nparams, NULL) ? 0 : -1;
+	return PQsendQueryPrepared(s->conn, name, nparams, values, NULL, NULL, 0) ? 0 : -1;
+}
+
+/* Flush what was sent and watch the socket; -1 when the connection is broken. */
+static int
+flush_and_watch(struct slot *s)
+{
+	int			fl = PQflush(s->conn);
+
+	if (fl < 0 || watch(s, PQsocket(s->conn), fl ? (EV_READ | EV_WRITE) : EV_READ) != 0)
+		return -1;
+	return 0;
+}
+
 /* Send a job's statement on an idle slot; -1 when the connection turned out broken. */
 static int
 start_query(struct slot *s, struct job *j)
 {
 	struct timeval tv = ms_tv(s->pool->cfg->db_statement_ms + GUARD_GRACE_MS);
-	const char *values[1] = {j->param};
-	int			fl;
 
-	if (!PQsendQueryParams(s->conn, j->sql, j->param ? 1 : 0, NULL, values, NULL, NULL, 0))
+	s->job = j;
+	if (send_job(s) != 0)
+	{
+		s->job = NULL;
+		s->preparing = 0;
 		return -1;
+	}
 	if (j->wait != NULL)
 	{
 		event_free(j->wait);
 		j->wait = NULL;
 	}
-	s->job = j;
 	s->state = SLOT_BUSY;
 	evtimer_add(s->guard, &tv);
-	fl = PQflush(s->conn);
-	if (fl < 0 || watch(s, PQsocket(s->conn), fl ? (EV_READ | EV_WRITE) : EV_READ) != 0)
+	if (flush_and_watch(s) != 0)
 		complete(s, GW_DB_UNAVAILABLE, "send failed");
 	return 0;
 }
@@ -652,6 +700,22 @@ query_step(struct slot *s, short what)
 
 		if (r == NULL)
 		{
+			if (s->preparing && s->res != NULL &&
+				PQresultStatus(s->res) == PGRES_COMMAND_OK)
+			{
+				/* the Prepare is done: now the statement itself, by name */
+				s->prepared |= UINT32_C(1) << s->job->stmt;
+				PQclear(s->res);
+				s->res = NULL;
+				if (send_job(s) != 0 || flush_and_watch(s) != 0)
+				{
+					complete(s, GW_DB_UNAVAILABLE, "send failed");
+					return 1;
+				}
+				continue;
+			}
+			/* a statement's result, or a failed Prepare's error for the job */
+			s->preparing = 0;
 			complete(s, GW_DB_OK, NULL);
 			return 1;
 		}
@@ -821,6 +885,25 @@ gw_db_pool_listen_period(const struct gw_db_pool *pool)
 	return pool->nlistening > 0 ? pool->listen_period : 0;
 }
 
+/*
+ * The number under which sql is prepared on every connection, numbered at its
+ * first use; -1 (sent unprepared) with --db-no-prepare or once GW_DB_MAX_STMTS
+ * statements are numbered.  The gateway's statements are a fixed set.
+ */
+static int
+stmt_number(struct gw_db_pool *pool, const char *sql)
+{
+	if (!pool->cfg->db_prepare)
+		return -1;
+	for (int i = 0; i < pool->nstmts; i++)
+		if (pool->stmts[i] == sql || strcmp(pool->stmts[i], sql) == 0)
+			return i;
+	if (pool->nstmts >= GW_DB_MAX_STMTS)
+		return -1;
+	pool->stmts[pool->nstmts] = sql;
+	return pool->nstmts++;
+}
+
 /* Queue sql with param for the next free connection; see db_pool.h. */
 int
 gw_db_submit(struct gw_db_pool *pool, const char *sql, const char *param,
@@ -840,6 +923,7 @@ gw_db_submit(struct gw_db_pool *pool, const char *sql, const char *param,
 	j->pool = pool;
 	j->sql = sql;
 	j->param = param;
+	j->stmt = stmt_number(pool, sql);
 	j->cb = cb;
 	j->arg = arg;
 	j->wait = evtimer_new(pool->base, job_wait_cb, j);

@@ -37,7 +37,9 @@ void		gw_db_pool_free(struct gw_db_pool *pool);
 
 /*
  * Run sql with one text parameter param (NUL-terminated, or NULL for none;
- * it must stay valid until cb runs).  0 when accepted: cb will be called
+ * it must stay valid until cb runs).  sql must live as long as the pool: it
+ * is prepared once per connection under a number kept with the pool (unless
+ * --db-no-prepare).  0 when accepted: cb will be called
  * exactly once, possibly before this returns.  -1 when refused at once (the
  * queue is full): cb is not called and *why says why.
  */
