@@ -334,9 +334,10 @@ CREATE INDEX events_tenant_at_idx ON bc_join.events (tenant_id, at);
 -- prune_events: appended in time order, so BRIN (small, cheap for joins).
 CREATE INDEX events_at_idx ON bc_join.events USING brin (at);
 
--- The issuance log: every row carries the hash of the row before it and its
--- own (a hash chain, bc_join.audit_chain below), so that history cannot be
--- rewritten without it showing (verify_audit_log, tools/bc-audit-verify).
+-- The issuance log: every row carries the hash of the row before it in its
+-- chain and its own (16 hash chains, bc_join.audit_chain below), so that
+-- history cannot be rewritten without it showing (verify_audit_log,
+-- tools/bc-audit-verify).
 CREATE TABLE bc_join.audit_log (
 	id bigserial PRIMARY KEY,
 	at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
@@ -345,9 +346,12 @@ CREATE TABLE bc_join.audit_log (
 	tenant_id text,
 	node_id text,
 	detail jsonb NOT NULL DEFAULT '{}',
-	prev_hash bytea NOT NULL,			-- the hash of the row before (32 zero bytes for the first)
+	chain smallint NOT NULL DEFAULT 0 CHECK (chain >= 0 AND chain < 16),
+	prev_hash bytea NOT NULL,			-- the hash of the chain's row before (32 zero bytes for its first)
 	hash bytea NOT NULL					-- SHA-256(prev_hash || bc_join.audit_content(row))
 );
+-- Each chain's last row, and each chain in id order (verify_audit_log).
+CREATE INDEX audit_log_chain_idx ON bc_join.audit_log (chain, id);
 
 -- What a row's hash covers: each field length-prefixed (octets:value|), the
 -- time as microseconds since the Unix epoch, NULL as '-'.  The same bytes
@@ -363,13 +367,20 @@ CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, act
 					  coalesce(tenant_id, '-'), coalesce(node_id, '-'), detail::text])
 		 WITH ORDINALITY AS x(f, n) $$;
 
--- Before every insert: under the chain's lock (held to the end of the
--- transaction, so concurrent joins append one after the other), the row
--- takes the next id and links to the last row.  The last row is found by
--- the primary key, whatever the statistics said when a backend first
--- planned the query: planned while the log was nearly empty, a sequential
--- scan and sort stays in a long-lived backend's cached plan (the gateway's)
--- and every later insert reads the whole log (enable_seqscan off here).
+-- Before every insert: the row joins one of 16 chains and, under that
+-- chain's lock (held to the end of the transaction, so the joins of one
+-- chain append one after the other), takes the next id and links to the
+-- chain's last row.  One chain for everything made the lock a queue that
+-- every join waited in through its commit's WAL flush: joins could not share
+-- a flush (group commit) and the rate stopped at one flush per join, however
+-- many clients (docs/performance.md).  A transaction takes the first free
+-- chain from its backend's own (pg_try_advisory_xact_lock), and waits for
+-- its own only when all 16 are taken; one that holds a chain finds it free,
+-- so no two inserts wait on each other in a cycle.  The last row is found by
+-- (chain, id), whatever the statistics said when a backend first planned the
+-- query: planned while the log was nearly empty, a sequential scan and sort
+-- stays in a long-lived backend's cached plan (the gateway's) and every later
+-- insert reads the whole log (enable_seqscan off here).
 CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
@@ -377,10 +388,21 @@ CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
 	AS $$
 DECLARE
 	prev bytea;
+	own integer := pg_backend_pid() % 16;
+	c integer;
 BEGIN
-	PERFORM pg_advisory_xact_lock(1650680370, 0);
-	SELECT a.hash INTO prev FROM bc_join.audit_log a ORDER BY a.id DESC LIMIT 1;
+	FOR i IN 0..15 LOOP
+		c := (own + i) % 16;
+		EXIT WHEN pg_try_advisory_xact_lock(1650680370, c);
+		c := NULL;
+	END LOOP;
+	IF c IS NULL THEN
+		c := own;
+		PERFORM pg_advisory_xact_lock(1650680370, c);
+	END IF;
+	SELECT a.hash INTO prev FROM bc_join.audit_log a WHERE a.chain = c ORDER BY a.id DESC LIMIT 1;
 	NEW.id := nextval('bc_join.audit_log_id_seq');
+	NEW.chain := c;
 	NEW.prev_hash := coalesce(prev, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea);
 	NEW.hash := sha256(NEW.prev_hash || bc_join.audit_content(NEW.id, NEW.at, NEW.actor, NEW.action,
 															   NEW.tenant_id, NEW.node_id, NEW.detail));
@@ -409,7 +431,7 @@ CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON bc_join.
 CREATE VIEW bc_join.audit_export AS
 	SELECT id, (extract(epoch FROM at) * 1000000)::bigint AS at_us, actor, action,
 		   coalesce(tenant_id, '-') AS tenant_id, coalesce(node_id, '-') AS node_id,
-		   detail::text AS detail, encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash
+		   detail::text AS detail, chain, encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash
 	FROM bc_join.audit_log ORDER BY id;
 
 /* ------------------------------------------------------- internal helpers */
@@ -1120,9 +1142,10 @@ $$;
 
 /* --------------------------------------------------------- issuance log */
 
--- Check the hash chain of the issuance log; the first row that does not
+-- Check the hash chains of the issuance log; the first rows that do not
 -- hold, with why (altered: its hash is not its content's; removed or
--- inserted: it does not link to the row before), or no row when it holds.
+-- inserted: it does not link to the row before it in its chain), or no row
+-- when they hold.  Chain by chain, each in id order.
 CREATE FUNCTION bc_join.audit_log_problems(max_rows integer DEFAULT 1)
 	RETURNS TABLE (id bigint, problem text)
 	LANGUAGE plpgsql STABLE
@@ -1130,16 +1153,23 @@ CREATE FUNCTION bc_join.audit_log_problems(max_rows integer DEFAULT 1)
 	AS $$
 DECLARE
 	r bc_join.audit_log;
-	prev bytea := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
+	zero constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
+	prev bytea := zero;
+	cur smallint := 0;
 	found_n integer := 0;
 BEGIN
-	FOR r IN SELECT * FROM bc_join.audit_log a ORDER BY a.id LOOP
+	FOR r IN SELECT * FROM bc_join.audit_log a ORDER BY a.chain, a.id LOOP
+		IF r.chain <> cur THEN
+			cur := r.chain;
+			prev := zero;
+		END IF;
 		IF r.hash <> sha256(r.prev_hash || bc_join.audit_content(r.id, r.at, r.actor, r.action,
 																 r.tenant_id, r.node_id, r.detail)) THEN
 			id := r.id; problem := 'altered: the row''s hash is not its content''s';
 			RETURN NEXT; found_n := found_n + 1;
 		ELSIF r.prev_hash <> prev THEN
-			id := r.id; problem := 'does not link to the row before: a row was removed or inserted before it';
+			id := r.id; problem := 'does not link to the row before it in chain ' || r.chain ||
+				': a row was removed or inserted before it';
 			RETURN NEXT; found_n := found_n + 1;
 		END IF;
 		EXIT WHEN found_n >= max_rows;
@@ -1154,7 +1184,7 @@ CREATE FUNCTION bc_join.verify_audit_log() RETURNS boolean
 	SET search_path = pg_catalog, pg_temp
 	AS $$ SELECT NOT EXISTS (SELECT 1 FROM bc_join.audit_log_problems(1)) $$;
 
--- The chain's head signed by the service signing key (a JWS, the same key as
+-- The chains' heads signed by the service signing key (a JWS, the same key as
 -- every JoinResponse): published (the gateway's GET /v1/audit-anchor, or
 -- anywhere), it lets anyone holding it detect a rewritten history later.
 CREATE FUNCTION bc_join.audit_anchor() RETURNS text

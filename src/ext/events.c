@@ -55,17 +55,30 @@ bc_jsonb(const char *text)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
 }
 
-static BcPlan audit_head = {
-	"SELECT id, encode(hash, 'hex') FROM bc_join.audit_log ORDER BY id DESC LIMIT 1",
+/* The last row of each chain (16 index probes), the newest of them, as one row. */
+static BcPlan audit_heads = {
+	"SELECT max(a.id), (array_agg(encode(a.hash, 'hex') ORDER BY a.id DESC))[1], "
+	"       coalesce(jsonb_agg(jsonb_build_object('chain', c.c, 'id', a.id, "
+	"                                             'hash', encode(a.hash, 'hex')) ORDER BY c.c), "
+	"                '[]')::text "
+	"FROM generate_series(0, 15) AS c(c), "
+	"     LATERAL (SELECT l.id, l.hash FROM bc_join.audit_log l WHERE l.chain = c.c "
+	"              ORDER BY l.id DESC LIMIT 1) AS a",
 	0, {InvalidOid}
+};
+enum
+{
+	Anum_heads_head_id = 1, Anum_heads_head_hash, Anum_heads_heads
 };
 
 PG_FUNCTION_INFO_V1(bc_audit_anchor);
 
 /*
  * bc_join.audit_anchor(): {"purpose":"bc_join/audit-anchor","headId",
- * "headHash","at"} signed ES256 by the service signing key, as a JWS compact
- * serialization; verify it with the signing JWK agents pin.
+ * "headHash","heads","at"} signed ES256 by the service signing key, as a JWS
+ * compact serialization; verify it with the signing JWK agents pin.  headId
+ * and headHash are the newest row of the log (0 and null when it is empty),
+ * heads every chain's last row ({"chain","id","hash"}, by chain).
  */
 Datum
 bc_audit_anchor(PG_FUNCTION_ARGS)
@@ -77,20 +90,28 @@ bc_audit_anchor(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int64		head_id = 0;
 	char	   *head_hash = NULL;
+	char	   *heads = "[]";
+	Datum		d;
 
 	bc_require_config();
 	keys = bc_keys();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (bc_spi_exec(&audit_head, NULL, NULL, true, 1) == 1)
+	if (bc_spi_exec(&audit_heads, NULL, NULL, true, 1) == 1)
 	{
-		head_id = DatumGetInt64(bc_spi_datum(1, &isnull));
-		head_hash = bc_spi_text_req(2);
+		d = bc_spi_datum(Anum_heads_head_id, &isnull);
+		if (!isnull)
+		{
+			head_id = DatumGetInt64(d);
+			head_hash = bc_spi_text_req(Anum_heads_head_hash);
+		}
+		heads = bc_spi_text_req(Anum_heads_heads);
 	}
 	initStringInfo(&payload);
 	appendStringInfo(&payload, "{\"purpose\":\"bc_join/audit-anchor\",\"headId\":" INT64_FORMAT,
 					 head_id);
 	bc_json_member(&payload, "headHash", head_hash);
+	appendStringInfo(&payload, ",\"heads\":%s", heads);
 	bc_json_member(&payload, "at", bc_rfc3339(bc_now()));
 	appendStringInfoChar(&payload, '}');
 	st = bc_jws_sign_es256(keys->signing, keys->signing_kid, (unsigned char *) payload.data,
