@@ -339,7 +339,7 @@ CREATE INDEX events_at_idx ON bc_join.events USING brin (at);
 -- history cannot be rewritten without it showing (verify_audit_log,
 -- tools/bc-audit-verify).
 CREATE TABLE bc_join.audit_log (
-	id bigserial PRIMARY KEY,
+	id bigserial NOT NULL,
 	at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	actor text NOT NULL DEFAULT session_user,
 	action text NOT NULL,
@@ -348,10 +348,12 @@ CREATE TABLE bc_join.audit_log (
 	detail jsonb NOT NULL DEFAULT '{}',
 	chain smallint NOT NULL DEFAULT 0 CHECK (chain >= 0 AND chain < 16),
 	prev_hash bytea NOT NULL,			-- the hash of the chain's row before (32 zero bytes for its first)
-	hash bytea NOT NULL					-- SHA-256(prev_hash || bc_join.audit_content(row))
+	hash bytea NOT NULL,				-- SHA-256(prev_hash || bc_join.audit_content(row))
+	-- Each chain's last row, and each chain in id order (verify_audit_log).  No
+	-- index on id alone: the trigger's generic plan would walk it backwards
+	-- filtering on the chain, through the whole log for a chain not used lately.
+	PRIMARY KEY (chain, id)
 );
--- Each chain's last row, and each chain in id order (verify_audit_log).
-CREATE INDEX audit_log_chain_idx ON bc_join.audit_log (chain, id);
 
 -- What a row's hash covers: each field length-prefixed (octets:value|), the
 -- time as microseconds since the Unix epoch, NULL as '-'.  The same bytes
@@ -377,10 +379,11 @@ CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, act
 -- chain from its backend's own (pg_try_advisory_xact_lock), and waits for
 -- its own only when all 16 are taken; one that holds a chain finds it free,
 -- so no two inserts wait on each other in a cycle.  The last row is found by
--- (chain, id), whatever the statistics said when a backend first planned the
--- query: planned while the log was nearly empty, a sequential scan and sort
--- stays in a long-lived backend's cached plan (the gateway's) and every later
--- insert reads the whole log (enable_seqscan off here).
+-- the primary key (chain, id), whatever the statistics said when a backend
+-- first planned the query: planned while the log was nearly empty, a
+-- sequential scan and sort stays in a long-lived backend's cached plan (the
+-- gateway's) and every later insert reads the whole log (enable_seqscan off
+-- here; test/tap/audit_plan.t).
 CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
