@@ -26,6 +26,20 @@ perf_split() {  # perf_split FILE TPS ARRAYNAME
     END { for (k in t) printf "%s %.0f\n", k, t[k] / all * 1e6 / tps }')
 }
 
+# perf_ossl_syms FILE TPS: the libcrypto functions of the server's samples
+# (self time), as "µs-per-transaction symbol" lines, the largest first.
+perf_ossl_syms() {
+  local total
+  total=$(perf report -i "$1" --sort comm --stdio 2>/dev/null | awk '/^ *[0-9.]+%/ { n++ } END { print n + 0 }')
+  [ "$total" -gt 0 ] || return 0
+  perf report -i "$1" --comms postgres --dsos libcrypto.so.3 --sort sym --stdio --percentage absolute 2>/dev/null |
+    awk -v tps="$2" '/^ *[0-9.]+%/ { p = $1; sub("%", "", p); $1 = ""; $2 = ""; sub(/^ +/, "")
+        us = p / 100 * 1e6 / tps
+        if ($0 ~ /^0x/) { hidden += us; next }
+        if (us >= 0.5) printf "%.1f %s\n", us, $0 }
+      END { if (hidden > 0) printf "%.1f (internal functions without a symbol: the P-256 assembly, the providers)\n", hidden }' | sort -rn | head -20
+}
+
 perf_run() {
   if [ "${BENCH_PERF:-1}" = 1 ] && command -v perf >/dev/null && perf record -a -o /dev/null -- true >/dev/null 2>&1; then
     PF_C_N=${BEST_C:-${BENCH_PERF_CLIENTS:-8}}
@@ -41,6 +55,7 @@ perf_run() {
         -D nreq="$((SQL_NEXT - 1))" -D ntok="$TOKENS" bench >out 2>err) || { cat "$d/err" >&2; die "perf $what"; }
       tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$d/out")
       if [ "$what" = join ]; then PF_J_TPS=$tps; perf_split "$d/perf.data" "$tps" PF_J; else PF_C_TPS=$tps; perf_split "$d/perf.data" "$tps" PF_C; fi
+      if [ "$what" = join ]; then perf_ossl_syms "$d/perf.data" "$tps" >"$W/perf-ossl-syms"; fi
       rm -f "$d/perf.data"
     done
     PERF_OK=1
@@ -73,6 +88,14 @@ perf_report() {
     jt=$(awk -v t="$PF_J_TPS" 'BEGIN { printf "%.0f", 1e6 / t }'); ct=$(awk -v t="$PF_C_TPS" 'BEGIN { printf "%.0f", 1e6 / t }')
     echo "| **a transaction** | **$jt** | **$ct** | **$((jt - ct))** |"
     echo
+    if [ -s "$W/perf-ossl-syms" ]; then
+      echo "OpenSSL's part of the join run by function (self time; exported functions of 0.5 µs a join or more, and Debian's libcrypto's unexported ones as one line, since it ships no symbols for them):"
+      echo
+      echo "| libcrypto function | µs of the machine per join |"
+      echo "| --- | ---: |"
+      while read -r us sym; do echo "| \`$sym\` | $us |"; done <"$W/perf-ossl-syms"
+      echo
+    fi
     echo "For comparison, the EC arithmetic of a join at \`openssl speed\`'s rates (section 2): $CRYPTO_US µs; the physical limit here (this ceiling's transaction plus that arithmetic) is $(awk -v t="$PF_C_TPS" -v c="$CRYPTO_US" 'BEGIN { printf "%.0f", 1e6 / t + c }') µs a join, and 90% of it needs a join in $(awk -v t="$PF_C_TPS" -v c="$CRYPTO_US" 'BEGIN { printf "%.0f", (1e6 / t + c) / 0.9 }') µs."
     echo
   fi
