@@ -5,7 +5,7 @@
 # - 8 transactions each append a row and stay open 2 s, all at once, each
 #   under lock_timeout = 1 s: all 8 succeed, in 8 different chains (with one
 #   chain, 7 of them timed out waiting for the first);
-# - with all 16 chains held, a 17th waits (its lock_timeout fires), and
+# - with all 16 chains held (for 5 s), a 17th waits (its lock_timeout fires), and
 #   appends once they commit;
 # - the chains hold (verify_audit_log, tools/bc-audit-verify with a signed
 #   anchor naming every chain's head);
@@ -46,7 +46,7 @@ ok "$(cat "$S"/a.* | grep -c '^ok$')" 8 "8 transactions append at once, each ope
 ok "$(sql -c "SELECT count(DISTINCT chain) FROM bc_join.audit_log WHERE action = 'test.a'")" 8 \
   "their rows are in 8 different chains"
 
-hold b 16 3 10s
+hold b 16 5 10s
 for _ in $(seq 1 100); do [ "$(held)" -ge 16 ] && break; sleep 0.05; done
 ok "$(held)" 16 "16 open transactions hold the 16 chains"
 late=$(sql -c "SET lock_timeout = '300ms'" -c "INSERT INTO bc_join.audit_log (action, tenant_id) VALUES ('test.late', '$tenant')" 2>&1)
