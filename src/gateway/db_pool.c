@@ -3,11 +3,12 @@
  *
  * Each connection is a slot: DOWN, CONNECTING (PQconnectPoll driven by socket
  * events), IDLE (its socket watched, so a server that goes away is noticed at
- * once) or BUSY (PQsendQueryPrepared, then PQflush/PQconsumeInput/PQgetResult as
- * the socket allows).  A statement is prepared on a connection at its first
- * use there (a Prepare, its result, then the statement by name, all within the
- * same BUSY turn), so each later call skips the server's parse and plan.  Jobs wait in a bounded FIFO with a wait timer.  A slot
- * whose connection breaks goes back to DOWN and is reconnected lazily, when a
+ * once) or BUSY (PQsendQueryPrepared, then PQflush/PQconsumeInput/PQgetResult
+ * as the socket allows).  A statement is prepared on a connection at its
+ * first use there (a Prepare, its result, then the statement by name, all in
+ * the same BUSY turn), so each later call skips the server's parse and plan.
+ * Jobs wait in a bounded FIFO with a wait timer.  A slot whose connection
+ * breaks goes back to DOWN and is reconnected lazily, when a
  * job needs it.  Nothing here blocks the event loop.
  *
  * With gw_db_pool_listen, one connection at a time runs LISTEN (a job of the
@@ -93,6 +94,7 @@ struct gw_db_pool
 	int			listen_pending; /* a LISTEN is running */
 	unsigned long listen_period;	/* bumped when nlistening goes 0 -> 1 */
 	const char *stmts[GW_DB_MAX_STMTS];	/* the statements prepared per connection */
+	int			stmt_nparams[GW_DB_MAX_STMTS];	/* each one's parameter count */
 	int			nstmts;
 };
 
@@ -888,19 +890,22 @@ gw_db_pool_listen_period(const struct gw_db_pool *pool)
 /*
  * The number under which sql is prepared on every connection, numbered at its
  * first use; -1 (sent unprepared) with --db-no-prepare or once GW_DB_MAX_STMTS
- * statements are numbered.  The gateway's statements are a fixed set.
+ * statements are numbered.  The gateway's statements are a fixed set.  The
+ * same text with another parameter count is another statement.
  */
 static int
-stmt_number(struct gw_db_pool *pool, const char *sql)
+stmt_number(struct gw_db_pool *pool, const char *sql, int nparams)
 {
 	if (!pool->cfg->db_prepare)
 		return -1;
 	for (int i = 0; i < pool->nstmts; i++)
-		if (pool->stmts[i] == sql || strcmp(pool->stmts[i], sql) == 0)
+		if (pool->stmt_nparams[i] == nparams &&
+			(pool->stmts[i] == sql || strcmp(pool->stmts[i], sql) == 0))
 			return i;
 	if (pool->nstmts >= GW_DB_MAX_STMTS)
 		return -1;
 	pool->stmts[pool->nstmts] = sql;
+	pool->stmt_nparams[pool->nstmts] = nparams;
 	return pool->nstmts++;
 }
 
@@ -923,7 +928,7 @@ gw_db_submit(struct gw_db_pool *pool, const char *sql, const char *param,
 	j->pool = pool;
 	j->sql = sql;
 	j->param = param;
-	j->stmt = stmt_number(pool, sql);
+	j->stmt = stmt_number(pool, sql, param != NULL ? 1 : 0);
 	j->cb = cb;
 	j->arg = arg;
 	j->wait = evtimer_new(pool->base, job_wait_cb, j);
