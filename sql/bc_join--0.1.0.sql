@@ -38,9 +38,10 @@ CREATE FUNCTION bc_join.compute_now() RETURNS timestamptz
 -- polymorphic functions (pgTAP's is(), coalesce with text) accept them.
 CREATE FUNCTION bc_join.are_agent_roles(roles text[]) RETURNS boolean
 	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, pg_temp
-	AS $$ SELECT roles IS NOT NULL AND cardinality(roles) >= 1
-				 AND roles <@ ARRAY['node', 'site', 'ramdisk']::text[] $$;
+	BEGIN ATOMIC
+	SELECT roles IS NOT NULL AND pg_catalog.cardinality(roles) >= 1
+		   AND roles OPERATOR(pg_catalog.<@) ARRAY['node', 'site', 'ramdisk']::text[];
+	END;
 -- a SHA-256 digest
 CREATE DOMAIN bc_join.sha256 AS bytea CHECK (length(VALUE) = 32);
 -- a session or context selector: 0 to 128 of [A-Za-z0-9._:-]
@@ -361,13 +362,8 @@ CREATE TABLE bc_join.audit_log (
 CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, action text,
 									  tenant_id text, node_id text, detail jsonb)
 	RETURNS bytea
-	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-	SELECT convert_to(string_agg(octet_length(f) || ':' || f, '|' ORDER BY n), 'UTF8')
-	FROM unnest(ARRAY[id::text, ((extract(epoch FROM at) * 1000000)::bigint)::text, actor, action,
-					  coalesce(tenant_id, '-'), coalesce(node_id, '-'), detail::text])
-		 WITH ORDINALITY AS x(f, n) $$;
+	AS 'MODULE_PATHNAME', 'bc_audit_content'
+	LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 -- Before every insert: the row joins one of 16 chains and, under that
 -- chain's lock (held to the end of the transaction, so the joins of one

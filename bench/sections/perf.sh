@@ -56,7 +56,7 @@ perf_run() {
       tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$d/out")
       if [ "$what" = join ]; then PF_J_TPS=$tps; perf_split "$d/perf.data" "$tps" PF_J; else PF_C_TPS=$tps; perf_split "$d/perf.data" "$tps" PF_C; fi
       if [ "$what" = join ]; then perf_ossl_syms "$d/perf.data" "$tps" >"$W/perf-ossl-syms"; fi
-      rm -f "$d/perf.data"
+      [ "${BENCH_KEEP:-0}" = 1 ] || rm -f "$d/perf.data"   # BENCH_KEEP=1 keeps it for perf report
     done
     PERF_OK=1
     reset_nodes

@@ -13,7 +13,7 @@
 \set mk `rm -rf :d && mkdir -p :d`
 
 BEGIN;
-SELECT plan(20);
+SELECT plan(29);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -28,6 +28,44 @@ SELECT ok((SELECT count(*) FROM bc_join.audit_log) >= 6, 'the joins and the admi
 SELECT ok(bool_and(length(hash) = 32 AND length(prev_hash) = 32), 'every row carries its hash and the one before')
 	FROM bc_join.audit_log;
 SELECT ok(bc_join.verify_audit_log(), 'verify_audit_log(): the chain holds');
+CREATE FUNCTION pg_temp.plan_text(q text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN RETURN QUERY EXECUTE 'EXPLAIN (VERBOSE, COSTS OFF) ' || q; END $$;
+
+-- audit_content is C (a SQL function with its own search_path was parsed and
+-- planned again in the trigger of every row); the bytes are those of the SQL
+-- definition it replaced, kept here as the reference.
+CREATE FUNCTION pg_temp.audit_content_ref(id bigint, at timestamptz, actor text, action text,
+										  tenant_id text, node_id text, detail jsonb)
+	RETURNS bytea LANGUAGE sql IMMUTABLE AS $$
+	SELECT convert_to(string_agg(octet_length(f) || ':' || f, '|' ORDER BY n), 'UTF8')
+	FROM unnest(ARRAY[id::text, ((extract(epoch FROM at) * 1000000)::bigint)::text, actor, action,
+					  coalesce(tenant_id, '-'), coalesce(node_id, '-'), detail::text])
+		 WITH ORDINALITY AS x(f, n) $$;
+SELECT ok(bool_and(bc_join.audit_content(a.id, a.at, a.actor, a.action, a.tenant_id, a.node_id, a.detail)
+				   = pg_temp.audit_content_ref(a.id, a.at, a.actor, a.action, a.tenant_id, a.node_id, a.detail)),
+		  'audit_content: the reference bytes for every row the joins wrote')
+	FROM bc_join.audit_log a;
+SELECT is(bc_join.audit_content(v.id, v.at, v.actor, v.action, v.t, v.n, v.d),
+		  pg_temp.audit_content_ref(v.id, v.at, v.actor, v.action, v.t, v.n, v.d), 'audit_content: ' || v.what)
+FROM (VALUES
+	('tenant and node NULL are -', 7::bigint, '2026-12-01 10:00:00.123456+00'::timestamptz, 'op', 'x', NULL, NULL, '{}'::jsonb),
+	('non-ASCII text counts octets', 8, '2026-12-01 10:00:00+00', 'opé', 'ünïcode|:', 'tén', 'nœud', '{"k": "vä|l:ue", "n": [1, 2.50]}'),
+	('before 1970 and a negative id', -3, '1969-12-31 23:59:59.999999+00', 'a', 'b', 'c', 'd', '[]'),
+	('a NULL actor and detail are left out', 9, '2000-01-01 00:00:00+00', NULL, 'y', 't', 'n', NULL),
+	('everything NULL is NULL', NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+) AS v(what, id, at, actor, action, t, n, d);
+SELECT throws_ok($$SELECT bc_join.audit_content(1, 'infinity', 'a', 'b', 'c', 'd', '{}')$$,
+				 '0A000', NULL, 'audit_content: an infinite time is refused, as the reference refuses it');
+-- are_agent_roles is inlined where a CHECK or a query uses it (no SET of its
+-- own; its body bound when the extension was made, BEGIN ATOMIC).
+SELECT ok(NOT EXISTS (SELECT 1 FROM pg_temp.plan_text($$SELECT bc_join.are_agent_roles(ARRAY[x]) FROM (VALUES ('node'), ('evil')) v(x)$$) l
+					  WHERE l ~ 'are_agent_roles'),
+		  'are_agent_roles is inlined into the query that uses it');
+SELECT is(array_agg(bc_join.are_agent_roles(r) ORDER BY n), ARRAY[true, true, false, false, false, false],
+		  'are_agent_roles: node, site+ramdisk; not evil, node+evil, empty, NULL')
+	FROM (VALUES (1, ARRAY['node']), (2, ARRAY['site', 'ramdisk']), (3, ARRAY['evil']),
+				 (4, ARRAY['node', 'evil']), (5, '{}'::text[]), (6, NULL::text[])) AS v(n, r);
+
 SELECT is((SELECT count(*) FROM bc_join.audit_log_problems(10)), 0::bigint, 'no problem listed');
 SELECT ok(a.prev_hash = (SELECT b.hash FROM bc_join.audit_log b WHERE b.id < a.id ORDER BY b.id DESC LIMIT 1),
 		  'the last row links to the one before it')
