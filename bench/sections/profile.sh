@@ -54,7 +54,7 @@ profile_report() {
               want["bc_jwe_open"]; want["bc_pkey_from_jwk"]; want["ecdh_p256"]; want["EVP_PKEY_public_check"]
               want["EVP_PKEY_derive_set_peer_ex"]; want["bc_check_join_token"]; want["bc_validate_result"]
               want["bc_csr_verify_pop"]; want["bc_admit"]; want["bc_issue_and_record"]; want["bc_issue_node_cert"]
-              want["bc_issue_leaf"]; want["bc_cert_issue"]; want["X509_set_pubkey"]; want["X509_sign"]; want["X509_sign_ctx"]
+              want["bc_issue_leaf"]; want["bc_cert_issue"]; want["bc_cert_issue_der"]; want["X509_set_pubkey"]; want["X509_sign"]; want["X509_sign_ctx"]
               want["bc_issued_response"]; want["bc_signed_response"]; want["bc_jws_sign_es256"]; want["bc_spi_exec"]
               want["SPI_execute_plan"]; want["OSSL_DECODER_CTX_new_for_pkey"]; want["OSSL_ENCODER_CTX_new_for_pkey"]
               want["CommitTransactionCommand"]; want["XLogFlush"]; want["bc_emit_event"]; want["bc_audit"]; want["bc_jsonb"]

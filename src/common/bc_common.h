@@ -310,6 +310,10 @@ int			bc_csr_verify_pop(const bc_csr *csr);
 
 /* SHA-256 over the DER SubjectPublicKeyInfo of the CSR's key. */
 int			bc_csr_spki_sha256(const bc_csr *csr, unsigned char out[BC_SHA256_LEN]);
+/* The DER SubjectPublicKeyInfo of the CSR's key, as OpenSSL encoded it (borrowed). */
+void		bc_csr_spki_der(const bc_csr *csr, const unsigned char **der, size_t *len);
+/* The CSR key's public key bits: the uncompressed point (borrowed). */
+void		bc_csr_key_bits(const bc_csr *csr, const unsigned char **bits, size_t *len);
 
 /* Give cert the CSR's SubjectPublicKeyInfo, copied as it is. */
 int			bc_csr_set_cert_pubkey(const bc_csr *csr, X509 *cert);
@@ -348,6 +352,18 @@ typedef struct bc_cert_params
  */
 int			bc_cert_issue(const bc_cert_params *p,
 						  unsigned char serial_out[16], X509 **out);
+
+/*
+ * The same certificate as bc_cert_issue, for a CSR's key (p->subject_csr;
+ * BC_EINVAL without one), as DER (malloc) without an X509 object: built
+ * with ASN.1 templates of our own (pki.c) from OpenSSL's types, the
+ * issuer's name, the algorithm and the constant extensions as they are,
+ * the CSR's SubjectPublicKeyInfo as OpenSSL encoded it, and the
+ * TBSCertificate encoded once, signed and wrapped.  test_pki.c checks it
+ * byte for byte against bc_cert_issue's.
+ */
+int			bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
+							  unsigned char **der_out, size_t *der_len);
 
 /* ------------------------------------------------------------- crl.c */
 

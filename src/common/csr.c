@@ -70,6 +70,8 @@ struct bc_csr
 {
 	BC_REQ	   *req;
 	EVP_PKEY   *key;
+	unsigned char *spki_der;	/* the SubjectPublicKeyInfo, DER (OPENSSL_malloc) */
+	int			spki_len;
 };
 
 /* Parse a DER PKCS#10 CSR (no trailing bytes) whose key is P-256. */
@@ -108,6 +110,13 @@ bc_csr_parse(const unsigned char *der, size_t n, bc_csr **out)
 							&csr->key);
 	if (rc != BC_OK)
 		goto out;
+	/* Its DER, encoded by OpenSSL once: hashed (key reuse) and certified as it is. */
+	rc = BC_ECRYPTO;
+	csr->spki_len = ASN1_item_i2d((const ASN1_VALUE *) csr->req->info->pubkey, &csr->spki_der,
+								  ASN1_ITEM_rptr(BC_SPKI));
+	if (csr->spki_len <= 0)
+		goto out;
+	rc = BC_OK;
 	*out = csr;
 	csr = NULL;
 out:
@@ -125,6 +134,7 @@ bc_csr_free(bc_csr *csr)
 		return;
 	ASN1_item_free((ASN1_VALUE *) csr->req, ASN1_ITEM_rptr(BC_REQ));
 	EVP_PKEY_free(csr->key);
+	OPENSSL_free(csr->spki_der);
 	free(csr);
 }
 
@@ -164,20 +174,25 @@ bc_csr_verify_pop(const bc_csr *csr)
 int
 bc_csr_spki_sha256(const bc_csr *csr, unsigned char out[BC_SHA256_LEN])
 {
-	unsigned char *der = NULL;
-	int			len;
-	int			rc;
+	return bc_sha256(csr->spki_der, (size_t) csr->spki_len, out);
+}
 
-	len = ASN1_item_i2d((const ASN1_VALUE *) csr->req->info->pubkey, &der,
-						ASN1_ITEM_rptr(BC_SPKI));
-	if (len <= 0)
-	{
-		ERR_clear_error();
-		return BC_ECRYPTO;
-	}
-	rc = bc_sha256(der, (size_t) len, out);
-	OPENSSL_free(der);
-	return rc;
+/* The DER SubjectPublicKeyInfo of the CSR's key (borrowed: valid while csr lives). */
+void
+bc_csr_spki_der(const bc_csr *csr, const unsigned char **der, size_t *len)
+{
+	*der = csr->spki_der;
+	*len = (size_t) csr->spki_len;
+}
+
+/* The CSR key's public key bits, the uncompressed point (borrowed). */
+void
+bc_csr_key_bits(const bc_csr *csr, const unsigned char **bits, size_t *len)
+{
+	const ASN1_BIT_STRING *b = csr->req->info->pubkey->public_key;
+
+	*bits = ASN1_STRING_get0_data(b);
+	*len = (size_t) ASN1_STRING_length(b);
 }
 
 /*

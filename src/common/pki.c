@@ -9,8 +9,10 @@
 #include <time.h>
 
 #include <openssl/asn1.h>
+#include <openssl/asn1t.h>
 #include <openssl/bio.h>
 #include <openssl/bn.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -199,18 +201,16 @@ out:
 /* 1 when uri is a non-empty run of printable ASCII without spaces, bounded. */
 static int	uri_is_acceptable(const char *uri);
 
-/* The CRL distribution point: one fullName URI (RFC 5280 4.2.1.13). */
-static int
-add_crl_dp(X509 *cert, const char *url)
+/* The CRL distribution point extension: one fullName URI (RFC 5280 4.2.1.13). */
+static X509_EXTENSION *
+crl_dp_ext(const char *url)
 {
 	CRL_DIST_POINTS *dps = NULL;
 	DIST_POINT *dp = NULL;
 	GENERAL_NAME *gn = NULL;
 	ASN1_IA5STRING *ia5 = NULL;
-	int			rc = BC_ECRYPTO;
+	X509_EXTENSION *ext = NULL;
 
-	if (!uri_is_acceptable(url))
-		return BC_EINVAL;
 	dps = sk_DIST_POINT_new_null();
 	dp = DIST_POINT_new();
 	gn = GENERAL_NAME_new();
@@ -230,13 +230,28 @@ add_crl_dp(X509 *cert, const char *url)
 	if (sk_DIST_POINT_push(dps, dp) <= 0)
 		goto out;
 	dp = NULL;
-	if (X509_add1_ext_i2d(cert, NID_crl_distribution_points, dps, 0, X509V3_ADD_DEFAULT) == 1)
-		rc = BC_OK;
+	ext = X509V3_EXT_i2d(NID_crl_distribution_points, 0, dps);
 out:
 	ASN1_IA5STRING_free(ia5);
 	GENERAL_NAME_free(gn);
 	DIST_POINT_free(dp);
 	sk_DIST_POINT_pop_free(dps, DIST_POINT_free);
+	return ext;
+}
+
+/* Add the CRL distribution point to cert. */
+static int
+add_crl_dp(X509 *cert, const char *url)
+{
+	X509_EXTENSION *ext;
+	int			rc = BC_ECRYPTO;
+
+	if (!uri_is_acceptable(url))
+		return BC_EINVAL;
+	ext = crl_dp_ext(url);
+	if (ext != NULL && X509_add_ext(cert, ext, -1) == 1)
+		rc = BC_OK;
+	X509_EXTENSION_free(ext);
 	return rc;
 }
 
@@ -257,17 +272,17 @@ uri_is_acceptable(const char *uri)
 }
 
 /*
- * Add the subjectAltName extension holding the URIs, in order; critical when
+ * The subjectAltName extension holding the URIs, in order; critical when
  * the subject is empty (RFC 5280 4.2.1.6, checked by X509_V_FLAG_X509_STRICT).
  */
-static int
-add_uri_sans(X509 *cert, const char *const *uris, size_t n_uris, int critical)
+static X509_EXTENSION *
+uri_san_ext(const char *const *uris, size_t n_uris, int critical)
 {
 	GENERAL_NAMES *names = NULL;
 	GENERAL_NAME *gen = NULL;
 	ASN1_IA5STRING *ia5 = NULL;
+	X509_EXTENSION *ext = NULL;
 	size_t		i;
-	int			rc = BC_ECRYPTO;
 
 	names = GENERAL_NAMES_new();
 	if (names == NULL)
@@ -285,24 +300,33 @@ add_uri_sans(X509 *cert, const char *const *uris, size_t n_uris, int critical)
 			goto out;
 		gen = NULL;
 	}
-	if (X509_add1_ext_i2d(cert, NID_subject_alt_name, names, critical,
-						  X509V3_ADD_DEFAULT) != 1)
-		goto out;
-	rc = BC_OK;
+	ext = X509V3_EXT_i2d(NID_subject_alt_name, critical, names);
 out:
 	ASN1_IA5STRING_free(ia5);
 	GENERAL_NAME_free(gen);
 	GENERAL_NAMES_free(names);
+	return ext;
+}
+
+/* Add the subjectAltName of the URIs to cert. */
+static int
+add_uri_sans(X509 *cert, const char *const *uris, size_t n_uris, int critical)
+{
+	X509_EXTENSION *ext = uri_san_ext(uris, n_uris, critical);
+	int			rc = BC_ECRYPTO;
+
+	if (ext != NULL && X509_add_ext(cert, ext, -1) == 1)
+		rc = BC_OK;
+	X509_EXTENSION_free(ext);
 	return rc;
 }
 
-/* 16 random serial bytes, top bit clear and not all zero, set on cert. */
-static int
-set_random_serial(X509 *cert, unsigned char serial[SERIAL_LEN])
+/* 16 random serial bytes, top bit clear and not all zero, as an INTEGER. */
+static ASN1_INTEGER *
+random_serial(unsigned char serial[SERIAL_LEN])
 {
 	BIGNUM	   *bn = NULL;
 	ASN1_INTEGER *ai = NULL;
-	int			rc = BC_ECRYPTO;
 
 	do
 	{
@@ -314,12 +338,21 @@ set_random_serial(X509 *cert, unsigned char serial[SERIAL_LEN])
 			goto out;
 	} while (BN_is_zero(bn));
 	ai = BN_to_ASN1_INTEGER(bn, NULL);
-	if (ai == NULL || X509_set_serialNumber(cert, ai) != 1)
-		goto out;
-	rc = BC_OK;
 out:
-	ASN1_INTEGER_free(ai);
 	BN_free(bn);
+	return ai;
+}
+
+/* 16 random serial bytes, top bit clear and not all zero, set on cert. */
+static int
+set_random_serial(X509 *cert, unsigned char serial[SERIAL_LEN])
+{
+	ASN1_INTEGER *ai = random_serial(serial);
+	int			rc = BC_ECRYPTO;
+
+	if (ai != NULL && X509_set_serialNumber(cert, ai) == 1)
+		rc = BC_OK;
+	ASN1_INTEGER_free(ai);
 	return rc;
 }
 
@@ -435,6 +468,257 @@ out:
 	if (rc != BC_OK)
 		ERR_clear_error();
 	X509_free(cert);
+	return rc;
+}
+
+/*
+ * bc_cert_issue_der's templates: a TBSCertificate and a Certificate (RFC
+ * 5280 4.1) whose fields are OpenSSL's own types (the same X509_CINF
+ * encodes), except two that arrive already encoded, by OpenSSL, and are
+ * written as they are (ASN1_ANY holding a SEQUENCE is its whole encoding):
+ * the CSR's SubjectPublicKeyInfo and, in the Certificate, the
+ * TBSCertificate that was signed.  So the certificate is encoded once, where
+ * X509_sign and i2d_X509 encode it twice, and no X509 object is built.
+ */
+typedef struct BC_TBS
+{
+	ASN1_INTEGER *version;
+	ASN1_INTEGER *serial;
+	X509_ALGOR *signature;
+	X509_NAME  *issuer;
+	X509_VAL   *validity;
+	X509_NAME  *subject;
+	ASN1_TYPE  *spki;
+	STACK_OF(X509_EXTENSION) *extensions;
+} BC_TBS;
+
+ASN1_SEQUENCE(BC_TBS) = {
+	ASN1_EXP_OPT(BC_TBS, version, ASN1_INTEGER, 0),
+	ASN1_SIMPLE(BC_TBS, serial, ASN1_INTEGER),
+	ASN1_SIMPLE(BC_TBS, signature, X509_ALGOR),
+	ASN1_SIMPLE(BC_TBS, issuer, X509_NAME),
+	ASN1_SIMPLE(BC_TBS, validity, X509_VAL),
+	ASN1_SIMPLE(BC_TBS, subject, X509_NAME),
+	ASN1_SIMPLE(BC_TBS, spki, ASN1_ANY),
+	ASN1_EXP_SEQUENCE_OF_OPT(BC_TBS, extensions, X509_EXTENSION, 3)
+} static_ASN1_SEQUENCE_END(BC_TBS)
+
+typedef struct BC_CERT
+{
+	ASN1_TYPE  *tbs;
+	X509_ALGOR *sig_alg;
+	ASN1_BIT_STRING *signature;
+} BC_CERT;
+
+ASN1_SEQUENCE(BC_CERT) = {
+	ASN1_SIMPLE(BC_CERT, tbs, ASN1_ANY),
+	ASN1_SIMPLE(BC_CERT, sig_alg, X509_ALGOR),
+	ASN1_SIMPLE(BC_CERT, signature, ASN1_BIT_STRING)
+} static_ASN1_SEQUENCE_END(BC_CERT)
+
+/* What every node certificate carries alike, made once per process. */
+static X509_ALGOR *const_sigalg;	/* ecdsa-with-SHA256, no parameters */
+static X509_EXTENSION *const_exts[3];	/* basicConstraints, keyUsage, EKU */
+static CRYPTO_ONCE const_once = CRYPTO_ONCE_STATIC_INIT;
+
+static void
+make_constants(void)
+{
+	BASIC_CONSTRAINTS *bcons = BASIC_CONSTRAINTS_new();
+	ASN1_BIT_STRING *ku = ASN1_BIT_STRING_new();
+	EXTENDED_KEY_USAGE *eku = sk_ASN1_OBJECT_new_null();
+	X509_ALGOR *alg = X509_ALGOR_new();
+	X509_EXTENSION *e[3] = {NULL, NULL, NULL};
+	int			i;
+
+	if (bcons == NULL || ku == NULL || eku == NULL || alg == NULL ||
+		X509_ALGOR_set0(alg, OBJ_nid2obj(NID_ecdsa_with_SHA256), V_ASN1_UNDEF, NULL) != 1)
+		goto out;
+	bcons->ca = 0;
+	if (ASN1_BIT_STRING_set_bit(ku, 0, 1) != 1 ||	/* digitalSignature */
+		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_client_auth)) <= 0 ||
+		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_server_auth)) <= 0)
+		goto out;
+	e[0] = X509V3_EXT_i2d(NID_basic_constraints, 1, bcons);
+	e[1] = X509V3_EXT_i2d(NID_key_usage, 1, ku);
+	e[2] = X509V3_EXT_i2d(NID_ext_key_usage, 0, eku);
+	if (e[0] == NULL || e[1] == NULL || e[2] == NULL)
+		goto out;
+	for (i = 0; i < 3; i++)
+	{
+		const_exts[i] = e[i];
+		e[i] = NULL;
+	}
+	const_sigalg = alg;
+	alg = NULL;
+out:
+	for (i = 0; i < 3; i++)
+		X509_EXTENSION_free(e[i]);
+	X509_ALGOR_free(alg);
+	BASIC_CONSTRAINTS_free(bcons);
+	ASN1_BIT_STRING_free(ku);
+	sk_ASN1_OBJECT_free(eku);	/* OBJ_nid2obj's objects are static */
+	ERR_clear_error();
+}
+
+/* The subject and authority key identifiers: SHA-1 of the key bits, the CA's own. */
+static int
+key_id_exts(const bc_csr *csr, X509 *ca_cert, X509_EXTENSION **skid_ext,
+			X509_EXTENSION **akid_ext)
+{
+	const ASN1_OCTET_STRING *ca_skid = X509_get0_subject_key_id(ca_cert);
+	ASN1_OCTET_STRING *skid = ASN1_OCTET_STRING_new();
+	AUTHORITY_KEYID *akid = AUTHORITY_KEYID_new();
+	const unsigned char *bits;
+	size_t		n;
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int md_len = 0;
+	int			ok = 0;
+
+	bc_csr_key_bits(csr, &bits, &n);
+	if (skid == NULL || akid == NULL || ca_skid == NULL ||
+		EVP_Digest(bits, n, md, &md_len, EVP_sha1(), NULL) != 1 ||
+		ASN1_OCTET_STRING_set(skid, md, (int) md_len) != 1 ||
+		(akid->keyid = ASN1_OCTET_STRING_dup(ca_skid)) == NULL)
+		goto out;
+	*skid_ext = X509V3_EXT_i2d(NID_subject_key_identifier, 0, skid);
+	*akid_ext = X509V3_EXT_i2d(NID_authority_key_identifier, 0, akid);
+	ok = *skid_ext != NULL && *akid_ext != NULL;
+out:
+	ASN1_OCTET_STRING_free(skid);
+	AUTHORITY_KEYID_free(akid);
+	return ok;
+}
+
+/* Issue a node certificate for a CSR's key, as DER (see bc_common.h). */
+int
+bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
+				  unsigned char **der_out, size_t *der_len)
+{
+	BC_TBS		tbs;
+	BC_CERT		cert;
+	ASN1_STRING spki_str;
+	ASN1_TYPE	spki_any;
+	ASN1_STRING tbs_str;
+	ASN1_TYPE	tbs_any;
+	const unsigned char *spki;
+	size_t		spki_len;
+	X509_EXTENSION *own[4] = {NULL, NULL, NULL, NULL};	/* SKID, AKID, SAN, CRL DP */
+	unsigned char *tbs_der = NULL;
+	int			tbs_len;
+	unsigned char sig[128];		/* a DER ECDSA P-256 signature is at most 72 */
+	size_t		sig_len = sizeof(sig);
+	EVP_MD_CTX *sign_ctx = NULL;
+	unsigned char *der = NULL;
+	int			len;
+	int			i;
+	int			rc;
+
+	*der_out = NULL;
+	*der_len = 0;
+	memset(&tbs, 0, sizeof(tbs));
+	memset(&cert, 0, sizeof(cert));
+	if (p == NULL || p->subject_csr == NULL || p->subject_key != NULL)
+		return BC_EINVAL;
+	rc = check_issue_params(p);
+	if (rc != BC_OK)
+		goto out;
+	rc = BC_ECRYPTO;
+	if (!CRYPTO_THREAD_run_once(&const_once, make_constants) || const_sigalg == NULL)
+		goto out;
+	tbs.version = ASN1_INTEGER_new();
+	tbs.serial = random_serial(serial_out);
+	tbs.validity = X509_VAL_new();
+	tbs.subject = X509_NAME_new();
+	tbs.extensions = sk_X509_EXTENSION_new_null();
+	cert.signature = ASN1_BIT_STRING_new();
+	if (tbs.version == NULL || ASN1_INTEGER_set(tbs.version, X509_VERSION_3) != 1 ||
+		tbs.serial == NULL || tbs.validity == NULL || tbs.subject == NULL ||
+		tbs.extensions == NULL || cert.signature == NULL)
+		goto out;
+	tbs.signature = const_sigalg;
+	/* The issuer's name as its certificate holds it (encoded from its cache). */
+	tbs.issuer = X509_get_subject_name(p->ca_cert);
+	if (ASN1_TIME_set(tbs.validity->notBefore, (time_t) p->not_before) == NULL ||
+		ASN1_TIME_set(tbs.validity->notAfter, (time_t) p->not_after) == NULL)
+		goto out;
+	rc = BC_EINVAL;
+	if (p->subject_cn != NULL &&
+		X509_NAME_add_entry_by_NID(tbs.subject, NID_commonName, MBSTRING_UTF8,
+								   (const unsigned char *) p->subject_cn, -1, -1, 0) != 1)
+		goto out;
+	rc = BC_ECRYPTO;
+	bc_csr_spki_der(p->subject_csr, &spki, &spki_len);
+	spki_str.length = (int) spki_len;
+	spki_str.type = V_ASN1_SEQUENCE;
+	spki_str.data = (unsigned char *) spki;
+	spki_str.flags = 0;
+	spki_any.type = V_ASN1_SEQUENCE;
+	spki_any.value.sequence = &spki_str;
+	tbs.spki = &spki_any;
+
+	/* The extensions in bc_cert_issue's order. */
+	if (!key_id_exts(p->subject_csr, p->ca_cert, &own[0], &own[1]))
+		goto out;
+	if (p->n_uris > 0 &&
+		(own[2] = uri_san_ext(p->uris, p->n_uris, p->subject_cn == NULL)) == NULL)
+		goto out;
+	if (p->crl_url != NULL)
+	{
+		rc = BC_EINVAL;
+		if (!uri_is_acceptable(p->crl_url))
+			goto out;
+		rc = BC_ECRYPTO;
+		if ((own[3] = crl_dp_ext(p->crl_url)) == NULL)
+			goto out;
+	}
+	for (i = 0; i < 3; i++)
+		if (sk_X509_EXTENSION_push(tbs.extensions, const_exts[i]) <= 0)
+			goto out;
+	for (i = 0; i < 4; i++)
+		if (own[i] != NULL && sk_X509_EXTENSION_push(tbs.extensions, own[i]) <= 0)
+			goto out;
+
+	tbs_len = ASN1_item_i2d((const ASN1_VALUE *) &tbs, &tbs_der, ASN1_ITEM_rptr(BC_TBS));
+	if (tbs_len <= 0)
+		goto out;
+	sign_ctx = bc_ossl_cache_sign_ctx(p->ca_key);
+	if (sign_ctx == NULL &&
+		((sign_ctx = EVP_MD_CTX_new()) == NULL ||
+		 EVP_DigestSignInit(sign_ctx, NULL, EVP_sha256(), NULL, p->ca_key) != 1))
+		goto out;
+	if (EVP_DigestSign(sign_ctx, sig, &sig_len, tbs_der, (size_t) tbs_len) != 1 ||
+		ASN1_BIT_STRING_set(cert.signature, sig, (int) sig_len) != 1)
+		goto out;
+	/* No unused bits, as ASN1_item_sign sets them. */
+	cert.signature->flags &= ~(ASN1_STRING_FLAG_BITS_LEFT | 0x07);
+	cert.signature->flags |= ASN1_STRING_FLAG_BITS_LEFT;
+
+	tbs_str.length = tbs_len;
+	tbs_str.type = V_ASN1_SEQUENCE;
+	tbs_str.data = tbs_der;
+	tbs_str.flags = 0;
+	tbs_any.type = V_ASN1_SEQUENCE;
+	tbs_any.value.sequence = &tbs_str;
+	cert.tbs = &tbs_any;
+	cert.sig_alg = const_sigalg;
+	len = ASN1_item_i2d((const ASN1_VALUE *) &cert, &der, ASN1_ITEM_rptr(BC_CERT));
+	rc = der_copy(der, len, der_out, der_len);
+out:
+	if (rc != BC_OK)
+		ERR_clear_error();
+	OPENSSL_cleanse(sig, sizeof(sig));
+	OPENSSL_free(der);
+	OPENSSL_free(tbs_der);
+	EVP_MD_CTX_free(sign_ctx);
+	ASN1_BIT_STRING_free(cert.signature);
+	sk_X509_EXTENSION_free(tbs.extensions);	/* the constant ones stay */
+	for (i = 0; i < 4; i++)
+		X509_EXTENSION_free(own[i]);
+	X509_NAME_free(tbs.subject);
+	X509_VAL_free(tbs.validity);
+	ASN1_INTEGER_free(tbs.serial);
+	ASN1_INTEGER_free(tbs.version);
 	return rc;
 }
 

@@ -31,7 +31,6 @@ bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
 	const char *uris[2];
 	bc_cert_params p;
 	unsigned char serial[16];
-	X509	   *cert = NULL;
 	unsigned char *der = NULL;
 	size_t		der_len = 0;
 	TimestampTz now = bc_now();
@@ -59,19 +58,12 @@ bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
 	p.not_before = bc_timestamp_to_unix(out->not_before);
 	p.not_after = bc_timestamp_to_unix(out->not_after);
 
-	st = bc_cert_issue(&p, serial, &cert);
+	/* Built from templates, encoded once (pki.c): no X509 object. */
+	st = bc_cert_issue_der(&p, serial, &der, &der_len);
 	if (st != BC_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not issue a node certificate"),
-				 bc_errdetail_openssl(bc_status_str(st))));
-	bc_own_x509(CurrentMemoryContext, cert);
-
-	st = bc_cert_der(cert, &der, &der_len);
-	if (st != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not encode a node certificate"),
 				 bc_errdetail_openssl(bc_status_str(st))));
 	out->leaf_der_len = der_len;
 	out->leaf_der = (unsigned char *) VARDATA(bc_take_bytea(der, der_len, false));

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <openssl/bn.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/ecdsa.h>
@@ -622,6 +623,119 @@ test_cert_from_csr(void **state)
 	free(der);
 }
 
+/*
+ * bc_cert_issue_der (templates, encoded once) gives bc_cert_issue's
+ * certificate: the same TBSCertificate byte for byte once the serial is the
+ * same (each draws its own), with and without a CN, two SANs and a CRL
+ * distribution point; its signature verifies under the CA; its serial is
+ * the one handed back; a bit flipped in the TBS breaks the signature.
+ */
+static void
+test_cert_issue_der_matches(void **state)
+{
+	pki_fixture *f = *state;
+	const char *uris[] = {"spiffe://example.org/tenant/t1/node/n1", "urn:bc:site:s1"};
+	const char *const cns[] = {"n1", NULL};
+	const char *const crls[] = {NULL, "http://ca.example/node.crl"};
+	unsigned char *csr_der = NULL;
+	size_t		csr_len = 0;
+	bc_csr	   *csr = NULL;
+	int			k;
+
+	assert_int_equal(bc_csr_create(f->node_key, NULL, &csr_der, &csr_len), BC_OK);
+	assert_int_equal(bc_csr_parse(csr_der, csr_len, &csr), BC_OK);
+	for (k = 0; k < 4; k++)
+	{
+		bc_cert_params p = {
+			.ca_cert = f->ca,.ca_key = f->ca_key,.subject_csr = csr,
+			.subject_cn = cns[k % 2],.uris = uris,.n_uris = k < 2 ? 1 : 2,
+			.not_before = f->now - 60,.not_after = f->now + 86400 * 400,
+			.crl_url = crls[k / 2 % 2]
+		};
+		unsigned char s1[16];
+		unsigned char s2[16];
+		unsigned char *der = NULL;
+		size_t		len = 0;
+		X509	   *a = NULL;
+		X509	   *b = NULL;
+		unsigned char *ta = NULL;
+		unsigned char *tb = NULL;
+		int			la;
+		int			lb;
+		BIGNUM	   *bn;
+		const unsigned char *q;
+
+		assert_int_equal(bc_cert_issue_der(&p, s1, &der, &len), BC_OK);
+		assert_int_equal(bc_cert_parse(der, len, &a), BC_OK);
+		assert_int_equal(X509_verify(a, f->ca_key), 1);
+		assert_int_equal(bc_cert_verify_chain(a, f->ca, 0), BC_OK);
+		assert_int_equal(EVP_PKEY_eq(X509_get0_pubkey(a), f->node_key), 1);
+		bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(a), NULL);
+		assert_non_null(bn);
+		assert_int_equal(BN_bn2binpad(bn, s2, 16), 16);
+		assert_memory_equal(s1, s2, 16);
+		BN_free(bn);
+
+		assert_int_equal(bc_cert_issue(&p, s2, &b), BC_OK);
+		assert_int_equal(X509_set_serialNumber(b, (ASN1_INTEGER *) X509_get0_serialNumber(a)), 1);
+		la = i2d_re_X509_tbs(a, &ta);
+		lb = i2d_re_X509_tbs(b, &tb);
+		assert_true(la > 0);
+		assert_int_equal(la, lb);
+		assert_memory_equal(ta, tb, (size_t) la);
+		/* and the DER as issued is what OpenSSL's own decoder re-encodes */
+		X509_free(a);
+		a = NULL;
+		q = der;
+		a = d2i_X509(NULL, &q, (long) len);
+		assert_non_null(a);
+		OPENSSL_free(ta);
+		ta = NULL;
+		assert_int_equal(i2d_re_X509_tbs(a, &ta), la);
+		assert_memory_equal(ta, tb, (size_t) la);
+		X509_free(a);
+
+		/* a bit flipped in the issued certificate's TBS: its signature fails */
+		der[len / 2] ^= 0x01;
+		q = der;
+		a = d2i_X509(NULL, &q, (long) len);
+		if (a != NULL)
+			assert_int_not_equal(X509_verify(a, f->ca_key), 1);
+		X509_free(a);
+		ERR_clear_error();
+		OPENSSL_free(ta);
+		OPENSSL_free(tb);
+		X509_free(b);
+		free(der);
+	}
+	{
+		bc_cert_params p = {
+			.ca_cert = f->ca,.ca_key = f->ca_key,.subject_key = f->node_key,
+			.uris = uris,.n_uris = 1,.not_before = f->now - 60,.not_after = f->now + 60
+		};
+		unsigned char s[16];
+		unsigned char *der = NULL;
+		size_t		len = 0;
+
+		/* a key without a CSR: bc_cert_issue's case only */
+		assert_int_equal(bc_cert_issue_der(&p, s, &der, &len), BC_EINVAL);
+		assert_null(der);
+		p.subject_key = NULL;
+		p.subject_csr = csr;
+		p.n_uris = 0;			/* no SAN and no CN */
+		assert_int_equal(bc_cert_issue_der(&p, s, &der, &len), BC_EINVAL);
+		p.n_uris = 1;
+		p.crl_url = "http://bad url/";
+		assert_int_equal(bc_cert_issue_der(&p, s, &der, &len), BC_EINVAL);
+		p.crl_url = NULL;
+		p.not_after = p.not_before;
+		assert_int_equal(bc_cert_issue_der(&p, s, &der, &len), BC_EINVAL);
+		assert_null(der);
+	}
+	bc_csr_free(csr);
+	free(csr_der);
+}
+
 /* A CSR whose point is not on the curve is refused before anything uses it. */
 static void
 test_csr_point_off_curve(void **state)
@@ -732,6 +846,7 @@ main(void)
 		cmocka_unit_test(test_cert_pem_bundle),
 		cmocka_unit_test(test_cert_empty_subject),
 		cmocka_unit_test(test_cert_from_csr),
+		cmocka_unit_test(test_cert_issue_der_matches),
 		cmocka_unit_test(test_csr_point_off_curve),
 		cmocka_unit_test(test_cert_issue_refusals),
 		cmocka_unit_test(test_cert_pem_file),
