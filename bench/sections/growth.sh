@@ -10,7 +10,7 @@
 # point alike instead of reading as growth.
 G_ROUNDS=${BENCH_GROWTH_ROUNDS:-2}
 GSECS=$(( SECS / G_ROUNDS > 2 ? SECS / G_ROUNDS : 2 ))
-declare -gA G_TPS G_P50 G_P99 G_WAL GC_TPS GC_WAL G_LOAD G_EV G_AU G_NEXT G_R G_FPI G_BTFPI
+declare -gA G_TPS G_P50 G_P99 G_WAL GC_TPS GC_WAL G_LOAD G_EV G_AU G_NEXT G_R G_FPI G_BTFPI G_ST
 # gdb_ensure DB NEED: at least NEED unused requests in DB (sealed with its tokens).
 gdb_ensure() {
   local db=$1 need=$2 left add next
@@ -87,6 +87,25 @@ growth_run() {
     log "growth: $n nodes: joins $(fmt "${G_TPS[$n]}")/s over rounds ($js), ceiling $(fmt "${GC_TPS[$n]}")/s ($cs)"
   done
   G_FIRST=${GROWTH%% *}
+  G_LAST=${GROWTH##* }
+  # One checkpoint cycle at the smallest and the largest point: a CHECKPOINT
+  # (pgrun's), then STEADY_SECS of joins with no other, the WAL counted over
+  # the whole of it.  What a server whose checkpoints come every STEADY_SECS
+  # writes per join: each page touched pays its full image once per cycle,
+  # not once per short run as in the rounds above.
+  if [ "$STEADY_SECS" -gt 0 ]; then
+    for n in $G_FIRST $G_LAST; do
+      db=bench_g$n
+      gdb_ensure "$db" "$(awk -v r="${G_TPS[$n]}" -v e="$EST" -v s="$STEADY_SECS" 'BEGIN { if (r !~ /^[0-9.]+$/) r = e; printf "%.0f", r * 1.3 * s + 1000 }')"
+      gdb_restore "$db"
+      G_DB=$db DB=$db NREQ=$((G_NEXT[$db] - 1)) PGRUN_REFILL=growth_refill pgrun "growth-steady-$n" "$ROOT/bench/join.pgbench" "$GCLIENTS" "$STEADY_SECS"
+      G_ST[t$n]=$TPS G_ST[w$n]=$WALKB G_ST[f$n]=$FPIKB
+      [ "$RUN_OK" = 1 ] || G_ST[t$n]=n/a
+      gdb_restore "$db"
+      log "growth: one checkpoint cycle of $STEADY_SECS s at $n nodes: $(fmt "$TPS") joins/s, $WALKB kB of WAL a join ($FPIKB of full-page images)"
+    done
+    [ "$G_FIRST" = "$G_LAST" ] && G_ST[done]=0 || G_ST[done]=1
+  fi
 }
 
 growth_report() {
@@ -112,4 +131,14 @@ growth_report() {
     nofpi0=$(awk -v a="${G_WAL[$G_FIRST]}" -v b="${G_FPI[$G_FIRST]}" 'BEGIN { if (b !~ /^[0-9.]+$/) print "n/a"; else printf "%.1f", a - b }')
     echo "| $(printf "%'d" "$n") | ${G_WAL[$n]} | ${G_FPI[$n]} | ${G_BTFPI[$n]} | $nofpi | $(ratio "$nofpi" "$nofpi0") |"
   done
+  if [ "${G_ST[done]:-0}" = 1 ]; then
+    echo
+    echo "One checkpoint cycle: $STEADY_SECS s of joins after a \`CHECKPOINT\`, the WAL counted over the whole cycle, at the smallest and the largest point: what a server writes per join when its checkpoints come every $STEADY_SECS s, $( awk -v s="$STEADY_SECS" 'BEGIN { printf "%.1f", 300 / s }')× as often as with PostgreSQL's default \`checkpoint_timeout\` of 5 minutes (this cluster's \`max_wal_size\` of 16 GB and \`checkpoint_timeout\` of 1 h keep any other checkpoint out of the cycle). Each page the joins touch pays its full image once a cycle, not once a short run as in the rounds above."
+    echo
+    echo "| nodes already joined | joins/s | WAL kB/join over the cycle | of which full-page images | rate vs $(printf "%'d" "$G_FIRST") | WAL vs $(printf "%'d" "$G_FIRST") |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+    for n in $G_FIRST $G_LAST; do
+      echo "| $(printf "%'d" "$n") | $(fmt "${G_ST[t$n]}") | ${G_ST[w$n]} | ${G_ST[f$n]} | $(ratio "${G_ST[t$n]}" "${G_ST[t$G_FIRST]}") | $(ratio "${G_ST[w$n]}" "${G_ST[w$G_FIRST]}") |"
+    done
+  fi
 }
