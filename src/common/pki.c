@@ -1,7 +1,9 @@
 /*
  * pki.c: X.509 v3 node certificates on OpenSSL's X509 APIs (issue, parse,
  * verify, URI SANs) and making PKCS#10 CSRs (X509_REQ); reading CSRs is
- * csr.c's.
+ * csr.c's.  The JoinService issues from a CSR with bc_cert_issue_der:
+ * the same certificate as bc_cert_issue, from ASN.1 templates of OpenSSL's
+ * types, encoded once (see there).
  */
 #include <limits.h>
 #include <stdlib.h>
