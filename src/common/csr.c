@@ -105,6 +105,15 @@ bc_csr_parse(const unsigned char *der, size_t n, bc_csr **out)
 	if (OBJ_obj2nid(alg) != NID_X9_62_id_ecPublicKey || ptype != V_ASN1_OBJECT ||
 		OBJ_obj2nid((const ASN1_OBJECT *) pval) != NID_X9_62_prime256v1)
 		goto out;
+	/*
+	 * A point is whole octets: a key BIT STRING with unused bits is refused
+	 * (the decoder would mask them off the last octet, and the certificate
+	 * would carry the SubjectPublicKeyInfo as it came).
+	 */
+	rc = BC_EINVAL;
+	if ((csr->req->info->pubkey->public_key->flags & ASN1_STRING_FLAG_BITS_LEFT) != 0 &&
+		(csr->req->info->pubkey->public_key->flags & 0x07) != 0)
+		goto out;
 	rc = bc_p256_from_point(ASN1_STRING_get0_data(csr->req->info->pubkey->public_key),
 							(size_t) ASN1_STRING_length(csr->req->info->pubkey->public_key),
 							&csr->key);

@@ -764,6 +764,52 @@ test_csr_point_off_curve(void **state)
 	free(der);
 }
 
+/*
+ * A CSR whose key BIT STRING claims unused bits is refused, even when the
+ * point is on the curve once they are masked off (y even: nothing masked).
+ */
+static void
+test_csr_key_unused_bits(void **state)
+{
+	(void) state;
+	for (int tries = 0; tries < 64; tries++)
+	{
+		EVP_PKEY   *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+		unsigned char *der = NULL;
+		size_t		len = 0;
+		bc_csr	   *csr = NULL;
+		size_t		i;
+		int			at = -1;
+
+		assert_non_null(key);
+		assert_int_equal(bc_csr_create(key, NULL, &der, &len), BC_OK);
+		for (i = 0; i + 4 + 64 < len; i++)
+			if (der[i] == 0x03 && der[i + 1] == 0x42 && der[i + 2] == 0x00 && der[i + 3] == 0x04)
+			{
+				at = (int) i;
+				break;
+			}
+		assert_true(at >= 0);
+		if ((der[at + 4 + 63] & 0x01) != 0)
+		{
+			/* y odd: masking would move the point; try a key whose y is even */
+			free(der);
+			EVP_PKEY_free(key);
+			continue;
+		}
+		assert_int_equal(bc_csr_parse(der, len, &csr), BC_OK);	/* as made: taken */
+		bc_csr_free(csr);
+		csr = NULL;
+		der[at + 2] = 0x01;		/* one unused bit */
+		assert_int_equal(bc_csr_parse(der, len, &csr), BC_EINVAL);
+		assert_null(csr);
+		free(der);
+		EVP_PKEY_free(key);
+		return;
+	}
+	fail_msg("no key with an even y in 64 tries");
+}
+
 /* Bad issue parameters are refused before anything is signed. */
 static void
 test_cert_issue_refusals(void **state)
@@ -848,6 +894,7 @@ main(void)
 		cmocka_unit_test(test_cert_from_csr),
 		cmocka_unit_test(test_cert_issue_der_matches),
 		cmocka_unit_test(test_csr_point_off_curve),
+		cmocka_unit_test(test_csr_key_unused_bits),
 		cmocka_unit_test(test_cert_issue_refusals),
 		cmocka_unit_test(test_cert_pem_file),
 	};
