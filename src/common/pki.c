@@ -149,9 +149,81 @@ out:
 	return rc;
 }
 
+/* What every node certificate carries alike, made once per process. */
+static X509_ALGOR *const_sigalg;	/* ecdsa-with-SHA256, no parameters */
+static X509_EXTENSION *const_exts[3];	/* basicConstraints, keyUsage, EKU */
+static CRYPTO_ONCE const_once = CRYPTO_ONCE_STATIC_INIT;
+
+static void
+make_constants(void)
+{
+	BASIC_CONSTRAINTS *bcons = BASIC_CONSTRAINTS_new();
+	ASN1_BIT_STRING *ku = ASN1_BIT_STRING_new();
+	EXTENDED_KEY_USAGE *eku = sk_ASN1_OBJECT_new_null();
+	X509_ALGOR *alg = X509_ALGOR_new();
+	X509_EXTENSION *e[3] = {NULL, NULL, NULL};
+	int			i;
+
+	if (bcons == NULL || ku == NULL || eku == NULL || alg == NULL ||
+		X509_ALGOR_set0(alg, OBJ_nid2obj(NID_ecdsa_with_SHA256), V_ASN1_UNDEF, NULL) != 1)
+		goto out;
+	bcons->ca = 0;
+	if (ASN1_BIT_STRING_set_bit(ku, 0, 1) != 1 ||	/* digitalSignature */
+		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_client_auth)) <= 0 ||
+		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_server_auth)) <= 0)
+		goto out;
+	e[0] = X509V3_EXT_i2d(NID_basic_constraints, 1, bcons);
+	e[1] = X509V3_EXT_i2d(NID_key_usage, 1, ku);
+	e[2] = X509V3_EXT_i2d(NID_ext_key_usage, 0, eku);
+	if (e[0] == NULL || e[1] == NULL || e[2] == NULL)
+		goto out;
+	for (i = 0; i < 3; i++)
+	{
+		const_exts[i] = e[i];
+		e[i] = NULL;
+	}
+	const_sigalg = alg;
+	alg = NULL;
+out:
+	for (i = 0; i < 3; i++)
+		X509_EXTENSION_free(e[i]);
+	X509_ALGOR_free(alg);
+	BASIC_CONSTRAINTS_free(bcons);
+	ASN1_BIT_STRING_free(ku);
+	sk_ASN1_OBJECT_free(eku);	/* OBJ_nid2obj's objects are static */
+	ERR_clear_error();
+}
+
+/* The subject and authority key identifiers: SHA-1 of the key bits, the CA's own. */
+static int
+key_id_exts(const unsigned char *bits, size_t n, X509 *ca_cert, X509_EXTENSION **skid_ext,
+			X509_EXTENSION **akid_ext)
+{
+	const ASN1_OCTET_STRING *ca_skid = X509_get0_subject_key_id(ca_cert);
+	ASN1_OCTET_STRING *skid = ASN1_OCTET_STRING_new();
+	AUTHORITY_KEYID *akid = AUTHORITY_KEYID_new();
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int md_len = 0;
+	int			ok = 0;
+
+	if (bits == NULL || skid == NULL || akid == NULL || ca_skid == NULL ||
+		EVP_Digest(bits, n, md, &md_len, EVP_sha1(), NULL) != 1 ||
+		ASN1_OCTET_STRING_set(skid, md, (int) md_len) != 1 ||
+		(akid->keyid = ASN1_OCTET_STRING_dup(ca_skid)) == NULL)
+		goto out;
+	*skid_ext = X509V3_EXT_i2d(NID_subject_key_identifier, 0, skid);
+	*akid_ext = X509V3_EXT_i2d(NID_authority_key_identifier, 0, akid);
+	ok = *skid_ext != NULL && *akid_ext != NULL;
+out:
+	ASN1_OCTET_STRING_free(skid);
+	AUTHORITY_KEYID_free(akid);
+	return ok;
+}
+
 /*
  * Add the extensions every node certificate carries, from OpenSSL's own
- * typed structures (X509_add1_ext_i2d encodes them):
+ * typed structures (X509V3_EXT_i2d encodes them; the first three once per
+ * process, make_constants):
  *   basicConstraints     critical, CA:FALSE
  *   keyUsage             critical, digitalSignature
  *   extendedKeyUsage     clientAuth, serverAuth
@@ -165,38 +237,24 @@ out:
 static int
 add_node_extensions(X509 *cert, X509 *ca_cert)
 {
-	BASIC_CONSTRAINTS *bcons = BASIC_CONSTRAINTS_new();
-	ASN1_BIT_STRING *ku = ASN1_BIT_STRING_new();
-	EXTENDED_KEY_USAGE *eku = sk_ASN1_OBJECT_new_null();
-	ASN1_OCTET_STRING *skid = ASN1_OCTET_STRING_new();
-	AUTHORITY_KEYID *akid = AUTHORITY_KEYID_new();
-	const ASN1_OCTET_STRING *ca_skid = X509_get0_subject_key_id(ca_cert);
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int md_len = 0;
+	const ASN1_BIT_STRING *bits = X509_get0_pubkey_bitstr(cert);
+	X509_EXTENSION *skid = NULL;
+	X509_EXTENSION *akid = NULL;
 	int			ok = 0;
 
-	if (bcons == NULL || ku == NULL || eku == NULL || skid == NULL || akid == NULL ||
-		ca_skid == NULL)
+	if (!CRYPTO_THREAD_run_once(&const_once, make_constants) || const_sigalg == NULL ||
+		bits == NULL ||
+		!key_id_exts(ASN1_STRING_get0_data(bits), (size_t) ASN1_STRING_length(bits), ca_cert,
+					 &skid, &akid))
 		goto out;
-	bcons->ca = 0;
-	if (ASN1_BIT_STRING_set_bit(ku, 0, 1) != 1 ||	/* digitalSignature */
-		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_client_auth)) <= 0 ||
-		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_server_auth)) <= 0 ||
-		X509_pubkey_digest(cert, EVP_sha1(), md, &md_len) != 1 ||
-		ASN1_OCTET_STRING_set(skid, md, (int) md_len) != 1 ||
-		(akid->keyid = ASN1_OCTET_STRING_dup(ca_skid)) == NULL)
-		goto out;
-	ok = X509_add1_ext_i2d(cert, NID_basic_constraints, bcons, 1, X509V3_ADD_DEFAULT) == 1 &&
-		X509_add1_ext_i2d(cert, NID_key_usage, ku, 1, X509V3_ADD_DEFAULT) == 1 &&
-		X509_add1_ext_i2d(cert, NID_ext_key_usage, eku, 0, X509V3_ADD_DEFAULT) == 1 &&
-		X509_add1_ext_i2d(cert, NID_subject_key_identifier, skid, 0, X509V3_ADD_DEFAULT) == 1 &&
-		X509_add1_ext_i2d(cert, NID_authority_key_identifier, akid, 0, X509V3_ADD_DEFAULT) == 1;
+	ok = X509_add_ext(cert, const_exts[0], -1) == 1 &&
+		X509_add_ext(cert, const_exts[1], -1) == 1 &&
+		X509_add_ext(cert, const_exts[2], -1) == 1 &&
+		X509_add_ext(cert, skid, -1) == 1 &&
+		X509_add_ext(cert, akid, -1) == 1;
 out:
-	BASIC_CONSTRAINTS_free(bcons);
-	ASN1_BIT_STRING_free(ku);
-	sk_ASN1_OBJECT_free(eku);	/* OBJ_nid2obj's objects are static */
-	ASN1_OCTET_STRING_free(skid);
-	AUTHORITY_KEYID_free(akid);
+	X509_EXTENSION_free(skid);
+	X509_EXTENSION_free(akid);
 	return ok;
 }
 
@@ -518,80 +576,6 @@ ASN1_SEQUENCE(BC_CERT) = {
 	ASN1_SIMPLE(BC_CERT, signature, ASN1_BIT_STRING)
 } static_ASN1_SEQUENCE_END(BC_CERT)
 
-/* What every node certificate carries alike, made once per process. */
-static X509_ALGOR *const_sigalg;	/* ecdsa-with-SHA256, no parameters */
-static X509_EXTENSION *const_exts[3];	/* basicConstraints, keyUsage, EKU */
-static CRYPTO_ONCE const_once = CRYPTO_ONCE_STATIC_INIT;
-
-static void
-make_constants(void)
-{
-	BASIC_CONSTRAINTS *bcons = BASIC_CONSTRAINTS_new();
-	ASN1_BIT_STRING *ku = ASN1_BIT_STRING_new();
-	EXTENDED_KEY_USAGE *eku = sk_ASN1_OBJECT_new_null();
-	X509_ALGOR *alg = X509_ALGOR_new();
-	X509_EXTENSION *e[3] = {NULL, NULL, NULL};
-	int			i;
-
-	if (bcons == NULL || ku == NULL || eku == NULL || alg == NULL ||
-		X509_ALGOR_set0(alg, OBJ_nid2obj(NID_ecdsa_with_SHA256), V_ASN1_UNDEF, NULL) != 1)
-		goto out;
-	bcons->ca = 0;
-	if (ASN1_BIT_STRING_set_bit(ku, 0, 1) != 1 ||	/* digitalSignature */
-		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_client_auth)) <= 0 ||
-		sk_ASN1_OBJECT_push(eku, OBJ_nid2obj(NID_server_auth)) <= 0)
-		goto out;
-	e[0] = X509V3_EXT_i2d(NID_basic_constraints, 1, bcons);
-	e[1] = X509V3_EXT_i2d(NID_key_usage, 1, ku);
-	e[2] = X509V3_EXT_i2d(NID_ext_key_usage, 0, eku);
-	if (e[0] == NULL || e[1] == NULL || e[2] == NULL)
-		goto out;
-	for (i = 0; i < 3; i++)
-	{
-		const_exts[i] = e[i];
-		e[i] = NULL;
-	}
-	const_sigalg = alg;
-	alg = NULL;
-out:
-	for (i = 0; i < 3; i++)
-		X509_EXTENSION_free(e[i]);
-	X509_ALGOR_free(alg);
-	BASIC_CONSTRAINTS_free(bcons);
-	ASN1_BIT_STRING_free(ku);
-	sk_ASN1_OBJECT_free(eku);	/* OBJ_nid2obj's objects are static */
-	ERR_clear_error();
-}
-
-/* The subject and authority key identifiers: SHA-1 of the key bits, the CA's own. */
-static int
-key_id_exts(const bc_csr *csr, X509 *ca_cert, X509_EXTENSION **skid_ext,
-			X509_EXTENSION **akid_ext)
-{
-	const ASN1_OCTET_STRING *ca_skid = X509_get0_subject_key_id(ca_cert);
-	ASN1_OCTET_STRING *skid = ASN1_OCTET_STRING_new();
-	AUTHORITY_KEYID *akid = AUTHORITY_KEYID_new();
-	const unsigned char *bits;
-	size_t		n;
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int md_len = 0;
-	int			ok = 0;
-
-	bc_csr_key_bits(csr, &bits, &n);
-	if (skid == NULL || akid == NULL || ca_skid == NULL ||
-		EVP_Digest(bits, n, md, &md_len, EVP_sha1(), NULL) != 1 ||
-		ASN1_OCTET_STRING_set(skid, md, (int) md_len) != 1 ||
-		(akid->keyid = ASN1_OCTET_STRING_dup(ca_skid)) == NULL)
-		goto out;
-	*skid_ext = X509V3_EXT_i2d(NID_subject_key_identifier, 0, skid);
-	*akid_ext = X509V3_EXT_i2d(NID_authority_key_identifier, 0, akid);
-	ok = *skid_ext != NULL && *akid_ext != NULL;
-out:
-	ASN1_OCTET_STRING_free(skid);
-	AUTHORITY_KEYID_free(akid);
-	return ok;
-}
-
 /* Issue a node certificate for a CSR's key, as DER (see bc_common.h). */
 int
 bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
@@ -605,6 +589,8 @@ bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
 	ASN1_TYPE	tbs_any;
 	const unsigned char *spki;
 	size_t		spki_len;
+	const unsigned char *key_bits;
+	size_t		key_bits_len;
 	X509_EXTENSION *own[4] = {NULL, NULL, NULL, NULL};	/* SKID, AKID, SAN, CRL DP */
 	unsigned char *tbs_der = NULL;
 	int			tbs_len;
@@ -660,7 +646,8 @@ bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
 	tbs.spki = &spki_any;
 
 	/* The extensions in bc_cert_issue's order. */
-	if (!key_id_exts(p->subject_csr, p->ca_cert, &own[0], &own[1]))
+	bc_csr_key_bits(p->subject_csr, &key_bits, &key_bits_len);
+	if (!key_id_exts(key_bits, key_bits_len, p->ca_cert, &own[0], &own[1]))
 		goto out;
 	if (p->n_uris > 0 &&
 		(own[2] = uri_san_ext(p->uris, p->n_uris, p->subject_cn == NULL)) == NULL)
