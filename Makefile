@@ -5,14 +5,21 @@
 #   make check-all      every test (what .ci/run and the README run); see test/run-all
 
 EXTENSION   = bc_join
-EXTVERSION  = 0.1.0
+# The one place a version is written: bc_join.control's default_version (the
+# library, the install script and the Debian packages take it from there).
+EXTVERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" $(dir $(lastword $(MAKEFILE_LIST)))bc_join.control)
 MODULE_big  = bc_join
 
 COMMON_SRCS = $(sort $(wildcard src/common/*.c))
 EXT_SRCS    = $(sort $(wildcard src/ext/*.c src/ext/attestors/*.c))
 OBJS        = $(EXT_SRCS:.c=.o) $(COMMON_SRCS:.c=.o)
 
-DATA        = sql/$(EXTENSION)--$(EXTVERSION).sql
+# sql/bc_join.sql is the source of the current version's install script
+# (copied, as pgvector does); 0.1.0's install script is released and kept as
+# it was; every later version is reached by the upgrade scripts
+# sql/bc_join--A--B.sql (docs/development.md, "Changing the schema").
+DATA        = sql/$(EXTENSION)--0.1.0.sql $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
+DATA_built  = sql/$(EXTENSION)--$(EXTVERSION).sql
 PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 
 # make installcheck: the pg_regress suites on a temporary instance of the
@@ -31,7 +38,7 @@ else
 REGRESS_OPTS = --inputdir=. --load-extension=bc_join
 endif
 
-PG_CPPFLAGS = -Isrc/common -Isrc/ext
+PG_CPPFLAGS = -Isrc/common -Isrc/ext -DBC_EXTVERSION='"$(EXTVERSION)"'
 # TPM structures (src/common/tpm.c) are unmarshalled with tpm2-tss's libtss2-mu.
 TSS2_MU_CFLAGS := $(shell pkg-config --cflags tss2-mu)
 TSS2_MU_LIBS   := $(shell pkg-config --libs tss2-mu)
@@ -51,6 +58,9 @@ include $(PGXS)
 pg_regress_installcheck = $(CURDIR)/test/installcheck $(BCJ_REGRESS_DIR) \
 	$(top_builddir)/src/test/regress/pg_regress --inputdir=$(srcdir) --bindir='$(bindir)' \
 	$(pg_regress_locale_flags) $(EXTRA_REGRESS_OPTS)
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql bc_join.control
+	cp $< $@
 
 # PGXS tracks no header dependencies: every object of the extension depends
 # on the headers the extension's files share (a struct changed in one would

@@ -148,8 +148,7 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 	else
 		claims_jb = bc_jsonb("{}");
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	bc_spi_connect();
 	bc_check_join_token(who, token, role_s, claims_jb, &tok);
 	OPENSSL_cleanse(token, strlen(token));
 

@@ -125,6 +125,12 @@ typedef struct BcPlan
 } BcPlan;
 
 /* Execute a kept plan (SPI must be connected); returns SPI_processed. */
+/* version.c */
+extern const char *const bc_library_version;
+extern char *bc_installed_sql_version(void);
+extern void bc_require_sql_version(void);
+extern void bc_spi_connect(void);
+
 extern uint64 bc_spi_exec(BcPlan *p, Datum *values, const char *nulls,
 						  bool read_only, long count);
 /*

@@ -281,8 +281,7 @@ bc_node_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 	req.claims = bc_jsonb("{}");
 	bc_require_config();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	bc_spi_connect();
 	out = bc_run_round(&req, round, &a, who, callcxt);
 	SPI_finish();
 	return out;

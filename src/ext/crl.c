@@ -63,8 +63,7 @@ bc_crl(PG_FUNCTION_ARGS)
 
 	bc_require_config();
 	keys = bc_keys();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	bc_spi_connect();
 	n = bc_spi_exec(&revoked, NULL, NULL, true, 0);
 	entries = palloc0(sizeof(bc_crl_entry) * (n + 1));
 	for (i = 0; i < n; i++)

@@ -97,8 +97,7 @@ bc_audit_anchor(PG_FUNCTION_ARGS)
 
 	bc_require_config();
 	keys = bc_keys();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	bc_spi_connect();
 	if (bc_spi_exec(&audit_heads, NULL, NULL, true, 1) == 1)
 	{
 		d = bc_spi_datum(Anum_heads_head_id, &isnull);

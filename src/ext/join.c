@@ -243,8 +243,7 @@ bc_join_request(PG_FUNCTION_ARGS)
 	bc_require_config();
 	bc_require_primary();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	bc_spi_connect();
 	att = bc_find_attestor(req.attestor);
 	PG_TRY();
 	{

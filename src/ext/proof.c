@@ -431,8 +431,7 @@ bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 	bc_require_config();
 	bc_require_primary();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	bc_spi_connect();
 	out = bc_run_round(&req, round, proof, who, callcxt);
 	SPI_finish();
 	return out;
