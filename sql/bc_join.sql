@@ -36,6 +36,12 @@ $roles$;
 CREATE FUNCTION bc_join.compute_now() RETURNS timestamptz
 	AS 'MODULE_PATHNAME', 'bc_compute_now'
 	LANGUAGE C STABLE PARALLEL SAFE;
+-- The service clock's current instant: clock_timestamp() plus the same
+-- offset.  What the issuance log records (the insert's time: an open
+-- transaction cannot backdate a row to its start).
+CREATE FUNCTION bc_join.compute_clock() RETURNS timestamptz
+	AS 'MODULE_PATHNAME', 'bc_compute_clock'
+	LANGUAGE C VOLATILE PARALLEL SAFE;
 
 -- The version of the loaded library (bc_join.so), beside pg_extension's
 -- extversion of the schema: the library works only on its own (version.c).
@@ -192,7 +198,7 @@ CREATE INDEX provisioning_tokens_node_idx ON bc_join.provisioning_tokens (node_i
 -- An optional resolver: maps the nodeId a provisioned agent names to a node id.
 CREATE TABLE bc_join.provisioning_resolver (
 	one boolean PRIMARY KEY DEFAULT true CHECK (one),
-	resolve regprocedure NOT NULL,
+	resolve text NOT NULL,				-- the function, as regprocedure's text (see bc_join.attestors.verify)
 	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	registered_by text NOT NULL DEFAULT session_user
 );
@@ -291,7 +297,11 @@ CREATE TABLE bc_join.attestors (
 	version text NOT NULL CHECK (length(version) BETWEEN 1 AND 64),
 	roles text[] NOT NULL
 		CHECK (bc_join.are_agent_roles(roles)),
-	verify regprocedure NOT NULL,
+	-- The function, as regprocedure's schema-qualified text: a column of type
+	-- regprocedure holds an OID, which pg_upgrade refuses in any table (OIDs
+	-- of functions change), and which pg_dump would have to write as text
+	-- anyway.  Resolved (to_regprocedure) each time the registry is read.
+	verify text NOT NULL,
 	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	registered_by text NOT NULL DEFAULT session_user
 );
@@ -335,6 +345,17 @@ CREATE TABLE bc_join.refusal_rate (
 	last_recorded boolean NOT NULL DEFAULT true
 );
 
+-- The lock every join and renewal for one CSR key takes first (src/ext/admit.c:
+-- one key, one certificate, race-free): the row of the key's slot, the low
+-- ten bits of SHA-256 of its SubjectPublicKeyInfo, locked to the end of the
+-- transaction.  A row lock rather than an advisory lock, which any role of
+-- the cluster could take and hold (issue 26).  1,024 fixed rows and nothing
+-- else: they hold no state.
+CREATE TABLE bc_join.key_locks (
+	slot smallint PRIMARY KEY CHECK (slot >= 0 AND slot < 1024)
+);
+INSERT INTO bc_join.key_locks (slot) SELECT s FROM generate_series(0, 1023) AS s;
+
 /* --------------------------------------------------------- events, audit */
 
 CREATE TABLE bc_join.events (
@@ -363,9 +384,8 @@ CREATE TABLE bc_join.audit_log (
 	chain smallint NOT NULL DEFAULT 0 CHECK (chain >= 0 AND chain < 16),
 	prev_hash bytea NOT NULL,			-- the hash of the chain's row before (32 zero bytes for its first)
 	hash bytea NOT NULL,				-- SHA-256(prev_hash || bc_join.audit_content(row))
-	-- Each chain's last row, and each chain in id order (verify_audit_log).  No
-	-- index on id alone: the trigger's generic plan would walk it backwards
-	-- filtering on the chain, through the whole log for a chain not used lately.
+	-- Each chain in id order (verify_audit_log).  The chains' last rows are
+	-- bc_join.audit_chains, so no insert reads the log.
 	PRIMARY KEY (chain, id)
 );
 
@@ -378,46 +398,69 @@ CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, act
 	AS 'MODULE_PATHNAME', 'bc_audit_content'
 	LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
+-- The head of each of the log's 16 chains: the id and hash of its last
+-- row (last_id NULL, last_hash 32 zero bytes for a chain still empty).  A
+-- transaction appends to a chain under that chain's row lock here, held to
+-- its end.  A row lock, not pg_advisory_xact_lock: the advisory keyspace is
+-- shared by every role of the cluster, so any role that can log in could
+-- take the 16 keys and stop every join (issue 26); locking these rows needs
+-- UPDATE on this table, which no role but the extension's owner has.  The
+-- rows are derived from the log (bc_join.audit_chain keeps them as rows
+-- arrive, a restored row too), and bc_join.audit_log_problems() checks that
+-- they name each chain's last row.
+CREATE TABLE bc_join.audit_chains (
+	chain smallint PRIMARY KEY CHECK (chain >= 0 AND chain < 16),
+	last_id bigint,
+	last_hash bytea NOT NULL CHECK (length(last_hash) = 32)
+);
+INSERT INTO bc_join.audit_chains (chain, last_id, last_hash)
+	SELECT c, NULL, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea
+	FROM generate_series(0, 15) AS c;
+
 -- Before every insert: the row joins one of 16 chains and, under that
--- chain's lock (held to the end of the transaction, so the joins of one
--- chain append one after the other), takes the next id and links to the
--- chain's last row.  One chain for everything made the lock a queue that
--- every join waited in through its commit's WAL flush: joins could not share
--- a flush (group commit) and the rate stopped at one flush per join, however
--- many clients (docs/performance.md).  A transaction takes the first free
--- chain from its backend's own (pg_try_advisory_xact_lock), and waits for
--- its own only when all 16 are taken; one that holds a chain finds it free,
--- so no two inserts wait on each other in a cycle.  The last row is found by
--- the primary key (chain, id), whatever the statistics said when a backend
--- first planned the query: planned while the log was nearly empty, a
--- sequential scan and sort stays in a long-lived backend's cached plan (the
--- gateway's) and every later insert reads the whole log (enable_seqscan off
--- here; test/tap/audit_plan.t).
+-- chain's row lock in audit_chains (held to the end of the transaction, so
+-- the joins of one chain append one after the other), takes the next id,
+-- the insert's time and the link to the chain's last row.  One chain for
+-- everything made the lock a queue that every join waited in through its
+-- commit's WAL flush: joins could not share a flush (group commit) and the
+-- rate stopped at one flush per join, however many clients
+-- (docs/performance.md).  A transaction takes the first chain no other
+-- transaction holds, from its backend's own (FOR UPDATE SKIP LOCKED), and
+-- waits for its own only when all 16 are taken; a chain it holds already is
+-- never skipped, so one that waits holds none and no two inserts wait on
+-- each other in a cycle.
+-- A row that arrives whole, with its chain, links and hash (pg_restore, or
+-- psql reading a pg_dump), is kept exactly as it was hashed, and its
+-- chain's head moves to it when it is the newest: a restore rebuilds the
+-- heads in whatever order the rows come.  Only the extension's owner can
+-- insert into the log; verify_audit_log() checks every row however it came.
 CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
-	SET enable_seqscan = off
 	AS $$
 DECLARE
 	prev bytea;
 	own integer := pg_backend_pid() % 16;
-	c integer;
+	c smallint;
 BEGIN
-	FOR i IN 0..15 LOOP
-		c := (own + i) % 16;
-		EXIT WHEN pg_try_advisory_xact_lock(1650680370, c);
-		c := NULL;
-	END LOOP;
-	IF c IS NULL THEN
-		c := own;
-		PERFORM pg_advisory_xact_lock(1650680370, c);
+	IF NEW.hash IS NOT NULL THEN
+		UPDATE bc_join.audit_chains h SET last_id = NEW.id, last_hash = NEW.hash
+			WHERE h.chain = NEW.chain AND (h.last_id IS NULL OR h.last_id < NEW.id);
+		RETURN NEW;
 	END IF;
-	SELECT a.hash INTO prev FROM bc_join.audit_log a WHERE a.chain = c ORDER BY a.id DESC LIMIT 1;
+	SELECT h.chain, h.last_hash INTO c, prev FROM bc_join.audit_chains h
+		ORDER BY (h.chain - own + 16) % 16 LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		SELECT h.chain, h.last_hash INTO c, prev FROM bc_join.audit_chains h
+			WHERE h.chain = own FOR NO KEY UPDATE;
+	END IF;
 	NEW.id := nextval('bc_join.audit_log_id_seq');
+	NEW.at := bc_join.compute_clock();
 	NEW.chain := c;
-	NEW.prev_hash := coalesce(prev, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea);
+	NEW.prev_hash := prev;
 	NEW.hash := sha256(NEW.prev_hash || bc_join.audit_content(NEW.id, NEW.at, NEW.actor, NEW.action,
 															   NEW.tenant_id, NEW.node_id, NEW.detail));
+	UPDATE bc_join.audit_chains h SET last_id = NEW.id, last_hash = NEW.hash WHERE h.chain = c;
 	RETURN NEW;
 END
 $$;
@@ -1187,6 +1230,22 @@ BEGIN
 		EXIT WHEN found_n >= max_rows;
 		prev := r.hash;
 	END LOOP;
+	-- Each chain's head must be its last row (the next row links to it).
+	IF found_n < max_rows THEN
+		FOR id, problem IN
+			SELECT h.last_id, 'chain ' || h.chain || '''s head (bc_join.audit_chains) is not its last row ' ||
+				   coalesce(l.id::text, 'none') || ': the next row would not link to it'
+			FROM bc_join.audit_chains h
+			LEFT JOIN LATERAL (SELECT a.id, a.hash FROM bc_join.audit_log a WHERE a.chain = h.chain
+							   ORDER BY a.id DESC LIMIT 1) l ON true
+			WHERE h.last_id IS DISTINCT FROM l.id
+			   OR h.last_hash <> coalesce(l.hash, zero)
+			ORDER BY h.chain
+		LOOP
+			RETURN NEXT; found_n := found_n + 1;
+			EXIT WHEN found_n >= max_rows;
+		END LOOP;
+	END IF;
 END
 $$;
 
@@ -1202,6 +1261,81 @@ CREATE FUNCTION bc_join.verify_audit_log() RETURNS boolean
 CREATE FUNCTION bc_join.audit_anchor() RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_audit_anchor' LANGUAGE C STABLE SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+
+-- An anchor published earlier (bc_join.audit_anchor()'s JWS), its signature
+-- checked with a signing key this service holds (current, next or
+-- previous): its payload, or INVALID_INPUT when it is no anchor of this
+-- service.
+CREATE FUNCTION bc_join.audit_anchor_payload(anchor text) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_audit_anchor_payload' LANGUAGE C STABLE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+
+-- The log against an anchor published earlier: every row the anchor names
+-- (the newest, and each chain's last) must be in the log, in its chain,
+-- with the hash the anchor signed.  A row missing beyond a chain's end
+-- means the log is behind what the world has seen: a restore from a
+-- backup older than the anchor, or a rollback (docs/operator.md, "Backups,
+-- restores and upgrades").  No row when the log holds against it.
+CREATE FUNCTION bc_join.audit_anchor_problems(anchor text)
+	RETURNS TABLE (chain smallint, id bigint, problem text)
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	a jsonb := bc_join.audit_anchor_payload(anchor);
+	h jsonb;
+	named_chain smallint;
+	named_id bigint;
+	named_hash text;
+	got_chain smallint;
+	got_hash bytea;
+	chain_end bigint;
+BEGIN
+	FOR h IN
+		SELECT jsonb_build_object('chain', NULL, 'id', a->'headId', 'hash', a->'headHash')
+		WHERE (a->>'headId')::bigint <> 0
+		UNION ALL
+		SELECT x FROM jsonb_array_elements(coalesce(a->'heads', '[]')) AS x
+	LOOP
+		named_chain := (h->>'chain')::smallint;
+		named_id := (h->>'id')::bigint;
+		named_hash := h->>'hash';
+		SELECT l.chain, l.hash INTO got_chain, got_hash FROM bc_join.audit_log l
+			WHERE l.id = named_id AND (named_chain IS NULL OR l.chain = named_chain);
+		chain := named_chain;
+		id := named_id;
+		IF FOUND THEN
+			IF encode(got_hash, 'hex') <> named_hash THEN
+				problem := format('row %s is not the row the anchor of %s signed: the history was rewritten',
+								  named_id, a->>'at');
+				RETURN NEXT;
+			END IF;
+			CONTINUE;
+		END IF;
+		SELECT max(l.id) INTO chain_end FROM bc_join.audit_log l
+			WHERE named_chain IS NULL OR l.chain = named_chain;
+		IF chain_end IS NULL OR chain_end < named_id THEN
+			problem := format('the log is behind the anchor of %s: %s ends at row %s, the anchor names row %s '
+							  '(restored from a backup older than the anchor, or rolled back)',
+							  a->>'at', CASE WHEN named_chain IS NULL THEN 'the log'
+											 ELSE 'chain ' || named_chain END,
+							  coalesce(chain_end::text, 'none'), named_id);
+		ELSE
+			problem := format('row %s, which the anchor of %s names, is missing from the log: it was removed',
+							  named_id, a->>'at');
+		END IF;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+
+-- The same, and the log holds against an anchor published earlier: it is
+-- not behind it (audit_anchor_problems above).
+CREATE FUNCTION bc_join.verify_audit_log(anchor text) RETURNS boolean
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT bc_join.verify_audit_log()
+				 AND NOT EXISTS (SELECT 1 FROM bc_join.audit_anchor_problems(anchor)) $$;
 
 /* ------------------------------------------------------------ revocation */
 
@@ -1943,7 +2077,7 @@ CREATE INDEX cloud_accounts_account_idx ON bc_join.cloud_accounts (provider, acc
 -- An optional resolver for accounts without a mapping.
 CREATE TABLE bc_join.cloud_resolver (
 	one boolean PRIMARY KEY DEFAULT true CHECK (one),
-	resolve regprocedure NOT NULL,
+	resolve text NOT NULL,				-- the function, as regprocedure's text (see bc_join.attestors.verify)
 	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	registered_by text NOT NULL DEFAULT session_user
 );
@@ -1989,8 +2123,12 @@ BEGIN
 	IF NEW.provider <> 'azure' AND NEW.domain IS NOT NULL THEN
 		PERFORM bc_join.invalid_config('only azure has a domain');
 	END IF;
-	NEW.updated_at := bc_join.compute_now();
-	NEW.updated_by := session_user;
+	-- An update records who and when; an insert has both from the column
+	-- defaults, or keeps them as a restore brings them.
+	IF TG_OP = 'UPDATE' THEN
+		NEW.updated_at := bc_join.compute_now();
+		NEW.updated_by := session_user;
+	END IF;
 	RETURN NEW;
 END
 $$;
@@ -2305,19 +2443,10 @@ BEGIN
 END
 $$;
 
--- A site agent re-keyed (a join, a reclaim, a renewal: any new certificate): its site's epoch moves on.
-CREATE FUNCTION bc_join.site_agent_rekeyed() RETURNS trigger
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now()
-		FROM bc_join.nodes n WHERE n.id = NEW.node_id AND n.role = 'site' AND d.site_id = n.site_id;
-	RETURN NULL;
-END
-$$;
-CREATE TRIGGER site_agent_rekeyed AFTER INSERT ON bc_join.node_certs
-	FOR EACH ROW EXECUTE FUNCTION bc_join.site_agent_rekeyed();
+-- A site agent re-keyed (a join, a reclaim, a renewal: any new certificate):
+-- its site's epoch moves on.  Done where the certificate is issued
+-- (src/ext/admit.c), not by a trigger on node_certs, so that a restore,
+-- which inserts the certificates again, leaves every epoch as it was.
 
 /*
  * A site agent's site epoch, the one its discovery assertions must carry:
@@ -2356,8 +2485,13 @@ SELECT pg_catalog.pg_extension_config_dump('bc_join.x509pop_roots', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.attestors', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.command_kinds', 'WHERE kind NOT IN (''inventory.refresh'', ''logs.collect'', ''diag.ping'', ''diag.run'', ''disk.wipe'', ''deploy.image'', ''deploy.config'', ''boot.kexec'', ''node.reboot'', ''node.shutdown'')');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.refusal_rate', '');
+-- 1,024 fixed rows the install script makes: no state.
+SELECT pg_catalog.pg_extension_config_dump('bc_join.key_locks', 'WHERE false');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.events', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_log', '');
+-- Derived from the log as its rows are restored (bc_join.audit_chain), and
+-- made by the install script: nothing of their own to dump.
+SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_chains', 'WHERE false');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.tpm_ek_certificates', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.tpm_ek_enrollments', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.tpm_pcr_policies', '');
@@ -2405,8 +2539,13 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.revoke_provisioning_token(text),
 	bc_join.revoke_certificate(text, text),
 	bc_join.verify_audit_log(),
+	bc_join.verify_audit_log(text),
 	bc_join.audit_log_problems(integer),
 	bc_join.audit_anchor(),
+	bc_join.audit_anchor_payload(text),
+	bc_join.audit_anchor_problems(text),
+	bc_join.audit_content(bigint, timestamptz, text, text, text, text, jsonb),
+	bc_join.compute_clock(),
 	bc_join.revoke_node(text, text),
 	bc_join.crl(),
 	bc_join.crl_pem(),
@@ -2449,7 +2588,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
-	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
+	bc_join.events, bc_join.audit_log, bc_join.audit_chains, bc_join.attestors, bc_join.command_kinds,
 	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics,
 	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates, bc_join.audit_export,
 	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
@@ -2616,8 +2755,16 @@ COMMENT ON FUNCTION bc_join.set_tpm_enrollment_mode(text, text) IS
 	'Sets what happens to an EK neither enrolled nor chained that comes with a tenant''s sealed token: refuse (the default) or approval (a pending join request that approve_join_request enrolls).';
 COMMENT ON FUNCTION bc_join.audit_content(bigint, timestamptz, text, text, text, text, jsonb) IS
 	'Returns the bytes an issuance log row''s hash covers: each field length-prefixed, the time in microseconds since the Unix epoch.';
+COMMENT ON FUNCTION bc_join.verify_audit_log(text) IS
+	'True when the issuance log holds (verify_audit_log()) and is not behind the given anchor published earlier: every row the anchor names is in the log with the hash it signed.';
+COMMENT ON FUNCTION bc_join.audit_anchor_payload(text) IS
+	'The payload of an audit anchor this service signed, its signature checked with a signing key the service holds; INVALID_INPUT otherwise.';
+COMMENT ON FUNCTION bc_join.audit_anchor_problems(text) IS
+	'Where the issuance log does not hold against an anchor published earlier (a row it names missing or rewritten, or the log behind it after a restore from an older backup), one row each, or none.';
+COMMENT ON FUNCTION bc_join.compute_clock() IS
+	'The service clock''s current instant: clock_timestamp() plus bc_join.clock_offset (the time of an issuance log row).';
 COMMENT ON FUNCTION bc_join.audit_log_problems(integer) IS
-	'Checks the issuance log''s hash chain and returns the first rows (at most max_rows) that do not hold, with why: altered, or not linked to the row before (a row removed or inserted).';
+	'Checks the issuance log''s hash chains and returns the first rows (at most max_rows) that do not hold, with why: altered, not linked to the row before (a row removed or inserted), or a chain''s head (audit_chains) not its last row.';
 COMMENT ON FUNCTION bc_join.verify_audit_log() IS
 	'Returns whether the whole issuance log chains: no row altered, removed or inserted.';
 COMMENT ON FUNCTION bc_join.audit_anchor() IS

@@ -55,6 +55,18 @@ static BcPlan binding_owner = {
 	3, {BYTEAOID, TEXTOID, TEXTOID}
 };
 
+/*
+ * A site agent's new certificate (a join, a reclaim, a renewal) moves its
+ * site's discovery epoch on.  Here rather than in a trigger on node_certs,
+ * so that a restore, which inserts every certificate again, leaves the
+ * epochs as they were.
+ */
+static BcPlan site_agent_rekeyed = {
+	"UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now() "
+	"FROM bc_join.nodes n WHERE n.id = $1 AND n.role = 'site' AND d.site_id = n.site_id",
+	1, {TEXTOID}
+};
+
 /* Issue a certificate for the CSR's key and record it in node_certs. */
 void
 bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char *node_id,
@@ -86,6 +98,8 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 	else
 		nn[9] = 'n';
 	bc_spi_exec(&insert_cert, nv, nn, false, 0);
+	/* A site agent re-keyed: every discovery assertion it signed before is stale. */
+	bc_spi_exec(&site_agent_rekeyed, nv + 1, NULL, false, 0);
 }
 
 /* Admit: node (new or reclaimed), certificate, binding, events, audit, spend; the signed response. */
@@ -181,10 +195,20 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 							  res->allowed_kinds, res->has_allowed_kinds, outcxt);
 }
 
-/* The CSR key's lock: every join or renewal for one key runs after the other. */
+/* Rows of bc_join.key_locks (a power of two; the install script makes them). */
+#define BC_KEY_LOCK_SLOTS 1024
+
+/*
+ * The CSR key's lock: every join or renewal for one key runs after the
+ * other.  The row of bc_join.key_locks for the key's slot (1,024 of them),
+ * locked to the end of the transaction; keys that share a slot wait for
+ * each other, briefly.  Not an advisory lock: any role that can log in
+ * could hold those (issue 26), and locking these rows needs UPDATE on the
+ * table, which only the extension's owner has.
+ */
 static BcPlan key_lock = {
-	"SELECT pg_catalog.pg_advisory_xact_lock(1650680369, $1)",
-	1, {INT4OID}
+	"SELECT 1 FROM bc_join.key_locks WHERE slot = $1 FOR NO KEY UPDATE",
+	1, {INT2OID}
 };
 
 /* Who holds a certificate for this key; repeat: this very join, still current. */
@@ -241,8 +265,9 @@ bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join, MemoryC
 	StringInfoData note;
 
 	memcpy(&k, req->csr_spki_sha256, sizeof(k));
-	v[0] = Int32GetDatum(k);
-	bc_spi_exec(&key_lock, v, NULL, false, 0);
+	v[0] = Int16GetDatum((int16) (k & (BC_KEY_LOCK_SLOTS - 1)));
+	if (bc_spi_exec(&key_lock, v, NULL, false, 0) != 1)
+		elog(ERROR, "bc_join.key_locks has no row for slot %d", (int) (k & (BC_KEY_LOCK_SLOTS - 1)));
 
 	v[0] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
 	v[1] = PointerGetDatum(bc_bytea(req->csr_sha256, BC_SHA256_LEN));

@@ -305,6 +305,15 @@ bc_compute_now(PG_FUNCTION_ARGS)
 	PG_RETURN_TIMESTAMPTZ(bc_now());
 }
 
+PG_FUNCTION_INFO_V1(bc_compute_clock);
+
+/* compute_clock(): the service clock's current instant (not the transaction's start). */
+Datum
+bc_compute_clock(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TIMESTAMPTZ(GetCurrentTimestamp() + (TimestampTz) bc_clock_offset * USECS_PER_SEC);
+}
+
 PG_FUNCTION_INFO_V1(bc_setting_interval);
 
 /*

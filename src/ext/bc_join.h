@@ -131,6 +131,7 @@ extern char *bc_installed_sql_version(void);
 extern void bc_require_sql_version(void);
 extern void bc_spi_connect(void);
 
+extern Oid	bc_spi_callback_oid(const char *what);
 extern uint64 bc_spi_exec(BcPlan *p, Datum *values, const char *nulls,
 						  bool read_only, long count);
 /*

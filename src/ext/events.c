@@ -57,15 +57,13 @@ bc_jsonb(const char *text)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
 }
 
-/* The last row of each chain (16 index probes), the newest of them, as one row. */
+/* Each chain's last row (bc_join.audit_chains), the newest of them, as one row. */
 static BcPlan audit_heads = {
-	"SELECT max(a.id), (array_agg(encode(a.hash, 'hex') ORDER BY a.id DESC))[1], "
-	"       coalesce(jsonb_agg(jsonb_build_object('chain', c.c, 'id', a.id, "
-	"                                             'hash', encode(a.hash, 'hex')) ORDER BY c.c), "
+	"SELECT max(h.last_id), (array_agg(encode(h.last_hash, 'hex') ORDER BY h.last_id DESC))[1], "
+	"       coalesce(jsonb_agg(jsonb_build_object('chain', h.chain, 'id', h.last_id, "
+	"                                             'hash', encode(h.last_hash, 'hex')) ORDER BY h.chain), "
 	"                '[]')::text "
-	"FROM generate_series(0, 15) AS c(c), "
-	"     LATERAL (SELECT l.id, l.hash FROM bc_join.audit_log l WHERE l.chain = c.c "
-	"              ORDER BY l.id DESC LIMIT 1) AS a",
+	"FROM bc_join.audit_chains h WHERE h.last_id IS NOT NULL",
 	0, {InvalidOid}
 };
 enum
@@ -124,6 +122,73 @@ bc_audit_anchor(PG_FUNCTION_ARGS)
 				 errmsg("could not sign the audit anchor"),
 				 bc_errdetail_openssl(bc_status_str(st))));
 	PG_RETURN_TEXT_P(cstring_to_text(bc_take_cstring(jws)));
+}
+
+PG_FUNCTION_INFO_V1(bc_audit_anchor_payload);
+
+/*
+ * bc_join.audit_anchor_payload(anchor): the payload of an anchor this
+ * service signed (bc_join.audit_anchor()), verified with a signing key it
+ * holds (current, next or previous; the header's kid picks it, or each is
+ * tried); INVALID_INPUT when it is not one.  audit_anchor_problems() holds
+ * the log against it.
+ */
+Datum
+bc_audit_anchor_payload(PG_FUNCTION_ARGS)
+{
+	text	   *t = PG_GETARG_TEXT_PP(0);
+	size_t		n = VARSIZE_ANY_EXHDR(t);
+	char	   *jws = text_to_cstring(t);
+	const BcKeys *keys;
+	char		kid[64];
+	unsigned char *payload = NULL;
+	size_t		plen = 0;
+	int			st = BC_EVERIFY;
+	int			i;
+	Jsonb	   *j;
+	JsonbValue *purpose;
+
+	bc_require_config();
+	keys = bc_keys();
+	/* an anchor kept in a file usually ends with a newline */
+	while (n > 0 && (jws[n - 1] == '\n' || jws[n - 1] == '\r' || jws[n - 1] == ' ' || jws[n - 1] == '\t'))
+		jws[--n] = '\0';
+	if (n > 64 * 1024 || bc_jws_header_kid(jws, n, kid, sizeof(kid)) != BC_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the anchor is not a JWS"),
+				 errdetail("INVALID_INPUT: an anchor is what bc_join.audit_anchor() returned.")));
+	for (i = 0; i < keys->n_signing && st != BC_OK; i++)
+	{
+		if (kid[0] != '\0' && strcmp(kid, keys->signing_kids[i]) != 0)
+			continue;
+		st = bc_jws_verify_es256(keys->signing_set[i], jws, n, 16 * 1024, &payload, &plen);
+	}
+	if (st != BC_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the anchor is not signed by a signing key of this service"),
+				 errdetail("INVALID_INPUT: it is signed by another service, or by a key retired since."),
+				 errhint("Check an anchor older than the signing keys with tools/bc-audit-verify and the "
+						 "service-keys file of its time.")));
+	PG_TRY();
+	{
+		j = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum((char *) payload)));
+	}
+	PG_FINALLY();
+	{
+		free(payload);
+	}
+	PG_END_TRY();
+	purpose = getKeyJsonValueFromContainer(&j->root, "purpose", 7, NULL);
+	if (purpose == NULL || purpose->type != jbvString ||
+		purpose->val.string.len != strlen("bc_join/audit-anchor") ||
+		memcmp(purpose->val.string.val, "bc_join/audit-anchor", purpose->val.string.len) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the JWS is not an audit anchor"),
+				 errdetail("INVALID_INPUT: its purpose is not bc_join/audit-anchor.")));
+	PG_RETURN_JSONB_P(j);
 }
 
 PG_FUNCTION_INFO_V1(bc_audit_content);

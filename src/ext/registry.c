@@ -26,7 +26,7 @@ static const BcAttestor *const builtin_attestors[] = {
 };
 
 static BcPlan registered_attestors = {
-	"SELECT id, version, roles, verify::oid FROM bc_join.attestors",
+	"SELECT id, version, roles, pg_catalog.to_regprocedure(verify)::oid FROM bc_join.attestors",
 	0, {InvalidOid}
 };
 

@@ -119,3 +119,24 @@ bc_spi_bytea_copy(int col)
 {
 	return DatumGetByteaPCopy(spi_required(col));
 }
+
+/*
+ * The function a registered callback names (row 0: its OID from
+ * to_regprocedure in column 1, its text in column 2), or INVALID_CONFIG
+ * when it no longer exists (dropped since it was registered).
+ */
+Oid
+bc_spi_callback_oid(const char *what)
+{
+	bool		isnull;
+	Datum		d = bc_spi_datum(1, &isnull);
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("the registered %s %s does not exist", what,
+						bc_spi_text(2) ? bc_spi_text(2) : "(unknown)"),
+				 errdetail("INVALID_CONFIG: the function was dropped or renamed after it was registered."),
+				 errhint("Register it again, or remove the registration.")));
+	return DatumGetObjectId(d);
+}

@@ -50,6 +50,12 @@ bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *req, BcOutcom
 	LOCAL_FCINFO(fcinfo, 2);
 	Datum		answer;
 
+	if (!OidIsValid(att->verify_fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("the verify function of attestor %s does not exist", att->id),
+				 errdetail("INVALID_CONFIG: the function was dropped or renamed after it was registered."),
+				 errhint("Register the attestor again with bc_join.register_attestor(), or unregister it.")));
 	fmgr_info(att->verify_fn, &flinfo);
 	InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = JsonbPGetDatum(build_evidence(req));

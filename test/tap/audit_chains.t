@@ -10,8 +10,9 @@
 # - the chains hold (verify_audit_log, tools/bc-audit-verify with a signed
 #   anchor naming every chain's head);
 # - a row removed in the middle of one chain is named with its chain, in SQL
-#   and offline; the last row of a chain removed after an anchor is not seen
-#   by the chains alone but is by the anchor.
+#   and offline; the last row of a chain removed after an anchor is seen by
+#   the chain's head (bc_join.audit_chains), and, the head moved back too, by
+#   the anchor (bc_join.audit_anchor_problems, tools/bc-audit-verify).
 # Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
 set -u
 n=0 failed=0
@@ -20,9 +21,10 @@ DB=bcj_audit_chains
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 S=$(mktemp -d)
+chmod 0755 "$S"   # the server reads the anchor (pg_read_file)
 trap 'rm -rf "$S"' EXIT
 
-echo "1..14"
+echo "1..16"
 psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >/dev/null
 sql -c "CREATE EXTENSION bc_join"
 tenant=$(sql -c "SELECT bc_join.create_tenant('t')")
@@ -38,7 +40,8 @@ hold() {
         -c "SELECT pg_sleep($secs)" -c "COMMIT" >"$S/$tag.$i" 2>&1 && echo ok >>"$S/$tag.$i" &
   done
 }
-held() { sql -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1650680370 AND granted"; }
+# The chains held by other transactions: the rows of audit_chains this session cannot lock.
+held() { sql -c "SELECT 16 - count(*) FROM (SELECT 1 FROM bc_join.audit_chains FOR UPDATE SKIP LOCKED) x"; }
 
 hold a 8 2 1s
 wait
@@ -61,6 +64,7 @@ sql -c "INSERT INTO bc_join.audit_log (action, tenant_id) SELECT 'test.c', '$ten
 ok "$(sql -c "SELECT bc_join.verify_audit_log()")" t "verify_audit_log(): every chain holds"
 sql -c "\\copy (SELECT * FROM bc_join.audit_export) TO '$S/log.csv' CSV HEADER"
 sql -c "SELECT bc_join.audit_anchor()" >"$S/anchor.jws"
+chmod 0644 "$S/anchor.jws"
 out=$("$TOP/tools/bc-audit-verify" "$S/log.csv" --anchor "$S/anchor.jws" --service-keys "$S/keys.json" 2>&1)
 ok "$(echo "$out" | grep -c '^ok: .* (16 chains)')" 1 "tools/bc-audit-verify: the export holds in 16 chains, with the anchor ($out)"
 ok "$(cut -d. -f2 "$S/anchor.jws" | tr '_-' '/+' | base64 -d 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["heads"]))')" 16 \
@@ -82,9 +86,17 @@ got=$(sql -c "BEGIN" -c "ALTER TABLE bc_join.audit_log DISABLE TRIGGER audit_app
           -c "DELETE FROM bc_join.audit_log WHERE id = $last" \
           -c "SELECT bc_join.verify_audit_log()" \
           -c "\\copy (SELECT * FROM bc_join.audit_export) TO '$S/tail.csv' CSV HEADER" -c "ROLLBACK")
-ok "$got" t "the last row of a chain removed: the chains alone still hold"
+ok "$got" f "the last row of a chain removed: the chain's head (audit_chains) no longer is its last row"
 out=$("$TOP/tools/bc-audit-verify" "$S/tail.csv" --anchor "$S/anchor.jws" --service-keys "$S/keys.json" 2>&1; echo "exit=$?")
-ok "$(echo "$out" | grep -c -e "row $last, a head the anchor" -e '^exit=1$')" 2 "but the anchor published before names it missing"
+ok "$(echo "$out" | grep -c -e "row $last, a head the anchor" -e '^exit=1$')" 2 "offline, the anchor published before names it missing"
+got=$(sql -F ' ' -c "BEGIN" -c "ALTER TABLE bc_join.audit_log DISABLE TRIGGER audit_append_only" \
+          -c "DELETE FROM bc_join.audit_log WHERE id = $last" \
+          -c "UPDATE bc_join.audit_chains h SET last_id = l.id, last_hash = l.hash FROM bc_join.audit_log l WHERE h.chain = $ch AND l.chain = $ch AND l.id = (SELECT max(id) FROM bc_join.audit_log WHERE chain = $ch)" \
+          -c "SELECT bc_join.verify_audit_log(), bc_join.verify_audit_log(pg_read_file('$S/anchor.jws'))" \
+          -c "SELECT chain, id, problem FROM bc_join.audit_anchor_problems(pg_read_file('$S/anchor.jws'))" -c "ROLLBACK")
+ok "$(echo "$got" | head -1)" "t f" "and the head moved back too: the chains hold, but not against the anchor"
+ok "$(echo "$got" | grep -c "^$ch $last the log is behind the anchor of .*: chain $ch ends at row [0-9]*, the anchor names row $last")" 1 \
+  "audit_anchor_problems() says the log is behind the anchor in chain $ch"
 ok "$(sql -c "SELECT bc_join.verify_audit_log()")" t "the untouched log still holds"
 
 psql -qAtX -d postgres -c "DROP DATABASE $DB" >/dev/null

@@ -86,7 +86,7 @@ static BcPlan account_mapping = {
 };
 
 static BcPlan resolver = {
-	"SELECT resolve::oid FROM bc_join.cloud_resolver",
+	"SELECT pg_catalog.to_regprocedure(resolve)::oid, resolve FROM bc_join.cloud_resolver",
 	0, {InvalidOid}
 };
 
@@ -449,13 +449,12 @@ map_account(const BcJoinRequest *req, const char *provider, const CloudIdentity 
 	{
 		FmgrInfo	flinfo;
 		LOCAL_FCINFO(fcinfo, 3);
-		bool		isnull;
 		Datum		d;
 		Jsonb	   *j;
 		JsonbValue *t;
 		JsonbValue *p;
 
-		fmgr_info(DatumGetObjectId(bc_spi_datum(1, &isnull)), &flinfo);
+		fmgr_info(bc_spi_callback_oid("cloud resolver"), &flinfo);
 		InitFunctionCallInfoData(*fcinfo, &flinfo, 3, InvalidOid, NULL, NULL);
 		fcinfo->args[0].value = v[0];
 		fcinfo->args[0].isnull = false;

@@ -47,7 +47,7 @@ static BcPlan spend_token = {
 };
 
 static BcPlan resolver = {
-	"SELECT resolve::oid FROM bc_join.provisioning_resolver",
+	"SELECT pg_catalog.to_regprocedure(resolve)::oid, resolve FROM bc_join.provisioning_resolver",
 	0, {InvalidOid}
 };
 
@@ -67,12 +67,11 @@ resolve_node(const BcJoinRequest *req, const char *node_ref, const char *tenant)
 {
 	FmgrInfo	flinfo;
 	LOCAL_FCINFO(fcinfo, 2);
-	bool		isnull;
 	Datum		d;
 
 	if (bc_spi_exec(&resolver, NULL, NULL, true, 1) != 1)
 		return pstrdup(node_ref);
-	fmgr_info(DatumGetObjectId(bc_spi_datum(1, &isnull)), &flinfo);
+	fmgr_info(bc_spi_callback_oid("provisioning resolver"), &flinfo);
 	InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = CStringGetTextDatum(node_ref);
 	fcinfo->args[0].isnull = false;
