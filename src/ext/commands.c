@@ -274,6 +274,7 @@ bc_node_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 	CommandsArg a;
 	Jsonb	   *out;
 
+	bc_require_sql_version();
 	parse_commands_request(jb, who, &a);
 	memset(&req, 0, sizeof(req));
 	req.attestor = who;

@@ -238,6 +238,7 @@ bc_join_request(PG_FUNCTION_ARGS)
 	const BcAttestor *att;
 	Jsonb	   *volatile out = NULL;
 
+	bc_require_sql_version();
 	bc_parse_join_request(jb, &req, callcxt);
 
 	bc_require_config();

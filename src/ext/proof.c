@@ -426,6 +426,8 @@ bc_proof_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 	char	   *proof;
 	Jsonb	   *out;
 
+	bc_require_sql_version();
+
 	bc_parse_proof_request(jb, &req, &proof, who, callcxt);
 	req.attestor = who;
 	bc_require_config();

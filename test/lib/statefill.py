@@ -133,6 +133,17 @@ class Filler:
             args += ["--" + k.replace("_", "-"), v]
         return self.run(*args)
 
+    def sealed(self, token, csr_der):
+        """The token sealed to the service's encryption key, bound to the CSR (jwcrypto)."""
+        from jwcrypto import jwe, jwk
+        from jwcrypto.common import json_encode
+        with open(self.keys) as f:
+            enc = json.load(f)["encryptionKey"]
+        t = jwe.JWE(token.encode(), protected=json_encode(
+            {"alg": "ECDH-ES", "enc": "A256GCM", "csrSha256": b64u(hashlib.sha256(csr_der).digest())}))
+        t.add_recipient(jwk.JWK(**enc))
+        return t.serialize(compact=True)
+
     def node_key(self, name):
         with open(os.path.join(self.scratch, name, "node.key"), "rb") as f:
             return serialization.load_pem_private_key(f.read(), None)
@@ -274,25 +285,27 @@ class Filler:
         # A custom SQL attestor (the seed's shape, trimmed) and a join through it.
         c = self.cur()
         c.execute("""
-            CREATE TABLE IF NOT EXISTS public.acme_assets (asset_tag text PRIMARY KEY, tenant_id text, pool_id text);
-            CREATE OR REPLACE FUNCTION public.acme_verify(evidence jsonb, context jsonb) RETURNS jsonb
+            CREATE SCHEMA IF NOT EXISTS acme;
+            CREATE TABLE IF NOT EXISTS acme.assets (asset_tag text PRIMARY KEY, tenant_id text, pool_id text);
+            CREATE OR REPLACE FUNCTION acme.verify(evidence jsonb, context jsonb) RETURNS jsonb
                 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
             DECLARE a record;
             BEGIN
-                SELECT * INTO a FROM public.acme_assets
+                SELECT * INTO a FROM acme.assets
                     WHERE asset_tag = convert_from(bc_join.b64url_decode(evidence->>'payload'), 'UTF8');
                 IF NOT FOUND THEN PERFORM bc_join.refuse('acme-asset:unknown-asset'); END IF;
                 RETURN jsonb_build_object('tenantId', a.tenant_id, 'role', 'node', 'poolId', a.pool_id,
                     'bind', bc_join.b64url_encode(sha256(convert_to(a.asset_tag, 'UTF8'))));
             END $f$""")
-        c.execute("INSERT INTO public.acme_assets VALUES ('ASSET-0042', %s, %s)", (self.t1, self.p1))
+        c.execute("INSERT INTO acme.assets VALUES ('ASSET-0042', %s, %s)", (self.t1, self.p1))
         c.execute("SELECT bc_join.register_attestor('acme-asset', '1.0.0', ARRAY['node'], "
-                  "'public.acme_verify(jsonb,jsonb)'::regprocedure)")
+                  "'acme.verify(jsonb,jsonb)'::regprocedure)")
         _, _, csr, _ = new_csr()
         a = self.send("bc_join", {"csr": csr, "role": "node", "attestor": "acme-asset",
                                   "attestation": b64u(b"ASSET-0042")}, 1)
         assert a["status"] == "issued", (a, self.last_refusal())
 
+        self.fill_config()
         self.fill_discovery()
         self.fill_tpm()
         # A few more rows from other backends, then the anchor the world saw.
@@ -300,6 +313,36 @@ class Filler:
             self.one("SELECT bc_join.create_site(%s, %s)", self.t2, "extra-%d" % i, i=i)
         self.anchor = self.one("SELECT bc_join.audit_anchor()")
         self.crl = self.crl_serials()
+
+    def fill_config(self):
+        """The rest of the operator's configuration: a provisioning token, the
+        two resolvers, an external x509pop root, TPM enrollment, mode and PCR
+        policy (tenant globex, so the tpm join of acme is not affected)."""
+        one, c = self.one, self.cur()
+        self.prov_token = one("SELECT bc_join.create_provisioning_token(%s)", self.nodes["n4"].id)
+        c.execute("""
+            CREATE SCHEMA IF NOT EXISTS acme;
+            CREATE OR REPLACE FUNCTION acme.node_ref(node_ref text, context jsonb) RETURNS text
+                LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $f$ SELECT node_ref $f$;
+            CREATE OR REPLACE FUNCTION acme.cloud(provider text, account text, context jsonb)
+                RETURNS jsonb LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $f$ SELECT NULL::jsonb $f$""")
+        c.execute("SELECT bc_join.register_provisioning_resolver('acme.node_ref(text,jsonb)'::regprocedure)")
+        c.execute("SELECT bc_join.register_cloud_resolver('acme.cloud(text,text,jsonb)'::regprocedure)")
+        k = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "acme device CA")])
+        now = datetime.datetime.utcnow()
+        ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(k.public_key())
+              .serial_number(x509.random_serial_number())
+              .not_valid_before(now - datetime.timedelta(minutes=5))
+              .not_valid_after(now + datetime.timedelta(days=30))
+              .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+              .sign(k, hashes.SHA256()))
+        one("SELECT bc_join.add_x509pop_root(%s, %s, %s)",
+            ca.public_bytes(serialization.Encoding.PEM).decode(), self.t2, self.p2)
+        one("SELECT bc_join.enroll_tpm_ek(%s, %s, %s)", "ab" * 32, self.t2, self.p2)
+        one("SELECT bc_join.set_tpm_enrollment_mode(%s, 'approval')", self.t2)
+        one("SELECT bc_join.set_tpm_pcr_policy(%s, %s, 'sha256:0-7', decode(repeat('00', 32 * 8), 'hex'))",
+            self.t2, self.p2)
 
     def fill_discovery(self):
         one = self.one
@@ -347,20 +390,17 @@ class Filler:
         d = os.path.join(self.scratch, "tpm1")
         tok = self.token(self.t1, self.p1)
         ev = self.run(self.bcd, "tpm-evidence", "--out-dir", d, "--tcti", tcti, env=env).strip()
-        evf = os.path.join(d, "round1.bin")
-        with open(evf, "wb") as f:
-            f.write(b64ud(ev))
-        a = self.send("bc_join", self.join_request("tpm1", tok, attestor="tpm", attestation_file=evf))
+        csr = open(os.path.join(d, "node.csr.der"), "rb").read()
+        req = lambda ev: {"csr": b64u(csr), "role": "node", "attestor": "tpm", "attestation": ev,
+                          "sealedToken": self.sealed(tok, csr)}
+        a = self.send("bc_join", req(ev))
         assert a["status"] == "challenge", (a, self.last_refusal())
         chf = os.path.join(d, "challenge.txt")
         with open(chf, "w") as f:
             f.write(payload_of(a)["challenge"])
         ev = self.run(self.bcd, "tpm-evidence", "--out-dir", d, "--tcti", tcti, "--challenge", chf,
                       env=env).strip()
-        evf = os.path.join(d, "round2.bin")
-        with open(evf, "wb") as f:
-            f.write(b64ud(ev))
-        a = self.send("bc_join", self.join_request("tpm1", tok, attestor="tpm", attestation_file=evf))
+        a = self.send("bc_join", req(ev))
         assert a["status"] == "issued", (a, self.last_refusal())
         self.tpm_node = payload_of(a)["nodeId"]
 
