@@ -65,3 +65,126 @@ SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_trust_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_accounts_id_seq', '');
 
+
+/* ----------------------------------------------- #26.7 NOTIFY payloads */
+
+-- LISTEN needs no grant: any role that can log in hears every NOTIFY of the
+-- database.  0.1.0's payloads named the join request, the revoked serial,
+-- the retired node; 0.2.0 sends none (bc_join_requests: a request waits,
+-- look at pending_join_requests; bc_join_crl: a revocation committed, fetch
+-- the CRL).
+
+/*
+ * Record a join request waiting for an operator, for the CSR of context, and
+ * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
+ * join_request.pending event in the tenant's stream.  Returns the id.
+ */
+CREATE OR REPLACE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
+											detail jsonb DEFAULT '{}')
+	RETURNS text
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	rid text := bc_join.new_id('jr');
+BEGIN
+	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail, expires_at)
+		VALUES (rid, create_join_request.tenant_id, create_join_request.attestor,
+				context->>'role', bc_join.b64url_decode(context->>'csrSha256'),
+				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'),
+				bc_join.compute_now() +
+					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval);
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (create_join_request.tenant_id, 'join_request.pending',
+				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
+								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
+	PERFORM pg_notify('bc_join_requests', '');
+	RETURN rid;
+END
+$$;
+
+-- Revoke one certificate, a node's or a session's, by serial; revoking a node
+-- certificate revokes the session certificates asked with it.  reason: an
+-- RFC 5280 reason name (keyCompromise, superseded, cessationOfOperation,
+-- affiliationChanged, privilegeWithdrawn, unspecified) or any short text,
+-- which the CRL carries as unspecified.  Returns false when it was already
+-- revoked.  Audited, evented, and the gateway's cached CRL is told.
+CREATE OR REPLACE FUNCTION bc_join.revoke_certificate(serial text, reason text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	node text;
+	tenant text;
+	sessions bigint := 0;
+	kind text := 'node';
+BEGIN
+	IF reason IS NULL OR length(reason) NOT BETWEEN 1 AND 200 THEN
+		PERFORM bc_join.invalid_input('a revocation needs a reason of 1 to 200 characters');
+	END IF;
+	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
+		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
+	IF FOUND THEN
+		UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE c.serial = revoke_certificate.serial AND c.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.node_serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		GET DIAGNOSTICS sessions = ROW_COUNT;
+	ELSE
+		kind := 'session';
+		SELECT s.node_id, s.tenant_id INTO node, tenant FROM bc_join.session_certs sc
+			JOIN bc_join.sessions s ON s.id = sc.session_id WHERE sc.serial = revoke_certificate.serial;
+		IF NOT FOUND THEN
+			PERFORM bc_join.invalid_input('no certificate has this serial');
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'certificate.revoked',
+				jsonb_build_object('serial', serial, 'kind', kind, 'nodeId', node, 'reason', reason,
+								   'sessionCertificates', sessions));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('certificate.revoke', tenant, node,
+				jsonb_build_object('serial', serial, 'kind', kind, 'reason', reason,
+								   'sessionCertificates', sessions));
+	PERFORM pg_notify('bc_join_crl', '');
+	RETURN true;
+END
+$$;
+
+-- Retire a node: state retired, certificates revoked, bindings dropped.
+CREATE OR REPLACE FUNCTION bc_join.retire_node(node_id text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text;
+BEGIN
+	UPDATE bc_join.nodes n SET state = 'retired', retired_at = bc_join.compute_now(),
+		updated_at = bc_join.compute_now()
+		WHERE n.id = retire_node.node_id AND n.state <> 'retired' RETURNING n.tenant_id INTO tenant;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no live node has this id');
+	END IF;
+	UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		WHERE c.node_id = retire_node.node_id AND c.revoked_at IS NULL;
+	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		FROM bc_join.sessions s
+		WHERE s.id = sc.session_id AND s.node_id = retire_node.node_id AND sc.revoked_at IS NULL;
+	PERFORM pg_notify('bc_join_crl', '');
+	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.retire', tenant, node_id);
+END
+$$;

@@ -913,7 +913,7 @@ $$;
 
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
- * tell watchers: NOTIFY bc_join_requests with the request id, and a
+ * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
  * join_request.pending event in the tenant's stream.  Returns the id.
  */
 CREATE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
@@ -935,7 +935,7 @@ BEGIN
 		VALUES (create_join_request.tenant_id, 'join_request.pending',
 				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
 								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
-	PERFORM pg_notify('bc_join_requests', rid);
+	PERFORM pg_notify('bc_join_requests', '');
 	RETURN rid;
 END
 $$;
@@ -1259,7 +1259,7 @@ BEGIN
 		VALUES ('certificate.revoke', tenant, node,
 				jsonb_build_object('serial', serial, 'kind', kind, 'reason', reason,
 								   'sessionCertificates', sessions));
-	PERFORM pg_notify('bc_join_crl', serial);
+	PERFORM pg_notify('bc_join_crl', '');
 	RETURN true;
 END
 $$;
@@ -1330,7 +1330,7 @@ BEGIN
 	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
 		FROM bc_join.sessions s
 		WHERE s.id = sc.session_id AND s.node_id = retire_node.node_id AND sc.revoked_at IS NULL;
-	PERFORM pg_notify('bc_join_crl', node_id);
+	PERFORM pg_notify('bc_join_crl', '');
 	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
