@@ -188,3 +188,193 @@ BEGIN
 	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.retire', tenant, node_id);
 END
 $$;
+
+/* ------------------------------------------- #26.7 revocation reasons */
+
+-- 0.1.0 took any short text as an operator's revocation reason, and an
+-- operator's 'retired' on a node that was not retired let the revoked
+-- certificate reclaim its node by x509pop.  0.2.0 takes from operators only
+-- RFC 5280's CRLReason names (check_revocation_reason), and the service's
+-- own reasons stay apart: renewed (a renewal), reclaimed (a reclaim's older
+-- certificates; 0.1.0 wrote superseded) and retired (retire_node).  The rows
+-- 0.1.0 wrote are mapped (docs/operator.md, "Revocation"):
+--  - an operator's (the certificate's serial, or a session certificate's
+--    node certificate's, is in an audit row certificate.revoke): an RFC 5280
+--    name in any case and spelling of separators becomes that name
+--    (key-compromise: keyCompromise); retired becomes cessationOfOperation,
+--    renewed and reclaimed superseded (the codes 0.1.0's CRL carried for
+--    them); any other text (certificateHold, removeFromCRL included)
+--    unspecified, the code 0.1.0's CRL carried for it.  The text as given
+--    stays in the audit row and the certificate.revoked event;
+--  - the service's: renewed stays, superseded becomes reclaimed, retired
+--    stays where the node is retired (else it is mapped as an operator's).
+CREATE FUNCTION bc_join.revocation_reason_from_0_1_0(reason text, by_operator boolean,
+													 node_retired boolean)
+	RETURNS text LANGUAGE sql IMMUTABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+	SELECT CASE
+		WHEN reason IS NULL THEN NULL
+		WHEN NOT by_operator AND reason = 'renewed' THEN 'renewed'
+		WHEN NOT by_operator AND reason = 'superseded' THEN 'reclaimed'
+		WHEN NOT by_operator AND reason = 'retired' AND node_retired THEN 'retired'
+		ELSE coalesce(
+			(SELECT r FROM unnest(ARRAY['unspecified', 'keyCompromise', 'cACompromise',
+					'affiliationChanged', 'superseded', 'cessationOfOperation', 'privilegeWithdrawn',
+					'aACompromise']) r
+			 WHERE lower(r) = lower(regexp_replace(reason, '[^[:alpha:]]', '', 'g'))),
+			CASE lower(regexp_replace(reason, '[^[:alpha:]]', '', 'g'))
+				WHEN 'retired' THEN 'cessationOfOperation'
+				WHEN 'renewed' THEN 'superseded'
+				WHEN 'reclaimed' THEN 'superseded'
+				ELSE 'unspecified'
+			END)
+	END $$;
+
+UPDATE bc_join.node_certs c
+	SET revocation_reason = bc_join.revocation_reason_from_0_1_0(c.revocation_reason, x.by_operator,
+																  x.node_retired)
+	FROM (SELECT c2.serial, o.serial IS NOT NULL AS by_operator, n.state = 'retired' AS node_retired
+		  FROM bc_join.node_certs c2
+		  JOIN bc_join.nodes n ON n.id = c2.node_id
+		  LEFT JOIN (SELECT DISTINCT a.detail->>'serial' AS serial FROM bc_join.audit_log a
+					 WHERE a.action = 'certificate.revoke') o ON o.serial = c2.serial
+		  WHERE c2.revocation_reason IS NOT NULL) x
+	WHERE x.serial = c.serial;
+UPDATE bc_join.session_certs sc
+	SET revocation_reason = bc_join.revocation_reason_from_0_1_0(sc.revocation_reason, x.by_operator,
+																  x.node_retired)
+	FROM (SELECT sc2.serial, (o1.serial IS NOT NULL OR o2.serial IS NOT NULL) AS by_operator,
+				 n.state = 'retired' AS node_retired
+		  FROM bc_join.session_certs sc2
+		  JOIN bc_join.sessions s ON s.id = sc2.session_id
+		  JOIN bc_join.nodes n ON n.id = s.node_id
+		  LEFT JOIN (SELECT DISTINCT a.detail->>'serial' AS serial FROM bc_join.audit_log a
+					 WHERE a.action = 'certificate.revoke') o1 ON o1.serial = sc2.serial
+		  LEFT JOIN (SELECT DISTINCT a.detail->>'serial' AS serial FROM bc_join.audit_log a
+					 WHERE a.action = 'certificate.revoke') o2 ON o2.serial = sc2.node_serial
+		  WHERE sc2.revocation_reason IS NOT NULL) x
+	WHERE x.serial = sc.serial;
+DROP FUNCTION bc_join.revocation_reason_from_0_1_0(text, boolean, boolean);
+
+ALTER TABLE bc_join.node_certs ADD CONSTRAINT node_certs_revocation_reason_check
+	CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise',
+		 'renewed', 'reclaimed', 'retired'));
+ALTER TABLE bc_join.session_certs ADD CONSTRAINT session_certs_revocation_reason_check
+	CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired'));
+
+-- An operator's revocation reason: one of RFC 5280's CRLReason names that
+-- the CRL's reasonCode carries (unspecified: none), or INVALID_INPUT.  Not
+-- certificateHold (a revocation here is final: nothing releases a hold) nor
+-- removeFromCRL (delta CRLs only); nor the service's own renewed, reclaimed
+-- and retired, so that no operator's revocation is ever taken for one.
+CREATE FUNCTION bc_join.check_revocation_reason(reason text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF reason IS NULL OR reason NOT IN ('unspecified', 'keyCompromise', 'cACompromise',
+			'affiliationChanged', 'superseded', 'cessationOfOperation', 'privilegeWithdrawn',
+			'aACompromise') THEN
+		PERFORM bc_join.invalid_input(CASE WHEN reason = 'certificateHold'
+			THEN 'certificateHold is not taken: a revocation is final, nothing releases a hold'
+			ELSE 'a revocation reason is one of unspecified, keyCompromise, cACompromise, '
+				 'affiliationChanged, superseded, cessationOfOperation, privilegeWithdrawn, aACompromise'
+			END);
+	END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION bc_join.check_revocation_reason(text) FROM PUBLIC;
+COMMENT ON FUNCTION bc_join.check_revocation_reason(text) IS
+	'Internal: raises INVALID_INPUT unless reason is one of the RFC 5280 reason names an operator revokes for; returns nothing.';
+
+-- Revoke one certificate, a node's or a session's, by serial; revoking a node
+-- certificate revokes the session certificates asked with it.  reason: one
+-- of RFC 5280's CRLReason names (check_revocation_reason).  Returns false
+-- when it was already revoked.  Audited, evented, and the gateway's cached
+-- CRL is told.
+CREATE OR REPLACE FUNCTION bc_join.revoke_certificate(serial text, reason text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	node text;
+	tenant text;
+	sessions bigint := 0;
+	kind text := 'node';
+BEGIN
+	PERFORM bc_join.check_revocation_reason(reason);
+	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
+		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
+	IF FOUND THEN
+		UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE c.serial = revoke_certificate.serial AND c.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.node_serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		GET DIAGNOSTICS sessions = ROW_COUNT;
+	ELSE
+		kind := 'session';
+		SELECT s.node_id, s.tenant_id INTO node, tenant FROM bc_join.session_certs sc
+			JOIN bc_join.sessions s ON s.id = sc.session_id WHERE sc.serial = revoke_certificate.serial;
+		IF NOT FOUND THEN
+			PERFORM bc_join.invalid_input('no certificate has this serial');
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'certificate.revoked',
+				jsonb_build_object('serial', serial, 'kind', kind, 'nodeId', node, 'reason', reason,
+								   'sessionCertificates', sessions));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('certificate.revoke', tenant, node,
+				jsonb_build_object('serial', serial, 'kind', kind, 'reason', reason,
+								   'sessionCertificates', sessions));
+	PERFORM pg_notify('bc_join_crl', '');
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION bc_join.revoke_certificate(text, text) IS
+	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it) for an RFC 5280 reason name, audited and evented; returns false when it was revoked already.';
+
+-- Revoke every live certificate of a node, and the session certificates asked
+-- with them, for an RFC 5280 reason (check_revocation_reason); returns how
+-- many node certificates were revoked.  The node stays (it may join again
+-- through an attestor, never by x509pop with a revoked certificate);
+-- retire_node also ends it.
+CREATE OR REPLACE FUNCTION bc_join.revoke_node(node_id text, reason text) RETURNS integer
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	c record;
+	n integer := 0;
+BEGIN
+	PERFORM bc_join.check_revocation_reason(reason);
+	IF NOT EXISTS (SELECT 1 FROM bc_join.nodes x WHERE x.id = revoke_node.node_id) THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	FOR c IN SELECT serial FROM bc_join.node_certs x
+			 WHERE x.node_id = revoke_node.node_id AND x.revoked_at IS NULL ORDER BY x.issued_at LOOP
+		IF bc_join.revoke_certificate(c.serial, reason) THEN
+			n := n + 1;
+		END IF;
+	END LOOP;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
+	'Revokes every live certificate of a node and the session certificates asked with them for an RFC 5280 reason name; returns how many node certificates were revoked.';

@@ -130,8 +130,15 @@ CREATE TABLE bc_join.node_certs (
 	join_csr_sha256 bc_join.sha256,
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	revoked_at timestamptz,
+	-- an operator's RFC 5280 reason (revoke_certificate), or the service's own:
+	-- renewed (a renewal replaced it), reclaimed (a reclaim re-keyed its node),
+	-- retired (retire_node)
 	revocation_reason text,
-	CHECK (not_after > not_before)
+	CHECK (not_after > not_before),
+	CONSTRAINT node_certs_revocation_reason_check CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise',
+		 'renewed', 'reclaimed', 'retired'))
 );
 CREATE INDEX node_certs_node_idx ON bc_join.node_certs (node_id);
 -- One key, one certificate: a CSR key admits at most one join (join:key-reused).
@@ -221,7 +228,11 @@ CREATE TABLE bc_join.session_certs (
 	node_serial text,
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	revoked_at timestamptz,
-	revocation_reason text
+	-- an operator's RFC 5280 reason (revoke_certificate, or its node certificate's), or retired
+	revocation_reason text,
+	CONSTRAINT session_certs_revocation_reason_check CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired'))
 );
 CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
@@ -1205,12 +1216,33 @@ CREATE FUNCTION bc_join.audit_anchor() RETURNS text
 
 /* ------------------------------------------------------------ revocation */
 
+-- An operator's revocation reason: one of RFC 5280's CRLReason names that
+-- the CRL's reasonCode carries (unspecified: none), or INVALID_INPUT.  Not
+-- certificateHold (a revocation here is final: nothing releases a hold) nor
+-- removeFromCRL (delta CRLs only); nor the service's own renewed, reclaimed
+-- and retired, so that no operator's revocation is ever taken for one.
+CREATE FUNCTION bc_join.check_revocation_reason(reason text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF reason IS NULL OR reason NOT IN ('unspecified', 'keyCompromise', 'cACompromise',
+			'affiliationChanged', 'superseded', 'cessationOfOperation', 'privilegeWithdrawn',
+			'aACompromise') THEN
+		PERFORM bc_join.invalid_input(CASE WHEN reason = 'certificateHold'
+			THEN 'certificateHold is not taken: a revocation is final, nothing releases a hold'
+			ELSE 'a revocation reason is one of unspecified, keyCompromise, cACompromise, '
+				 'affiliationChanged, superseded, cessationOfOperation, privilegeWithdrawn, aACompromise'
+			END);
+	END IF;
+END
+$$;
+
 -- Revoke one certificate, a node's or a session's, by serial; revoking a node
--- certificate revokes the session certificates asked with it.  reason: an
--- RFC 5280 reason name (keyCompromise, superseded, cessationOfOperation,
--- affiliationChanged, privilegeWithdrawn, unspecified) or any short text,
--- which the CRL carries as unspecified.  Returns false when it was already
--- revoked.  Audited, evented, and the gateway's cached CRL is told.
+-- certificate revokes the session certificates asked with it.  reason: one
+-- of RFC 5280's CRLReason names (check_revocation_reason).  Returns false
+-- when it was already revoked.  Audited, evented, and the gateway's cached
+-- CRL is told.
 CREATE FUNCTION bc_join.revoke_certificate(serial text, reason text) RETURNS boolean
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -1221,9 +1253,7 @@ DECLARE
 	sessions bigint := 0;
 	kind text := 'node';
 BEGIN
-	IF reason IS NULL OR length(reason) NOT BETWEEN 1 AND 200 THEN
-		PERFORM bc_join.invalid_input('a revocation needs a reason of 1 to 200 characters');
-	END IF;
+	PERFORM bc_join.check_revocation_reason(reason);
 	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
 		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
 	IF FOUND THEN
@@ -1265,8 +1295,10 @@ END
 $$;
 
 -- Revoke every live certificate of a node, and the session certificates asked
--- with them; returns how many node certificates were revoked.  The node stays
--- (it may join again through an attestor); retire_node also ends it.
+-- with them, for an RFC 5280 reason (check_revocation_reason); returns how
+-- many node certificates were revoked.  The node stays (it may join again
+-- through an attestor, never by x509pop with a revoked certificate);
+-- retire_node also ends it.
 CREATE FUNCTION bc_join.revoke_node(node_id text, reason text) RETURNS integer
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -1275,6 +1307,7 @@ DECLARE
 	c record;
 	n integer := 0;
 BEGIN
+	PERFORM bc_join.check_revocation_reason(reason);
 	IF NOT EXISTS (SELECT 1 FROM bc_join.nodes x WHERE x.id = revoke_node.node_id) THEN
 		PERFORM bc_join.invalid_input('no node has this id');
 	END IF;
@@ -2585,9 +2618,11 @@ COMMENT ON FUNCTION bc_join.revoke_provisioning_token(text) IS
 COMMENT ON FUNCTION bc_join.register_provisioning_resolver(regprocedure) IS
 	'Registers the function (node_ref text, context jsonb) RETURNS text that maps the nodeId a provisioned agent names to a node id (NULL removes it); superuser only.';
 COMMENT ON FUNCTION bc_join.revoke_certificate(text, text) IS
-	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it), audited and evented; returns false when it was revoked already.';
+	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it) for an RFC 5280 reason name, audited and evented; returns false when it was revoked already.';
 COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
-	'Revokes every live certificate of a node and the session certificates asked with them; returns how many node certificates were revoked.';
+	'Revokes every live certificate of a node and the session certificates asked with them for an RFC 5280 reason name; returns how many node certificates were revoked.';
+COMMENT ON FUNCTION bc_join.check_revocation_reason(text) IS
+	'Internal: raises INVALID_INPUT unless reason is one of the RFC 5280 reason names an operator revokes for; returns nothing.';
 COMMENT ON FUNCTION bc_join.crl() IS
 	'Returns the node CA''s CRL (DER, RFC 5280): every revoked certificate not yet expired, nextUpdate bc_join.crl_validity seconds on.';
 COMMENT ON FUNCTION bc_join.crl_pem() IS

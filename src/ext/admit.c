@@ -31,7 +31,7 @@ static BcPlan rekey_node = {
 
 static BcPlan revoke_older = {
 	"UPDATE bc_join.node_certs SET revoked_at = bc_join.compute_now(), "
-	"       revocation_reason = 'superseded' "
+	"       revocation_reason = 'reclaimed' "
 	"WHERE node_id = $1 AND revoked_at IS NULL",
 	1, {TEXTOID}
 };
