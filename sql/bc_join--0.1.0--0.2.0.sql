@@ -378,3 +378,110 @@ END
 $$;
 COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
 	'Revokes every live certificate of a node and the session certificates asked with them for an RFC 5280 reason name; returns how many node certificates were revoked.';
+
+/* ------------------------------------- #26.7 bounded pending join requests */
+
+-- One single-use token made 200 pending join requests from software-made
+-- EKs in 76 s.  A request now records the token it was made with, and at
+-- most bc_join.pending_requests_per_token (10) wait for one token and
+-- bc_join.pending_requests_per_tenant (1000) in one tenant; the view shows
+-- the token and, for tpm, whether the EK came with a certificate.
+ALTER TABLE bc_join.join_requests ADD COLUMN token_id text;
+UPDATE bc_join.join_requests SET token_id = nullif(detail->>'tokenId', '') WHERE detail ? 'tokenId';
+CREATE INDEX join_requests_pending_token_idx ON bc_join.join_requests (token_id)
+	WHERE state = 'pending';
+CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_id)
+	WHERE state = 'pending';
+
+-- create_join_request: the bounds, and the token recorded.
+/*
+ * Record a join request waiting for an operator, for the CSR of context, and
+ * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
+ * join_request.pending event in the tenant's stream.  Returns the id.  At
+ * most bc_join.pending_requests_per_token requests wait for one token (the
+ * tokenId of detail, which the attestor checked) and
+ * bc_join.pending_requests_per_tenant for one tenant; beyond that the join
+ * is refused '<attestor>:pending-token-limit' or ':pending-tenant-limit'.
+ */
+CREATE OR REPLACE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
+											detail jsonb DEFAULT '{}')
+	RETURNS text
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	rid text := bc_join.new_id('jr');
+	token text := nullif(create_join_request.detail->>'tokenId', '');
+	per_token integer := coalesce(nullif(current_setting('bc_join.pending_requests_per_token', true), ''),
+								  '10')::integer;
+	per_tenant integer := coalesce(nullif(current_setting('bc_join.pending_requests_per_tenant', true), ''),
+								   '1000')::integer;
+BEGIN
+	-- One request made at a time per tenant (the token's row is locked already), so the bounds hold.
+	PERFORM 1 FROM bc_join.tenants t WHERE t.id = create_join_request.tenant_id FOR NO KEY UPDATE;
+	IF token IS NOT NULL AND (SELECT count(*) FROM (
+			SELECT 1 FROM bc_join.join_requests q
+			WHERE q.token_id = token AND q.state = 'pending' AND q.expires_at > bc_join.compute_now()
+			LIMIT per_token) x) >= per_token THEN
+		PERFORM bc_join.refuse(create_join_request.attestor || ':pending-token-limit',
+							   create_join_request.tenant_id);
+	END IF;
+	IF (SELECT count(*) FROM (
+			SELECT 1 FROM bc_join.join_requests q
+			WHERE q.tenant_id = create_join_request.tenant_id AND q.state = 'pending'
+			  AND q.expires_at > bc_join.compute_now()
+			LIMIT per_tenant) x) >= per_tenant THEN
+		PERFORM bc_join.refuse(create_join_request.attestor || ':pending-tenant-limit',
+							   create_join_request.tenant_id);
+	END IF;
+	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail,
+									   expires_at, token_id)
+		VALUES (rid, create_join_request.tenant_id, create_join_request.attestor,
+				context->>'role', bc_join.b64url_decode(context->>'csrSha256'),
+				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'),
+				bc_join.compute_now() +
+					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval,
+				token);
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (create_join_request.tenant_id, 'join_request.pending',
+				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
+								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
+	PERFORM pg_notify('bc_join_requests', '');
+	RETURN rid;
+END
+$$;
+
+COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
+	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
+
+
+-- What waits for an operator, readable at a glance.
+CREATE OR REPLACE VIEW bc_join.pending_join_requests AS
+	SELECT r.id,
+		   t.name AS tenant,
+		   r.attestor,
+		   r.role,
+		   concat_ws(' ',
+					 'host=' || (r.claims->>'hostname'),
+					 'serial=' || (r.claims->>'serial'),
+					 'product=' || (r.claims->>'productUuid'),
+					 CASE WHEN jsonb_array_length(coalesce(r.claims->'macs', '[]')) > 0
+						  THEN 'macs=' || (SELECT string_agg(m, ',') FROM jsonb_array_elements_text(r.claims->'macs') m)
+					 END) AS claims,
+		   justify_interval(date_trunc('second', bc_join.compute_now() - r.created_at)) AS age,
+		   r.detail,
+		   justify_interval(date_trunc('second', r.expires_at - bc_join.compute_now())) AS expires_in,
+		   r.created_at,
+		   r.expires_at,
+		   r.tenant_id,
+		   r.token_id,
+		   -- tpm: whether the EK came with a certificate; one that chains to a
+		   -- configured root never waits (it is trusted), so it is 'none' (no
+		   -- EK certificate: a software-made key looks so) or 'unchained'
+		   r.detail->>'ekChain' AS ek_chain
+	FROM bc_join.join_requests r JOIN bc_join.tenants t ON t.id = r.tenant_id
+	WHERE r.state = 'pending' AND r.expires_at > bc_join.compute_now()
+	ORDER BY r.created_at;
+
+COMMENT ON VIEW bc_join.pending_join_requests IS
+	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail, expires_in, the token that made it and, for tpm, whether the EK came with a certificate (ek_chain none or unchained).';

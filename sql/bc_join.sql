@@ -256,9 +256,15 @@ CREATE TABLE bc_join.join_requests (
 	decided_at timestamptz,
 	decided_by text,
 	consumed_at timestamptz,
-	expires_at timestamptz NOT NULL
+	expires_at timestamptz NOT NULL,
+	token_id text						-- the token the attestor checked (detail's tokenId)
 );
 CREATE INDEX join_requests_pending_idx ON bc_join.join_requests (created_at)
+	WHERE state = 'pending';
+-- The bounds of create_join_request: pending requests per token, per tenant.
+CREATE INDEX join_requests_pending_token_idx ON bc_join.join_requests (token_id)
+	WHERE state = 'pending';
+CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_id)
 	WHERE state = 'pending';
 
 /* ------------------------------------------------------ single-use evidence */
@@ -925,7 +931,11 @@ $$;
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
  * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
- * join_request.pending event in the tenant's stream.  Returns the id.
+ * join_request.pending event in the tenant's stream.  Returns the id.  At
+ * most bc_join.pending_requests_per_token requests wait for one token (the
+ * tokenId of detail, which the attestor checked) and
+ * bc_join.pending_requests_per_tenant for one tenant; beyond that the join
+ * is refused '<attestor>:pending-token-limit' or ':pending-tenant-limit'.
  */
 CREATE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
 											detail jsonb DEFAULT '{}')
@@ -935,13 +945,37 @@ CREATE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, conte
 	AS $$
 DECLARE
 	rid text := bc_join.new_id('jr');
+	token text := nullif(create_join_request.detail->>'tokenId', '');
+	per_token integer := coalesce(nullif(current_setting('bc_join.pending_requests_per_token', true), ''),
+								  '10')::integer;
+	per_tenant integer := coalesce(nullif(current_setting('bc_join.pending_requests_per_tenant', true), ''),
+								   '1000')::integer;
 BEGIN
-	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail, expires_at)
+	-- One request made at a time per tenant (the token's row is locked already), so the bounds hold.
+	PERFORM 1 FROM bc_join.tenants t WHERE t.id = create_join_request.tenant_id FOR NO KEY UPDATE;
+	IF token IS NOT NULL AND (SELECT count(*) FROM (
+			SELECT 1 FROM bc_join.join_requests q
+			WHERE q.token_id = token AND q.state = 'pending' AND q.expires_at > bc_join.compute_now()
+			LIMIT per_token) x) >= per_token THEN
+		PERFORM bc_join.refuse(create_join_request.attestor || ':pending-token-limit',
+							   create_join_request.tenant_id);
+	END IF;
+	IF (SELECT count(*) FROM (
+			SELECT 1 FROM bc_join.join_requests q
+			WHERE q.tenant_id = create_join_request.tenant_id AND q.state = 'pending'
+			  AND q.expires_at > bc_join.compute_now()
+			LIMIT per_tenant) x) >= per_tenant THEN
+		PERFORM bc_join.refuse(create_join_request.attestor || ':pending-tenant-limit',
+							   create_join_request.tenant_id);
+	END IF;
+	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail,
+									   expires_at, token_id)
 		VALUES (rid, create_join_request.tenant_id, create_join_request.attestor,
 				context->>'role', bc_join.b64url_decode(context->>'csrSha256'),
 				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'),
 				bc_join.compute_now() +
-					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval);
+					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval,
+				token);
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (create_join_request.tenant_id, 'join_request.pending',
 				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
@@ -1038,7 +1072,12 @@ CREATE VIEW bc_join.pending_join_requests AS
 		   justify_interval(date_trunc('second', r.expires_at - bc_join.compute_now())) AS expires_in,
 		   r.created_at,
 		   r.expires_at,
-		   r.tenant_id
+		   r.tenant_id,
+		   r.token_id,
+		   -- tpm: whether the EK came with a certificate; one that chains to a
+		   -- configured root never waits (it is trusted), so it is 'none' (no
+		   -- EK certificate: a software-made key looks so) or 'unchained'
+		   r.detail->>'ekChain' AS ek_chain
 	FROM bc_join.join_requests r JOIN bc_join.tenants t ON t.id = r.tenant_id
 	WHERE r.state = 'pending' AND r.expires_at > bc_join.compute_now()
 	ORDER BY r.created_at;
@@ -2596,7 +2635,7 @@ COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
 COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
 	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
 COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
-	'Records a join request for the CSR of context that waits for an operator, notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
+	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
 COMMENT ON FUNCTION bc_join.consume_join_request(text, jsonb) IS
 	'Consumes an approved join request made for the CSR of context in the round that issues, or refuses ''<attestor>:<reason>''; returns nothing.';
 COMMENT ON FUNCTION bc_join.await_approval(text, text, jsonb, jsonb, integer) IS
@@ -2688,7 +2727,7 @@ COMMENT ON FUNCTION bc_join.invalid_config(text) IS
 
 -- Views.
 COMMENT ON VIEW bc_join.pending_join_requests IS
-	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail and expires_in.';
+	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail, expires_in, the token that made it and, for tpm, whether the EK came with a certificate (ek_chain none or unchained).';
 COMMENT ON VIEW bc_join.stale_nodes IS
 	'Live nodes not seen (joined, renewed, asked for a session) for bc_join.stale_after, longest unseen first, with the notAfter of their newest certificate.';
 COMMENT ON VIEW bc_join.attestor_statistics IS
