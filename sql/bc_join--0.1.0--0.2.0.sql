@@ -485,3 +485,55 @@ CREATE OR REPLACE VIEW bc_join.pending_join_requests AS
 
 COMMENT ON VIEW bc_join.pending_join_requests IS
 	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail, expires_in, the token that made it and, for tpm, whether the EK came with a certificate (ek_chain none or unchained).';
+
+/* ------------------------------------------------------- #26.7 discovery */
+
+-- set_discovery_site sets the lifetime of the site's ramdisk certificates too
+-- (discovery_sites.cert_ttl_seconds had no setter): a fourth argument.
+DROP FUNCTION bc_join.set_discovery_site(text, text, text[]);
+
+-- Enable discovery on a site, or change its approval mode, its kinds (NULL
+-- keeps them; at first the six defaults) and its ramdisks' certificate
+-- lifetime (NULL keeps it; at first 7200 s; 60 to 7200).
+CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT 'none',
+										   allowed_kinds text[] DEFAULT NULL,
+										   cert_ttl_seconds integer DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	k text;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id) THEN
+		PERFORM bc_join.invalid_input('the site does not exist');
+	END IF;
+	IF approval IS NULL OR approval NOT IN ('none', 'unknown-machines', 'always') THEN
+		PERFORM bc_join.invalid_input('approval must be none, unknown-machines or always');
+	END IF;
+	IF cert_ttl_seconds NOT BETWEEN 60 AND 7200 THEN
+		PERFORM bc_join.invalid_input('cert_ttl_seconds must be between 60 and 7200');
+	END IF;
+	FOREACH k IN ARRAY coalesce(allowed_kinds, '{}') LOOP
+		IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c
+					   WHERE c.kind = k OR (right(k, 2) = '.*' AND starts_with(c.kind, left(k, -1)))) THEN
+			PERFORM bc_join.invalid_input(format('%s is no registered command kind or prefix.* glob', k));
+		END IF;
+	END LOOP;
+	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds, cert_ttl_seconds)
+		VALUES (site_id, approval, coalesce(allowed_kinds, ARRAY['inventory.refresh', 'logs.collect',
+				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']), coalesce(cert_ttl_seconds, 7200))
+		ON CONFLICT ON CONSTRAINT discovery_sites_pkey DO UPDATE SET approval = EXCLUDED.approval,
+			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
+			cert_ttl_seconds = coalesce(set_discovery_site.cert_ttl_seconds, d.cert_ttl_seconds),
+			updated_at = bc_join.compute_now();
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('discovery_site.set', jsonb_build_object('siteId', site_id, 'approval', approval,
+				'allowedKinds', allowed_kinds, 'certTtlSeconds', cert_ttl_seconds));
+END
+$$;
+
+REVOKE ALL ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) TO bc_join_operator;
+COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
+	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';

@@ -2324,9 +2324,12 @@ CREATE TABLE bc_join.discovery_machines (
 	PRIMARY KEY (site_id, mac)
 );
 
--- Enable discovery on a site, or change its approval mode and kinds.
+-- Enable discovery on a site, or change its approval mode, its kinds (NULL
+-- keeps them; at first the six defaults) and its ramdisks' certificate
+-- lifetime (NULL keeps it; at first 7200 s; 60 to 7200).
 CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT 'none',
-										   allowed_kinds text[] DEFAULT NULL)
+										   allowed_kinds text[] DEFAULT NULL,
+										   cert_ttl_seconds integer DEFAULT NULL)
 	RETURNS void
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -2340,21 +2343,25 @@ BEGIN
 	IF approval IS NULL OR approval NOT IN ('none', 'unknown-machines', 'always') THEN
 		PERFORM bc_join.invalid_input('approval must be none, unknown-machines or always');
 	END IF;
+	IF cert_ttl_seconds NOT BETWEEN 60 AND 7200 THEN
+		PERFORM bc_join.invalid_input('cert_ttl_seconds must be between 60 and 7200');
+	END IF;
 	FOREACH k IN ARRAY coalesce(allowed_kinds, '{}') LOOP
 		IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c
 					   WHERE c.kind = k OR (right(k, 2) = '.*' AND starts_with(c.kind, left(k, -1)))) THEN
 			PERFORM bc_join.invalid_input(format('%s is no registered command kind or prefix.* glob', k));
 		END IF;
 	END LOOP;
-	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds)
+	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds, cert_ttl_seconds)
 		VALUES (site_id, approval, coalesce(allowed_kinds, ARRAY['inventory.refresh', 'logs.collect',
-				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']))
+				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']), coalesce(cert_ttl_seconds, 7200))
 		ON CONFLICT ON CONSTRAINT discovery_sites_pkey DO UPDATE SET approval = EXCLUDED.approval,
 			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
+			cert_ttl_seconds = coalesce(set_discovery_site.cert_ttl_seconds, d.cert_ttl_seconds),
 			updated_at = bc_join.compute_now();
 	INSERT INTO bc_join.audit_log (action, detail)
 		VALUES ('discovery_site.set', jsonb_build_object('siteId', site_id, 'approval', approval,
-				'allowedKinds', allowed_kinds));
+				'allowedKinds', allowed_kinds, 'certTtlSeconds', cert_ttl_seconds));
 END
 $$;
 
@@ -2515,7 +2522,7 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.tpm_ek_certificate(text),
 	bc_join.enqueue_command(text, text, jsonb),
 	bc_join.kind_allowed(text[], text),
-	bc_join.set_discovery_site(text, text, text[]),
+	bc_join.set_discovery_site(text, text, text[], integer),
 	bc_join.bump_site_epoch(text)
 	TO bc_join_operator;
 GRANT SELECT ON
@@ -2744,7 +2751,7 @@ COMMENT ON FUNCTION bc_join.complete_command(jsonb) IS
 	'Records a dispatched command''s outcome (done or failed, a JSON object result); proven by the node key (purpose complete).';
 COMMENT ON FUNCTION bc_join.site_epoch(jsonb) IS
 	'A site agent''s site and its current discovery epoch, signed by the service key; proven by the site agent''s node key (purpose site-epoch).';
-COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[]) IS
-	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow); returns nothing.';
+COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
+	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';
 COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
 	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';

@@ -152,6 +152,10 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 		}
 	}
 
+	/* What the attestor records of the node it admitted. */
+	if (res->admitted != NULL)
+		res->admitted(res, node_id);
+
 	/* node.joined, then the audit row. */
 	initStringInfo(&ev);
 	appendStringInfoString(&ev, "{\"nodeId\":");
