@@ -311,3 +311,475 @@ BEGIN
 	ALTER TABLE bc_join.cloud_resolver ALTER COLUMN resolve TYPE text USING resolve::text;
 END
 $text$;
+
+/* ----------------------------------------------- #26.7 NOTIFY payloads */
+
+-- LISTEN needs no grant: any role that can log in hears every NOTIFY of the
+-- database.  0.1.0's payloads named the join request, the revoked serial,
+-- the retired node; 0.2.0 sends none (bc_join_requests: a request waits,
+-- look at pending_join_requests; bc_join_crl: a revocation committed, fetch
+-- the CRL).
+
+/*
+ * Record a join request waiting for an operator, for the CSR of context, and
+ * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
+ * join_request.pending event in the tenant's stream.  Returns the id.
+ */
+CREATE OR REPLACE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
+											detail jsonb DEFAULT '{}')
+	RETURNS text
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	rid text := bc_join.new_id('jr');
+BEGIN
+	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail, expires_at)
+		VALUES (rid, create_join_request.tenant_id, create_join_request.attestor,
+				context->>'role', bc_join.b64url_decode(context->>'csrSha256'),
+				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'),
+				bc_join.compute_now() +
+					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval);
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (create_join_request.tenant_id, 'join_request.pending',
+				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
+								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
+	PERFORM pg_notify('bc_join_requests', '');
+	RETURN rid;
+END
+$$;
+
+-- Revoke one certificate, a node's or a session's, by serial; revoking a node
+-- certificate revokes the session certificates asked with it.  reason: an
+-- RFC 5280 reason name (keyCompromise, superseded, cessationOfOperation,
+-- affiliationChanged, privilegeWithdrawn, unspecified) or any short text,
+-- which the CRL carries as unspecified.  Returns false when it was already
+-- revoked.  Audited, evented, and the gateway's cached CRL is told.
+CREATE OR REPLACE FUNCTION bc_join.revoke_certificate(serial text, reason text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	node text;
+	tenant text;
+	sessions bigint := 0;
+	kind text := 'node';
+BEGIN
+	IF reason IS NULL OR length(reason) NOT BETWEEN 1 AND 200 THEN
+		PERFORM bc_join.invalid_input('a revocation needs a reason of 1 to 200 characters');
+	END IF;
+	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
+		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
+	IF FOUND THEN
+		UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE c.serial = revoke_certificate.serial AND c.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.node_serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		GET DIAGNOSTICS sessions = ROW_COUNT;
+	ELSE
+		kind := 'session';
+		SELECT s.node_id, s.tenant_id INTO node, tenant FROM bc_join.session_certs sc
+			JOIN bc_join.sessions s ON s.id = sc.session_id WHERE sc.serial = revoke_certificate.serial;
+		IF NOT FOUND THEN
+			PERFORM bc_join.invalid_input('no certificate has this serial');
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'certificate.revoked',
+				jsonb_build_object('serial', serial, 'kind', kind, 'nodeId', node, 'reason', reason,
+								   'sessionCertificates', sessions));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('certificate.revoke', tenant, node,
+				jsonb_build_object('serial', serial, 'kind', kind, 'reason', reason,
+								   'sessionCertificates', sessions));
+	PERFORM pg_notify('bc_join_crl', '');
+	RETURN true;
+END
+$$;
+
+-- Retire a node: state retired, certificates revoked, bindings dropped.
+CREATE OR REPLACE FUNCTION bc_join.retire_node(node_id text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text;
+BEGIN
+	UPDATE bc_join.nodes n SET state = 'retired', retired_at = bc_join.compute_now(),
+		updated_at = bc_join.compute_now()
+		WHERE n.id = retire_node.node_id AND n.state <> 'retired' RETURNING n.tenant_id INTO tenant;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no live node has this id');
+	END IF;
+	UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		WHERE c.node_id = retire_node.node_id AND c.revoked_at IS NULL;
+	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		FROM bc_join.sessions s
+		WHERE s.id = sc.session_id AND s.node_id = retire_node.node_id AND sc.revoked_at IS NULL;
+	PERFORM pg_notify('bc_join_crl', '');
+	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.retire', tenant, node_id);
+END
+$$;
+
+/* ------------------------------------------- #26.7 revocation reasons */
+
+-- 0.1.0 took any short text as an operator's revocation reason, and an
+-- operator's 'retired' on a node that was not retired let the revoked
+-- certificate reclaim its node by x509pop.  0.2.0 takes from operators only
+-- RFC 5280's CRLReason names (check_revocation_reason), and the service's
+-- own reasons stay apart: renewed (a renewal), reclaimed (a reclaim's older
+-- certificates; 0.1.0 wrote superseded) and retired (retire_node).  The rows
+-- 0.1.0 wrote are mapped (docs/operator.md, "Revocation"):
+--  - an operator's (the certificate's serial, or a session certificate's
+--    node certificate's, is in an audit row certificate.revoke): an RFC 5280
+--    name in any case and spelling of separators becomes that name
+--    (key-compromise: keyCompromise); retired becomes cessationOfOperation,
+--    renewed and reclaimed superseded (the codes 0.1.0's CRL carried for
+--    them); any other text (certificateHold, removeFromCRL included)
+--    unspecified, the code 0.1.0's CRL carried for it.  The text as given
+--    stays in the audit row and the certificate.revoked event;
+--  - the service's: renewed stays, superseded becomes reclaimed, retired
+--    stays where the node is retired (else it is mapped as an operator's).
+CREATE FUNCTION bc_join.revocation_reason_from_0_1_0(reason text, by_operator boolean,
+													 node_retired boolean)
+	RETURNS text LANGUAGE sql IMMUTABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+	SELECT CASE
+		WHEN reason IS NULL THEN NULL
+		WHEN NOT by_operator AND reason = 'renewed' THEN 'renewed'
+		WHEN NOT by_operator AND reason = 'superseded' THEN 'reclaimed'
+		WHEN NOT by_operator AND reason = 'retired' AND node_retired THEN 'retired'
+		ELSE coalesce(
+			(SELECT r FROM unnest(ARRAY['unspecified', 'keyCompromise', 'cACompromise',
+					'affiliationChanged', 'superseded', 'cessationOfOperation', 'privilegeWithdrawn',
+					'aACompromise']) r
+			 WHERE lower(r) = lower(regexp_replace(reason, '[^[:alpha:]]', '', 'g'))),
+			CASE lower(regexp_replace(reason, '[^[:alpha:]]', '', 'g'))
+				WHEN 'retired' THEN 'cessationOfOperation'
+				WHEN 'renewed' THEN 'superseded'
+				WHEN 'reclaimed' THEN 'superseded'
+				ELSE 'unspecified'
+			END)
+	END $$;
+
+UPDATE bc_join.node_certs c
+	SET revocation_reason = bc_join.revocation_reason_from_0_1_0(c.revocation_reason, x.by_operator,
+																  x.node_retired)
+	FROM (SELECT c2.serial, o.serial IS NOT NULL AS by_operator, n.state = 'retired' AS node_retired
+		  FROM bc_join.node_certs c2
+		  JOIN bc_join.nodes n ON n.id = c2.node_id
+		  LEFT JOIN (SELECT DISTINCT a.detail->>'serial' AS serial FROM bc_join.audit_log a
+					 WHERE a.action = 'certificate.revoke') o ON o.serial = c2.serial
+		  WHERE c2.revocation_reason IS NOT NULL) x
+	WHERE x.serial = c.serial;
+UPDATE bc_join.session_certs sc
+	SET revocation_reason = bc_join.revocation_reason_from_0_1_0(sc.revocation_reason, x.by_operator,
+																  x.node_retired)
+	FROM (SELECT sc2.serial, (o1.serial IS NOT NULL OR o2.serial IS NOT NULL) AS by_operator,
+				 n.state = 'retired' AS node_retired
+		  FROM bc_join.session_certs sc2
+		  JOIN bc_join.sessions s ON s.id = sc2.session_id
+		  JOIN bc_join.nodes n ON n.id = s.node_id
+		  LEFT JOIN (SELECT DISTINCT a.detail->>'serial' AS serial FROM bc_join.audit_log a
+					 WHERE a.action = 'certificate.revoke') o1 ON o1.serial = sc2.serial
+		  LEFT JOIN (SELECT DISTINCT a.detail->>'serial' AS serial FROM bc_join.audit_log a
+					 WHERE a.action = 'certificate.revoke') o2 ON o2.serial = sc2.node_serial
+		  WHERE sc2.revocation_reason IS NOT NULL) x
+	WHERE x.serial = sc.serial;
+DROP FUNCTION bc_join.revocation_reason_from_0_1_0(text, boolean, boolean);
+
+ALTER TABLE bc_join.node_certs ADD CONSTRAINT node_certs_revocation_reason_check
+	CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise',
+		 'renewed', 'reclaimed', 'retired'));
+ALTER TABLE bc_join.session_certs ADD CONSTRAINT session_certs_revocation_reason_check
+	CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired'));
+
+-- An operator's revocation reason: one of RFC 5280's CRLReason names that
+-- the CRL's reasonCode carries (unspecified: none), or INVALID_INPUT.  Not
+-- certificateHold (a revocation here is final: nothing releases a hold) nor
+-- removeFromCRL (delta CRLs only); nor the service's own renewed, reclaimed
+-- and retired, so that no operator's revocation is ever taken for one.
+CREATE FUNCTION bc_join.check_revocation_reason(reason text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF reason IS NULL OR reason NOT IN ('unspecified', 'keyCompromise', 'cACompromise',
+			'affiliationChanged', 'superseded', 'cessationOfOperation', 'privilegeWithdrawn',
+			'aACompromise') THEN
+		PERFORM bc_join.invalid_input(CASE WHEN reason = 'certificateHold'
+			THEN 'certificateHold is not taken: a revocation is final, nothing releases a hold'
+			ELSE 'a revocation reason is one of unspecified, keyCompromise, cACompromise, '
+				 'affiliationChanged, superseded, cessationOfOperation, privilegeWithdrawn, aACompromise'
+			END);
+	END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION bc_join.check_revocation_reason(text) FROM PUBLIC;
+COMMENT ON FUNCTION bc_join.check_revocation_reason(text) IS
+	'Internal: raises INVALID_INPUT unless reason is one of the RFC 5280 reason names an operator revokes for; returns nothing.';
+
+-- Revoke one certificate, a node's or a session's, by serial; revoking a node
+-- certificate revokes the session certificates asked with it.  reason: one
+-- of RFC 5280's CRLReason names (check_revocation_reason).  Returns false
+-- when it was already revoked.  Audited, evented, and the gateway's cached
+-- CRL is told.
+CREATE OR REPLACE FUNCTION bc_join.revoke_certificate(serial text, reason text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	node text;
+	tenant text;
+	sessions bigint := 0;
+	kind text := 'node';
+BEGIN
+	PERFORM bc_join.check_revocation_reason(reason);
+	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
+		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
+	IF FOUND THEN
+		UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE c.serial = revoke_certificate.serial AND c.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.node_serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		GET DIAGNOSTICS sessions = ROW_COUNT;
+	ELSE
+		kind := 'session';
+		SELECT s.node_id, s.tenant_id INTO node, tenant FROM bc_join.session_certs sc
+			JOIN bc_join.sessions s ON s.id = sc.session_id WHERE sc.serial = revoke_certificate.serial;
+		IF NOT FOUND THEN
+			PERFORM bc_join.invalid_input('no certificate has this serial');
+		END IF;
+		UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(),
+			revocation_reason = revoke_certificate.reason
+			WHERE sc.serial = revoke_certificate.serial AND sc.revoked_at IS NULL;
+		IF NOT FOUND THEN
+			RETURN false;
+		END IF;
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'certificate.revoked',
+				jsonb_build_object('serial', serial, 'kind', kind, 'nodeId', node, 'reason', reason,
+								   'sessionCertificates', sessions));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('certificate.revoke', tenant, node,
+				jsonb_build_object('serial', serial, 'kind', kind, 'reason', reason,
+								   'sessionCertificates', sessions));
+	PERFORM pg_notify('bc_join_crl', '');
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION bc_join.revoke_certificate(text, text) IS
+	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it) for an RFC 5280 reason name, audited and evented; returns false when it was revoked already.';
+
+-- Revoke every live certificate of a node, and the session certificates asked
+-- with them, for an RFC 5280 reason (check_revocation_reason); returns how
+-- many node certificates were revoked.  The node stays (it may join again
+-- through an attestor, never by x509pop with a revoked certificate);
+-- retire_node also ends it.
+CREATE OR REPLACE FUNCTION bc_join.revoke_node(node_id text, reason text) RETURNS integer
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	c record;
+	n integer := 0;
+BEGIN
+	PERFORM bc_join.check_revocation_reason(reason);
+	IF NOT EXISTS (SELECT 1 FROM bc_join.nodes x WHERE x.id = revoke_node.node_id) THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	FOR c IN SELECT serial FROM bc_join.node_certs x
+			 WHERE x.node_id = revoke_node.node_id AND x.revoked_at IS NULL ORDER BY x.issued_at LOOP
+		IF bc_join.revoke_certificate(c.serial, reason) THEN
+			n := n + 1;
+		END IF;
+	END LOOP;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
+	'Revokes every live certificate of a node and the session certificates asked with them for an RFC 5280 reason name; returns how many node certificates were revoked.';
+
+/* ------------------------------------- #26.7 bounded pending join requests */
+
+-- One single-use token made 200 pending join requests from software-made
+-- EKs in 76 s.  A request now records the token it was made with, and at
+-- most bc_join.pending_requests_per_token (10) wait for one token and
+-- bc_join.pending_requests_per_tenant (1000) in one tenant; the view shows
+-- the token and, for tpm, whether the EK came with a certificate.
+ALTER TABLE bc_join.join_requests ADD COLUMN token_id text;
+UPDATE bc_join.join_requests SET token_id = nullif(detail->>'tokenId', '') WHERE detail ? 'tokenId';
+CREATE INDEX join_requests_pending_token_idx ON bc_join.join_requests (token_id)
+	WHERE state = 'pending';
+CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_id)
+	WHERE state = 'pending';
+
+-- create_join_request: the bounds, and the token recorded.
+/*
+ * Record a join request waiting for an operator, for the CSR of context, and
+ * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
+ * join_request.pending event in the tenant's stream.  Returns the id.  At
+ * most bc_join.pending_requests_per_token requests wait for one token (the
+ * tokenId of detail, which the attestor checked) and
+ * bc_join.pending_requests_per_tenant for one tenant; beyond that the join
+ * is refused '<attestor>:pending-token-limit' or ':pending-tenant-limit'.
+ */
+CREATE OR REPLACE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
+											detail jsonb DEFAULT '{}')
+	RETURNS text
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	rid text := bc_join.new_id('jr');
+	token text := nullif(create_join_request.detail->>'tokenId', '');
+	per_token integer := coalesce(nullif(current_setting('bc_join.pending_requests_per_token', true), ''),
+								  '10')::integer;
+	per_tenant integer := coalesce(nullif(current_setting('bc_join.pending_requests_per_tenant', true), ''),
+								   '1000')::integer;
+BEGIN
+	-- One request made at a time per tenant (the token's row is locked already), so the bounds hold.
+	PERFORM 1 FROM bc_join.tenants t WHERE t.id = create_join_request.tenant_id FOR NO KEY UPDATE;
+	IF token IS NOT NULL AND (SELECT count(*) FROM (
+			SELECT 1 FROM bc_join.join_requests q
+			WHERE q.token_id = token AND q.state = 'pending' AND q.expires_at > bc_join.compute_now()
+			LIMIT per_token) x) >= per_token THEN
+		PERFORM bc_join.refuse(create_join_request.attestor || ':pending-token-limit',
+							   create_join_request.tenant_id);
+	END IF;
+	IF (SELECT count(*) FROM (
+			SELECT 1 FROM bc_join.join_requests q
+			WHERE q.tenant_id = create_join_request.tenant_id AND q.state = 'pending'
+			  AND q.expires_at > bc_join.compute_now()
+			LIMIT per_tenant) x) >= per_tenant THEN
+		PERFORM bc_join.refuse(create_join_request.attestor || ':pending-tenant-limit',
+							   create_join_request.tenant_id);
+	END IF;
+	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail,
+									   expires_at, token_id)
+		VALUES (rid, create_join_request.tenant_id, create_join_request.attestor,
+				context->>'role', bc_join.b64url_decode(context->>'csrSha256'),
+				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'),
+				bc_join.compute_now() +
+					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval,
+				token);
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (create_join_request.tenant_id, 'join_request.pending',
+				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
+								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
+	PERFORM pg_notify('bc_join_requests', '');
+	RETURN rid;
+END
+$$;
+
+COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
+	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
+
+
+-- What waits for an operator, readable at a glance.
+CREATE OR REPLACE VIEW bc_join.pending_join_requests AS
+	SELECT r.id,
+		   t.name AS tenant,
+		   r.attestor,
+		   r.role,
+		   concat_ws(' ',
+					 'host=' || (r.claims->>'hostname'),
+					 'serial=' || (r.claims->>'serial'),
+					 'product=' || (r.claims->>'productUuid'),
+					 CASE WHEN jsonb_array_length(coalesce(r.claims->'macs', '[]')) > 0
+						  THEN 'macs=' || (SELECT string_agg(m, ',') FROM jsonb_array_elements_text(r.claims->'macs') m)
+					 END) AS claims,
+		   justify_interval(date_trunc('second', bc_join.compute_now() - r.created_at)) AS age,
+		   r.detail,
+		   justify_interval(date_trunc('second', r.expires_at - bc_join.compute_now())) AS expires_in,
+		   r.created_at,
+		   r.expires_at,
+		   r.tenant_id,
+		   r.token_id,
+		   -- tpm: whether the EK came with a certificate; one that chains to a
+		   -- configured root never waits (it is trusted), so it is 'none' (no
+		   -- EK certificate: a software-made key looks so) or 'unchained'
+		   r.detail->>'ekChain' AS ek_chain
+	FROM bc_join.join_requests r JOIN bc_join.tenants t ON t.id = r.tenant_id
+	WHERE r.state = 'pending' AND r.expires_at > bc_join.compute_now()
+	ORDER BY r.created_at;
+
+COMMENT ON VIEW bc_join.pending_join_requests IS
+	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail, expires_in, the token that made it and, for tpm, whether the EK came with a certificate (ek_chain none or unchained).';
+
+/* ------------------------------------------------------- #26.7 discovery */
+
+-- set_discovery_site sets the lifetime of the site's ramdisk certificates too
+-- (discovery_sites.cert_ttl_seconds had no setter): a fourth argument.
+DROP FUNCTION bc_join.set_discovery_site(text, text, text[]);
+
+-- Enable discovery on a site, or change its approval mode, its kinds (NULL
+-- keeps them; at first the six defaults) and its ramdisks' certificate
+-- lifetime (NULL keeps it; at first 7200 s; 60 to 7200).
+CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT 'none',
+										   allowed_kinds text[] DEFAULT NULL,
+										   cert_ttl_seconds integer DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	k text;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id) THEN
+		PERFORM bc_join.invalid_input('the site does not exist');
+	END IF;
+	IF approval IS NULL OR approval NOT IN ('none', 'unknown-machines', 'always') THEN
+		PERFORM bc_join.invalid_input('approval must be none, unknown-machines or always');
+	END IF;
+	IF cert_ttl_seconds NOT BETWEEN 60 AND 7200 THEN
+		PERFORM bc_join.invalid_input('cert_ttl_seconds must be between 60 and 7200');
+	END IF;
+	FOREACH k IN ARRAY coalesce(allowed_kinds, '{}') LOOP
+		IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c
+					   WHERE c.kind = k OR (right(k, 2) = '.*' AND starts_with(c.kind, left(k, -1)))) THEN
+			PERFORM bc_join.invalid_input(format('%s is no registered command kind or prefix.* glob', k));
+		END IF;
+	END LOOP;
+	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds, cert_ttl_seconds)
+		VALUES (site_id, approval, coalesce(allowed_kinds, ARRAY['inventory.refresh', 'logs.collect',
+				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']), coalesce(cert_ttl_seconds, 7200))
+		ON CONFLICT ON CONSTRAINT discovery_sites_pkey DO UPDATE SET approval = EXCLUDED.approval,
+			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
+			cert_ttl_seconds = coalesce(set_discovery_site.cert_ttl_seconds, d.cert_ttl_seconds),
+			updated_at = bc_join.compute_now();
+	INSERT INTO bc_join.audit_log (action, detail)
+		VALUES ('discovery_site.set', jsonb_build_object('siteId', site_id, 'approval', approval,
+				'allowedKinds', allowed_kinds, 'certTtlSeconds', cert_ttl_seconds));
+END
+$$;
+
+REVOKE ALL ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) TO bc_join_operator;
+COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
+	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';

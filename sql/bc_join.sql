@@ -136,8 +136,15 @@ CREATE TABLE bc_join.node_certs (
 	join_csr_sha256 bc_join.sha256,
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	revoked_at timestamptz,
+	-- an operator's RFC 5280 reason (revoke_certificate), or the service's own:
+	-- renewed (a renewal replaced it), reclaimed (a reclaim re-keyed its node),
+	-- retired (retire_node)
 	revocation_reason text,
-	CHECK (not_after > not_before)
+	CHECK (not_after > not_before),
+	CONSTRAINT node_certs_revocation_reason_check CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise',
+		 'renewed', 'reclaimed', 'retired'))
 );
 CREATE INDEX node_certs_node_idx ON bc_join.node_certs (node_id);
 -- One key, one certificate: a CSR key admits at most one join (join:key-reused).
@@ -227,7 +234,11 @@ CREATE TABLE bc_join.session_certs (
 	node_serial text,
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	revoked_at timestamptz,
-	revocation_reason text
+	-- an operator's RFC 5280 reason (revoke_certificate, or its node certificate's), or retired
+	revocation_reason text,
+	CONSTRAINT session_certs_revocation_reason_check CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired'))
 );
 CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
@@ -251,9 +262,15 @@ CREATE TABLE bc_join.join_requests (
 	decided_at timestamptz,
 	decided_by text,
 	consumed_at timestamptz,
-	expires_at timestamptz NOT NULL
+	expires_at timestamptz NOT NULL,
+	token_id text						-- the token the attestor checked (detail's tokenId)
 );
 CREATE INDEX join_requests_pending_idx ON bc_join.join_requests (created_at)
+	WHERE state = 'pending';
+-- The bounds of create_join_request: pending requests per token, per tenant.
+CREATE INDEX join_requests_pending_token_idx ON bc_join.join_requests (token_id)
+	WHERE state = 'pending';
+CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_id)
 	WHERE state = 'pending';
 
 /* ------------------------------------------------------ single-use evidence */
@@ -956,8 +973,12 @@ $$;
 
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
- * tell watchers: NOTIFY bc_join_requests with the request id, and a
- * join_request.pending event in the tenant's stream.  Returns the id.
+ * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
+ * join_request.pending event in the tenant's stream.  Returns the id.  At
+ * most bc_join.pending_requests_per_token requests wait for one token (the
+ * tokenId of detail, which the attestor checked) and
+ * bc_join.pending_requests_per_tenant for one tenant; beyond that the join
+ * is refused '<attestor>:pending-token-limit' or ':pending-tenant-limit'.
  */
 CREATE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
 											detail jsonb DEFAULT '{}')
@@ -967,18 +988,42 @@ CREATE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, conte
 	AS $$
 DECLARE
 	rid text := bc_join.new_id('jr');
+	token text := nullif(create_join_request.detail->>'tokenId', '');
+	per_token integer := coalesce(nullif(current_setting('bc_join.pending_requests_per_token', true), ''),
+								  '10')::integer;
+	per_tenant integer := coalesce(nullif(current_setting('bc_join.pending_requests_per_tenant', true), ''),
+								   '1000')::integer;
 BEGIN
-	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail, expires_at)
+	-- One request made at a time per tenant (the token's row is locked already), so the bounds hold.
+	PERFORM 1 FROM bc_join.tenants t WHERE t.id = create_join_request.tenant_id FOR NO KEY UPDATE;
+	IF token IS NOT NULL AND (SELECT count(*) FROM (
+			SELECT 1 FROM bc_join.join_requests q
+			WHERE q.token_id = token AND q.state = 'pending' AND q.expires_at > bc_join.compute_now()
+			LIMIT per_token) x) >= per_token THEN
+		PERFORM bc_join.refuse(create_join_request.attestor || ':pending-token-limit',
+							   create_join_request.tenant_id);
+	END IF;
+	IF (SELECT count(*) FROM (
+			SELECT 1 FROM bc_join.join_requests q
+			WHERE q.tenant_id = create_join_request.tenant_id AND q.state = 'pending'
+			  AND q.expires_at > bc_join.compute_now()
+			LIMIT per_tenant) x) >= per_tenant THEN
+		PERFORM bc_join.refuse(create_join_request.attestor || ':pending-tenant-limit',
+							   create_join_request.tenant_id);
+	END IF;
+	INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, claims, detail,
+									   expires_at, token_id)
 		VALUES (rid, create_join_request.tenant_id, create_join_request.attestor,
 				context->>'role', bc_join.b64url_decode(context->>'csrSha256'),
 				coalesce(context->'claims', '{}'), coalesce(create_join_request.detail, '{}'),
 				bc_join.compute_now() +
-					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval);
+					coalesce(nullif(current_setting('bc_join.join_request_ttl', true), ''), '1d')::interval,
+				token);
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (create_join_request.tenant_id, 'join_request.pending',
 				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
 								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
-	PERFORM pg_notify('bc_join_requests', rid);
+	PERFORM pg_notify('bc_join_requests', '');
 	RETURN rid;
 END
 $$;
@@ -1070,7 +1115,12 @@ CREATE VIEW bc_join.pending_join_requests AS
 		   justify_interval(date_trunc('second', r.expires_at - bc_join.compute_now())) AS expires_in,
 		   r.created_at,
 		   r.expires_at,
-		   r.tenant_id
+		   r.tenant_id,
+		   r.token_id,
+		   -- tpm: whether the EK came with a certificate; one that chains to a
+		   -- configured root never waits (it is trusted), so it is 'none' (no
+		   -- EK certificate: a software-made key looks so) or 'unchained'
+		   r.detail->>'ekChain' AS ek_chain
 	FROM bc_join.join_requests r JOIN bc_join.tenants t ON t.id = r.tenant_id
 	WHERE r.state = 'pending' AND r.expires_at > bc_join.compute_now()
 	ORDER BY r.created_at;
@@ -1339,12 +1389,33 @@ CREATE FUNCTION bc_join.verify_audit_log(anchor text) RETURNS boolean
 
 /* ------------------------------------------------------------ revocation */
 
+-- An operator's revocation reason: one of RFC 5280's CRLReason names that
+-- the CRL's reasonCode carries (unspecified: none), or INVALID_INPUT.  Not
+-- certificateHold (a revocation here is final: nothing releases a hold) nor
+-- removeFromCRL (delta CRLs only); nor the service's own renewed, reclaimed
+-- and retired, so that no operator's revocation is ever taken for one.
+CREATE FUNCTION bc_join.check_revocation_reason(reason text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF reason IS NULL OR reason NOT IN ('unspecified', 'keyCompromise', 'cACompromise',
+			'affiliationChanged', 'superseded', 'cessationOfOperation', 'privilegeWithdrawn',
+			'aACompromise') THEN
+		PERFORM bc_join.invalid_input(CASE WHEN reason = 'certificateHold'
+			THEN 'certificateHold is not taken: a revocation is final, nothing releases a hold'
+			ELSE 'a revocation reason is one of unspecified, keyCompromise, cACompromise, '
+				 'affiliationChanged, superseded, cessationOfOperation, privilegeWithdrawn, aACompromise'
+			END);
+	END IF;
+END
+$$;
+
 -- Revoke one certificate, a node's or a session's, by serial; revoking a node
--- certificate revokes the session certificates asked with it.  reason: an
--- RFC 5280 reason name (keyCompromise, superseded, cessationOfOperation,
--- affiliationChanged, privilegeWithdrawn, unspecified) or any short text,
--- which the CRL carries as unspecified.  Returns false when it was already
--- revoked.  Audited, evented, and the gateway's cached CRL is told.
+-- certificate revokes the session certificates asked with it.  reason: one
+-- of RFC 5280's CRLReason names (check_revocation_reason).  Returns false
+-- when it was already revoked.  Audited, evented, and the gateway's cached
+-- CRL is told.
 CREATE FUNCTION bc_join.revoke_certificate(serial text, reason text) RETURNS boolean
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -1355,9 +1426,7 @@ DECLARE
 	sessions bigint := 0;
 	kind text := 'node';
 BEGIN
-	IF reason IS NULL OR length(reason) NOT BETWEEN 1 AND 200 THEN
-		PERFORM bc_join.invalid_input('a revocation needs a reason of 1 to 200 characters');
-	END IF;
+	PERFORM bc_join.check_revocation_reason(reason);
 	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
 		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
 	IF FOUND THEN
@@ -1393,14 +1462,16 @@ BEGIN
 		VALUES ('certificate.revoke', tenant, node,
 				jsonb_build_object('serial', serial, 'kind', kind, 'reason', reason,
 								   'sessionCertificates', sessions));
-	PERFORM pg_notify('bc_join_crl', serial);
+	PERFORM pg_notify('bc_join_crl', '');
 	RETURN true;
 END
 $$;
 
 -- Revoke every live certificate of a node, and the session certificates asked
--- with them; returns how many node certificates were revoked.  The node stays
--- (it may join again through an attestor); retire_node also ends it.
+-- with them, for an RFC 5280 reason (check_revocation_reason); returns how
+-- many node certificates were revoked.  The node stays (it may join again
+-- through an attestor, never by x509pop with a revoked certificate);
+-- retire_node also ends it.
 CREATE FUNCTION bc_join.revoke_node(node_id text, reason text) RETURNS integer
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -1409,6 +1480,7 @@ DECLARE
 	c record;
 	n integer := 0;
 BEGIN
+	PERFORM bc_join.check_revocation_reason(reason);
 	IF NOT EXISTS (SELECT 1 FROM bc_join.nodes x WHERE x.id = revoke_node.node_id) THEN
 		PERFORM bc_join.invalid_input('no node has this id');
 	END IF;
@@ -1464,7 +1536,7 @@ BEGIN
 	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
 		FROM bc_join.sessions s
 		WHERE s.id = sc.session_id AND s.node_id = retire_node.node_id AND sc.revoked_at IS NULL;
-	PERFORM pg_notify('bc_join_crl', node_id);
+	PERFORM pg_notify('bc_join_crl', '');
 	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
 	INSERT INTO bc_join.events (tenant_id, type, payload)
 		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
@@ -2390,9 +2462,12 @@ CREATE TABLE bc_join.discovery_machines (
 	PRIMARY KEY (site_id, mac)
 );
 
--- Enable discovery on a site, or change its approval mode and kinds.
+-- Enable discovery on a site, or change its approval mode, its kinds (NULL
+-- keeps them; at first the six defaults) and its ramdisks' certificate
+-- lifetime (NULL keeps it; at first 7200 s; 60 to 7200).
 CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT 'none',
-										   allowed_kinds text[] DEFAULT NULL)
+										   allowed_kinds text[] DEFAULT NULL,
+										   cert_ttl_seconds integer DEFAULT NULL)
 	RETURNS void
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -2406,21 +2481,25 @@ BEGIN
 	IF approval IS NULL OR approval NOT IN ('none', 'unknown-machines', 'always') THEN
 		PERFORM bc_join.invalid_input('approval must be none, unknown-machines or always');
 	END IF;
+	IF cert_ttl_seconds NOT BETWEEN 60 AND 7200 THEN
+		PERFORM bc_join.invalid_input('cert_ttl_seconds must be between 60 and 7200');
+	END IF;
 	FOREACH k IN ARRAY coalesce(allowed_kinds, '{}') LOOP
 		IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c
 					   WHERE c.kind = k OR (right(k, 2) = '.*' AND starts_with(c.kind, left(k, -1)))) THEN
 			PERFORM bc_join.invalid_input(format('%s is no registered command kind or prefix.* glob', k));
 		END IF;
 	END LOOP;
-	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds)
+	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds, cert_ttl_seconds)
 		VALUES (site_id, approval, coalesce(allowed_kinds, ARRAY['inventory.refresh', 'logs.collect',
-				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']))
+				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']), coalesce(cert_ttl_seconds, 7200))
 		ON CONFLICT ON CONSTRAINT discovery_sites_pkey DO UPDATE SET approval = EXCLUDED.approval,
 			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
+			cert_ttl_seconds = coalesce(set_discovery_site.cert_ttl_seconds, d.cert_ttl_seconds),
 			updated_at = bc_join.compute_now();
 	INSERT INTO bc_join.audit_log (action, detail)
 		VALUES ('discovery_site.set', jsonb_build_object('siteId', site_id, 'approval', approval,
-				'allowedKinds', allowed_kinds));
+				'allowedKinds', allowed_kinds, 'certTtlSeconds', cert_ttl_seconds));
 END
 $$;
 
@@ -2582,7 +2661,7 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.tpm_ek_certificate(text),
 	bc_join.enqueue_command(text, text, jsonb),
 	bc_join.kind_allowed(text[], text),
-	bc_join.set_discovery_site(text, text, text[]),
+	bc_join.set_discovery_site(text, text, text[], integer),
 	bc_join.bump_site_epoch(text)
 	TO bc_join_operator;
 GRANT SELECT ON
@@ -2702,7 +2781,7 @@ COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
 COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
 	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
 COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
-	'Records a join request for the CSR of context that waits for an operator, notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
+	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
 COMMENT ON FUNCTION bc_join.consume_join_request(text, jsonb) IS
 	'Consumes an approved join request made for the CSR of context in the round that issues, or refuses ''<attestor>:<reason>''; returns nothing.';
 COMMENT ON FUNCTION bc_join.await_approval(text, text, jsonb, jsonb, integer) IS
@@ -2724,9 +2803,11 @@ COMMENT ON FUNCTION bc_join.revoke_provisioning_token(text) IS
 COMMENT ON FUNCTION bc_join.register_provisioning_resolver(regprocedure) IS
 	'Registers the function (node_ref text, context jsonb) RETURNS text that maps the nodeId a provisioned agent names to a node id (NULL removes it); superuser only.';
 COMMENT ON FUNCTION bc_join.revoke_certificate(text, text) IS
-	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it), audited and evented; returns false when it was revoked already.';
+	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it) for an RFC 5280 reason name, audited and evented; returns false when it was revoked already.';
 COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
-	'Revokes every live certificate of a node and the session certificates asked with them; returns how many node certificates were revoked.';
+	'Revokes every live certificate of a node and the session certificates asked with them for an RFC 5280 reason name; returns how many node certificates were revoked.';
+COMMENT ON FUNCTION bc_join.check_revocation_reason(text) IS
+	'Internal: raises INVALID_INPUT unless reason is one of the RFC 5280 reason names an operator revokes for; returns nothing.';
 COMMENT ON FUNCTION bc_join.crl() IS
 	'Returns the node CA''s CRL (DER, RFC 5280): every revoked certificate not yet expired, nextUpdate bc_join.crl_validity seconds on.';
 COMMENT ON FUNCTION bc_join.crl_pem() IS
@@ -2800,7 +2881,7 @@ COMMENT ON FUNCTION bc_join.invalid_config(text) IS
 
 -- Views.
 COMMENT ON VIEW bc_join.pending_join_requests IS
-	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail and expires_in.';
+	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail, expires_in, the token that made it and, for tpm, whether the EK came with a certificate (ek_chain none or unchained).';
 COMMENT ON VIEW bc_join.stale_nodes IS
 	'Live nodes not seen (joined, renewed, asked for a session) for bc_join.stale_after, longest unseen first, with the notAfter of their newest certificate.';
 COMMENT ON VIEW bc_join.attestor_statistics IS
@@ -2817,7 +2898,7 @@ COMMENT ON FUNCTION bc_join.complete_command(jsonb) IS
 	'Records a dispatched command''s outcome (done or failed, a JSON object result); proven by the node key (purpose complete).';
 COMMENT ON FUNCTION bc_join.site_epoch(jsonb) IS
 	'A site agent''s site and its current discovery epoch, signed by the service key; proven by the site agent''s node key (purpose site-epoch).';
-COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[]) IS
-	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow); returns nothing.';
+COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
+	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';
 COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
 	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';

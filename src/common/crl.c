@@ -15,7 +15,11 @@
 
 #include "bc_common.h"
 
-/* The RFC 5280 reason code of a revocation reason as bc_join writes it. */
+/*
+ * The RFC 5280 reason code of a revocation reason as bc_join writes it: an
+ * operator's CRLReason name, or the service's own renewed and reclaimed
+ * (superseded) and retired (cessationOfOperation).
+ */
 int
 bc_crl_reason_code(const char *reason)
 {
@@ -26,12 +30,15 @@ bc_crl_reason_code(const char *reason)
 	}			codes[] = {
 		{"unspecified", CRL_REASON_UNSPECIFIED},
 		{"keyCompromise", CRL_REASON_KEY_COMPROMISE},
+		{"cACompromise", CRL_REASON_CA_COMPROMISE},
 		{"affiliationChanged", CRL_REASON_AFFILIATION_CHANGED},
 		{"superseded", CRL_REASON_SUPERSEDED},
-		{"renewed", CRL_REASON_SUPERSEDED},
 		{"cessationOfOperation", CRL_REASON_CESSATION_OF_OPERATION},
-		{"retired", CRL_REASON_CESSATION_OF_OPERATION},
 		{"privilegeWithdrawn", CRL_REASON_PRIVILEGE_WITHDRAWN},
+		{"aACompromise", CRL_REASON_AA_COMPROMISE},
+		{"renewed", CRL_REASON_SUPERSEDED},
+		{"reclaimed", CRL_REASON_SUPERSEDED},
+		{"retired", CRL_REASON_CESSATION_OF_OPERATION},
 	};
 	size_t		i;
 

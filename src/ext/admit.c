@@ -31,7 +31,7 @@ static BcPlan rekey_node = {
 
 static BcPlan revoke_older = {
 	"UPDATE bc_join.node_certs SET revoked_at = bc_join.compute_now(), "
-	"       revocation_reason = 'superseded' "
+	"       revocation_reason = 'reclaimed' "
 	"WHERE node_id = $1 AND revoked_at IS NULL",
 	1, {TEXTOID}
 };
@@ -165,6 +165,10 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 				bc_refuse_join("join:bound-elsewhere", res->tenant_id);
 		}
 	}
+
+	/* What the attestor records of the node it admitted. */
+	if (res->admitted != NULL)
+		res->admitted(res, node_id);
 
 	/* node.joined, then the audit row. */
 	initStringInfo(&ev);

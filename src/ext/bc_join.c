@@ -29,6 +29,10 @@ static int	bc_retain_sessions = 7 * 86400;
 static int	bc_retain_join_requests = 30 * 86400;
 static int	bc_stale_after = 3 * 86400;
 
+/* The bounds on waiting join requests, read by SQL (bc_join.create_join_request). */
+static int	bc_pending_requests_per_token = 10;
+static int	bc_pending_requests_per_tenant = 1000;
+
 void		_PG_init(void);
 
 /* A changed key directory invalidates the keys this backend loaded. */
@@ -173,6 +177,28 @@ _PG_init(void)
 							60, 366 * 86400,
 							PGC_SUSET,
 							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.pending_requests_per_token",
+							"How many join requests may wait for an operator for one join token.",
+							"A join that would make one more for the token is refused "
+							"<attestor>:pending-token-limit until some are decided or expire.",
+							&bc_pending_requests_per_token,
+							10,
+							1, 1000000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.pending_requests_per_tenant",
+							"How many join requests may wait for an operator in one tenant.",
+							"A join that would make one more in the tenant is refused "
+							"<attestor>:pending-tenant-limit until some are decided or expire.",
+							&bc_pending_requests_per_tenant,
+							1000,
+							1, 1000000,
+							PGC_SUSET,
+							0,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("bc_join.crl_url",

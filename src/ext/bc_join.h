@@ -254,6 +254,9 @@ typedef struct BcAttestResult
 	bool		operator_reclaim;
 	/* a JSON object node.joined carries as "detail" (cloud-iid: the instance), or NULL */
 	char	   *joined_detail;
+	/* called by bc_admit once the node and its certificate exist (discovery: the machine's node), or NULL */
+	void		(*admitted) (const struct BcAttestResult *res, const char *node_id);
+	void	   *admitted_arg;
 } BcAttestResult;
 
 /* What an attestor answers: a result, or a deferral. */

@@ -41,7 +41,7 @@ def body(tap, env):
     tap.eq(env.psql("SELECT identity_generation FROM bc_join.nodes WHERE id = '%s'" % node), "2",
            "identity generation + 1")
     tap.eq(env.psql("SELECT revocation_reason FROM bc_join.node_certs WHERE serial = '%s'" % old_serial),
-           "superseded", "the certificate of the old image is revoked")
+           "reclaimed", "the certificate of the old image is revoked (reclaimed)")
     tap.eq(env.psql("SELECT spent_at IS NOT NULL FROM bc_join.provisioning_tokens WHERE id = '%s'"
                     % ptok.split(".")[0]), "t", "the provisioning token is spent")
     tap.eq(env.psql("SELECT count(*) FROM bc_join.nodes"), "1", "and no second node was made")

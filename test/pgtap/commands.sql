@@ -72,7 +72,7 @@ SELECT throws_ok(format('SELECT bc_join.enqueue_command(%L, %L, %L)', :'node', '
 	'22023', 'the payload must be a JSON object of at most 16384 bytes', 'the payload is a JSON object');
 SELECT throws_ok(format('SELECT bc_join.enqueue_command(%L, %L, %L)', 'node_nope', 'disk.wipe', '{}'),
 	'22023', 'the node does not exist', 'an unknown node is refused');
-UPDATE bc_join.node_certs SET revoked_at = bc_join.compute_now(), revocation_reason = 'test' WHERE serial = :'s1';
+UPDATE bc_join.node_certs SET revoked_at = bc_join.compute_now(), revocation_reason = 'keyCompromise' WHERE serial = :'s1';
 SELECT throws_ok(format('SELECT bc_join.enqueue_command(%L, %L, %L)', :'node', 'disk.wipe', '{}'),
 	'22023', 'the node holds no live certificate', 'a node without a live certificate takes no command');
 UPDATE bc_join.node_certs SET revoked_at = NULL, revocation_reason = NULL WHERE serial = :'s1';

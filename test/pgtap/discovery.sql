@@ -1,8 +1,9 @@
 -- discovery.sql: the discovery attestor, a PXE-booted ramdisk vouched for by
 -- its site agent: a ramdisk token and a site assertion (a JWS by the site
 -- agent's node key over purpose, serial, siteId, mac, epoch, csrSha256, iat,
--- exp); role ramdisk, certTtlSeconds 7200, the six kinds; every refusal; the
--- epoch and its bump when the site agent re-keys; approval modes.
+-- exp); role ramdisk, certTtlSeconds 7200 (set_discovery_site sets another),
+-- the six kinds; every refusal; the epoch and its bump when the site agent
+-- re-keys; approval modes; each machine remembered with the node it joined as.
 \set ON_ERROR_STOP 1
 \set QUIET 1
 \pset format unaligned
@@ -20,7 +21,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(60);
+SELECT plan(69);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -73,6 +74,7 @@ SELECT is(uses_left, 0, 'the ramdisk token is spent') FROM bc_join.join_tokens W
 SELECT is(count(*), 1::bigint, 'the assertion is used, until it expires')
 	FROM bc_join.attestation_uses WHERE attestor = 'discovery' AND expires_at = to_timestamp(:exp);
 SELECT is(count(*), 1::bigint, 'the machine is remembered') FROM bc_join.discovery_machines WHERE mac = :'mac1';
+SELECT is(last_node_id, :'rnode', 'with the node it joined as') FROM bc_join.discovery_machines WHERE mac = :'mac1';
 SELECT lives_ok(format('SELECT bc_join.enqueue_command(%L, %L, %L)', :'rnode', 'disk.wipe', '{}'),
 	'disk.wipe can be queued for it');
 SELECT throws_ok(format('SELECT bc_join.enqueue_command(%L, %L, %L)', :'rnode', 'node.reboot', '{}'), '22023',
@@ -186,13 +188,19 @@ SELECT bc_join.set_discovery_site(:'site', 'unknown-machines');
 \set rq `:dr :bcd :josetool :keys :d/r4 :'t' :d/sa2/node.key :sa2 :site :mac2 3 :now :exp`
 SELECT is(bc_join(:'rq')->>'status', 'pending', 'unknown-machines: an unknown MAC waits for an operator');
 SELECT bc_join.approve_join_request(id) FROM bc_join.pending_join_requests WHERE attestor = 'discovery';
-SELECT is(bc_join(:'rq')->>'status', 'issued', 'once approved, the same request joins');
+SELECT bc_join(:'rq') AS r4 \gset
+SELECT is(:'r4'::jsonb->>'status', 'issued', 'once approved, the same request joins');
+SELECT is(last_node_id, pg_temp.payload(:'r4')->>'nodeId', 'and the approved machine is remembered with its node')
+	FROM bc_join.discovery_machines WHERE site_id = :'site' AND mac = :'mac2';
 -- The site agent's own command signs this one: bcd sign-discovery-assertion.
 SELECT pg_temp.rtok() AS t \gset
 \set mk5 `:bcd join-request --service-keys :keys --out-dir :d/r5 --role ramdisk --attestor discovery >/dev/null && echo ok`
 \set ev5 `:bcd sign-discovery-assertion --state-dir :d/sa2 --service-keys :keys --site :site --mac :mac1 --epoch 3 --csr :d/r5/node.csr.der > :d/r5/ev.json && echo :d/r5/ev.json`
 \set rq `:bcd join-request --service-keys :keys --token :'t' --out-dir :d/r5 --role ramdisk --attestor discovery --attestation-file :ev5`
-SELECT is(bc_join(:'rq')->>'status', 'issued', 'a MAC the site has seen joins without waiting (bcd sign-discovery-assertion signed it)');
+SELECT bc_join(:'rq') AS r5 \gset
+SELECT is(:'r5'::jsonb->>'status', 'issued', 'a MAC the site has seen joins without waiting (bcd sign-discovery-assertion signed it)');
+SELECT is(last_node_id, pg_temp.payload(:'r5')->>'nodeId', 'its next join moves last_node_id to the new node')
+	FROM bc_join.discovery_machines WHERE site_id = :'site' AND mac = :'mac1';
 SELECT bc_join.set_discovery_site(:'site', 'always');
 SELECT pg_temp.rtok() AS t \gset
 \set rq `:dr :bcd :josetool :keys :d/r6 :'t' :d/sa2/node.key :sa2 :site :mac1 3 :now :exp`
@@ -200,6 +208,25 @@ SELECT is(bc_join(:'rq')->>'status', 'pending', 'always: every machine waits');
 SELECT bc_join.reject_join_request(id, 'not ours') FROM bc_join.pending_join_requests WHERE attestor = 'discovery';
 SELECT is(bc_join(:'rq'), :'refused'::jsonb, 'a rejected machine is refused');
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' discovery:rejected', 'recorded discovery:rejected');
+
+------------------------------------------------------------ certificate lifetime
+SELECT bc_join.set_discovery_site(:'site', 'none', NULL, 900);
+SELECT is(cert_ttl_seconds || ' ' || array_length(allowed_kinds, 1), '900 6',
+	'set_discovery_site sets the ramdisks'' certificate lifetime (the kinds kept)')
+	FROM bc_join.discovery_sites WHERE site_id = :'site';
+SELECT pg_temp.rtok() AS t \gset
+\set rq `:dr :bcd :josetool :keys :d/r7 :'t' :d/sa2/node.key :sa2 :site :mac3 3 :now :exp`
+SELECT bc_join(:'rq') AS r7 \gset
+SELECT is(:'r7'::jsonb->>'status', 'issued', 'a ramdisk joins');
+SELECT is(extract(epoch FROM c.not_after - bc_join.compute_now())::integer, 900,
+	'its certificate lives 900 s') FROM bc_join.node_certs c WHERE c.serial = pg_temp.payload(:'r7')->>'serial';
+SELECT bc_join.set_discovery_site(:'site', 'none');
+SELECT is(cert_ttl_seconds, 900, 'without it, set_discovery_site keeps the lifetime')
+	FROM bc_join.discovery_sites WHERE site_id = :'site';
+SELECT throws_ok(format('SELECT bc_join.set_discovery_site(%L, %L, NULL, 59)', :'site', 'none'), '22023',
+	'cert_ttl_seconds must be between 60 and 7200', 'under 60 s is refused');
+SELECT throws_ok(format('SELECT bc_join.set_discovery_site(%L, %L, NULL, 7201)', :'site', 'none'), '22023',
+	'cert_ttl_seconds must be between 60 and 7200', 'over 7200 s is refused');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -103,7 +103,7 @@ SELECT ok(NOT pg_temp.spent(:'ptok'), 'no refusal spent the token');
 SELECT bc_join(:'good') AS resp \gset
 SELECT is(pg_temp.payload(:'resp')->>'nodeId', :'node', 'the machine comes back as the node the token names');
 SELECT is(pg_temp.payload(:'resp')->>'identityGeneration', '2', 'identity generation + 1');
-SELECT is(c.revocation_reason, 'superseded', 'its older certificate is revoked') FROM bc_join.node_certs c WHERE c.serial = :'oldserial';
+SELECT is(c.revocation_reason, 'reclaimed', 'its older certificate is revoked (reclaimed)') FROM bc_join.node_certs c WHERE c.serial = :'oldserial';
 SELECT is(n.tenant_id || ' ' || n.pool_id || ' ' || n.site_id || ' ' || n.role,
 		  :'tenant' || ' ' || :'pool' || ' ' || :'site' || ' node', 'tenant, pool, site and role are kept')
 	FROM bc_join.nodes n WHERE n.id = :'node';

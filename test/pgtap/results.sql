@@ -184,7 +184,7 @@ SELECT serial AS oldserial FROM bc_join.node_certs WHERE node_id = :'bnode' \gse
 SELECT pg_temp.j(:'nreq', jsonb_build_object('tenantId', :'tenant', 'role', 'node', 'nodeId', :'bnode', 'bind', :'bind')) AS rc \gset
 SELECT is(pg_temp.payload(:'rc')->>'nodeId', :'bnode', 'a result with nodeId re-keys that node');
 SELECT is(n.identity_generation, 2, 'identity generation + 1') FROM bc_join.nodes n WHERE n.id = :'bnode';
-SELECT is(c.revocation_reason, 'superseded', 'the older certificate is revoked') FROM bc_join.node_certs c WHERE c.serial = :'oldserial';
+SELECT is(c.revocation_reason, 'reclaimed', 'the older certificate is revoked (reclaimed)') FROM bc_join.node_certs c WHERE c.serial = :'oldserial';
 SELECT is(c.identity_generation, 2, 'the new certificate carries the new generation')
 	FROM bc_join.node_certs c WHERE c.serial = pg_temp.payload(:'rc')->>'serial';
 SELECT is(n.state || ' ' || n.pool_id || ' ' || n.site_id, 'active ' || :'pool' || ' ' || :'site',

@@ -2,6 +2,9 @@
 -- certificates, audited, evented), the revoked_certificates view, and the
 -- node CA's CRL that openssl verify -crl_check uses to reject a revoked
 -- certificate; the CRL distribution point when bc_join.crl_url is set.
+-- Reasons are RFC 5280's CRLReason names, carried into each entry's
+-- reasonCode (read back with openssl crl -text); the service's own reasons
+-- and anything else are refused.
 \set ON_ERROR_STOP 1
 \set QUIET 1
 \pset format unaligned
@@ -15,7 +18,7 @@
 \set mk `rm -rf :d && mkdir -p :d`
 
 BEGIN;
-SELECT plan(23);
+SELECT plan(39);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -83,15 +86,66 @@ SELECT ok(:'v2' ~ 'leaf2.pem: OK' AND :'v2' ~ 'exit=0', 'and still accepts anoth
 SELECT ok(:'crl1text' ~ upper(:'s1') AND :'crl1text' ~ 'Key Compromise', 'the CRL names the serial and the reason');
 SELECT ok(:'crl1text' ~ upper(:'ss'), 'and the session certificate');
 
-SELECT throws_ok($$SELECT bc_join.revoke_certificate('00000000000000000000000000000000', 'x')$$, '22023',
+SELECT throws_ok($$SELECT bc_join.revoke_certificate('00000000000000000000000000000000', 'unspecified')$$, '22023',
 				 'no certificate has this serial', 'an unknown serial is INVALID_INPUT');
 SELECT throws_ok(format('SELECT bc_join.revoke_certificate(%L, %L)', :'s2', ''), '22023', NULL,
 				 'a revocation needs a reason');
 
+-------------------------------------------------- reasons: the fixed set
+-- Everything but RFC 5280's names an operator may give is refused, before anything is written.
+SELECT throws_ok(format('SELECT bc_join.revoke_certificate(%L, %L)', :'s2', r), '22023',
+				 'a revocation reason is one of unspecified, keyCompromise, cACompromise, affiliationChanged, superseded, cessationOfOperation, privilegeWithdrawn, aACompromise',
+				 format('reason %L is refused', r))
+	FROM unnest(ARRAY['retired', 'renewed', 'reclaimed', 'removeFromCRL', 'key-compromise',
+					  'keycompromise', 'compromised']) r;
+SELECT throws_ok(format('SELECT bc_join.revoke_certificate(%L, NULL)', :'s2'), '22023', NULL,
+				 'a NULL reason is refused');
+SELECT throws_ok(format('SELECT bc_join.revoke_certificate(%L, %L)', :'s2', 'certificateHold'), '22023',
+				 'certificateHold is not taken: a revocation is final, nothing releases a hold',
+				 'certificateHold is refused: nothing here releases a hold');
+SELECT throws_ok(format('SELECT bc_join.revoke_node(%L, %L)', :'node2', 'retired'), '22023', NULL,
+				 'revoke_node refuses the service''s own reasons too');
+SELECT is((SELECT revoked_at FROM bc_join.node_certs WHERE serial = :'s2'), NULL,
+		  'nothing was revoked by the refused reasons');
+SELECT throws_ok($$UPDATE bc_join.node_certs SET revocation_reason = 'free text'$$, '23514', NULL,
+				 'the table takes no other reason either');
+
 ------------------------------------------------------------- revoke a node
 SELECT is(bc_join.revoke_node(:'node2', 'cessationOfOperation'), 1, 'revoke_node revokes the node''s live certificates');
 SELECT is(c.revocation_reason, 'cessationOfOperation', 'with the reason') FROM bc_join.node_certs c WHERE c.serial = :'s2';
-SELECT is(bc_join.revoke_node(:'node2', 'again'), 0, 'nothing left to revoke the second time');
+SELECT is(bc_join.revoke_node(:'node2', 'cessationOfOperation'), 0, 'nothing left to revoke the second time');
+
+------------------------------------------------- reasons: the CRL's codes
+-- One node certificate revoked for each reason an operator may give; the
+-- CRL's entry carries its reasonCode, none for unspecified (RFC 5280 5.3.1).
+SELECT bc_join.create_join_token(:'tenant', :'pool', uses => 8) AS tok8 \gset
+\set mk `for i in 1 2 3 4 5 6 7 8; do :bcd join-request --service-keys :keys --token :'tok8' --out-dir :d/r$i > :d/r$i.req; done`
+CREATE TEMP TABLE reasons (i int, reason text, crl_text text, serial text);
+INSERT INTO reasons (i, reason, crl_text) VALUES
+	(1, 'unspecified', NULL), (2, 'keyCompromise', 'Key Compromise'), (3, 'cACompromise', 'CA Compromise'),
+	(4, 'affiliationChanged', 'Affiliation Changed'), (5, 'superseded', 'Superseded'),
+	(6, 'cessationOfOperation', 'Cessation Of Operation'), (7, 'privilegeWithdrawn', 'Privilege Withdrawn'),
+	(8, 'aACompromise', 'AA Compromise');
+UPDATE reasons SET serial = pg_temp.payload(bc_join(pg_read_file(:'d' || '/r' || i || '.req')::jsonb))->>'serial';
+SELECT is((SELECT count(*) FROM reasons r WHERE bc_join.revoke_certificate(r.serial, r.reason)), 8::bigint,
+		  'each of the eight reasons revokes');
+SELECT is(ARRAY(SELECT c.revocation_reason FROM reasons r JOIN bc_join.node_certs c USING (serial) ORDER BY r.i),
+		  ARRAY(SELECT reason FROM reasons ORDER BY i), 'each with its reason');
+\o :d/crl8.pem
+SELECT bc_join.crl_pem();
+\o
+-- serial=reason code text, one line per entry that has one (openssl prints
+-- the serial as the DER INTEGER: leading zeros compared away)
+\set codes `openssl crl -in :d/crl8.pem -noout -text | awk '/Serial Number:/ {s = $3} r {sub(/^ +/, ""); print s "=" $0; r = 0} /CRL Reason Code/ {r = 1}'`
+CREATE TEMP TABLE codes AS
+	SELECT ltrim(split_part(l, '=', 1), '0') AS serial, split_part(l, '=', 2) AS crl_text
+	FROM regexp_split_to_table(:'codes', E'\n') l;
+SELECT is(ARRAY(SELECT r.reason || '=' || coalesce(c.crl_text, '(none)') FROM reasons r
+				LEFT JOIN codes c ON c.serial = ltrim(upper(r.serial), '0') ORDER BY r.i),
+		  ARRAY(SELECT r.reason || '=' || coalesce(r.crl_text, '(none)') FROM reasons r ORDER BY r.i),
+		  'openssl crl -text reads each reason''s reasonCode back, none for unspecified');
+\set crl8text `openssl crl -in :d/crl8.pem -noout -text`
+SELECT ok(:'crl8text' ~ (SELECT upper(serial) FROM reasons WHERE i = 1), 'though the CRL lists it');
 
 -------------------------------------------------------------- privileges
 CREATE ROLE pgtap_rev_op IN ROLE bc_join_operator;

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # approval.t: a join request that starts waiting is announced with NOTIFY on
-# channel bc_join_requests (payload: the request id), so a tool can watch;
-# nothing is announced for a request that is rolled back.
-# Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
+# channel bc_join_requests, so a tool can watch; nothing is announced for a
+# request that is rolled back.  LISTEN needs no grant, so the payloads carry
+# nothing (no request id, serial or node id): a role with LOGIN and nothing
+# else listens on bc_join_requests and bc_join_crl and learns only that
+# something changed.  Needs the environment test/run-all sets (PGHOST,
+# PGPORT, BCJ_*).
 set -u
 n=0 failed=0
 ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'"; failed=$((failed + 1)); fi; }
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d bcj_approval "$@"; }
 
-echo "1..4"
+echo "1..8"
 S="$BCJ_SCRATCH/approval"
 rm -rf "$S"; mkdir -p "$S"
 psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS bcj_approval" -c "CREATE DATABASE bcj_approval" >/dev/null
@@ -36,10 +39,24 @@ SQL
 req=$("$BCJ_BCD" join-request --service-keys "$BCJ_SERVICE_KEYS" --attestor approve-me --out-dir "$S/m")
 other=$("$BCJ_BCD" join-request --service-keys "$BCJ_SERVICE_KEYS" --attestor approve-me --out-dir "$S/o")
 
-# A watcher listens while one request waits and another is rolled back.
-psql -X -d bcj_approval >"$S/watch.out" 2>&1 <<'SQL' &
+# Two nodes joined by token, whose certificates are revoked and retired below.
+tok=$(sql -c "SELECT bc_join.create_join_token('$tenant', '$pool', uses => 2)")
+j1=$("$BCJ_BCD" join-request --service-keys "$BCJ_SERVICE_KEYS" --token "$tok" --out-dir "$S/n1")
+j2=$("$BCJ_BCD" join-request --service-keys "$BCJ_SERVICE_KEYS" --token "$tok" --out-dir "$S/n2")
+sql -v req="$j1" >/dev/null <<<"SELECT bc_join(:'req')"
+sql -v req="$j2" >/dev/null <<<"SELECT bc_join(:'req')"
+serial1=$(sql -c "SELECT c.serial FROM bc_join.node_certs c ORDER BY c.issued_at, c.serial LIMIT 1")
+node2=$(sql -c "SELECT c.node_id FROM bc_join.node_certs c WHERE c.serial <> '$serial1'")
+
+# The watcher: a role that may log in and nothing else (LISTEN needs no grant).
+psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP ROLE IF EXISTS bcj_listener" \
+  -c "CREATE ROLE bcj_listener LOGIN" >/dev/null
+ok "$(sql -c "SELECT has_schema_privilege('bcj_listener', 'bc_join', 'USAGE')")" f "the listener has no right on the schema"
+# It listens while one request waits, another is rolled back, a certificate is revoked, a node retired.
+psql -X -U bcj_listener -d bcj_approval >"$S/watch.out" 2>&1 <<'SQL' &
 LISTEN bc_join_requests;
-SELECT pg_sleep(2);
+LISTEN bc_join_crl;
+SELECT pg_sleep(3);
 SELECT 1;
 SQL
 watcher=$!
@@ -53,11 +70,21 @@ BEGIN;
 SELECT bc_join(:'req');
 ROLLBACK;
 SQL
+sql -c "SELECT bc_join.revoke_certificate('$serial1', 'keyCompromise')" >/dev/null
+sql -c "SELECT bc_join.retire_node('$node2')" >/dev/null
 wait "$watcher"
 
 rid=$(sql -c "SELECT id FROM bc_join.join_requests WHERE state = 'pending'")
 ok "$status" pending "the join waits for approval"
-ok "$(grep -c 'Asynchronous notification "bc_join_requests"' "$S/watch.out")" 1 "exactly one notification reached the watcher"
-ok "$(grep -o 'with payload "[^"]*"' "$S/watch.out")" "with payload \"$rid\"" "its payload is the waiting request's id"
+ok "$(grep -c 'Asynchronous notification "bc_join_requests"' "$S/watch.out")" 1 "exactly one notification of a waiting request reached the watcher"
+ok "$(grep -c 'Asynchronous notification "bc_join_crl"' "$S/watch.out")" 2 "one of the revocation and one of the retirement"
+ok "$(grep -c 'with payload' "$S/watch.out")" 0 "no notification carries a payload"
+leaks=0
+for id in "$rid" "$serial1" "$node2" "$tenant"; do
+  if [ -n "$id" ] && grep -qi -- "$id" "$S/watch.out"; then leaks=$((leaks + 1)); fi
+done
+ok "$leaks" 0 "the listener saw no request id, serial, node id or tenant id"
+ok "$(grep -c 'ERROR' "$S/watch.out")" 0 "LISTEN took no grant"
 ok "$(sql -c "SELECT count(*) FROM bc_join.join_requests")" 1 "the rolled-back request left nothing"
+psql -qAtX -d postgres -c "DROP ROLE bcj_listener" >/dev/null
 [ "$failed" -eq 0 ]

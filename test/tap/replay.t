@@ -101,7 +101,7 @@ ok(join(req3)["status"] == "refused" and last_refusal() == "join:key-reused",
 ok(count("bc_join.nodes") == nodes_before and uses_left(tok) == left_before, "and spends nothing")
 
 # -- the same request once its certificate is no longer current
-c.execute("UPDATE bc_join.node_certs SET revoked_at = now(), revocation_reason = 'test' WHERE serial = %s",
+c.execute("UPDATE bc_join.node_certs SET revoked_at = now(), revocation_reason = 'keyCompromise' WHERE serial = %s",
           (first_serial,))
 ok(join(req)["status"] == "refused" and last_refusal() == "join:key-reused",
    "a replay after the certificate was revoked is refused join:key-reused", last_refusal())

@@ -3,7 +3,8 @@
 # from swtpm_setup, every structure made by tpm2-tools 5.4, the CSR signed
 # in the TPM through openssl's tpm2 provider, the challenge answered by
 # tpm2_activatecredential and tpm2_quote): two-round joins admitted, every
-# refusal, a re-join after a wipe, approval enrollment, renewal with the
+# refusal, a re-join after a wipe, approval enrollment and its bounds
+# (software-made EKs flooding one token), renewal with the
 # tpm member.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -63,7 +64,7 @@ refused() {
   ok "$st $(last_refusal)" "refused $reason" "$what"
 }
 
-echo "1..63"
+echo "1..74"
 
 # ------------------------------------------------------------ a full join
 csr1="$F/node1.csr"
@@ -225,6 +226,68 @@ ok "$(rn "$S/rn2.req") $(last_refusal)" "refused renew:tpm-ak-mismatch" "a tpm m
 py renew "$csr6" "$serial4" 0x81000014 akPub="$F/ak.pub" nodeKeyPub="$F/node6.pub" certifyInfo="$F/cert6.attest" certifySignature="$F/cert6.sig" >"$S/rn3.req"
 ok "$(rn "$S/rn3.req")" issued "a renewal proving the new key with the same AK is issued"
 ok "$(sql -c "SELECT node_key_uri FROM bc_join.node_certs WHERE serial = '$(payload "$S/rn3.req.resp" serial)'")" "urn:bc:tpm-ak:sha256:$akhex" "the statement carries forward"
+
+# ------------------------------------------ approval mode cannot be flooded
+# Software-made EKs (ekp.pub's public area with a fresh OpenSSL P-256 point,
+# no certificate), each with another CSR of node 5's TPM key: one single-use
+# token makes at most bc_join.pending_requests_per_token waiting requests,
+# a tenant at most bc_join.pending_requests_per_tenant.
+C=$(sql -c "SELECT bc_join.create_tenant('tpm-c')")
+siteC=$(sql -c "SELECT bc_join.create_site('$C', 'dc')")
+poolC=$(sql -c "SELECT bc_join.create_pool('$C', '$siteC', 'p')")
+sql -c "SELECT bc_join.set_tpm_enrollment_mode('$C', 'approval')" >/dev/null
+tokC=$(token "$C" "$poolC" 1)
+tokC2=$(token "$C" "$poolC" 1)
+ok "$(sql -c "SHOW bc_join.pending_requests_per_token") $(sql -c "SHOW bc_join.pending_requests_per_tenant")" "10 1000" \
+   "the bounds default to 10 a token and 1000 a tenant"
+swek() {  # a software EK: ekp.pub with the point of a new OpenSSL key
+  /usr/bin/python3 - "$F/ekp.pub" "$1" <<'PY'
+import sys
+from cryptography.hazmat.primitives.asymmetric import ec
+b = bytearray(open(sys.argv[1], "rb").read())
+n = ec.generate_private_key(ec.SECP256R1()).public_key().public_numbers()
+b[-68:] = b"\x00\x20" + n.x.to_bytes(32, "big") + b"\x00\x20" + n.y.to_bytes(32, "big")
+open(sys.argv[2], "wb").write(bytes(b))
+PY
+}
+flood() {  # flood I TOKEN: a request from software EK I with CSR I of node 5's key
+  openssl req -new -provider tpm2 -provider default -key handle:0x81000015 -subj "/CN=flood-$1" \
+    -outform DER -out "$S/flood$1.csr" 2>/dev/null
+  tpm2_flushcontext -t >/dev/null 2>&1
+  swek "$S/swek$1.pub"
+  py join "$S/flood$1.csr" ekPub="$S/swek$1.pub" akPub="$F/ak.pub" nodeKeyPub="$F/node5.pub" \
+    certifyInfo="$F/cert5.attest" certifySignature="$F/cert5.sig" --token "$2" --service-keys "$BCJ_SERVICE_KEYS" >"$S/flood$1.req"
+}
+bounded() { PGOPTIONS="-c bc_join.pending_requests_per_token=3 -c bc_join.pending_requests_per_tenant=5" send "$1"; }
+for i in 1 2 3 4; do flood "$i" "$tokC"; done
+ok "$(bounded "$S/flood1.req") $(bounded "$S/flood2.req") $(bounded "$S/flood3.req")" "pending pending pending" \
+   "three software EKs wait with one single-use token (per token: 3)"
+ok "$(bounded "$S/flood4.req") $(last_refusal)" "refused tpm:pending-token-limit" "a fourth is refused tpm:pending-token-limit"
+ok "$(sql -c "SELECT count(*) FROM bc_join.events WHERE tenant_id = '$C' AND type = 'security.join.refused' AND payload->>'refusal' = 'tpm:pending-token-limit'")" 1 \
+   "the refusal is an event in the tenant's stream"
+ok "$(bounded "$S/flood1.req") $(payload "$S/flood1.req.resp" requestId)" \
+   "pending $(sql -c "SELECT id FROM bc_join.join_requests WHERE csr_sha256 = sha256(pg_read_binary_file('$S/flood1.csr'))")" \
+   "the first asks again: it still waits on its request (a retry makes none)"
+ok "$(sql -c "SELECT count(*) || ' ' || count(*) FILTER (WHERE token_id = split_part('$tokC', '.', 1) AND ek_chain = 'none') FROM bc_join.pending_join_requests WHERE tenant_id = '$C'")" "3 3" \
+   "pending_join_requests shows the three, their token, and that no EK came with a certificate"
+for i in 5 6 7; do flood "$i" "$tokC2"; done
+ok "$(bounded "$S/flood5.req") $(bounded "$S/flood6.req")" "pending pending" "another token of the tenant: two more wait (5 in the tenant)"
+ok "$(bounded "$S/flood7.req") $(last_refusal)" "refused tpm:pending-tenant-limit" "the sixth of the tenant is refused tpm:pending-tenant-limit (per tenant: 5)"
+ok "$(send "$S/flood4.req")" pending "under the default bounds the fourth of the token waits"
+# An EK certificate that chains to no configured root (the intermediate removed): ek_chain unchained.
+flood 8 "$tokC2"
+py join "$S/flood8.csr" ekPub="$F/ekr.pub" ekCert="$F/ekr.crt" akPub="$F/ak.pub" nodeKeyPub="$F/node5.pub" \
+  certifyInfo="$F/cert5.attest" certifySignature="$F/cert5.sig" --token "$tokC2" --service-keys "$BCJ_SERVICE_KEYS" >"$S/unchained.req"
+ok "$(sql -v req="$(cat "$S/unchained.req")" <<SQL | tr '\n' ' '
+BEGIN;
+SELECT bc_join.remove_tpm_ek_root('$issuer_sha') \gset
+SELECT bc_join(:'req')->>'status';
+SELECT ek_chain FROM bc_join.pending_join_requests WHERE id = (SELECT id FROM bc_join.join_requests WHERE csr_sha256 = sha256(pg_read_binary_file('$S/flood8.csr')));
+ROLLBACK;
+SQL
+)" "pending unchained " "an EK certificate that chains to no root waits as ek_chain unchained"
+sql -c "SELECT count(bc_join.reject_join_request(id, 'flood')) FROM bc_join.pending_join_requests WHERE tenant_id = '$C'" >/dev/null
+ok "$(sql -c "SELECT count(*) FROM bc_join.pending_join_requests")" 0 "rejected, they leave the view"
 
 # ------------------------------------------------------ approval enrollment
 sql -c "SELECT bc_join.set_tpm_enrollment_mode('$B', 'approval')" >/dev/null

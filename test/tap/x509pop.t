@@ -6,7 +6,9 @@ and a modulus over 8192 bits, P-384, P-521, a CA leaf, a leaf without
 digitalSignature, five intermediates, an oversized certificate, PS256 with
 a 20-byte salt) and the node CA's own certificates (a node joined by token,
 its certificate expired by bc_join.clock_offset: within and beyond the
-grace; revoked, superseded, retired, bound to a TPM).  The JWS is made by
+grace; revoked by an operator for each RFC 5280 reason, by serial and by
+node, which never reclaims; superseded by the service's own reclaim;
+retired; bound to a TPM).  The JWS is made by
 hand here, and by python3-jwcrypto for ES256, ES384, RS256 and PS256
 (interop).  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*)."""
 import base64, datetime, hashlib, json, os, secrets, shutil, subprocess, sys, time
@@ -314,6 +316,8 @@ eq(one("SELECT attestor FROM bc_join.nodes WHERE id = %s", node), "x509pop", "re
 eq(one("SELECT count(*) FROM bc_join.events WHERE type = 'node.joined' AND payload->>'nodeId' = %s "
        "AND (payload->>'reclaim')::boolean", node), 1, "node.joined says reclaim")
 refused("the old certificate again: superseded", "x509pop:superseded", *node_jws())
+eq(one("SELECT revocation_reason FROM bc_join.node_certs WHERE serial = %s", format(ncert.serial_number, "032x")),
+   "reclaimed", "the reclaim revoked it for the service's own reason, reclaimed")
 # a second node: TPM-bound, revoked, beyond the grace
 c.execute("RESET bc_join.clock_offset")
 offset = 0
@@ -331,10 +335,39 @@ one("UPDATE bc_join.node_certs SET node_key_uri = 'urn:bc:tpm-ak:sha256:' || rep
 refused("a node whose certificate carries a TPM statement", "x509pop:tpm-bound",
         *node_jws(nkey2, ncert2, node_id=node2))
 one("UPDATE bc_join.node_certs SET node_key_uri = NULL WHERE node_id = %s RETURNING 1", node2)
-one("UPDATE bc_join.node_certs SET revoked_at = now(), revocation_reason = 'key-compromise' "
+one("UPDATE bc_join.node_certs SET revoked_at = now(), revocation_reason = 'keyCompromise' "
     "WHERE node_id = %s RETURNING 1", node2)
 refused("a revoked node certificate", "x509pop:revoked", *node_jws(nkey2, ncert2, node_id=node2))
 one("UPDATE bc_join.node_certs SET revoked_at = NULL, revocation_reason = NULL WHERE node_id = %s RETURNING 1", node2)
+# No operator revocation ever lets its certificate reclaim, whatever the reason, by serial or by node.
+serial2 = one("SELECT serial FROM bc_join.node_certs WHERE node_id = %s", node2)
+def unrevoke():
+    one("UPDATE bc_join.node_certs SET revoked_at = NULL, revocation_reason = NULL WHERE node_id = %s RETURNING 1", node2)
+for reason in ("unspecified", "keyCompromise", "cACompromise", "affiliationChanged", "superseded",
+               "cessationOfOperation", "privilegeWithdrawn", "aACompromise"):
+    eq(one("SELECT bc_join.revoke_certificate(%s, %s)", serial2, reason), True,
+       "revoke_certificate(%s) revokes" % reason)
+    refused("the certificate an operator revoked (%s) does not reclaim" % reason, "x509pop:revoked",
+            *node_jws(nkey2, ncert2, node_id=node2))
+    unrevoke()
+    eq(one("SELECT bc_join.revoke_node(%s, %s)", node2, reason), 1, "revoke_node(%s) revokes" % reason)
+    refused("nor the node's an operator revoked (%s)" % reason, "x509pop:revoked",
+            *node_jws(nkey2, ncert2, node_id=node2))
+    unrevoke()
+for reason in ("retired", "renewed", "reclaimed", "certificateHold", "removeFromCRL", "key-compromise"):
+    eq((raises("SELECT bc_join.revoke_certificate(%s, %s)", serial2, reason),
+        raises("SELECT bc_join.revoke_node(%s, %s)", node2, reason)), ("22023", "22023"),
+       "an operator cannot revoke for %r" % reason)
+eq(one("SELECT revoked_at IS NULL FROM bc_join.node_certs WHERE serial = %s", serial2), True,
+   "and nothing was revoked by them")
+# A row the service never writes (retired, on a node that is not): still no reclaim.
+one("UPDATE bc_join.node_certs SET revoked_at = now(), revocation_reason = 'retired' "
+    "WHERE node_id = %s RETURNING 1", node2)
+refused("a certificate revoked as retired on a node that is not", "x509pop:revoked",
+        *node_jws(nkey2, ncert2, node_id=node2))
+unrevoke()
+eq(one("SELECT count(*) FROM bc_join.node_certs WHERE node_id = %s", node2), 1,
+   "no operator revocation issued a certificate")
 offset = 86400 + 31 * 86400
 c.execute("SET bc_join.clock_offset = %s", (offset,))
 refused("31 days after notAfter: beyond the grace", "x509pop:beyond-grace",

@@ -320,6 +320,11 @@ test_crl(void **state)
 
 	memcpy(e.serial, s1, 16);
 	assert_int_equal(bc_crl_reason_code("renewed"), CRL_REASON_SUPERSEDED);
+	assert_int_equal(bc_crl_reason_code("reclaimed"), CRL_REASON_SUPERSEDED);
+	assert_int_equal(bc_crl_reason_code("retired"), CRL_REASON_CESSATION_OF_OPERATION);
+	assert_int_equal(bc_crl_reason_code("cACompromise"), CRL_REASON_CA_COMPROMISE);
+	assert_int_equal(bc_crl_reason_code("aACompromise"), CRL_REASON_AA_COMPROMISE);
+	assert_int_equal(bc_crl_reason_code("certificateHold"), CRL_REASON_UNSPECIFIED);
 	assert_int_equal(bc_crl_reason_code("no such"), CRL_REASON_UNSPECIFIED);
 	assert_int_equal(bc_crl_build(f->ca, f->ca_key, &e, 1, f->now, f->now, 1, &der, &len), BC_EINVAL);
 	assert_int_equal(bc_crl_build(f->ca, f->ca_key, &e, 1, f->now - 60, f->now + 3600, 7, &der, &len),

@@ -62,11 +62,32 @@ static BcPlan use_assertion = {
 };
 
 static BcPlan remember_machine = {
-	"INSERT INTO bc_join.discovery_machines AS m (site_id, mac, last_joined_at) "
-	"VALUES ($1, $2, bc_join.compute_now()) "
-	"ON CONFLICT (site_id, mac) DO UPDATE SET last_joined_at = bc_join.compute_now()",
-	2, {TEXTOID, TEXTOID}
+	"INSERT INTO bc_join.discovery_machines AS m (site_id, mac, last_node_id, last_joined_at) "
+	"VALUES ($1, $2, $3, bc_join.compute_now()) "
+	"ON CONFLICT (site_id, mac) DO UPDATE SET last_node_id = excluded.last_node_id, "
+	"       last_joined_at = bc_join.compute_now()",
+	3, {TEXTOID, TEXTOID, TEXTOID}
 };
+
+/* The machine a final round admits: its site and MAC. */
+typedef struct DiscoveryMachine
+{
+	char	   *site;
+	char	   *mac;
+} DiscoveryMachine;
+
+/* Once admitted: the machine is remembered with the node it joined as. */
+static void
+remember_admitted(const BcAttestResult *res, const char *node_id)
+{
+	const DiscoveryMachine *m = (const DiscoveryMachine *) res->admitted_arg;
+	Datum		v[3];
+
+	v[0] = CStringGetTextDatum(m->site);
+	v[1] = CStringGetTextDatum(m->mac);
+	v[2] = CStringGetTextDatum(node_id);
+	bc_spi_exec(&remember_machine, v, NULL, false, 0);
+}
 
 /* A string member of the verified assertion, or discovery:malformed-assertion. */
 static char *
@@ -152,6 +173,7 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 	Datum		kinds;
 	int			ttl;
 	bytea	   *subject;
+	DiscoveryMachine *machine;
 
 	bc_evidence_members("discovery", req->attestation, m, lengthof(m));
 	if (req->token == NULL)
@@ -242,7 +264,7 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 		}
 	}
 
-	/* Final round: the assertion used once (until it expires), the machine remembered. */
+	/* Final round: the assertion used once (until it expires); the machine remembered once admitted. */
 	subject = palloc(VARHDRSZ + BC_SHA256_LEN);
 	SET_VARSIZE(subject, VARHDRSZ + BC_SHA256_LEN);
 	bc_sha256(m[0].value, strlen(m[0].value), (unsigned char *) VARDATA(subject));
@@ -250,9 +272,11 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 	v[1] = Float8GetDatum((double) exp);
 	if (bc_spi_exec(&use_assertion, v, NULL, false, 0) != 1)
 		bc_refuse_join("discovery:reused", tenant);
-	v[0] = CStringGetTextDatum(site);
-	v[1] = CStringGetTextDatum(mac);
-	bc_spi_exec(&remember_machine, v, NULL, false, 0);
+	machine = palloc(sizeof(DiscoveryMachine));
+	machine->site = site;
+	machine->mac = mac;
+	res->admitted = remember_admitted;
+	res->admitted_arg = machine;
 
 	res->tenant_id = tenant;
 	res->role = BC_ROLE_RAMDISK;

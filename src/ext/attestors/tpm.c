@@ -642,11 +642,13 @@ hex_of(const unsigned char *b, size_t n)
 /*
  * An EK neither enrolled nor chained, in a tenant whose tpm enrollment mode
  * is approval: a join request an operator approves (which enrolls the EK).
- * Defers while it waits; refuses once rejected or expired.
+ * Defers while it waits; refuses once rejected or expired.  has_cert: the EK
+ * came with a certificate (that chains to no configured root), which the
+ * request's detail tells the operator (ekChain unchained, else none).
  */
 static void
 await_enrollment(const BcJoinRequest *req, const unsigned char bind[BC_SHA256_LEN],
-				 const BcToken *tok, BcOutcome *out)
+				 const BcToken *tok, bool has_cert, BcOutcome *out)
 {
 	Datum		v[3];
 	StringInfoData ctx;
@@ -682,6 +684,7 @@ await_enrollment(const BcJoinRequest *req, const unsigned char bind[BC_SHA256_LE
 	bc_json_member(&detail, "poolId", tok->pool_id);
 	bc_json_member(&detail, "siteId", tok->site_id);
 	bc_json_member(&detail, "tokenId", tok->token_id);
+	bc_json_member(&detail, "ekChain", has_cert ? "unchained" : "none");
 	bc_json_member(&detail, "note", "an unknown TPM endorsement key asks to be enrolled");
 	appendStringInfoChar(&detail, '}');
 	v[0] = CStringGetTextDatum(tok->tenant_id);
@@ -897,7 +900,7 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 		check_certified("tpm:", req, cbin, clen, &c, tok.tenant_id);
 		if (round2)
 			bc_refuse_join("tpm:ek-unknown", tok.tenant_id);
-		await_enrollment(req, bind, &tok, out);
+		await_enrollment(req, bind, &tok, ev.has[F_EK_CERT], out);
 		return;
 	}
 	check_certified("tpm:", req, cbin, clen, &c, enr.found ? enr.tenant_id : NULL);

@@ -284,6 +284,8 @@ node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
 	bool		isnull;
 	char	   *tenant;
 	char	   *reason;
+	bool		revoked;
+	bool		by_service;
 	bytea	   *stored;
 	unsigned char *der = NULL;
 	int			der_len;
@@ -312,19 +314,29 @@ node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
 	}
 	OPENSSL_free(der);
 
-	/* Revoked by an operator; superseded by a renewal or a reclaim; retired goes below. */
+	/*
+	 * A revoked certificate never reclaims.  The reason names who revoked it:
+	 * the service's renewed and reclaimed mean a newer certificate replaced
+	 * it (superseded), its retired is told by the node's state below; any
+	 * other reason is an operator's (revoked).
+	 */
+	revoked = bc_spi_bool(Anum_nc_revoked);
 	reason = bc_spi_text(Anum_nc_reason);
-	if (bc_spi_bool(Anum_nc_revoked) && reason != NULL &&
-		strcmp(reason, "renewed") != 0 && strcmp(reason, "superseded") != 0 &&
-		strcmp(reason, "retired") != 0)
+	by_service = revoked && reason != NULL &&
+		(strcmp(reason, "renewed") == 0 || strcmp(reason, "reclaimed") == 0 ||
+		 strcmp(reason, "retired") == 0);
+	if (revoked && !by_service)
 		bc_refuse_join(WHO ":revoked", tenant);
-	if ((bc_spi_bool(Anum_nc_revoked) && (reason == NULL || strcmp(reason, "retired") != 0)) ||
+	if ((revoked && strcmp(reason, "retired") != 0) ||
 		bc_spi_int4(Anum_nc_generation) != bc_spi_int4(Anum_nc_node_generation))
 		bc_refuse_join(WHO ":superseded", tenant);
 	if (bc_spi_int8(Anum_nc_expired_for) > bc_x509pop_grace)
 		bc_refuse_join(WHO ":beyond-grace", tenant);
 	if (strcmp(bc_spi_text_req(Anum_nc_state), "retired") == 0)
 		bc_refuse_join(WHO ":retired", tenant);
+	/* retired, of a node that is not (no path of the service writes that) */
+	if (revoked)
+		bc_refuse_join(WHO ":revoked", tenant);
 	if (bc_spi_bool(Anum_nc_tpm_bound))
 		bc_refuse_join(WHO ":tpm-bound", tenant);
 
