@@ -135,7 +135,14 @@ try:
     ok(fresh == upgraded, "the upgraded schema is a fresh install's (%d lines of schema-snapshot: objects, "
        "privileges, comments)" % fresh.count("\n"), d)
     after = filler.snapshot()
-    statefill.Filler.compare(tap, before, after, "upgraded from 0.1.0")
+    # 0.2.0 maps 0.1.0's free-text revocation reasons onto RFC 5280's and the
+    # service's own (docs/operator.md, "Revocation"; test/tap/revocation_upgrade.t)
+    statefill.Filler.compare(tap, before, after, "upgraded from 0.1.0",
+                             columns_changed={("node_certs", "revocation_reason"),
+                                              ("session_certs", "revocation_reason")})
+    eq(filler.one("SELECT count(*) FROM bc_join.node_certs WHERE revocation_reason = 'reclaimed'"),
+       sum(1 for r in before["node_certs"][1] if r[before["node_certs"][0].index("revocation_reason")] == "superseded"),
+       "the service's own 'superseded' of a reclaim is 'reclaimed' now")
     filler.check_service(tap, "upgraded")
 except Exception:
     import traceback
