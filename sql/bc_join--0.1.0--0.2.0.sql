@@ -68,8 +68,10 @@ SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_accounts_id_seq', '');
 
 /* ------------------------------------------- #26.5 and #27: the issuance log */
 
--- No row is appended while the heads are read and the trigger replaced (a
--- backend still running the 0.1.0 library would otherwise slip one in).
+-- No row is appended while the trigger is replaced: a backend still running
+-- the 0.1.0 library takes the old advisory keys, which the new trigger no
+-- longer does; once this commits, such a backend cannot run the new trigger
+-- (its library lacks audit_chain_take) and fails instead of appending.
 LOCK TABLE bc_join.audit_log IN SHARE ROW EXCLUSIVE MODE;
 
 -- The service clock's current instant (the time of an issuance log row).
@@ -77,100 +79,48 @@ CREATE FUNCTION bc_join.compute_clock() RETURNS timestamptz
 	AS 'MODULE_PATHNAME', 'bc_compute_clock'
 	LANGUAGE C VOLATILE PARALLEL SAFE;
 
--- The CSR key's lock as a row lock (no advisory lock any role could hold).
-CREATE TABLE bc_join.key_locks (
-	slot smallint PRIMARY KEY CHECK (slot >= 0 AND slot < 1024)
-);
-INSERT INTO bc_join.key_locks (slot) SELECT s FROM generate_series(0, 1023) AS s;
+-- The chains' locks as lock tags no SQL function makes (src/ext/locks.c).
+CREATE FUNCTION bc_join.audit_chain_take() RETURNS smallint
+	AS 'MODULE_PATHNAME', 'bc_audit_chain_take'
+	LANGUAGE C VOLATILE;
 
--- The chains' heads, from the log as it is.
-CREATE TABLE bc_join.audit_chains (
-	chain smallint PRIMARY KEY CHECK (chain >= 0 AND chain < 16),
-	last_id bigint,
-	last_hash bytea NOT NULL CHECK (length(last_hash) = 32)
-);
-INSERT INTO bc_join.audit_chains (chain, last_id, last_hash)
-	SELECT c, l.id, coalesce(l.hash, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea)
-	FROM generate_series(0, 15) AS c
-	LEFT JOIN LATERAL (SELECT a.id, a.hash FROM bc_join.audit_log a WHERE a.chain = c
-					   ORDER BY a.id DESC LIMIT 1) l ON true;
-
+-- Before every insert: the row joins one of 16 chains and, under that
+-- chain's lock (held to the end of the transaction, so the joins of one
+-- chain append one after the other), takes the next id, the insert's time
+-- and the link to the chain's last row.  One chain for everything made the
+-- lock a queue that every join waited in through its commit's WAL flush:
+-- joins could not share a flush (group commit) and the rate stopped at one
+-- flush per join, however many clients (docs/performance.md).  The last row
+-- is found by the primary key (chain, id), whatever the statistics said
+-- when a backend first planned the query: planned while the log was nearly
+-- empty, a sequential scan and sort stays in a long-lived backend's cached
+-- plan (the gateway's) and every later insert reads the whole log
+-- (enable_seqscan off here; test/tap/audit_plan.t).
+-- A row that arrives whole, with its chain, links and hash (pg_restore, or
+-- psql reading a pg_dump), is kept exactly as it was hashed: only the
+-- extension's owner can insert into the log, and verify_audit_log() checks
+-- every row however it came.
 CREATE OR REPLACE FUNCTION bc_join.audit_chain() RETURNS trigger
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
+	SET enable_seqscan = off
 	AS $$
 DECLARE
 	prev bytea;
-	own integer := pg_backend_pid() % 16;
 	c smallint;
 BEGIN
 	IF NEW.hash IS NOT NULL THEN
-		UPDATE bc_join.audit_chains h SET last_id = NEW.id, last_hash = NEW.hash
-			WHERE h.chain = NEW.chain AND (h.last_id IS NULL OR h.last_id < NEW.id);
 		RETURN NEW;
 	END IF;
-	SELECT h.chain, h.last_hash INTO c, prev FROM bc_join.audit_chains h
-		ORDER BY (h.chain - own + 16) % 16 LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
-	IF NOT FOUND THEN
-		SELECT h.chain, h.last_hash INTO c, prev FROM bc_join.audit_chains h
-			WHERE h.chain = own FOR NO KEY UPDATE;
-	END IF;
+	c := bc_join.audit_chain_take();
+	SELECT a.hash INTO prev FROM bc_join.audit_log a WHERE a.chain = c ORDER BY a.id DESC LIMIT 1;
 	NEW.id := nextval('bc_join.audit_log_id_seq');
 	NEW.at := bc_join.compute_clock();
 	NEW.chain := c;
-	NEW.prev_hash := prev;
+	NEW.prev_hash := coalesce(prev, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea);
 	NEW.hash := sha256(NEW.prev_hash || bc_join.audit_content(NEW.id, NEW.at, NEW.actor, NEW.action,
 															   NEW.tenant_id, NEW.node_id, NEW.detail));
-	UPDATE bc_join.audit_chains h SET last_id = NEW.id, last_hash = NEW.hash WHERE h.chain = c;
 	RETURN NEW;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION bc_join.audit_log_problems(max_rows integer DEFAULT 1)
-	RETURNS TABLE (id bigint, problem text)
-	LANGUAGE plpgsql STABLE
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	r bc_join.audit_log;
-	zero constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea;
-	prev bytea := zero;
-	cur smallint := 0;
-	found_n integer := 0;
-BEGIN
-	FOR r IN SELECT * FROM bc_join.audit_log a ORDER BY a.chain, a.id LOOP
-		IF r.chain <> cur THEN
-			cur := r.chain;
-			prev := zero;
-		END IF;
-		IF r.hash <> sha256(r.prev_hash || bc_join.audit_content(r.id, r.at, r.actor, r.action,
-																 r.tenant_id, r.node_id, r.detail)) THEN
-			id := r.id; problem := 'altered: the row''s hash is not its content''s';
-			RETURN NEXT; found_n := found_n + 1;
-		ELSIF r.prev_hash <> prev THEN
-			id := r.id; problem := 'does not link to the row before it in chain ' || r.chain ||
-				': a row was removed or inserted before it';
-			RETURN NEXT; found_n := found_n + 1;
-		END IF;
-		EXIT WHEN found_n >= max_rows;
-		prev := r.hash;
-	END LOOP;
-	-- Each chain's head must be its last row (the next row links to it).
-	IF found_n < max_rows THEN
-		FOR id, problem IN
-			SELECT h.last_id, 'chain ' || h.chain || '''s head (bc_join.audit_chains) is not its last row ' ||
-				   coalesce(l.id::text, 'none') || ': the next row would not link to it'
-			FROM bc_join.audit_chains h
-			LEFT JOIN LATERAL (SELECT a.id, a.hash FROM bc_join.audit_log a WHERE a.chain = h.chain
-							   ORDER BY a.id DESC LIMIT 1) l ON true
-			WHERE h.last_id IS DISTINCT FROM l.id
-			   OR h.last_hash <> coalesce(l.hash, zero)
-			ORDER BY h.chain
-		LOOP
-			RETURN NEXT; found_n := found_n + 1;
-			EXIT WHEN found_n >= max_rows;
-		END LOOP;
-	END IF;
 END
 $$;
 
@@ -239,13 +189,12 @@ CREATE FUNCTION bc_join.verify_audit_log(anchor text) RETURNS boolean
 
 REVOKE ALL ON FUNCTION bc_join.compute_clock(), bc_join.audit_anchor_payload(text),
 	bc_join.audit_anchor_problems(text), bc_join.verify_audit_log(text) FROM PUBLIC;
-REVOKE ALL ON TABLE bc_join.key_locks, bc_join.audit_chains FROM PUBLIC;
+REVOKE ALL ON FUNCTION bc_join.audit_chain_take() FROM PUBLIC;
 -- Operators can check the log themselves (verify_audit_log() needs audit_content).
 GRANT EXECUTE ON FUNCTION bc_join.verify_audit_log(text), bc_join.audit_anchor_payload(text),
 	bc_join.audit_anchor_problems(text),
 	bc_join.audit_content(bigint, timestamptz, text, text, text, text, jsonb),
 	bc_join.compute_clock() TO bc_join_operator;
-GRANT SELECT ON bc_join.audit_chains TO bc_join_operator;
 COMMENT ON FUNCTION bc_join.verify_audit_log(text) IS
 	'True when the issuance log holds (verify_audit_log()) and is not behind the given anchor published earlier: every row the anchor names is in the log with the hash it signed.';
 COMMENT ON FUNCTION bc_join.audit_anchor_payload(text) IS
@@ -254,10 +203,8 @@ COMMENT ON FUNCTION bc_join.audit_anchor_problems(text) IS
 	'Where the issuance log does not hold against an anchor published earlier (a row it names missing or rewritten, or the log behind it after a restore from an older backup), one row each, or none.';
 COMMENT ON FUNCTION bc_join.compute_clock() IS
 	'The service clock''s current instant: clock_timestamp() plus bc_join.clock_offset (the time of an issuance log row).';
-COMMENT ON FUNCTION bc_join.audit_log_problems(integer) IS
-	'Checks the issuance log''s hash chains and returns the first rows (at most max_rows) that do not hold, with why: altered, not linked to the row before (a row removed or inserted), or a chain''s head (audit_chains) not its last row.';
-SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_chains', 'WHERE false');
-SELECT pg_catalog.pg_extension_config_dump('bc_join.key_locks', 'WHERE false');
+COMMENT ON FUNCTION bc_join.audit_chain_take() IS
+	'Internal: the issuance log chain this transaction appends to, locked to its end by a lock no SQL function can take (pg_locks: advisory, objsubid 3); for the audit_chain trigger.';
 
 /* --------------------------------------- #27: restore-safe triggers, pg_upgrade */
 

@@ -362,17 +362,6 @@ CREATE TABLE bc_join.refusal_rate (
 	last_recorded boolean NOT NULL DEFAULT true
 );
 
--- The lock every join and renewal for one CSR key takes first (src/ext/admit.c:
--- one key, one certificate, race-free): the row of the key's slot, the low
--- ten bits of SHA-256 of its SubjectPublicKeyInfo, locked to the end of the
--- transaction.  A row lock rather than an advisory lock, which any role of
--- the cluster could take and hold (issue 26).  1,024 fixed rows and nothing
--- else: they hold no state.
-CREATE TABLE bc_join.key_locks (
-	slot smallint PRIMARY KEY CHECK (slot >= 0 AND slot < 1024)
-);
-INSERT INTO bc_join.key_locks (slot) SELECT s FROM generate_series(0, 1023) AS s;
-
 /* --------------------------------------------------------- events, audit */
 
 CREATE TABLE bc_join.events (
@@ -401,8 +390,9 @@ CREATE TABLE bc_join.audit_log (
 	chain smallint NOT NULL DEFAULT 0 CHECK (chain >= 0 AND chain < 16),
 	prev_hash bytea NOT NULL,			-- the hash of the chain's row before (32 zero bytes for its first)
 	hash bytea NOT NULL,				-- SHA-256(prev_hash || bc_join.audit_content(row))
-	-- Each chain in id order (verify_audit_log).  The chains' last rows are
-	-- bc_join.audit_chains, so no insert reads the log.
+	-- Each chain's last row, and each chain in id order (verify_audit_log).  No
+	-- index on id alone: the trigger's generic plan would walk it backwards
+	-- filtering on the chain, through the whole log for a chain not used lately.
 	PRIMARY KEY (chain, id)
 );
 
@@ -415,69 +405,52 @@ CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, act
 	AS 'MODULE_PATHNAME', 'bc_audit_content'
 	LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
--- The head of each of the log's 16 chains: the id and hash of its last
--- row (last_id NULL, last_hash 32 zero bytes for a chain still empty).  A
--- transaction appends to a chain under that chain's row lock here, held to
--- its end.  A row lock, not pg_advisory_xact_lock: the advisory keyspace is
--- shared by every role of the cluster, so any role that can log in could
--- take the 16 keys and stop every join (issue 26); locking these rows needs
--- UPDATE on this table, which no role but the extension's owner has.  The
--- rows are derived from the log (bc_join.audit_chain keeps them as rows
--- arrive, a restored row too), and bc_join.audit_log_problems() checks that
--- they name each chain's last row.
-CREATE TABLE bc_join.audit_chains (
-	chain smallint PRIMARY KEY CHECK (chain >= 0 AND chain < 16),
-	last_id bigint,
-	last_hash bytea NOT NULL CHECK (length(last_hash) = 32)
-);
-INSERT INTO bc_join.audit_chains (chain, last_id, last_hash)
-	SELECT c, NULL, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea
-	FROM generate_series(0, 15) AS c;
+-- The chain this transaction appends to, locked to its end (src/ext/locks.c):
+-- the first of the 16 no other transaction holds, from its backend's own
+-- (pid % 16) on; its own when all are held, waiting for it.  A lock tag no
+-- SQL function makes: pg_advisory_xact_lock, which served here before, is a
+-- keyspace every role of the cluster shares, and any role that could log in
+-- could have held the 16 chains and stopped every join (issue 26).
+CREATE FUNCTION bc_join.audit_chain_take() RETURNS smallint
+	AS 'MODULE_PATHNAME', 'bc_audit_chain_take'
+	LANGUAGE C VOLATILE;
 
 -- Before every insert: the row joins one of 16 chains and, under that
--- chain's row lock in audit_chains (held to the end of the transaction, so
--- the joins of one chain append one after the other), takes the next id,
--- the insert's time and the link to the chain's last row.  One chain for
--- everything made the lock a queue that every join waited in through its
--- commit's WAL flush: joins could not share a flush (group commit) and the
--- rate stopped at one flush per join, however many clients
--- (docs/performance.md).  A transaction takes the first chain no other
--- transaction holds, from its backend's own (FOR UPDATE SKIP LOCKED), and
--- waits for its own only when all 16 are taken; a chain it holds already is
--- never skipped, so one that waits holds none and no two inserts wait on
--- each other in a cycle.
+-- chain's lock (held to the end of the transaction, so the joins of one
+-- chain append one after the other), takes the next id, the insert's time
+-- and the link to the chain's last row.  One chain for everything made the
+-- lock a queue that every join waited in through its commit's WAL flush:
+-- joins could not share a flush (group commit) and the rate stopped at one
+-- flush per join, however many clients (docs/performance.md).  The last row
+-- is found by the primary key (chain, id), whatever the statistics said
+-- when a backend first planned the query: planned while the log was nearly
+-- empty, a sequential scan and sort stays in a long-lived backend's cached
+-- plan (the gateway's) and every later insert reads the whole log
+-- (enable_seqscan off here; test/tap/audit_plan.t).
 -- A row that arrives whole, with its chain, links and hash (pg_restore, or
--- psql reading a pg_dump), is kept exactly as it was hashed, and its
--- chain's head moves to it when it is the newest: a restore rebuilds the
--- heads in whatever order the rows come.  Only the extension's owner can
--- insert into the log; verify_audit_log() checks every row however it came.
+-- psql reading a pg_dump), is kept exactly as it was hashed: only the
+-- extension's owner can insert into the log, and verify_audit_log() checks
+-- every row however it came.
 CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
+	SET enable_seqscan = off
 	AS $$
 DECLARE
 	prev bytea;
-	own integer := pg_backend_pid() % 16;
 	c smallint;
 BEGIN
 	IF NEW.hash IS NOT NULL THEN
-		UPDATE bc_join.audit_chains h SET last_id = NEW.id, last_hash = NEW.hash
-			WHERE h.chain = NEW.chain AND (h.last_id IS NULL OR h.last_id < NEW.id);
 		RETURN NEW;
 	END IF;
-	SELECT h.chain, h.last_hash INTO c, prev FROM bc_join.audit_chains h
-		ORDER BY (h.chain - own + 16) % 16 LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED;
-	IF NOT FOUND THEN
-		SELECT h.chain, h.last_hash INTO c, prev FROM bc_join.audit_chains h
-			WHERE h.chain = own FOR NO KEY UPDATE;
-	END IF;
+	c := bc_join.audit_chain_take();
+	SELECT a.hash INTO prev FROM bc_join.audit_log a WHERE a.chain = c ORDER BY a.id DESC LIMIT 1;
 	NEW.id := nextval('bc_join.audit_log_id_seq');
 	NEW.at := bc_join.compute_clock();
 	NEW.chain := c;
-	NEW.prev_hash := prev;
+	NEW.prev_hash := coalesce(prev, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea);
 	NEW.hash := sha256(NEW.prev_hash || bc_join.audit_content(NEW.id, NEW.at, NEW.actor, NEW.action,
 															   NEW.tenant_id, NEW.node_id, NEW.detail));
-	UPDATE bc_join.audit_chains h SET last_id = NEW.id, last_hash = NEW.hash WHERE h.chain = c;
 	RETURN NEW;
 END
 $$;
@@ -1280,22 +1253,6 @@ BEGIN
 		EXIT WHEN found_n >= max_rows;
 		prev := r.hash;
 	END LOOP;
-	-- Each chain's head must be its last row (the next row links to it).
-	IF found_n < max_rows THEN
-		FOR id, problem IN
-			SELECT h.last_id, 'chain ' || h.chain || '''s head (bc_join.audit_chains) is not its last row ' ||
-				   coalesce(l.id::text, 'none') || ': the next row would not link to it'
-			FROM bc_join.audit_chains h
-			LEFT JOIN LATERAL (SELECT a.id, a.hash FROM bc_join.audit_log a WHERE a.chain = h.chain
-							   ORDER BY a.id DESC LIMIT 1) l ON true
-			WHERE h.last_id IS DISTINCT FROM l.id
-			   OR h.last_hash <> coalesce(l.hash, zero)
-			ORDER BY h.chain
-		LOOP
-			RETURN NEXT; found_n := found_n + 1;
-			EXIT WHEN found_n >= max_rows;
-		END LOOP;
-	END IF;
 END
 $$;
 
@@ -2564,13 +2521,8 @@ SELECT pg_catalog.pg_extension_config_dump('bc_join.x509pop_roots', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.attestors', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.command_kinds', 'WHERE kind NOT IN (''inventory.refresh'', ''logs.collect'', ''diag.ping'', ''diag.run'', ''disk.wipe'', ''deploy.image'', ''deploy.config'', ''boot.kexec'', ''node.reboot'', ''node.shutdown'')');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.refusal_rate', '');
--- 1,024 fixed rows the install script makes: no state.
-SELECT pg_catalog.pg_extension_config_dump('bc_join.key_locks', 'WHERE false');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.events', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_log', '');
--- Derived from the log as its rows are restored (bc_join.audit_chain), and
--- made by the install script: nothing of their own to dump.
-SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_chains', 'WHERE false');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.tpm_ek_certificates', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.tpm_ek_enrollments', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.tpm_pcr_policies', '');
@@ -2667,7 +2619,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
 	bc_join.node_bindings, bc_join.join_requests, bc_join.attestation_uses,
-	bc_join.events, bc_join.audit_log, bc_join.audit_chains, bc_join.attestors, bc_join.command_kinds,
+	bc_join.events, bc_join.audit_log, bc_join.attestors, bc_join.command_kinds,
 	bc_join.refusal_rate, bc_join.pending_join_requests, bc_join.attestor_statistics,
 	bc_join.sessions, bc_join.session_certs, bc_join.revoked_certificates, bc_join.audit_export,
 	bc_join.tpm_ek_certificates, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies,
@@ -2842,10 +2794,12 @@ COMMENT ON FUNCTION bc_join.audit_anchor_payload(text) IS
 	'The payload of an audit anchor this service signed, its signature checked with a signing key the service holds; INVALID_INPUT otherwise.';
 COMMENT ON FUNCTION bc_join.audit_anchor_problems(text) IS
 	'Where the issuance log does not hold against an anchor published earlier (a row it names missing or rewritten, or the log behind it after a restore from an older backup), one row each, or none.';
+COMMENT ON FUNCTION bc_join.audit_chain_take() IS
+	'Internal: the issuance log chain this transaction appends to, locked to its end by a lock no SQL function can take (pg_locks: advisory, objsubid 3); for the audit_chain trigger.';
 COMMENT ON FUNCTION bc_join.compute_clock() IS
 	'The service clock''s current instant: clock_timestamp() plus bc_join.clock_offset (the time of an issuance log row).';
 COMMENT ON FUNCTION bc_join.audit_log_problems(integer) IS
-	'Checks the issuance log''s hash chains and returns the first rows (at most max_rows) that do not hold, with why: altered, not linked to the row before (a row removed or inserted), or a chain''s head (audit_chains) not its last row.';
+	'Checks the issuance log''s hash chain and returns the first rows (at most max_rows) that do not hold, with why: altered, or not linked to the row before (a row removed or inserted).';
 COMMENT ON FUNCTION bc_join.verify_audit_log() IS
 	'Returns whether the whole issuance log chains: no row altered, removed or inserted.';
 COMMENT ON FUNCTION bc_join.audit_anchor() IS

@@ -9,7 +9,7 @@ SELECT c.oid::regclass AS table_not_dumped
 	WHERE c.relkind IN ('r', 'p', 'S') AND c.oid <> ALL (e.extconfig)
 	ORDER BY 1::text;
 -- What is left out of a dump, on purpose: the rows the install script
--- writes, and the two tables that hold no state of their own.
+-- writes itself.
 SELECT x.c::regclass AS config_table, x.w AS filter
 	FROM pg_extension e, LATERAL unnest(e.extconfig, e.extcondition) AS x(c, w)
 	WHERE e.extname = 'bc_join' AND x.w <> ''

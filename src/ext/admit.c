@@ -199,22 +199,6 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 							  res->allowed_kinds, res->has_allowed_kinds, outcxt);
 }
 
-/* Rows of bc_join.key_locks (a power of two; the install script makes them). */
-#define BC_KEY_LOCK_SLOTS 1024
-
-/*
- * The CSR key's lock: every join or renewal for one key runs after the
- * other.  The row of bc_join.key_locks for the key's slot (1,024 of them),
- * locked to the end of the transaction; keys that share a slot wait for
- * each other, briefly.  Not an advisory lock: any role that can log in
- * could hold those (issue 26), and locking these rows needs UPDATE on the
- * table, which only the extension's owner has.
- */
-static BcPlan key_lock = {
-	"SELECT 1 FROM bc_join.key_locks WHERE slot = $1 FOR NO KEY UPDATE",
-	1, {INT2OID}
-};
-
 /* Who holds a certificate for this key; repeat: this very join, still current. */
 static BcPlan key_holder = {
 	"SELECT c.serial, c.node_id, n.tenant_id, n.role, c.identity_generation, c.certificate, "
@@ -268,10 +252,12 @@ bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join, MemoryC
 	BcIssued	issued;
 	StringInfoData note;
 
+	/*
+	 * The CSR key's lock: every join or renewal for one key runs after the
+	 * other (locks.c: a lock no other role can take or hold).
+	 */
 	memcpy(&k, req->csr_spki_sha256, sizeof(k));
-	v[0] = Int16GetDatum((int16) (k & (BC_KEY_LOCK_SLOTS - 1)));
-	if (bc_spi_exec(&key_lock, v, NULL, false, 0) != 1)
-		elog(ERROR, "bc_join.key_locks has no row for slot %d", (int) (k & (BC_KEY_LOCK_SLOTS - 1)));
+	(void) bc_xact_lock(BC_LOCK_JOIN_KEY, (uint32) k, true);
 
 	v[0] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
 	v[1] = PointerGetDatum(bc_bytea(req->csr_sha256, BC_SHA256_LEN));

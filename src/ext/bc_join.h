@@ -125,6 +125,12 @@ typedef struct BcPlan
 } BcPlan;
 
 /* Execute a kept plan (SPI must be connected); returns SPI_processed. */
+/* locks.c: lock tags only bc_join's C code can make (pg_locks: advisory, objsubid 3) */
+#define BC_AUDIT_CHAINS 16
+#define BC_LOCK_AUDIT_CHAIN 0x626a6163	/* "bjac": key = the chain */
+#define BC_LOCK_JOIN_KEY 0x626a6b6c		/* "bjkl": key = 32 bits of the CSR key's SPKI hash */
+extern bool bc_xact_lock(uint32 kind, uint32 key, bool wait);
+
 /* version.c */
 extern const char *const bc_library_version;
 extern char *bc_installed_sql_version(void);
