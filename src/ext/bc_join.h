@@ -52,11 +52,15 @@ extern char *bc_new_id(const char *prefix);
 
 /*
  * OpenSSL objects owned by a memory context: freed when it is reset or
- * deleted, so an ereport half-way through cannot leak them.
+ * deleted, so an ereport half-way through cannot leak them.  Each takes the
+ * caller's pointer by address and sets it to NULL; what it returns is
+ * borrowed: use it until the context is reset, never free it (the context
+ * does; test/tools/ownership-check refuses a free of it).
  */
-extern EVP_PKEY *bc_own_pkey(MemoryContext cxt, EVP_PKEY *key);
-extern X509 *bc_own_x509(MemoryContext cxt, X509 *cert);
-extern bc_csr *bc_own_csr(MemoryContext cxt, bc_csr *csr);
+extern EVP_PKEY *bc_own_pkey(MemoryContext cxt, EVP_PKEY **key);
+extern X509 *bc_own_x509(MemoryContext cxt, X509 **cert);
+extern STACK_OF(X509) *bc_own_x509_stack(MemoryContext cxt, STACK_OF(X509) **sk);
+extern bc_csr *bc_own_csr(MemoryContext cxt, bc_csr **csr);
 /* A malloc()ed buffer from src/common copied into the current context, freed. */
 extern char *bc_take_cstring(char *malloced);
 extern bytea *bc_take_bytea(unsigned char *malloced, size_t len, bool secret);

@@ -115,7 +115,7 @@ verified_assertion(const char *jws, bytea *cert_der, const char *tenant)
 	if (bc_cert_parse((unsigned char *) VARDATA_ANY(cert_der), VARSIZE_ANY_EXHDR(cert_der),
 					  &cert) != BC_OK)
 		elog(ERROR, "a stored certificate does not parse");
-	bc_own_x509(CurrentMemoryContext, cert);
+	cert = bc_own_x509(CurrentMemoryContext, &cert);
 	if (bc_jws_verify_es256(X509_get0_pubkey(cert), jws, strlen(jws), BC_PROOF_MAX,
 							&payload, &plen) != BC_OK)
 		bc_refuse_join("discovery:assertion-signature", NULL);

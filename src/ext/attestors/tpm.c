@@ -357,7 +357,7 @@ check_ek_cert(const unsigned char *der, size_t n, const bc_tpm_public *ek,
 
 	if (bc_tpm_ek_cert_parse(der, n, &cert, reason) != BC_OK)
 		return BC_EVERIFY;
-	bc_own_x509(CurrentMemoryContext, cert);
+	cert = bc_own_x509(CurrentMemoryContext, &cert);
 	rows = bc_spi_exec(&ek_certificates, NULL, NULL, true, 0);
 	roots = palloc0(sizeof(X509 *) * (rows + 1));
 	inter = palloc0(sizeof(X509 *) * (rows + 1));
@@ -370,7 +370,7 @@ check_ek_cert(const unsigned char *der, size_t n, const bc_tpm_public *ek,
 
 		if (bc_cert_parse((unsigned char *) VARDATA_ANY(d), VARSIZE_ANY_EXHDR(d), &x) != BC_OK)
 			elog(ERROR, "a stored TPM EK certificate does not parse");
-		bc_own_x509(CurrentMemoryContext, x);
+		x = bc_own_x509(CurrentMemoryContext, &x);
 		if (is_root)
 			roots[n_roots++] = x;
 		else
@@ -1235,10 +1235,10 @@ bc_tpm_ek_certificate_sql(PG_FUNCTION_ARGS)
 	ERR_clear_error();
 	if (x == NULL)
 		bc_invalid_input("not a PEM certificate");
-	bc_own_x509(CurrentMemoryContext, x);
+	x = bc_own_x509(CurrentMemoryContext, &x);
 	if (extra != NULL)
 	{
-		X509_free(extra);
+		(void) bc_own_x509(CurrentMemoryContext, &extra);
 		bc_invalid_input("exactly one certificate, please: add the chain one certificate at a time");
 	}
 	{

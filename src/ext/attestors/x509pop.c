@@ -371,7 +371,7 @@ external_branch(const BcJoinRequest *req, X509 *const *certs, size_t ncerts,
 		if (bc_cert_parse((unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der),
 						  &root) != BC_OK)
 			bc_invalid_config("x509pop root %s does not parse", SPI_getvalue(tup, desc, 1));
-		bc_own_x509(CurrentMemoryContext, root);
+		root = bc_own_x509(CurrentMemoryContext, &root);
 		if (bc_cert_verify_path(certs[0], certs + 1, ncerts - 1, root, now) == BC_OK)
 		{
 			tenant = SPI_getvalue(tup, desc, 2);
@@ -454,9 +454,9 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	if (bc_jws_x5c_parse(jws, len, X509POP_PAYLOAD_MAX, &j, &fault) != BC_OK)
 		bc_refuse_join(fault_reason(fault), NULL);
 	ncerts = j.ncerts;
-	/* (j keeps pointing at them for the signature check; nothing raises until it is freed) */
+	/* Borrowed from the context from here on; j's own pointers are cleared. */
 	for (i = 0; i < ncerts; i++)
-		certs[i] = bc_own_x509(CurrentMemoryContext, j.certs[i]);
+		certs[i] = bc_own_x509(CurrentMemoryContext, &j.certs[i]);
 	signing_input_len = j.signing_input_len;
 
 	/* The payload; its purpose, this CSR, fresh; then the signature. */
@@ -468,10 +468,16 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 		refusal = WHO ":csr-binding";
 	else if (ps.iat < now - bc_x509pop_window || ps.iat > now + bc_x509pop_window)
 		refusal = WHO ":stale-iat";
-	else if (bc_jws_x5c_verify(&j, jws) != BC_OK)
-		refusal = WHO ":signature";
-	memset(j.certs, 0, sizeof(j.certs));	/* the memory context's */
-	bc_x5c_jws_free(&j);
+	else
+	{
+		/* A view of j over the borrowed certificates: never freed itself. */
+		bc_x5c_jws	view = j;
+
+		memcpy(view.certs, certs, sizeof(X509 *) * ncerts);
+		if (bc_jws_x5c_verify(&view, jws) != BC_OK)
+			refusal = WHO ":signature";
+	}
+	bc_x5c_jws_free(&j);		/* its certificates are the context's: cleared above */
 	if (refusal != NULL)
 		bc_refuse_join(refusal, NULL);
 
@@ -549,10 +555,10 @@ bc_x509pop_root_parse(PG_FUNCTION_ARGS)
 	ERR_clear_error();
 	if (cert == NULL)
 		bc_invalid_input("certificate_pem holds no PEM certificate");
-	bc_own_x509(CurrentMemoryContext, cert);
+	cert = bc_own_x509(CurrentMemoryContext, &cert);
 	if (extra != NULL)
 	{
-		X509_free(extra);
+		(void) bc_own_x509(CurrentMemoryContext, &extra);
 		bc_invalid_input("certificate_pem holds more than one certificate: add each root by itself");
 	}
 	if (X509_check_ca(cert) < 1)
