@@ -247,6 +247,12 @@ typedef struct BcAttestResult
 	bool		has_bind;
 	char	   *node_key;		/* "tpm" or NULL */
 	char	   *node_key_uri;
+	/*
+	 * The built-in tpm attestor proved node_key_uri (its AK certified the
+	 * CSR's key): never set from an SQL attestor's answer, whose statement
+	 * renewal could never prove again (join:node-key-statement).
+	 */
+	bool		statement_proven;
 	/* built-in join-token: spend one use of token_id once issued */
 	bool		spend_token;
 	/* the attestor already enforced the token's expect binding */

@@ -461,8 +461,14 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 							  req->attestor, bc_spi_text(1));
 	}
 
-	/* Only a statement the service can prove again at renewal. */
-	if (res->node_key_uri != NULL && !is_tpm_ak_statement(res->node_key_uri))
+	/*
+	 * Only a statement the service can prove again at renewal: a
+	 * urn:bc:tpm-ak: one the built-in tpm attestor proved (a renewal proves
+	 * it again against the EK that attestor recorded; any other attestor's
+	 * would get a certificate that could never renew).
+	 */
+	if (res->node_key_uri != NULL &&
+		(!res->statement_proven || !is_tpm_ak_statement(res->node_key_uri)))
 		bc_refuse_join("join:node-key-statement", tenant);
 
 	*ttl = bc_cert_ttl;

@@ -1019,6 +1019,7 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 	res->has_bind = true;
 	res->node_key = "tpm";
 	res->node_key_uri = ak_statement(&c);
+	res->statement_proven = true;
 	if (has_token)
 	{
 		res->token_id = tok.token_id;
