@@ -115,6 +115,10 @@ detached = subprocess.run(["openssl", "smime", "-sign", "-binary", "-md", "sha25
 refused(request(cl.aws_evidence(doc2, detached), token=token()), "malformed-pkcs7", "aws: detached content")
 refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2) + b"\0"), token=token()), "malformed-pkcs7",
         "aws: bytes after the PKCS#7")
+# AWS signs rsa2048 with SHA-256 and RSA: every other digest openssl signs with is refused
+for md in ("md5", "sha1", "sha224", "sha384", "sha512"):
+    refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2, md=md)), token=token()), "digest-algorithm",
+            "aws: a PKCS#7 digest %s (openssl smime -md %s)" % (md, md))
 doc3 = cl.aws_document(account="999999999999", instance="i-0000000000000003")
 refused(request(cl.aws_evidence(doc3, cl.aws_pkcs7(doc3)), token=token()), "unknown-account",
         "aws: an account nobody mapped")
@@ -263,6 +267,9 @@ refused(request(cl.azure_evidence(cl.azure_pkcs7(content, signer="azevil", bag=(
         "untrusted-signer", "azure: signed by a bag certificate that does not chain (a chaining one first)")
 refused(request(cl.azure_evidence(cl.azure_pkcs7(content, signer="wrongdom", bag=("other", "wrongdom"))), d),
         "wrong-domain", "azure: a signer outside the configured domain")
+for md in ("md5", "sha1", "sha384"):
+    refused(request(cl.azure_evidence(cl.azure_pkcs7(content, md=md)), d), "digest-algorithm",
+            "azure: a PKCS#7 digest %s (openssl smime -md %s)" % (md, md))
 bad = bytearray(cl.azure_pkcs7(content))
 bad[-1] ^= 1
 refused(request(cl.azure_evidence(bytes(bad)), d), "bad-signature", "azure: a bad signature")
