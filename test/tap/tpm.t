@@ -63,7 +63,7 @@ refused() {
   ok "$st $(last_refusal)" "refused $reason" "$what"
 }
 
-echo "1..63"
+echo "1..65"
 
 # ------------------------------------------------------------ a full join
 csr1="$F/node1.csr"
@@ -105,6 +105,12 @@ SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'security.join.refus
 ROLLBACK;
 SQL
 )" "refused tpm:ek-chain " "an EK certificate that chains to no root (intermediate removed)"
+# The EK held to the TCG template: its key and certificate unchanged, one bit of
+# objectAttributes (userWithAuth on the low-range RSA EK) or of authPolicy flipped.
+/usr/bin/python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[9]^=0x40; open(sys.argv[2],"wb").write(b)' "$F/ekr.pub" "$S/ekr-uwa.pub"
+/usr/bin/python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[20]^=0x01; open(sys.argv[2],"wb").write(b)' "$F/ekr.pub" "$S/ekr-pol.pub"
+refused tpm:ek-attributes "the RSA EK with userWithAuth set (not template L-1), its certificate still matching" "$csr3" $(r1 3 | sed "s|ekPub=[^ ]*|ekPub=$S/ekr-uwa.pub|")
+refused tpm:ek-policy "the RSA EK with one bit of its authPolicy flipped (not PolicyA)" "$csr3" $(r1 3 | sed "s|ekPub=[^ ]*|ekPub=$S/ekr-pol.pub|")
 refused tpm:ak-attributes "an AK without restricted" "$csr3" $(r1 3 | sed "s|akPub=[^ ]*|akPub=$F/aknr.pub|")
 refused tpm:ak-attributes "an AK with decrypt" "$csr3" $(r1 3 | sed "s|akPub=[^ ]*|akPub=$F/akdec.pub|")
 refused tpm:ak-scheme "an AK signing with SHA-1" "$csr3" $(r1 3 | sed "s|akPub=[^ ]*|akPub=$F/aksha1.pub|")
