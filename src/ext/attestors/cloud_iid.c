@@ -600,8 +600,8 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 		vn[1] = ' ';
 	}
 
-	/* Once, forever. */
-	if (bc_spi_exec(&use_instance, v, vn, false, 0) != 1)
+	/* Once, forever (a repeat finds it spent by the certificate it asks for). */
+	if (bc_spi_exec(&use_instance, v, vn, false, 0) != 1 && !bc_spent_by_repeat(CLOUD, res->bind))
 		bc_refuse_join_detail(CLOUD ":already-admitted", tenant,
 							  instance_json(ver->provider, &id, NULL));
 

@@ -248,11 +248,21 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 	bc_sha256(m[0].value, strlen(m[0].value), (unsigned char *) VARDATA(subject));
 	v[0] = PointerGetDatum(subject);
 	v[1] = Float8GetDatum((double) exp);
-	if (bc_spi_exec(&use_assertion, v, NULL, false, 0) != 1)
+	if (bc_spi_exec(&use_assertion, v, NULL, false, 0) != 1 &&
+		!bc_spent_by_repeat("discovery", (unsigned char *) VARDATA(subject)))
 		bc_refuse_join("discovery:reused", tenant);
 	v[0] = CStringGetTextDatum(site);
 	v[1] = CStringGetTextDatum(mac);
-	bc_spi_exec(&remember_machine, v, NULL, false, 0);
+	if (bc_round_repeat() == NULL)
+		bc_spi_exec(&remember_machine, v, NULL, false, 0);
+
+	/* The subject a repeat must prove again: this machine of this site. */
+	{
+		char	   *m = psprintf("%s%c%s", site, '\0', mac);
+
+		bc_sha256(m, strlen(site) + 1 + strlen(mac), res->subject);
+		res->has_subject = true;
+	}
 
 	res->tenant_id = tenant;
 	res->role = BC_ROLE_RAMDISK;

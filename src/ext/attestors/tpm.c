@@ -937,9 +937,14 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 			char	   *n_pool = bc_spi_text(3);
 
 			node_id = bc_spi_text_req(1);
+			/*
+			 * A repeat finds the EK bound to its own node by the certificate
+			 * it asks for: that binding needs no reclaim from the token.
+			 */
 			if (strcmp(n_tenant, tenant) != 0 ||
 				(pool != NULL && (n_pool == NULL || strcmp(n_pool, pool) != 0)) ||
-				(has_token && !tok.allow_reclaim))
+				(has_token && !tok.allow_reclaim &&
+				 !(bc_round_repeat() != NULL && strcmp(bc_round_repeat()->node_id, node_id) == 0)))
 				bc_refuse_join("tpm:bound-elsewhere", tenant);
 			pool = n_pool;
 			site = NULL;		/* the node's: validate_reclaim keeps it */
@@ -986,7 +991,8 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 		bc_sha256(ev.bin[F_SECRET], BC_TPM_SECRET_LEN, used);
 		v[0] = PointerGetDatum(bc_bytea(used, BC_SHA256_LEN));
 		v[1] = TimestampTzGetDatum(na);
-		if (bc_spi_exec(&use_challenge, v, NULL, false, 0) != 1)
+		if (bc_spi_exec(&use_challenge, v, NULL, false, 0) != 1 &&
+			!bc_spent_by_repeat("tpm", used))
 			bc_refuse_join("tpm:challenge-reused", tenant);
 
 		memcpy(extra_in, ev.bin[F_SECRET], BC_TPM_SECRET_LEN);

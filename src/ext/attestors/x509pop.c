@@ -272,6 +272,23 @@ node_san(X509 *leaf, char **tenant, char **node)
 	return true;
 }
 
+/*
+ * In a repeat of this node's reclaim: the held certificate (the last SPI
+ * row) was superseded by the very certificate asked for, i.e. revoked
+ * "superseded" one generation before it, the node now of that generation.
+ * What the reclaim spent is found spent by it.
+ */
+static bool
+superseded_by_repeat(const char *node, const char *reason)
+{
+	const BcRepeat *r = bc_round_repeat();
+
+	return r != NULL && strcmp(r->node_id, node) == 0 &&
+		bc_spi_bool(Anum_nc_revoked) && reason != NULL && strcmp(reason, "superseded") == 0 &&
+		bc_spi_int4(Anum_nc_generation) == r->generation - 1 &&
+		bc_spi_int4(Anum_nc_node_generation) == r->generation;
+}
+
 /* A node certificate: the reclaim of its node, or the refusal. */
 static void
 node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
@@ -310,6 +327,9 @@ node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
 		OPENSSL_free(der);
 		bc_refuse_join(WHO ":unknown-certificate", tenant);
 	}
+	/* The subject a repeat must prove again: this very certificate. */
+	bc_sha256(der, der_len, res->subject);
+	res->has_subject = true;
 	OPENSSL_free(der);
 
 	/* Revoked by an operator; superseded by a renewal or a reclaim; retired goes below. */
@@ -318,8 +338,9 @@ node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
 		strcmp(reason, "renewed") != 0 && strcmp(reason, "superseded") != 0 &&
 		strcmp(reason, "retired") != 0)
 		bc_refuse_join(WHO ":revoked", tenant);
-	if ((bc_spi_bool(Anum_nc_revoked) && (reason == NULL || strcmp(reason, "retired") != 0)) ||
-		bc_spi_int4(Anum_nc_generation) != bc_spi_int4(Anum_nc_node_generation))
+	if (!superseded_by_repeat(san_node, reason) &&
+		((bc_spi_bool(Anum_nc_revoked) && (reason == NULL || strcmp(reason, "retired") != 0)) ||
+		 bc_spi_int4(Anum_nc_generation) != bc_spi_int4(Anum_nc_node_generation)))
 		bc_refuse_join(WHO ":superseded", tenant);
 	if (bc_spi_int8(Anum_nc_expired_for) > bc_x509pop_grace)
 		bc_refuse_join(WHO ":beyond-grace", tenant);
@@ -506,7 +527,8 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	else
 		nn[1] = 'n';
 	v[2] = Float8GetDatum((double) (ps.iat + bc_x509pop_window));
-	if (bc_spi_exec(&use_jws, v, nn, false, 0) != 1)
+	if (bc_spi_exec(&use_jws, v, nn, false, 0) != 1 &&
+		!bc_spent_by_repeat(WHO, (unsigned char *) VARDATA(DatumGetPointer(v[0]))))
 		bc_refuse_join(WHO ":replay", res->tenant_id);
 }
 
