@@ -303,6 +303,29 @@ r = join(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce2))), d2
 ok(r.get("status") == "issued" and node_of(r) == az_node, "azure: after a reset (ids in any case), its node again", r)
 ok(one("SELECT count(*) FROM bc_join.nodes") == 4, "four nodes: aws twice, gcp, azure; no second node for a reset",
    one("SELECT count(*) FROM bc_join.nodes"))
+
+# -- a repeat needs the evidence again: a signed word for the same instance and CSR
+h2, _ = csr_of("gcp2")
+r = join(request(cl.gcp_evidence(cl.gcp_token(h2)), "gcp2"))
+ok(r.get("status") == "issued" and node_of(r) == gcp_node,
+   "gcp: the reclaim repeated with a token for the same instance and CSR: answered",
+   (r, one("SELECT payload FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1")))
+log0 = one("SELECT count(*) FROM bc_join.audit_log")
+r = join(request(cl.gcp_evidence(cl.gcp_token(h2)), "gcp2"))
+ok(r.get("status") == "issued" and one("SELECT count(*) FROM bc_join.audit_log") == log0,
+   "gcp: and again, the issuance log unchanged", r)
+refused_as = lambda req, name: ok(join(req).get("status") == "refused" and last_refusal() == "join:key-reused",
+                                  name, last_refusal())
+refused_as(request(cl.gcp_evidence(cl.gcp_token(h2, instance="4567890123456789999")), "gcp2"),
+           "gcp: the same CSR with another instance's valid token: refused join:key-reused")
+refused_as(request('{"provider":"gcp"}', "gcp2"), "gcp: the same CSR without the token: refused join:key-reused")
+tk = token()
+refused_as(request(cl.gcp_evidence(cl.gcp_token(h2)), "gcp2", token=tk),
+           "gcp: the same evidence with a join token it was not admitted with: refused join:key-reused")
+ok(one("SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part(%s, '.', 1)", tk) == 1 and
+   one("SELECT count(*) FROM bc_join.audit_log") == log0 + 1,
+   "gcp: nothing spent; the log holds only the token's creation",
+   one("SELECT count(*) FROM bc_join.audit_log") - log0)
 ok(one("SELECT count(*) FROM bc_join.events WHERE type = 'security.join.refused' "
        "AND payload::text LIKE '%%BEGIN%%'") == 0, "no refusal event carries evidence")
 

@@ -63,7 +63,7 @@ refused() {
   ok "$st $(last_refusal)" "refused $reason" "$what"
 }
 
-echo "1..65"
+echo "1..70"
 
 # ------------------------------------------------------------ a full join
 csr1="$F/node1.csr"
@@ -85,6 +85,19 @@ ok "$(sql -c "SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part('$
 printf '%s' "$(payload "$S/j1b.req.resp" certificateChain)" >/dev/null
 ok "$(send "$S/j1b.req") $(payload "$S/j1b.req.resp" serial)" "issued $serial1" "round 2 replayed: the same certificate again, nothing spent twice"
 ok "$(sql -c "SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part('$tokA', '.', 1)")" 4 "the replay spent nothing"
+# A repeat needs the evidence again: the same EK, AK, state, secret and token.
+tokA2=$(token "$A" "$poolA")
+log0=$(sql -c "SELECT count(*) FROM bc_join.audit_log")
+ok "$(send "$S/j1b.req") $(payload "$S/j1b.req.resp" serial) $(sql -c "SELECT count(*) FROM bc_join.audit_log")" "issued $serial1 $log0" \
+   "repeated again: answered, and the issuance log does not grow"
+/usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); del r["attestation"]; print(json.dumps(r))' "$S/j1b.req" >"$S/bare.req"
+ok "$(send "$S/bare.req") $(last_refusal)" "refused join:key-reused" "the CSR and token without the TPM evidence: refused join:key-reused"
+py join "$csr1" $(r1 1) $(r2 "$S/j1") --token "$tokA2" --service-keys "$BCJ_SERVICE_KEYS" >"$S/tok2.req"
+ok "$(send "$S/tok2.req") $(last_refusal)" "refused join:key-reused" "the same evidence with another token of the tenant: refused join:key-reused"
+py join "$csr1" $(r1 1 | sed "s|ekPub=[^ ]*|ekPub=$F/ekc.pub|; s|ekCert=[^ ]*|ekCert=$F/ekc.crt|") $(r2 "$S/j1") --token "$tokA" --service-keys "$BCJ_SERVICE_KEYS" >"$S/ek2.req"
+ok "$(send "$S/ek2.req") $(last_refusal)" "refused join:key-reused" "the same CSR and AK under another trusted EK: refused join:key-reused"
+ok "$(sql -c "SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part('$tokA2', '.', 1)") $(sql -c "SELECT count(*) FROM bc_join.audit_log")" "5 $log0" \
+   "nothing spent, nothing logged by the refused repeats"
 
 # ----------------------------------------------------- round 1 refusals
 csr3="$F/node3.csr"
