@@ -140,6 +140,11 @@ CREATE TABLE bc_join.node_certs (
 	-- renewed (a renewal replaced it), reclaimed (a reclaim re-keyed its node),
 	-- retired (retire_node)
 	revocation_reason text,
+	-- SHA-256 of what the join that issued it verified (attestor, tenant,
+	-- role, token, bind, node key, the attestor's own subject): a final round
+	-- repeated with its CSR must verify the same again.  NULL: a renewal, or
+	-- a certificate from before 0.2.0 (never answered to a repeat)
+	join_subject bc_join.sha256,
 	CHECK (not_after > not_before),
 	CONSTRAINT node_certs_revocation_reason_check CHECK (revocation_reason IN
 		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
@@ -275,6 +280,13 @@ CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_i
 
 /* ------------------------------------------------------ single-use evidence */
 
+-- The SHA-256 of the running join round's CSR, NULL outside one (with
+-- repeat_only, outside a round that repeats a final round for the
+-- certificate its CSR holds): what a use records, and how a repeat finds
+-- what the round that issued its certificate spent.
+CREATE FUNCTION bc_join.join_round_csr_sha256(repeat_only boolean DEFAULT false) RETURNS bytea
+	AS 'MODULE_PATHNAME', 'bc_join_round_csr_sha256' LANGUAGE C VOLATILE;
+
 -- Exactly as the Attestors page defines it: one row per piece of evidence
 -- that must admit one join at most.
 CREATE TABLE bc_join.attestation_uses (
@@ -283,11 +295,28 @@ CREATE TABLE bc_join.attestation_uses (
 	node_id text,
 	used_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	expires_at timestamptz,                              -- NULL keeps it forever
+	-- the CSR of the join round that spent it (NULL: no join's): a repeat of
+	-- that round finds it spent by the very certificate it asks for
+	csr_sha256 bc_join.sha256 DEFAULT bc_join.join_round_csr_sha256(),
 	PRIMARY KEY (attestor, subject)
 );
 
 CREATE INDEX attestation_uses_expires_idx ON bc_join.attestation_uses (expires_at)
 	WHERE expires_at IS NOT NULL;
+
+-- A registered attestor's challenge: its notAfter for the CSR it was made
+-- to, recorded at the deferral (a new challenge replaces it) and enforced
+-- at every final round of that attestor for that CSR
+-- ('<attestor>:challenge-expired'), whatever the attestor's own state says.
+-- prune_attestation_uses deletes a row bc_join.retain_join_requests (30
+-- days) after its notAfter.
+CREATE TABLE bc_join.challenge_deadlines (
+	attestor text NOT NULL,
+	csr_sha256 bc_join.sha256 NOT NULL,
+	not_after timestamptz NOT NULL,
+	PRIMARY KEY (attestor, csr_sha256)
+);
+CREATE INDEX challenge_deadlines_not_after_idx ON bc_join.challenge_deadlines (not_after);
 
 /* ------------------------------------------------------------- x509pop roots */
 
@@ -890,7 +919,9 @@ CREATE TRIGGER join_tokens_single_use AFTER UPDATE OF uses_left ON bc_join.join_
  * attestation_uses, or refuse '<attestor>:reused'.  subject is the SHA-256 of
  * what must be used once; expires_at NULL keeps the row forever.  Call it
  * only in the round that returns a result: JoinService fails a round that
- * consumed single-use evidence and then deferred.
+ * consumed single-use evidence and then deferred.  In a repeat (a final
+ * round repeated with the CSR of a current certificate) a use spent with
+ * that CSR is the certificate's own: found spent by it, not refused.
  */
 CREATE FUNCTION bc_join.use_once(attestor text, subject bytea,
 								 expires_at timestamptz DEFAULT NULL, node_id text DEFAULT NULL)
@@ -910,7 +941,10 @@ BEGIN
 		VALUES (use_once.attestor, use_once.subject, use_once.node_id, use_once.expires_at)
 		ON CONFLICT DO NOTHING;
 	GET DIAGNOSTICS n = ROW_COUNT;
-	IF n <> 1 THEN
+	IF n <> 1 AND NOT EXISTS (
+		SELECT 1 FROM bc_join.attestation_uses u
+		WHERE u.attestor = use_once.attestor AND u.subject = use_once.subject
+		  AND u.csr_sha256 = bc_join.join_round_csr_sha256(true)) THEN
 		PERFORM bc_join.refuse(use_once.attestor || ':reused');
 	END IF;
 END
@@ -1004,6 +1038,8 @@ $$;
 /*
  * Consume an approved join request in the round that issues: it must be
  * approved and made for this CSR.  Refuses '<attestor>:<reason>' otherwise.
+ * In a repeat, the request consumed for this CSR is the certificate's own
+ * approval: found consumed by it, nothing changed.
  */
 CREATE FUNCTION bc_join.consume_join_request(request_id text, context jsonb) RETURNS void
 	LANGUAGE plpgsql
@@ -1018,6 +1054,9 @@ BEGIN
 	END IF;
 	IF r.csr_sha256 <> bc_join.b64url_decode(context->>'csrSha256') THEN
 		PERFORM bc_join.refuse(r.attestor || ':request-csr', r.tenant_id);
+	END IF;
+	IF r.state = 'consumed' AND r.csr_sha256 = bc_join.join_round_csr_sha256(true) THEN
+		RETURN;
 	END IF;
 	IF r.state = 'rejected' THEN
 		PERFORM bc_join.refuse(r.attestor || ':rejected', r.tenant_id);
@@ -1584,9 +1623,10 @@ $$;
 
 /*
  * Delete up to batch expired attestation_uses rows (expires_at before
- * compute_now()); rows without an expiry stay.  Returns how many were
- * deleted: call it again until it returns 0.  Rows other sessions hold are
- * skipped, so it never waits on a join.
+ * compute_now()); rows without an expiry stay; then, within the same batch,
+ * challenge_deadlines whose notAfter is bc_join.retain_join_requests past.
+ * Returns how many were deleted: call it again until it returns 0.  Rows
+ * other sessions hold are skipped, so it never waits on a join.
  */
 CREATE FUNCTION bc_join.prune_attestation_uses(batch integer DEFAULT 5000) RETURNS bigint
 	LANGUAGE plpgsql SECURITY DEFINER
@@ -1594,6 +1634,7 @@ CREATE FUNCTION bc_join.prune_attestation_uses(batch integer DEFAULT 5000) RETUR
 	AS $$
 DECLARE
 	n bigint;
+	m bigint := 0;
 BEGIN
 	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
 		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
@@ -1604,7 +1645,15 @@ BEGIN
 			WHERE x.expires_at < bc_join.compute_now()
 			LIMIT batch FOR UPDATE SKIP LOCKED));
 	GET DIAGNOSTICS n = ROW_COUNT;
-	RETURN n;
+	IF n < batch THEN
+		DELETE FROM bc_join.challenge_deadlines d
+			WHERE d.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM bc_join.challenge_deadlines x
+				WHERE x.not_after < bc_join.compute_now() - bc_join.setting_interval('retain_join_requests')
+				LIMIT batch - n FOR UPDATE SKIP LOCKED));
+		GET DIAGNOSTICS m = ROW_COUNT;
+	END IF;
+	RETURN n + m;
 END
 $$;
 
@@ -2517,6 +2566,7 @@ SELECT pg_catalog.pg_extension_config_dump('bc_join.sessions', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.session_certs', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.join_requests', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.attestation_uses', '');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.challenge_deadlines', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.x509pop_roots', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.attestors', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.command_kinds', 'WHERE kind NOT IN (''inventory.refresh'', ''logs.collect'', ''diag.ping'', ''diag.run'', ''disk.wipe'', ''deploy.image'', ''deploy.config'', ''boot.kexec'', ''node.reboot'', ''node.shutdown'')');
@@ -2627,6 +2677,8 @@ GRANT SELECT ON
 	bc_join.x509pop_roots, bc_join.stale_nodes, bc_join.commands, bc_join.command_status,
 	bc_join.discovery_sites
 	TO bc_join_operator;
+-- Custom attestors' challenges and when they expire.
+GRANT SELECT ON bc_join.challenge_deadlines TO bc_join_operator;
 -- discovery: operators list the machines a site knows (approval unknown-machines).
 GRANT SELECT, INSERT, DELETE ON bc_join.discovery_machines TO bc_join_operator;
 -- Token rows without their secret hash.
@@ -2683,7 +2735,7 @@ COMMENT ON FUNCTION bc_join.remove_x509pop_root(text) IS
 COMMENT ON FUNCTION bc_join.register_command_kind(text, text) IS
 	'Registers a command kind (dotted lower-case words, like disk.wipe) that allowedKinds may name, keeping an existing one as it is; returns nothing.';
 COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
-	'Deletes up to batch expired attestation_uses rows without waiting on joins and returns how many it deleted: call it again until it returns 0.';
+	'Deletes up to batch expired attestation_uses rows, and challenge_deadlines past bc_join.retain_join_requests, without waiting on joins and returns how many it deleted: call it again until it returns 0.';
 COMMENT ON FUNCTION bc_join.prune_events(integer) IS
 	'Deletes up to batch events older than bc_join.retain_events without waiting on joins and returns how many it deleted: call it again until it returns 0.';
 COMMENT ON FUNCTION bc_join.prune_certificates(integer) IS
@@ -2727,7 +2779,9 @@ COMMENT ON FUNCTION bc_join.compute_now() IS
 COMMENT ON FUNCTION bc_join.refuse(text, text) IS
 	'Refuses the join under way with the uniform refusal (SQLSTATE JR001) carrying ''<attestor>:<reason>'' and, when known, the tenant whose events record it; never returns.';
 COMMENT ON FUNCTION bc_join.use_once(text, bytea, timestamptz, text) IS
-	'Records a piece of single-use evidence (the SHA-256 subject) for an attestor, or refuses ''<attestor>:reused'' when it was used before; call it only in a round that returns a result; returns nothing.';
+	'Records a piece of single-use evidence (the SHA-256 subject) for an attestor, or refuses ''<attestor>:reused'' when it was used before (in a repeat, a use spent with the same CSR is the certificate''s own); call it only in a round that returns a result; returns nothing.';
+COMMENT ON FUNCTION bc_join.join_round_csr_sha256(boolean) IS
+	'Returns the SHA-256 of the running join round''s CSR (NULL outside one; with repeat_only, NULL outside a repeat of a final round): the default of attestation_uses.csr_sha256.';
 COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
 	'Checks a join token without spending it (secret, revocation, expiry, uses, role, expected claims) and returns {tokenId, tenantId, poolId, siteId, role, allowReclaim}, or refuses ''<attestor>:<reason>''.';
 COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
@@ -2735,7 +2789,7 @@ COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
 COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
 	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
 COMMENT ON FUNCTION bc_join.consume_join_request(text, jsonb) IS
-	'Consumes an approved join request made for the CSR of context in the round that issues, or refuses ''<attestor>:<reason>''; returns nothing.';
+	'Consumes an approved join request made for the CSR of context in the round that issues (in a repeat, finds it consumed by the certificate asked for), or refuses ''<attestor>:<reason>''; returns nothing.';
 COMMENT ON FUNCTION bc_join.await_approval(text, text, jsonb, jsonb, integer) IS
 	'Runs the approval round of an attestor: returns a deferral while the join request is new or pending, NULL once it is approved (and consumed), and refuses ''<attestor>:rejected'' when it was rejected or ''<attestor>:request-expired'' once bc_join.join_request_ttl has passed.';
 COMMENT ON FUNCTION bc_join.b64url_encode(bytea) IS

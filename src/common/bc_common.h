@@ -491,9 +491,31 @@ int			bc_state_key_read_file(const char *path, unsigned char key32[BC_STATE_KEY_
 /* PEM text holding one or more certificates: every one parses, or BC_EINVAL. */
 int			bc_cloud_certs_from_pem(const char *pem, size_t n, STACK_OF(X509) **out);
 
+/* The providers whose PKCS#7 the verifiers hold to what they sign with. */
+enum bc_cloud_provider
+{
+	BC_CLOUD_AWS,
+	BC_CLOUD_AZURE
+};
+
+/*
+ * The PKCS#7 envelope alone, as both verifiers check it first: a SignedData
+ * consuming every byte, one SignerInfo, content attached ("malformed-pkcs7"),
+ * versions 1, one digestAlgorithm equal to the SignerInfo's, parameters
+ * absent or NULL, no CRLs, no unsigned attributes, signed attributes (if
+ * any) with contentType id-data and a messageDigest ("malformed-pkcs7");
+ * the digest algorithm in the provider's allow-list ("digest-algorithm":
+ * AWS id-sha256; Azure id-sha256 or sha256WithRSAEncryption as its
+ * documented sample writes it; never MD5 or SHA-1) and the signature
+ * algorithm rsaEncryption or sha256WithRSAEncryption ("signature-algorithm").
+ */
+int			bc_cloud_pkcs7_check(const unsigned char *der, size_t n, int provider,
+								 const char **reason);
+
 /*
  * AWS: a BER PKCS#7 SignedData with exactly one SignerInfo and its content
- * attached, verified by PKCS7_verify(p7, certs, NULL, NULL, out,
+ * attached, its envelope as bc_cloud_pkcs7_check holds it, verified by
+ * PKCS7_verify(p7, certs, NULL, NULL, out,
  * PKCS7_NOINTERN | PKCS7_NOVERIFY): only a configured certificate can be
  * the signer.  *content is the signed content (NUL-terminated, not counted).
  */

@@ -86,9 +86,30 @@ int			bc_tpm_ek_spki_sha256(const bc_tpm_public *ek, unsigned char out[BC_SHA256
 /* ---------------------------------------------------------------- checks */
 
 /*
- * An EK the attestor accepts: RSA-2048, ECC P-256 or ECC P-384, restricted
- * decrypt (a storage key), nameAlg SHA-256 or SHA-384, symmetric AES-128 or
- * AES-256 CFB.  Reasons "ek-type", "ek-attributes", "ek-name-alg",
+ * The TCG EK Credential Profile templates (v2.5, annex B) the attestor
+ * takes: L-1 RSA-2048 (SHA-256, objectAttributes 0x000300b2, PolicyA
+ * SHA-256, AES-128-CFB, exponent 0), L-2 ECC P-256 (the same with P-256),
+ * H-2 ECC P-256 (0x000300f2: userWithAuth, PolicyB SHA-256, AES-128-CFB)
+ * and H-3 ECC P-384 (SHA-384, 0x000300f2, PolicyB SHA-384, AES-256-CFB).
+ */
+enum bc_tpm_ek_template
+{
+	BC_TPM_EK_L1_RSA2048 = 1,
+	BC_TPM_EK_L2_P256,
+	BC_TPM_EK_H2_P256,
+	BC_TPM_EK_H3_P384
+};
+
+/* The template as TPM2_CreatePrimary takes it (bcd creates the RSA EK from L-1). */
+int			bc_tpm_ek_template(int id, TPM2B_PUBLIC *out);
+
+/*
+ * An EK the attestor accepts: made from one of those templates, every field
+ * of its public area but the key equal to the template's.  The template is
+ * the key's (RSA-2048: L-1; P-384: H-3; P-256: H-2 with userWithAuth, else
+ * L-2).  Reasons "ek-type" (another key type, size, curve, exponent, scheme
+ * or KDF), "ek-name-alg", "ek-attributes" (objectAttributes not exactly the
+ * template's), "ek-policy" (authPolicy not the template's digest),
  * "ek-symmetric".
  */
 int			bc_tpm_check_ek(const bc_tpm_public *ek, const char **reason);

@@ -10,6 +10,12 @@
  * else any certificate in the bag signs; and for Azure the chain is built
  * for the signer PKCS7_get0_signers matched, never the bag's first
  * certificate, from configured roots and intermediates only.
+ *
+ * PKCS7_verify takes any digest OpenSSL knows (MD5, SHA-1 ...) and never
+ * looks at the SignerInfo's signature algorithm or at the versions, so the
+ * envelope is held to what each cloud really signs with first
+ * (envelope_ok): an allow-list of digest and signature algorithms per
+ * provider, MD5 and SHA-1 never.
  */
 #include <string.h>
 
@@ -73,9 +79,109 @@ out:
 	return rc;
 }
 
-/* d2i_PKCS7 consuming every byte; signed, one SignerInfo, content attached. */
+/*
+ * What each provider really signs with (docs/attestors.md, "cloud-iid"):
+ * AWS's rsa2048 document, "SHA256 hash ... encrypted using an RSA-2048 key
+ * pair", a digestAlgorithm id-sha256 and rsaEncryption (or
+ * sha256WithRSAEncryption, the same PKCS#1 v1.5 signature); Azure's
+ * attested document, digestAlgorithm sha256WithRSAEncryption in place of
+ * id-sha256 (as the sample of Azure's documentation carries it; OpenSSL
+ * reads it as SHA-256) or id-sha256, signed rsaEncryption (or
+ * sha256WithRSAEncryption).  Nothing else: never MD5, never SHA-1.
+ */
+static const int aws_digests[] = {NID_sha256, 0};
+static const int azure_digests[] = {NID_sha256, NID_sha256WithRSAEncryption, 0};
+static const int rsa_signatures[] = {NID_rsaEncryption, NID_sha256WithRSAEncryption, 0};
+
+/* 1 when nid is in the 0-terminated list. */
 static int
-signed_data(const unsigned char *der, size_t n, PKCS7 **out, const char **reason)
+nid_in(int nid, const int *list)
+{
+	for (; *list != 0; list++)
+		if (*list == nid)
+			return 1;
+	return 0;
+}
+
+/* 1 when an AlgorithmIdentifier's parameters are absent or NULL. */
+static int
+null_params(const X509_ALGOR *alg)
+{
+	int			ptype;
+	const void *pval;
+
+	X509_ALGOR_get0(NULL, &ptype, &pval, alg);
+	return ptype == V_ASN1_UNDEF || ptype == V_ASN1_NULL;
+}
+
+/*
+ * The SignedData's envelope as the provider makes it: version 1, no CRLs,
+ * one digestAlgorithm equal to the SignerInfo's, SignerInfo version 1,
+ * parameters absent or NULL, the digest and signature algorithms in the
+ * provider's allow-list ("digest-algorithm", "signature-algorithm"), no
+ * unsigned attributes, and signed attributes, when present, with a
+ * contentType of id-data and a messageDigest (PKCS7_verify checks its
+ * value).  Anything else is "malformed-pkcs7".
+ */
+static int
+envelope_ok(PKCS7 *p7, int provider, const char **reason)
+{
+	PKCS7_SIGNED *sd = p7->d.sign;
+	PKCS7_SIGNER_INFO *si = sk_PKCS7_SIGNER_INFO_value(PKCS7_get_signer_info(p7), 0);
+	X509_ALGOR *dig = NULL;
+	X509_ALGOR *sig = NULL;
+	const ASN1_OBJECT *outer;
+	const ASN1_OBJECT *inner;
+	int			dnid;
+	int			snid;
+
+	*reason = "malformed-pkcs7";
+	if (si == NULL || ASN1_INTEGER_get(sd->version) != 1 ||
+		ASN1_INTEGER_get(si->version) != 1 ||
+		(sd->crl != NULL && sk_X509_CRL_num(sd->crl) > 0) ||
+		sk_X509_ALGOR_num(sd->md_algs) != 1)
+		return 0;
+	PKCS7_SIGNER_INFO_get0_algs(si, NULL, &dig, &sig);
+	if (dig == NULL || sig == NULL)
+		return 0;
+	X509_ALGOR_get0(&outer, NULL, NULL, sk_X509_ALGOR_value(sd->md_algs, 0));
+	X509_ALGOR_get0(&inner, NULL, NULL, dig);
+	if (OBJ_cmp(outer, inner) != 0 || !null_params(sk_X509_ALGOR_value(sd->md_algs, 0)) ||
+		!null_params(dig))
+		return 0;
+	dnid = OBJ_obj2nid(inner);
+	if (!nid_in(dnid, provider == BC_CLOUD_AZURE ? azure_digests : aws_digests))
+	{
+		*reason = "digest-algorithm";
+		return 0;
+	}
+	X509_ALGOR_get0(&inner, NULL, NULL, sig);
+	snid = OBJ_obj2nid(inner);
+	if (!nid_in(snid, rsa_signatures) || !null_params(sig))
+	{
+		*reason = "signature-algorithm";
+		return 0;
+	}
+	if (si->unauth_attr != NULL && sk_X509_ATTRIBUTE_num(si->unauth_attr) > 0)
+		return 0;
+	if (si->auth_attr != NULL && sk_X509_ATTRIBUTE_num(si->auth_attr) > 0)
+	{
+		ASN1_TYPE  *ct = PKCS7_get_signed_attribute(si, NID_pkcs9_contentType);
+
+		if (ct == NULL || ct->type != V_ASN1_OBJECT ||
+			OBJ_obj2nid(ct->value.object) != NID_pkcs7_data ||
+			PKCS7_get_signed_attribute(si, NID_pkcs9_messageDigest) == NULL)
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * d2i_PKCS7 consuming every byte; signed, one SignerInfo, content attached;
+ * the envelope as provider makes it.
+ */
+static int
+signed_data(const unsigned char *der, size_t n, int provider, PKCS7 **out, const char **reason)
 {
 	const unsigned char *p = der;
 	PKCS7	   *p7;
@@ -89,7 +195,8 @@ signed_data(const unsigned char *der, size_t n, PKCS7 **out, const char **reason
 		p7->d.sign == NULL || PKCS7_get_detached(p7) ||
 		sk_PKCS7_SIGNER_INFO_num(PKCS7_get_signer_info(p7)) != 1 ||
 		!PKCS7_type_is_data(p7->d.sign->contents) ||
-		p7->d.sign->contents->d.data == NULL)
+		p7->d.sign->contents->d.data == NULL ||
+		!envelope_ok(p7, provider, reason))
 	{
 		PKCS7_free(p7);
 		ERR_clear_error();
@@ -97,6 +204,43 @@ signed_data(const unsigned char *der, size_t n, PKCS7 **out, const char **reason
 	}
 	*out = p7;
 	return BC_OK;
+}
+
+/* The envelope checks alone (bc_common.h). */
+int
+bc_cloud_pkcs7_check(const unsigned char *der, size_t n, int provider, const char **reason)
+{
+	PKCS7	   *p7 = NULL;
+	int			rc = signed_data(der, n, provider, &p7, reason);
+
+	PKCS7_free(p7);
+	return rc;
+}
+
+/*
+ * 1 when the SignerInfo names the signer's issuer byte for byte: OpenSSL
+ * finds the signer by a canonical (case-folding) comparison, which would let
+ * a changed issuer name name the same certificate.
+ */
+static int
+issuer_exact(PKCS7 *p7, STACK_OF(X509) *certs)
+{
+	PKCS7_SIGNER_INFO *si = sk_PKCS7_SIGNER_INFO_value(PKCS7_get_signer_info(p7), 0);
+	STACK_OF(X509) *signers = PKCS7_get0_signers(p7, certs, PKCS7_NOINTERN);
+	const unsigned char *a = NULL;
+	const unsigned char *b = NULL;
+	size_t		al = 0;
+	size_t		bl = 0;
+	int			ok = 0;
+
+	if (si != NULL && si->issuer_and_serial != NULL && signers != NULL &&
+		sk_X509_num(signers) == 1 &&
+		X509_NAME_get0_der(si->issuer_and_serial->issuer, &a, &al) == 1 &&
+		X509_NAME_get0_der(X509_get_issuer_name(sk_X509_value(signers, 0)), &b, &bl) == 1)
+		ok = al == bl && memcmp(a, b, al) == 0;
+	sk_X509_free(signers);
+	ERR_clear_error();
+	return ok;
 }
 
 /* PKCS7_verify(p7, certs, NULL, NULL, out, NOINTERN | NOVERIFY); the content malloc()ed. */
@@ -114,7 +258,8 @@ verify_content(PKCS7 *p7, STACK_OF(X509) *certs, unsigned char **content, size_t
 	if (out == NULL)
 		return BC_ENOMEM;
 	*reason = "bad-signature";
-	if (PKCS7_verify(p7, certs, NULL, NULL, out, PKCS7_NOINTERN | PKCS7_NOVERIFY) == 1)
+	if (issuer_exact(p7, certs) &&
+		PKCS7_verify(p7, certs, NULL, NULL, out, PKCS7_NOINTERN | PKCS7_NOVERIFY) == 1)
 	{
 		dlen = BIO_get_mem_data(out, &data);
 		*content = malloc((size_t) dlen + 1);
@@ -143,7 +288,7 @@ bc_cloud_aws_verify(const unsigned char *der, size_t n, STACK_OF(X509) *certs,
 
 	*content = NULL;
 	*content_len = 0;
-	rc = signed_data(der, n, &p7, reason);
+	rc = signed_data(der, n, BC_CLOUD_AWS, &p7, reason);
 	if (rc != BC_OK)
 		return rc;
 	if (certs == NULL || sk_X509_num(certs) == 0)
@@ -228,7 +373,7 @@ bc_cloud_azure_verify(const unsigned char *der, size_t n, STACK_OF(X509) *roots,
 
 	*content = NULL;
 	*content_len = 0;
-	rc = signed_data(der, n, &p7, reason);
+	rc = signed_data(der, n, BC_CLOUD_AZURE, &p7, reason);
 	if (rc != BC_OK)
 		return rc;
 	/* The certificate the SignerInfo names, looked up in the bag. */

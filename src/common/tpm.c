@@ -320,39 +320,165 @@ bc_tpm_ek_spki_sha256(const bc_tpm_public *ek, unsigned char out[BC_SHA256_LEN])
 
 /* ---------------------------------------------------------------- checks */
 
-/* An EK the attestor accepts (and MakeCredential can encrypt to). */
+/*
+ * The TCG EK Credential Profile's templates the attestor takes (version 2.5,
+ * annex B): L-1 RSA-2048 and L-2 ECC P-256 (low range: adminWithPolicy, no
+ * userWithAuth, policy A), H-2 ECC P-256 and H-3 ECC P-384 (high range:
+ * userWithAuth, policy B).  PolicyA SHA-256 is PolicySecret(TPM_RH_ENDORSEMENT);
+ * PolicyB is PolicyOR of policies for the endorsement authorization and an
+ * NV-written one, in the template's nameAlg.  The digests are the profile's
+ * (as tpm2-tools' tpm2_createek, go-attestation and swtpm_setup carry them).
+ */
+static const unsigned char ek_policy_a_sha256[32] = {
+	0x83, 0x71, 0x97, 0x67, 0x44, 0x84, 0xb3, 0xf8, 0x1a, 0x90, 0xcc, 0x8d,
+	0x46, 0xa5, 0xd7, 0x24, 0xfd, 0x52, 0xd7, 0x6e, 0x06, 0x52, 0x0b, 0x64,
+	0xf2, 0xa1, 0xda, 0x1b, 0x33, 0x14, 0x69, 0xaa
+};
+static const unsigned char ek_policy_b_sha256[32] = {
+	0xca, 0x3d, 0x0a, 0x99, 0xa2, 0xb9, 0x39, 0x06, 0xf7, 0xa3, 0x34, 0x24,
+	0x14, 0xef, 0xcf, 0xb3, 0xa3, 0x85, 0xd4, 0x4c, 0xd1, 0xfd, 0x45, 0x90,
+	0x89, 0xd1, 0x9b, 0x50, 0x71, 0xc0, 0xb7, 0xa0
+};
+static const unsigned char ek_policy_b_sha384[48] = {
+	0xb2, 0x6e, 0x7d, 0x28, 0xd1, 0x1a, 0x50, 0xbc, 0x53, 0xd8, 0x82, 0xbc,
+	0xf5, 0xfd, 0x3a, 0x1a, 0x07, 0x41, 0x48, 0xbb, 0x35, 0xd3, 0xb4, 0xe4,
+	0xcb, 0x1c, 0x0a, 0xd9, 0xbd, 0xe4, 0x19, 0xca, 0xcb, 0x47, 0xba, 0x09,
+	0x69, 0x96, 0x46, 0x15, 0x0f, 0x9f, 0xc0, 0x00, 0xf3, 0xf8, 0x0e, 0x12
+};
+
+#define EK_ATTRS_LOW (TPMA_OBJECT_FIXEDTPM | TPMA_OBJECT_FIXEDPARENT | \
+					  TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_ADMINWITHPOLICY | \
+					  TPMA_OBJECT_RESTRICTED | TPMA_OBJECT_DECRYPT)		/* 0x000300b2 */
+#define EK_ATTRS_HIGH (EK_ATTRS_LOW | TPMA_OBJECT_USERWITHAUTH)		/* 0x000300f2 */
+
+typedef struct ek_template
+{
+	int			id;				/* enum bc_tpm_ek_template */
+	TPMI_ALG_PUBLIC type;
+	TPMI_ECC_CURVE curve;		/* ECC */
+	TPMI_ALG_HASH name_alg;
+	TPMA_OBJECT attrs;
+	const unsigned char *policy;
+	size_t		policy_len;
+	uint16_t	aes_bits;
+} ek_template;
+
+static const ek_template ek_templates[] = {
+	{BC_TPM_EK_L1_RSA2048, TPM2_ALG_RSA, 0, TPM2_ALG_SHA256, EK_ATTRS_LOW,
+	ek_policy_a_sha256, sizeof(ek_policy_a_sha256), 128},
+	{BC_TPM_EK_L2_P256, TPM2_ALG_ECC, TPM2_ECC_NIST_P256, TPM2_ALG_SHA256, EK_ATTRS_LOW,
+	ek_policy_a_sha256, sizeof(ek_policy_a_sha256), 128},
+	{BC_TPM_EK_H2_P256, TPM2_ALG_ECC, TPM2_ECC_NIST_P256, TPM2_ALG_SHA256, EK_ATTRS_HIGH,
+	ek_policy_b_sha256, sizeof(ek_policy_b_sha256), 128},
+	{BC_TPM_EK_H3_P384, TPM2_ALG_ECC, TPM2_ECC_NIST_P384, TPM2_ALG_SHA384, EK_ATTRS_HIGH,
+	ek_policy_b_sha384, sizeof(ek_policy_b_sha384), 256},
+};
+
+/* The template of id, or NULL. */
+static const ek_template *
+ek_template_of(int id)
+{
+	size_t		i;
+
+	for (i = 0; i < sizeof(ek_templates) / sizeof(ek_templates[0]); i++)
+		if (ek_templates[i].id == id)
+			return &ek_templates[i];
+	return NULL;
+}
+
+/* An EK template as TPM2_CreatePrimary takes it (bc_tpm.h). */
+int
+bc_tpm_ek_template(int id, TPM2B_PUBLIC *out)
+{
+	const ek_template *t = ek_template_of(id);
+	TPMT_PUBLIC *p = &out->publicArea;
+
+	memset(out, 0, sizeof(*out));
+	if (t == NULL)
+		return BC_EINVAL;
+	p->type = t->type;
+	p->nameAlg = t->name_alg;
+	p->objectAttributes = t->attrs;
+	p->authPolicy.size = (UINT16) t->policy_len;
+	memcpy(p->authPolicy.buffer, t->policy, t->policy_len);
+	if (t->type == TPM2_ALG_RSA)
+	{
+		p->parameters.rsaDetail.symmetric.algorithm = TPM2_ALG_AES;
+		p->parameters.rsaDetail.symmetric.keyBits.aes = t->aes_bits;
+		p->parameters.rsaDetail.symmetric.mode.aes = TPM2_ALG_CFB;
+		p->parameters.rsaDetail.scheme.scheme = TPM2_ALG_NULL;
+		p->parameters.rsaDetail.keyBits = 2048;
+		p->parameters.rsaDetail.exponent = 0;
+		p->unique.rsa.size = 256;	/* low range: 256 zero bytes */
+	}
+	else
+	{
+		size_t		bytes = t->curve == TPM2_ECC_NIST_P384 ? 48 : 32;
+
+		p->parameters.eccDetail.symmetric.algorithm = TPM2_ALG_AES;
+		p->parameters.eccDetail.symmetric.keyBits.aes = t->aes_bits;
+		p->parameters.eccDetail.symmetric.mode.aes = TPM2_ALG_CFB;
+		p->parameters.eccDetail.scheme.scheme = TPM2_ALG_NULL;
+		p->parameters.eccDetail.curveID = t->curve;
+		p->parameters.eccDetail.kdf.scheme = TPM2_ALG_NULL;
+		/* low range: zero x and y of the field's size; high range: empty */
+		if (t->attrs == EK_ATTRS_LOW)
+		{
+			p->unique.ecc.x.size = (UINT16) bytes;
+			p->unique.ecc.y.size = (UINT16) bytes;
+		}
+	}
+	return BC_OK;
+}
+
+/*
+ * An EK the attestor accepts (and MakeCredential can encrypt to): made from
+ * one of the TCG EK Credential Profile templates above, its public area
+ * equal to the template but for the key itself.  The template is chosen by
+ * key type and curve (and, for P-256, userWithAuth: high range or low);
+ * then each field is held to it exactly.
+ */
 int
 bc_tpm_check_ek(const bc_tpm_public *ek, const char **reason)
 {
 	const TPMT_PUBLIC *p = &ek->pub.publicArea;
 	const TPMT_SYM_DEF_OBJECT *sym;
-	TPMA_OBJECT need = TPMA_OBJECT_FIXEDTPM | TPMA_OBJECT_FIXEDPARENT |
-		TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_RESTRICTED | TPMA_OBJECT_DECRYPT;
+	const ek_template *t;
 
 	if (p->type == TPM2_ALG_RSA)
 	{
 		if (p->parameters.rsaDetail.keyBits != 2048 ||
-			p->parameters.rsaDetail.scheme.scheme != TPM2_ALG_NULL)
+			p->parameters.rsaDetail.scheme.scheme != TPM2_ALG_NULL ||
+			p->parameters.rsaDetail.exponent != 0)
 			return refuse(reason, "ek-type", BC_EVERIFY);
+		t = ek_template_of(BC_TPM_EK_L1_RSA2048);
 		sym = &p->parameters.rsaDetail.symmetric;
 	}
 	else if (p->type == TPM2_ALG_ECC)
 	{
-		if ((p->parameters.eccDetail.curveID != TPM2_ECC_NIST_P256 &&
-			 p->parameters.eccDetail.curveID != TPM2_ECC_NIST_P384) ||
-			p->parameters.eccDetail.scheme.scheme != TPM2_ALG_NULL)
+		if (p->parameters.eccDetail.scheme.scheme != TPM2_ALG_NULL ||
+			p->parameters.eccDetail.kdf.scheme != TPM2_ALG_NULL)
+			return refuse(reason, "ek-type", BC_EVERIFY);
+		if (p->parameters.eccDetail.curveID == TPM2_ECC_NIST_P384)
+			t = ek_template_of(BC_TPM_EK_H3_P384);
+		else if (p->parameters.eccDetail.curveID == TPM2_ECC_NIST_P256)
+			t = ek_template_of((p->objectAttributes & TPMA_OBJECT_USERWITHAUTH) ?
+							   BC_TPM_EK_H2_P256 : BC_TPM_EK_L2_P256);
+		else
 			return refuse(reason, "ek-type", BC_EVERIFY);
 		sym = &p->parameters.eccDetail.symmetric;
 	}
 	else
 		return refuse(reason, "ek-type", BC_EVERIFY);
-	if ((p->objectAttributes & need) != need ||
-		(p->objectAttributes & TPMA_OBJECT_SIGN_ENCRYPT) != 0)
-		return refuse(reason, "ek-attributes", BC_EVERIFY);
-	if (p->nameAlg != TPM2_ALG_SHA256 && p->nameAlg != TPM2_ALG_SHA384)
+	if (p->nameAlg != t->name_alg)
 		return refuse(reason, "ek-name-alg", BC_EVERIFY);
+	if (p->objectAttributes != t->attrs)
+		return refuse(reason, "ek-attributes", BC_EVERIFY);
+	if (p->authPolicy.size != t->policy_len ||
+		memcmp(p->authPolicy.buffer, t->policy, t->policy_len) != 0)
+		return refuse(reason, "ek-policy", BC_EVERIFY);
 	if (sym->algorithm != TPM2_ALG_AES || sym->mode.aes != TPM2_ALG_CFB ||
-		(sym->keyBits.aes != 128 && sym->keyBits.aes != 256))
+		sym->keyBits.aes != t->aes_bits)
 		return refuse(reason, "ek-symmetric", BC_EVERIFY);
 	return refuse(reason, NULL, BC_OK);
 }

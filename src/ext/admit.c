@@ -38,10 +38,11 @@ static BcPlan revoke_older = {
 
 static BcPlan insert_cert = {
 	"INSERT INTO bc_join.node_certs (serial, node_id, identity_generation, not_before, "
-	"       not_after, spki_sha256, allowed_kinds, node_key_uri, certificate, join_csr_sha256) "
-	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-	10, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID,
-	TEXTARRAYOID, TEXTOID, BYTEAOID, BYTEAOID}
+	"       not_after, spki_sha256, allowed_kinds, node_key_uri, certificate, join_csr_sha256, "
+	"       join_subject) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+	11, {TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID,
+	TEXTARRAYOID, TEXTOID, BYTEAOID, BYTEAOID, BYTEAOID}
 };
 
 static BcPlan insert_binding = {
@@ -67,14 +68,18 @@ static BcPlan site_agent_rekeyed = {
 	1, {TEXTOID}
 };
 
-/* Issue a certificate for the CSR's key and record it in node_certs. */
+/*
+ * Issue a certificate for the CSR's key and record it in node_certs; a join
+ * (join_subject given) records its CSR and the subject it verified.
+ */
 void
 bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char *node_id,
 					int generation, Datum allowed_kinds, bool has_allowed_kinds,
-					const char *node_key_uri, bool by_join, int ttl, BcIssued *issued)
+					const char *node_key_uri, const unsigned char *join_subject, int ttl,
+					BcIssued *issued)
 {
-	Datum		nv[10];
-	char		nn[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		nv[11];
+	char		nn[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	bc_issue_node_cert(req, tenant_id, node_id, node_key_uri, ttl, issued);
 
@@ -93,10 +98,13 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 	else
 		nn[7] = 'n';
 	nv[8] = PointerGetDatum(bc_bytea(issued->leaf_der, issued->leaf_der_len));
-	if (by_join)
+	if (join_subject != NULL)
+	{
 		nv[9] = PointerGetDatum(bc_bytea(req->csr_sha256, BC_SHA256_LEN));
+		nv[10] = PointerGetDatum(bc_bytea(join_subject, BC_SHA256_LEN));
+	}
 	else
-		nn[9] = 'n';
+		nn[9] = nn[10] = 'n';
 	bc_spi_exec(&insert_cert, nv, nn, false, 0);
 	/* A site agent re-keyed: every discovery assertion it signed before is stale. */
 	bc_spi_exec(&site_agent_rekeyed, nv + 1, NULL, false, 0);
@@ -116,9 +124,12 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	StringInfoData ev;
 	int			i;
 	Jsonb	   *evj;
+	unsigned char subject[BC_SHA256_LEN];
 
 	for (i = 0; i < 9; i++)
 		nn[i] = ' ';
+	/* What this round verified, before anything is written: a repeat must verify it again. */
+	bc_result_subject(req, res, subject);
 	if (reclaim)
 	{
 		/* Re-key in place: generation + 1, every older certificate revoked. */
@@ -150,7 +161,7 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 
 	/* Proof of possession was checked by the caller; certify the CSR's key. */
 	bc_issue_and_record(req, res->tenant_id, node_id, generation, res->allowed_kinds,
-						res->has_allowed_kinds, res->node_key_uri, true, ttl, &issued);
+						res->has_allowed_kinds, res->node_key_uri, subject, ttl, &issued);
 
 	/* The binding, after issuing; a concurrent join of the same subject loses. */
 	if (res->has_bind)
@@ -199,19 +210,24 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 							  res->allowed_kinds, res->has_allowed_kinds, outcxt);
 }
 
-/* Who holds a certificate for this key; repeat: this very join, still current. */
+/*
+ * Who holds a certificate for this key; repeat: this very join (its CSR,
+ * attestor and role), still current, and recorded with the subject it
+ * verified (a certificate from before 0.2.0 has none: never a repeat).
+ */
 static BcPlan key_holder = {
 	"SELECT c.serial, c.node_id, n.tenant_id, n.role, c.identity_generation, c.certificate, "
 	"       c.allowed_kinds, c.not_before, c.not_after, "
 	"       coalesce(c.join_csr_sha256 = $2 AND n.attestor = $3 AND n.role = $4 "
+	"                AND c.join_subject IS NOT NULL "
 	"                AND c.revoked_at IS NULL AND c.not_after > bc_join.compute_now() "
 	"                AND c.identity_generation = n.identity_generation "
-	"                AND n.state <> 'retired', false) AS repeat "
+	"                AND n.state <> 'retired', false) AS repeat, c.join_subject "
 	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id "
 	"WHERE c.spki_sha256 = $1 "
 	"UNION ALL "
 	"SELECT s.serial, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::bytea, "
-	"       NULL::text[], NULL::timestamptz, NULL::timestamptz, false "
+	"       NULL::text[], NULL::timestamptz, NULL::timestamptz, false, NULL::bytea "
 	"FROM bc_join.session_certs s WHERE s.spki_sha256 = $1 "
 	"ORDER BY 10 DESC LIMIT 1",
 	4, {BYTEAOID, BYTEAOID, TEXTOID, TEXTOID}
@@ -228,7 +244,15 @@ enum
 	Anum_kh_allowed_kinds,
 	Anum_kh_not_before,
 	Anum_kh_not_after,
-	Anum_kh_repeat
+	Anum_kh_repeat,
+	Anum_kh_join_subject
+};
+
+/* The note of a certificate's first repeat: once per certificate (attestation_uses). */
+static BcPlan repeat_note_once = {
+	"INSERT INTO bc_join.attestation_uses (attestor, subject, node_id, expires_at) "
+	"VALUES ('join', $1, $2, $3) ON CONFLICT DO NOTHING",
+	3, {BYTEAOID, TEXTOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -236,21 +260,15 @@ enum
  * race-free: a concurrent replay waits for the first join to commit, then
  * sees its certificate (each statement takes a new snapshot).
  */
-Jsonb *
-bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join, MemoryContext outcxt)
+void
+bc_key_reuse_check(BcJoinRequest *req, const char *who, bool join)
 {
 	Datum		v[4];
 	bool		isnull;
 	int32		k;
-	char	   *node_id;
-	char	   *tenant;
-	char	   *role;
-	int			generation;
-	bytea	   *der;
+	BcRepeat   *r;
+	bytea	   *subject;
 	Datum		kinds;
-	bool		has_kinds;
-	BcIssued	issued;
-	StringInfoData note;
 
 	/*
 	 * The CSR key's lock: every join or renewal for one key runs after the
@@ -264,37 +282,70 @@ bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join, MemoryC
 	v[2] = CStringGetTextDatum(req->attestor);
 	v[3] = CStringGetTextDatum(req->role);
 	if (bc_spi_exec(&key_holder, v, NULL, false, 1) != 1)
-		return NULL;
+		return;
 	if (!join || !bc_spi_bool(Anum_kh_repeat))
 		bc_refuse_join(psprintf("%s:key-reused", who), NULL);
 
-	/* This very join again (its answer was lost): the same certificate, nothing new. */
+	/* This very join again (its answer was lost?): it must prove the same again. */
+	r = palloc0(sizeof(BcRepeat));
+	strlcpy(r->serial_hex, bc_spi_text_req(Anum_kh_serial), sizeof(r->serial_hex));
+	r->node_id = bc_spi_text_req(Anum_kh_node_id);
+	r->tenant_id = bc_spi_text_req(Anum_kh_tenant);
+	r->role = bc_spi_text_req(Anum_kh_role);
+	r->generation = bc_spi_int4(Anum_kh_generation);
+	r->der = bc_spi_bytea_copy(Anum_kh_certificate);
+	kinds = bc_spi_datum(Anum_kh_allowed_kinds, &isnull);
+	r->has_allowed_kinds = !isnull;
+	if (r->has_allowed_kinds)
+		r->allowed_kinds = PointerGetDatum(DatumGetArrayTypePCopy(kinds));
+	r->not_before = DatumGetTimestampTz(bc_spi_datum(Anum_kh_not_before, &isnull));
+	r->not_after = DatumGetTimestampTz(bc_spi_datum(Anum_kh_not_after, &isnull));
+	subject = bc_spi_bytea_copy(Anum_kh_join_subject);
+	if (VARSIZE_ANY_EXHDR(subject) != BC_SHA256_LEN)
+		elog(ERROR, "certificate %s has a join subject of %zu bytes", r->serial_hex,
+			 (size_t) VARSIZE_ANY_EXHDR(subject));
+	memcpy(r->subject, VARDATA_ANY(subject), BC_SHA256_LEN);
+	req->repeat = r;
+}
+
+/* The answer to a repeat that verified again (see bc_join.h). */
+Jsonb *
+bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
+{
+	const BcRepeat *r = req->repeat;
+	BcIssued	issued;
+	Datum		v[3];
+	unsigned char mark[BC_SHA256_LEN];
+	char	   *m = psprintf("bc_join/repeat:%s", r->serial_hex);
+
 	memset(&issued, 0, sizeof(issued));
-	strlcpy(issued.serial_hex, bc_spi_text_req(Anum_kh_serial), sizeof(issued.serial_hex));
-	node_id = bc_spi_text_req(Anum_kh_node_id);
-	tenant = bc_spi_text_req(Anum_kh_tenant);
-	role = bc_spi_text_req(Anum_kh_role);
-	generation = bc_spi_int4(Anum_kh_generation);
-	der = bc_spi_bytea_copy(Anum_kh_certificate);
-	kinds = bc_spi_datum(Anum_kh_allowed_kinds, &has_kinds);
-	has_kinds = !has_kinds;
-	if (has_kinds)
-		kinds = PointerGetDatum(DatumGetArrayTypePCopy(kinds));
-	issued.not_before = DatumGetTimestampTz(bc_spi_datum(Anum_kh_not_before, &isnull));
-	issued.not_after = DatumGetTimestampTz(bc_spi_datum(Anum_kh_not_after, &isnull));
-	issued.leaf_der = (unsigned char *) VARDATA(der);
-	issued.leaf_der_len = VARSIZE(der) - VARHDRSZ;
-	issued.spiffe_id = psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain, tenant, node_id);
+	strlcpy(issued.serial_hex, r->serial_hex, sizeof(issued.serial_hex));
+	issued.not_before = r->not_before;
+	issued.not_after = r->not_after;
+	issued.leaf_der = (unsigned char *) VARDATA_ANY(r->der);
+	issued.leaf_der_len = VARSIZE_ANY_EXHDR(r->der);
+	issued.spiffe_id = psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain,
+								r->tenant_id, r->node_id);
 
-	initStringInfo(&note);
-	appendStringInfoString(&note, "{\"nodeId\":");
-	escape_json(&note, node_id);
-	bc_json_member(&note, "serial", issued.serial_hex);
-	bc_json_member(&note, "attestor", req->attestor);
-	bc_json_member(&note, "csrSha256", req->csr_sha256_b64);
-	appendStringInfoChar(&note, '}');
-	bc_audit("node.join.repeated", tenant, node_id, bc_jsonb(note.data));
+	/* At most one note per certificate, however often it is repeated. */
+	bc_sha256(m, strlen(m), mark);
+	v[0] = PointerGetDatum(bc_bytea(mark, BC_SHA256_LEN));
+	v[1] = CStringGetTextDatum(r->node_id);
+	v[2] = TimestampTzGetDatum(r->not_after);
+	if (bc_spi_exec(&repeat_note_once, v, NULL, false, 0) == 1)
+	{
+		StringInfoData note;
 
-	return bc_issued_response(req, node_id, tenant, role, generation, &issued,
-							  kinds, has_kinds, outcxt);
+		initStringInfo(&note);
+		appendStringInfoString(&note, "{\"nodeId\":");
+		escape_json(&note, r->node_id);
+		bc_json_member(&note, "serial", r->serial_hex);
+		bc_json_member(&note, "attestor", req->attestor);
+		bc_json_member(&note, "csrSha256", req->csr_sha256_b64);
+		appendStringInfoChar(&note, '}');
+		bc_audit("node.join.repeated", r->tenant_id, r->node_id, bc_jsonb(note.data));
+	}
+
+	return bc_issued_response(req, r->node_id, r->tenant_id, r->role, r->generation, &issued,
+							  r->allowed_kinds, r->has_allowed_kinds, outcxt);
 }

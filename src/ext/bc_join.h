@@ -52,11 +52,15 @@ extern char *bc_new_id(const char *prefix);
 
 /*
  * OpenSSL objects owned by a memory context: freed when it is reset or
- * deleted, so an ereport half-way through cannot leak them.
+ * deleted, so an ereport half-way through cannot leak them.  Each takes the
+ * caller's pointer by address and sets it to NULL; what it returns is
+ * borrowed: use it until the context is reset, never free it (the context
+ * does; test/tools/ownership-check refuses a free of it).
  */
-extern EVP_PKEY *bc_own_pkey(MemoryContext cxt, EVP_PKEY *key);
-extern X509 *bc_own_x509(MemoryContext cxt, X509 *cert);
-extern bc_csr *bc_own_csr(MemoryContext cxt, bc_csr *csr);
+extern EVP_PKEY *bc_own_pkey(MemoryContext cxt, EVP_PKEY **key);
+extern X509 *bc_own_x509(MemoryContext cxt, X509 **cert);
+extern STACK_OF(X509) *bc_own_x509_stack(MemoryContext cxt, STACK_OF(X509) **sk);
+extern bc_csr *bc_own_csr(MemoryContext cxt, bc_csr **csr);
 /* A malloc()ed buffer from src/common copied into the current context, freed. */
 extern char *bc_take_cstring(char *malloced);
 extern bytea *bc_take_bytea(unsigned char *malloced, size_t len, bool secret);
@@ -158,6 +162,27 @@ extern bytea *bc_bytea(const void *data, size_t n);
 
 /* ---------------------------------------------------------------- request.c */
 
+/*
+ * The certificate a final round repeated for the same CSR asks for again
+ * (admit.c, bc_key_reuse_check): its request must verify again for the
+ * same subject as the round that issued it.
+ */
+typedef struct BcRepeat
+{
+	char		serial_hex[33];
+	char	   *node_id;
+	char	   *tenant_id;
+	char	   *role;
+	int			generation;
+	bytea	   *der;
+	Datum		allowed_kinds;
+	bool		has_allowed_kinds;
+	TimestampTz not_before;
+	TimestampTz not_after;
+	/* what the issuing round verified (node_certs.join_subject) */
+	unsigned char subject[BC_SHA256_LEN];
+} BcRepeat;
+
 typedef struct BcJoinRequest
 {
 	/* as sent */
@@ -178,6 +203,8 @@ typedef struct BcJoinRequest
 	bytea	   *attestation;	/* decoded, NULL when absent */
 	char	   *token;			/* the opened sealed token, NULL when none */
 	Jsonb	   *renew_tpm;		/* a renewal's "tpm" member, NULL when none */
+	/* a join round repeated for the certificate its CSR holds, or NULL */
+	const BcRepeat *repeat;
 } BcJoinRequest;
 
 /* One round of a request: an answer, or a JR001 refusal raised. */
@@ -250,6 +277,12 @@ typedef struct BcAttestResult
 	bool		has_bind;
 	char	   *node_key;		/* "tpm" or NULL */
 	char	   *node_key_uri;
+	/*
+	 * The built-in tpm attestor proved node_key_uri (its AK certified the
+	 * CSR's key): never set from an SQL attestor's answer, whose statement
+	 * renewal could never prove again (join:node-key-statement).
+	 */
+	bool		statement_proven;
 	/* built-in join-token: spend one use of token_id once issued */
 	bool		spend_token;
 	/* the attestor already enforced the token's expect binding */
@@ -263,6 +296,13 @@ typedef struct BcAttestResult
 	/* called by bc_admit once the node and its certificate exist (discovery: the machine's node), or NULL */
 	void		(*admitted) (const struct BcAttestResult *res, const char *node_id);
 	void	   *admitted_arg;
+	/*
+	 * What the attestor verified beyond tenant, role, token, bind and key
+	 * (x509pop: the certificate held; provisioned: the token; discovery: the
+	 * machine): part of the subject a repeat must verify again.
+	 */
+	unsigned char subject[BC_SHA256_LEN];
+	bool		has_subject;
 } BcAttestResult;
 
 /* What an attestor answers: a result, or a deferral. */
@@ -349,6 +389,20 @@ extern void bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *r
 extern void bc_parse_outcome(const char *attestor, Jsonb *answer, BcOutcome *out);
 extern void bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl);
 extern void bc_validate_deferral(const char *attestor, BcOutcome *out);
+/*
+ * The subject a round verified: SHA-256 over the attestor, the result's
+ * tenant, role, token, bind, node key and statement, and the attestor's own
+ * subject; recorded on the certificate (node_certs.join_subject), which a
+ * repeat must match.
+ */
+extern void bc_result_subject(const BcJoinRequest *req, const BcAttestResult *res,
+							  unsigned char out[BC_SHA256_LEN]);
+/*
+ * A repeat's result is for the subject of the round that issued: the same
+ * tenant, role, node (or none named) and subject; a token's expect binding
+ * enforced as in any round.  Refuses "join:repeat-subject".
+ */
+extern void bc_validate_repeat(const BcJoinRequest *req, BcAttestResult *res);
 
 /*
  * evidence.c: a built-in attestor's JSON evidence, read without raising
@@ -381,15 +435,36 @@ typedef struct BcDocField
 /* Read these fields of a JSON object; false when it is no JSON object or a field is duplicated. */
 extern bool bc_doc_fields(const char *data, int len, BcDocField *fields, int n);
 
-/* single_use.c: single-use evidence consumed in the running round. */
+/*
+ * single_use.c: single-use evidence consumed in the running round; the
+ * join round's CSR (the default of attestation_uses.csr_sha256) and, for a
+ * repeat, the certificate asked for again.
+ */
 extern void bc_single_use_reset(void);
 extern bool bc_single_use_consumed(void);
+extern void bc_join_round_begin(const BcJoinRequest *req);
+extern void bc_join_round_repeat(const BcJoinRequest *req);
+extern void bc_join_round_end(void);
+/* The repeat the running join round is, or NULL. */
+extern const BcRepeat *bc_round_repeat(void);
+/*
+ * In a repeat, whether (attestor, subject) in attestation_uses was spent by
+ * the round that issued the certificate asked for again (the same CSR).
+ */
+extern bool bc_spent_by_repeat(const char *attestor, const unsigned char subject[BC_SHA256_LEN]);
 
 /* ------------------------------------------------------- challenge_state.c */
 
 /* A join round begins / ends: the challenge helpers act for its attestor and CSR. */
 extern void bc_challenge_round_begin(const BcJoinRequest *req);
 extern void bc_challenge_round_end(void);
+/*
+ * A registered attestor's challenge deferral records its notAfter for the
+ * round's CSR; its final rounds past it are refused
+ * "<attestor>:challenge-expired" (bc_join.challenge_deadlines).
+ */
+extern void bc_challenge_deadline_record(const char *attestor, TimestampTz not_after);
+extern void bc_challenge_deadline_check(const char *attestor, const char *tenant);
 /* The notAfter of a state sealed in the running round, when one was. */
 extern bool bc_challenge_sealed_not_after(TimestampTz *not_after);
 /* Seal an attestor's payload for the running round's CSR and role until not_after. */
@@ -507,20 +582,30 @@ extern void bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
 extern Jsonb *bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl,
 					   MemoryContext outcxt);
 
-/* Issue a certificate for the CSR's key and record it in node_certs. */
+/*
+ * Issue a certificate for the CSR's key and record it in node_certs;
+ * join_subject (NULL: a renewal) is what the issuing join verified.
+ */
 extern void bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id,
 								const char *node_id, int generation, Datum allowed_kinds,
-								bool has_allowed_kinds, const char *node_key_uri, bool by_join,
-								int ttl, BcIssued *issued);
+								bool has_allowed_kinds, const char *node_key_uri,
+								const unsigned char *join_subject, int ttl, BcIssued *issued);
 
 /*
- * One key, one certificate.  Under a lock on the CSR key: NULL when the key
- * holds no certificate; the signed answer again when this very request
- * (same CSR, attestor and role) was already issued a certificate that is
- * still current; otherwise the refusal "<who>:key-reused".
+ * One key, one certificate.  Under a lock on the CSR key: nothing when the
+ * key holds no certificate; for a join repeated with this very CSR
+ * (attestor and role) whose certificate is still current, req->repeat is
+ * set (the round must then verify again for the same subject); otherwise
+ * the refusal "<who>:key-reused".
  */
-extern Jsonb *bc_key_reuse_check(const BcJoinRequest *req, const char *who, bool join,
-								 MemoryContext outcxt);
+extern void bc_key_reuse_check(BcJoinRequest *req, const char *who, bool join);
+
+/*
+ * The answer to a repeat that verified again: the certificate asked for,
+ * newly signed; the first repeat of a certificate leaves a note in the
+ * audit log, later ones nothing.
+ */
+extern Jsonb *bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt);
 
 /* -------------------------------------------------------------- response.c */
 

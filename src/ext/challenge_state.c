@@ -69,6 +69,50 @@ bc_challenge_sealed_not_after(TimestampTz *not_after)
 	return round_sealed;
 }
 
+/*
+ * A registered attestor's challenge: its notAfter, recorded at the deferral
+ * for the round's attestor and CSR (bc_join.challenge_deadlines; a new
+ * challenge to the same CSR replaces it), and enforced at every final round
+ * of that attestor for that CSR: past it, "<attestor>:challenge-expired",
+ * whatever the attestor's own state says.  (The built-in tpm seals its
+ * notAfter in the state instead and writes no row.)
+ */
+static BcPlan record_deadline = {
+	"INSERT INTO bc_join.challenge_deadlines AS d (attestor, csr_sha256, not_after) "
+	"VALUES ($1, $2, $3) ON CONFLICT (attestor, csr_sha256) DO UPDATE SET not_after = excluded.not_after",
+	3, {TEXTOID, BYTEAOID, TIMESTAMPTZOID}
+};
+
+static BcPlan deadline_passed = {
+	"SELECT not_after < bc_join.compute_now() FROM bc_join.challenge_deadlines "
+	"WHERE attestor = $1 AND csr_sha256 = $2",
+	2, {TEXTOID, BYTEAOID}
+};
+
+/* Record the notAfter of a challenge the running round's attestor defers with. */
+void
+bc_challenge_deadline_record(const char *attestor, TimestampTz not_after)
+{
+	Datum		v[3];
+
+	v[0] = CStringGetTextDatum(attestor);
+	v[1] = PointerGetDatum(bc_bytea(round_csr_sha256, BC_SHA256_LEN));
+	v[2] = TimestampTzGetDatum(not_after);
+	bc_spi_exec(&record_deadline, v, NULL, false, 0);
+}
+
+/* A final round after a recorded challenge's notAfter: "<attestor>:challenge-expired". */
+void
+bc_challenge_deadline_check(const char *attestor, const char *tenant)
+{
+	Datum		v[2];
+
+	v[0] = CStringGetTextDatum(attestor);
+	v[1] = PointerGetDatum(bc_bytea(round_csr_sha256, BC_SHA256_LEN));
+	if (bc_spi_exec(&deadline_passed, v, NULL, true, 1) == 1 && bc_spi_bool(1))
+		bc_refuse_join(psprintf("%s:challenge-expired", attestor), tenant);
+}
+
 /* INVALID_CONFIG unless challenge.key is loaded. */
 static const BcKeys *
 challenge_keys(void)

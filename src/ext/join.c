@@ -84,6 +84,111 @@ open_sealed_token(BcJoinRequest *req, const char *attestor)
 	bc_free_secret(pt, ptlen + 1);
 }
 
+/* The attestor's verify: a built-in's C function or a registered SQL one. */
+static void
+run_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out)
+{
+	if (req->sealed_token != NULL)
+		open_sealed_token(req, att->id);
+	if (att->verify != NULL)
+		att->verify(req, out);
+	else
+		bc_sql_attestor_verify(att, req, out);
+}
+
+/*
+ * A deferral of the running round: validated, the CSR's signature, and for
+ * a registered attestor's challenge its notAfter recorded (a later final
+ * round is refused once it passed: the attestor's own state may not say).
+ */
+static Jsonb *
+defer(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out, MemoryContext outcxt)
+{
+	bc_validate_deferral(att->id, out);
+	if (bc_csr_verify_pop(req->csr) != BC_OK)
+		bc_refuse_join("join:csr-signature", NULL);
+	if (att->verify == NULL && strcmp(out->kind, "challenge") == 0)
+		bc_challenge_deadline_record(att->id, out->not_after);
+	return bc_deferral_response(req, out, outcxt);
+}
+
+/*
+ * A final round repeated with the CSR of a current certificate: it must
+ * present evidence that verifies again, for the same subject as the round
+ * that issued, every check as then except that what that round spent is
+ * found spent by this very certificate (bc_round_repeat tells the
+ * attestors).  It runs in a subtransaction of its own that is rolled back
+ * once it verified: a repeat writes nothing of the attestor's and spends
+ * nothing; the answer is the certificate again.  Any refusal on the way
+ * is join:key-reused, the attestor's reason in the event's detail.  A
+ * repeat may be challenged again (the challenge is answered by a repeat);
+ * it is never deferred for approval.
+ */
+static Jsonb *
+repeat_round(const BcAttestor *att, BcJoinRequest *req, MemoryContext outcxt)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	BcOutcome	out;
+	Jsonb	   *volatile deferral = NULL;
+
+	memset(&out, 0, sizeof(out));
+	bc_join_round_repeat(req);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		run_verify(att, req, &out);
+		if (out.deferred)
+		{
+			if (strcmp(out.kind, "challenge") != 0)
+				bc_refuse_join("join:repeat-approval", NULL);
+			deferral = defer(att, req, &out, outcxt);
+			ReleaseCurrentSubTransaction();		/* the attestor's challenge rows stay */
+		}
+		else
+		{
+			if (att->verify == NULL)
+				bc_challenge_deadline_check(att->id, out.result.tenant_id);
+			bc_validate_repeat(req, &out.result);
+			if (bc_csr_verify_pop(req->csr) != BC_OK)
+				bc_refuse_join("join:csr-signature", NULL);
+			RollbackAndReleaseCurrentSubTransaction();	/* verified: nothing it wrote stays */
+		}
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		char	   *r;
+		char	   *t;
+		StringInfoData detail;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_BC_JOIN_REFUSED)
+			ReThrowError(edata);
+		if (!bc_take_refusal(&r, &t))
+			r = psprintf("%s:refused", att->id);
+		initStringInfo(&detail);
+		appendStringInfoString(&detail, "{\"repeatOf\":");
+		escape_json(&detail, req->repeat->serial_hex);
+		bc_json_member(&detail, "refusal", r);
+		appendStringInfoChar(&detail, '}');
+		bc_refuse_join_detail("join:key-reused", t, detail.data);
+	}
+	PG_END_TRY();
+
+	if (deferral != NULL)
+		return deferral;
+	return bc_repeat_response(req, outcxt);
+}
+
 /* One join round: verify, then defer or admit.  Raises JR001 to refuse. */
 static Jsonb *
 join_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
@@ -95,33 +200,23 @@ join_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	memset(&out, 0, sizeof(out));
 	bc_single_use_reset();
 	bc_challenge_round_begin(req);
+	bc_join_round_begin(req);
 
 	if (!role_admitted(att, req->role))
 		bc_refuse_join(psprintf("%s:role-not-admitted", att->id), NULL);
 
-	/* One key, one join: a replay gets its certificate again, anything else is refused. */
-	{
-		Jsonb	   *again = bc_key_reuse_check(req, "join", true, outcxt);
+	/* One key, one join: a repeat must prove the same again, anything else is refused. */
+	bc_key_reuse_check(req, "join", true);
+	if (req->repeat != NULL)
+		return repeat_round(att, req, outcxt);
 
-		if (again != NULL)
-			return again;
-	}
-	if (req->sealed_token != NULL)
-		open_sealed_token(req, att->id);
-
-	if (att->verify != NULL)
-		att->verify(req, &out);
-	else
-		bc_sql_attestor_verify(att, req, &out);
+	run_verify(att, req, &out);
 
 	/* Proof of possession: the CSR is signed by the key it asks for. */
 	if (out.deferred)
-	{
-		bc_validate_deferral(att->id, &out);
-		if (bc_csr_verify_pop(req->csr) != BC_OK)
-			bc_refuse_join("join:csr-signature", NULL);
-		return bc_deferral_response(req, &out, outcxt);
-	}
+		return defer(att, req, &out, outcxt);
+	if (att->verify == NULL)
+		bc_challenge_deadline_check(att->id, out.result.tenant_id);
 	bc_validate_result(req, &out.result, &ttl);
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("join:csr-signature", out.result.tenant_id);
@@ -253,6 +348,7 @@ bc_join_request(PG_FUNCTION_ARGS)
 	PG_FINALLY();
 	{
 		bc_challenge_round_end();
+		bc_join_round_end();
 	}
 	PG_END_TRY();
 	SPI_finish();

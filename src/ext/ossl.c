@@ -6,6 +6,14 @@
  * context that owns it, so an ereport(ERROR) anywhere after the registration
  * cannot leak it: the context is reset during abort.  The pattern is
  * pgcrypto's ResourceOwner wrapping, with memory-context lifetime instead.
+ *
+ * The one rule (docs/design.md, "Memory and OpenSSL objects"): what a
+ * context owns is freed by the context, never by hand.  So the helpers take
+ * the caller's pointer by address and clear it: the variable that held the
+ * object is NULL once the context owns it (a free of it afterwards is a
+ * no-op, never a double free), and the pointer they return is borrowed, to
+ * use until the context is reset and never to free.  test/tools/ownership-check
+ * (run by the unit suite) refuses a free of a borrowed pointer in src/ext.
  */
 #include "bc_join.h"
 
@@ -39,6 +47,16 @@ free_x509_cb(void *arg)
 	o->obj = NULL;
 }
 
+/* Reset callback: free an owned stack of X509 and its certificates. */
+static void
+free_x509_stack_cb(void *arg)
+{
+	OwnedObject *o = (OwnedObject *) arg;
+
+	sk_X509_pop_free((STACK_OF(X509) *) o->obj, X509_free);
+	o->obj = NULL;
+}
+
 /* Reset callback: free an owned parsed CSR. */
 static void
 free_csr_cb(void *arg)
@@ -49,12 +67,17 @@ free_csr_cb(void *arg)
 	o->obj = NULL;
 }
 
-/* Register obj with cxt; frees it at once if registration itself fails. */
+/*
+ * Register *objp with cxt and clear *objp; returns the object, borrowed.
+ * Frees it at once if the registration itself fails (out of memory).
+ */
 static void *
-own(MemoryContext cxt, void *obj, MemoryContextCallbackFunction fn)
+own(MemoryContext cxt, void **objp, MemoryContextCallbackFunction fn)
 {
 	OwnedObject *o;
+	void	   *obj = *objp;
 
+	*objp = NULL;
 	if (obj == NULL)
 		return NULL;
 	o = MemoryContextAllocExtended(cxt, sizeof(OwnedObject), MCXT_ALLOC_NO_OOM);
@@ -74,25 +97,32 @@ own(MemoryContext cxt, void *obj, MemoryContextCallbackFunction fn)
 	return obj;
 }
 
-/* Give an EVP_PKEY to a memory context. */
+/* Give *key to a memory context (*key becomes NULL); the key, borrowed. */
 EVP_PKEY *
-bc_own_pkey(MemoryContext cxt, EVP_PKEY *key)
+bc_own_pkey(MemoryContext cxt, EVP_PKEY **key)
 {
-	return own(cxt, key, free_pkey_cb);
+	return own(cxt, (void **) key, free_pkey_cb);
 }
 
-/* Give an X509 to a memory context. */
+/* Give *cert to a memory context (*cert becomes NULL); the certificate, borrowed. */
 X509 *
-bc_own_x509(MemoryContext cxt, X509 *cert)
+bc_own_x509(MemoryContext cxt, X509 **cert)
 {
-	return own(cxt, cert, free_x509_cb);
+	return own(cxt, (void **) cert, free_x509_cb);
 }
 
-/* Give a parsed CSR to a memory context. */
-bc_csr *
-bc_own_csr(MemoryContext cxt, bc_csr *csr)
+/* Give *sk and its certificates to a memory context (*sk becomes NULL); the stack, borrowed. */
+STACK_OF(X509) *
+bc_own_x509_stack(MemoryContext cxt, STACK_OF(X509) **sk)
 {
-	return own(cxt, csr, free_csr_cb);
+	return own(cxt, (void **) sk, free_x509_stack_cb);
+}
+
+/* Give *csr to a memory context (*csr becomes NULL); the CSR, borrowed. */
+bc_csr *
+bc_own_csr(MemoryContext cxt, bc_csr **csr)
+{
+	return own(cxt, (void **) csr, free_csr_cb);
 }
 
 /* Copy a malloc()ed C string from src/common into palloc memory and free it. */

@@ -367,7 +367,7 @@ bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof
 	if (bc_cert_parse((unsigned char *) VARDATA_ANY(cert_der), VARSIZE_ANY_EXHDR(cert_der),
 					  &cert) != BC_OK)
 		elog(ERROR, "stored certificate %s does not parse", serial);
-	bc_own_x509(CurrentMemoryContext, cert);
+	cert = bc_own_x509(CurrentMemoryContext, &cert);
 	st = bc_jws_verify_es256(X509_get0_pubkey(cert), proof, strlen(proof), BC_PROOF_MAX,
 							 &payload, &plen);
 	if (st != BC_OK)

@@ -44,6 +44,12 @@ static BcPlan registered_attestors = {
  * this backend at its next command and in the others when the change
  * commits.  The next lookup rebuilds into a fresh context and only then
  * drops the old one.
+ *
+ * The cache is valid only after a rebuild that ran to its end with no
+ * invalidation arriving meanwhile: a rebuild that errors or is cancelled
+ * (a statement timeout while the registry is locked) leaves it stale, so
+ * the next lookup reads the registry again; the old entries are never used
+ * once an invalidation has marked them stale.
  */
 typedef struct CachedAttestors
 {
@@ -56,13 +62,18 @@ static MemoryContext attestor_cache_cxt = NULL;
 static Oid	attestor_registry_relid = InvalidOid;
 static bool attestor_cache_valid = false;
 static bool attestor_cache_hooked = false;
+/* Invalidations seen: a rebuild is valid only if none arrived while it ran. */
+static uint64 attestor_cache_invals = 0;
 
 /* Relcache callback: a change to the registry marks the cache stale, nothing more. */
 static void
 attestor_cache_inval(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == attestor_registry_relid)
+	{
 		attestor_cache_valid = false;
+		attestor_cache_invals++;
+	}
 }
 
 /* Read the whole registry into a new cache context; then drop the old one. */
@@ -74,12 +85,14 @@ attestor_cache_rebuild(void)
 	BcAttestor *att;
 	uint64		rows;
 	uint64		i;
+	uint64		invals_before = attestor_cache_invals;
 
 	/*
-	 * Marked valid before the query: an invalidation that arrives while it
-	 * runs marks it stale again, and the next lookup reads it once more.
+	 * Still stale while the query runs: an error or a cancel leaves it so.
+	 * Marked valid at the end only when no invalidation arrived meanwhile
+	 * (one that did is read again at the next lookup).
 	 */
-	attestor_cache_valid = true;
+	attestor_cache_valid = false;
 	attestor_registry_relid = get_relname_relid("attestors", get_namespace_oid("bc_join", false));
 
 	/* Under the caller's context until built, so an error frees it. */
@@ -118,6 +131,7 @@ attestor_cache_rebuild(void)
 	attestor_cache_cxt = cxt;
 	attestor_cache.n = (int) rows;
 	attestor_cache.att = att;
+	attestor_cache_valid = attestor_cache_invals == invals_before;
 }
 
 /* The registered attestor with this id, or NULL. */

@@ -121,14 +121,14 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	}
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("renew:csr-signature", c.tenant);
-	(void) bc_key_reuse_check(req, BC_PURPOSE_RENEW, false, outcxt);
+	bc_key_reuse_check(req, BC_PURPOSE_RENEW, false);
 
 	ttl = bc_cert_ttl;
 	if (strcmp(c.role, BC_ROLE_RAMDISK) == 0 && ttl > BC_RAMDISK_TTL_MAX)
 		ttl = BC_RAMDISK_TTL_MAX;
 	bc_spi_exec(&revoke_cert, &v, NULL, false, 0);
 	bc_issue_and_record(req, c.tenant, c.node_id, c.generation, c.allowed_kinds,
-						c.has_allowed_kinds, c.node_key_uri, false, ttl, &issued);
+						c.has_allowed_kinds, c.node_key_uri, NULL, ttl, &issued);
 	bc_node_seen(c.node_id, true);
 
 	initStringInfo(&ev);

@@ -168,7 +168,7 @@ bc_parse_csr(const char *csr_b64, BcJoinRequest *req, MemoryContext owner)
 		bc_invalid_input("the CSR's key must be an ECDSA P-256 key");
 	if (st != BC_OK)
 		bc_invalid_input("\"csr\" is not a DER PKCS#10 certificate request");
-	req->csr = bc_own_csr(owner, csr);
+	req->csr = bc_own_csr(owner, &csr);
 
 	if (bc_sha256(req->csr_der, req->csr_der_len, req->csr_sha256) != BC_OK ||
 		bc_csr_spki_sha256(req->csr, req->csr_spki_sha256) != BC_OK)

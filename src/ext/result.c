@@ -461,8 +461,14 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 							  req->attestor, bc_spi_text(1));
 	}
 
-	/* Only a statement the service can prove again at renewal. */
-	if (res->node_key_uri != NULL && !is_tpm_ak_statement(res->node_key_uri))
+	/*
+	 * Only a statement the service can prove again at renewal: a
+	 * urn:bc:tpm-ak: one the built-in tpm attestor proved (a renewal proves
+	 * it again against the EK that attestor recorded; any other attestor's
+	 * would get a certificate that could never renew).
+	 */
+	if (res->node_key_uri != NULL &&
+		(!res->statement_proven || !is_tpm_ak_statement(res->node_key_uri)))
 		bc_refuse_join("join:node-key-statement", tenant);
 
 	*ttl = bc_cert_ttl;
@@ -470,4 +476,71 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 		*ttl = res->cert_ttl_seconds;
 	if (strcmp(req->role, BC_ROLE_RAMDISK) == 0 && *ttl > BC_RAMDISK_TTL_MAX)
 		*ttl = BC_RAMDISK_TTL_MAX;
+}
+
+/* Append a member of the subject: its bytes and a 0x00 (NULL as nothing). */
+static void
+subject_part(StringInfo b, const char *s)
+{
+	if (s != NULL)
+		appendBinaryStringInfo(b, s, strlen(s));
+	appendStringInfoChar(b, '\0');
+}
+
+/* Append 32 bytes as lower-case hex and a 0x00, or only the 0x00. */
+static void
+subject_hex(StringInfo b, const unsigned char *h, bool has)
+{
+	int			i;
+
+	if (has)
+		for (i = 0; i < BC_SHA256_LEN; i++)
+			appendStringInfo(b, "%02x", h[i]);
+	appendStringInfoChar(b, '\0');
+}
+
+/* The subject a round verified (see bc_join.h). */
+void
+bc_result_subject(const BcJoinRequest *req, const BcAttestResult *res,
+				  unsigned char out[BC_SHA256_LEN])
+{
+	StringInfoData b;
+
+	initStringInfo(&b);
+	subject_part(&b, "bc_join/join-subject/1");
+	subject_part(&b, req->attestor);
+	subject_part(&b, res->tenant_id);
+	subject_part(&b, res->role);
+	subject_part(&b, res->token_id);
+	subject_hex(&b, res->bind, res->has_bind);
+	subject_part(&b, res->node_key);
+	subject_part(&b, res->node_key_uri);
+	subject_hex(&b, res->subject, res->has_subject);
+	bc_sha256(b.data, b.len, out);
+	pfree(b.data);
+}
+
+/* A repeat's result is for the issuing round's subject (see bc_join.h). */
+void
+bc_validate_repeat(const BcJoinRequest *req, BcAttestResult *res)
+{
+	const BcRepeat *r = req->repeat;
+	unsigned char subject[BC_SHA256_LEN];
+
+	if (res->tenant_id == NULL || res->role == NULL)
+		bc_invalid_config("attestor \"%s\" returned a result without tenantId or role", req->attestor);
+	if (res->node_key != NULL && strcmp(res->node_key, "tpm") != 0)
+		bc_invalid_config("attestor \"%s\" returned nodeKey \"%s\"; the only proven node key is \"tpm\"",
+						  req->attestor, res->node_key);
+	if (strcmp(res->role, req->role) != 0)
+		bc_refuse_join("join:role", res->tenant_id);
+	/* A token the attestor consumed: its expect binding, as in every round. */
+	if (res->token_id != NULL && !res->expect_checked)
+		(void) bc_check_token_expect(res->token_id, req->claims, req->attestor, "join",
+									 res->tenant_id);
+	bc_result_subject(req, res, subject);
+	if (strcmp(res->tenant_id, r->tenant_id) != 0 || strcmp(res->role, r->role) != 0 ||
+		(res->node_id != NULL && strcmp(res->node_id, r->node_id) != 0) ||
+		memcmp(subject, r->subject, BC_SHA256_LEN) != 0)
+		bc_refuse_join("join:repeat-subject", NULL);
 }

@@ -26,7 +26,13 @@ build_evidence(const BcJoinRequest *req)
 	return bc_jsonb(buf.data);
 }
 
-/* The context every SQL function of an attestor gets: {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
+/*
+ * The context every SQL function of an attestor gets: {"claims",
+ * "csrSha256", "csrSpkiSha256", "role"}, and in a repeat "repeatOf":
+ * {"serial", "nodeId", "tenantId"}, the certificate this CSR holds, which
+ * the round asks for again: what the round that issued it spent is this
+ * round's own (docs/attestors.md, "Repeats").
+ */
 Jsonb *
 bc_attestor_context(const BcJoinRequest *req)
 {
@@ -38,6 +44,14 @@ bc_attestor_context(const BcJoinRequest *req)
 	bc_json_member(&buf, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(&buf, "csrSpkiSha256", req->csr_spki_sha256_b64);
 	bc_json_member(&buf, "role", req->role);
+	if (req->repeat != NULL)
+	{
+		appendStringInfoString(&buf, ",\"repeatOf\":{\"serial\":");
+		escape_json(&buf, req->repeat->serial_hex);
+		bc_json_member(&buf, "nodeId", req->repeat->node_id);
+		bc_json_member(&buf, "tenantId", req->repeat->tenant_id);
+		appendStringInfoChar(&buf, '}');
+	}
 	appendStringInfoChar(&buf, '}');
 	return bc_jsonb(buf.data);
 }

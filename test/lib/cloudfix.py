@@ -100,8 +100,8 @@ class Clouds:
         # pretty-printed like AWS's, the exact bytes signed
         return json.dumps(doc, indent=2, separators=(",", " : ")).encode()
 
-    def aws_pkcs7(self, document, signer="aws", certs=False):
-        args = ["openssl", "smime", "-sign", "-nodetach", "-binary", "-md", "sha256", "-outform", "DER",
+    def aws_pkcs7(self, document, signer="aws", certs=False, md="sha256"):
+        args = ["openssl", "smime", "-sign", "-nodetach", "-binary", "-md", md, "-outform", "DER",
                 "-signer", self.p(signer + ".crt"), "-inkey", self.p(signer + ".key")]
         if not certs:
             args.append("-nocerts")
@@ -154,13 +154,13 @@ class Clouds:
                            "vmId": vm, "licenseType": "", "subscriptionId": sub,
                            "sku": "22_04-lts-gen2"}).encode()
 
-    def azure_pkcs7(self, content, signer="signer", bag=("other", "signer")):
+    def azure_pkcs7(self, content, signer="signer", bag=("other", "signer"), md="sha256"):
         """Signed by signer; the bag holds the named certificates in this order (unrelated first)."""
         bagfile = self.p("bag-%s.pem" % signer)
         with open(bagfile, "w") as f:
             for n in bag:
                 f.write(self.pem(n))
-        return sh("openssl", "smime", "-sign", "-nodetach", "-binary", "-md", "sha256", "-outform", "DER",
+        return sh("openssl", "smime", "-sign", "-nodetach", "-binary", "-md", md, "-outform", "DER",
                   "-nocerts", "-certfile", bagfile, "-signer", self.p(signer + ".crt"),
                   "-inkey", self.p(signer + ".key"), data=content)
 

@@ -15,7 +15,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(43);
+SELECT plan(60);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -135,6 +135,56 @@ SELECT is(bc_join(:'req1')->>'status', 'issued',
 SELECT is((SELECT count(*) FROM bc_join.attestation_uses WHERE attestor = 'acme-asset') || ' ' ||
 		  (SELECT count(*) FROM bc_join.nodes), '1 ' || :'nodes_before',
 		  'a replayed request spends and makes nothing again');
+-- A repeat must present the evidence again, for the same asset.
+SELECT count(*) AS log0 FROM bc_join.audit_log \gset
+SELECT is(bc_join(:'req1')->>'status', 'issued', 'repeated again: answered');
+SELECT is((SELECT count(*) FROM bc_join.audit_log), :'log0'::bigint, 'and the issuance log does not grow per repeat');
+SELECT is(bc_join(:'req1'::jsonb - 'attestation'), :'refused'::jsonb, 'the CSR alone, without the proof: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root join:key-reused', 'refused join:key-reused');
+SELECT is((SELECT payload->'detail'->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1),
+		  'acme-asset:malformed', 'the attestor ran, its reason in the detail');
+\set req1b `test/tools/acme-proof :bcd :keys :d/m1 ASSET-0043 :d/vendor.key`
+SELECT is(bc_join(:'req1b'), :'refused'::jsonb, 'the same CSR with another asset''s valid proof: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root join:key-reused', 'refused join:key-reused (another subject)');
+SELECT is((SELECT count(*) FROM bc_join.attestation_uses WHERE attestor = 'acme-asset') || ' ' ||
+		  (SELECT count(*) FROM bc_join.node_bindings WHERE subject = sha256('ASSET-0043'::bytea)),
+		  '1 0', 'what a repeat''s attestor wrote is rolled back: no use, no binding');
+SELECT is((SELECT count(*) FROM bc_join.audit_log), :'log0'::bigint, 'refused repeats leave the log as it was');
+
+-- context.repeatOf tells a repeat from a replay; a token a result names is its subject.
+CREATE FUNCTION public.tok_asset_verify(evidence jsonb, context jsonb) RETURNS jsonb
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
+DECLARE
+	t jsonb := bc_join.check_join_token('tok-asset', evidence->>'token', context);
+BEGIN
+	IF context->'claims'->>'hostname' = 'peek' AND context ? 'repeatOf' THEN
+		PERFORM bc_join.refuse('tok-asset:repeat-of-' || (context->'repeatOf'->>'serial'));
+	END IF;
+	-- spent in the round that issues; a repeat finds it spent by its certificate
+	IF NOT context ? 'repeatOf' THEN
+		PERFORM bc_join.spend_join_token(t->>'tokenId');
+	END IF;
+	RETURN jsonb_build_object('tenantId', t->>'tenantId', 'role', 'node', 'poolId', t->>'poolId',
+							  'tokenId', t->>'tokenId');
+END $$;
+SELECT bc_join.register_attestor('tok-asset', '1', ARRAY['node'], 'public.tok_asset_verify(jsonb,jsonb)');
+SELECT bc_join.create_join_token(:'tenant', :'pool', uses => 1) AS ta1 \gset
+SELECT bc_join.create_join_token(:'tenant', :'pool', uses => 1) AS ta2 \gset
+\set ta1req `:bcd join-request --service-keys :keys --attestor tok-asset --token :'ta1' --out-dir :d/ta --claims '{"hostname":"peek"}'`
+SELECT bc_join(:'ta1req') AS taresp \gset
+SELECT is(:'taresp'::jsonb->>'status', 'issued', 'a custom token attestor admits (no repeatOf in a first round)');
+SELECT is(bc_join(:'ta1req'), :'refused'::jsonb, 'its verify runs again in a repeat, and sees context.repeatOf');
+SELECT is((SELECT payload->'detail'->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1),
+		  'tok-asset:repeat-of-' || (convert_from(bc_join.b64url_decode(split_part(:'taresp'::jsonb->>'response', '.', 2)), 'UTF8')::jsonb->>'serial'),
+		  'repeatOf names the certificate asked for');
+\set ta1req2 `:bcd join-request --service-keys :keys --attestor tok-asset --token :'ta1' --out-dir :d/ta --claims '{"hostname":"again"}'`
+SELECT is(bc_join(:'ta1req2')->>'status', 'issued', 'the same token again (its one use spent by this certificate): answered');
+\set ta2req `:bcd join-request --service-keys :keys --attestor tok-asset --token :'ta2' --out-dir :d/ta --claims '{"hostname":"again"}'`
+SELECT is(bc_join(:'ta2req'), :'refused'::jsonb, 'the same CSR with another valid token: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root join:key-reused', 'refused join:key-reused');
+SELECT is(uses_left, 1, 'and that token is not spent') FROM bc_join.join_tokens WHERE id = split_part(:'ta2', '.', 1);
+SELECT ok(bc_join.unregister_attestor('tok-asset'), 'tok-asset unregistered');
+SELECT count(*) AS nodes_before FROM bc_join.nodes \gset
 
 \set req2 `test/tools/acme-proof :bcd :keys :d/m2 ASSET-0043 :d/vendor.key :d/m1`
 SELECT is(bc_join(:'req2'), :'refused'::jsonb, 'a proof for another CSR: the one refusal');

@@ -13,7 +13,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(55);
+SELECT plan(60);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -159,6 +159,23 @@ SELECT is(bc_join(:'creq'::jsonb || jsonb_build_object('attestation', :'nonce'))
 		  'the right CSR answering its challenge is issued');
 SELECT is((SELECT count(*) FROM bc_join.attestation_uses WHERE attestor = 'echo-chal'), 1::bigint,
 		  'the answer is used once, in the final round');
+
+-- The challenge's notAfter holds even where the attestor's own state does not look at it.
+\set lreq `:bcd join-request --service-keys :keys --attestor echo-chal --out-dir :d/late`
+SELECT bc_join(:'lreq') AS l1 \gset
+SELECT pg_temp.payload(:'l1')->>'challenge' AS lnonce \gset
+SELECT is((SELECT count(*) FROM bc_join.challenge_deadlines
+		   WHERE attestor = 'echo-chal' AND csr_sha256 = bc_join.b64url_decode(pg_temp.csr_sha256(:'lreq'))
+			 AND not_after = bc_join.compute_now() + interval '5 minutes'),
+		  1::bigint, 'the deferral records its notAfter for this CSR');
+SET LOCAL bc_join.clock_offset = 301;
+SELECT is(bc_join(:'lreq'::jsonb || jsonb_build_object('attestation', :'lnonce')), :'refused'::jsonb,
+		  'the challenge answered after its notAfter: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' echo-chal:challenge-expired', 'refused echo-chal:challenge-expired');
+RESET bc_join.clock_offset;
+SELECT is(bc_join(:'lreq'::jsonb || jsonb_build_object('attestation', :'lnonce'))->>'status', 'issued',
+		  'the same answer within its notAfter is issued (the attestor''s row was kept by the rollback)');
+SELECT ok(bc_join(:'lreq')->>'status' = 'challenge', 'a repeat may be challenged again (nothing spent)');
 
 ------------------------------------------------------ malformed deferrals
 CREATE TABLE public.plg_answer (answer jsonb);

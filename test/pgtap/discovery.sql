@@ -21,7 +21,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(69);
+SELECT plan(81);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -79,6 +79,21 @@ SELECT lives_ok(format('SELECT bc_join.enqueue_command(%L, %L, %L)', :'rnode', '
 	'disk.wipe can be queued for it');
 SELECT throws_ok(format('SELECT bc_join.enqueue_command(%L, %L, %L)', :'rnode', 'node.reboot', '{}'), '22023',
 	'the node''s certificate does not allow command kind node.reboot', 'node.reboot cannot');
+-- A repeat presents the evidence again: the same token and assertion, for the same machine.
+SELECT is(pg_temp.payload(bc_join(:'rq'))->>'serial', :'rserial', 'the same request repeated gets the same certificate');
+SELECT pg_temp.rtok() AS t9 \gset
+SELECT count(*) AS log0 FROM bc_join.audit_log \gset
+SELECT is(pg_temp.payload(bc_join(:'rq'))->>'serial', :'rserial', 'and again');
+SELECT is((SELECT count(*) FROM bc_join.audit_log), :'log0'::bigint, 'a repeat adds nothing to the issuance log');
+SELECT is(bc_join(:'rq'::jsonb - 'attestation'), :'refused'::jsonb, 'the CSR and token without the assertion: refused');
+SELECT ok(pg_temp.last_refusal() LIKE '% join:key-reused', 'recorded join:key-reused');
+\set rqm `:dr :bcd :josetool :keys :d/r1 :'t' :d/sa/node.key :sa :site :mac2 1 :now :exp`
+SELECT is(bc_join(:'rqm'), :'refused'::jsonb, 'the same CSR and token with a valid assertion for another machine: refused');
+SELECT ok(pg_temp.last_refusal() LIKE '% join:key-reused', 'recorded join:key-reused (another subject)');
+\set rqt `:dr :bcd :josetool :keys :d/r1 :'t9' :d/sa/node.key :sa :site :mac1 1 :now :exp`
+SELECT is(bc_join(:'rqt'), :'refused'::jsonb, 'the same CSR and machine with another ramdisk token: refused');
+SELECT is(uses_left, 1, 'and that token is not spent') FROM bc_join.join_tokens WHERE id = split_part(:'t9', '.', 1);
+SELECT is((SELECT count(*) FROM bc_join.audit_log), :'log0'::bigint, 'refused repeats add nothing to the log');
 
 ------------------------------------------------------------ refusals
 -- Each with a fresh token and ramdisk key.
@@ -192,6 +207,8 @@ SELECT bc_join(:'rq') AS r4 \gset
 SELECT is(:'r4'::jsonb->>'status', 'issued', 'once approved, the same request joins');
 SELECT is(last_node_id, pg_temp.payload(:'r4')->>'nodeId', 'and the approved machine is remembered with its node')
 	FROM bc_join.discovery_machines WHERE site_id = :'site' AND mac = :'mac2';
+SELECT is(bc_join(:'rq')->>'status', 'issued', 'and repeated: answered again, its approval found consumed by its certificate');
+SELECT is((SELECT count(*) FROM bc_join.join_requests WHERE attestor = 'discovery'), 1::bigint, 'no new join request for the repeat');
 -- The site agent's own command signs this one: bcd sign-discovery-assertion.
 SELECT pg_temp.rtok() AS t \gset
 \set mk5 `:bcd join-request --service-keys :keys --out-dir :d/r5 --role ramdisk --attestor discovery >/dev/null && echo ok`

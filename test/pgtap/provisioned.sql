@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(51);
+SELECT plan(61);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -116,6 +116,22 @@ SELECT is(e.payload->>'attestor' || ' ' || (e.payload->>'reclaim'), 'provisioned
 SELECT is(:'v'::int, 0, 'bcd verifies the answer');
 SELECT is(pg_temp.payload(bc_join(:'good'))->>'serial', pg_temp.payload(:'resp')->>'serial',
 		  'the same request again gets the same certificate (nothing spent twice)');
+-- A repeat presents the evidence again; the log does not grow with repeats.
+SELECT bc_join.create_provisioning_token(:'node') AS ptok2 \gset
+SELECT count(*) AS log0 FROM bc_join.audit_log \gset
+SELECT is(pg_temp.payload(bc_join(:'good'))->>'serial', pg_temp.payload(:'resp')->>'serial', 'and again');
+SELECT is((SELECT count(*) FROM bc_join.audit_log), :'log0'::bigint, 'repeats add nothing to the issuance log');
+SELECT is(bc_join(:'good'::jsonb - 'attestation'), :'refused'::jsonb, 'the repeat without its evidence: the one refusal');
+SELECT ok(pg_temp.last_refusal() LIKE '% join:key-reused', 'refused join:key-reused');
+\set good2 `:bcd join-request --service-keys :keys --token :'ptok2' --attestor provisioned --attestation-file :'ev' --out-dir :d/good`
+SELECT is(bc_join(:'good2'), :'refused'::jsonb, 'the same CSR with another valid provisioning token for the node: the one refusal');
+SELECT ok(pg_temp.last_refusal() LIKE '% join:key-reused', 'refused join:key-reused (another subject)');
+SELECT ok(NOT pg_temp.spent(:'ptok2'), 'and that token is not spent');
+\set good3 `:bcd join-request --service-keys :keys --token :'jtok' --attestor provisioned --attestation-file :'ev' --out-dir :d/good`
+SELECT is(bc_join(:'good3'), :'refused'::jsonb, 'the same CSR with a join token: the one refusal');
+SELECT is((SELECT payload->'detail'->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1),
+		  'provisioned:join-token', 'key-reused, the attestor''s reason in the detail');
+SELECT is((SELECT count(*) FROM bc_join.audit_log), :'log0'::bigint, 'refused repeats add nothing to the log either');
 \set again `:bcd join-request --service-keys :keys --token :'ptok' --attestor provisioned --attestation-file :'ev' --out-dir :d/again`
 SELECT is(bc_join(:'again'), :'refused'::jsonb, 'another machine with the spent token: the one refusal');
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' provisioned:spent', 'refused spent');

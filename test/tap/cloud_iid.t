@@ -11,7 +11,7 @@ reset lets the instance come back as the same node exactly once more, and
 each check of ATTESTORS.md refuses what breaks it with its reason; the
 configuration is validated when written.  Needs the environment
 test/run-all sets (PGHOST, PGPORT, BCJ_*)."""
-import base64, json, os, shutil, subprocess, sys, time
+import base64, json, os, shutil, signal, subprocess, sys, threading, time
 import psycopg2
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -115,6 +115,10 @@ detached = subprocess.run(["openssl", "smime", "-sign", "-binary", "-md", "sha25
 refused(request(cl.aws_evidence(doc2, detached), token=token()), "malformed-pkcs7", "aws: detached content")
 refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2) + b"\0"), token=token()), "malformed-pkcs7",
         "aws: bytes after the PKCS#7")
+# AWS signs rsa2048 with SHA-256 and RSA: every other digest openssl signs with is refused
+for md in ("md5", "sha1", "sha224", "sha384", "sha512"):
+    refused(request(cl.aws_evidence(doc2, cl.aws_pkcs7(doc2, md=md)), token=token()), "digest-algorithm",
+            "aws: a PKCS#7 digest %s (openssl smime -md %s)" % (md, md))
 doc3 = cl.aws_document(account="999999999999", instance="i-0000000000000003")
 refused(request(cl.aws_evidence(doc3, cl.aws_pkcs7(doc3)), token=token()), "unknown-account",
         "aws: an account nobody mapped")
@@ -158,6 +162,73 @@ refused(request(cl.gcp_evidence(cl.gcp_token(h, alg="HS256")), d), "wrong-alg",
         "gcp: HS256 keyed with the public key")
 refused(request(cl.gcp_evidence(cl.gcp_token(h, alg="ES256")), d), "wrong-alg", "gcp: ES256")
 refused(request(cl.gcp_evidence(cl.gcp_token(h, kid="nope")), d), "unknown-key", "gcp: an unknown kid")
+
+# One kid in two rows (Google's refreshed key set INSERTed beside the old one)
+# is unknown-key, as two keys under one kid in one row are; and it is
+# answered: the lookup once freed a key its memory context also freed, and
+# the backend spun in EVP_PKEY_free for good (issue 26, point 2).
+def join_within(req, seconds):
+    """bc_join(req) on a connection of its own under a statement_timeout:
+    (answer or None, what went wrong).  A backend that does not answer is
+    killed so that the rest of the script runs (and reconnected)."""
+    global db, c, admin
+    conn = psycopg2.connect(dbname=sdb.dbname)
+    conn.autocommit = True
+    cur = conn.cursor()
+    cur.execute("SELECT pg_backend_pid()")
+    pid = cur.fetchone()[0]
+    cur.execute("SET statement_timeout = '10s'")
+    out = {}
+    def run():
+        try:
+            cur.execute("SELECT bc_join(%s::jsonb)", (req,))
+            out["answer"] = cur.fetchone()[0]
+        except Exception as e:
+            out["error"] = repr(e)
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(seconds)
+    if th.is_alive():
+        try:
+            admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
+        except psycopg2.Error:
+            pass
+        th.join(5)
+        if th.is_alive():
+            os.kill(pid, signal.SIGKILL)      # the postmaster restarts every backend
+            time.sleep(5)
+        for _ in range(60):
+            try:
+                db = psycopg2.connect(dbname=sdb.dbname)
+                admin = sdb.admin = psycopg2.connect(dbname="postgres")
+                break
+            except psycopg2.Error:
+                time.sleep(1)
+        db.autocommit = admin.autocommit = True
+        sdb.db = db
+        c = sdb.cur = db.cursor()
+        return None, "no answer in %d s (backend %d)" % (seconds, pid)
+    conn.close()
+    return out.get("answer"), out.get("error")
+
+gcp_row = one("SELECT id FROM bc_join.cloud_trust WHERE provider = 'gcp'")
+c.execute("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('gcp', 'jwks', %s) RETURNING id",
+          (cl.jwks(),))
+dup_row = c.fetchone()[0]
+r, err = join_within(request(cl.gcp_evidence(cl.gcp_token(h)), d), 30)
+ok(r is not None and r.get("status") == "refused" and last_refusal() == "cloud-iid:unknown-key",
+   "gcp: one kid in two rows of cloud_trust is unknown-key, answered within the statement timeout",
+   (r, err, r is not None and last_refusal()))
+r, err = join_within(request(cl.gcp_evidence(cl.gcp_token(h)), d), 30)
+ok(r is not None and r.get("status") == "refused", "gcp: and the same backend answers again", (r, err))
+c.execute("DELETE FROM bc_join.cloud_trust WHERE id = %s", (dup_row,))
+c.execute("UPDATE bc_join.cloud_trust SET material = %s WHERE id = %s",
+          (json.dumps({"keys": [json.loads(cl.gkey.export_public()),
+                                dict(json.loads(cl.gother.export_public()), kid="g1")]}), gcp_row))
+r, err = join_within(request(cl.gcp_evidence(cl.gcp_token(h)), d), 30)
+ok(r is not None and r.get("status") == "refused" and last_refusal() == "cloud-iid:unknown-key",
+   "gcp: two keys under one kid in one row is unknown-key", (r, err))
+c.execute("UPDATE bc_join.cloud_trust SET material = %s WHERE id = %s", (cl.jwks(), gcp_row))
 refused(request(cl.gcp_evidence(cl.gcp_token(h, key=cl.gother)), d), "bad-signature",
         "gcp: signed by another key under the kid")
 refused(request(cl.gcp_evidence(cl.gcp_token(h, iss="https://evil.example")), d), "wrong-issuer",
@@ -196,6 +267,9 @@ refused(request(cl.azure_evidence(cl.azure_pkcs7(content, signer="azevil", bag=(
         "untrusted-signer", "azure: signed by a bag certificate that does not chain (a chaining one first)")
 refused(request(cl.azure_evidence(cl.azure_pkcs7(content, signer="wrongdom", bag=("other", "wrongdom"))), d),
         "wrong-domain", "azure: a signer outside the configured domain")
+for md in ("md5", "sha1", "sha384"):
+    refused(request(cl.azure_evidence(cl.azure_pkcs7(content, md=md)), d), "digest-algorithm",
+            "azure: a PKCS#7 digest %s (openssl smime -md %s)" % (md, md))
 bad = bytearray(cl.azure_pkcs7(content))
 bad[-1] ^= 1
 refused(request(cl.azure_evidence(bytes(bad)), d), "bad-signature", "azure: a bad signature")
@@ -229,6 +303,29 @@ r = join(request(cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce2))), d2
 ok(r.get("status") == "issued" and node_of(r) == az_node, "azure: after a reset (ids in any case), its node again", r)
 ok(one("SELECT count(*) FROM bc_join.nodes") == 4, "four nodes: aws twice, gcp, azure; no second node for a reset",
    one("SELECT count(*) FROM bc_join.nodes"))
+
+# -- a repeat needs the evidence again: a signed word for the same instance and CSR
+h2, _ = csr_of("gcp2")
+r = join(request(cl.gcp_evidence(cl.gcp_token(h2)), "gcp2"))
+ok(r.get("status") == "issued" and node_of(r) == gcp_node,
+   "gcp: the reclaim repeated with a token for the same instance and CSR: answered",
+   (r, one("SELECT payload FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1")))
+log0 = one("SELECT count(*) FROM bc_join.audit_log")
+r = join(request(cl.gcp_evidence(cl.gcp_token(h2)), "gcp2"))
+ok(r.get("status") == "issued" and one("SELECT count(*) FROM bc_join.audit_log") == log0,
+   "gcp: and again, the issuance log unchanged", r)
+refused_as = lambda req, name: ok(join(req).get("status") == "refused" and last_refusal() == "join:key-reused",
+                                  name, last_refusal())
+refused_as(request(cl.gcp_evidence(cl.gcp_token(h2, instance="4567890123456789999")), "gcp2"),
+           "gcp: the same CSR with another instance's valid token: refused join:key-reused")
+refused_as(request('{"provider":"gcp"}', "gcp2"), "gcp: the same CSR without the token: refused join:key-reused")
+tk = token()
+refused_as(request(cl.gcp_evidence(cl.gcp_token(h2)), "gcp2", token=tk),
+           "gcp: the same evidence with a join token it was not admitted with: refused join:key-reused")
+ok(one("SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part(%s, '.', 1)", tk) == 1 and
+   one("SELECT count(*) FROM bc_join.audit_log") == log0 + 1,
+   "gcp: nothing spent; the log holds only the token's creation",
+   one("SELECT count(*) FROM bc_join.audit_log") - log0)
 ok(one("SELECT count(*) FROM bc_join.events WHERE type = 'security.join.refused' "
        "AND payload::text LIKE '%%BEGIN%%'") == 0, "no refusal event carries evidence")
 

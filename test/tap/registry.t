@@ -2,7 +2,9 @@
 """registry.t: a backend that already joined through the built-in join-token
 sees, at its next transaction, a join-token attestor another session
 registered and committed (and the built-in again once it is unregistered):
-the per-backend cache of the registry never outlives a change."""
+the per-backend cache of the registry never outlives a change.  A rebuild
+that fails (a statement timeout while the registry is locked) keeps the
+cache stale: an attestor unregistered meanwhile never runs again."""
 import json, os, subprocess, sys
 import psycopg2
 
@@ -17,7 +19,7 @@ def ok(cond, name, detail=""):
         for line in str(detail).splitlines():
             print("#   " + line)
 
-print("1..4")
+print("1..8")
 scratch = os.path.join(os.environ["BCJ_SCRATCH"], "registry")
 subprocess.run(["rm", "-rf", scratch], check=True)
 os.makedirs(scratch)
@@ -55,6 +57,37 @@ ca.execute("SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'securit
 ok(ca.fetchone()[0] == "join-token:closed", "refused by the registered attestor")
 cb.execute("SELECT bc_join.unregister_attestor('join-token')")
 ok(join(ca, "m3") == "issued", "once B unregisters it, A is back on the built-in")
+
+# A failed rebuild keeps nothing: A caches a registered attestor, B
+# unregisters it, A's next lookup times out while B holds the registry
+# locked; afterwards the attestor must be unknown to A (0A000), not run.
+cb.execute("""CREATE FUNCTION public.gone_verify(evidence jsonb, context jsonb) RETURNS jsonb
+              LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$ BEGIN PERFORM bc_join.refuse('x-gone:ran'); RETURN NULL; END $$""")
+cb.execute("SELECT bc_join.register_attestor('x-gone', '1', ARRAY['node'], 'public.gone_verify(jsonb,jsonb)')")
+
+def join_gone(cur, name):
+    req = json.loads(request(name))
+    req["attestor"] = "x-gone"
+    try:
+        cur.execute("SELECT bc_join(%s::jsonb)->>'status'", (json.dumps(req),))
+        return cur.fetchone()[0]
+    except psycopg2.Error as e:
+        return e.pgcode
+
+ok(join_gone(ca, "g1") == "refused", "session A runs the registered x-gone")
+cb.execute("SELECT bc_join.unregister_attestor('x-gone')")
+b.autocommit = False
+cb.execute("LOCK TABLE bc_join.attestors IN ACCESS EXCLUSIVE MODE")
+ca.execute("SET statement_timeout = '1s'")
+got = join_gone(ca, "g2")
+ok(got == "57014", "A's rebuild waits on the locked registry and is cancelled by its statement timeout", got)
+b.rollback()
+b.autocommit = True
+ca.execute("RESET statement_timeout")
+got = join_gone(ca, "g3")
+ok(got == "0A000", "after the failed rebuild A reads the registry again: x-gone is unknown (0A000), never run", got)
+ca.execute("SELECT count(*) FROM bc_join.events WHERE payload->>'refusal' = 'x-gone:ran'")
+ok(ca.fetchone()[0] == 1, "x-gone ran once, while registered")
 a.close(); b.close()
 admin.cursor().execute("DROP DATABASE bcj_registry")
 sys.exit(1 if failed else 0)

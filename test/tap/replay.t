@@ -3,9 +3,13 @@
 admits one join.
 
 The same request sent six times against a 10-use token makes one node and
-spends one use; each repeat is answered with the certificate already issued
-(a relay that lost the answer burns nothing) and leaves only a note in the
-audit log.  Sixteen concurrent replays of one request: exactly one
+spends one use; each repeat, verified again (the same token and secret,
+sealed to this CSR), is answered with the certificate already issued (a
+relay that lost the answer burns nothing), and the audit log gets one note
+for the certificate, however many repeats follow.  A repeat without the
+evidence (the CSR alone), with another token of the tenant, or with the
+token sealed to another CSR, is refused join:key-reused and writes nothing
+to the log.  Sixteen concurrent replays of one request: exactly one
 certificate, one use.  A new CSR for the same key, or the same CSR once its
 certificate is no longer current, is refused join:key-reused and spends
 nothing.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*)."""
@@ -52,9 +56,43 @@ ok(count("bc_join.nodes") == 1 and count("bc_join.node_certs") == 1,
    "one node and one certificate", (count("bc_join.nodes"), count("bc_join.node_certs")))
 ok(uses_left(tok) == 9, "one use spent, not six", uses_left(tok))
 ok(count("bc_join.events WHERE type = 'node.joined'") == 1, "one node.joined event")
-ok(count("bc_join.audit_log WHERE action = 'node.join.repeated'") == 5,
-   "each repeat is a note in the audit log, nothing more")
+ok(count("bc_join.audit_log WHERE action = 'node.join.repeated'") == 1,
+   "the repeats leave one note in the audit log for the certificate, not one each")
 first_serial = serials.pop()
+
+# -- a repeat must present the evidence again
+def audit_rows():
+    return count("bc_join.audit_log")
+def last_detail():
+    return one("SELECT payload->'detail' FROM bc_join.events WHERE type = 'security.join.refused' "
+               "ORDER BY id DESC LIMIT 1")
+tok_other = one("SELECT bc_join.create_join_token(%s, %s, uses => 10)", t, p)
+log0, left0 = audit_rows(), uses_left(tok)
+bare = json.loads(req)
+del bare["sealedToken"]
+r = join(json.dumps(bare))
+ok(r["status"] == "refused" and last_refusal() == "join:key-reused",
+   "the CSR of a current certificate alone (no evidence) is refused join:key-reused", (r, last_refusal()))
+d = last_detail()
+ok(d == {"repeatOf": first_serial, "refusal": "join-token:no-evidence"},
+   "the refusal names the certificate and the attestor's own reason", d)
+other = request(tok_other, "m1")        # the same key and CSR, another token of the tenant
+ok(json.loads(other)["csr"] == json.loads(req)["csr"], "(the same CSR with another token)")
+r = join(other)
+ok(r["status"] == "refused" and last_refusal() == "join:key-reused" and
+   last_detail().get("refusal") == "join:repeat-subject",
+   "the same CSR with another valid token is refused join:key-reused (another subject)", (r, last_detail()))
+ok(uses_left(tok_other) == 10, "and the other token is not spent", uses_left(tok_other))
+r = join(json.dumps(dict(json.loads(req), sealedToken=json.loads(request(tok, "m9"))["sealedToken"])))
+ok(r["status"] == "refused" and last_detail().get("refusal") == "join-token:csr-binding",
+   "the right token sealed to another CSR: refused join:key-reused (csr-binding)", last_detail())
+for _ in range(5):
+    join(req)
+    join(json.dumps(bare))
+ok(audit_rows() == log0, "repeats, refused or answered, add nothing to the issuance log",
+   (audit_rows(), log0))
+ok(uses_left(tok) == left0 and count("bc_join.attestation_uses WHERE attestor = 'join'") == 1,
+   "nothing is spent by a repeat; one repeat mark for the certificate")
 
 # -- the bcd that lost its answer verifies the repeat as its own
 r = subprocess.run([bcd, "verify-response", "--service-keys", keys, "--dir", os.path.join(scratch, "m1"),

@@ -64,7 +64,7 @@ refused() {
   ok "$st $(last_refusal)" "refused $reason" "$what"
 }
 
-echo "1..74"
+echo "1..81"
 
 # ------------------------------------------------------------ a full join
 csr1="$F/node1.csr"
@@ -86,6 +86,19 @@ ok "$(sql -c "SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part('$
 printf '%s' "$(payload "$S/j1b.req.resp" certificateChain)" >/dev/null
 ok "$(send "$S/j1b.req") $(payload "$S/j1b.req.resp" serial)" "issued $serial1" "round 2 replayed: the same certificate again, nothing spent twice"
 ok "$(sql -c "SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part('$tokA', '.', 1)")" 4 "the replay spent nothing"
+# A repeat needs the evidence again: the same EK, AK, state, secret and token.
+tokA2=$(token "$A" "$poolA")
+log0=$(sql -c "SELECT count(*) FROM bc_join.audit_log")
+ok "$(send "$S/j1b.req") $(payload "$S/j1b.req.resp" serial) $(sql -c "SELECT count(*) FROM bc_join.audit_log")" "issued $serial1 $log0" \
+   "repeated again: answered, and the issuance log does not grow"
+/usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); del r["attestation"]; print(json.dumps(r))' "$S/j1b.req" >"$S/bare.req"
+ok "$(send "$S/bare.req") $(last_refusal)" "refused join:key-reused" "the CSR and token without the TPM evidence: refused join:key-reused"
+py join "$csr1" $(r1 1) $(r2 "$S/j1") --token "$tokA2" --service-keys "$BCJ_SERVICE_KEYS" >"$S/tok2.req"
+ok "$(send "$S/tok2.req") $(last_refusal)" "refused join:key-reused" "the same evidence with another token of the tenant: refused join:key-reused"
+py join "$csr1" $(r1 1 | sed "s|ekPub=[^ ]*|ekPub=$F/ekc.pub|; s|ekCert=[^ ]*|ekCert=$F/ekc.crt|") $(r2 "$S/j1") --token "$tokA" --service-keys "$BCJ_SERVICE_KEYS" >"$S/ek2.req"
+ok "$(send "$S/ek2.req") $(last_refusal)" "refused join:key-reused" "the same CSR and AK under another trusted EK: refused join:key-reused"
+ok "$(sql -c "SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part('$tokA2', '.', 1)") $(sql -c "SELECT count(*) FROM bc_join.audit_log")" "5 $log0" \
+   "nothing spent, nothing logged by the refused repeats"
 
 # ----------------------------------------------------- round 1 refusals
 csr3="$F/node3.csr"
@@ -106,6 +119,12 @@ SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'security.join.refus
 ROLLBACK;
 SQL
 )" "refused tpm:ek-chain " "an EK certificate that chains to no root (intermediate removed)"
+# The EK held to the TCG template: its key and certificate unchanged, one bit of
+# objectAttributes (userWithAuth on the low-range RSA EK) or of authPolicy flipped.
+/usr/bin/python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[9]^=0x40; open(sys.argv[2],"wb").write(b)' "$F/ekr.pub" "$S/ekr-uwa.pub"
+/usr/bin/python3 -c 'import sys; b=bytearray(open(sys.argv[1],"rb").read()); b[20]^=0x01; open(sys.argv[2],"wb").write(b)' "$F/ekr.pub" "$S/ekr-pol.pub"
+refused tpm:ek-attributes "the RSA EK with userWithAuth set (not template L-1), its certificate still matching" "$csr3" $(r1 3 | sed "s|ekPub=[^ ]*|ekPub=$S/ekr-uwa.pub|")
+refused tpm:ek-policy "the RSA EK with one bit of its authPolicy flipped (not PolicyA)" "$csr3" $(r1 3 | sed "s|ekPub=[^ ]*|ekPub=$S/ekr-pol.pub|")
 refused tpm:ak-attributes "an AK without restricted" "$csr3" $(r1 3 | sed "s|akPub=[^ ]*|akPub=$F/aknr.pub|")
 refused tpm:ak-attributes "an AK with decrypt" "$csr3" $(r1 3 | sed "s|akPub=[^ ]*|akPub=$F/akdec.pub|")
 refused tpm:ak-scheme "an AK signing with SHA-1" "$csr3" $(r1 3 | sed "s|akPub=[^ ]*|akPub=$F/aksha1.pub|")

@@ -158,6 +158,22 @@ csr, j = ext_jws(leaf_k, "ES256", [leaf, inter])
 st, again, _ = join(csr, j)
 ok(st == "issued" and again == node_a, "the bound leaf key comes back as its node", (st, again))
 eq(one("SELECT identity_generation FROM bc_join.nodes WHERE id = %s", node_a), 2, "generation 2")
+# A repeat presents the proof again: the same JWS, or a fresh one by the same leaf for this CSR.
+uses0, log0 = one("SELECT count(*) FROM bc_join.attestation_uses"), one("SELECT count(*) FROM bc_join.audit_log")
+st, rep, _ = join(csr, j)
+ok(st == "issued" and rep == node_a, "the reclaim repeated with its JWS: answered", (st, rep))
+sha_rep = b64u(hashlib.sha256(b64ud(csr)).digest())
+st, rep, _ = join(csr, make_jws(leaf_k, "ES256", [leaf, inter], payload(sha_rep)))
+ok(st == "issued" and rep == node_a, "and with a fresh proof by the same leaf: answered", (st, rep))
+eq(one("SELECT identity_generation FROM bc_join.nodes WHERE id = %s", node_a), 2, "no new generation")
+leaf2_k = ec.generate_private_key(ec.SECP256R1())
+leaf2 = cert(leaf2_k.public_key(), "leaf 2", inter, inter_k)
+refused("the same CSR with another leaf's valid proof: join:key-reused", "join:key-reused",
+        csr, make_jws(leaf2_k, "ES256", [leaf2, inter], payload(sha_rep)))
+refused("the same CSR without a proof: join:key-reused", "join:key-reused", csr, "not-a-jws")
+eq((one("SELECT count(*) FROM bc_join.attestation_uses") - uses0,
+    one("SELECT count(*) FROM bc_join.audit_log") - log0), (1, 1),
+   "repeats spend nothing and log one note for the certificate (one mark)")
 refused("the leaf alone: chain to nothing", "x509pop:untrusted-chain", *ext_jws(leaf_k, "ES256", [leaf]))
 leaf_b = cert(leaf_k.public_key(), "leaf in B", root2, root2_k)
 refused("the same key under root B (tenant t2): bound elsewhere", "x509pop:bound-elsewhere",
@@ -309,8 +325,12 @@ refused("a node certificate's proof for another CSR", "x509pop:csr-binding", new
 # expired an hour ago: within the grace
 offset = 86400 + 3600
 c.execute("SET bc_join.clock_offset = %s", (offset,))
-st, same, _ = join(*node_jws())
+ncsr, nj = node_jws()
+st, same, _ = join(ncsr, nj)
 ok(st == "issued" and same == node, "an hour after notAfter, within the grace: comes back as itself", (st, same))
+st, rep, _ = join(ncsr, nj)
+ok(st == "issued" and rep == node, "repeated: answered (the certificate it proved was superseded by this very one)",
+   (st, rep))
 eq(one("SELECT identity_generation FROM bc_join.nodes WHERE id = %s", node), 2, "generation + 1")
 eq(one("SELECT attestor FROM bc_join.nodes WHERE id = %s", node), "x509pop", "reclaimed by x509pop")
 eq(one("SELECT count(*) FROM bc_join.events WHERE type = 'node.joined' AND payload->>'nodeId' = %s "

@@ -467,6 +467,104 @@ test_check_ek(void **state)
 	pub.pub.publicArea.parameters.rsaDetail.symmetric.mode.aes = TPM2_ALG_CBC;
 	assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_EVERIFY);
 	assert_string_equal(why, "ek-symmetric");
+	load_public("ekr.pub", &pub);
+	pub.pub.publicArea.parameters.rsaDetail.exponent = 65537;
+	assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_EVERIFY);
+	assert_string_equal(why, "ek-type");
+}
+
+/*
+ * The EKs swtpm and tpm2_createek make are the TCG templates exactly
+ * (bc_tpm_ek_template), and every flip of a bit of their objectAttributes
+ * or authPolicy, every other policy length, is refused.
+ */
+static void
+test_ek_templates(void **state)
+{
+	static const struct
+	{
+		const char *file;
+		int			tmpl;
+	}			eks[] = {
+		{"ekr.pub", BC_TPM_EK_L1_RSA2048},	/* tpm2_createek -G rsa (= swtpm's persisted EK) */
+		{"ekp.pub", BC_TPM_EK_L2_P256},	/* tpm2_createek -G ecc */
+		{"ekc.pub", BC_TPM_EK_H3_P384},	/* tpm2_createek -G ecc384 (= swtpm's P-384 EK) */
+	};
+	bc_tpm_public pub;
+	TPM2B_PUBLIC t;
+	const char *why = NULL;
+	size_t		k;
+	size_t		i;
+	int			bit;
+	int			flips = 0;
+
+	(void) state;
+	for (k = 0; k < sizeof(eks) / sizeof(eks[0]); k++)
+	{
+		const TPMT_PUBLIC *p;
+
+		load_public(eks[k].file, &pub);
+		p = &pub.pub.publicArea;
+		assert_int_equal(bc_tpm_ek_template(eks[k].tmpl, &t), BC_OK);
+		assert_int_equal(p->type, t.publicArea.type);
+		assert_int_equal(p->nameAlg, t.publicArea.nameAlg);
+		assert_int_equal(p->objectAttributes, t.publicArea.objectAttributes);
+		assert_int_equal(p->authPolicy.size, t.publicArea.authPolicy.size);
+		assert_memory_equal(p->authPolicy.buffer, t.publicArea.authPolicy.buffer, p->authPolicy.size);
+		assert_memory_equal(&p->parameters, &t.publicArea.parameters, sizeof(p->parameters));
+		assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_OK);
+
+		/* every bit of objectAttributes */
+		for (bit = 0; bit < 32; bit++)
+		{
+			load_public(eks[k].file, &pub);
+			pub.pub.publicArea.objectAttributes ^= (TPMA_OBJECT) 1u << bit;
+			assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_EVERIFY);
+			assert_true(strcmp(why, "ek-attributes") == 0 || strcmp(why, "ek-policy") == 0);
+			flips++;
+		}
+		/* every bit of authPolicy, and every other length */
+		load_public(eks[k].file, &pub);
+		for (i = 0; i < pub.pub.publicArea.authPolicy.size; i++)
+		{
+			for (bit = 0; bit < 8; bit++)
+			{
+				load_public(eks[k].file, &pub);
+				pub.pub.publicArea.authPolicy.buffer[i] ^= (BYTE) (1 << bit);
+				assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_EVERIFY);
+				assert_string_equal(why, "ek-policy");
+				flips++;
+			}
+		}
+		for (i = 0; i <= 64; i++)
+		{
+			load_public(eks[k].file, &pub);
+			if (i == pub.pub.publicArea.authPolicy.size)
+				continue;
+			pub.pub.publicArea.authPolicy.size = (UINT16) i;
+			assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_EVERIFY);
+			assert_string_equal(why, "ek-policy");
+		}
+	}
+	/* another template's policy: low-range P-256 with policy B, the P-384 EK with policy A */
+	load_public("ekp.pub", &pub);
+	assert_int_equal(bc_tpm_ek_template(BC_TPM_EK_H2_P256, &t), BC_OK);
+	pub.pub.publicArea.authPolicy = t.publicArea.authPolicy;
+	assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_EVERIFY);
+	assert_string_equal(why, "ek-policy");
+	load_public("ekc.pub", &pub);
+	assert_int_equal(bc_tpm_ek_template(BC_TPM_EK_L1_RSA2048, &t), BC_OK);
+	pub.pub.publicArea.authPolicy = t.publicArea.authPolicy;
+	assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_EVERIFY);
+	assert_string_equal(why, "ek-policy");
+	/* the high-range P-256 template as its own EK: userWithAuth and policy B */
+	load_public("ekp.pub", &pub);
+	assert_int_equal(bc_tpm_ek_template(BC_TPM_EK_H2_P256, &t), BC_OK);
+	pub.pub.publicArea.objectAttributes = t.publicArea.objectAttributes;
+	pub.pub.publicArea.authPolicy = t.publicArea.authPolicy;
+	assert_int_equal(bc_tpm_check_ek(&pub, &why), BC_OK);
+	assert_int_equal(bc_tpm_ek_template(99, &t), BC_EINVAL);
+	print_message("%d flips of objectAttributes and authPolicy, every one refused\n", flips);
 }
 
 /* The ECDSA and RSASSA AKs pass; PSS, non-restricted, decrypt and the wrong nameAlg fail. */
@@ -1049,6 +1147,7 @@ main(void)
 		cmocka_unit_test(test_ek_spki),
 		cmocka_unit_test(test_public_pkey),
 		cmocka_unit_test(test_check_ek),
+		cmocka_unit_test(test_ek_templates),
 		cmocka_unit_test(test_check_ak),
 		cmocka_unit_test(test_verify_attest),
 		cmocka_unit_test(test_check_certify),

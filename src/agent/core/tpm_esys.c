@@ -57,33 +57,6 @@ tpm_error(char *err, size_t errlen, const char *what, TSS2_RC rc)
 	return BC_ECRYPTO;
 }
 
-/* The TCG EK template L-1 (RSA-2048, AES-128-CFB, policy A). */
-static void
-ek_rsa_template(TPM2B_PUBLIC *t)
-{
-	static const unsigned char policy_a[32] = {
-		0x83, 0x71, 0x97, 0x67, 0x44, 0x84, 0xb3, 0xf8, 0x1a, 0x90, 0xcc, 0x8d,
-		0x46, 0xa5, 0xd7, 0x24, 0xfd, 0x52, 0xd7, 0x6e, 0x06, 0x52, 0x0b, 0x64,
-		0xf2, 0xa1, 0xda, 0x1b, 0x33, 0x14, 0x69, 0xaa
-	};
-
-	memset(t, 0, sizeof(*t));
-	t->publicArea.type = TPM2_ALG_RSA;
-	t->publicArea.nameAlg = TPM2_ALG_SHA256;
-	t->publicArea.objectAttributes = TPMA_OBJECT_FIXEDTPM | TPMA_OBJECT_FIXEDPARENT |
-		TPMA_OBJECT_SENSITIVEDATAORIGIN | TPMA_OBJECT_ADMINWITHPOLICY |
-		TPMA_OBJECT_RESTRICTED | TPMA_OBJECT_DECRYPT;
-	t->publicArea.authPolicy.size = sizeof(policy_a);
-	memcpy(t->publicArea.authPolicy.buffer, policy_a, sizeof(policy_a));
-	t->publicArea.parameters.rsaDetail.symmetric.algorithm = TPM2_ALG_AES;
-	t->publicArea.parameters.rsaDetail.symmetric.keyBits.aes = 128;
-	t->publicArea.parameters.rsaDetail.symmetric.mode.aes = TPM2_ALG_CFB;
-	t->publicArea.parameters.rsaDetail.scheme.scheme = TPM2_ALG_NULL;
-	t->publicArea.parameters.rsaDetail.keyBits = 2048;
-	t->publicArea.parameters.rsaDetail.exponent = 0;
-	t->publicArea.unique.rsa.size = 256;	/* 256 zero bytes */
-}
-
 /* The AK: ECDSA P-256 / SHA-256, restricted sign, never leaves this TPM. */
 static void
 ak_template(TPM2B_PUBLIC *t)
@@ -244,7 +217,8 @@ load_ek(bcd_tpm *t, const char *kind, char *err, size_t errlen)
 	{
 		t->ek = ESYS_TR_NONE;
 		memset(&sens, 0, sizeof(sens));
-		ek_rsa_template(&tmpl);
+		if (bc_tpm_ek_template(BC_TPM_EK_L1_RSA2048, &tmpl) != BC_OK)
+			return BC_EINVAL;
 		r = Esys_CreatePrimary(t->ctx, ESYS_TR_RH_ENDORSEMENT, ESYS_TR_PASSWORD, ESYS_TR_NONE,
 							   ESYS_TR_NONE, &sens, &tmpl, &outside, &pcrs, &t->ek, &pub,
 							   NULL, NULL, NULL);

@@ -17,6 +17,7 @@
 #include "bc_join.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "commands/trigger.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
@@ -170,7 +171,10 @@ trust_documents(const char *provider, const char *kind)
 	return out;
 }
 
-/* Certificates from configured PEM (NULL: none); INVALID_CONFIG when unreadable. */
+/*
+ * Certificates from configured PEM (NULL: none), owned by the current
+ * memory context (borrowed: never freed here); INVALID_CONFIG when unreadable.
+ */
 static STACK_OF(X509) *
 cert_stack(const char *pem)
 {
@@ -180,7 +184,7 @@ cert_stack(const char *pem)
 		return NULL;
 	if (bc_cloud_certs_from_pem(pem, strlen(pem), &sk) != BC_OK)
 		bc_invalid_config("cloud-iid trust material that is no PEM certificate is configured");
-	return sk;
+	return bc_own_x509_stack(CurrentMemoryContext, &sk);
 }
 
 /* ------------------------------------------------------------------ AWS */
@@ -209,7 +213,6 @@ aws_verify(const BcJoinRequest *req, BcEvidenceMember *m, const CloudSettings *s
 	certs = cert_stack(pem);
 	st = bc_cloud_aws_verify((const unsigned char *) VARDATA(p7), VARSIZE(p7) - VARHDRSZ,
 							 certs, &content, &content_len, &reason);
-	sk_X509_pop_free(certs, X509_free);
 	if (st != BC_OK)
 		refuse(reason ? reason : "bad-signature", NULL);
 	/* Only the signed bytes count, and they must be the document sent. */
@@ -295,22 +298,26 @@ gcp_verify(const BcJoinRequest *req, BcEvidenceMember *m, const CloudSettings *s
 	payload = segment(dot1 + 1, dot2 - dot1 - 1, 8192, &plen);
 	sig = (unsigned char *) segment(dot2 + 1, strlen(dot2 + 1), 1024, &slen);
 
-	/* Exactly one configured key has this kid, and it is an RSA key. */
+	/*
+	 * Exactly one configured key has this kid, across every row as within
+	 * one, and it is an RSA key.  A key found is the context's at once
+	 * (borrowed here, never freed by hand); a second match anywhere is
+	 * unknown-key, whichever rows hold them.
+	 */
 	foreach(lc, jwks)
 	{
 		const char *doc = (const char *) lfirst(lc);
 		EVP_PKEY   *k = NULL;
 		int			n = 0;
 
+		CHECK_FOR_INTERRUPTS();
 		if (bc_cloud_jwks_rsa_key(doc, strlen(doc), h[1].value, &n, &k) != BC_OK)
 			bc_invalid_config("a gcp JWKS in bc_join.cloud_trust is unreadable");
 		matches += n;
 		if (k != NULL)
-		{
-			if (key != NULL)
-				EVP_PKEY_free(key);
-			key = bc_own_pkey(CurrentMemoryContext, k);
-		}
+			key = bc_own_pkey(CurrentMemoryContext, &k);
+		if (matches > 1)
+			refuse("unknown-key", NULL);
 	}
 	if (matches != 1 || key == NULL)
 		refuse("unknown-key", NULL);
@@ -376,20 +383,9 @@ azure_verify(const BcJoinRequest *req, BcEvidenceMember *m, const CloudSettings 
 	if (roots_pem == NULL || set->domain == NULL)
 		refuse("provider-disabled", NULL);
 	roots = cert_stack(roots_pem);
-	PG_TRY();
-	{
-		inter = cert_stack(inter_pem);
-	}
-	PG_CATCH();
-	{
-		sk_X509_pop_free(roots, X509_free);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	inter = cert_stack(inter_pem);
 	st = bc_cloud_azure_verify((const unsigned char *) VARDATA(p7), VARSIZE(p7) - VARHDRSZ,
 							   roots, inter, set->domain, now, &content, &content_len, &reason);
-	sk_X509_pop_free(roots, X509_free);
-	sk_X509_pop_free(inter, X509_free);
 	if (st != BC_OK)
 		refuse(reason ? reason : "bad-signature", NULL);
 	text = pnstrdup((char *) content, content_len);
@@ -603,8 +599,8 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 		vn[1] = ' ';
 	}
 
-	/* Once, forever. */
-	if (bc_spi_exec(&use_instance, v, vn, false, 0) != 1)
+	/* Once, forever (a repeat finds it spent by the certificate it asks for). */
+	if (bc_spi_exec(&use_instance, v, vn, false, 0) != 1 && !bc_spent_by_repeat(CLOUD, res->bind))
 		bc_refuse_join_detail(CLOUD ":already-admitted", tenant,
 							  instance_json(ver->provider, &id, NULL));
 

@@ -136,7 +136,7 @@ verified_assertion(const char *jws, bytea *cert_der, const char *tenant)
 	if (bc_cert_parse((unsigned char *) VARDATA_ANY(cert_der), VARSIZE_ANY_EXHDR(cert_der),
 					  &cert) != BC_OK)
 		elog(ERROR, "a stored certificate does not parse");
-	bc_own_x509(CurrentMemoryContext, cert);
+	cert = bc_own_x509(CurrentMemoryContext, &cert);
 	if (bc_jws_verify_es256(X509_get0_pubkey(cert), jws, strlen(jws), BC_PROOF_MAX,
 							&payload, &plen) != BC_OK)
 		bc_refuse_join("discovery:assertion-signature", NULL);
@@ -270,13 +270,22 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 	bc_sha256(m[0].value, strlen(m[0].value), (unsigned char *) VARDATA(subject));
 	v[0] = PointerGetDatum(subject);
 	v[1] = Float8GetDatum((double) exp);
-	if (bc_spi_exec(&use_assertion, v, NULL, false, 0) != 1)
+	if (bc_spi_exec(&use_assertion, v, NULL, false, 0) != 1 &&
+		!bc_spent_by_repeat("discovery", (unsigned char *) VARDATA(subject)))
 		bc_refuse_join("discovery:reused", tenant);
 	machine = palloc(sizeof(DiscoveryMachine));
 	machine->site = site;
 	machine->mac = mac;
 	res->admitted = remember_admitted;
-	res->admitted_arg = machine;
+	res->admitted_arg = machine;	/* bc_admit calls it: a repeat records nothing */
+
+	/* The subject a repeat must prove again: this machine of this site. */
+	{
+		char	   *m = psprintf("%s%c%s", site, '\0', mac);
+
+		bc_sha256(m, strlen(site) + 1 + strlen(mac), res->subject);
+		res->has_subject = true;
+	}
 
 	res->tenant_id = tenant;
 	res->role = BC_ROLE_RAMDISK;

@@ -200,7 +200,8 @@ bc_check_join_token(const char *who, const char *token, const char *role,
 		bc_refuse_join(psprintf("%s:revoked", who), tenant);
 	if (bc_spi_bool(Anum_tok_expired))
 		bc_refuse_join(psprintf("%s:expired", who), tenant);
-	if (bc_spi_int4(Anum_tok_uses_left) <= 0)
+	/* In a repeat the use was spent by the certificate asked for (its subject names the token). */
+	if (bc_spi_int4(Anum_tok_uses_left) <= 0 && bc_round_repeat() == NULL)
 		bc_refuse_join(psprintf("%s:spent", who), tenant);
 	out->role = bc_spi_text_req(Anum_tok_role);
 	if (strcmp(out->role, role) != 0)

@@ -116,7 +116,8 @@ provisioned_verify(const BcJoinRequest *req, BcOutcome *out)
 	node = bc_spi_text_req(Anum_pt_node);
 	if (bc_spi_bool(Anum_pt_revoked))
 		bc_refuse_join("provisioned:revoked", tenant);
-	if (bc_spi_bool(Anum_pt_spent))
+	/* A repeat finds it spent by the certificate it asks for (the token is its subject). */
+	if (bc_spi_bool(Anum_pt_spent) && bc_round_repeat() == NULL)
 		bc_refuse_join("provisioned:spent", tenant);
 	if (bc_spi_bool(Anum_pt_expired))
 		bc_refuse_join("provisioned:expired", tenant);
@@ -127,13 +128,19 @@ provisioned_verify(const BcJoinRequest *req, BcOutcome *out)
 	if (strcmp(resolve_node(req, m[0].value, tenant), node) != 0)
 		bc_refuse_join("provisioned:wrong-node", tenant);
 
-	/* Spent with the certificate: a later refusal rolls this back. */
-	if (bc_spi_exec(&spend_token, &v, NULL, false, 0) != 1)
-		elog(ERROR, "provisioning token %s was spent under its lock", token_id);
-	bc_audit("provisioning_token.spend", tenant, node,
-			 bc_jsonb(psprintf("{\"tokenId\":\"%s\",\"csrSha256\":\"%s\"}", token_id,
-							   req->csr_sha256_b64)));
+	/* Spent with the certificate: a later refusal rolls this back.  A repeat spends nothing. */
+	if (bc_round_repeat() == NULL)
+	{
+		if (bc_spi_exec(&spend_token, &v, NULL, false, 0) != 1)
+			elog(ERROR, "provisioning token %s was spent under its lock", token_id);
+		bc_audit("provisioning_token.spend", tenant, node,
+				 bc_jsonb(psprintf("{\"tokenId\":\"%s\",\"csrSha256\":\"%s\"}", token_id,
+								   req->csr_sha256_b64)));
+	}
 
+	/* The subject a repeat must prove again: this very token. */
+	bc_sha256(token_id, strlen(token_id), res->subject);
+	res->has_subject = true;
 	res->tenant_id = tenant;
 	res->node_id = node;
 	res->operator_reclaim = true;

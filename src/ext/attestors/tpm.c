@@ -357,7 +357,7 @@ check_ek_cert(const unsigned char *der, size_t n, const bc_tpm_public *ek,
 
 	if (bc_tpm_ek_cert_parse(der, n, &cert, reason) != BC_OK)
 		return BC_EVERIFY;
-	bc_own_x509(CurrentMemoryContext, cert);
+	cert = bc_own_x509(CurrentMemoryContext, &cert);
 	rows = bc_spi_exec(&ek_certificates, NULL, NULL, true, 0);
 	roots = palloc0(sizeof(X509 *) * (rows + 1));
 	inter = palloc0(sizeof(X509 *) * (rows + 1));
@@ -370,7 +370,7 @@ check_ek_cert(const unsigned char *der, size_t n, const bc_tpm_public *ek,
 
 		if (bc_cert_parse((unsigned char *) VARDATA_ANY(d), VARSIZE_ANY_EXHDR(d), &x) != BC_OK)
 			elog(ERROR, "a stored TPM EK certificate does not parse");
-		bc_own_x509(CurrentMemoryContext, x);
+		x = bc_own_x509(CurrentMemoryContext, &x);
 		if (is_root)
 			roots[n_roots++] = x;
 		else
@@ -940,9 +940,14 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 			char	   *n_pool = bc_spi_text(3);
 
 			node_id = bc_spi_text_req(1);
+			/*
+			 * A repeat finds the EK bound to its own node by the certificate
+			 * it asks for: that binding needs no reclaim from the token.
+			 */
 			if (strcmp(n_tenant, tenant) != 0 ||
 				(pool != NULL && (n_pool == NULL || strcmp(n_pool, pool) != 0)) ||
-				(has_token && !tok.allow_reclaim))
+				(has_token && !tok.allow_reclaim &&
+				 !(bc_round_repeat() != NULL && strcmp(bc_round_repeat()->node_id, node_id) == 0)))
 				bc_refuse_join("tpm:bound-elsewhere", tenant);
 			pool = n_pool;
 			site = NULL;		/* the node's: validate_reclaim keeps it */
@@ -989,7 +994,8 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 		bc_sha256(ev.bin[F_SECRET], BC_TPM_SECRET_LEN, used);
 		v[0] = PointerGetDatum(bc_bytea(used, BC_SHA256_LEN));
 		v[1] = TimestampTzGetDatum(na);
-		if (bc_spi_exec(&use_challenge, v, NULL, false, 0) != 1)
+		if (bc_spi_exec(&use_challenge, v, NULL, false, 0) != 1 &&
+			!bc_spent_by_repeat("tpm", used))
 			bc_refuse_join("tpm:challenge-reused", tenant);
 
 		memcpy(extra_in, ev.bin[F_SECRET], BC_TPM_SECRET_LEN);
@@ -1022,6 +1028,7 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 	res->has_bind = true;
 	res->node_key = "tpm";
 	res->node_key_uri = ak_statement(&c);
+	res->statement_proven = true;
 	if (has_token)
 	{
 		res->token_id = tok.token_id;
@@ -1238,10 +1245,10 @@ bc_tpm_ek_certificate_sql(PG_FUNCTION_ARGS)
 	ERR_clear_error();
 	if (x == NULL)
 		bc_invalid_input("not a PEM certificate");
-	bc_own_x509(CurrentMemoryContext, x);
+	x = bc_own_x509(CurrentMemoryContext, &x);
 	if (extra != NULL)
 	{
-		X509_free(extra);
+		(void) bc_own_x509(CurrentMemoryContext, &extra);
 		bc_invalid_input("exactly one certificate, please: add the chain one certificate at a time");
 	}
 	{

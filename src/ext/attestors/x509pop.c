@@ -272,6 +272,23 @@ node_san(X509 *leaf, char **tenant, char **node)
 	return true;
 }
 
+/*
+ * In a repeat of this node's reclaim: the held certificate (the last SPI
+ * row) was superseded by the very certificate asked for, i.e. revoked
+ * "reclaimed" one generation before it, the node now of that generation.
+ * What the reclaim spent is found spent by it.
+ */
+static bool
+superseded_by_repeat(const char *node, const char *reason)
+{
+	const BcRepeat *r = bc_round_repeat();
+
+	return r != NULL && strcmp(r->node_id, node) == 0 &&
+		bc_spi_bool(Anum_nc_revoked) && reason != NULL && strcmp(reason, "reclaimed") == 0 &&
+		bc_spi_int4(Anum_nc_generation) == r->generation - 1 &&
+		bc_spi_int4(Anum_nc_node_generation) == r->generation;
+}
+
 /* A node certificate: the reclaim of its node, or the refusal. */
 static void
 node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
@@ -286,6 +303,7 @@ node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
 	char	   *reason;
 	bool		revoked;
 	bool		by_service;
+	bool		repeat_ok;
 	bytea	   *stored;
 	unsigned char *der = NULL;
 	int			der_len;
@@ -312,6 +330,9 @@ node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
 		OPENSSL_free(der);
 		bc_refuse_join(WHO ":unknown-certificate", tenant);
 	}
+	/* The subject a repeat must prove again: this very certificate. */
+	bc_sha256(der, der_len, res->subject);
+	res->has_subject = true;
 	OPENSSL_free(der);
 
 	/*
@@ -327,15 +348,17 @@ node_branch(const BcJoinRequest *req, X509 *leaf, const char *node_id_claimed,
 		 strcmp(reason, "retired") == 0);
 	if (revoked && !by_service)
 		bc_refuse_join(WHO ":revoked", tenant);
-	if ((revoked && strcmp(reason, "retired") != 0) ||
-		bc_spi_int4(Anum_nc_generation) != bc_spi_int4(Anum_nc_node_generation))
+	repeat_ok = superseded_by_repeat(san_node, reason);
+	if (!repeat_ok &&
+		((revoked && strcmp(reason, "retired") != 0) ||
+		 bc_spi_int4(Anum_nc_generation) != bc_spi_int4(Anum_nc_node_generation)))
 		bc_refuse_join(WHO ":superseded", tenant);
 	if (bc_spi_int8(Anum_nc_expired_for) > bc_x509pop_grace)
 		bc_refuse_join(WHO ":beyond-grace", tenant);
 	if (strcmp(bc_spi_text_req(Anum_nc_state), "retired") == 0)
 		bc_refuse_join(WHO ":retired", tenant);
 	/* retired, of a node that is not (no path of the service writes that) */
-	if (revoked)
+	if (revoked && !repeat_ok)
 		bc_refuse_join(WHO ":revoked", tenant);
 	if (bc_spi_bool(Anum_nc_tpm_bound))
 		bc_refuse_join(WHO ":tpm-bound", tenant);
@@ -383,7 +406,7 @@ external_branch(const BcJoinRequest *req, X509 *const *certs, size_t ncerts,
 		if (bc_cert_parse((unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der),
 						  &root) != BC_OK)
 			bc_invalid_config("x509pop root %s does not parse", SPI_getvalue(tup, desc, 1));
-		bc_own_x509(CurrentMemoryContext, root);
+		root = bc_own_x509(CurrentMemoryContext, &root);
 		if (bc_cert_verify_path(certs[0], certs + 1, ncerts - 1, root, now) == BC_OK)
 		{
 			tenant = SPI_getvalue(tup, desc, 2);
@@ -466,9 +489,9 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	if (bc_jws_x5c_parse(jws, len, X509POP_PAYLOAD_MAX, &j, &fault) != BC_OK)
 		bc_refuse_join(fault_reason(fault), NULL);
 	ncerts = j.ncerts;
-	/* (j keeps pointing at them for the signature check; nothing raises until it is freed) */
+	/* Borrowed from the context from here on; j's own pointers are cleared. */
 	for (i = 0; i < ncerts; i++)
-		certs[i] = bc_own_x509(CurrentMemoryContext, j.certs[i]);
+		certs[i] = bc_own_x509(CurrentMemoryContext, &j.certs[i]);
 	signing_input_len = j.signing_input_len;
 
 	/* The payload; its purpose, this CSR, fresh; then the signature. */
@@ -480,10 +503,16 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 		refusal = WHO ":csr-binding";
 	else if (ps.iat < now - bc_x509pop_window || ps.iat > now + bc_x509pop_window)
 		refusal = WHO ":stale-iat";
-	else if (bc_jws_x5c_verify(&j, jws) != BC_OK)
-		refusal = WHO ":signature";
-	memset(j.certs, 0, sizeof(j.certs));	/* the memory context's */
-	bc_x5c_jws_free(&j);
+	else
+	{
+		/* A view of j over the borrowed certificates: never freed itself. */
+		bc_x5c_jws	view = j;
+
+		memcpy(view.certs, certs, sizeof(X509 *) * ncerts);
+		if (bc_jws_x5c_verify(&view, jws) != BC_OK)
+			refusal = WHO ":signature";
+	}
+	bc_x5c_jws_free(&j);		/* its certificates are the context's: cleared above */
 	if (refusal != NULL)
 		bc_refuse_join(refusal, NULL);
 
@@ -512,7 +541,8 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	else
 		nn[1] = 'n';
 	v[2] = Float8GetDatum((double) (ps.iat + bc_x509pop_window));
-	if (bc_spi_exec(&use_jws, v, nn, false, 0) != 1)
+	if (bc_spi_exec(&use_jws, v, nn, false, 0) != 1 &&
+		!bc_spent_by_repeat(WHO, (unsigned char *) VARDATA(DatumGetPointer(v[0]))))
 		bc_refuse_join(WHO ":replay", res->tenant_id);
 }
 
@@ -561,10 +591,10 @@ bc_x509pop_root_parse(PG_FUNCTION_ARGS)
 	ERR_clear_error();
 	if (cert == NULL)
 		bc_invalid_input("certificate_pem holds no PEM certificate");
-	bc_own_x509(CurrentMemoryContext, cert);
+	cert = bc_own_x509(CurrentMemoryContext, &cert);
 	if (extra != NULL)
 	{
-		X509_free(extra);
+		(void) bc_own_x509(CurrentMemoryContext, &extra);
 		bc_invalid_input("certificate_pem holds more than one certificate: add each root by itself");
 	}
 	if (X509_check_ca(cert) < 1)
