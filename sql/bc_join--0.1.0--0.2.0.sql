@@ -65,3 +65,9 @@ SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_trust_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_accounts_id_seq', '');
 
+/* #26.4 service keys: the pinned file carries its time, signed */
+
+COMMENT ON FUNCTION bc_join.service_keys() IS
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
+COMMENT ON FUNCTION bc_join.signed_service_keys() IS
+	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';

@@ -5,7 +5,7 @@
  * read, kept in this backend's memory for its lifetime (parsed once, not per
  * join), and never returned by any SQL function.  The public halves are
  * published through signing_jwk(), encryption_jwk(), node_ca_certificate()
- * and service_keys().
+ * and service_keys() (with its time, signed).
  */
 #include "bc_join.h"
 
@@ -503,15 +503,42 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 	return buf.data;
 }
 
+/* The compact JWS ES256 of doc by key (kid in its header), palloc()ed. */
+static char *
+sign_doc(EVP_PKEY *key, const char *kid, const char *doc)
+{
+	char	   *jws = NULL;
+
+	if (bc_jws_sign_es256(key, kid, (unsigned char *) doc, strlen(doc), &jws) != BC_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("could not sign the service keys")));
+	return bc_take_cstring(jws);
+}
+
 PG_FUNCTION_INFO_V1(bc_service_keys);
 
-/* service_keys(): what an agent pins, in one document. */
+/*
+ * service_keys(): what an agent pins, in one document: the members above,
+ * issuedAt (the service clock) and "signed", the document with issuedAt
+ * signed by the current signing key (one JWS of signed_service_keys()), so
+ * that the time agents pin is the service's statement: a rollover issued
+ * before it is refused from the first one on (docs/operator.md).
+ */
 Datum
 bc_service_keys(PG_FUNCTION_ARGS)
 {
-	char	   *text = service_keys_text(bc_keys(), NULL);
+	const BcKeys *k = bc_keys();
+	char	   *at = bc_rfc3339(bc_now());
+	char	   *doc = service_keys_text(k, at);
+	char	   *jws = sign_doc(k->signing, k->signing_kid, doc);
+	StringInfoData out;
 
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
+	initStringInfo(&out);
+	appendBinaryStringInfo(&out, doc, strlen(doc) - 1);	/* without its closing brace */
+	bc_json_member(&out, "signed", jws);
+	appendStringInfoChar(&out, '}');
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
 
 PG_FUNCTION_INFO_V1(bc_signed_service_keys);
@@ -533,17 +560,8 @@ bc_signed_service_keys(PG_FUNCTION_ARGS)
 	initStringInfo(&out);
 	appendStringInfoString(&out, "{\"keys\":[");
 	for (i = 0; i < k->n_signing; i++)
-	{
-		char	   *jws = NULL;
-
-		if (bc_jws_sign_es256(k->signing_set[i], k->signing_kids[i],
-							  (unsigned char *) doc, strlen(doc), &jws) != BC_OK)
-			ereport(ERROR,
-					(errcode(ERRCODE_BC_INVALID_CONFIG),
-					 errmsg("could not sign the service keys")));
-		jws = bc_take_cstring(jws);
-		appendStringInfo(&out, "%s\"%s\"", i > 0 ? "," : "", jws);
-	}
+		appendStringInfo(&out, "%s\"%s\"", i > 0 ? "," : "",
+						 sign_doc(k->signing_set[i], k->signing_kids[i], doc));
 	appendStringInfoString(&out, "]}");
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
