@@ -822,7 +822,8 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 		goto fail;
 	if (bcd_runtime_dir_open(s->runtime_dir, &rtfd, err, errlen) != BC_OK ||
 		bcd_socket_daemon_path(o->socket, o->state_dir, &s->socket_path, err, errlen) != BC_OK ||
-		bcd_socket_listen(s->socket_path, s->runtime_dir, rtfd, &s->sock, err, errlen) != BC_OK)
+		bcd_socket_listen(s->socket_path, s->runtime_dir, rtfd, o->socket == NULL, &s->sock,
+						  err, errlen) != BC_OK)
 		goto fail;
 	/* no delivery goes into (or under) the socket's directory or the state directory */
 	if (s->sock.have_dir)
