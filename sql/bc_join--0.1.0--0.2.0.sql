@@ -71,3 +71,9 @@ COMMENT ON FUNCTION bc_join.service_keys() IS
 	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
 COMMENT ON FUNCTION bc_join.signed_service_keys() IS
 	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';
+
+/* #26.8 sessions: the caller bcd saw, recorded with each session certificate */
+
+-- the process that asked bcd for it, as the host claims (signed by the node
+-- key): {"pid", "exe", "unit", "cgroup"}; NULL from a bcd that sends none
+ALTER TABLE bc_join.session_certs ADD COLUMN caller jsonb;

@@ -221,7 +221,10 @@ CREATE TABLE bc_join.session_certs (
 	node_serial text,
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	revoked_at timestamptz,
-	revocation_reason text
+	revocation_reason text,
+	-- the process that asked bcd for it, as the host claims (signed by the node
+	-- key): {"pid", "exe", "unit", "cgroup"}; NULL from a bcd that sends none
+	caller jsonb
 );
 CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
