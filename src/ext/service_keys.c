@@ -19,6 +19,7 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -516,6 +517,15 @@ sign_doc(EVP_PKEY *key, const char *kid, const char *doc)
 	return bc_take_cstring(jws);
 }
 
+/*
+ * service_keys()'s last answer, for the transaction and issuedAt it was made
+ * in: ECDSA signatures differ at every signing, and a STABLE function gives
+ * one answer within a transaction (the keys cannot change within one).
+ */
+static char *sk_cached = NULL;
+static char sk_cached_at[32];
+static LocalTransactionId sk_cached_lxid = InvalidLocalTransactionId;
+
 PG_FUNCTION_INFO_V1(bc_service_keys);
 
 /*
@@ -530,14 +540,24 @@ bc_service_keys(PG_FUNCTION_ARGS)
 {
 	const BcKeys *k = bc_keys();
 	char	   *at = bc_rfc3339(bc_now());
-	char	   *doc = service_keys_text(k, at);
-	char	   *jws = sign_doc(k->signing, k->signing_kid, doc);
+	char	   *doc;
+	char	   *jws;
 	StringInfoData out;
 
+	if (sk_cached != NULL && MyProc != NULL && MyProc->lxid == sk_cached_lxid &&
+		strcmp(sk_cached_at, at) == 0)
+		PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(sk_cached)));
+	doc = service_keys_text(k, at);
+	jws = sign_doc(k->signing, k->signing_kid, doc);
 	initStringInfo(&out);
 	appendBinaryStringInfo(&out, doc, strlen(doc) - 1);	/* without its closing brace */
 	bc_json_member(&out, "signed", jws);
 	appendStringInfoChar(&out, '}');
+	if (sk_cached != NULL)
+		pfree(sk_cached);
+	sk_cached = MemoryContextStrdup(TopMemoryContext, out.data);
+	strlcpy(sk_cached_at, at, sizeof(sk_cached_at));
+	sk_cached_lxid = MyProc != NULL ? MyProc->lxid : InvalidLocalTransactionId;
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
 
