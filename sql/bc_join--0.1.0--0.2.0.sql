@@ -853,3 +853,15 @@ END
 $$;
 COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
 	'Deletes up to batch expired attestation_uses rows, and challenge_deadlines past bc_join.retain_join_requests, without waiting on joins and returns how many it deleted: call it again until it returns 0.';
+/* #26.4 service keys: the pinned file carries its time, signed */
+
+COMMENT ON FUNCTION bc_join.service_keys() IS
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
+COMMENT ON FUNCTION bc_join.signed_service_keys() IS
+	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';
+
+/* #26.8 sessions: the caller bcd saw, recorded with each session certificate */
+
+-- the process that asked bcd for it, as the host claims (signed by the node
+-- key): {"pid", "exe", "unit", "cgroup"}; NULL from a bcd that sends none
+ALTER TABLE bc_join.session_certs ADD COLUMN caller jsonb;

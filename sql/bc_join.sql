@@ -241,6 +241,9 @@ CREATE TABLE bc_join.session_certs (
 	revoked_at timestamptz,
 	-- an operator's RFC 5280 reason (revoke_certificate, or its node certificate's), or retired
 	revocation_reason text,
+	-- the process that asked bcd for it, as the host claims (signed by the node
+	-- key): {"pid", "exe", "unit", "cgroup"}; NULL from a bcd that sends none
+	caller jsonb,
 	CONSTRAINT session_certs_revocation_reason_check CHECK (revocation_reason IN
 		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
 		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired'))
@@ -834,13 +837,15 @@ CREATE FUNCTION bc_join.node_ca_certificate() RETURNS text
 -- Everything an agent pins, in one document: trustDomain, signingKey and
 -- encryptionKey (the current ones), signingKeys and encryptionKeys (every
 -- key in key_dir with its kid, the current one first), nodeCa (node-ca.crt:
--- the issuing CA, then its chain to the root).  Hand it to bcd as
+-- the issuing CA, then its chain to the root), issuedAt and signed (the
+-- document with issuedAt signed by the current signing key: the time agents
+-- pin, so that no older rollover is taken up).  Hand it to bcd as
 -- --service-keys.
 CREATE FUNCTION bc_join.service_keys() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_service_keys' LANGUAGE C STABLE;
 
--- The rollover agents accept: {"keys": [JWS...]}, service_keys() with
--- issuedAt, signed once by each signing key in key_dir (the gateway's
+-- The rollover agents accept: {"keys": [JWS...]}, service_keys() without
+-- signed, signed once by each signing key in key_dir (the gateway's
 -- GET /v1/service-keys).  An agent replaces its pinned set with one signed
 -- by a key it already pins.
 CREATE FUNCTION bc_join.signed_service_keys() RETURNS jsonb
@@ -2761,9 +2766,9 @@ COMMENT ON FUNCTION bc_join.unregister_attestor(text) IS
 
 -- Public keys (what agents pin).
 COMMENT ON FUNCTION bc_join.service_keys() IS
-	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa}, to hand to bcd as --service-keys.';
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
 COMMENT ON FUNCTION bc_join.signed_service_keys() IS
-	'Returns {keys: [JWS...]}: service_keys() with issuedAt, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin.';
+	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';
 COMMENT ON FUNCTION bc_join.signing_jwk() IS
 	'Returns the public JWK of the key that signs every JoinResponse (agents pin it).';
 COMMENT ON FUNCTION bc_join.encryption_jwk() IS

@@ -157,6 +157,28 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("bc_join.sessions_per_node",
+							"Session identities a node may hold.",
+							"A session or context new to a node beyond this is refused "
+							"session:too-many; identities held are not.",
+							&bc_sessions_per_node,
+							10000,
+							1, 100000000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.new_sessions_per_minute",
+							"Session identities a node may reserve a minute.",
+							"A session or context new to a node beyond this in the last minute "
+							"is refused session:too-fast; identities held are not.",
+							&bc_new_sessions_per_minute,
+							600,
+							1, 100000000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("bc_join.refusal_events_per_minute",
 							"security.join.refused events recorded a minute per refusal reason.",
 							"Further refusals of the same reason in the minute are counted, "

@@ -32,6 +32,8 @@ extern char *bc_trust_domain;
 extern int	bc_cert_ttl;
 extern int	bc_clock_offset;
 extern int	bc_session_ttl;
+extern int	bc_sessions_per_node;
+extern int	bc_new_sessions_per_minute;
 extern int	bc_join_request_ttl;
 extern char *bc_crl_url;
 extern int	bc_crl_validity;

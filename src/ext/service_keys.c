@@ -5,7 +5,7 @@
  * read, kept in this backend's memory for its lifetime (parsed once, not per
  * join), and never returned by any SQL function.  The public halves are
  * published through signing_jwk(), encryption_jwk(), node_ca_certificate()
- * and service_keys().
+ * and service_keys() (with its time, signed).
  */
 #include "bc_join.h"
 
@@ -19,6 +19,7 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -503,15 +504,61 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 	return buf.data;
 }
 
+/* The compact JWS ES256 of doc by key (kid in its header), palloc()ed. */
+static char *
+sign_doc(EVP_PKEY *key, const char *kid, const char *doc)
+{
+	char	   *jws = NULL;
+
+	if (bc_jws_sign_es256(key, kid, (unsigned char *) doc, strlen(doc), &jws) != BC_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("could not sign the service keys")));
+	return bc_take_cstring(jws);
+}
+
+/*
+ * service_keys()'s last answer, for the transaction and issuedAt it was made
+ * in: ECDSA signatures differ at every signing, and a STABLE function gives
+ * one answer within a transaction (the keys cannot change within one).
+ */
+static char *sk_cached = NULL;
+static char sk_cached_at[32];
+static LocalTransactionId sk_cached_lxid = InvalidLocalTransactionId;
+
 PG_FUNCTION_INFO_V1(bc_service_keys);
 
-/* service_keys(): what an agent pins, in one document. */
+/*
+ * service_keys(): what an agent pins, in one document: the members above,
+ * issuedAt (the service clock) and "signed", the document with issuedAt
+ * signed by the current signing key (one JWS of signed_service_keys()), so
+ * that the time agents pin is the service's statement: a rollover issued
+ * before it is refused from the first one on (docs/operator.md).
+ */
 Datum
 bc_service_keys(PG_FUNCTION_ARGS)
 {
-	char	   *text = service_keys_text(bc_keys(), NULL);
+	const BcKeys *k = bc_keys();
+	char	   *at = bc_rfc3339(bc_now());
+	char	   *doc;
+	char	   *jws;
+	StringInfoData out;
 
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
+	if (sk_cached != NULL && MyProc != NULL && MyProc->lxid == sk_cached_lxid &&
+		strcmp(sk_cached_at, at) == 0)
+		PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(sk_cached)));
+	doc = service_keys_text(k, at);
+	jws = sign_doc(k->signing, k->signing_kid, doc);
+	initStringInfo(&out);
+	appendBinaryStringInfo(&out, doc, strlen(doc) - 1);	/* without its closing brace */
+	bc_json_member(&out, "signed", jws);
+	appendStringInfoChar(&out, '}');
+	if (sk_cached != NULL)
+		pfree(sk_cached);
+	sk_cached = MemoryContextStrdup(TopMemoryContext, out.data);
+	strlcpy(sk_cached_at, at, sizeof(sk_cached_at));
+	sk_cached_lxid = MyProc != NULL ? MyProc->lxid : InvalidLocalTransactionId;
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
 
 PG_FUNCTION_INFO_V1(bc_signed_service_keys);
@@ -533,17 +580,8 @@ bc_signed_service_keys(PG_FUNCTION_ARGS)
 	initStringInfo(&out);
 	appendStringInfoString(&out, "{\"keys\":[");
 	for (i = 0; i < k->n_signing; i++)
-	{
-		char	   *jws = NULL;
-
-		if (bc_jws_sign_es256(k->signing_set[i], k->signing_kids[i],
-							  (unsigned char *) doc, strlen(doc), &jws) != BC_OK)
-			ereport(ERROR,
-					(errcode(ERRCODE_BC_INVALID_CONFIG),
-					 errmsg("could not sign the service keys")));
-		jws = bc_take_cstring(jws);
-		appendStringInfo(&out, "%s\"%s\"", i > 0 ? "," : "", jws);
-	}
+		appendStringInfo(&out, "%s\"%s\"", i > 0 ? "," : "",
+						 sign_doc(k->signing_set[i], k->signing_kids[i], doc));
 	appendStringInfoString(&out, "]}");
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }

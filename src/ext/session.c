@@ -14,11 +14,34 @@
  * A session marks the node seen (bc_node_seen: last_seen_at at most once a
  * minute, adopting -> active).  Refusals are the one refusal, recorded as
  * session:<reason>.
+ *
+ * Bounds per node (issue 26.8): a new session identity is reserved only while
+ * the node holds fewer than bc_join.sessions_per_node (session:too-many) and
+ * reserved fewer than bc_join.new_sessions_per_minute in the last minute
+ * (session:too-fast); the refusal event's detail names the node and the
+ * setting.  An identity already reserved is never refused by them.
+ *
+ * The caller (issue 26.8): bcd adds to the proof what the kernel told it of
+ * the process that asked on its socket ("caller": {"pid", "exe", "unit",
+ * "cgroup"}, SO_PEERCRED and /proc); it is the host's claim, signed by the
+ * node key so the gateway cannot change it, and recorded as such with the
+ * certificate (session_certs.caller) and in session.provisioned.
  */
 #include "bc_join.h"
 
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+/* Bounds of the caller claim's strings. */
+#define CALLER_EXE_MAX 1024
+#define CALLER_UNIT_MAX 256
+#define CALLER_CGROUP_MAX 1024
+/* Above Linux's largest pid_max (2^22). */
+#define CALLER_PID_MAX 4194304
+
+int			bc_sessions_per_node = 10000;
+int			bc_new_sessions_per_minute = 600;
 
 
 static BcPlan reserve_session = {
@@ -40,9 +63,20 @@ static BcPlan find_session = {
 
 static BcPlan insert_session_cert = {
 	"INSERT INTO bc_join.session_certs (serial, session_id, not_before, not_after, spki_sha256, "
-	"       certificate, node_serial) "
-	"VALUES ($1, $2, $3, $4, $5, $6, $7)",
-	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID, BYTEAOID, TEXTOID}
+	"       certificate, node_serial, caller) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+	8, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BYTEAOID, BYTEAOID, TEXTOID, JSONBOID}
+};
+
+/*
+ * The node's session identities, counted up to the cap ($3), and those
+ * reserved since $2, up to the rate ($4): never more rows read than the cap.
+ */
+static BcPlan count_sessions = {
+	"SELECT (SELECT count(*) FROM (SELECT 1 FROM bc_join.sessions WHERE node_id = $1 LIMIT $3) a), "
+	"       (SELECT count(*) FROM (SELECT 1 FROM bc_join.sessions "
+	"                              WHERE node_id = $1 AND provisioned_at > $2 LIMIT $4) b)",
+	4, {TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID}
 };
 
 /* A session or context selector: BC_SESSION_MIN/BC_CONTEXT_MIN to BC_SELECTOR_MAX of BC_SELECTOR_CHARS. */
@@ -56,13 +90,97 @@ valid_selector(const char *s, bool required)
 	return strspn(s, BC_SELECTOR_CHARS) == n;
 }
 
+/*
+ * The proof's "caller" as recorded: {"pid", "exe", "unit", "cgroup"} with
+ * only those members (others are dropped), or NULL when the proof has none.
+ * Anything but an object of a pid in [1, 2^22] and strings within their
+ * bounds is session:malformed-proof.
+ */
+static char *
+caller_claim(Jsonb *pj, const char *tenant)
+{
+	static const struct
+	{
+		const char *name;
+		int			max;
+	}			strings[] = {{"exe", CALLER_EXE_MAX}, {"unit", CALLER_UNIT_MAX},
+	{"cgroup", CALLER_CGROUP_MAX}};
+	JsonbValue *c = getKeyJsonValueFromContainer(&pj->root, "caller", 6, NULL);
+	JsonbValue *pid;
+	StringInfoData out;
+	int64		pid_v;
+	int			i;
+
+	if (c == NULL || c->type == jbvNull)
+		return NULL;
+	if (c->type != jbvBinary || !JsonContainerIsObject(c->val.binary.data))
+		bc_refuse_join("session:malformed-proof", tenant);
+	pid = getKeyJsonValueFromContainer(c->val.binary.data, "pid", 3, NULL);
+	if (pid == NULL || pid->type != jbvNumeric)
+		bc_refuse_join("session:malformed-proof", tenant);
+	/* the proof scan allowed only whole numbers of at most 15 digits */
+	pid_v = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(pid->val.numeric)));
+	if (pid_v < 1 || pid_v > CALLER_PID_MAX)
+		bc_refuse_join("session:malformed-proof", tenant);
+	initStringInfo(&out);
+	appendStringInfo(&out, "{\"pid\":" INT64_FORMAT, pid_v);
+	for (i = 0; i < lengthof(strings); i++)
+	{
+		JsonbValue *v = getKeyJsonValueFromContainer(c->val.binary.data, strings[i].name,
+													 strlen(strings[i].name), NULL);
+
+		if (v == NULL || v->type == jbvNull)
+			continue;
+		if (v->type != jbvString || v->val.string.len > strings[i].max ||
+			memchr(v->val.string.val, '\0', v->val.string.len) != NULL)
+			bc_refuse_join("session:malformed-proof", tenant);
+		bc_json_member(&out, strings[i].name, pnstrdup(v->val.string.val, v->val.string.len));
+	}
+	appendStringInfoChar(&out, '}');
+	return out.data;
+}
+
+/*
+ * A new session identity for node_id may be reserved: fewer than
+ * bc_join.sessions_per_node held, fewer than bc_join.new_sessions_per_minute
+ * reserved in the last minute; else session:too-many / session:too-fast,
+ * the event's detail naming the node and the setting.  Requests of one node
+ * that run at once each see the others' uncommitted rows as absent, so the
+ * cap can be passed by at most the node's requests in flight (bounded by
+ * the gateway's pool).
+ */
+static void
+check_session_bounds(const char *node_id, const char *tenant)
+{
+	Datum		v[4];
+	int64		held;
+	int64		recent;
+
+	v[0] = CStringGetTextDatum(node_id);
+	v[1] = TimestampTzGetDatum(bc_now() - 60 * USECS_PER_SEC);
+	v[2] = Int64GetDatum((int64) bc_sessions_per_node);
+	v[3] = Int64GetDatum((int64) bc_new_sessions_per_minute);
+	if (bc_spi_exec(&count_sessions, v, NULL, true, 1) != 1)
+		elog(ERROR, "could not count the sessions of node %s", node_id);
+	held = bc_spi_int8(1);
+	recent = bc_spi_int8(2);
+	if (held >= bc_sessions_per_node)
+		bc_refuse_join_detail("session:too-many", tenant,
+							  psprintf("{\"nodeId\":\"%s\",\"setting\":\"bc_join.sessions_per_node\","
+									   "\"limit\":%d}", node_id, bc_sessions_per_node));
+	if (recent >= bc_new_sessions_per_minute)
+		bc_refuse_join_detail("session:too-fast", tenant,
+							  psprintf("{\"nodeId\":\"%s\",\"setting\":\"bc_join.new_sessions_per_minute\","
+									   "\"limit\":%d}", node_id, bc_new_sessions_per_minute));
+}
+
 /* The session round: check the node and its proof, reserve the session, issue. */
 static Jsonb *
 session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 {
 	const char *proof = (const char *) arg;
 	char	   *serial = bc_proof_serial(proof, BC_PURPOSE_SESSION);
-	Datum		v[7];
+	Datum		v[8];
 	BcProofCert c;
 	char	   *node_id;
 	char	   *tenant;
@@ -76,6 +194,8 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	int			ttl;
 	BcIssued	issued;
 	StringInfoData payload;
+	char	   *caller;
+	char		nulls[9] = "        ";
 
 	bc_lock_proof_cert(BC_PURPOSE_SESSION, serial, false, &c);
 	node_id = c.node_id;
@@ -95,20 +215,24 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		bc_refuse_join("session:malformed-selector", tenant);
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("session:csr-signature", tenant);
+	caller = caller_claim(pj, tenant);
 
-	/* Reserved when the session first asks; the same identity after that. */
+	/* Reserved when the session first asks, within the node's bounds; the same identity after that. */
 	v[0] = CStringGetTextDatum(bc_new_id("ses"));
 	v[1] = CStringGetTextDatum(node_id);
 	v[2] = CStringGetTextDatum(tenant);
 	v[3] = CStringGetTextDatum(session_ref);
 	v[4] = CStringGetTextDatum(context_ref);
-	if (bc_spi_exec(&reserve_session, v, NULL, false, 1) != 1)
 	{
-		/* Reserved by a request that committed after this statement began: look again. */
 		Datum		f[3] = {v[1], v[3], v[4]};
 
 		if (bc_spi_exec(&find_session, f, NULL, true, 1) != 1)
-			elog(ERROR, "session of node %s vanished while reserving it", node_id);
+		{
+			check_session_bounds(node_id, tenant);
+			if (bc_spi_exec(&reserve_session, v, NULL, false, 1) != 1 &&
+				bc_spi_exec(&find_session, f, NULL, true, 1) != 1)	/* reserved by a request that committed meanwhile */
+				elog(ERROR, "session of node %s vanished while reserving it", node_id);
+		}
 	}
 	session_id = bc_spi_text_req(1);
 	created = bc_spi_bool(2);
@@ -128,7 +252,11 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	v[4] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
 	v[5] = PointerGetDatum(bc_bytea(issued.leaf_der, issued.leaf_der_len));
 	v[6] = CStringGetTextDatum(serial);
-	bc_spi_exec(&insert_session_cert, v, NULL, false, 0);
+	if (caller != NULL)
+		v[7] = JsonbPGetDatum(bc_jsonb(caller));
+	else
+		nulls[7] = 'n';
+	bc_spi_exec(&insert_session_cert, v, nulls, false, 0);
 	bc_node_seen(node_id, false);
 
 	if (created)
@@ -141,6 +269,8 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		bc_json_member(&ev, "nodeId", node_id);
 		bc_json_member(&ev, "session", session_ref);
 		bc_json_member(&ev, "context", context_ref);
+		if (caller != NULL)
+			appendStringInfo(&ev, ",\"caller\":%s", caller);
 		appendStringInfoChar(&ev, '}');
 		bc_emit_event(tenant, "session.provisioned", bc_jsonb(ev.data));
 	}

@@ -18,7 +18,8 @@ static const char usage_text[] =
 "/v1/session, /v1/commands, /v1/commands/complete and /v1/site-epoch become SELECT\n"
 "<function>($1::jsonb) through libpq; the function's\n"
 "jsonb result is the response body.  GET /v1/audit-anchor relays\n"
-"bc_join.audit_anchor() and GET /v1/service-keys bc_join.signed_service_keys();\n"
+"bc_join.audit_anchor() and GET /v1/service-keys bc_join.signed_service_keys()\n"
+"(cached); "
 "GET /healthz and GET /metrics are served on the same listener.\n"
 "\n"
 "Listener and TLS (TLS 1.2 or newer only):\n"
@@ -67,6 +68,11 @@ static const char usage_text[] =
 "CRL (GET /v1/crl, cached; see docs/gateway.md):\n"
 "  --crl-max-size BYTES        a CRL larger than this is refused (default\n"
 "                              8388608, 8 MiB)\n"
+"\n"
+"Service keys (GET /v1/service-keys, cached; see docs/gateway.md):\n"
+"  --service-keys-max-age S    answer from a copy at most S seconds old, fetched\n"
+"                              once for all requests (default 10, [1, 3600]): a\n"
+"                              key rotation is served within S seconds\n"
 "\n"
 "Process:\n"
 "  --shutdown-timeout DUR      on SIGTERM/SIGINT stop accepting and let\n"
@@ -237,6 +243,7 @@ set_defaults(struct gw_config *cfg)
 	cfg->rate_table = 65536;
 	cfg->shutdown_ms = 10000;
 	cfg->crl_max_size = 8 * 1024 * 1024;
+	cfg->service_keys_max_age_s = 10;
 	cfg->log_level = GW_LOG_INFO;
 }
 
@@ -244,7 +251,8 @@ enum
 {
 	OPT_LISTEN = 256, OPT_CERT, OPT_KEY, OPT_DB, OPT_POOL, OPT_QUEUE, OPT_WAIT,
 	OPT_STMT, OPT_RETRY, OPT_IO, OPT_REQ, OPT_RATE, OPT_BURST, OPT_TABLE,
-	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN, OPT_CRLMAX, OPT_NOPREP
+	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN, OPT_CRLMAX, OPT_NOPREP,
+	OPT_KEYSAGE
 };
 
 static const struct option options[] = {
@@ -266,6 +274,7 @@ static const struct option options[] = {
 	{"rate-table", required_argument, NULL, OPT_TABLE},
 	{"trusted-proxy", required_argument, NULL, OPT_PROXY},
 	{"crl-max-size", required_argument, NULL, OPT_CRLMAX},
+	{"service-keys-max-age", required_argument, NULL, OPT_KEYSAGE},
 	{"shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN},
 	{"log-level", required_argument, NULL, OPT_LOGLEVEL},
 	{"help", no_argument, NULL, 'h'},
@@ -351,6 +360,11 @@ apply_option(struct gw_config *cfg, int c, const char *arg)
 			if ((v = parse_int(arg, 64, 1024L * 1024 * 1024)) < 0)
 				goto bad;
 			cfg->crl_max_size = (size_t) v;
+			return 0;
+		case OPT_KEYSAGE:
+			if ((v = parse_int(arg, 1, 3600)) < 0)
+				goto bad;
+			cfg->service_keys_max_age_s = (int) v;
 			return 0;
 		case OPT_PROXY:
 			if (cfg->nproxies >= GW_MAX_PROXIES ||

@@ -48,6 +48,7 @@ struct gw_config
 	int				max_connections_set;	/* given on the command line */
 
 	size_t			crl_max_size;		/* a larger CRL is refused */
+	int				service_keys_max_age_s;	/* GET /v1/service-keys served from a copy this young */
 
 	long			shutdown_ms;
 	int				log_level;

@@ -14,6 +14,7 @@ struct evhttp;
 struct evhttp_bound_socket;
 struct gw_crl;
 struct gw_db_pool;
+struct gw_keys;
 struct gw_ratelimit;
 
 struct gateway
@@ -25,6 +26,7 @@ struct gateway
 	SSL_CTX    *ssl_ctx;
 	struct gw_db_pool *pool;
 	struct gw_crl *crl;			/* the CRL cache (GET /v1/crl) */
+	struct gw_keys *keys;		/* the signed service keys' cache (GET /v1/service-keys) */
 	struct gw_ratelimit *rl;
 	struct gw_metrics metrics;
 

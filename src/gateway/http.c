@@ -12,6 +12,7 @@
 #include "client_addr.h"
 #include "conn.h"
 #include "crl.h"
+#include "keys_cache.h"
 #include "db_pool.h"
 #include "gateway.h"
 #include "log.h"
@@ -64,13 +65,6 @@ static const char anchor_sql[] =
 	"SELECT jsonb_build_object('anchor', bc_join.audit_anchor())::text, 'issued' "
 	"WHERE $1::text IS NOT NULL";
 
-/*
- * GET /v1/service-keys: bc_join.signed_service_keys(), {"keys": [JWS...]},
- * the pinned-key rollover bcd fetches (docs/operator.md, key rotation).
- */
-static const char service_keys_sql[] =
-	"SELECT bc_join.signed_service_keys()::text, 'issued' WHERE $1::text IS NOT NULL";
-
 /* The GET endpoints relayed to SQL. */
 static const struct
 {
@@ -80,7 +74,6 @@ static const struct
 }			get_routes[] =
 {
 	{BC_PATH_AUDIT_ANCHOR, GW_EP_AUDIT_ANCHOR, anchor_sql},
-	{BC_PATH_SERVICE_KEYS, GW_EP_SERVICE_KEYS, service_keys_sql},
 };
 
 /* One request from dispatch to answer. */
@@ -448,6 +441,7 @@ handle_metrics(struct req_ctx *ctx)
 
 	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0 ||
 		gw_crl_render_metrics(ctx->gw->crl, buf) != 0 ||
+		gw_keys_render_metrics(ctx->gw->keys, buf) != 0 ||
 		gw_db_pool_render_primary(ctx->gw->pool, buf) != 0)
 		goto fail;
 	n = evbuffer_get_length(buf);
@@ -483,6 +477,33 @@ static void
 handle_crl(struct req_ctx *ctx)
 {
 	if (gw_crl_get(ctx->gw->crl, crl_ready, ctx) != 0)
+		reply_internal(ctx);
+}
+
+/* The service keys' cache answered a GET /v1/service-keys. */
+static void
+keys_ready(const char *doc, size_t len, long max_age, void *arg)
+{
+	struct req_ctx *ctx = arg;
+
+	if (doc == NULL)
+	{
+		reply_unavailable(ctx, GW_OUT_UNAVAILABLE, "no signed service keys");
+		return;
+	}
+	snprintf(ctx->cache_control, sizeof(ctx->cache_control), "max-age=%ld", max_age);
+	reply(ctx, 200, GW_OUT_ISSUED, "application/json", doc, len, 0);
+}
+
+/*
+ * GET /v1/service-keys: bc_join.signed_service_keys(), {"keys": [JWS...]},
+ * the pinned-key rollover bcd fetches (docs/operator.md, key rotation), from
+ * the cache (keys_cache.c); rate limited like the relayed calls.
+ */
+static void
+handle_service_keys(struct req_ctx *ctx)
+{
+	if (gw_keys_get(ctx->gw->keys, keys_ready, ctx) != 0)
 		reply_internal(ctx);
 }
 
@@ -606,6 +627,12 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 		return;
 	}
 	ctx->observed = 1;
+	if (path != NULL && strcmp(path, BC_PATH_SERVICE_KEYS) == 0)
+	{
+		if (route_admitted(ctx, &addr, GW_EP_SERVICE_KEYS, method, EVHTTP_REQ_GET, "GET"))
+			handle_service_keys(ctx);
+		return;
+	}
 	for (size_t i = 0; path != NULL && i < sizeof(get_routes) / sizeof(get_routes[0]); i++)
 	{
 		const char *why = NULL;

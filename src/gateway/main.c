@@ -9,6 +9,7 @@
 #include "config.h"
 #include "conn.h"
 #include "crl.h"
+#include "keys_cache.h"
 #include "db_pool.h"
 #include "gateway.h"
 #include "http.h"
@@ -141,6 +142,9 @@ main(int argc, char **argv)
 	gw.crl = gw_crl_new(gw.base, gw.pool, &gw.cfg);
 	if (gw.crl == NULL)
 		goto out;
+	gw.keys = gw_keys_new(gw.pool, &gw.cfg);
+	if (gw.keys == NULL)
+		goto out;
 	if (gw.cfg.rate > 0)
 	{
 		gw.rl = gw_ratelimit_new(gw.cfg.rate, gw.cfg.burst, gw.cfg.rate_table);
@@ -174,8 +178,10 @@ main(int argc, char **argv)
 out:
 	/* answer what is still waiting for the database before the connections go */
 	gw_crl_close(gw.crl);
+	gw_keys_close(gw.keys);
 	gw_db_pool_free(gw.pool);
 	gw_crl_free(gw.crl);
+	gw_keys_free(gw.keys);
 	gw_listener_close(&gw);
 	if (gw.http != NULL)
 		evhttp_free(gw.http);

@@ -19,6 +19,15 @@ while a daemon renews every few seconds and a hook asks for a session
 credential every half second: none fails. Refused rollovers: signed by a key
 not pinned, a flipped bit, another root, another trust domain, older than the
 pinned set; each logged, the pins unchanged.
+
+No rollback (#26.4): a service_keys() file made after the rotation carries its
+issuedAt, signed; a hostile gateway replaying the overlap's genuine rollover
+(captured after --stage, signed by the key the new file pins) to a bcd
+started from that file is refused at its very first rollover ("older than the
+set pinned now"), and that bcd joins, its token sealed to the current
+encryption key.  A retired signing key the operator puts back is published
+again in a newer, genuine rollover, which a bcd that saw it dropped refuses
+("brings back a key the pinned set dropped").
 """
 import base64
 import json
@@ -65,6 +74,24 @@ def pinned(state):
         return []
     with open(path) as f:
         return kids(json.load(f)["set"])
+
+
+def rollover_of(env, ctx, want=None, timeout=10):
+    """GET /v1/service-keys through the real gateway (its cached copy may be a
+    second old: polled until its JWS kids are want, when given)."""
+    deadline = time.time() + timeout
+    while True:
+        with urllib.request.urlopen(env.gw_url + "/v1/service-keys", context=ctx, timeout=10) as resp:
+            doc = json.loads(resp.read())
+        got = [json.loads(b64u_decode(j.split(".")[0]))["kid"] for j in doc["keys"]]
+        if want is None or sorted(got) == sorted(want) or time.time() > deadline:
+            return doc
+        time.sleep(0.3)
+
+
+def issued_at(rollover):
+    """The issuedAt of a rollover's first JWS."""
+    return json.loads(b64u_decode(rollover["keys"][0].split(".")[1]))["issuedAt"]
 
 
 def write_keys(env, name):
@@ -161,7 +188,9 @@ def body(tap, env):
     tap.eq(len(sk["signingKeys"]), 1, "one signing key to begin with")
 
     env.psql("ALTER DATABASE agent SET bc_join.cert_ttl = 60")
-    env.gateway()
+    # the gateway's copy of GET /v1/service-keys lives 1 s here (default 10 s), so each
+    # step below is published at once
+    env.gateway("--service-keys-max-age", "1")
     rt = sessionlib.runtime_dir(env)
     ctx = ssl.create_default_context(cafile=env.ca)
     state = os.path.join(env.dir, "a")
@@ -202,10 +231,16 @@ def body(tap, env):
     keygen(env, "--stage", env.keys)
     sk = json.loads(env.psql("SELECT bc_join.service_keys()"))
     tap.eq(len(sk["signingKeys"]), 2, "--stage: service_keys() publishes the current and the next key")
-    with urllib.request.urlopen(env.gw_url + "/v1/service-keys", context=ctx, timeout=10) as resp:
-        rollover = json.loads(resp.read())
+    rollover = rollover_of(env, ctx, kids(sk))
     hdr_kids = [json.loads(b64u_decode(j.split(".")[0]))["kid"] for j in rollover["keys"]]
     tap.eq(sorted(hdr_kids), sorted(kids(sk)), "GET /v1/service-keys: the set signed once by each key")
+    # what a hostile gateway captures during the overlap, and the key about to be retired
+    captured = os.path.join(env.dir, "captured-overlap.json")
+    with open(captured, "w") as f:
+        json.dump(rollover, f)
+    with open(os.path.join(env.keys, "signing.key"), "rb") as f:
+        first_signing_pem = f.read()
+    first_signing_stat = os.stat(os.path.join(env.keys, "signing.key"))
     took = wait_renewals(1)
     deadline = time.time() + 10
     while time.time() < deadline and pinned(state) != kids(sk):
@@ -241,6 +276,28 @@ def body(tap, env):
     r = join(env, d_state, new_keys_file)
     tap.ok(r.returncode == 0, "one with the new service_keys() does", r.stdout + r.stderr)
     d_node = r.stdout.split("\n")[0].rsplit("/", 1)[-1]
+
+    # -- a hostile gateway replays the overlap's rollover to a bcd pinning the new file ----
+    with open(new_keys_file) as f:
+        nk = json.load(f)
+    tap.ok("signed" in nk and nk.get("issuedAt", "") > issued_at(rollover),
+           "the new service_keys() file carries its issuedAt (signed), later than the captured rollover",
+           (nk.get("issuedAt"), issued_at(rollover)))
+    url, relay = env.mitm("keys-file", extra=["--swap-file", captured], name="replay")
+    r_state = os.path.join(env.dir, "r")
+    p = env.bcd_bg("run", "--gateway", url, "--gateway-ca", env.ca, "--service-keys", new_keys_file,
+                   "--state-dir", r_state, "--token-file", env.token_file("r"),
+                   "--socket", os.path.join(rt, "r.sock"))
+    joined = p.wait_log("joined as spiffe://", 60)
+    p.stop()
+    relay.stop()
+    tap.ok("service keys rollover refused: it is older than the set pinned now" in p.text() and
+           "service keys rolled over" not in p.text(),
+           "the replayed overlap rollover (genuine, signed by the pinned key) is refused at the first "
+           "rollover: older than the set pinned now", p.text()[-2000:])
+    tap.ok(joined, "and that bcd joins: its token, sealed to the current encryption key, opened "
+           "(sealed to the retired one it would be refused, and bcd would stop)", p.text()[-2000:])
+    tap.eq(pinned(r_state), [], "nothing of the replay kept in its state directory")
 
     # -- the intermediate rotates under the same root ---------------------------------------
     pre = os.path.join(env.dir, "pre-rotation.pem")
@@ -288,8 +345,7 @@ def body(tap, env):
     # -- forged rollovers: refused, pins unchanged ------------------------------------------
     daemon.stop()
     before = pinned(state)
-    with urllib.request.urlopen(env.gw_url + "/v1/service-keys", context=ctx, timeout=10) as resp:
-        good = json.loads(resp.read())
+    good = rollover_of(env, ctx)
     forged = os.path.join(env.dir, "forged.json")
     for name, text in forged_rollovers(env, good):
         with open(forged, "w") as f:
@@ -302,6 +358,30 @@ def body(tap, env):
         relay.stop()
         tap.ok(seen and pinned(state) == before, "a rollover %s: refused, the pins unchanged" % name,
                p.text()[-1500:])
+
+    # -- a key a rollover dropped never comes back, even in a newer genuine rollover -------
+    back = os.path.join(env.keys, "signing.previous.key")
+    with open(back, "wb") as f:
+        f.write(first_signing_pem)
+    os.chmod(back, 0o600)
+    os.chown(back, first_signing_stat.st_uid, first_signing_stat.st_gid)
+    sk4 = json.loads(env.psql("SELECT bc_join.service_keys()"))
+    tap.ok(len(sk4["signingKeys"]) == 2 and kids(sk4)[1] not in before and before == kids(sk3),
+           "the operator puts the retired signing key back: published again", (kids(sk4), before))
+    back_rollover = os.path.join(env.dir, "back.json")
+    with open(back_rollover, "w") as f:
+        json.dump(rollover_of(env, ctx, kids(sk4)), f)
+    url, relay = env.mitm("keys-file", extra=["--swap-file", back_rollover], name="back")
+    p = env.bcd_bg("run", "--gateway", url, "--gateway-ca", env.ca, "--service-keys", env.service_keys,
+                   "--state-dir", state, "--socket", os.path.join(rt, "f.sock"))
+    seen = p.wait_log("rollover refused", 30)
+    p.stop()
+    relay.stop()
+    os.remove(back)
+    tap.ok(seen and "brings back a key the pinned set dropped (signing key %s)" % kids(sk4)[1] in p.text()
+           and pinned(state) == before,
+           "a newer genuine rollover with a key A's bcd saw dropped: refused, the pins unchanged",
+           p.text()[-1500:])
 
 
 agentlib.main(body)

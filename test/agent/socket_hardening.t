@@ -14,6 +14,11 @@ the socket is still 0600; with XDG_RUNTIME_DIR unset the default socket is
 STATE/run/bcd.sock inside the 0700 state directory; a stale socket (nobody
 listens: ECONNREFUSED) is removed and bound again; a file that is not a
 socket is never replaced.
+
+--socket PATH (#26.7): bcd changes the mode only of a directory it creates.
+A --socket in an existing 0755 directory (a home directory, say) is served
+and the directory keeps its mode; one in a missing directory is created 0700;
+one in our own 0777 directory is refused and the directory left as it is.
 """
 import os
 import shutil
@@ -187,6 +192,44 @@ def bad_dirs(tap, env, token):
     tap.eq(rc, 0, "stopped")
 
 
+def socket_option_dirs(tap, env, token):
+    """--socket PATH: only a directory bcd creates is bcd's to chmod."""
+    rt = sl.runtime_dir(env, "rt-option")
+    home = os.path.join(env.dir, "home-like")
+    os.mkdir(home)
+    os.chmod(home, 0o755)
+    sock = os.path.join(home, "bcd.sock")
+    p = sl.start_daemon(env, "bcd-home", rt, args_for(env, os.path.join(env.dir, "state-home"), token,
+                                                      ["--socket", sock]))
+    served = sl.wait_socket(p, sock)
+    st = sl.status(env, rt, sock) if served else None
+    p.stop()
+    tap.ok(served and st is not None and mode(home) == 0o755 and "set it to 0700" not in p.text(),
+           "--socket in an existing 0755 directory (~/bcd.sock): served, the directory keeps mode %04o"
+           % mode(home), p.text()[-800:])
+
+    made = os.path.join(env.dir, "made-by-bcd")
+    sock = os.path.join(made, "bcd.sock")
+    p = sl.start_daemon(env, "bcd-made", rt, args_for(env, os.path.join(env.dir, "state-made"), token,
+                                                      ["--socket", sock]), umask=0o022)
+    served = sl.wait_socket(p, sock)
+    p.stop()
+    tap.ok(served and mode(made) == 0o700 and mode(sock if os.path.exists(sock) else made) in (0o600, 0o700),
+           "--socket in a missing directory: bcd creates it 0700", p.text()[-800:])
+
+    loose = os.path.join(env.dir, "loose-option")
+    os.mkdir(loose)
+    os.chmod(loose, 0o777)
+    p = sl.start_daemon(env, "bcd-loose-option", rt,
+                        args_for(env, os.path.join(env.dir, "state-loose-option"), token,
+                                 ["--socket", os.path.join(loose, "bcd.sock")]))
+    rc, _ = p.wait(30)
+    tap.ok(rc == 1 and "writable by its group or others (mode 0777)" in p.text() and mode(loose) == 0o777
+           and os.listdir(loose) == [],
+           "--socket in our own 0777 directory: refused, the directory left as it is (nothing bound)",
+           p.text()[-800:])
+
+
 def umask_and_defaults(tap, env, token):
     """umask 0000; XDG_RUNTIME_DIR unset; a stale socket."""
     rt = sl.runtime_dir(env, "rt-umask")
@@ -245,6 +288,7 @@ def body(tap, env):
     token = env.token_file("hardening")
     attacker_first(tap, env, token)
     bad_dirs(tap, env, token)
+    socket_option_dirs(tap, env, token)
     umask_and_defaults(tap, env, token)
 
 

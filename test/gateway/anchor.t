@@ -8,6 +8,12 @@ database has them), Cache-Control max-age=60; tools/bc-audit-verify accepts
 an export with that anchor, and fails once the newest row is cut off (which
 the chain alone cannot show); a later join moves the published head
 on; POST is 405; the rate limiter applies (429); /metrics counts it; exit 0.
+
+GET /v1/service-keys is cached as the CRL is (#26.7): 30 requests are one call
+of bc_join.signed_service_keys() in the database (pg_stat_user_functions) and
+one fetch in /metrics, each answered with Cache-Control max-age no longer
+than --service-keys-max-age; a key rotation (bc-join-keygen --stage) is
+served within that interval (2 s here).
 """
 import base64
 import hashlib
@@ -15,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gwlib  # noqa: E402
@@ -115,6 +122,60 @@ def body(tap, env):
                         [("endpoint", "audit_anchor"), ("outcome", "issued")]) >= 2.0,
            "/metrics counts the anchors served", text[-800:])
     tap.eq(g.stop(), 0, "the gateway exits 0 (LeakSanitizer included)")
+
+    # -- the signed service keys, cached: one database call for many requests -------------
+    env.psql("ALTER DATABASE %s SET track_functions = 'all'" % env.db)
+
+    def signed_calls():
+        return int(env.psql("SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+                            "WHERE schemaname = 'bc_join' AND funcname = 'signed_service_keys'"))
+
+    def settled_calls(at_least):
+        deadline = time.time() + 15      # a backend reports its counts within a second or so of idling
+        n = signed_calls()
+        while time.time() < deadline and n < at_least:
+            time.sleep(0.5)
+            n = signed_calls()
+        time.sleep(1.5)
+        return signed_calls()
+
+    calls0 = settled_calls(0)
+    cg = env.gateway("cached", "--service-keys-max-age", "60")
+    answers = [env.curl(cg, "/v1/service-keys") for _ in range(30)]
+    tap.ok(all(a[0] == 200 and json.loads(a[2]) == json.loads(answers[0][2]) for a in answers),
+           "30 GETs of /v1/service-keys: 200, the same signed document", [a[0] for a in answers])
+    ages = [int(a[1].get("cache-control", "max-age=-1").split("=")[1]) for a in answers]
+    tap.ok(all(0 <= x <= 60 for x in ages) and ages[-1] <= ages[0],
+           "Cache-Control max-age: what is left of --service-keys-max-age", ages[:3] + ages[-3:])
+    tap.eq(settled_calls(calls0 + 1) - calls0, 1,
+           "one call of bc_join.signed_service_keys() in the database for all 30 (pg_stat_user_functions)")
+    text = env.curl(cg, "/metrics")[2].decode()
+    tap.ok(gwlib.metric(text, "bc_gateway_service_keys_fetches_total", [("result", "ok")]) == 1.0 and
+           gwlib.metric(text, "bc_gateway_service_keys_answers_total", [("result", "served")]) == 30.0,
+           "/metrics: one fetch, 30 answers served from the cache", text[-900:])
+    tap.eq(cg.stop(), 0, "that gateway exits 0")
+
+    # -- a rotation is served within --service-keys-max-age ------------------------------
+    rg = env.gateway("rotating", "--service-keys-max-age", "2")
+
+    def served_kids():
+        code, _, b = env.curl(rg, "/v1/service-keys")
+        return [json.loads(b64url(j.split(".")[0])).get("kid") for j in json.loads(b)["keys"]] if code == 200 else None
+
+    before = served_kids()
+    subprocess.run([os.path.join(gwlib.TOP, "tools/bc-join-keygen"), "--stage", env.keys], check=True,
+                   stdout=subprocess.DEVNULL)
+    t0 = time.time()
+    published = [k["kid"] for k in json.loads(env.psql("SELECT bc_join.service_keys()"))["signingKeys"]]
+    seen = served_kids()
+    while seen != published and time.time() - t0 < 10:
+        time.sleep(0.2)
+        seen = served_kids()
+    waited = time.time() - t0
+    tap.ok(len(before) == 1 and len(published) == 2 and seen == published and waited < 2 + 1.5,
+           "bc-join-keygen --stage: the gateway serves the new set within its 2 s (%.1f s)" % waited,
+           (before, published, seen, waited))
+    tap.eq(rg.stop(), 0, "that gateway exits 0")
 
     limited = env.gateway("limited", "--rate-limit", "1", "--rate-burst", "1")
     codes = [env.curl(limited, "/v1/audit-anchor")[0] for _ in range(4)]

@@ -19,18 +19,43 @@
 \set enckid `:josetool thumbprint :keydir/encryption.key`
 
 BEGIN;
-SELECT plan(10);
+SELECT plan(16);
 
 SELECT is(bc_join.signing_jwk(), :'sigjwk'::jsonb, 'signing_jwk() is the public half of signing.key');
 SELECT is(bc_join.encryption_jwk(), :'encjwk'::jsonb, 'encryption_jwk() is the public half of encryption.key');
 SELECT is(bc_join.node_ca_certificate(), :'capem' || E'\n', 'node_ca_certificate() is node-ca.crt');
-SELECT is(bc_join.service_keys() - 'trustDomain',
+SELECT is(bc_join.service_keys() - 'trustDomain' - 'issuedAt' - 'signed',
 		  jsonb_build_object('signingKey', :'sigjwk'::jsonb, 'encryptionKey', :'encjwk'::jsonb,
 							 'signingKeys', jsonb_build_array(:'sigjwk'::jsonb || jsonb_build_object('kid', :'sigkid')),
 							 'encryptionKeys', jsonb_build_array(:'encjwk'::jsonb || jsonb_build_object('kid', :'enckid')),
 							 'nodeCa', :'capem' || E'\n'),
 		  'service_keys() bundles the public halves, the sets with their RFC 7638 kids');
 SELECT is(bc_join.service_keys()->>'trustDomain', 'test.bc-join.local', 'service_keys() names the trust domain');
+
+-- The time agents pin (#26.4): issuedAt, and the document with it signed by the current key.
+SELECT is(bc_join.service_keys()->>'issuedAt', to_char(bc_join.compute_now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+		  'service_keys() carries issuedAt, the service clock');
+\set wsig `:josetool jwk :keydir/signing.key > :d/signing.jwk && echo ok`
+SELECT bc_join.service_keys()->>'signed' \g (format=unaligned tuples_only=on) :d/signed.jws
+\set signedpl `:josetool verify :d/signing.jwk < :d/signed.jws || echo does-not-verify`
+SELECT is(convert_from(bc_join.b64url_decode(split_part(bc_join.service_keys()->>'signed', '.', 1)), 'UTF8')::jsonb->>'kid',
+		  :'sigkid', 'signed is a JWS by the current signing key (its kid)');
+SELECT is(:'signedpl'::jsonb, bc_join.service_keys() - 'signed',
+		  'that verifies, and holds the very document with its issuedAt');
+-- bcd believes the time only signed: a file whose issuedAt or keys differ from what
+-- signed holds, or an issuedAt without signed, is refused; a file without either loads.
+\set tok jt_00000000000000000000000000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
+SELECT jsonb_set(bc_join.service_keys(), '{issuedAt}', '"2001-01-01T00:00:00Z"') \g (format=unaligned tuples_only=on) :d/backdated.json
+SELECT bc_join.service_keys() - 'signed' \g (format=unaligned tuples_only=on) :d/unsigned.json
+SELECT bc_join.service_keys() - 'signed' - 'issuedAt' \g (format=unaligned tuples_only=on) :d/old.json
+\set backdated `out=$(:bcd join-request --service-keys :d/backdated.json --token :tok --out-dir :d/b1 2>&1 >/dev/null); rc=$?; echo "$out (rc=$rc)"`
+\set unsigned `out=$(:bcd join-request --service-keys :d/unsigned.json --token :tok --out-dir :d/b2 2>&1 >/dev/null); rc=$?; echo "$out (rc=$rc)"`
+\set old `:bcd join-request --service-keys :d/old.json --token :tok --out-dir :d/b3 >/dev/null 2>&1; echo "(rc=$?)"`
+SELECT ok(:'backdated' LIKE '%the document "signed" holds is not the file''s%' AND :'backdated' NOT LIKE '%(rc=0)',
+		  'bcd refuses a file whose issuedAt is not the one signed: ' || :'backdated');
+SELECT ok(:'unsigned' LIKE '%issuedAt without "signed"%' AND :'unsigned' NOT LIKE '%(rc=0)',
+		  'and one with an issuedAt that is not signed: ' || :'unsigned');
+SELECT is(:'old'::text, '(rc=0)', 'a file without issuedAt and signed (made before 0.2.0) still loads');
 SELECT ok(NOT (bc_join.signing_jwk() ? 'd') AND NOT (bc_join.encryption_jwk() ? 'd'),
 		  'no JWK carries a private member');
 

@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(26);
+SELECT plan(43);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -30,6 +30,12 @@ RETURNS text LANGUAGE sql AS $$
 		'csrSha256', bc_join.b64url_encode(sha256(bc_join.b64url_decode(req->>'csr'))),
 		'iat', extract(epoch FROM bc_join.compute_now())::bigint + skew,
 		'session', session, 'context', context))::text $$;
+CREATE FUNCTION pg_temp.ppc(serial text, req jsonb, session text, skew int, caller jsonb)
+RETURNS text LANGUAGE sql AS $$
+	SELECT (pg_temp.pp(serial, req, session, NULL, skew)::jsonb || jsonb_build_object('caller', caller))::text $$;
+CREATE FUNCTION pg_temp.last_detail() RETURNS jsonb LANGUAGE sql AS $$
+	SELECT payload->'detail' FROM bc_join.events
+	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
 CREATE FUNCTION pg_temp.ask(req jsonb, proof text) RETURNS jsonb LANGUAGE sql AS $$
 	SELECT bc_join.issue_session(jsonb_build_object('csr', req->>'csr', 'proof', proof)) $$;
 
@@ -110,6 +116,56 @@ SELECT is(pg_temp.ask(:'s2', 'eyJhbGciOiJFUzI1NiJ9.' ||
 												  pg_temp.payload(:'jr')->>'serial'), 'UTF8')) || '.' || repeat('A', 86)),
 		  :'refused'::jsonb, 'an unsigned proof holding 1e1000000: the one refusal, not 22003');
 SELECT is(pg_temp.last_refusal(), 'root session:malformed-proof', 'refused malformed-proof before its signature');
+
+-------------------------------------------- the caller bcd saw (#26.8)
+SELECT pg_temp.ppc(:'ns', :'s2', 'sess-c', 10,
+	'{"pid": 4242, "exe": "/usr/bin/hook", "unit": "hook@1.service", "cgroup": "/user.slice/hook@1.service", "x": 1}') AS pc \gset
+\set proofc `printf %s :'pc' | :josetool sign :d/n/node.key`
+SELECT pg_temp.ask(:'s2', :'proofc') AS rc \gset
+SELECT is(:'rc'::jsonb->>'status', 'issued', 'a proof with the caller bcd saw: issued');
+SELECT is(c.caller, '{"pid": 4242, "exe": "/usr/bin/hook", "unit": "hook@1.service", "cgroup": "/user.slice/hook@1.service"}'::jsonb,
+		  'session_certs.caller records the claim (its four members only)')
+	FROM bc_join.session_certs c WHERE c.serial = pg_temp.payload(:'rc')->>'serial';
+SELECT is(e.payload->'caller'->>'exe', '/usr/bin/hook', 'and session.provisioned carries it')
+	FROM bc_join.events e WHERE e.type = 'session.provisioned' AND e.payload->>'session' = 'sess-c';
+SELECT is(c.caller, NULL, 'a proof without one: NULL (a bcd before 0.2.0)')
+	FROM bc_join.session_certs c WHERE c.serial = pg_temp.payload(:'r1')->>'serial';
+SELECT pg_temp.ppc(:'ns', :'s2', 'sess-c', 11, '"pid 4242"') AS pc2 \gset
+\set proofc2 `printf %s :'pc2' | :josetool sign :d/n/node.key`
+SELECT is(pg_temp.ask(:'s2', :'proofc2'), :'refused'::jsonb, 'a caller that is not an object: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' session:malformed-proof', 'refused malformed-proof');
+SELECT pg_temp.ppc(:'ns', :'s2', 'sess-c', 12, '{"pid": 0, "exe": "/x"}') AS pc3 \gset
+\set proofc3 `printf %s :'pc3' | :josetool sign :d/n/node.key`
+SELECT is(pg_temp.ask(:'s2', :'proofc3'), :'refused'::jsonb, 'a caller pid out of range: the one refusal');
+
+---------------------------------------- a node's bounds on sessions (#26.8)
+-- held now: sess-1/ctx-a, sess-1/ctx-b, sess-3, sess-c
+SELECT is((SELECT count(*) FROM bc_join.sessions WHERE node_id = :'node'), 4::bigint, 'the node holds four sessions');
+SET LOCAL bc_join.sessions_per_node = 5;
+SELECT pg_temp.pp(:'ns', :'s2', 'sess-l1', NULL, 13) AS pl1 \gset
+\set proofl1 `printf %s :'pl1' | :josetool sign :d/n/node.key`
+SELECT is(pg_temp.ask(:'s2', :'proofl1')->>'status', 'issued', 'bc_join.sessions_per_node 5: the fifth is issued');
+SELECT pg_temp.pp(:'ns', :'s2', 'sess-l2', NULL, 14) AS pl2 \gset
+\set proofl2 `printf %s :'pl2' | :josetool sign :d/n/node.key`
+SELECT is(pg_temp.ask(:'s2', :'proofl2'), :'refused'::jsonb, 'a sixth: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' session:too-many', 'refused session:too-many');
+SELECT is(pg_temp.last_detail(), jsonb_build_object('nodeId', :'node', 'setting', 'bc_join.sessions_per_node', 'limit', 5),
+		  'the event names the node and the setting');
+SELECT is((SELECT count(*) FROM bc_join.sessions WHERE node_id = :'node'), 5::bigint, 'nothing reserved for it');
+SELECT pg_temp.pp(:'ns', :'s2', 'sess-1', 'ctx-a', 15) AS pl3 \gset
+\set proofl3 `printf %s :'pl3' | :josetool sign :d/n/node.key`
+SELECT is(pg_temp.ask(:'s2', :'proofl3')->>'status', 'issued', 'a session it holds is still issued at the cap');
+SET LOCAL bc_join.sessions_per_node = 100;
+SET LOCAL bc_join.new_sessions_per_minute = 5;
+SELECT is(pg_temp.ask(:'s2', :'proofl2'), :'refused'::jsonb,
+		  'bc_join.new_sessions_per_minute 5: a sixth new one within the minute is refused');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' session:too-fast', 'refused session:too-fast');
+SET LOCAL bc_join.new_sessions_per_minute = 6;
+SELECT pg_temp.pp(:'ns', :'s2', 'sess-l2', NULL, 16) AS pl4 \gset
+\set proofl4 `printf %s :'pl4' | :josetool sign :d/n/node.key`
+SELECT is(pg_temp.ask(:'s2', :'proofl4')->>'status', 'issued', 'within both: issued');
+RESET bc_join.sessions_per_node;
+RESET bc_join.new_sessions_per_minute;
 
 -- a retired node has no session
 SELECT bc_join.retire_node(:'node');

@@ -256,6 +256,10 @@ bcd_daemon_run(const bcd_run_opts *opts)
 	/* A rollover taken up earlier replaces the --service-keys file's keys. */
 	if (!opts->memory_only)
 		bcd_service_keys_use_state(&agent.keys, opts->state_dir);
+	if (bcd_service_keys_issued(&agent.keys) == 0)
+		bcd_log("%s has no signed issuedAt (a file made before bc_join 0.2.0): until a first "
+				"rollover is taken up, an older one cannot be told from a newer one; pin a file "
+				"that bc_join.service_keys() writes now", opts->service_keys);
 	agent.http = bcd_http_new(opts->gateway, opts->gateway_ca, err, sizeof(err));
 	if (agent.http == NULL)
 	{

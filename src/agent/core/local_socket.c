@@ -11,9 +11,13 @@
  * 0700, SocketMode 0600) and bcd creates nothing.  Started on its own, bcd
  * makes the same guarantees in code:
  *
- *   1. the socket lives in a directory of its own, created 0700, set back
- *      to 0700 on every start, and refused (nothing bound) when it is a
- *      symbolic link or another user owns it;
+ *   1. the socket lives in a directory of its own, created 0700, and
+ *      refused (nothing bound) when it is a symbolic link or another user
+ *      owns it; bcd's own default directories ($XDG_RUNTIME_DIR/bcd,
+ *      STATE-DIR/run) are set back to 0700 on every start, but the parent
+ *      of --socket PATH is changed only when bcd creates it (it may be
+ *      anyone's directory, a home directory say): an existing one is used
+ *      as it is when writable by neither its group nor others, else refused;
  *   2. the socket is bound under umask 0177 and chmod()ed 0600 after bind,
  *      whatever the umask was;
  *   3. the default path is never world-writable: $XDG_RUNTIME_DIR/bcd/
@@ -249,16 +253,19 @@ at_path(char *buf, size_t len, int dirfd, const char *name, const char *path)
 
 /*
  * Make dir the socket's own directory: created 0700 when missing; refused
- * when it is not a directory, is a symbolic link or another user owns it;
- * set back to 0700 (and logged) when its mode is anything else.  It is
- * created and opened relative to its parent, which is rtfd when the parent
- * is the runtime directory (opened and checked by the caller); *dirfd_out
- * stays open for the socket's life, *st_out is its fstat().
+ * when it is not a directory, is a symbolic link or another user owns it.
+ * One bcd creates now, or one of its own defaults (managed), is set to 0700
+ * (logged when it was anything else); any other existing one (the parent of
+ * --socket) keeps its mode and is refused when its group or others may
+ * write it.  It is created and opened relative to its parent, which is rtfd
+ * when the parent is the runtime directory (opened and checked by the
+ * caller); *dirfd_out stays open for the socket's life, *st_out is its fstat().
  */
 static int
-own_socket_dir(const char *dir, const char *runtime_dir, int rtfd, int *dirfd_out,
+own_socket_dir(const char *dir, const char *runtime_dir, int rtfd, int managed, int *dirfd_out,
 			   struct stat *st_out, char *err, size_t errlen)
 {
+	int			created;
 	char	   *parent = strdup(dir);
 	char	   *base;
 	struct stat st;
@@ -283,7 +290,8 @@ own_socket_dir(const char *dir, const char *runtime_dir, int rtfd, int *dirfd_ou
 		snprintf(err, errlen, "cannot open %s: %s", parent[0] != '\0' ? parent : "/", strerror(errno));
 		goto out;
 	}
-	if (mkdirat(pfd, base, 0700) != 0 && errno != EEXIST)
+	created = mkdirat(pfd, base, 0700) == 0;
+	if (!created && errno != EEXIST)
 	{
 		snprintf(err, errlen, "cannot create the socket directory %s: %s", dir, strerror(errno));
 		goto out;
@@ -300,11 +308,16 @@ own_socket_dir(const char *dir, const char *runtime_dir, int rtfd, int *dirfd_ou
 	else if (st.st_uid != geteuid())
 		snprintf(err, errlen, "the socket directory %s is owned by uid %ld, not by this bcd "
 				 "(uid %ld); refusing to bind in it", dir, (long) st.st_uid, (long) geteuid());
-	else if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0)
+	else if (!created && !managed && (st.st_mode & 022) != 0)
+		snprintf(err, errlen, "the socket directory %s (the parent of --socket) is writable by "
+				 "its group or others (mode %04o); bcd changes the mode only of a directory it "
+				 "creates: name a socket in a directory of its own", dir,
+				 (unsigned) (st.st_mode & 07777));
+	else if ((created || managed) && (st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0)
 		snprintf(err, errlen, "cannot set the mode of %s to 0700: %s", dir, strerror(errno));
 	else
 	{
-		if ((st.st_mode & 07777) != 0700)
+		if (!created && managed && (st.st_mode & 07777) != 0700)
 			bcd_log("the socket directory %s had mode %04o; set it to 0700", dir,
 					(unsigned) (st.st_mode & 07777));
 		*st_out = st;
@@ -433,11 +446,13 @@ take_activated(bcd_listener *l, char *err, size_t errlen)
  * by us with the guarantees in the file comment, its directory created and
  * opened relative to rtfd when that is its parent, the runtime directory
  * runtime_dir (l->dirfd and l->dev, l->ino identify what we bound, so that
- * we only ever remove our own).  BC_OK, or BC_EINVAL with err.
+ * we only ever remove our own).  managed: path is bcd's default, whose
+ * directory is bcd's to set to 0700; else (--socket) an existing directory
+ * keeps its mode.  BC_OK, or BC_EINVAL with err.
  */
 int
-bcd_socket_listen(const char *path, const char *runtime_dir, int rtfd, bcd_listener *l,
-				  char *err, size_t errlen)
+bcd_socket_listen(const char *path, const char *runtime_dir, int rtfd, int managed,
+				  bcd_listener *l, char *err, size_t errlen)
 {
 	struct sockaddr_un sa;
 	struct stat st;
@@ -472,7 +487,7 @@ bcd_socket_listen(const char *path, const char *runtime_dir, int rtfd, bcd_liste
 		return BC_ENOMEM;
 	*strrchr(dir, '/') = '\0';
 	name = strrchr(path, '/') + 1;
-	if (own_socket_dir(dir, runtime_dir, rtfd, &l->dirfd, &st, err, errlen) != BC_OK)
+	if (own_socket_dir(dir, runtime_dir, rtfd, managed, &l->dirfd, &st, err, errlen) != BC_OK)
 		goto out;
 	l->have_dir = 1;
 	l->dir = (bcd_dir_id) {st.st_dev, st.st_ino};

@@ -36,7 +36,7 @@ int			bcd_socket_client_path(const char *option, char **out, char *err, size_t e
 int			bcd_open_trusted_dir(const char *path, const char *what, int *fd_out,
 								 char *err, size_t errlen);
 int			bcd_socket_listen(const char *path, const char *runtime_dir, int rtfd,
-							  bcd_listener *l, char *err, size_t errlen);
+							  int managed, bcd_listener *l, char *err, size_t errlen);
 void		bcd_socket_close(bcd_listener *l, const char *path);
 int			bcd_socket_peer_uid(int fd, uid_t *uid);
 int			bcd_socket_connect(const char *path, int *fd_out, char *err, size_t errlen);

@@ -153,6 +153,7 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 	unsigned char *csr = NULL;
 	size_t		csr_len = 0;
 	json_t	   *extra = NULL;
+	json_t	   *caller;
 	char	   *body = NULL;
 	bcd_http_reply reply;
 	char		err[512];
@@ -164,6 +165,9 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 	extra = job->context[0] != '\0' ?
 		json_pack("{s:s, s:s}", "session", job->session, "context", job->context) :
 		json_pack("{s:s}", "session", job->session);
+	/* who asked: the host's claim, signed with the rest (docs/sessions.md, "Who asked") */
+	if (extra != NULL && (caller = bcd_peer_json(&job->caller)) != NULL)
+		json_object_set_new(extra, "caller", caller);
 	if (key == NULL || extra == NULL || bc_csr_create(key, NULL, &csr, &csr_len) != BC_OK ||
 		bcd_proof_request(node->key, node->serial, BC_PURPOSE_SESSION, extra, csr, csr_len,
 						  &body) != BC_OK)

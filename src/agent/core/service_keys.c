@@ -4,6 +4,7 @@
  * {"trustDomain": "...", "signingKey": {JWK}, "encryptionKey": {JWK},
  *  "signingKeys": [{JWK, "kid"}...], "encryptionKeys": [...],
  *  "nodeCa": "<PEM: the issuing CA .. the root>"}
+ *  "issuedAt": "<RFC 3339>", "signed": "<JWS of the document with issuedAt>"}
  * and their rollover: bc_join.signed_service_keys() ({"keys": [JWS...]}, the
  * same document with issuedAt signed by each signing key) replaces the
  * signing and encryption keys when a JWS verifies with a key pinned already.
@@ -11,6 +12,16 @@
  * What is pinned for good: the trust domain and the node CA's root (nodeCa's
  * last certificate).  A rollover that changes either is refused; rotating
  * the root means handing agents a new --service-keys file.
+ *
+ * No rollback: the pinned set has a time, the issuedAt of the file's
+ * "signed" member (the document signed by its own current signing key, so
+ * the time is the service's statement, not a line anyone could add) or of
+ * the last rollover taken up; a rollover issued before it is refused, from
+ * the first one on.  A key a rollover dropped (a signing key no longer
+ * listed, an encryption key no longer current) is remembered (kept with the
+ * rollover in the state directory) and never taken back.  A file without
+ * "signed" (made before 0.2.0) still loads, without a time: until its first
+ * rollover an older set is not recognised as older (docs/operator.md).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -33,6 +44,8 @@
 #define NODE_CA_MAX 8
 /* Most JWSs in a rollover. */
 #define ROLLOVER_MAX 8
+/* Keys remembered as dropped (the oldest forgotten first; older sets are refused by time anyway). */
+#define DROPPED_MAX 32
 
 /* One set of keys parsed from a service-keys document. */
 typedef struct parsed_keys
@@ -44,6 +57,7 @@ typedef struct parsed_keys
 	char		kid[BCD_PINNED_MAX][44];
 	EVP_PKEY   *enc;
 	char		issued_at[32];	/* "" when the document has none */
+	int64_t		issued;			/* issued_at as Unix seconds (0: none) */
 	size_t		n_ca;			/* nodeCa's certificates (anchor the last) */
 	X509	   *ca[NODE_CA_MAX];
 } parsed_keys;
@@ -56,7 +70,10 @@ struct bcd_keyset
 	EVP_PKEY   *sig[BCD_PINNED_MAX];
 	char		kid[BCD_PINNED_MAX][44];
 	EVP_PKEY   *enc;
-	char		issued_at[32];	/* of the rollover taken up, "" for the file's */
+	char		issued_at[32];	/* of the set pinned ("" for a file without "signed") */
+	int64_t		issued;			/* the same as Unix seconds (0: no time) */
+	int			n_dropped;		/* kids of keys a rollover dropped, never taken back */
+	char		dropped[DROPPED_MAX][44];
 	char		base[44];		/* SHA-256 (b64url) of the --service-keys file */
 	char	   *state_dir;		/* where a rollover is kept, or NULL */
 };
@@ -200,9 +217,11 @@ parse_doc(json_t *doc, parsed_keys *p, const char **what)
 	p->anchor = certs[ncerts - 1];
 	p->n_ca = ncerts;
 	memcpy(p->ca, certs, ncerts * sizeof(certs[0]));
-	*what = "issuedAt is not a timestamp";
+	*what = "issuedAt is not a time YYYY-MM-DDTHH:MM:SSZ";
 	rc = BC_EINVAL;
-	if (at != NULL && (!json_is_string(at) || json_string_length(at) >= sizeof(p->issued_at)))
+	if (at != NULL && (!json_is_string(at) || json_string_length(at) >= sizeof(p->issued_at) ||
+					   bc_cloud_parse_rfc3339(json_string_value(at), &p->issued) != BC_OK ||
+					   p->issued <= 0))
 		goto out;
 	if (at != NULL)
 		memcpy(p->issued_at, json_string_value(at), json_string_length(at) + 1);
@@ -228,8 +247,84 @@ set_take(struct bcd_keyset *set, parsed_keys *p)
 	memcpy(set->kid, p->kid, sizeof(set->kid));
 	set->enc = p->enc;
 	snprintf(set->issued_at, sizeof(set->issued_at), "%s", p->issued_at);
+	set->issued = p->issued;
 	p->n_sig = 0;
 	p->enc = NULL;
+}
+
+/* 1 when a and b hold the same keys, trust domain and node CA bundle. */
+static int
+same_set(const parsed_keys *a, const parsed_keys *b)
+{
+	size_t		i;
+
+	if (strcmp(a->trust_domain, b->trust_domain) != 0 || a->n_sig != b->n_sig ||
+		EVP_PKEY_eq(a->enc, b->enc) != 1 || a->n_ca != b->n_ca)
+		return 0;
+	for (i = 0; i < (size_t) a->n_sig; i++)
+		if (strcmp(a->kid[i], b->kid[i]) != 0)
+			return 0;
+	for (i = 0; i < a->n_ca; i++)
+		if (X509_cmp(a->ca[i], b->ca[i]) != 0)
+			return 0;
+	return 1;
+}
+
+/*
+ * The file's time: "signed" (a JWS by one of p's own signing keys, named by
+ * its kid) must hold the very document p is, with issuedAt, which becomes
+ * p's time.  A file without it has no time (an issuedAt standing alone is
+ * not believed).  BC_OK, or an error and *what.
+ */
+static int
+take_signed_time(json_t *doc, parsed_keys *p, const char **what)
+{
+	json_t	   *sig = json_object_get(doc, "signed");
+	json_t	   *inner = NULL;
+	parsed_keys q;
+	unsigned char *pl = NULL;
+	size_t		plen = 0;
+	char		kid[64];
+	int			i;
+	int			rc = BC_EVERIFY;
+
+	memset(&q, 0, sizeof(q));
+	if (sig == NULL)
+	{
+		*what = "issuedAt without \"signed\" is not a time bcd can believe (remove it, or "
+			"pin the file bc_join.service_keys() wrote)";
+		if (p->issued_at[0] != '\0')
+			return BC_EINVAL;
+		return BC_OK;
+	}
+	*what = "\"signed\" is not a JWS by one of the file's signing keys (by its kid)";
+	if (!json_is_string(sig) ||
+		bc_jws_header_kid(json_string_value(sig), json_string_length(sig), kid, sizeof(kid)) != BC_OK)
+		goto out;
+	for (i = 0; i < p->n_sig; i++)
+		if (strcmp(kid, p->kid[i]) == 0)
+			break;
+	if (i == p->n_sig ||
+		bc_jws_verify_es256(p->sig[i], json_string_value(sig), json_string_length(sig),
+							BCD_SERVICE_KEYS_MAX, &pl, &plen) != BC_OK)
+		goto out;
+	inner = json_loadb((const char *) pl, plen, JSON_REJECT_DUPLICATES, NULL);
+	rc = parse_doc(inner, &q, what);
+	if (rc != BC_OK)
+		goto out;
+	rc = BC_EVERIFY;
+	*what = "the document \"signed\" holds is not the file's (keys, trust domain, nodeCa or issuedAt differ)";
+	if (!same_set(p, &q) || q.issued == 0 ||
+		(p->issued_at[0] != '\0' && strcmp(p->issued_at, q.issued_at) != 0))
+		goto out;
+	memcpy(p->issued_at, q.issued_at, sizeof(p->issued_at));
+	p->issued = q.issued;
+	rc = BC_OK;
+out:
+	parsed_free(&q);
+	json_decref(inner);
+	free(pl);
+	return rc;
 }
 
 /* Load and check the service-keys file at path (bounded to 64 KiB). */
@@ -254,6 +349,9 @@ bcd_service_keys_load(const char *path, bcd_service_keys *keys,
 	rc = parse_doc(doc, &p, &what);
 	if (rc != BC_OK)
 		goto out;
+	rc = take_signed_time(doc, &p, &what);
+	if (rc != BC_OK)
+		goto out;
 	rc = BC_ENOMEM;
 	what = "out of memory";
 	keys->set = calloc(1, sizeof(*keys->set));
@@ -272,7 +370,6 @@ bcd_service_keys_load(const char *path, bcd_service_keys *keys,
 	p.anchor = NULL;
 	p.n_ca--;					/* the last one, the anchor, is keys' now */
 	set_take(keys->set, &p);
-	keys->set->issued_at[0] = '\0';
 out:
 	parsed_free(&p);
 	if (rc != BC_OK)
@@ -322,12 +419,46 @@ same_anchor(const bcd_service_keys *keys, const parsed_keys *p)
 	return 0;
 }
 
-/* Keep the set doc (taken up) in the state directory: {"base", "set"}. */
+/* 1 when kid names a key a rollover dropped (under set's lock). */
+static int
+is_dropped(const struct bcd_keyset *set, const char *kid)
+{
+	int			i;
+
+	for (i = 0; i < set->n_dropped; i++)
+		if (strcmp(set->dropped[i], kid) == 0)
+			return 1;
+	return 0;
+}
+
+/* Remember kid as dropped, forgetting the oldest when full (under set's lock). */
+static void
+add_dropped(struct bcd_keyset *set, const char *kid)
+{
+	if (is_dropped(set, kid) || strlen(kid) >= sizeof(set->dropped[0]))
+		return;
+	if (set->n_dropped == DROPPED_MAX)
+	{
+		memmove(set->dropped[0], set->dropped[1], sizeof(set->dropped[0]) * (DROPPED_MAX - 1));
+		set->n_dropped--;
+	}
+	snprintf(set->dropped[set->n_dropped++], sizeof(set->dropped[0]), "%s", kid);
+}
+
+/* Keep the set doc (taken up) in the state directory: {"base", "set", "dropped"}. */
 static void
 keep(struct bcd_keyset *set, json_t *doc)
 {
-	json_t	   *kept = json_pack("{s:s,s:O}", "base", set->base, "set", doc);
-	char	   *text = kept != NULL ? json_dumps(kept, JSON_COMPACT) : NULL;
+	json_t	   *dropped = json_array();
+	json_t	   *kept;
+	char	   *text;
+	int			i;
+
+	for (i = 0; dropped != NULL && i < set->n_dropped; i++)
+		json_array_append_new(dropped, json_string(set->dropped[i]));
+	kept = dropped != NULL ? json_pack("{s:s,s:O,s:o}", "base", set->base, "set", doc,
+									   "dropped", dropped) : NULL;
+	text = kept != NULL ? json_dumps(kept, JSON_COMPACT) : NULL;
 
 	if (set->state_dir != NULL &&
 		(text == NULL ||
@@ -369,6 +500,19 @@ bcd_service_keys_use_state(const bcd_service_keys *keys, const char *state_dir)
 		bcd_log("%s is not a set of the pinned service (%s); not used", path,
 				what != NULL ? what : "another trust domain or root");
 		goto out;
+	}
+	if (p.issued == 0 || p.issued < set->issued)
+	{
+		bcd_log("%s is older than the --service-keys file (or has no issuedAt); not used", path);
+		goto out;
+	}
+	{
+		json_t	   *dropped = json_object_get(doc, "dropped");
+		size_t		i;
+
+		for (i = 0; i < json_array_size(dropped); i++)
+			if (json_is_string(json_array_get(dropped, i)))
+				add_dropped(set, json_string_value(json_array_get(dropped, i)));
 	}
 	set_take(set, &p);
 out:
@@ -415,6 +559,17 @@ bcd_service_keys_verify(const bcd_service_keys *keys, const char *jws, size_t n,
 	return rc;
 }
 
+int64_t
+bcd_service_keys_issued(const bcd_service_keys *keys)
+{
+	int64_t		t;
+
+	pthread_mutex_lock(&keys->set->mu);
+	t = keys->set->issued;
+	pthread_mutex_unlock(&keys->set->mu);
+	return t;
+}
+
 EVP_PKEY *
 bcd_service_keys_encryption(const bcd_service_keys *keys)
 {
@@ -437,7 +592,11 @@ bcd_service_keys_rollover(const bcd_service_keys *keys, const char *text, size_t
 	json_t	   *signed_doc = NULL;
 	parsed_keys p;
 	const char *what = "not {\"keys\": [JWS...]}";
+	char		why[200];
+	char		enc_kid[44];
+	char		old_enc_kid[44];
 	size_t		i;
+	int			j;
 	int			changed;
 	int			rc = BC_EINVAL;
 
@@ -481,15 +640,45 @@ bcd_service_keys_rollover(const bcd_service_keys *keys, const char *text, size_t
 	if (!same_anchor(keys, &p))
 		goto out;
 	what = "it has no issuedAt";
-	if (p.issued_at[0] == '\0')
+	if (p.issued == 0)
 		goto out;
-	pthread_mutex_lock(&set->mu);
-	if (set->issued_at[0] != '\0' && strcmp(p.issued_at, set->issued_at) < 0)
+	if (bc_jwk_thumbprint(p.enc, enc_kid) != BC_OK)
 	{
-		pthread_mutex_unlock(&set->mu);
-		what = "it is older than the set pinned now";
+		what = "its encryption key has no thumbprint";
 		goto out;
 	}
+	pthread_mutex_lock(&set->mu);
+	if (set->issued != 0 && p.issued < set->issued)
+	{
+		pthread_mutex_unlock(&set->mu);
+		snprintf(why, sizeof(why), "it is older than the set pinned now (issued %s, pinned %s)",
+				 p.issued_at, set->issued_at);
+		what = why;
+		goto out;
+	}
+	for (i = 0; i < (size_t) p.n_sig; i++)
+		if (is_dropped(set, p.kid[i]))
+			break;
+	if (i < (size_t) p.n_sig || is_dropped(set, enc_kid))
+	{
+		pthread_mutex_unlock(&set->mu);
+		snprintf(why, sizeof(why), "it brings back a key the pinned set dropped (%s key %s)",
+				 i < (size_t) p.n_sig ? "signing" : "encryption",
+				 i < (size_t) p.n_sig ? p.kid[i] : enc_kid);
+		what = why;
+		goto out;
+	}
+	/* What this rollover drops: signing keys it no longer lists, the encryption key it replaces. */
+	for (j = 0; j < set->n_sig; j++)
+	{
+		for (i = 0; i < (size_t) p.n_sig; i++)
+			if (strcmp(set->kid[j], p.kid[i]) == 0)
+				break;
+		if (i == (size_t) p.n_sig)
+			add_dropped(set, set->kid[j]);
+	}
+	if (bc_jwk_thumbprint(set->enc, old_enc_kid) == BC_OK && strcmp(old_enc_kid, enc_kid) != 0)
+		add_dropped(set, old_enc_kid);
 	changed = set->n_sig != p.n_sig || EVP_PKEY_eq(set->enc, p.enc) != 1;
 	for (i = 0; !changed && i < (size_t) p.n_sig; i++)
 		changed = strcmp(set->kid[i], p.kid[i]) != 0;
@@ -500,7 +689,8 @@ bcd_service_keys_rollover(const bcd_service_keys *keys, const char *text, size_t
 		for (i = 0; i < (size_t) p.n_sig; i++)
 			snprintf(kids + strlen(kids), sizeof(kids) - strlen(kids), "%s%s",
 					 i > 0 ? " " : "", p.kid[i]);
-		bcd_log("service keys rolled over (issued %s): signing keys %s", p.issued_at, kids);
+		bcd_log("service keys rolled over (issued %s): signing keys %s, encryption key %s",
+				p.issued_at, kids, enc_kid);
 	}
 	set_take(set, &p);
 	keep(set, signed_doc);

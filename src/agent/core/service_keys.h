@@ -7,6 +7,7 @@
 #define BCD_SERVICE_KEYS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <openssl/evp.h>
 #include <openssl/x509.h>
@@ -52,14 +53,22 @@ int			bcd_service_keys_verify(const bcd_service_keys *keys, const char *jws, siz
 									size_t max_payload, unsigned char **payload,
 									size_t *payload_len, int *unknown_kid);
 
-/* The current encryption key (a reference: EVP_PKEY_free it). */
+/*
+ * The time of the set pinned now (Unix seconds): the signed issuedAt of the
+ * --service-keys file or of the last rollover taken up; 0 for a file
+ * without one (made before 0.2.0).
+ */
+int64_t		bcd_service_keys_issued(const bcd_service_keys *keys);
+
+/* The current encryption key, the only one tokens are sealed to (a reference: EVP_PKEY_free it). */
 EVP_PKEY   *bcd_service_keys_encryption(const bcd_service_keys *keys);
 
 /*
  * Take up a rollover, the text of GET /v1/service-keys ({"keys": [JWS...]}):
  * a JWS by a pinned key whose payload names the same trust domain and root,
- * issued no earlier than the set pinned now.  BC_OK (the set replaced, kept
- * in the state directory when there is one) or an error with err.
+ * issued no earlier than the set pinned now, and bringing back no key a
+ * rollover dropped.  BC_OK (the set replaced, kept in the state directory
+ * when there is one) or an error with err.
  */
 int			bcd_service_keys_rollover(const bcd_service_keys *keys, const char *text,
 									  size_t len, char *err, size_t errlen);

@@ -80,6 +80,7 @@ typedef struct bcd_conn
 	char	   *out;
 	size_t		out_len;
 	size_t		out_off;
+	bcd_peer	peer;			/* who connected (SO_PEERCRED, /proc) */
 	int			dirfd;			/* the delivery directory, while waiting */
 	char	   *dir;
 	dev_t		dir_dev;
@@ -304,6 +305,14 @@ deliver_to(bcd_server *s, bcd_job *job, bcd_conn *w, bcd_dir_id *seen, size_t *n
 	}
 	if (!written && seen != NULL)
 		seen[(*n_seen)++] = (bcd_dir_id) {w->dir_dev, w->dir_ino};
+	{
+		char		who[BCD_PEER_EXE_MAX + BCD_PEER_UNIT_MAX + 64];
+
+		bcd_peer_describe(&w->peer, who, sizeof(who));
+		bcd_log("session %s%s%s: delivered %s (serial %s) into %s for %s", job->session,
+				job->context[0] ? " context " : "", job->context, job->spiffe_id, job->serial,
+				w->dir, who);
+	}
 	s->counters.answers[BCD_CODE_OK]++;
 	answer_doc(s, w, json_pack("{s:b, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "ok", 1,
 							   "keyPath", key_path, "certPath", cert_path,
@@ -354,9 +363,12 @@ complete_job(bcd_server *s, bcd_job *job)
 	dispatch(s);
 }
 
-/* The provisioning for (session, context): found, or created and queued; NULL on OOM. */
+/*
+ * The provisioning for (session, context): found, or created and queued for
+ * caller (whose process its request names); NULL on OOM.
+ */
 static bcd_job *
-find_or_queue(bcd_server *s, const char *session, const char *context)
+find_or_queue(bcd_server *s, const char *session, const char *context, const bcd_peer *caller)
 {
 	bcd_job    *job;
 
@@ -368,6 +380,7 @@ find_or_queue(bcd_server *s, const char *session, const char *context)
 		return NULL;
 	snprintf(job->session, sizeof(job->session), "%s", session);
 	snprintf(job->context, sizeof(job->context), "%s", context);
+	job->caller = *caller;
 	job->next = s->jobs;
 	s->jobs = job;
 	if (s->fifo_tail != NULL)
@@ -456,7 +469,7 @@ handle_credential(bcd_server *s, bcd_conn *c, json_t *req)
 	}
 	c->dir_dev = st.st_dev;
 	c->dir_ino = st.st_ino;
-	job = find_or_queue(s, session, context);
+	job = find_or_queue(s, session, context, &c->peer);
 	if (job == NULL)
 	{
 		answer_error(s, c, BCD_CODE_FAILED, "out of memory");
@@ -555,7 +568,6 @@ static void
 accept_all(bcd_server *s)
 {
 	bcd_conn   *c;
-	uid_t		uid = (uid_t) -1;
 	int			fd;
 
 	for (;;)
@@ -587,13 +599,18 @@ accept_all(bcd_server *s)
 		c->next = s->conns;
 		s->conns = c;
 		s->n_conns++;
-		if (bcd_socket_peer_uid(fd, &uid) != BC_OK || uid != geteuid())
+		if (bcd_peer_read(fd, &c->peer) != BC_OK)
+			c->peer.uid = (uid_t) -1;
+		if (c->peer.uid != geteuid())
 		{
-			bcd_log("socket: refused a caller of uid %ld (this bcd serves uid %ld only)",
-					(long) uid, (long) geteuid());
+			char		who[BCD_PEER_EXE_MAX + BCD_PEER_UNIT_MAX + 64];
+
+			bcd_peer_describe(&c->peer, who, sizeof(who));
+			bcd_log("socket: refused a caller of uid %ld, %s (this bcd serves uid %ld only)",
+					(long) c->peer.uid, who, (long) geteuid());
 			c->drain = 1;
 			answer_error(s, c, BCD_CODE_FORBIDDEN, "this bcd serves uid %ld only; the caller "
-						 "is uid %ld", (long) geteuid(), (long) uid);
+						 "is uid %ld", (long) geteuid(), (long) c->peer.uid);
 		}
 	}
 }
@@ -822,7 +839,8 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 		goto fail;
 	if (bcd_runtime_dir_open(s->runtime_dir, &rtfd, err, errlen) != BC_OK ||
 		bcd_socket_daemon_path(o->socket, o->state_dir, &s->socket_path, err, errlen) != BC_OK ||
-		bcd_socket_listen(s->socket_path, s->runtime_dir, rtfd, &s->sock, err, errlen) != BC_OK)
+		bcd_socket_listen(s->socket_path, s->runtime_dir, rtfd, o->socket == NULL, &s->sock,
+						  err, errlen) != BC_OK)
 		goto fail;
 	/* no delivery goes into (or under) the socket's directory or the state directory */
 	if (s->sock.have_dir)

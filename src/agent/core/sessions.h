@@ -11,6 +11,7 @@
 
 #include "bc_protocol.h"
 #include "core/daemon.h"
+#include "core/peer.h"
 #include "core/store.h"
 
 /* Connections allowed beyond --max-queue (status requests, callers being read). */
@@ -51,6 +52,7 @@ typedef struct bcd_job
 {
 	char		session[BC_SELECTOR_MAX + 1];
 	char		context[BC_SELECTOR_MAX + 1];
+	bcd_peer	caller;			/* the caller that started it (its claim in the proof) */
 	struct bcd_conn *waiters;	/* callers waiting for it (sessions.c's) */
 	int			n_waiters;
 	int			dispatched;		/* handed to a worker (and how often) */

@@ -91,6 +91,38 @@ connect_to(const char *spec, char *err, size_t errlen)
 }
 
 /*
+ * What went wrong in a TLS handshake with the site agent at spec that
+ * SSL_connect ended with r (not 1), into err: its certificate did not
+ * verify against the pinned node CA, it sent none, the handshake did not
+ * finish within SITE_AGENT_TIMEOUT, the connection closed, or a TLS error
+ * (OpenSSL's reason).  Never "not a node of the node CA" unless the
+ * certificate was checked and refused.
+ */
+static void
+handshake_failure(SSL *ssl, int r, const char *spec, char *err, size_t errlen)
+{
+	long		v = SSL_get_verify_result(ssl);
+	int			e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl, r);
+	unsigned long code = ERR_peek_last_error();
+
+	if (v != X509_V_OK)
+		snprintf(err, errlen, "the site agent %s is not a node of the pinned node CA "
+				 "(its certificate: %s)", spec, X509_verify_cert_error_string(v));
+	else if (r == 1)
+		snprintf(err, errlen, "the site agent %s sent no certificate", spec);
+	else if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+		snprintf(err, errlen, "the site agent %s did not finish the TLS handshake within %d s "
+				 "(the connection is open, but it stopped answering)", spec, SITE_AGENT_TIMEOUT);
+	else if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && code == 0))
+		snprintf(err, errlen, "the site agent %s closed the connection during the TLS handshake",
+				 spec);
+	else
+		snprintf(err, errlen, "the TLS handshake with the site agent %s failed: %s", spec,
+				 code != 0 ? ERR_reason_error_string(code) != NULL ?
+				 ERR_reason_error_string(code) : "an OpenSSL error" : strerror(errno));
+}
+
+/*
  * The assertion the site agent answers, or NULL with err set and *retry 1
  * when asking again later may help.
  */
@@ -145,9 +177,7 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 		;
 	if (r != 1 || SSL_get_verify_result(ssl) != X509_V_OK || SSL_get0_peer_certificate(ssl) == NULL)
 	{
-		snprintf(err, errlen, "the site agent %s is not a node of the pinned node CA "
-				 "(TLS: %s)", in->site_agent,
-				 X509_verify_cert_error_string(SSL_get_verify_result(ssl)));
+		handshake_failure(ssl, r, in->site_agent, err, errlen);
 		goto out;
 	}
 	{
