@@ -10,6 +10,7 @@
  * and semantic actions (no jsonb, no numeric conversion).
  */
 #include "bc_join.h"
+#include "pg_compat.h"
 
 #include "common/jsonapi.h"
 #include "mb/pg_wchar.h"
@@ -23,28 +24,31 @@ typedef struct EvidenceScan
 	bool		bad;
 } EvidenceScan;
 
-static void
+static BC_JSON_ACTION
 ev_object_start(void *state)
 {
 	EvidenceScan *es = (EvidenceScan *) state;
 
 	if (++es->depth > 1)
 		es->bad = true;			/* members are scalars */
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ev_object_end(void *state)
 {
 	((EvidenceScan *) state)->depth--;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ev_array_start(void *state)
 {
 	((EvidenceScan *) state)->bad = true;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ev_field_start(void *state, char *fname, bool isnull)
 {
 	EvidenceScan *es = (EvidenceScan *) state;
@@ -52,7 +56,7 @@ ev_field_start(void *state, char *fname, bool isnull)
 
 	es->current = -1;
 	if (es->depth != 1)
-		return;
+		BC_JSON_CONTINUE;
 	for (i = 0; i < es->n; i++)
 	{
 		if (strcmp(es->members[i].name, fname) == 0)
@@ -60,13 +64,14 @@ ev_field_start(void *state, char *fname, bool isnull)
 			if (es->members[i].value != NULL)
 				es->bad = true; /* a duplicate */
 			es->current = i;
-			return;
+			BC_JSON_CONTINUE;
 		}
 	}
 	es->bad = true;				/* an unknown member */
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ev_scalar(void *state, char *token, JsonTokenType type)
 {
 	EvidenceScan *es = (EvidenceScan *) state;
@@ -75,7 +80,7 @@ ev_scalar(void *state, char *token, JsonTokenType type)
 	if (es->depth != 1 || es->current < 0)
 	{
 		es->bad = true;			/* a bare scalar */
-		return;
+		BC_JSON_CONTINUE;
 	}
 	m = &es->members[es->current];
 	if (m->integer)
@@ -91,6 +96,7 @@ ev_scalar(void *state, char *token, JsonTokenType type)
 		es->bad = true;
 	m->value = pstrdup(token);
 	es->current = -1;
+	BC_JSON_CONTINUE;
 }
 
 /* Read evidence as exactly the members given, or refuse "<attestor>:malformed". */
@@ -125,7 +131,7 @@ bc_evidence_members(const char *attestor, const bytea *evidence, BcEvidenceMembe
 	sem.array_start = ev_array_start;
 	sem.object_field_start = ev_field_start;
 	sem.scalar = ev_scalar;
-	lex = makeJsonLexContextCstringLen((char *) data, len, PG_UTF8, true);
+	lex = bc_json_lexer((char *) data, len, PG_UTF8);
 	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || es.bad)
 		bc_refuse_join(psprintf("%s:malformed", attestor), NULL);
 	for (i = 0; i < n; i++)
@@ -196,35 +202,38 @@ doc_container_start(DocScan *ds, char kind)
 	ds->depth++;
 }
 
-static void
+static BC_JSON_ACTION
 doc_object_start(void *state)
 {
 	doc_container_start((DocScan *) state, 'o');
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 doc_array_start(void *state)
 {
 	doc_container_start((DocScan *) state, 'a');
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 doc_container_end(void *state)
 {
 	DocScan    *ds = (DocScan *) state;
 
 	if (ds->depth > 0)
 		ds->depth--;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 doc_field_start(void *state, char *fname, bool isnull)
 {
 	DocScan    *ds = (DocScan *) state;
 	int			i;
 
 	if (ds->depth < 1 || ds->depth > DOC_DEPTH_MAX)
-		return;
+		BC_JSON_CONTINUE;
 	ds->names[ds->depth - 1] = fname;
 	ds->current = -1;
 	/* match with this member as the last path element */
@@ -236,9 +245,10 @@ doc_field_start(void *state, char *fname, bool isnull)
 		ds->fields[i].seen = true;
 		ds->current = i;
 	}
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 doc_scalar(void *state, char *token, JsonTokenType type)
 {
 	DocScan    *ds = (DocScan *) state;
@@ -247,10 +257,10 @@ doc_scalar(void *state, char *token, JsonTokenType type)
 	if (ds->depth == 0)
 	{
 		ds->bad = true;			/* a bare scalar document */
-		return;
+		BC_JSON_CONTINUE;
 	}
 	if (ds->current < 0)
-		return;
+		BC_JSON_CONTINUE;
 	f = &ds->fields[ds->current];
 	ds->current = -1;
 	if (f->integer)
@@ -261,15 +271,16 @@ doc_scalar(void *state, char *token, JsonTokenType type)
 		if (type != JSON_TOKEN_NUMBER || digits == 0 || p[digits] != '\0' || digits > 18)
 		{
 			f->wrong_type = true;
-			return;
+			BC_JSON_CONTINUE;
 		}
 	}
 	else if (type != JSON_TOKEN_STRING)
 	{
 		f->wrong_type = true;
-		return;
+		BC_JSON_CONTINUE;
 	}
 	f->value = pstrdup(token);
+	BC_JSON_CONTINUE;
 }
 
 /* Read the fields of a signed JSON document; false when it is unreadable. */
@@ -301,7 +312,7 @@ bc_doc_fields(const char *data, int len, BcDocField *fields, int n)
 	sem.array_end = doc_container_end;
 	sem.object_field_start = doc_field_start;
 	sem.scalar = doc_scalar;
-	lex = makeJsonLexContextCstringLen((char *) data, len, PG_UTF8, true);
+	lex = bc_json_lexer((char *) data, len, PG_UTF8);
 	/* the root must be an object */
 	{
 		int			k = 0;

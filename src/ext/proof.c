@@ -11,6 +11,7 @@
  * could no longer be fresh).  Refusals are "<purpose>:<reason>".
  */
 #include "bc_join.h"
+#include "pg_compat.h"
 
 #include "fmgr.h"
 #include "nodes/pg_list.h"
@@ -90,19 +91,21 @@ typedef struct ProofScan
 	List	   *names;			/* top-level member names seen */
 } ProofScan;
 
-static void
+static BC_JSON_ACTION
 scan_object_start(void *state)
 {
 	((ProofScan *) state)->depth++;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 scan_object_end(void *state)
 {
 	((ProofScan *) state)->depth--;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 scan_array_start(void *state)
 {
 	ProofScan  *ps = (ProofScan *) state;
@@ -110,22 +113,24 @@ scan_array_start(void *state)
 	ps->depth++;
 	if (ps->depth == 1)
 		ps->bad = true;			/* the payload is an object */
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 scan_array_end(void *state)
 {
 	((ProofScan *) state)->depth--;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 scan_field_start(void *state, char *fname, bool isnull)
 {
 	ProofScan  *ps = (ProofScan *) state;
 	ListCell   *lc;
 
 	if (ps->depth != 1)
-		return;
+		BC_JSON_CONTINUE;
 	foreach(lc, ps->names)
 	{
 		if (strcmp((char *) lfirst(lc), fname) == 0)
@@ -133,9 +138,10 @@ scan_field_start(void *state, char *fname, bool isnull)
 	}
 	ps->names = lappend(ps->names, fname);
 	ps->field = fname;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 scan_scalar(void *state, char *token, JsonTokenType type)
 {
 	ProofScan  *ps = (ProofScan *) state;
@@ -154,6 +160,7 @@ scan_scalar(void *state, char *token, JsonTokenType type)
 	if (ps->depth == 1 && ps->field != NULL && strcmp(ps->field, "serial") == 0 &&
 		type == JSON_TOKEN_STRING)
 		ps->serial = token;
+	BC_JSON_CONTINUE;
 }
 
 /*
@@ -180,7 +187,7 @@ proof_payload_ok(const char *text, size_t len, char **serial)
 	sem.array_end = scan_array_end;
 	sem.object_field_start = scan_field_start;
 	sem.scalar = scan_scalar;
-	lex = makeJsonLexContextCstringLen((char *) text, len, GetDatabaseEncoding(), true);
+	lex = bc_json_lexer((char *) text, len, GetDatabaseEncoding());
 	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || ps.bad)
 		return false;
 	*serial = ps.serial;

@@ -22,6 +22,7 @@
  * anything wrong in it is tpm:malformed, a recorded refusal.
  */
 #include "bc_join.h"
+#include "pg_compat.h"
 
 #include "common/jsonapi.h"
 #include "fmgr.h"
@@ -98,28 +99,31 @@ typedef struct EvScan
 	TpmEvidence *ev;
 } EvScan;
 
-static void
+static BC_JSON_ACTION
 ev_object_start(void *state)
 {
 	EvScan	   *s = (EvScan *) state;
 
 	if (++s->depth > 1)
 		s->bad = true;			/* members are strings */
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ev_object_end(void *state)
 {
 	((EvScan *) state)->depth--;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ev_array_start(void *state)
 {
 	((EvScan *) state)->bad = true;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ev_field_start(void *state, char *fname, bool isnull)
 {
 	EvScan	   *s = (EvScan *) state;
@@ -127,7 +131,7 @@ ev_field_start(void *state, char *fname, bool isnull)
 
 	s->field = -1;
 	if (s->depth != 1)
-		return;
+		BC_JSON_CONTINUE;
 	for (i = 0; i < F_COUNT; i++)
 	{
 		if (strcmp(fname, tpm_fields[i].name) == 0)
@@ -136,13 +140,14 @@ ev_field_start(void *state, char *fname, bool isnull)
 	if (i == F_COUNT || s->ev->has[i])
 	{
 		s->bad = true;			/* unknown, or a duplicate jsonb would hide */
-		return;
+		BC_JSON_CONTINUE;
 	}
 	s->ev->has[i] = true;
 	s->field = i;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ev_scalar(void *state, char *token, JsonTokenType type)
 {
 	EvScan	   *s = (EvScan *) state;
@@ -150,9 +155,10 @@ ev_scalar(void *state, char *token, JsonTokenType type)
 	if (s->depth != 1 || s->field < 0 || type != JSON_TOKEN_STRING)
 	{
 		s->bad = true;
-		return;
+		BC_JSON_CONTINUE;
 	}
 	s->ev->text[s->field] = token;
+	BC_JSON_CONTINUE;
 }
 
 /* Decode every member found; false when one is not canonical base64url or over its cap. */
@@ -218,7 +224,7 @@ scan_evidence(const char *data, size_t len, TpmEvidence *ev)
 	sem.array_start = ev_array_start;
 	sem.object_field_start = ev_field_start;
 	sem.scalar = ev_scalar;
-	lex = makeJsonLexContextCstringLen((char *) data, (int) len, PG_UTF8, true);
+	lex = bc_json_lexer((char *) data, len, PG_UTF8);
 	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || s.bad || braces != 1)
 		return false;
 	return decode_members(ev);

@@ -11,6 +11,7 @@
  * JWS itself is parsed and verified by src/common (jose_x5c.c).
  */
 #include "bc_join.h"
+#include "pg_compat.h"
 
 #include "common/jsonapi.h"
 #include "fmgr.h"
@@ -101,28 +102,31 @@ typedef struct PayloadScan
 
 static const char *const payload_members[] = {"purpose", "nodeId", "csrSha256", "iat"};
 
-static void
+static BC_JSON_ACTION
 ps_object_start(void *state)
 {
 	PayloadScan *ps = state;
 
 	if (++ps->depth > 1)
 		ps->bad = true;			/* no nested value */
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ps_object_end(void *state)
 {
 	((PayloadScan *) state)->depth--;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ps_array_start(void *state)
 {
 	((PayloadScan *) state)->bad = true;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ps_field_start(void *state, char *fname, bool isnull)
 {
 	PayloadScan *ps = state;
@@ -130,7 +134,7 @@ ps_field_start(void *state, char *fname, bool isnull)
 
 	ps->field = -1;
 	if (ps->depth != 1)
-		return;
+		BC_JSON_CONTINUE;
 	for (i = 0; i < 4; i++)
 	{
 		if (strcmp(fname, payload_members[i]) == 0)
@@ -140,9 +144,10 @@ ps_field_start(void *state, char *fname, bool isnull)
 		ps->bad = true;			/* unknown or duplicate */
 	else
 		ps->seen[ps->field] = true;
+	BC_JSON_CONTINUE;
 }
 
-static void
+static BC_JSON_ACTION
 ps_scalar(void *state, char *token, JsonTokenType type)
 {
 	PayloadScan *ps = state;
@@ -150,7 +155,7 @@ ps_scalar(void *state, char *token, JsonTokenType type)
 	if (ps->depth != 1 || ps->field < 0)
 	{
 		ps->bad = true;
-		return;
+		BC_JSON_CONTINUE;
 	}
 	if (ps->field < 3)
 	{
@@ -170,6 +175,7 @@ ps_scalar(void *state, char *token, JsonTokenType type)
 		else
 			ps->iat = strtoll(token, NULL, 10);
 	}
+	BC_JSON_CONTINUE;
 }
 
 /* Scan the payload without raising: exactly the four members, of their types. */
@@ -191,7 +197,7 @@ payload_ok(const unsigned char *text, size_t len, PayloadScan *ps)
 	sem.array_start = ps_array_start;
 	sem.object_field_start = ps_field_start;
 	sem.scalar = ps_scalar;
-	lex = makeJsonLexContextCstringLen((char *) text, (int) len, PG_UTF8, true);
+	lex = bc_json_lexer((char *) text, len, PG_UTF8);
 	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || ps->bad)
 		return false;
 	return ps->seen[0] && ps->seen[1] && ps->seen[2] && ps->seen[3];
