@@ -5,13 +5,15 @@
 #   make fuzz          build/fuzz/fuzz_<name> for every test/fuzz/fuzz_<name>.c
 #   make fuzz-smoke    each target over its seed corpus once (no fuzzing)
 #
-# Built with Debian's clang-14 and libFuzzer (libfuzzer-14-dev):
+# Built with Debian's clang and libFuzzer (clang-14 and libfuzzer-14-dev on
+# Debian 12, clang-19 on Debian 13: tools/debian-release names the major):
 # -fsanitize=fuzzer,address,undefined, objects under build/fuzz/obj/.  The
 # programs' main() is renamed in this build (libFuzzer has its own), so a
 # target can link every object of the program it exercises.  Runs:
 # test/fuzz/run (the fuzz suite of test/run-all), test/fuzz-long.
 
-FUZZ_CC       ?= clang-14
+FUZZ_LLVM     ?= $(or $(shell tools/debian-release 2>/dev/null | sed -n "s/.*llvm=\([0-9]*\).*/\1/p"),14)
+FUZZ_CC       ?= clang-$(FUZZ_LLVM)
 FUZZ_CFLAGS   ?= -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE
 FUZZ_SAN       = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CPPFLAGS  = -Isrc/common -Itest/fuzz -MMD -MP $(shell pkg-config --cflags tss2-mu) \

@@ -17,9 +17,10 @@ malformed=$(grep -v -e '^#' -e '^[[:space:]]*$' "$list" | awk 'NF != 3' | wc -l)
 ok "$([ "$malformed" = 0 ]; echo $?)" "every line of tools.txt names a suite, a program and a package"
 
 # 2. every package it names is installed by tools/install-deps
-pkgs=" $(sed -n '/^pkgs=(/,/^)/p' tools/install-deps | grep -v '^ *#' | sed 's/pkgs=//' | tr '()\n' '   ') "
+pkgs=" $(tools/install-deps --list | tr '\n' ' ') "
+eval "$(tools/debian-release)"
 unlisted=""
-for p in $(grep -v -e '^#' -e '^[[:space:]]*$' "$list" | awk '{print $3}' | sort -u); do
+for p in $(grep -v -e '^#' -e '^[[:space:]]*$' "$list" | awk '{print $3}' | sed "s/@PG@/$pg/; s/@LLVM@/$llvm/" | sort -u); do
   case "$pkgs" in *" $p "*) ;; *) unlisted+=" $p" ;; esac
 done
 ok "$([ -z "$unlisted" ]; echo $?)" "tools/install-deps installs every package tools.txt names${unlisted:+ (not:$unlisted)}"
@@ -32,6 +33,7 @@ ok "$([ $rc = 0 ] && [ -z "$out" ]; echo $?)" "check-tools --all finds every pro
 mkdir -p "$S/bin"
 for prog in $(grep -v -e '^#' -e '^[[:space:]]*$' "$list" | awk '$2 !~ /^\// {print $2}' | sort -u) \
             bash env dirname sed awk grep; do
+  prog=${prog//@LLVM@/$llvm}
   p=$(command -v "$prog") && ln -sf "$p" "$S/bin/$prog"
 done
 for case in "pgtap jq jq" "pgtap pg_prove libtap-parser-sourcehandler-pgtap-perl" \
@@ -48,15 +50,15 @@ out=$(PATH="$S/bin" "$(command -v bash)" test/lib/check-tools pgtap versions tap
 ok "$([ $rc = 0 ]; echo $?)" "with every program the same check passes${out:+: $out}"
 
 # 5. a library file that is not there (the clang runtime's, as on a fresh machine)
-mkdir -p "$S/lib"; cp test/lib/check-tools "$S/lib/"
-printf 'fuzz /nonexistent/llvm-*/libclang_rt.fuzzer-x86_64.a libclang-rt-14-dev\n' > "$S/lib/tools.txt"
-out=$(bash "$S/lib/check-tools" fuzz); rc=$?
+mkdir -p "$S/t/test/lib" "$S/t/tools"; cp tools/debian-release "$S/t/tools/"; cp test/lib/check-tools "$S/t/test/lib/"
+printf 'fuzz /nonexistent/llvm-*/libclang_rt.fuzzer-x86_64.a libclang-rt-14-dev\n' > "$S/t/test/lib/tools.txt"
+out=$(bash "$S/t/test/lib/check-tools" fuzz); rc=$?
 ok "$([ $rc = 1 ] && grep -q 'missing tool: /nonexistent/llvm-\*/libclang_rt.fuzzer-x86_64.a (suite fuzz; Debian package libclang-rt-14-dev' <<<"$out"; echo $?)" \
    "a missing runtime library fails the fuzz suite naming libclang-rt-14-dev"
 
 # 6. an unreadable list is an error, not a pass
-rm "$S/lib/tools.txt"
-bash "$S/lib/check-tools" fuzz >/dev/null 2>&1; rc=$?
+rm "$S/t/test/lib/tools.txt"
+bash "$S/t/test/lib/check-tools" fuzz >/dev/null 2>&1; rc=$?
 ok "$([ $rc = 2 ]; echo $?)" "without its list check-tools fails (exit 2)"
 
 # 7. run-all checks every suite's tools before running it, and the build's
