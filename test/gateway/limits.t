@@ -90,8 +90,12 @@ def healthz_fast(tap, env, g, what):
     for _ in range(3):
         code, b, secs = timed_get(env, g, "/healthz")
         times.append((code, round(secs * 1000, 1)))
-    tap.ok(all(c == 200 for c, _ in times) and all(ms < 50 for _, ms in times),
-           "%s: /healthz answers 200 in < 50 ms (ms: %s)" % (what, [ms for _, ms in times]), times)
+    # Answered, and not after a wait on anything: a gateway still stuck on
+    # the full descriptor table waits out its accept back-off (up to 1 s) or the client's
+    # timeout, seconds.  How fast it answers is the bench's business
+    # (docs/performance.md), not a test's on a loaded machine.
+    tap.ok(all(c == 200 for c, _ in times) and all(ms < 500 for _, ms in times),
+           "%s: /healthz answers 200 at once, three times (ms: %s)" % (what, [ms for _, ms in times]), times)
 
 
 def body(tap, env):
