@@ -27,6 +27,8 @@ ramdisk_usage(FILE *stream)
 		  "                   [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
 		  "                   [--command-timeout S] [--claims JSON] [--hostname H]\n"
 		  "                   [--max-retry-after S] [--renew-at F] [--once]\n"
+		  "       bcd ramdisk ... --token-file FILE --attestor ID --producer PATH\n"
+		  "                   [--producer-timeout S]\n"
 		  "\n"
 		  "The agent of a PXE-booted ramdisk (docs/agent.md, \"bcd ramdisk\"): makes\n"
 		  "its node key in memory only (nothing is written to any disk), asks the\n"
@@ -43,6 +45,10 @@ ramdisk_usage(FILE *stream)
 		  "  --site-agent H:P     the site agent's bcd serve-discovery, HOST:PORT; its\n"
 		  "                       TLS certificate must be one of the pinned node CA\n"
 		  "  --mac MAC            this machine's MAC, aa:bb:cc:dd:ee:ff (lower-case)\n"
+		  "  --attestor ID        a custom attestor admitting role ramdisk, instead of\n"
+		  "                       discovery: with --producer PATH, its evidence comes\n"
+		  "                       from that executable (as for bcd run --producer; no\n"
+		  "                       --site-agent, --mac); --producer-timeout S as there\n"
 		  "  --once               join (waiting through an approval), print the SPIFFE\n"
 		  "                       ID and notAfter, one per line, and exit\n"
 		  "Commands, claims, --max-retry-after and --renew-at as for bcd run.\n"
@@ -79,6 +85,9 @@ bcd_cmd_ramdisk(int argc, char **argv)
 		{"command-handler", required_argument, NULL, 'K'},
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
+		{"attestor", required_argument, NULL, 'a'},
+		{"producer", required_argument, NULL, 'F'},
+		{"producer-timeout", required_argument, NULL, 'Y'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -87,6 +96,8 @@ bcd_cmd_ramdisk(int argc, char **argv)
 	json_t	   *claims;
 	double		v;
 	int			commands_opt = 0;
+	int			attestor_set = 0;
+	const char *producer_timeout = NULL;
 	int			c;
 
 	memset(&o, 0, sizeof(o));
@@ -111,6 +122,9 @@ bcd_cmd_ramdisk(int argc, char **argv)
 			case 't': o.token = optarg; break;
 			case 'T': o.token_file = optarg; break;
 			case 'A': o.site_agent = optarg; break;
+			case 'a': o.attestor = optarg; attestor_set = 1; break;
+			case 'F': o.producer = optarg; break;
+			case 'Y': producer_timeout = optarg; break;
 			case 'M': o.mac = optarg; break;
 			case 'c': o.claims = optarg; break;
 			case 'H': o.hostname = optarg; break;
@@ -156,6 +170,22 @@ bcd_cmd_ramdisk(int argc, char **argv)
 	}
 	if (bad != NULL)
 		;
+	else if ((bad = bcd_exec_producer_check(o.attestor, attestor_set, o.producer,
+											producer_timeout, &o.producer_timeout)) != NULL)
+		;
+	else if (attestor_set && o.producer == NULL && strcmp(o.attestor, "discovery") != 0)
+		bad = "--attestor other than discovery needs --producer PATH";
+	else if (o.producer != NULL && (o.site_agent != NULL || o.mac != NULL))
+		bad = "--site-agent and --mac are the discovery producer's, not --producer's";
+	else if (o.producer != NULL)
+	{
+		if (optind != argc || o.gateway == NULL || o.gateway_ca == NULL || o.service_keys == NULL)
+			bad = "--gateway, --gateway-ca and --service-keys are required";
+		else if (o.token != NULL && o.token_file != NULL)
+			bad = "--token and --token-file exclude each other";
+		else if (strncmp(o.gateway, "https://", 8) != 0)
+			bad = "--gateway must be an https:// URL";
+	}
 	else if (optind != argc || o.gateway == NULL || o.gateway_ca == NULL ||
 			 o.service_keys == NULL || o.site_agent == NULL || o.mac == NULL)
 		bad = "--gateway, --gateway-ca, --service-keys, --site-agent and --mac are required";
@@ -167,6 +197,8 @@ bcd_cmd_ramdisk(int argc, char **argv)
 		bad = "--site-agent must be HOST:PORT";
 	else if (!bcd_valid_mac(o.mac))
 		bad = "--mac must be six lower-case hex pairs, aa:bb:cc:dd:ee:ff";
+	if (bad != NULL)
+		;
 	else if (commands_opt && o.once)
 		bad = "--command-* serve the daemon, not --once";
 	else if (o.claims != NULL)

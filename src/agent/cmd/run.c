@@ -41,6 +41,7 @@ run_usage(FILE *stream, int renew_cmd)
 		fputs("usage: bcd run --gateway URL --gateway-ca FILE --service-keys FILE\n"
 			  "               --state-dir DIR [--token T | --token-file FILE]\n"
 			  "               [--role node|site|ramdisk] [--attestor ID] [--node-id NODE]\n"
+			  "               [--producer PATH [--producer-timeout S]]\n"
 			  "               [--cloud aws|gcp|azure [--metadata-url URL] [--cloud-audience A]]\n"
 			  "               [--claims JSON]\n"
 			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
@@ -69,6 +70,13 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --role ROLE          node (default), site or ramdisk\n"
 			  "  --attestor ID        the attestor of the join (default join-token); tpm:\n"
 			  "                       the node key is made in the TPM, the join proves it\n"
+			  "  --producer PATH      with --attestor ID of a custom attestor: run the\n"
+			  "                       executable PATH (no shell, a clean environment) for\n"
+			  "                       the evidence, a JSON object in and out\n"
+			  "                       (docs/agent.md, \"Writing a producer\"); the token,\n"
+			  "                       if given, is sealed by bcd and never shown to it\n"
+			  "  --producer-timeout S the producer is killed after S seconds (default 30,\n"
+			  "                       [1, 600])\n"
 			  "  --tcti CONF          tpm: the TPM's TCTI (default device:/dev/tpmrm0);\n"
 			  "                       it must go through a resource manager (tpmrm, tabrmd)\n"
 			  "  --tpm-ek rsa|p384    tpm: the endorsement key (default rsa, 0x81010001)\n"
@@ -160,6 +168,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"max-provisioning", required_argument, NULL, 'P'},
 		{"max-queue", required_argument, NULL, 'Q'},
 		{"metrics-file", required_argument, NULL, 'M'},
+		{"producer", required_argument, NULL, 'F'},
+		{"producer-timeout", required_argument, NULL, 'Y'},
 		{"tcti", required_argument, NULL, 'X'},
 		{"tpm-ek", required_argument, NULL, 'E'},
 		{"tpm-pcrs", required_argument, NULL, 'p'},
@@ -176,6 +186,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	int			server_opt = 0;
 	int			attestor_set = 0;
 	int			tpm_opt = 0;
+	const char *producer_timeout = NULL;
 	int			c;
 
 	*help = 0;
@@ -214,6 +225,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
+			case 'F': o->producer = optarg; break;
+			case 'Y': producer_timeout = optarg; break;
 			case 'X': o->tpm.tcti = optarg; tpm_opt = 1; break;
 			case 'E': o->tpm.ek = optarg; tpm_opt = 1; break;
 			case 'p': o->tpm.pcrs = optarg; tpm_opt = 1; break;
@@ -300,6 +313,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		bad = "--role must be node, site or ramdisk";
 	else if (strncmp(o->gateway, "https://", 8) != 0)
 		bad = "--gateway must be an https:// URL";
+	else if ((bad = bcd_exec_producer_check(o->attestor, attestor_set, o->producer,
+											producer_timeout, &o->producer_timeout)) != NULL)
+		;
 	else if (o->renew_cmd && !o->once)
 		bad = "bcd renew needs --once (the daemon renews by itself)";
 	else if (server_opt && o->once)

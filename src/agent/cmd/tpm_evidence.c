@@ -54,7 +54,7 @@ bcd_cmd_tpm_evidence(int argc, char **argv)
 	const char *challenge_file = NULL;
 	TPML_PCR_SELECTION sel;
 	bcd_producer_input in;
-	bcd_evidence ev = {NULL, NULL};
+	bcd_evidence ev = {0};
 	EVP_PKEY   *key = NULL;
 	unsigned char *csr = NULL;
 	size_t		csr_len = 0;

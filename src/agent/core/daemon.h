@@ -39,6 +39,8 @@ typedef struct bcd_run_opts
 	const char *cloud_audience;	/* --cloud-audience (cloud-iid on gcp) */
 	const char *claims;
 	const char *hostname;
+	const char *producer;		/* --producer PATH: the external producer of --attestor */
+	double		producer_timeout;	/* --producer-timeout, seconds */
 	long		max_retry_after;	/* seconds, clamp of every wait we are told */
 	double		renew_at;		/* fraction of the lifetime */
 	int			once;

@@ -259,8 +259,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 	int			retry = 0;
 	int			rc;
 
-	out->attestation = NULL;
-	out->sealed_token = NULL;
+	memset(out, 0, sizeof(*out));
 	rc = bcd_seal_token(in, out, err, errlen);
 	if (rc != BC_OK)
 		return rc;

@@ -48,6 +48,12 @@ typedef struct bcd_producer_input
 	const char *cloud_audience;	/* --cloud-audience (cloud-iid, gcp), or NULL */
 	const char *site_agent;		/* discovery: the site agent's https://HOST:PORT */
 	const char *mac;			/* discovery: this machine's MAC */
+	/* the external producer (exec.c): --attestor, --role, the claims, --producer */
+	const char *attestor;
+	const char *role;
+	const json_t *claims;		/* the claims bcd sends, or NULL */
+	const char *producer;		/* --producer PATH, or NULL */
+	double		producer_timeout;	/* --producer-timeout, seconds */
 } bcd_producer_input;
 
 /*
@@ -62,6 +68,7 @@ typedef struct bcd_evidence
 {
 	char	   *attestation;	/* the JoinRequest's "attestation" (base64url) */
 	char	   *sealed_token;	/* the JoinRequest's "sealedToken" (JWE compact) */
+	json_t	   *claims;			/* claims to add to the JoinRequest's (a reference), or NULL */
 } bcd_evidence;
 
 typedef struct bcd_producer
@@ -84,12 +91,24 @@ extern const bcd_producer bcd_producer_tpm;
 extern const bcd_producer bcd_producer_x509pop;
 extern const bcd_producer bcd_producer_cloud_iid;
 extern const bcd_producer bcd_producer_discovery;
+/* The external producer (exec.c): --producer PATH, for the attestor --attestor names. */
+extern const bcd_producer bcd_producer_exec;
 
 /*
  * The producer for attestor: its own, or the join-token producer (a token
  * sealed to the service, the evidence every registered SQL attestor takes).
  */
 const bcd_producer *bcd_producer_for(const char *attestor);
+
+/* bcd's own producer of attestor, or NULL when it has none (a custom attestor). */
+const bcd_producer *bcd_producer_builtin(const char *attestor);
+
+/*
+ * exec.c: check --producer PATH and --producer-timeout S for attestor:
+ * NULL when they can serve, else what is wrong (a usage error).
+ */
+const char *bcd_exec_producer_check(const char *attestor, int attestor_set, const char *path,
+									const char *timeout_arg, double *timeout);
 
 /* Release what a producer made. */
 void		bcd_evidence_free(bcd_evidence *ev);

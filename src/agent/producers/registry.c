@@ -28,12 +28,26 @@ bcd_producer_for(const char *attestor)
 	return &bcd_producer_join_token;
 }
 
+/* bcd's own producer of attestor, or NULL: the attestor is a custom one (producer.h). */
+const bcd_producer *
+bcd_producer_builtin(const char *attestor)
+{
+	size_t		i;
+
+	for (i = 0; i < sizeof(producers) / sizeof(producers[0]); i++)
+		if (attestor != NULL && strcmp(producers[i]->attestor, attestor) == 0)
+			return producers[i];
+	return NULL;
+}
+
 /* Release what a producer made. */
 void
 bcd_evidence_free(bcd_evidence *ev)
 {
 	free(ev->attestation);
 	free(ev->sealed_token);
+	json_decref(ev->claims);
 	ev->attestation = NULL;
 	ev->sealed_token = NULL;
+	ev->claims = NULL;
 }

@@ -26,8 +26,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 	int			n;
 	int			rc;
 
-	out->attestation = NULL;
-	out->sealed_token = NULL;
+	memset(out, 0, sizeof(*out));
 	if (in->held_key == NULL || in->held_leaf == NULL || in->held_node_id == NULL)
 	{
 		snprintf(err, errlen, "x509pop needs the certificate held in the state directory "
