@@ -202,8 +202,8 @@ def body(tap, env):
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     env.psql(ACME)
     env.psql("INSERT INTO public.plg_acme_config VALUES ('%s')" % pub)
-    env.psql("INSERT INTO public.plg_acme_assets VALUES ('ASSET-0042', '%s', '%s'), ('ASSET-0043', '%s', '%s')"
-             % (env.tenant, env.pool, env.tenant, env.pool))
+    env.psql("INSERT INTO public.plg_acme_assets VALUES ('ASSET-0042', '%s', '%s'), ('ASSET-0043', '%s', '%s'), "
+             "('ASSET-0044', '%s', '%s'), ('ASSET-0045', '%s', '%s')" % ((env.tenant, env.pool) * 4))
 
     def producer(name, tag, mode="ok"):
         rec = os.path.join(env.dir, "record-%s.jsonl" % name)
@@ -281,6 +281,23 @@ def body(tap, env):
                     "ON n.serial = s.node_serial WHERE n.node_id = '%s'" % node), "1",
            "issued for that node")
     daemon.stop()
+
+    # -- the two examples of docs/agent.md "Writing a producer", as written there ------------
+    with open(os.path.join(agentlib.TOP, "docs", "agent.md")) as f:
+        doc = f.read()
+    section = doc[doc.index("## Writing a producer"):]
+    for lang, tag in (("python", "ASSET-0044"), ("sh", "ASSET-0045")):
+        start = section.index("```%s\n" % lang) + len(lang) + 4
+        text = section[start:section.index("```", start)]
+        tagf = os.path.join(env.dir, "tag-" + lang)
+        with open(tagf, "w") as f:
+            f.write(tag + "\n")
+        exe = write_exe(os.path.join(env.dir, "doc-producer-" + lang),
+                        text.replace("/etc/acme/vendor.key", vendor).replace("/etc/acme/asset-tag", tagf))
+        r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-doc-" + lang),
+                                         extra=["--attestor", "acme-asset", "--producer", exe, "--once"]))
+        tap.ok(r.returncode == 0 and "/node/node_" in r.stdout,
+               "the %s example of docs/agent.md joins a host (%s)" % (lang, tag), r.stdout + r.stderr)
 
     # -- refusals, each a second host: exit 2, the one refusal, no node made --------------
     before = nodes()
