@@ -118,6 +118,30 @@ END $$;
 SELECT bc_join.register_attestor('acme-chal', '1', ARRAY['node'], 'public.acme_chal_verify(jsonb,jsonb)');
 """
 
+# A ramdisk's custom attestor: the ramdisk's join token (sealed by bcd) and
+# the vendor's proof bound to the CSR, as for acme-asset.
+RAMDISK = r"""
+CREATE FUNCTION public.acme_ramdisk_verify(evidence jsonb, context jsonb) RETURNS jsonb
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
+DECLARE
+	t jsonb;
+	body jsonb;
+BEGIN
+	IF evidence->>'token' IS NULL THEN PERFORM bc_join.refuse('acme-ramdisk:no-token'); END IF;
+	t := bc_join.check_join_token('acme-ramdisk', evidence->>'token', context);
+	body := convert_from(bc_join.b64url_decode(evidence->>'payload'), 'UTF8')::jsonb;
+	IF NOT bc_join.ecdsa_verify((SELECT vendor_key FROM public.plg_acme_config),
+								convert_to(body->>'assetTag', 'UTF8') || bc_join.b64url_decode(context->>'csrSha256'),
+								bc_join.b64url_decode(body->>'sig')) THEN
+		PERFORM bc_join.refuse('acme-ramdisk:bad-signature');
+	END IF;
+	PERFORM bc_join.spend_join_token(t->>'tokenId');
+	RETURN jsonb_build_object('tenantId', t->>'tenantId', 'role', 'ramdisk', 'poolId', t->>'poolId',
+							  'tokenId', t->>'tokenId');
+END $$;
+SELECT bc_join.register_attestor('acme-ramdisk', '1', ARRAY['ramdisk'], 'public.acme_ramdisk_verify(jsonb,jsonb)');
+"""
+
 # The producer of both: what a vendor's tooling would be, in a few lines.
 PRODUCER = r'''#!/usr/bin/python3
 import base64, json, os, sys
@@ -409,9 +433,58 @@ with open(%r) as f:
     ]:
         r = env.bcd("run", *env.run_args(st, extra=extra + ["--once"]))
         tap.ok(r.returncode == 64 and needle in r.stderr, "%s: a usage error that says so" % what, r.stderr)
+    for extra, what, needle in [
+        (["--attestor", "acme-asset", "--tcti", "device:/dev/tpmrm0"], "another producer's option (--tcti)",
+         "--tcti is for --attestor tpm, not acme-asset"),
+        (["--attestor", "discovery"], "an attestor whose producer serves bcd ramdisk only",
+         "bcd run has no producer of --attestor discovery"),
+    ]:
+        r = env.bcd("run", *env.run_args(st, extra=extra + ["--once"]))
+        tap.ok(r.returncode == 64 and needle in r.stderr, "%s: a usage error that says so" % what, r.stderr)
     h = env.bcd("run", "--help")
-    tap.ok(h.returncode == 0 and "--producer PATH" in h.stdout and "--producer-timeout S" in h.stdout,
-           "bcd run --help documents --producer", h.stdout[:200])
+    text = h.stdout
+    sect = text[text.find("Producers:"):] if "Producers:" in text else ""
+    tap.ok(h.returncode == 0 and "--producer PATH" in sect and "--producer-timeout S" in sect,
+           "bcd run --help documents --producer", text[:200])
+    under = {}
+    name = None
+    for line in sect.splitlines()[1:]:
+        if line.startswith("  ") and not line.startswith("    ") and ":" in line:
+            name = line.strip().split(":")[0]
+            under[name] = []
+        elif name and line.startswith("    --"):      # an option, not a continuation line
+            under[name].append(line.split()[0])
+    tap.eq({k: v for k, v in under.items() if v},
+           {"provisioned": ["--node-id"], "tpm": ["--tcti", "--tpm-ek", "--tpm-pcrs"],
+            "cloud-iid": ["--cloud", "--metadata-url", "--cloud-audience"],
+            "any other ID": ["--producer", "--producer-timeout"]},
+           "bcd run --help lists each producer's options under its name", sect)
+    h = env.bcd("ramdisk", "--help")
+    tap.ok(h.returncode == 0 and "  discovery:" in h.stdout and "--site-agent" in h.stdout
+           and "--producer PATH" in h.stdout and "--tcti" not in h.stdout,
+           "bcd ramdisk --help lists its producers' options (discovery, external), not tpm's", h.stdout)
+
+    # -- bcd ramdisk --attestor ID --producer PATH: a custom ramdisk attestor --------------------
+    env.psql(RAMDISK)
+    rtok = os.path.join(env.dir, "ramdisk-token")
+    with open(rtok, "w") as f:
+        f.write(env.psql("SELECT bc_join.create_join_token('%s', '%s', role => 'ramdisk')"
+                         % (env.tenant, env.pool)) + "\n")
+    exe_r, rec_r = producer("ramdisk", "ASSET-0042")
+    r = env.bcd("ramdisk", "--gateway", env.gw_url, "--gateway-ca", env.ca, "--service-keys", env.service_keys,
+                "--token-file", rtok, "--attestor", "acme-ramdisk", "--producer", exe_r, "--once")
+    tap.ok(r.returncode == 0 and "/node/node_" in r.stdout,
+           "bcd ramdisk --attestor acme-ramdisk --producer PATH joins a ramdisk", r.stdout + r.stderr)
+    runs = records(rec_r)
+    tap.ok(len(runs) == 1 and runs[0]["input"]["role"] == "ramdisk",
+           "its producer ran once, for role ramdisk", runs)
+    tap.eq(env.psql("SELECT role || ' ' || attestor FROM bc_join.nodes ORDER BY created_at DESC LIMIT 1"),
+           "ramdisk acme-ramdisk", "a ramdisk node of that attestor")
+    r = env.bcd("ramdisk", "--gateway", env.gw_url, "--gateway-ca", env.ca, "--service-keys", env.service_keys,
+                "--token-file", rtok, "--attestor", "acme-ramdisk", "--producer", exe_r, "--mac",
+                "aa:bb:cc:dd:ee:ff", "--once")
+    tap.ok(r.returncode == 64 and "--mac is for --attestor discovery" in r.stderr,
+           "bcd ramdisk --producer with --mac: a usage error that says so", r.stderr)
 
 
 agentlib.main(body)

@@ -19,6 +19,7 @@
 #include "core/join_request.h"
 #include "core/service_keys.h"
 #include "core/store.h"
+#include "producers/exec.h"
 #include "producers/producer.h"
 
 /* Bound of the attestor's evidence bytes (the service takes 48 KiB of base64url). */
@@ -38,8 +39,7 @@ typedef struct join_request_opts
 	const char *claims;
 	const char *hostname;
 	const char *attestation_file;
-	const char *producer;		/* --producer PATH */
-	double		producer_timeout;
+	const char *producer;		/* --producer PATH (kept by producers/exec.c) */
 	int			attestor_set;
 } join_request_opts;
 
@@ -137,8 +137,8 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts, int *hel
 		fprintf(stderr, "bcd join-request: --role must be node, site or ramdisk\n");
 		return BCD_RC_USAGE;
 	}
-	bad = bcd_exec_producer_check(opts->attestor, opts->attestor_set, opts->producer,
-								  producer_timeout, &opts->producer_timeout);
+	bad = bcd_exec_producer_set(opts->producer, producer_timeout, opts->attestor,
+								opts->attestor_set);
 	if (bad == NULL && opts->producer != NULL && opts->attestation_file != NULL)
 		bad = "--producer and --attestation-file exclude each other";
 	if (bad != NULL)
@@ -215,8 +215,7 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 		goto out;
 	what = "cannot build the JoinRequest (sealing the token)";
 	in = (bcd_producer_input) {.keys = keys, .csr = csr, .csr_len = csr_len, .token = token,
-		.attestor = opts->attestor, .role = opts->role, .claims = claims,
-		.producer = opts->producer, .producer_timeout = opts->producer_timeout};
+		.attestor = opts->attestor, .role = opts->role, .claims = claims};
 	if (opts->producer != NULL)
 	{
 		/* the external producer's evidence, and the claims it adds */

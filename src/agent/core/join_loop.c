@@ -39,22 +39,22 @@ typedef struct join_state
 	json_t	   *claims;
 	bcd_evidence answer;		/* a producer's answer to a challenge, for the next round */
 	int			answered;		/* answer holds one */
-	const char *attestor;		/* --attestor, or x509pop for a held credential */
-	const bcd_credential *held;	/* x509pop: the certificate held, else NULL */
+	const char *attestor;		/* --attestor, or the held credential's prover's */
+	const bcd_credential *held;	/* the certificate held (bcd_producer_held), else NULL */
 	char	   *held_node_id;
 } join_state;
 
 /*
- * The producer of attestor for this join: x509pop for a held credential,
- * the external one with --producer, else bcd's own (registry.c).
+ * The producer of attestor for this join: the one proving a held
+ * credential, the one the command line configured, else bcd's own.
  */
 static const bcd_producer *
 producer_of(bcd_agent *a, const join_state *js, const char *attestor)
 {
 	if (js->held != NULL)
-		return bcd_producer_for("x509pop");
-	if (a->opts->producer != NULL && strcmp(attestor, js->attestor) == 0)
-		return &bcd_producer_exec;
+		return bcd_producer_held();
+	if (strcmp(attestor, js->attestor) == 0 && a->opts->producer != NULL)
+		return a->opts->producer;
 	return bcd_producer_for(attestor);
 }
 
@@ -64,13 +64,8 @@ producer_input(bcd_agent *a, const join_state *js)
 {
 	bcd_producer_input in = {
 		.keys = &a->keys,.csr = js->csr,.csr_len = js->csr_len,
-		.token = a->opts->token,.token_file = a->opts->token_file,
-		.node_id = a->opts->node_id,.tpm = &a->opts->tpm,.key_path = js->key_path,
-		.cloud = a->opts->cloud,.metadata_url = a->opts->metadata_url,
-		.cloud_audience = a->opts->cloud_audience,
-		.site_agent = a->opts->site_agent,.mac = a->opts->mac,
-		.attestor = js->attestor,.role = a->opts->role,.claims = js->claims,
-		.producer = a->opts->producer,.producer_timeout = a->opts->producer_timeout
+		.token = a->opts->token,.token_file = a->opts->token_file,.key_path = js->key_path,
+		.attestor = js->attestor,.role = a->opts->role,.claims = js->claims
 	};
 
 	if (js->held != NULL)
@@ -285,7 +280,10 @@ bcd_join_loop(bcd_agent *a, const bcd_credential *held, bcd_credential *cred)
 		if (js.held_node_id == NULL)
 			goto out;
 		js.held = held;
-		js.attestor = "x509pop";
+		what = "no producer proves a credential held";
+		if (bcd_producer_held() == NULL)
+			goto out;
+		js.attestor = bcd_producer_held()->attestor;
 		what = "cannot create the join directory";
 	}
 	if (!a->opts->memory_only)

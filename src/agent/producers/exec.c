@@ -40,6 +40,13 @@
 #include "producers/exec.h"
 #include "producers/producer.h"
 
+/* Its own state: --producer PATH, --producer-timeout S. */
+static struct
+{
+	const char *path;
+	double		timeout;
+} st = {NULL, BCD_EXEC_TIMEOUT_DEFAULT};
+
 /* ------------------------------------------------------------ the answer */
 
 /* The producer's stdout (exec.h). */
@@ -486,7 +493,7 @@ exec_round(const bcd_producer_input *in, int round, const char *challenge, bcd_e
 	int			rc;
 
 	memset(out, 0, sizeof(*out));
-	if (in->producer == NULL)
+	if (st.path == NULL)
 	{
 		snprintf(err, errlen, "no --producer for attestor %s", in->attestor);
 		return BC_EINVAL;
@@ -497,47 +504,47 @@ exec_round(const bcd_producer_input *in, int round, const char *challenge, bcd_e
 		snprintf(err, errlen, "cannot build the producer's input");
 		return BC_ENOMEM;
 	}
-	rc = run_producer(in->producer, in->producer_timeout, in->attestor, round, input, &r);
+	rc = run_producer(st.path, st.timeout, in->attestor, round, input, &r);
 	free(input);
 	if (rc != BC_OK)
 	{
-		snprintf(err, errlen, "cannot run the producer %s (out of memory)", in->producer);
+		snprintf(err, errlen, "cannot run the producer %s (out of memory)", st.path);
 		return BCD_PRODUCER_RETRY;
 	}
 	stderr_tail(&r, tail, sizeof(tail));
 	rc = BCD_PRODUCER_RETRY;
 	if (r.spawn_errno != 0)
-		snprintf(err, errlen, "cannot start the producer %s (%s)", in->producer,
+		snprintf(err, errlen, "cannot start the producer %s (%s)", st.path,
 				 strerror(r.spawn_errno));
 	else if (r.stopped)
-		snprintf(err, errlen, "the producer %s was stopped: bcd is stopping", in->producer);
+		snprintf(err, errlen, "the producer %s was stopped: bcd is stopping", st.path);
 	else if (r.timed_out)
 		snprintf(err, errlen, "the producer %s did not finish within %.0f s; killed%s",
-				 in->producer, in->producer_timeout, tail);
+				 st.path, st.timeout, tail);
 	else if (r.too_big)
 		snprintf(err, errlen, "the producer %s wrote more than %d bytes on stdout; killed%s",
-				 in->producer, BCD_EXEC_OUTPUT_MAX, tail);
+				 st.path, BCD_EXEC_OUTPUT_MAX, tail);
 	else if (WIFSIGNALED(r.status))
-		snprintf(err, errlen, "the producer %s was killed by signal %d (%s)%s", in->producer,
+		snprintf(err, errlen, "the producer %s was killed by signal %d (%s)%s", st.path,
 				 WTERMSIG(r.status), strsignal(WTERMSIG(r.status)), tail);
 	else if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == 127 && r.out_len == 0)
 		snprintf(err, errlen, "the producer %s exited 127 (it may not be executable)%s",
-				 in->producer, tail);
+				 st.path, tail);
 	else if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == BCD_EXEC_EXIT_RETRY)
 		snprintf(err, errlen, "the producer %s cannot make the evidence now (exit %d)%s",
-				 in->producer, BCD_EXEC_EXIT_RETRY, tail);
+				 st.path, BCD_EXEC_EXIT_RETRY, tail);
 	else if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == BCD_EXEC_EXIT_FINAL)
 	{
 		snprintf(err, errlen, "the producer %s says this machine cannot make the evidence of "
-				 "%s (exit %d, final)%s", in->producer, in->attestor, BCD_EXEC_EXIT_FINAL, tail);
+				 "%s (exit %d, final)%s", st.path, in->attestor, BCD_EXEC_EXIT_FINAL, tail);
 		rc = BC_EINVAL;
 	}
 	else if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0)
-		snprintf(err, errlen, "the producer %s exited %d%s", in->producer,
+		snprintf(err, errlen, "the producer %s exited %d%s", st.path,
 				 WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, tail);
 	else if (bcd_exec_output_parse(r.out, r.out_len, &out->attestation, &out->claims, why,
 								   sizeof(why)) != BC_OK)
-		snprintf(err, errlen, "the producer %s wrote no valid answer: %s", in->producer, why);
+		snprintf(err, errlen, "the producer %s wrote no valid answer: %s", st.path, why);
 	else
 		rc = BC_OK;
 	free(r.out);
@@ -568,40 +575,73 @@ answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out, c
 	return exec_round(in, 2, challenge, out, err, errlen);
 }
 
-/* --producer PATH and --producer-timeout S (producer.h). */
-const char *
-bcd_exec_producer_check(const char *attestor, int attestor_set, const char *path,
-						const char *timeout_arg, double *timeout)
+static const bcd_producer_option options[] = {
+	{"producer", "PATH", "run the executable PATH (no shell, a clean\n"
+	 "environment) for the evidence of a custom --attestor\n"
+	 "ID, a JSON object in and out (docs/agent.md,\n"
+	 "\"Writing a producer\"); the token, if given, is\n"
+	 "sealed by bcd and never shown to it"},
+	{"producer-timeout", "S", "the producer is killed after S seconds (default 30,\n"
+	 "[1, 600])"},
+	{NULL, NULL, NULL}
+};
+
+static const char *
+set_option(const char *name, const char *arg)
 {
 	char	   *end;
 
-	*timeout = BCD_EXEC_TIMEOUT_DEFAULT;
-	if (timeout_arg != NULL)
+	if (strcmp(name, "producer") == 0)
+		st.path = arg;
+	else if (strcmp(name, "producer-timeout") == 0)
 	{
-		*timeout = strtod(timeout_arg, &end);
-		if (end == timeout_arg || *end != '\0' || !(*timeout >= 1) ||
-			*timeout > BCD_EXEC_TIMEOUT_MAX)
+		st.timeout = strtod(arg, &end);
+		if (end == arg || *end != '\0' || !(st.timeout >= 1) || st.timeout > BCD_EXEC_TIMEOUT_MAX)
 			return "--producer-timeout must be a number of seconds in [1, 600]";
-		if (path == NULL)
-			return "--producer-timeout is for --producer";
 	}
-	if (path == NULL)
-		return NULL;
-	if (!attestor_set)
+	return NULL;
+}
+
+/* It serves the join of a custom attestor: PATH is one to execve. */
+static const char *
+configure(const bcd_producer_setup *setup)
+{
+	if (st.path == NULL)
+		return "--producer-timeout is for --producer";
+	if (!setup->attestor_set)
 		return "--producer needs --attestor ID (the custom attestor it makes the evidence of)";
-	if (bcd_producer_builtin(attestor) != NULL)
-		return "--producer makes the evidence of a custom attestor; bcd has its own producer "
-			"of this one";
-	if (path[0] != '/')
+	if (st.path[0] != '/')
 		return "--producer must be an absolute path (it is run without a shell or PATH)";
-	if (access(path, X_OK) != 0)
+	if (access(st.path, X_OK) != 0)
 		return "--producer is not an executable file";
 	return NULL;
 }
 
-/* The attestor is the one --attestor names; the join loop picks it for --producer. */
+/* Set --producer and --producer-timeout (bcd join-request, its own parser; producer.h). */
+const char *
+bcd_exec_producer_set(const char *path, const char *timeout, const char *attestor, int attestor_set)
+{
+	bcd_producer_setup setup = {.attestor = attestor, .attestor_set = attestor_set};
+	const char *why;
+
+	if (timeout != NULL && (why = set_option("producer-timeout", timeout)) != NULL)
+		return why;
+	if (path == NULL && timeout == NULL)
+		return NULL;
+	st.path = path;
+	if (path != NULL && bcd_producer_builtin(attestor) != NULL)
+		return "--producer is for a custom attestor; bcd has its own producer of this one";
+	return configure(&setup);
+}
+
+/* Any custom attestor, the one --attestor names, when --producer is given. */
 const bcd_producer bcd_producer_exec = {
 	.attestor = NULL,
+	.summary = "a custom attestor's evidence from an external producer",
+	.commands = BCD_CMD_RUN | BCD_CMD_RAMDISK,
+	.options = options,
+	.set_option = set_option,
+	.configure = configure,
 	.produce = produce,
 	.answer = answer,
 };

@@ -40,4 +40,11 @@
 int			bcd_exec_output_parse(const char *buf, size_t len, char **attestation,
 								  json_t **claims, char *err, size_t errlen);
 
+/*
+ * bcd join-request's --producer PATH and --producer-timeout S (either may
+ * be NULL) for attestor: NULL when they can serve, else the usage error.
+ */
+const char *bcd_exec_producer_set(const char *path, const char *timeout, const char *attestor,
+								  int attestor_set);
+
 #endif							/* BCD_PRODUCER_EXEC_H */
