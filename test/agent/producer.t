@@ -13,11 +13,15 @@ wrong role is refused each time (exit 2, the one refusal, the reason
 recorded, no node made); bcd join-request --producer makes a request
 bc_join() admits; a custom attestor with a challenge round, the join token
 sealed by bcd (the producer never sees it), answered by the producer in
-round 2; a producer that hangs, writes garbage, writes megabytes, exits
-non-zero, is killed or says "not now" (75) is logged clearly and backed
-off from while bcd keeps running with the same key and CSR, and stops
-cleanly on SIGTERM; one that says "never" (78) ends the join (exit 1);
-usage errors.
+round 2, and when it cannot answer now (75) the join starts over at round 1
+with a fresh challenge; a producer that hangs, writes garbage, writes
+megabytes, exits non-zero, is killed or says "not now" (75) is logged
+clearly and backed off from while bcd keeps running with the same key and
+CSR, and stops cleanly on SIGTERM; one that says "never" (78) ends the join
+(exit 1); the two examples of docs/agent.md join as written; usage errors
+(another producer's option, a producer of another command); bcd run --help
+lists each producer's options under its name; bcd ramdisk --attestor ID
+--producer PATH joins a custom ramdisk attestor.
 """
 import base64
 import hashlib
@@ -152,6 +156,10 @@ VENDOR, TAG, RECORD, MODE = %(vendor)r, %(tag)r, %(record)r, %(mode)r
 req = json.load(sys.stdin)
 with open(RECORD, "a") as f:
     f.write(json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "input": req}) + "\n")
+if MODE == "flaky-round2" and req["round"] == 2 and not os.path.exists(RECORD + ".failed"):
+    open(RECORD + ".failed", "w").close()
+    sys.stderr.write("the vendor token is busy\n")
+    sys.exit(75)
 b64d = lambda s: base64.urlsafe_b64decode(s + "=" * (-len(s) %% 4))
 b64e = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 with open(VENDOR, "rb") as f:
@@ -382,6 +390,20 @@ with open(%r) as f:
            "the producer never saw the join token (bcd sealed it)")
     tap.eq(env.psql("SELECT uses_left FROM bc_join.join_tokens WHERE id = '%s'" % token.split(".")[0]), "0",
            "the token was spent by the final round")
+
+    # a round 2 the producer cannot answer now: back off, start over at round 1, then joined
+    exec_flaky, rec_flaky = producer("flaky", "ASSET-0042", "flaky-round2")
+    r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-flaky"), token_file=env.token_file("flaky"),
+                                     extra=["--attestor", "acme-chal", "--producer", exec_flaky,
+                                            "--max-retry-after", "1", "--once"]))
+    tap.ok(r.returncode == 0 and "the challenge cannot be answered now" in r.stderr
+           and "the vendor token is busy" in r.stderr and "starting over" in r.stderr,
+           "a challenge the producer cannot answer now (75): logged, backed off, then joined", r.stderr)
+    runs = records(rec_flaky)
+    tap.eq([x["input"].get("round") for x in runs], [1, 2, 1, 2],
+           "the join started over at round 1 with a fresh challenge")
+    tap.ok(len(runs) == 4 and runs[1]["input"]["challenge"] != runs[3]["input"]["challenge"]
+           and len({x["input"]["csrSha256"] for x in runs}) == 1, "another challenge, the same CSR", runs)
 
     # -- producers that fail: a clear error, a back-off, bcd keeps running ----------------
     daemons = {}
