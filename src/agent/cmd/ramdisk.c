@@ -16,7 +16,6 @@
 #include "cmd/cmd.h"
 #include "core/commands.h"
 #include "core/daemon.h"
-#include "core/discovery.h"
 #include "core/join_request.h"
 
 static void
@@ -97,7 +96,7 @@ bcd_cmd_ramdisk(int argc, char **argv)
 	memset(&o, 0, sizeof(o));
 	o.memory_only = 1;
 	o.role = BC_ROLE_RAMDISK;
-	o.attestor = "discovery";
+	o.attestor = bcd_producer_default_attestor(BCD_CMD_RAMDISK);	/* discovery */
 	o.max_retry_after = 300;
 	o.renew_at = 0.5;
 	o.command_interval = 30;

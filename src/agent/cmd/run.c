@@ -159,7 +159,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	*help = 0;
 
 	o->role = BC_ROLE_NODE;
-	o->attestor = BC_ATTESTOR_JOIN_TOKEN;
+	o->attestor = bcd_producer_default_attestor(BCD_CMD_RUN);	/* join-token */
 	o->max_retry_after = 300;
 	o->renew_at = 0.5;
 	o->max_provisioning = MAX_PROVISIONING_DEFAULT;

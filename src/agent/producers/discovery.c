@@ -334,6 +334,7 @@ const bcd_producer bcd_producer_discovery = {
 	.attestor = "discovery",
 	.summary = "bcd ramdisk's default: the join token and a site agent's assertion",
 	.commands = BCD_CMD_RAMDISK,
+	.default_for = BCD_CMD_RAMDISK,
 	.options = options,
 	.set_option = set_option,
 	.configure = configure,

@@ -95,6 +95,8 @@ typedef struct bcd_producer
 	int			implied_by_options;
 	/* it proves a credential held: how an expired node comes back (x509pop) */
 	int			proves_held;
+	/* BCD_CMD_* whose attestor it is when --attestor is not given */
+	unsigned	default_for;
 
 	/* Take one of its options into its own state: NULL, or the usage error. */
 	const char *(*set_option) (const char *name, const char *arg);
@@ -144,6 +146,9 @@ const bcd_producer *bcd_producer_builtin(const char *attestor);
 
 /* The producer that proves a credential held (proves_held), or NULL. */
 const bcd_producer *bcd_producer_held(void);
+
+/* The attestor of command (BCD_CMD_*) when --attestor is not given (default_for). */
+const char *bcd_producer_default_attestor(unsigned command);
 
 /* Most producers a command line may name options of. */
 #define BCD_OPTPARSER_USED_MAX 16

@@ -58,6 +58,16 @@ bcd_producer_held(void)
 	return NULL;
 }
 
+/* The default attestor of command (producer.h). */
+const char *
+bcd_producer_default_attestor(unsigned command)
+{
+	for (size_t i = 0; i < N_PRODUCERS; i++)
+		if (producers[i]->default_for & command)
+			return producers[i]->attestor;
+	return NULL;
+}
+
 /* Release what a producer made. */
 void
 bcd_evidence_free(bcd_evidence *ev)
