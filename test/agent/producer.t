@@ -153,9 +153,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 VENDOR, TAG, RECORD, MODE = %(vendor)r, %(tag)r, %(record)r, %(mode)r
+fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))   # one of them is the listing's own
 req = json.load(sys.stdin)
 with open(RECORD, "a") as f:
-    f.write(json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "input": req}) + "\n")
+    f.write(json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "fds": fds, "input": req}) + "\n")
 if MODE == "flaky-round2" and req["round"] == 2 and not os.path.exists(RECORD + ".failed"):
     open(RECORD + ".failed", "w").close()
     sys.stderr.write("the vendor token is busy\n")
@@ -269,6 +270,8 @@ def body(tap, env):
     tap.ok(run1["env"].get("BCD_ATTESTOR") == "acme-asset" and run1["env"].get("BCD_ROUND") == "1"
            and run1["env"].get("BCD_PRODUCER_API_VERSION") == API and run1["cwd"] == "/",
            "BCD_ATTESTOR, BCD_ROUND and BCD_PRODUCER_API_VERSION say what it runs for; cwd /", run1)
+    tap.ok(run1.get("fds", [])[:3] == [0, 1, 2] and len(run1.get("fds", [])) <= 4,
+           "no file descriptor of bcd's is open in it beyond stdin, stdout and stderr", run1.get("fds"))
     inp = run1["input"]
     tap.eq(sorted(inp), ["apiVersion", "attestor", "claims", "csr", "csrSha256", "csrSpkiSha256", "role",
                          "round", "serviceKeys"], "its input has the documented members (no challenge in round 1)")
