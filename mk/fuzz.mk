@@ -25,14 +25,14 @@ FUZZ_BINS     = $(FUZZ_NAMES:%=build/fuzz/%)
 
 # Which program's objects each target links besides src/common.
 FUZZ_GW_NAMES    = fuzz_gw_addr fuzz_gw_http
-FUZZ_AGENT_NAMES = fuzz_sock_line fuzz_verify fuzz_discovery_req fuzz_rollover fuzz_peer
+FUZZ_AGENT_NAMES = fuzz_sock_line fuzz_verify fuzz_discovery_req fuzz_rollover fuzz_peer fuzz_producer_output
 
 FUZZ_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/fuzz/obj/%.o) build/fuzz/obj/test/fuzz/fuzz_common.o
 FUZZ_GW_OBJS     = $(GW_SRCS:%.c=build/fuzz/obj/%.o)
 FUZZ_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/fuzz/obj/%.o)
 
 build/fuzz/obj/src/gateway/%.o build/fuzz/obj/test/fuzz/fuzz_gw_%.o: FUZZ_CPPFLAGS += -Isrc/gateway $(GW_CFLAGS)
-build/fuzz/obj/src/agent/%.o build/fuzz/obj/test/fuzz/fuzz_sock_line.o build/fuzz/obj/test/fuzz/fuzz_verify.o build/fuzz/obj/test/fuzz/fuzz_discovery_req.o build/fuzz/obj/test/fuzz/fuzz_rollover.o build/fuzz/obj/test/fuzz/fuzz_peer.o: FUZZ_CPPFLAGS += -Isrc/agent
+build/fuzz/obj/src/agent/%.o build/fuzz/obj/test/fuzz/fuzz_sock_line.o build/fuzz/obj/test/fuzz/fuzz_verify.o build/fuzz/obj/test/fuzz/fuzz_discovery_req.o build/fuzz/obj/test/fuzz/fuzz_rollover.o build/fuzz/obj/test/fuzz/fuzz_peer.o build/fuzz/obj/test/fuzz/fuzz_producer_output.o: FUZZ_CPPFLAGS += -Isrc/agent
 build/fuzz/obj/src/gateway/main.o build/fuzz/obj/src/agent/cmd/main.o: FUZZ_CPPFLAGS += -Dmain=bc_fuzz_program_main
 
 .PHONY: fuzz fuzz-smoke
@@ -52,7 +52,7 @@ build/fuzz/obj/%.o: %.c
 $(FUZZ_GW_NAMES:%=build/fuzz/%): build/fuzz/%: build/fuzz/obj/test/fuzz/%.o $(FUZZ_GW_OBJS) $(FUZZ_COMMON_OBJS)
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(GW_LIBS) $(HOST_LIBS)
 
-build/fuzz/fuzz_sock_line build/fuzz/fuzz_verify build/fuzz/fuzz_discovery_req build/fuzz/fuzz_rollover build/fuzz/fuzz_peer: build/fuzz/fuzz_%: build/fuzz/obj/test/fuzz/fuzz_%.o $(FUZZ_AGENT_OBJS) $(FUZZ_COMMON_OBJS)
+$(FUZZ_AGENT_NAMES:%=build/fuzz/%): build/fuzz/fuzz_%: build/fuzz/obj/test/fuzz/fuzz_%.o $(FUZZ_AGENT_OBJS) $(FUZZ_COMMON_OBJS)
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(HOST_LIBS) -lcurl -lm $(shell pkg-config --libs libsystemd) -pthread $(shell pkg-config --libs tss2-esys tss2-tctildr tss2-rc)
 
 build/fuzz/fuzz_%: build/fuzz/obj/test/fuzz/fuzz_%.o $(FUZZ_COMMON_OBJS)

@@ -33,7 +33,7 @@ for d in "$C"/*/; do
 done
 rm -rf "$K"
 mkdir -p "$K"
-for t in b64 jws jwe csr state tpm_public tpm_attest tpm_signature tpm_ek_cert gw_addr gw_http sock_line verify discovery_req; do
+for t in b64 jws jwe csr state tpm_public tpm_attest tpm_signature tpm_ek_cert gw_addr gw_http sock_line verify discovery_req producer_output; do
   mkdir -p "$C/fuzz_$t"
 done
 seed() { printf '%s' "$2" >"$C/$1/$3"; }
@@ -81,6 +81,20 @@ w("fuzz_discovery_req", "duplicate", '{"csr":"%s","mac":"aa:bb:cc:dd:ee:ff","csr
 w("fuzz_peer", "v2", "0::/user.slice/user-1000.slice/user@1000.service/app.slice/hook@1.service\n")
 w("fuzz_peer", "hybrid", "12:pids:/user.slice\n1:name=systemd:/user.slice/x.scope\n0::/system.slice/bcd.service\n")
 w("fuzz_peer", "root", "0::/\n")
+api = "bc-join.dev/producer/v1"
+w("fuzz_producer_output", "valid", json.dumps({"apiVersion": api, "attestation": req["csr"]}))
+w("fuzz_producer_output", "with-claims", json.dumps({"apiVersion": api, "attestation": "aGVsbG8",
+                                                     "claims": {"serial": "ASSET-0042", "macs": ["aa:bb:cc:dd:ee:ff"]}}))
+w("fuzz_producer_output", "duplicate", '{"apiVersion":"%s","attestation":"aGVsbG8","attestation":"AA"}' % api)
+w("fuzz_producer_output", "unknown-member", '{"apiVersion":"%s","attestation":"aGVsbG8","token":"x"}' % api)
+w("fuzz_producer_output", "old-api", '{"apiVersion":"bc-join.dev/producer/v0","attestation":"aGVsbG8"}')
+w("fuzz_producer_output", "padded", '{"apiVersion":"%s","attestation":"aGVsbG8="}' % api)
+w("fuzz_producer_output", "trailing-bits", '{"apiVersion":"%s","attestation":"aGVsbG9"}' % api)
+w("fuzz_producer_output", "nul", '{"apiVersion":"%s","attestation":"aGVs\\u0000bG8"}' % api)
+w("fuzz_producer_output", "array", '[{"apiVersion":"%s","attestation":"aGVsbG8"}]' % api)
+w("fuzz_producer_output", "two-objects", '{"apiVersion":"%s","attestation":"aGVsbG8"}{}' % api)
+w("fuzz_producer_output", "claims-array", '{"apiVersion":"%s","attestation":"aGVsbG8","claims":[]}' % api)
+w("fuzz_producer_output", "empty", "")
 w("fuzz_b64", "payload", jws.split(".")[1])
 w("fuzz_b64", "signature", jws.split(".")[2])
 w("fuzz_b64", "cert-std", payload["certificateChain"][0])

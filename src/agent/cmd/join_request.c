@@ -19,6 +19,7 @@
 #include "core/join_request.h"
 #include "core/service_keys.h"
 #include "core/store.h"
+#include "producers/exec.h"
 #include "producers/producer.h"
 
 /* Bound of the attestor's evidence bytes (the service takes 48 KiB of base64url). */
@@ -38,6 +39,8 @@ typedef struct join_request_opts
 	const char *claims;
 	const char *hostname;
 	const char *attestation_file;
+	const char *producer;		/* --producer PATH (kept by producers/exec.c) */
+	int			attestor_set;
 } join_request_opts;
 
 /* Print the usage of bcd join-request to stream. */
@@ -47,6 +50,7 @@ join_request_usage(FILE *stream)
 	fputs("usage: bcd join-request --service-keys FILE [--token TOKEN | --token-file FILE]\n"
 		  "                        --out-dir DIR [--role node|site|ramdisk]\n"
 		  "                        [--attestor ID] [--attestation-file FILE]\n"
+		  "                        [--producer PATH [--producer-timeout S]]\n"
 		  "                        [--claims JSON] [--hostname H]\n"
 		  "\n"
 		  "Makes a P-256 node key (DIR/node.key, 0600; DIR is created 0700) and a\n"
@@ -58,6 +62,10 @@ join_request_usage(FILE *stream)
 		  "  --token-file FILE    token read from FILE, one trailing newline stripped\n"
 		  "                       (no token: the request carries no sealedToken)\n"
 		  "  --attestation-file F the attestor's evidence bytes (at most 32 KiB)\n"
+		  "  --producer PATH      the evidence of round 1 from the external producer\n"
+		  "                       of --attestor ID (as bcd run --producer; docs/agent.md,\n"
+		  "                       \"Writing a producer\"); exits 75 when it says not now\n"
+		  "  --producer-timeout S it is killed after S seconds (default 30)\n"
 		  "  --role               default node\n"
 		  "  --attestor           default join-token\n"
 		  "  --claims JSON        object replacing the default {hostname, arch}\n"
@@ -79,9 +87,13 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts, int *hel
 		{"claims", required_argument, NULL, 'c'},
 		{"hostname", required_argument, NULL, 'H'},
 		{"attestation-file", required_argument, NULL, 'A'},
+		{"producer", required_argument, NULL, 'F'},
+		{"producer-timeout", required_argument, NULL, 'Y'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
+	const char *producer_timeout = NULL;
+	const char *bad;
 	int			c;
 
 	*help = 0;
@@ -98,7 +110,9 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts, int *hel
 			case 'T': opts->token_file = optarg; break;
 			case 'o': opts->out_dir = optarg; break;
 			case 'r': opts->role = optarg; break;
-			case 'a': opts->attestor = optarg; break;
+			case 'a': opts->attestor = optarg; opts->attestor_set = 1; break;
+			case 'F': opts->producer = optarg; break;
+			case 'Y': producer_timeout = optarg; break;
 			case 'c': opts->claims = optarg; break;
 			case 'H': opts->hostname = optarg; break;
 			case 'A': opts->attestation_file = optarg; break;
@@ -121,6 +135,15 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts, int *hel
 		strcmp(opts->role, BC_ROLE_RAMDISK) != 0)
 	{
 		fprintf(stderr, "bcd join-request: --role must be node, site or ramdisk\n");
+		return BCD_RC_USAGE;
+	}
+	bad = bcd_exec_producer_set(opts->producer, producer_timeout, opts->attestor,
+								opts->attestor_set);
+	if (bad == NULL && opts->producer != NULL && opts->attestation_file != NULL)
+		bad = "--producer and --attestation-file exclude each other";
+	if (bad != NULL)
+	{
+		fprintf(stderr, "bcd join-request: %s\n", bad);
 		return BCD_RC_USAGE;
 	}
 	return BCD_RC_OK;
@@ -157,7 +180,7 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 	size_t		csr_len = 0;
 	char	   *attestation = NULL;
 	bcd_producer_input in;
-	bcd_evidence ev = {NULL, NULL};
+	bcd_evidence ev = {0};
 	char		why[512];
 	json_t	   *claims = NULL;
 	char	   *text = NULL;
@@ -191,8 +214,25 @@ make_join_request(const join_request_opts *opts, const bcd_service_keys *keys,
 	if (rc != BC_OK)
 		goto out;
 	what = "cannot build the JoinRequest (sealing the token)";
-	in = (bcd_producer_input) {.keys = keys, .csr = csr, .csr_len = csr_len, .token = token};
-	rc = bcd_producer_join_token.produce(&in, &ev, why, sizeof(why));
+	in = (bcd_producer_input) {.keys = keys, .csr = csr, .csr_len = csr_len, .token = token,
+		.attestor = opts->attestor, .role = opts->role, .claims = claims};
+	if (opts->producer != NULL)
+	{
+		/* the external producer's evidence, and the claims it adds */
+		rc = bcd_producer_exec.produce(&in, &ev, why, sizeof(why));
+		if (rc != BC_OK)
+		{
+			fprintf(stderr, "bcd join-request: %s\n", why);
+			rc = rc == BCD_PRODUCER_RETRY ? BCD_PRODUCER_RETRY : BC_EINVAL;
+			goto done;
+		}
+		if (ev.claims != NULL && json_object_update(claims, ev.claims) != 0)
+			rc = BC_ENOMEM;
+		attestation = ev.attestation;
+		ev.attestation = NULL;
+	}
+	else
+		rc = bcd_producer_join_token.produce(&in, &ev, why, sizeof(why));
 	if (rc == BC_OK)
 		rc = bcd_join_request_json(csr, csr_len, opts->role, opts->attestor,
 								   attestation, ev.sealed_token, claims, &text);
@@ -245,5 +285,7 @@ bcd_cmd_join_request(int argc, char **argv)
 	if (token != NULL)
 		bc_free_secret(token, token_len + 1);
 	bcd_service_keys_free(&keys);
+	if (rc == BCD_PRODUCER_RETRY)
+		return BCD_RC_TRY_LATER;	/* exit 75: the producer cannot now; ask again later */
 	return rc == BC_OK ? BCD_RC_OK : BCD_RC_FAILED;
 }

@@ -16,7 +16,6 @@
 #include "cmd/cmd.h"
 #include "core/commands.h"
 #include "core/daemon.h"
-#include "core/discovery.h"
 #include "core/join_request.h"
 
 static void
@@ -27,6 +26,8 @@ ramdisk_usage(FILE *stream)
 		  "                   [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
 		  "                   [--command-timeout S] [--claims JSON] [--hostname H]\n"
 		  "                   [--max-retry-after S] [--renew-at F] [--once]\n"
+		  "       bcd ramdisk ... --token-file FILE --attestor ID --producer PATH\n"
+		  "                   [--producer-timeout S]\n"
 		  "\n"
 		  "The agent of a PXE-booted ramdisk (docs/agent.md, \"bcd ramdisk\"): makes\n"
 		  "its node key in memory only (nothing is written to any disk), asks the\n"
@@ -40,14 +41,15 @@ ramdisk_usage(FILE *stream)
 		  "  --service-keys FILE  the JSON of bc_join.service_keys()\n"
 		  "  --token-file FILE    the ramdisk's join token (role ramdisk)\n"
 		  "  --token T            the token itself (visible in ps)\n"
-		  "  --site-agent H:P     the site agent's bcd serve-discovery, HOST:PORT; its\n"
-		  "                       TLS certificate must be one of the pinned node CA\n"
-		  "  --mac MAC            this machine's MAC, aa:bb:cc:dd:ee:ff (lower-case)\n"
+		  "  --attestor ID        default discovery; a custom attestor admitting role\n"
+		  "                       ramdisk with --producer PATH (its evidence from that\n"
+		  "                       executable, as for bcd run --producer)\n"
 		  "  --once               join (waiting through an approval), print the SPIFFE\n"
 		  "                       ID and notAfter, one per line, and exit\n"
 		  "Commands, claims, --max-retry-after and --renew-at as for bcd run.\n"
-		  "\n"
-		  "Exit status: 0 done (or stopped), 1 failure, 2 the service refused, 64 usage.\n",
+		  "\n", stream);
+	bcd_producers_usage(stream, BCD_CMD_RAMDISK);
+	fputs("\nExit status: 0 done (or stopped), 1 failure, 2 the service refused, 64 usage.\n",
 		  stream);
 }
 
@@ -69,8 +71,6 @@ bcd_cmd_ramdisk(int argc, char **argv)
 		{"service-keys", required_argument, NULL, 's'},
 		{"token", required_argument, NULL, 't'},
 		{"token-file", required_argument, NULL, 'T'},
-		{"site-agent", required_argument, NULL, 'A'},
-		{"mac", required_argument, NULL, 'M'},
 		{"claims", required_argument, NULL, 'c'},
 		{"hostname", required_argument, NULL, 'H'},
 		{"max-retry-after", required_argument, NULL, 'm'},
@@ -79,6 +79,7 @@ bcd_cmd_ramdisk(int argc, char **argv)
 		{"command-handler", required_argument, NULL, 'K'},
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
+		{"attestor", required_argument, NULL, 'a'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -87,31 +88,35 @@ bcd_cmd_ramdisk(int argc, char **argv)
 	json_t	   *claims;
 	double		v;
 	int			commands_opt = 0;
+	int			attestor_set = 0;
+	bcd_optparser parser;
+	bcd_producer_setup setup;
 	int			c;
 
 	memset(&o, 0, sizeof(o));
 	o.memory_only = 1;
 	o.role = BC_ROLE_RAMDISK;
-	o.attestor = "discovery";
+	o.attestor = bcd_producer_default_attestor(BCD_CMD_RAMDISK);	/* discovery */
 	o.max_retry_after = 300;
 	o.renew_at = 0.5;
 	o.command_interval = 30;
 	o.command_timeout = 300;
-	o.tpm.tcti = "";
-	o.tpm.ek = "";
-	o.tpm.pcrs = "";
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+	if (bcd_optparser_init(&parser, longopts, BCD_CMD_RAMDISK) != 0)
+	{
+		fprintf(stderr, "bcd ramdisk: out of memory\n");
+		return BCD_RC_FAILED;
+	}
+	while ((c = bcd_optparser_next(&parser, argc, argv, &bad)) != -1)
 	{
 		switch (c)
 		{
+			case 0: break;		/* a producer's option, in its own state */
 			case 'g': o.gateway = optarg; break;
 			case 'C': o.gateway_ca = optarg; break;
 			case 's': o.service_keys = optarg; break;
 			case 't': o.token = optarg; break;
 			case 'T': o.token_file = optarg; break;
-			case 'A': o.site_agent = optarg; break;
-			case 'M': o.mac = optarg; break;
+			case 'a': o.attestor = optarg; attestor_set = 1; break;
 			case 'c': o.claims = optarg; break;
 			case 'H': o.hostname = optarg; break;
 			case 'o': o.once = 1; break;
@@ -147,26 +152,31 @@ bcd_cmd_ramdisk(int argc, char **argv)
 				commands_opt = 1;
 				break;
 			case 'h':
+				bcd_optparser_free(&parser);
 				ramdisk_usage(stdout);
 				return BCD_RC_OK;
 			default:
+				bcd_optparser_free(&parser);
 				ramdisk_usage(stderr);
 				return BCD_RC_USAGE;
 		}
 	}
+	setup = (bcd_producer_setup) {
+		.command = "ramdisk",.attestor = o.attestor,.attestor_set = attestor_set,
+		.role = o.role,.state_dir = NULL,.has_token = o.token != NULL || o.token_file != NULL
+	};
 	if (bad != NULL)
 		;
-	else if (optind != argc || o.gateway == NULL || o.gateway_ca == NULL ||
-			 o.service_keys == NULL || o.site_agent == NULL || o.mac == NULL)
-		bad = "--gateway, --gateway-ca, --service-keys, --site-agent and --mac are required";
-	else if ((o.token == NULL) == (o.token_file == NULL))
-		bad = "one of --token-file and --token is required (the ramdisk's join token)";
+	else if (optind != argc || o.gateway == NULL || o.gateway_ca == NULL || o.service_keys == NULL)
+		bad = "--gateway, --gateway-ca and --service-keys are required";
+	else if (o.token != NULL && o.token_file != NULL)
+		bad = "--token and --token-file exclude each other";
 	else if (strncmp(o.gateway, "https://", 8) != 0)
 		bad = "--gateway must be an https:// URL";
-	else if (strchr(o.site_agent, ':') == NULL || strchr(o.site_agent, '/') != NULL)
-		bad = "--site-agent must be HOST:PORT";
-	else if (!bcd_valid_mac(o.mac))
-		bad = "--mac must be six lower-case hex pairs, aa:bb:cc:dd:ee:ff";
+	else
+		o.producer = bcd_optparser_finish(&parser, &setup, &bad);
+	if (bad != NULL)
+		;
 	else if (commands_opt && o.once)
 		bad = "--command-* serve the daemon, not --once";
 	else if (o.claims != NULL)
@@ -176,6 +186,7 @@ bcd_cmd_ramdisk(int argc, char **argv)
 			bad = "--claims must be a JSON object";
 		json_decref(claims);
 	}
+	bcd_optparser_free(&parser);
 	if (bad != NULL)
 	{
 		fprintf(stderr, "bcd ramdisk: %s\n", bad);

@@ -15,8 +15,6 @@
 #include "core/commands.h"
 #include "core/daemon.h"
 #include "core/join_request.h"
-#include "core/tpm_esys.h"
-#include "core/tpm_key.h"
 
 /* Bounds of --max-retry-after, in seconds. */
 #define MAX_RETRY_AFTER_MAX 86400L
@@ -40,8 +38,7 @@ run_usage(FILE *stream, int renew_cmd)
 	else
 		fputs("usage: bcd run --gateway URL --gateway-ca FILE --service-keys FILE\n"
 			  "               --state-dir DIR [--token T | --token-file FILE]\n"
-			  "               [--role node|site|ramdisk] [--attestor ID] [--node-id NODE]\n"
-			  "               [--cloud aws|gcp|azure [--metadata-url URL] [--cloud-audience A]]\n"
+			  "               [--role node|site|ramdisk] [--attestor ID [ITS OPTIONS]]\n"
 			  "               [--claims JSON]\n"
 			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
 			  "               [--once] [--renew-now] [--socket PATH]\n"
@@ -67,25 +64,9 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       trailing newline stripped); without a token the\n"
 			  "                       agent cannot join again once its certificate expired\n"
 			  "  --role ROLE          node (default), site or ramdisk\n"
-			  "  --attestor ID        the attestor of the join (default join-token); tpm:\n"
-			  "                       the node key is made in the TPM, the join proves it\n"
-			  "  --tcti CONF          tpm: the TPM's TCTI (default device:/dev/tpmrm0);\n"
-			  "                       it must go through a resource manager (tpmrm, tabrmd)\n"
-			  "  --tpm-ek rsa|p384    tpm: the endorsement key (default rsa, 0x81010001)\n"
-			  "  --tpm-pcrs SEL       tpm: the quote's PCRs (default sha256:0-7)\n"
-			  "  --node-id NODE       come back as this existing node: the token is a\n"
-			  "                       provisioning token an operator made for it\n"
-			  "                       (bc_join.create_provisioning_token); attestor\n"
-			  "                       provisioned\n"
-			  "  --cloud CLOUD        with --attestor cloud-iid: aws, gcp or azure; the\n"
-			  "                       evidence is the cloud's signed word from its metadata\n"
-			  "                       service (aws also sends the token, sealed, if given)\n"
-			  "  --metadata-url URL   the metadata service (default the cloud's own:\n"
-			  "                       http://169.254.169.254, gcp\n"
-			  "                       http://metadata.google.internal)\n"
-			  "  --cloud-audience A   gcp: the audience the service is configured with\n"
-			  "                       (bc_join.cloud_providers); the token asks for\n"
-			  "                       A#<csrSha256>\n"
+			  "  --attestor ID        the attestor of the join (default join-token); its\n"
+			  "                       producer makes the evidence, with its own options\n"
+			  "                       (\"Producers\" below)\n"
 			  "  --claims JSON        the JoinRequest claims object (default hostname, arch)\n"
 			  "  --hostname H         claims.hostname (default: gethostname())\n"
 			  "  --max-retry-after S  longest wait the service or gateway may ask for\n"
@@ -117,10 +98,14 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       (default 30, [1, 3600])\n"
 			  "  --command-timeout S  a handler is killed after S seconds (default 300,\n"
 			  "                       [1, 3600]); its output is kept up to 8 KiB\n"
-			  "\n"
-			  "Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failure (a bad\n"
+			  "\n", stream);
+	if (!renew_cmd)
+	{
+		bcd_producers_usage(stream, BCD_CMD_RUN);
+		fputs("\nExit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failure (a bad\n"
 			  "answer, another bcd holds DIR, ...), 2 the service refused, 64 usage.\n",
 			  stream);
+	}
 }
 
 /* Parse a number in [lo, hi] into *out; 0 on success. */
@@ -146,10 +131,6 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"token-file", required_argument, NULL, 'T'},
 		{"role", required_argument, NULL, 'r'},
 		{"attestor", required_argument, NULL, 'a'},
-		{"node-id", required_argument, NULL, 'N'},
-		{"cloud", required_argument, NULL, 'L'},
-		{"metadata-url", required_argument, NULL, 'U'},
-		{"cloud-audience", required_argument, NULL, 'A'},
 		{"claims", required_argument, NULL, 'c'},
 		{"hostname", required_argument, NULL, 'H'},
 		{"max-retry-after", required_argument, NULL, 'm'},
@@ -160,9 +141,6 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"max-provisioning", required_argument, NULL, 'P'},
 		{"max-queue", required_argument, NULL, 'Q'},
 		{"metrics-file", required_argument, NULL, 'M'},
-		{"tcti", required_argument, NULL, 'X'},
-		{"tpm-ek", required_argument, NULL, 'E'},
-		{"tpm-pcrs", required_argument, NULL, 'p'},
 		{"command-handler", required_argument, NULL, 'K'},
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
@@ -171,31 +149,33 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	};
 	const char *bad = NULL;
 	json_t	   *claims;
-	TPML_PCR_SELECTION sel;
 	double		v;
 	int			server_opt = 0;
 	int			attestor_set = 0;
-	int			tpm_opt = 0;
+	bcd_optparser parser;
+	bcd_producer_setup setup;
 	int			c;
 
 	*help = 0;
 
 	o->role = BC_ROLE_NODE;
-	o->attestor = BC_ATTESTOR_JOIN_TOKEN;
+	o->attestor = bcd_producer_default_attestor(BCD_CMD_RUN);	/* join-token */
 	o->max_retry_after = 300;
 	o->renew_at = 0.5;
 	o->max_provisioning = MAX_PROVISIONING_DEFAULT;
 	o->max_queue = MAX_QUEUE_DEFAULT;
-	o->tpm.tcti = BCD_TCTI_DEFAULT;
-	o->tpm.ek = BCD_TPM_EK_RSA;
-	o->tpm.pcrs = "sha256:0-7";
 	o->command_interval = 30;
 	o->command_timeout = 300;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+	if (bcd_optparser_init(&parser, longopts, BCD_CMD_RUN) != 0)
+	{
+		fprintf(stderr, "bcd: out of memory\n");
+		return BCD_RC_FAILED;
+	}
+	while ((c = bcd_optparser_next(&parser, argc, argv, &bad)) != -1)
 	{
 		switch (c)
 		{
+			case 0: break;		/* a producer's option, in its own state */
 			case 'g': o->gateway = optarg; break;
 			case 'C': o->gateway_ca = optarg; break;
 			case 's': o->service_keys = optarg; break;
@@ -204,19 +184,12 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'T': o->token_file = optarg; break;
 			case 'r': o->role = optarg; break;
 			case 'a': o->attestor = optarg; attestor_set = 1; break;
-			case 'N': o->node_id = optarg; break;
-			case 'L': o->cloud = optarg; break;
-			case 'U': o->metadata_url = optarg; break;
-			case 'A': o->cloud_audience = optarg; break;
 			case 'c': o->claims = optarg; break;
 			case 'H': o->hostname = optarg; break;
 			case 'o': o->once = 1; break;
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
-			case 'X': o->tpm.tcti = optarg; tpm_opt = 1; break;
-			case 'E': o->tpm.ek = optarg; tpm_opt = 1; break;
-			case 'p': o->tpm.pcrs = optarg; tpm_opt = 1; break;
 			case 'P':
 				if (parse_number(optarg, 1, MAX_PROVISIONING_MAX, &v) || v != floor(v))
 					bad = "--max-provisioning must be a whole number in [1, 64]";
@@ -261,40 +234,30 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 				server_opt = 1;
 				break;
 			case 'h':
+				bcd_optparser_free(&parser);
 				run_usage(stdout, o->renew_cmd);
 				*help = 1;
 				return BCD_RC_OK;
 			default:
+				bcd_optparser_free(&parser);
 				run_usage(stderr, o->renew_cmd);
 				return BCD_RC_USAGE;
 		}
 	}
-	if (optind != argc || o->gateway == NULL || o->gateway_ca == NULL ||
+	setup = (bcd_producer_setup) {
+		.command = o->renew_cmd ? "renew" : "run",.attestor = o->attestor,
+		.attestor_set = attestor_set,.role = o->role,.state_dir = o->state_dir,
+		.has_token = o->token != NULL || o->token_file != NULL
+	};
+	if (bad != NULL)
+		;
+	else if (optind != argc || o->gateway == NULL || o->gateway_ca == NULL ||
 		o->service_keys == NULL || o->state_dir == NULL)
 		bad = "--gateway, --gateway-ca, --service-keys and --state-dir are required";
 	else if (o->token != NULL && o->token_file != NULL)
 		bad = "--token and --token-file exclude each other";
-	else if (o->node_id != NULL && attestor_set && strcmp(o->attestor, "provisioned") != 0)
-		bad = "--node-id joins through the provisioned attestor, not another";
-	else if (o->node_id != NULL && o->node_id[0] == '\0')
-		bad = "--node-id must name a node";
-	else if (o->node_id != NULL && o->token == NULL && o->token_file == NULL)
-		bad = "--node-id needs the provisioning token (--token or --token-file)";
-	else if ((o->cloud != NULL || o->metadata_url != NULL || o->cloud_audience != NULL) &&
-			 strcmp(o->attestor, "cloud-iid") != 0)
-		bad = "--cloud, --metadata-url and --cloud-audience are for --attestor cloud-iid";
-	else if (strcmp(o->attestor, "cloud-iid") == 0 &&
-			 (o->cloud == NULL || (strcmp(o->cloud, "aws") != 0 && strcmp(o->cloud, "gcp") != 0 &&
-								   strcmp(o->cloud, "azure") != 0)))
-		bad = "--attestor cloud-iid needs --cloud aws, gcp or azure";
-	else if (o->cloud != NULL && strcmp(o->cloud, "gcp") == 0 &&
-			 (o->cloud_audience == NULL || o->cloud_audience[0] == '\0'))
-		bad = "--cloud gcp needs --cloud-audience (the audience bc_join.cloud_providers names)";
-	else if (o->cloud_audience != NULL && o->cloud != NULL && strcmp(o->cloud, "gcp") != 0)
-		bad = "--cloud-audience is for --cloud gcp";
-	else if (o->metadata_url != NULL && strncmp(o->metadata_url, "http://", 7) != 0 &&
-			 strncmp(o->metadata_url, "https://", 8) != 0)
-		bad = "--metadata-url must be an http:// or https:// URL";
+	else if ((o->producer = bcd_optparser_finish(&parser, &setup, &bad)) == NULL)
+		;
 	else if (strcmp(o->role, BC_ROLE_NODE) != 0 && strcmp(o->role, BC_ROLE_SITE) != 0 &&
 			 strcmp(o->role, BC_ROLE_RAMDISK) != 0)
 		bad = "--role must be node, site or ramdisk";
@@ -307,18 +270,6 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			"the daemon, not --once";
 	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
 		bad = "--metrics-file must be an absolute path";
-	else if (tpm_opt && strcmp(o->attestor, BCD_ATTESTOR_TPM) != 0)
-		bad = "--tcti, --tpm-ek and --tpm-pcrs are for --attestor tpm";
-	else if (strcmp(o->tpm.ek, BCD_TPM_EK_RSA) != 0 && strcmp(o->tpm.ek, BCD_TPM_EK_P384) != 0)
-		bad = "--tpm-ek must be rsa or p384";
-	else if (bcd_tpm_parse_pcrs(o->tpm.pcrs, &sel) != 0)
-		bad = "--tpm-pcrs must be BANK:LIST[+BANK:LIST...], e.g. sha256:0-7 or sha256:0,2,4-7";
-	else if (strcmp(o->attestor, BCD_ATTESTOR_TPM) == 0 && bcd_tpm_tcti_refused(o->tpm.tcti))
-	{
-		fprintf(stderr, "bcd %s: --tcti %s: %s\n", o->renew_cmd ? "renew" : "run",
-				o->tpm.tcti, bcd_tpm_tcti_refused(o->tpm.tcti));
-		return BCD_RC_USAGE;
-	}
 	else if (o->claims != NULL)
 	{
 		claims = bcd_build_claims(o->claims, NULL);
@@ -326,8 +277,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			bad = "--claims must be a JSON object";
 		json_decref(claims);
 	}
-	if (bad == NULL && o->node_id != NULL)
-		o->attestor = "provisioned";
+	o->attestor = setup.attestor;	/* the one a producer's options imply (--node-id) */
+	bcd_optparser_free(&parser);
 	if (bad != NULL)
 	{
 		fprintf(stderr, "bcd %s: %s\n", o->renew_cmd ? "renew" : "run", bad);
@@ -350,7 +301,6 @@ bcd_run_command(int argc, char **argv, int renew_cmd)
 	rc = parse_run_args(argc, argv, &opts, &help);
 	if (rc != BCD_RC_OK || help)
 		return rc;
-	opts.tpm.state_dir = opts.state_dir;
 	return bcd_daemon_run(&opts);
 }
 

@@ -50,11 +50,12 @@ bcd_cmd_tpm_evidence(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
-	bcd_tpm_config cfg = {BCD_TCTI_DEFAULT, BCD_TPM_EK_RSA, "sha256:0-7", NULL};
+	const char *out_dir = NULL;
+	const char *bad = NULL;
+	bcd_producer_setup setup = {.command = "tpm-evidence",.attestor = "tpm",.attestor_set = 1};
 	const char *challenge_file = NULL;
-	TPML_PCR_SELECTION sel;
 	bcd_producer_input in;
-	bcd_evidence ev = {NULL, NULL};
+	bcd_evidence ev = {0};
 	EVP_PKEY   *key = NULL;
 	unsigned char *csr = NULL;
 	size_t		csr_len = 0;
@@ -73,52 +74,52 @@ bcd_cmd_tpm_evidence(int argc, char **argv)
 	{
 		switch (c)
 		{
-			case 'd': cfg.state_dir = optarg; break;
-			case 'X': cfg.tcti = optarg; break;
-			case 'E': cfg.ek = optarg; break;
-			case 'p': cfg.pcrs = optarg; break;
+			case 'd': out_dir = optarg; break;
+			/* the tpm producer's own options, into its own state */
+			case 'X': bad = bad ? bad : bcd_producer_tpm.set_option("tcti", optarg); break;
+			case 'E': bad = bad ? bad : bcd_producer_tpm.set_option("tpm-ek", optarg); break;
+			case 'p': bad = bad ? bad : bcd_producer_tpm.set_option("tpm-pcrs", optarg); break;
 			case 'c': challenge_file = optarg; break;
 			case 'h': usage(stdout); return BCD_RC_OK;
 			default: usage(stderr); return BCD_RC_USAGE;
 		}
 	}
-	if (optind != argc || cfg.state_dir == NULL ||
-		(strcmp(cfg.ek, BCD_TPM_EK_RSA) != 0 && strcmp(cfg.ek, BCD_TPM_EK_P384) != 0) ||
-		bcd_tpm_parse_pcrs(cfg.pcrs, &sel) != 0)
+	if (optind != argc || out_dir == NULL || bad != NULL)
 	{
 		usage(stderr);
 		return BCD_RC_USAGE;
 	}
-	if (bcd_tpm_tcti_refused(cfg.tcti) != NULL)
+	setup.state_dir = out_dir;
+	bad = bcd_producer_tpm.configure(&setup);
+	if (bad != NULL)
 	{
-		fprintf(stderr, "bcd tpm-evidence: --tcti %s: %s\n", cfg.tcti,
-				bcd_tpm_tcti_refused(cfg.tcti));
+		fprintf(stderr, "bcd tpm-evidence: %s\n", bad);
 		return BCD_RC_USAGE;
 	}
-	rc = bcd_tpm_keys_init(cfg.tcti, err, sizeof(err));
+	rc = bcd_producer_tpm.start(err, sizeof(err));
 	if (rc != BC_OK)
 	{
 		fprintf(stderr, "bcd tpm-evidence: %s\n", err);
 		return BCD_RC_FAILED;
 	}
 	what = "cannot create the output directory";
-	rc = bcd_ensure_dir(cfg.state_dir);
+	rc = bcd_ensure_dir(out_dir);
 	if (rc != BC_OK)
 		goto out;
-	rc = bcd_state_lock(cfg.state_dir, &lock_fd, &holder);
+	rc = bcd_state_lock(out_dir, &lock_fd, &holder);
 	if (rc != BC_OK)
 	{
-		bcd_state_lock_error(cfg.state_dir, rc, holder, err, sizeof(err));
+		bcd_state_lock_error(out_dir, rc, holder, err, sizeof(err));
 		fprintf(stderr, "bcd tpm-evidence: %s; refusing to write in it\n", err);
 		rc = BC_EINVAL;
 		goto done;
 	}
-	rc = bcd_node_key_and_csr(cfg.state_dir, &key, &csr, &csr_len, &what);
+	rc = bcd_node_key_and_csr(out_dir, &key, &csr, &csr_len, &what);
 	if (rc != BC_OK)
 		goto out;
 	what = "out of memory";
 	rc = BC_ENOMEM;
-	key_path = bcd_path_join(cfg.state_dir, "node.key");
+	key_path = bcd_path_join(out_dir, "node.key");
 	if (key_path == NULL)
 		goto out;
 	if (challenge_file != NULL)
@@ -131,7 +132,7 @@ bcd_cmd_tpm_evidence(int argc, char **argv)
 		if (rc != BC_OK)
 			goto out;
 	}
-	in = (bcd_producer_input) {.csr = csr,.csr_len = csr_len,.tpm = &cfg,.key_path = key_path};
+	in = (bcd_producer_input) {.csr = csr,.csr_len = csr_len,.key_path = key_path,.attestor = "tpm"};
 	rc = challenge != NULL ?
 		bcd_producer_tpm.answer(&in, challenge, &ev, err, sizeof(err)) :
 		bcd_producer_tpm.produce(&in, &ev, err, sizeof(err));
@@ -151,6 +152,6 @@ done:
 	free(key_path);
 	free(csr);
 	bcd_node_key_free(key);
-	bcd_tpm_keys_done();
+	bcd_producer_tpm.stop();
 	return rc == BC_OK ? BCD_RC_OK : BCD_RC_FAILED;
 }

@@ -20,34 +20,40 @@
 #include "core/sessions.h"
 #include "core/signals.h"
 #include "core/store.h"
-#include "core/tpm_key.h"
 
 /*
  * An expired credential (or one whose renewal was refused once it expired):
- * come back as the same node by x509pop, proving the old certificate with
- * its key and asking for a new key's certificate; only if that is refused,
+ * come back as the same node by the producer that proves a credential held
+ * (x509pop: the old certificate proven with its key, a new key's
+ * certificate asked for); only if that is refused,
  * join with the token, when there is one.
  */
 static bcd_rc
 rejoin_as_itself(bcd_agent *a, bcd_credential *old, bcd_credential *cred)
 {
 	const bcd_run_opts *o = a->opts;
-	bcd_rc		rc;
+	const bcd_producer *prover = bcd_producer_held();
+	bcd_rc		rc = BCD_RC_REFUSED;
 
-	bcd_log("the certificate %s of %s expired at %s; joining again as the same node by "
-			"x509pop, with a new key", old->serial, old->spiffe_id, old->not_after_text);
-	rc = bcd_join_loop(a, old, cred);
+	if (prover != NULL)
+	{
+		bcd_log("the certificate %s of %s expired at %s; joining again as the same node by "
+				"%s, with a new key", old->serial, old->spiffe_id, old->not_after_text,
+				prover->attestor);
+		rc = bcd_join_loop(a, old, cred);
+	}
 	if (rc != BCD_RC_REFUSED)
 		return rc;
 	if (o->token == NULL && o->token_file == NULL)
 	{
-		bcd_log("x509pop: the service did not take %s back (the reason is in bc_join.events, "
+		bcd_log("%s: the service did not take %s back (the reason is in bc_join.events, "
 				"security.join.refused); to join again this host needs a join token: "
-				"start bcd with --token-file FILE", old->spiffe_id);
+				"start bcd with --token-file FILE", prover != NULL ? prover->attestor : "join",
+				old->spiffe_id);
 		return BCD_RC_REFUSED;
 	}
-	bcd_log("x509pop: the service did not take %s back; joining with the join token as a "
-			"new node", old->spiffe_id);
+	bcd_log("%s: the service did not take %s back; joining with the join token as a "
+			"new node", prover != NULL ? prover->attestor : "join", old->spiffe_id);
 	return bcd_join_loop(a, NULL, cred);
 }
 
@@ -225,6 +231,7 @@ bcd_daemon_run(const bcd_run_opts *opts)
 	bcd_agent	agent;
 	char		err[1024];
 	int			lock_fd = -1;
+	int			started = 0;
 	bcd_rc		rc;
 
 	memset(&agent, 0, sizeof(agent));
@@ -241,12 +248,15 @@ bcd_daemon_run(const bcd_run_opts *opts)
 		bcd_log("cannot read --gateway-ca %s", opts->gateway_ca);
 		goto out;
 	}
-	/* A tpm node's keys live in the TPM: the provider before any key is read. */
-	if (strcmp(opts->attestor, BCD_ATTESTOR_TPM) == 0 &&
-		bcd_tpm_keys_init(opts->tpm.tcti, err, sizeof(err)) != BC_OK)
+	/* The producer starts before any key is read (tpm: the node's keys live in the TPM). */
+	if (opts->producer != NULL && opts->producer->start != NULL)
 	{
-		bcd_log("--attestor tpm: %s", err);
-		goto out;
+		if (opts->producer->start(err, sizeof(err)) != BC_OK)
+		{
+			bcd_log("--attestor %s: %s", opts->attestor, err);
+			goto out;
+		}
+		started = 1;
 	}
 	if (!opts->memory_only && bcd_store_open(opts->state_dir, &lock_fd, err, sizeof(err)) != BC_OK)
 	{
@@ -278,7 +288,8 @@ out:
 	bcd_server_stop(agent.server);
 	bcd_http_free(agent.http);
 	bcd_service_keys_free(&agent.keys);
-	bcd_tpm_keys_done();
+	if (started && opts->producer->stop != NULL)
+		opts->producer->stop();
 	if (lock_fd >= 0)
 		close(lock_fd);
 	return rc;

@@ -33,10 +33,8 @@ typedef struct bcd_run_opts
 	const char *token_file;
 	const char *role;
 	const char *attestor;
-	const char *node_id;		/* --node-id: join as this node (provisioned) */
-	const char *cloud;			/* --cloud aws|gcp|azure (cloud-iid) */
-	const char *metadata_url;	/* --metadata-url: the metadata service (cloud-iid) */
-	const char *cloud_audience;	/* --cloud-audience (cloud-iid on gcp) */
+	/* the producer of the join's evidence, configured with its own options (producer.h) */
+	const bcd_producer *producer;
 	const char *claims;
 	const char *hostname;
 	long		max_retry_after;	/* seconds, clamp of every wait we are told */
@@ -54,16 +52,11 @@ typedef struct bcd_run_opts
 	int			n_handlers;
 	double		command_interval;	/* seconds between fetches */
 	double		command_timeout;	/* seconds a handler may run */
-	/* --attestor tpm: --tcti, --tpm-ek, --tpm-pcrs (state_dir set to --state-dir) */
-	bcd_tpm_config tpm;
 	/*
 	 * bcd ramdisk: no state directory (state_dir NULL), every key in memory
-	 * only, no local socket; the discovery producer asks --site-agent for the
-	 * assertion of --mac.
+	 * only, no local socket.
 	 */
 	int			memory_only;
-	const char *site_agent;		/* https://HOST:PORT of the site's bcd serve-discovery */
-	const char *mac;			/* aa:bb:cc:dd:ee:ff */
 } bcd_run_opts;
 
 /* The socket server of bcd run (sessions.h). */

@@ -39,10 +39,24 @@ typedef struct join_state
 	json_t	   *claims;
 	bcd_evidence answer;		/* a producer's answer to a challenge, for the next round */
 	int			answered;		/* answer holds one */
-	const char *attestor;		/* --attestor, or x509pop for a held credential */
-	const bcd_credential *held;	/* x509pop: the certificate held, else NULL */
+	const char *attestor;		/* --attestor, or the held credential's prover's */
+	const bcd_credential *held;	/* the certificate held (bcd_producer_held), else NULL */
 	char	   *held_node_id;
 } join_state;
+
+/*
+ * The producer of attestor for this join: the one proving a held
+ * credential, the one the command line configured, else bcd's own.
+ */
+static const bcd_producer *
+producer_of(bcd_agent *a, const join_state *js, const char *attestor)
+{
+	if (js->held != NULL)
+		return bcd_producer_held();
+	if (strcmp(attestor, js->attestor) == 0 && a->opts->producer != NULL)
+		return a->opts->producer;
+	return bcd_producer_for(attestor);
+}
 
 /* What a producer of this join works from. */
 static bcd_producer_input
@@ -50,11 +64,8 @@ producer_input(bcd_agent *a, const join_state *js)
 {
 	bcd_producer_input in = {
 		.keys = &a->keys,.csr = js->csr,.csr_len = js->csr_len,
-		.token = a->opts->token,.token_file = a->opts->token_file,
-		.node_id = a->opts->node_id,.tpm = &a->opts->tpm,.key_path = js->key_path,
-		.cloud = a->opts->cloud,.metadata_url = a->opts->metadata_url,
-		.cloud_audience = a->opts->cloud_audience,
-		.site_agent = a->opts->site_agent,.mac = a->opts->mac
+		.token = a->opts->token,.token_file = a->opts->token_file,.key_path = js->key_path,
+		.attestor = js->attestor,.role = a->opts->role,.claims = js->claims
 	};
 
 	if (js->held != NULL)
@@ -71,23 +82,31 @@ static int
 round_request(bcd_agent *a, join_state *js, char **text, char *err, size_t errlen)
 {
 	const bcd_run_opts *o = a->opts;
-	const bcd_producer *producer = bcd_producer_for(js->attestor);
+	const bcd_producer *producer = producer_of(a, js, js->attestor);
 	bcd_producer_input in = producer_input(a, js);
-	bcd_evidence ev = {NULL, NULL};
+	bcd_evidence ev = {0};
 	const bcd_evidence *use = &ev;
+	json_t	   *claims = js->claims;
 	int			rc = BC_OK;
 
 	if (js->answered)
 		use = &js->answer;
 	else
 		rc = producer->produce(&in, &ev, err, errlen);
+	/* claims a producer adds (the external one may) over bcd's own */
+	if (rc == BC_OK && use->claims != NULL &&
+		((claims = json_deep_copy(js->claims)) == NULL ||
+		 json_object_update(claims, use->claims) != 0))
+		rc = BC_ENOMEM;
 	if (rc == BC_OK)
 	{
 		rc = bcd_join_request_json(js->csr, js->csr_len, o->role, js->attestor,
-								   use->attestation, use->sealed_token, js->claims, text);
+								   use->attestation, use->sealed_token, claims, text);
 		if (rc != BC_OK)
 			snprintf(err, errlen, "cannot build the JoinRequest (%s)", bc_status_str(rc));
 	}
+	if (claims != js->claims)
+		json_decref(claims);
 	bcd_evidence_free(&ev);
 	return rc;
 }
@@ -97,15 +116,17 @@ static bcd_rc
 on_deferral(bcd_agent *a, join_state *js, const bcd_answer *ans)
 {
 	const char *attestor = ans->attestor != NULL ? ans->attestor : js->attestor;
-	const bcd_producer *producer = bcd_producer_for(attestor);
+	const bcd_producer *producer = producer_of(a, js, attestor);
 	bcd_producer_input in = producer_input(a, js);
 	long		wait = ans->retry_after > 0 ? ans->retry_after : PENDING_DEFAULT_WAIT;
 	char		err[512];
 	double		jittered;
+	int			made;
 
 	if (strcmp(ans->status, BC_STATUS_CHALLENGE) == 0)
 	{
-		if (producer->answer == NULL || strcmp(producer->attestor, attestor) != 0)
+		if (producer->answer == NULL ||
+			(producer->attestor != NULL && strcmp(producer->attestor, attestor) != 0))
 		{
 			bcd_log("join: the service sent a challenge for attestor %s, but no producer "
 					"answers challenges for %s", attestor, attestor);
@@ -113,11 +134,26 @@ on_deferral(bcd_agent *a, join_state *js, const bcd_answer *ans)
 		}
 		bcd_evidence_free(&js->answer);
 		js->answered = 0;
-		if (ans->challenge == NULL ||
-			producer->answer(&in, ans->challenge, &js->answer, err, sizeof(err)) != BC_OK)
+		if (ans->challenge == NULL)
 		{
-			bcd_log("join: the producer of %s cannot answer the challenge: %s", attestor,
-					ans->challenge == NULL ? "the challenge is empty" : err);
+			bcd_log("join: the producer of %s cannot answer the challenge: the challenge is "
+					"empty", attestor);
+			return BCD_RC_FAILED;
+		}
+		made = producer->answer(&in, ans->challenge, &js->answer, err, sizeof(err));
+		if (made == BCD_PRODUCER_RETRY)
+		{
+			/* not now: back off, and start the join over at round 1 (a new challenge) */
+			bcd_evidence_free(&js->answer);
+			jittered = bcd_backoff_next(&a->backoff, -1, a->opts->max_retry_after);
+			bcd_log("join: the challenge cannot be answered now (%s); starting over in %.1f s",
+					err, jittered);
+			return bcd_sleep(jittered) ? BCD_RC_STOPPED : BCD_RC_RETRY;
+		}
+		if (made != BC_OK)
+		{
+			bcd_evidence_free(&js->answer);
+			bcd_log("join: the producer of %s cannot answer the challenge: %s", attestor, err);
 			return BCD_RC_FAILED;
 		}
 		js->answered = 1;
@@ -197,9 +233,12 @@ join_round(bcd_agent *a, join_state *js, bcd_credential *cred)
 		bcd_log("join: the gateway answered %s; giving up", err);
 	if (rc != BCD_RC_OK)
 		goto out;
-	bcd_backoff_reset(&a->backoff);
 	rc = bcd_answer_verify_fresh(a->http, &a->keys, reply.body, reply.len, js->csr, js->csr_len,
 						   js->key, &ans, err, sizeof(err));
+	/* an answer resets the backoff, but a challenge only once it is answered */
+	if (rc != BCD_RC_DEFERRED || ans.status == NULL ||
+		strcmp(ans.status, BC_STATUS_CHALLENGE) != 0)
+		bcd_backoff_reset(&a->backoff);
 	if (rc == BCD_RC_OK)
 		rc = on_issued(a, js, &ans, cred);
 	else if (rc == BCD_RC_DEFERRED)
@@ -241,7 +280,10 @@ bcd_join_loop(bcd_agent *a, const bcd_credential *held, bcd_credential *cred)
 		if (js.held_node_id == NULL)
 			goto out;
 		js.held = held;
-		js.attestor = "x509pop";
+		what = "no producer proves a credential held";
+		if (bcd_producer_held() == NULL)
+			goto out;
+		js.attestor = bcd_producer_held()->attestor;
 		what = "cannot create the join directory";
 	}
 	if (!a->opts->memory_only)

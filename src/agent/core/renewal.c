@@ -9,8 +9,9 @@
  * is verified like a join's (signature, csrSha256, chain, the leaf certifies
  * the new key) and must keep the SPIFFE ID (same tenant, same node) before
  * the new key and chain replace the old ones.  The proof is built by
- * bcd_proof_request (proof.c), which session credentials share.  A tpm node
- * makes the new key in the TPM and adds "tpm" (add_tpm_member).
+ * bcd_proof_request (proof.c), which session credentials share.  The
+ * producer of the node's attestor adds what the new key needs (its renewal
+ * hook: tpm makes the new key in the TPM and adds "tpm").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,21 +29,22 @@
 #include "core/verify.h"
 
 /*
- * A tpm node's renewal carries, beside csr and proof, "tpm": the node's AK
- * certifying the new key (made in the TPM too), ATTESTORS.md "Renewal of
- * such a certificate".  body is replaced by the body with that member.
+ * What the producer of the node's attestor adds to a renewal for the new
+ * key (tpm: its AK certifying the new key, made in the TPM too).  body is
+ * replaced by the body with those members.
  */
 static int
-add_tpm_member(bcd_agent *a, const char *workdir, char **body)
+add_producer_members(bcd_agent *a, const char *workdir, char **body)
 {
+	const bcd_producer *producer = a->opts->producer;
 	char	   *key_path = bcd_path_join(workdir, "node.key");
 	char		err[512];
 	json_t	   *doc = NULL;
-	json_t	   *member = NULL;
 	char	   *text = NULL;
 	const char *csr_b64;
 	unsigned char *csr = NULL;
 	size_t		csr_len = 0;
+	bcd_producer_input in;
 	int			rc = BC_ENOMEM;
 
 	if (key_path == NULL)
@@ -54,22 +56,22 @@ add_tpm_member(bcd_agent *a, const char *workdir, char **body)
 		bc_b64url_decode(csr_b64, strlen(csr_b64), csr, bc_b64url_decoded_maxlen(strlen(csr_b64)),
 						 &csr_len) != BC_OK)
 		goto out;
-	rc = bcd_tpm_renewal_member(&a->opts->tpm, key_path, csr, csr_len, &member, err, sizeof(err));
+	in = (bcd_producer_input) {.keys = &a->keys,.csr = csr,.csr_len = csr_len,
+		.key_path = key_path,.attestor = a->opts->attestor,.role = a->opts->role};
+	rc = producer->renewal(&in, doc, err, sizeof(err));
 	if (rc != BC_OK)
 	{
-		bcd_log("renew: the TPM cannot certify the new key: %s", err);
+		bcd_log("renew: the %s producer cannot prove the new key: %s", a->opts->attestor, err);
 		goto out;
 	}
 	rc = BC_ENOMEM;
-	if (json_object_set(doc, "tpm", member) != 0 ||
-		(text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
+	if ((text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL)
 		goto out;
 	free(*body);
 	*body = text;
 	rc = BC_OK;
 out:
 	free(csr);
-	json_decref(member);
 	json_decref(doc);
 	free(key_path);
 	return rc;
@@ -190,7 +192,8 @@ bcd_renew(bcd_agent *a, const bcd_credential *cur, bcd_credential *next,
 		bcd_log("renew: cannot make the new key, CSR or proof (%s)", what);
 		goto out;
 	}
-	if (bcd_tpm_keys_on() && add_tpm_member(a, workdir, &body) != BC_OK)
+	if (a->opts->producer != NULL && a->opts->producer->renewal != NULL &&
+		add_producer_members(a, workdir, &body) != BC_OK)
 		goto out;
 exchange:
 	rc = bcd_http_exchange(a->http, BC_PATH_RENEW, body, &reply, err, sizeof(err));

@@ -36,6 +36,14 @@ typedef struct body
 	int			over;
 } body;
 
+/* Its own state: --cloud, --metadata-url, --cloud-audience. */
+static struct
+{
+	const char *cloud;
+	const char *metadata_url;
+	const char *cloud_audience;
+} st;
+
 /* libcurl's write callback: keep at most META_MAX bytes. */
 static size_t
 keep(char *p, size_t size, size_t n, void *arg)
@@ -212,16 +220,16 @@ gcp(const bcd_producer_input *in, const char *base, json_t *ev, char *err, size_
 	size_t		len;
 	int			rc = BC_ENOMEM;
 
-	if (in->cloud_audience == NULL)
+	if (st.cloud_audience == NULL)
 	{
 		snprintf(err, errlen, "cloud-iid on gcp needs --cloud-audience");
 		return BC_EINVAL;
 	}
 	bc_sha256_b64url(in->csr, in->csr_len, csr_sha);
-	aud = malloc(strlen(in->cloud_audience) + 45);
+	aud = malloc(strlen(st.cloud_audience) + 45);
 	if (aud == NULL)
 		return BC_ENOMEM;
-	sprintf(aud, "%s#%s", in->cloud_audience, csr_sha);
+	sprintf(aud, "%s#%s", st.cloud_audience, csr_sha);
 	enc = curl_easy_escape(NULL, aud, 0);	/* '#' -> %23, ':' -> %3A, '/' -> %2F */
 	if (enc == NULL)
 		goto out;
@@ -283,11 +291,54 @@ azure(const bcd_producer_input *in, const char *base, json_t *ev, char *err, siz
 	return rc;
 }
 
+static const bcd_producer_option options[] = {
+	{"cloud", "CLOUD", "aws, gcp or azure; the evidence is the cloud's\n"
+	 "signed word from its metadata service (aws also\n"
+	 "sends the token, sealed, if given)"},
+	{"metadata-url", "URL", "the metadata service (default the cloud's own:\n"
+	 "http://169.254.169.254, gcp\n"
+	 "http://metadata.google.internal)"},
+	{"cloud-audience", "A", "gcp: the audience the service is configured with\n"
+	 "(bc_join.cloud_providers); the token asks for\n"
+	 "A#<csrSha256>"},
+	{NULL, NULL, NULL}
+};
+
+static const char *
+set_option(const char *name, const char *arg)
+{
+	if (strcmp(name, "cloud") == 0)
+		st.cloud = arg;
+	else if (strcmp(name, "metadata-url") == 0)
+		st.metadata_url = arg;
+	else if (strcmp(name, "cloud-audience") == 0)
+		st.cloud_audience = arg;
+	return NULL;
+}
+
+/* It serves the join: a cloud it knows, what that cloud needs. */
+static const char *
+configure(const bcd_producer_setup *setup)
+{
+	(void) setup;
+	if (st.cloud == NULL || (strcmp(st.cloud, "aws") != 0 && strcmp(st.cloud, "gcp") != 0 &&
+							 strcmp(st.cloud, "azure") != 0))
+		return "--attestor cloud-iid needs --cloud aws, gcp or azure";
+	if (strcmp(st.cloud, "gcp") == 0 && (st.cloud_audience == NULL || st.cloud_audience[0] == '\0'))
+		return "--cloud gcp needs --cloud-audience (the audience bc_join.cloud_providers names)";
+	if (st.cloud_audience != NULL && strcmp(st.cloud, "gcp") != 0)
+		return "--cloud-audience is for --cloud gcp";
+	if (st.metadata_url != NULL && strncmp(st.metadata_url, "http://", 7) != 0 &&
+		strncmp(st.metadata_url, "https://", 8) != 0)
+		return "--metadata-url must be an http:// or https:// URL";
+	return NULL;
+}
+
 /* Every round: the cloud's evidence, fetched afresh, and the token sealed when there is one. */
 static int
 produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errlen)
 {
-	const char *cloud = in->cloud;
+	const char *cloud = st.cloud;
 	const char *base;
 	json_t	   *ev;
 	char	   *text = NULL;
@@ -298,7 +349,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 		snprintf(err, errlen, "the cloud-iid attestor needs --cloud aws, gcp or azure");
 		return BC_EINVAL;
 	}
-	base = in->metadata_url != NULL ? in->metadata_url :
+	base = st.metadata_url != NULL ? st.metadata_url :
 		strcmp(cloud, "gcp") == 0 ? "http://metadata.google.internal" : "http://169.254.169.254";
 	if (in->token != NULL || in->token_file != NULL)
 	{
@@ -342,6 +393,10 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 
 const bcd_producer bcd_producer_cloud_iid = {
 	.attestor = "cloud-iid",
+	.summary = "a cloud VM: the instance identity from its metadata service",
+	.commands = BCD_CMD_RUN,
+	.options = options,
+	.set_option = set_option,
+	.configure = configure,
 	.produce = produce,
-	.answer = NULL,
 };

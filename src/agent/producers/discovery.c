@@ -33,6 +33,13 @@
 #include "core/discovery.h"
 #include "producers/producer.h"
 
+/* Its own state: --site-agent, --mac. */
+static struct
+{
+	const char *site_agent;
+	const char *mac;
+} st;
+
 /* Seconds the connection to the site agent may take: connect, and all the rest. */
 #define SITE_AGENT_TIMEOUT 15
 
@@ -146,18 +153,18 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 	int			fd;
 
 	*retry = 1;
-	if (in->site_agent == NULL || !bcd_valid_mac(in->mac))
+	if (st.site_agent == NULL || !bcd_valid_mac(st.mac))
 	{
 		*retry = 0;
 		snprintf(err, errlen, "discovery needs --site-agent and --mac");
 		return NULL;
 	}
 	old_pipe = signal(SIGPIPE, SIG_IGN);
-	fd = connect_to(in->site_agent, err, errlen);
+	fd = connect_to(st.site_agent, err, errlen);
 	if (fd < 0)
 		goto out;
 	csr64 = bc_b64url_encode_alloc(in->csr, in->csr_len);
-	if (csr64 == NULL || (req = json_pack("{s:s, s:s}", "csr", csr64, "mac", in->mac)) == NULL ||
+	if (csr64 == NULL || (req = json_pack("{s:s, s:s}", "csr", csr64, "mac", st.mac)) == NULL ||
 		(line = json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER)) == NULL ||
 		(ctx = SSL_CTX_new(TLS_client_method())) == NULL ||
 		SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
@@ -177,7 +184,7 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 		;
 	if (r != 1 || SSL_get_verify_result(ssl) != X509_V_OK || SSL_get0_peer_certificate(ssl) == NULL)
 	{
-		handshake_failure(ssl, r, in->site_agent, err, errlen);
+		handshake_failure(ssl, r, st.site_agent, err, errlen);
 		goto out;
 	}
 	{
@@ -188,7 +195,7 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 			;
 		if (r != (int) n + 1)
 		{
-			snprintf(err, errlen, "the site agent %s closed the connection", in->site_agent);
+			snprintf(err, errlen, "the site agent %s closed the connection", st.site_agent);
 			goto out;
 		}
 		line[n] = '\0';
@@ -209,7 +216,7 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 	}
 	if (len == 0 || buf[len - 1] != '\n')
 	{
-		snprintf(err, errlen, "the site agent %s sent no answer line", in->site_agent);
+		snprintf(err, errlen, "the site agent %s sent no answer line", st.site_agent);
 		goto out;
 	}
 	ans = json_loadb(buf, len - 1, JSON_REJECT_DUPLICATES, NULL);
@@ -250,6 +257,38 @@ out:
 	return out;
 }
 
+static const bcd_producer_option options[] = {
+	{"site-agent", "H:P", "the site agent's bcd serve-discovery, HOST:PORT;\n"
+	 "its TLS certificate must be one of the pinned node CA"},
+	{"mac", "MAC", "this machine's MAC, aa:bb:cc:dd:ee:ff (lower-case)"},
+	{NULL, NULL, NULL}
+};
+
+static const char *
+set_option(const char *name, const char *arg)
+{
+	if (strcmp(name, "site-agent") == 0)
+		st.site_agent = arg;
+	else if (strcmp(name, "mac") == 0)
+		st.mac = arg;
+	return NULL;
+}
+
+/* It serves the join: a site agent to ask, this machine's MAC, the ramdisk's token. */
+static const char *
+configure(const bcd_producer_setup *setup)
+{
+	if (st.site_agent == NULL || st.mac == NULL)
+		return "--gateway, --gateway-ca, --service-keys, --site-agent and --mac are required";
+	if (!setup->has_token)
+		return "one of --token-file and --token is required (the ramdisk's join token)";
+	if (strchr(st.site_agent, ':') == NULL || strchr(st.site_agent, '/') != NULL)
+		return "--site-agent must be HOST:PORT";
+	if (!bcd_valid_mac(st.mac))
+		return "--mac must be six lower-case hex pairs, aa:bb:cc:dd:ee:ff";
+	return NULL;
+}
+
 /* The evidence: the sealed token and base64url of {"assertion": JWS}. */
 static int
 produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errlen)
@@ -259,8 +298,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 	int			retry = 0;
 	int			rc;
 
-	out->attestation = NULL;
-	out->sealed_token = NULL;
+	memset(out, 0, sizeof(*out));
 	rc = bcd_seal_token(in, out, err, errlen);
 	if (rc != BC_OK)
 		return rc;
@@ -294,6 +332,11 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 
 const bcd_producer bcd_producer_discovery = {
 	.attestor = "discovery",
+	.summary = "bcd ramdisk's default: the join token and a site agent's assertion",
+	.commands = BCD_CMD_RAMDISK,
+	.default_for = BCD_CMD_RAMDISK,
+	.options = options,
+	.set_option = set_option,
+	.configure = configure,
 	.produce = produce,
-	.answer = NULL,
 };

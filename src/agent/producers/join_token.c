@@ -92,6 +92,8 @@ bcd_seal_token(const bcd_producer_input *in, bcd_evidence *out, char *err, size_
 
 const bcd_producer bcd_producer_join_token = {
 	.attestor = BC_ATTESTOR_JOIN_TOKEN,
+	.summary = "the default: the join token (--token, --token-file), sealed",
+	.commands = BCD_CMD_RUN | BCD_CMD_RAMDISK,
+	.default_for = BCD_CMD_RUN,
 	.produce = bcd_seal_token,
-	.answer = NULL,
 };

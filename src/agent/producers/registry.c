@@ -1,12 +1,13 @@
 /*
- * registry.c: which producer serves which attestor id.
+ * registry.c: every producer bcd has, and which one serves which attestor
+ * id.  Adding a producer is its file and one line below.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "producers/producer.h"
 
-/* Every producer bcd has. */
+/* Every producer bcd has, in the order --help lists them. */
 static const bcd_producer *const producers[] = {
 	&bcd_producer_join_token,
 	&bcd_producer_provisioned,
@@ -14,18 +15,57 @@ static const bcd_producer *const producers[] = {
 	&bcd_producer_x509pop,
 	&bcd_producer_cloud_iid,
 	&bcd_producer_discovery,
+	&bcd_producer_exec,
 };
+
+#define N_PRODUCERS (sizeof(producers) / sizeof(producers[0]))
+
+/* Every producer (producer.h). */
+const bcd_producer *const *
+bcd_producers(size_t *n)
+{
+	*n = N_PRODUCERS;
+	return producers;
+}
+
+/* bcd's own producer of attestor, or NULL: the attestor is a custom one (producer.h). */
+const bcd_producer *
+bcd_producer_builtin(const char *attestor)
+{
+	for (size_t i = 0; i < N_PRODUCERS; i++)
+		if (attestor != NULL && producers[i]->attestor != NULL &&
+			strcmp(producers[i]->attestor, attestor) == 0)
+			return producers[i];
+	return NULL;
+}
 
 /* The producer for attestor (producer.h). */
 const bcd_producer *
 bcd_producer_for(const char *attestor)
 {
-	size_t		i;
+	const bcd_producer *p = bcd_producer_builtin(attestor);
 
-	for (i = 0; i < sizeof(producers) / sizeof(producers[0]); i++)
-		if (attestor != NULL && strcmp(producers[i]->attestor, attestor) == 0)
+	return p != NULL ? p : &bcd_producer_join_token;
+}
+
+/* The producer that proves a credential held (producer.h). */
+const bcd_producer *
+bcd_producer_held(void)
+{
+	for (size_t i = 0; i < N_PRODUCERS; i++)
+		if (producers[i]->proves_held)
 			return producers[i];
-	return &bcd_producer_join_token;
+	return NULL;
+}
+
+/* The default attestor of command (producer.h). */
+const char *
+bcd_producer_default_attestor(unsigned command)
+{
+	for (size_t i = 0; i < N_PRODUCERS; i++)
+		if (producers[i]->default_for & command)
+			return producers[i]->attestor;
+	return NULL;
 }
 
 /* Release what a producer made. */
@@ -34,6 +74,8 @@ bcd_evidence_free(bcd_evidence *ev)
 {
 	free(ev->attestation);
 	free(ev->sealed_token);
+	json_decref(ev->claims);
 	ev->attestation = NULL;
 	ev->sealed_token = NULL;
+	ev->claims = NULL;
 }

@@ -32,6 +32,77 @@
 /* Bound of a challenge (base64url of the JSON) we decode. */
 #define CHALLENGE_MAX 8192
 
+/* Its own state: --tcti, --tpm-ek, --tpm-pcrs and the state directory (the AK's blobs). */
+typedef struct bcd_tpm_config
+{
+	const char *tcti;			/* Tss2_TctiLdr_Initialize's conf */
+	const char *ek;				/* "rsa" or "p384" */
+	const char *pcrs;			/* the quote's PCR selection, "sha256:0-7" */
+	const char *state_dir;		/* holds the AK's blobs */
+} bcd_tpm_config;
+
+static bcd_tpm_config st = {BCD_TCTI_DEFAULT, BCD_TPM_EK_RSA, "sha256:0-7", NULL};
+
+static const bcd_producer_option options[] = {
+	{"tcti", "CONF", "the TPM's TCTI (default device:/dev/tpmrm0); it\n"
+	 "must go through a resource manager (tpmrm, tabrmd)"},
+	{"tpm-ek", "rsa|p384", "the endorsement key (default rsa, 0x81010001)"},
+	{"tpm-pcrs", "SEL", "the quote's PCRs (default sha256:0-7)"},
+	{NULL, NULL, NULL}
+};
+
+/* One of its options (producer.h). */
+static const char *
+set_option(const char *name, const char *arg)
+{
+	TPML_PCR_SELECTION sel;
+
+	if (strcmp(name, "tcti") == 0)
+		st.tcti = arg;
+	else if (strcmp(name, "tpm-ek") == 0)
+	{
+		if (strcmp(arg, BCD_TPM_EK_RSA) != 0 && strcmp(arg, BCD_TPM_EK_P384) != 0)
+			return "--tpm-ek must be rsa or p384";
+		st.ek = arg;
+	}
+	else if (strcmp(name, "tpm-pcrs") == 0)
+	{
+		if (bcd_tpm_parse_pcrs(arg, &sel) != 0)
+			return "--tpm-pcrs must be BANK:LIST[+BANK:LIST...], e.g. sha256:0-7 or sha256:0,2,4-7";
+		st.pcrs = arg;
+	}
+	return NULL;
+}
+
+/* It serves the join: the TCTI is one it may use; the AK lives in the state directory. */
+static const char *
+configure(const bcd_producer_setup *setup)
+{
+	static char msg[512];
+	const char *why = bcd_tpm_tcti_refused(st.tcti);
+
+	if (why != NULL)
+	{
+		snprintf(msg, sizeof(msg), "--tcti %s: %s", st.tcti, why);
+		return msg;
+	}
+	st.state_dir = setup->state_dir;
+	return NULL;
+}
+
+/* The node's keys live in the TPM: the provider before any key is read. */
+static int
+start(char *err, size_t errlen)
+{
+	return bcd_tpm_keys_init(st.tcti, err, errlen);
+}
+
+static void
+stop(void)
+{
+	bcd_tpm_keys_done();
+}
+
 /* Set doc[name] to base64url of the bytes; 0 on success. */
 static int
 set_b64(json_t *doc, const char *name, const unsigned char *data, size_t len)
@@ -131,7 +202,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 	int			rc;
 
 	memset(out, 0, sizeof(*out));
-	if (in->tpm == NULL || in->key_path == NULL)
+	if (st.state_dir == NULL || in->key_path == NULL)
 	{
 		snprintf(err, errlen, "the tpm producer needs --tcti and the TPM node key");
 		return BC_EINVAL;
@@ -140,7 +211,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 	if (rc != BC_OK)
 		return rc;
 	doc = json_object();
-	rc = doc == NULL ? BC_ENOMEM : certify_members(in->tpm, in->key_path, 1, &tpm, doc,
+	rc = doc == NULL ? BC_ENOMEM : certify_members(&st, in->key_path, 1, &tpm, doc,
 												   err, errlen);
 	bcd_tpm_close(tpm);
 	if (rc == BC_OK && (rc = encode_evidence(doc, out)) != BC_OK)
@@ -222,14 +293,14 @@ answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out,
 	int			rc = BC_EINVAL;
 
 	memset(out, 0, sizeof(*out));
-	if (in->tpm == NULL || in->key_path == NULL)
+	if (st.state_dir == NULL || in->key_path == NULL)
 	{
 		snprintf(err, errlen, "the tpm producer needs --tcti and the TPM node key");
 		return BC_EINVAL;
 	}
-	if (bcd_tpm_parse_pcrs(in->tpm->pcrs, &sel) != 0)
+	if (bcd_tpm_parse_pcrs(st.pcrs, &sel) != 0)
 	{
-		snprintf(err, errlen, "bad PCR selection \"%s\"", in->tpm->pcrs);
+		snprintf(err, errlen, "bad PCR selection \"%s\"", st.pcrs);
 		return BC_EINVAL;
 	}
 	ch = decode_challenge(challenge, err, errlen);
@@ -251,7 +322,7 @@ answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out,
 	sig = malloc(sizeof(*sig));
 	if (doc == NULL || attest == NULL || sig == NULL)
 		goto out;
-	rc = certify_members(in->tpm, in->key_path, 1, &tpm, doc, err, errlen);
+	rc = certify_members(&st, in->key_path, 1, &tpm, doc, err, errlen);
 	if (rc == BC_OK)
 		rc = bcd_tpm_activate(tpm, blob, blob_len, enc, enc_len, secret, &secret_len,
 							  err, errlen);
@@ -301,8 +372,8 @@ out:
  * SHA-256("bc_join/tpm/renew" || SHA-256(new CSR DER)), which the service
  * checks where a PCR policy applies to the node (and ignores elsewhere).
  */
-int
-bcd_tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
+static int
+tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
 					   const unsigned char *csr, size_t csr_len, json_t **out,
 					   char *err, size_t errlen)
 {
@@ -350,8 +421,38 @@ bcd_tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
 	return rc;
 }
 
+/*
+ * A renewal carries, beside csr and proof, "tpm": the node's AK certifying
+ * the new key (made in the TPM too), ATTESTORS.md "Renewal of such a
+ * certificate".
+ */
+static int
+renewal(const bcd_producer_input *in, json_t *doc, char *err, size_t errlen)
+{
+	json_t	   *member = NULL;
+	int			rc;
+
+	rc = tpm_renewal_member(&st, in->key_path, in->csr, in->csr_len, &member, err, errlen);
+	if (rc != BC_OK)
+		return rc;
+	if (json_object_set_new(doc, "tpm", member) != 0)
+	{
+		snprintf(err, errlen, "out of memory");
+		return BC_ENOMEM;
+	}
+	return BC_OK;
+}
+
 const bcd_producer bcd_producer_tpm = {
-	.attestor = BCD_ATTESTOR_TPM,
+	.attestor = "tpm",
+	.summary = "the node key is made in the TPM, the join proves it (two rounds)",
+	.commands = BCD_CMD_RUN,
+	.options = options,
+	.set_option = set_option,
+	.configure = configure,
+	.start = start,
+	.stop = stop,
 	.produce = produce,
 	.answer = answer,
+	.renewal = renewal,
 };

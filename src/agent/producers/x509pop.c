@@ -26,8 +26,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 	int			n;
 	int			rc;
 
-	out->attestation = NULL;
-	out->sealed_token = NULL;
+	memset(out, 0, sizeof(*out));
 	if (in->held_key == NULL || in->held_leaf == NULL || in->held_node_id == NULL)
 	{
 		snprintf(err, errlen, "x509pop needs the certificate held in the state directory "
@@ -63,6 +62,9 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 
 const bcd_producer bcd_producer_x509pop = {
 	.attestor = "x509pop",
+	.summary = "how a node whose certificate expired comes back as\n"
+	"    itself, by itself (the certificate held proves it; no option)",
+	.commands = BCD_CMD_RUN,
+	.proves_held = 1,
 	.produce = produce,
-	.answer = NULL,
 };
