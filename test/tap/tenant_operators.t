@@ -10,11 +10,11 @@
 # attempts (docs/security.md).  Needs the environment test/run-all sets.
 set -u
 n=0 failed=0 attempts=0
-ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'"; failed=$((failed + 1)); fi; }
+ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'" >&2; failed=$((failed + 1)); fi; }
 db=bcj_tenant_ops
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 # as(role, statement...): run as that login role, the last line of output or the error
-as() { local r=$1; shift; attempts=$((attempts + 1)); psql -qAtX -U "$r" -d "$db" "$@" 2>&1 | sed -e 's/^psql:[^:]*:[0-9]*: //' | tail -1; }
+as() { local r=$1; shift; attempts=$((attempts + 1)); psql -qAtX -v VERBOSITY=terse -U "$r" -d "$db" "$@" 2>&1 | sed -e 's/^psql:[^:]*:[0-9]*: //' | tail -1; }
 
 echo "1..22"
 S="$BCJ_SCRATCH/tenant_operators"
@@ -34,7 +34,7 @@ ok "$(as top_a -c "SET ROLE bc_join_operator")" 'ERROR:  permission denied to se
 ok "$(as top_a -c "SET ROLE top_b")" 'ERROR:  permission denied to set role "top_b"' "SET ROLE to the other tenant's operator: refused"
 ok "$(as top_a -c "SET ROLE postgres")" 'ERROR:  permission denied to set role "postgres"' "SET ROLE to the superuser: refused"
 ok "$(as top_a -c "SELECT set_config('role', 'bc_join_operator', false)")" 'ERROR:  permission denied to set role "bc_join_operator"' "set_config('role'): refused"
-ok "$(as top_a -c "SET SESSION AUTHORIZATION top_b")" 'ERROR:  permission denied to set session authorization' "SET SESSION AUTHORIZATION: refused"
+ok "$(as top_a -c "SET SESSION AUTHORIZATION top_b")" 'ERROR:  permission denied to set session authorization "top_b"' "SET SESSION AUTHORIZATION: refused"
 # the group role it is a member of operates no tenant
 ok "$(as top_a -c "SET ROLE bc_join_tenant_operator" -c "SELECT count(*) FROM bc_join.tenants")" 0 "SET ROLE bc_join_tenant_operator: no tenant's row"
 ok "$(as top_a -c "SET ROLE bc_join_tenant_operator" -c "SELECT bc_join.create_site('$ta', 'x')")" \
