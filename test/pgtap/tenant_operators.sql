@@ -71,9 +71,11 @@ SELECT bc_join.set_discovery_site(:'site_a', 'unknown-machines') IS NULL AS x \g
 SELECT bc_join.set_discovery_site(:'site_b', 'unknown-machines') IS NULL AS x \gset
 INSERT INTO bc_join.discovery_machines (site_id, mac) VALUES
 	(:'site_a', '02:00:00:00:00:0a'), (:'site_b', '02:00:00:00:00:0b');
-SELECT bc_join.set_tpm_enrollment_mode(:'ta', 'approval') IS NULL AND bc_join.set_tpm_enrollment_mode(:'tb', 'approval') IS NULL AS x \gset
-SELECT bc_join.enroll_tpm_ek(encode(sha256('ek-a'), 'hex'), :'ta', :'pool_a') IS NULL
-   AND bc_join.enroll_tpm_ek(encode(sha256('ek-b'), 'hex'), :'tb', :'pool_b') IS NULL AS x \gset
+SELECT string_agg(bc_join.set_tpm_enrollment_mode(t, 'approval')::text, ',') AS x FROM unnest(ARRAY[:'ta', :'tb']) t \gset
+SELECT string_agg(bc_join.enroll_tpm_ek(encode(sha256(convert_to(t, 'UTF8')), 'hex'), t, p)::text, ',') AS x
+	FROM (VALUES (:'ta', :'pool_a'), (:'tb', :'pool_b')) v(t, p) \gset
+INSERT INTO bc_join.node_bindings (attestor, subject, node_id) VALUES
+	('x', sha256('a'), :'node_a'), ('x', sha256('b'), :'node_b');
 INSERT INTO bc_join.tpm_pcr_policies (tenant_id, selection, pcr_values) VALUES
 	(:'ta', 'sha256:0', sha256('a')), (:'tb', 'sha256:0', sha256('b'));
 INSERT INTO bc_join.cloud_accounts (provider, account, tenant_id, pool_id) VALUES
@@ -321,7 +323,7 @@ SELECT count(*) FROM (
 		('SELECT bc_join.renew(''{}'')', 'err:42501:permission denied for function renew'),
 		('SELECT bc_join.issue_session(''{}'')', 'err:42501:permission denied for function issue_session'),
 		(format('SELECT bc_join.enroll_tpm_ek(%L, %L, %L)', encode(sha256('ek-x'), 'hex'), :'tb', :'pool_b'), 'err:42501:permission denied for function enroll_tpm_ek'),
-		(format('SELECT bc_join.unenroll_tpm_ek(%L)', encode(sha256('ek-b'), 'hex')), 'err:42501:permission denied for function unenroll_tpm_ek'),
+		(format('SELECT bc_join.unenroll_tpm_ek(%L)', encode(sha256(convert_to(:'tb', 'UTF8')), 'hex')), 'err:42501:permission denied for function unenroll_tpm_ek'),
 		(format('SELECT bc_join.set_tpm_enrollment_mode(%L, %L)', :'tb', 'refuse'), 'err:42501:permission denied for function set_tpm_enrollment_mode'),
 		(format('SELECT bc_join.set_tpm_pcr_policy(%L, NULL, NULL)', :'tb'), 'err:42501:permission denied for function set_tpm_pcr_policy'),
 		(format('SELECT bc_join.add_x509pop_root(%L, %L, %L)', 'x', :'tb', :'pool_b'), 'err:42501:permission denied for function add_x509pop_root'),
