@@ -16,7 +16,12 @@
  *   bc_join_gateway   may call public.bc_join(jsonb) and the relayed entry
  *                     points, nothing else.
  *   bc_join_operator  administers tenants, sites, pools, tokens and join
- *                     requests, reads events, audit and public keys.
+ *                     requests, reads events, audit and public keys: the
+ *                     platform operator, of every tenant.
+ *   bc_join_tenant_operator  the same within the tenants of its members
+ *                     alone (bc_join.grant_tenant_operator, row-level
+ *                     security): granted by grant_tenant_operator, never
+ *                     by hand.
  */
 DO $roles$
 BEGIN
@@ -25,6 +30,9 @@ BEGIN
 	END IF;
 	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'bc_join_operator') THEN
 		CREATE ROLE bc_join_operator NOLOGIN;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'bc_join_tenant_operator') THEN
+		CREATE ROLE bc_join_tenant_operator NOLOGIN;
 	END IF;
 END
 $roles$;
@@ -599,6 +607,7 @@ CREATE FUNCTION bc_join.create_site(tenant_id text, name text) RETURNS text
 DECLARE
 	sid text := bc_join.new_id('site');
 BEGIN
+	PERFORM bc_join.check_tenant(create_site.tenant_id, 'tenant');
 	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = create_site.tenant_id) THEN
 		PERFORM bc_join.invalid_input('the tenant does not exist');
 	END IF;
@@ -622,6 +631,7 @@ CREATE FUNCTION bc_join.create_pool(tenant_id text, site_id text, name text) RET
 DECLARE
 	pid text := bc_join.new_id('pool');
 BEGIN
+	PERFORM bc_join.check_tenant(create_pool.tenant_id, 'tenant');
 	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s
 				   WHERE s.id = create_pool.site_id AND s.tenant_id = create_pool.tenant_id) THEN
 		PERFORM bc_join.invalid_input('the site does not exist in this tenant');
@@ -664,6 +674,7 @@ DECLARE
 	psite text;
 	bad text;
 BEGIN
+	PERFORM bc_join.check_tenant(create_join_token.tenant_id, 'tenant');
 	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = create_join_token.tenant_id) THEN
 		PERFORM bc_join.invalid_input('the tenant does not exist');
 	END IF;
@@ -738,6 +749,8 @@ DECLARE
 	secret text := bc_join.random_secret();
 	n bc_join.nodes;
 BEGIN
+	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x
+								  WHERE x.id = create_provisioning_token.node_id), 'node');
 	SELECT * INTO n FROM bc_join.nodes x WHERE x.id = create_provisioning_token.node_id;
 	IF NOT FOUND THEN
 		PERFORM bc_join.invalid_input('no node has this id');
@@ -765,6 +778,8 @@ CREATE FUNCTION bc_join.revoke_provisioning_token(token_id text) RETURNS boolean
 DECLARE
 	t bc_join.provisioning_tokens;
 BEGIN
+	PERFORM bc_join.check_tenant((SELECT p.tenant_id FROM bc_join.provisioning_tokens p
+								  WHERE p.id = revoke_provisioning_token.token_id), 'provisioning token');
 	UPDATE bc_join.provisioning_tokens p SET revoked_at = bc_join.compute_now()
 		WHERE p.id = revoke_provisioning_token.token_id AND p.revoked_at IS NULL AND p.spent_at IS NULL
 		RETURNING * INTO t;
@@ -808,6 +823,8 @@ CREATE FUNCTION bc_join.revoke_join_token(token_id text) RETURNS boolean
 DECLARE
 	tenant text;
 BEGIN
+	PERFORM bc_join.check_tenant((SELECT t.tenant_id FROM bc_join.join_tokens t
+								  WHERE t.id = revoke_join_token.token_id), 'join token');
 	UPDATE bc_join.join_tokens t SET revoked_at = bc_join.compute_now()
 		WHERE t.id = revoke_join_token.token_id AND t.revoked_at IS NULL
 		RETURNING t.tenant_id INTO tenant;
@@ -1036,6 +1053,11 @@ BEGIN
 				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
 								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
 	PERFORM pg_notify('bc_join_requests', '');
+	-- the tenant's own channel, bc_join_requests_<tenant id>: what a tenant
+	-- operator's tool listens on (a channel name is at most 63 bytes)
+	IF octet_length(create_join_request.tenant_id) <= 46 THEN
+		PERFORM pg_notify('bc_join_requests_' || create_join_request.tenant_id, '');
+	END IF;
 	RETURN rid;
 END
 $$;
@@ -1150,6 +1172,8 @@ CREATE FUNCTION bc_join.approve_join_request(request_id text) RETURNS void
 DECLARE
 	r bc_join.join_requests;
 BEGIN
+	PERFORM bc_join.check_tenant((SELECT q.tenant_id FROM bc_join.join_requests q
+								  WHERE q.id = approve_join_request.request_id), 'join request');
 	UPDATE bc_join.join_requests q SET state = 'approved', decided_at = bc_join.compute_now(),
 		decided_by = session_user
 		WHERE q.id = request_id AND q.state = 'pending' AND q.expires_at > bc_join.compute_now()
@@ -1183,6 +1207,8 @@ BEGIN
 	IF reason IS NULL OR length(reason) NOT BETWEEN 1 AND 500 THEN
 		PERFORM bc_join.invalid_input('a rejection needs a reason of 1 to 500 characters');
 	END IF;
+	PERFORM bc_join.check_tenant((SELECT q.tenant_id FROM bc_join.join_requests q
+								  WHERE q.id = reject_join_request.request_id), 'join request');
 	UPDATE bc_join.join_requests q SET state = 'rejected', decided_at = bc_join.compute_now(),
 		decided_by = session_user, reason = reject_join_request.reason
 		WHERE q.id = request_id AND q.state = 'pending' RETURNING * INTO r;
@@ -1428,6 +1454,11 @@ DECLARE
 	kind text := 'node';
 BEGIN
 	PERFORM bc_join.check_revocation_reason(reason);
+	PERFORM bc_join.check_tenant(coalesce(
+		(SELECT n.tenant_id FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id
+		 WHERE c.serial = revoke_certificate.serial),
+		(SELECT s.tenant_id FROM bc_join.session_certs sc JOIN bc_join.sessions s ON s.id = sc.session_id
+		 WHERE sc.serial = revoke_certificate.serial)), 'certificate');
 	SELECT c.node_id, n.tenant_id INTO node, tenant FROM bc_join.node_certs c
 		JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = revoke_certificate.serial;
 	IF FOUND THEN
@@ -1482,6 +1513,7 @@ DECLARE
 	n integer := 0;
 BEGIN
 	PERFORM bc_join.check_revocation_reason(reason);
+	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x WHERE x.id = revoke_node.node_id), 'node');
 	IF NOT EXISTS (SELECT 1 FROM bc_join.nodes x WHERE x.id = revoke_node.node_id) THEN
 		PERFORM bc_join.invalid_input('no node has this id');
 	END IF;
@@ -1526,6 +1558,7 @@ CREATE FUNCTION bc_join.retire_node(node_id text) RETURNS void
 DECLARE
 	tenant text;
 BEGIN
+	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x WHERE x.id = retire_node.node_id), 'node');
 	UPDATE bc_join.nodes n SET state = 'retired', retired_at = bc_join.compute_now(),
 		updated_at = bc_join.compute_now()
 		WHERE n.id = retire_node.node_id AND n.state <> 'retired' RETURNING n.tenant_id INTO tenant;
@@ -1553,6 +1586,7 @@ CREATE FUNCTION bc_join.delete_node(node_id text) RETURNS void
 DECLARE
 	tenant text;
 BEGIN
+	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x WHERE x.id = delete_node.node_id), 'node');
 	DELETE FROM bc_join.nodes n WHERE n.id = delete_node.node_id RETURNING n.tenant_id INTO tenant;
 	IF NOT FOUND THEN
 		PERFORM bc_join.invalid_input('no node has this id');
@@ -2280,8 +2314,6 @@ BEGIN
 		instance := lower(instance);
 	END IF;
 	b := bc_join.cloud_instance_bind(provider, account, instance);
-	DELETE FROM bc_join.attestation_uses u WHERE u.attestor = 'cloud-iid' AND u.subject = b;
-	GET DIAGNOSTICS n = ROW_COUNT;
 	SELECT nb.node_id, x.tenant_id INTO node, tenant
 		FROM bc_join.node_bindings nb JOIN bc_join.nodes x ON x.id = nb.node_id
 		WHERE nb.subject = b;
@@ -2290,6 +2322,10 @@ BEGIN
 			WHERE a.provider = reset_cloud_instance.provider AND a.account = reset_cloud_instance.account
 			LIMIT 1;
 	END IF;
+	-- a tenant operator resets the instances of its tenants' nodes and accounts only
+	PERFORM bc_join.check_tenant(tenant, 'cloud instance');
+	DELETE FROM bc_join.attestation_uses u WHERE u.attestor = 'cloud-iid' AND u.subject = b;
+	GET DIAGNOSTICS n = ROW_COUNT;
 	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
 		VALUES ('cloud_instance.reset', tenant, node,
 				jsonb_build_object('provider', provider, 'account', account, 'instance', instance,
@@ -2387,6 +2423,7 @@ BEGIN
 	IF jsonb_typeof(payload) <> 'object' OR octet_length(payload::text) > 16384 THEN
 		PERFORM bc_join.invalid_input('the payload must be a JSON object of at most 16384 bytes');
 	END IF;
+	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x WHERE x.id = enqueue_command.node_id), 'node');
 	SELECT * INTO n FROM bc_join.nodes x WHERE x.id = enqueue_command.node_id FOR SHARE;
 	IF NOT FOUND THEN
 		PERFORM bc_join.invalid_input('the node does not exist');
@@ -2485,7 +2522,9 @@ CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT '
 	AS $$
 DECLARE
 	k text;
+	tenant text := (SELECT s.tenant_id FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id);
 BEGIN
+	PERFORM bc_join.check_tenant(tenant, 'site');
 	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id) THEN
 		PERFORM bc_join.invalid_input('the site does not exist');
 	END IF;
@@ -2508,8 +2547,8 @@ BEGIN
 			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
 			cert_ttl_seconds = coalesce(set_discovery_site.cert_ttl_seconds, d.cert_ttl_seconds),
 			updated_at = bc_join.compute_now();
-	INSERT INTO bc_join.audit_log (action, detail)
-		VALUES ('discovery_site.set', jsonb_build_object('siteId', site_id, 'approval', approval,
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('discovery_site.set', tenant, jsonb_build_object('siteId', site_id, 'approval', approval,
 				'allowedKinds', allowed_kinds, 'certTtlSeconds', cert_ttl_seconds));
 END
 $$;
@@ -2521,14 +2560,16 @@ CREATE FUNCTION bc_join.bump_site_epoch(site_id text) RETURNS bigint
 	AS $$
 DECLARE
 	e bigint;
+	tenant text := (SELECT s.tenant_id FROM bc_join.sites s WHERE s.id = bump_site_epoch.site_id);
 BEGIN
+	PERFORM bc_join.check_tenant(tenant, 'site');
 	UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now()
 		WHERE d.site_id = bump_site_epoch.site_id RETURNING d.epoch INTO e;
 	IF NOT FOUND THEN
 		PERFORM bc_join.invalid_input('discovery is not enabled on the site');
 	END IF;
-	INSERT INTO bc_join.audit_log (action, detail)
-		VALUES ('discovery_site.bump_epoch', jsonb_build_object('siteId', site_id, 'epoch', e));
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('discovery_site.bump_epoch', tenant, jsonb_build_object('siteId', site_id, 'epoch', e));
 	RETURN e;
 END
 $$;
@@ -2547,6 +2588,275 @@ CREATE FUNCTION bc_join.site_epoch(request jsonb) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_site_epoch_request'
 	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+
+/* ------------------------------------------------------- tenant operators */
+
+/*
+ * A tenant operator (#31): a role that administers and reads the tenants
+ * granted to it (grant_tenant_operator) and nothing of any other, enforced
+ * by PostgreSQL.  One row per (role, tenant) here; every role with a row is
+ * a member of the NOLOGIN group bc_join_tenant_operator, which holds the
+ * grants (SELECT on the tables and views below, EXECUTE on the
+ * administrative functions that check tenants).  What it reads is cut down
+ * by row-level security: every table it may read has one policy, the
+ * caller's tenants (a row of its own here, pg_has_role) or every row for
+ * the platform operator (bc_join_operator) and the superuser; views read
+ * through it as their caller (security_invoker).  The administrative
+ * functions are SECURITY DEFINER (they run as the extension's owner, whom
+ * row-level security does not bind): each asks check_tenant() of the
+ * object's tenant first.  The entry points of joins, renewals and sessions
+ * run as the owner too: row-level security (enabled, not forced) changes
+ * nothing for them, nor for pg_dump run by a superuser.  The role is kept
+ * as regrole: its OID here, its name in a dump.
+ */
+CREATE TABLE bc_join.tenant_operator_grants (
+	role regrole NOT NULL,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	granted_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	granted_by text NOT NULL DEFAULT session_user,
+	PRIMARY KEY (role, tenant_id)
+);
+CREATE INDEX tenant_operator_grants_tenant_idx ON bc_join.tenant_operator_grants (tenant_id);
+
+-- The role that called, also inside a SECURITY DEFINER function (where
+-- current_user is the extension's owner): the role SET ROLE made current,
+-- else the session's user.  SET ROLE is refused inside a SECURITY DEFINER
+-- function, and reaches only roles the session's user is a member of.
+CREATE FUNCTION bc_join.calling_role() RETURNS oid
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+	SELECT r.oid FROM pg_catalog.pg_roles r
+	WHERE r.rolname = CASE WHEN pg_catalog.current_setting('role') = 'none'
+						   THEN session_user::text
+						   ELSE pg_catalog.current_setting('role') END
+$$;
+
+-- Whether the calling role operates every tenant: the superuser, and the
+-- members of bc_join_operator (with its privileges).
+CREATE FUNCTION bc_join.is_platform_operator() RETURNS boolean
+	LANGUAGE sql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT coalesce(pg_catalog.pg_has_role(bc_join.calling_role(), 'bc_join_operator', 'USAGE'), false) $$;
+
+-- The check every administrative function makes first, with the tenant of
+-- the object it was asked about (NULL when there is none): the platform
+-- operator passes; a tenant operator passes for its own tenants; anything
+-- else (another tenant's object, or none at all) is one refusal, the same
+-- whether or not the object exists elsewhere.
+CREATE FUNCTION bc_join.check_tenant(tenant_id text, what text) RETURNS void
+	LANGUAGE plpgsql STABLE
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	me oid := bc_join.calling_role();
+BEGIN
+	IF coalesce(pg_has_role(me, 'bc_join_operator', 'USAGE'), false) THEN
+		RETURN;
+	END IF;
+	IF check_tenant.tenant_id IS NOT NULL AND EXISTS (
+			SELECT 1 FROM bc_join.tenant_operator_grants g
+			WHERE g.tenant_id = check_tenant.tenant_id AND pg_has_role(me, g.role, 'USAGE')) THEN
+		RETURN;
+	END IF;
+	RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+		MESSAGE = format('no %s with this id in the tenants you operate', what),
+		DETAIL = 'ACCESS_DENIED: a tenant operator acts on the objects of its own tenants only.';
+END
+$$;
+
+-- Make a role an operator of a tenant (the superuser or the platform
+-- operator only); returns false when it was one already.
+CREATE FUNCTION bc_join.grant_tenant_operator(role regrole, tenant_id text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	r pg_roles;
+BEGIN
+	IF NOT bc_join.is_platform_operator() THEN
+		RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+			MESSAGE = 'only the superuser or a platform operator (bc_join_operator) makes tenant operators';
+	END IF;
+	SELECT * INTO r FROM pg_catalog.pg_roles x WHERE x.oid = grant_tenant_operator.role;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no role has this name');
+	END IF;
+	IF r.rolsuper OR r.rolbypassrls OR r.rolname IN ('bc_join_gateway', 'bc_join_operator', 'bc_join_tenant_operator')
+	   OR r.rolname LIKE 'pg\_%' OR pg_has_role(r.oid, 'bc_join_gateway', 'MEMBER')
+	   OR pg_has_role(r.oid, 'bc_join_operator', 'MEMBER') THEN
+		PERFORM bc_join.invalid_input('a tenant operator is a role of its own: not a superuser, a role that bypasses '
+									  'row-level security, a gateway, a platform operator or one of the extension''s roles');
+	END IF;
+	IF grant_tenant_operator.tenant_id IS NULL OR grant_tenant_operator.tenant_id = 'root'
+	   OR NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = grant_tenant_operator.tenant_id) THEN
+		PERFORM bc_join.invalid_input('no tenant has this id (the root tenant is the platform''s)');
+	END IF;
+	INSERT INTO bc_join.tenant_operator_grants (role, tenant_id)
+		VALUES (r.oid, grant_tenant_operator.tenant_id) ON CONFLICT DO NOTHING;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
+				   WHERE m.roleid = 'bc_join_tenant_operator'::regrole AND m.member = r.oid) THEN
+		EXECUTE format('GRANT bc_join_tenant_operator TO %I', r.rolname);
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (grant_tenant_operator.tenant_id, 'tenant_operator.granted',
+				jsonb_build_object('role', r.rolname, 'by', session_user));
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tenant_operator.grant', grant_tenant_operator.tenant_id, jsonb_build_object('role', r.rolname));
+	RETURN true;
+END
+$$;
+
+-- Take a tenant from a tenant operator; with its last tenant it leaves
+-- bc_join_tenant_operator.  Returns whether it operated the tenant.
+CREATE FUNCTION bc_join.revoke_tenant_operator(role regrole, tenant_id text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	rname text := (SELECT x.rolname FROM pg_catalog.pg_roles x WHERE x.oid = revoke_tenant_operator.role);
+BEGIN
+	IF NOT bc_join.is_platform_operator() THEN
+		RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+			MESSAGE = 'only the superuser or a platform operator (bc_join_operator) takes tenant operators away';
+	END IF;
+	DELETE FROM bc_join.tenant_operator_grants g
+		WHERE g.role = revoke_tenant_operator.role AND g.tenant_id = revoke_tenant_operator.tenant_id;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	IF rname IS NOT NULL
+	   AND NOT EXISTS (SELECT 1 FROM bc_join.tenant_operator_grants g WHERE g.role = revoke_tenant_operator.role)
+	   AND EXISTS (SELECT 1 FROM pg_catalog.pg_auth_members m
+				   WHERE m.roleid = 'bc_join_tenant_operator'::regrole AND m.member = revoke_tenant_operator.role) THEN
+		EXECUTE format('REVOKE bc_join_tenant_operator FROM %I', rname);
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (revoke_tenant_operator.tenant_id, 'tenant_operator.revoked',
+				jsonb_build_object('role', coalesce(rname, revoke_tenant_operator.role::oid::text), 'by', session_user));
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tenant_operator.revoke', revoke_tenant_operator.tenant_id,
+				jsonb_build_object('role', coalesce(rname, revoke_tenant_operator.role::oid::text)));
+	RETURN true;
+END
+$$;
+
+-- Who operates what: one row per tenant operator and tenant (a tenant
+-- operator sees its own rows, the platform operator every row).
+CREATE VIEW bc_join.tenant_operators WITH (security_invoker = true) AS
+	SELECT g.role::text AS role, g.tenant_id, t.name AS tenant, r.rolcanlogin AS can_login,
+		   r.oid IS NULL AS dropped, g.granted_at, g.granted_by
+	FROM bc_join.tenant_operator_grants g
+	JOIN bc_join.tenants t ON t.id = g.tenant_id
+	LEFT JOIN pg_catalog.pg_roles r ON r.oid = g.role
+	ORDER BY t.name, g.tenant_id, g.role::text;
+
+/*
+ * Row-level security.  One permissive policy per table, for every command
+ * (writes are what the grants allow): the platform operator (an InitPlan,
+ * evaluated once a query) or the caller's tenants, read from
+ * tenant_operator_grants under its own policy (the caller's rows alone).
+ * Rows of a node, a session or a site follow their parent's policy.
+ * Enabled, not forced: the extension's owner (every SECURITY DEFINER
+ * function: joins, renewals, sessions, administration) and the superuser
+ * (pg_dump) read and write every row as before.
+ */
+ALTER TABLE bc_join.tenant_operator_grants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.tenant_operator_grants
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE')) OR pg_catalog.pg_has_role(role, 'USAGE'));
+ALTER TABLE bc_join.tenants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.tenants
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.sites ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.sites
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.pools ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.pools
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.nodes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.nodes
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.join_tokens ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.join_tokens
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.provisioning_tokens ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.provisioning_tokens
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.sessions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.sessions
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.join_requests ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.join_requests
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.events ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.events
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.audit_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.audit_log
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.x509pop_roots ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.x509pop_roots
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.tpm_ek_enrollments ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.tpm_ek_enrollments
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.tpm_pcr_policies ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.tpm_pcr_policies
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.tpm_settings ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.tpm_settings
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.cloud_accounts ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.cloud_accounts
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.node_certs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.node_certs
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR node_id IN (SELECT n.id FROM bc_join.nodes n));
+ALTER TABLE bc_join.node_bindings ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.node_bindings
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR node_id IN (SELECT n.id FROM bc_join.nodes n));
+ALTER TABLE bc_join.commands ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.commands
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR node_id IN (SELECT n.id FROM bc_join.nodes n));
+ALTER TABLE bc_join.session_certs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.session_certs
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR session_id IN (SELECT s.id FROM bc_join.sessions s));
+ALTER TABLE bc_join.discovery_sites ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.discovery_sites
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR site_id IN (SELECT s.id FROM bc_join.sites s));
+ALTER TABLE bc_join.discovery_machines ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.discovery_machines
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR site_id IN (SELECT s.id FROM bc_join.sites s));
+-- The views a tenant operator reads, read as their caller: through the
+-- policies above (a view runs as its owner otherwise, whom they do not bind).
+ALTER VIEW bc_join.pending_join_requests SET (security_invoker = true);
+ALTER VIEW bc_join.revoked_certificates SET (security_invoker = true);
+ALTER VIEW bc_join.stale_nodes SET (security_invoker = true);
+ALTER VIEW bc_join.command_status SET (security_invoker = true);
 
 /* ---------------------------------------------------------------- backups */
 
@@ -2590,6 +2900,7 @@ SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_resolver', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.commands', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.discovery_sites', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.discovery_machines', '');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.tenant_operator_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.events_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_trust_id_seq', '');
@@ -2700,6 +3011,63 @@ GRANT SELECT ON bc_join.cloud_resolver TO bc_join_operator;
 GRANT USAGE ON SEQUENCE bc_join.cloud_trust_id_seq, bc_join.cloud_accounts_id_seq TO bc_join_operator;
 GRANT EXECUTE ON FUNCTION bc_join.reset_cloud_instance(text, text, text),
 	bc_join.cloud_instance_bind(text, text, text) TO bc_join_operator;
+
+-- Tenant operators (#31): make them, and see who operates what.
+GRANT EXECUTE ON FUNCTION bc_join.grant_tenant_operator(regrole, text),
+	bc_join.revoke_tenant_operator(regrole, text) TO bc_join_operator;
+GRANT SELECT ON bc_join.tenant_operator_grants, bc_join.tenant_operators TO bc_join_operator;
+
+-- A tenant operator: the administration of its tenants' objects (each
+-- function checks the object's tenant) and public keys; reading its
+-- tenants' rows (row-level security).  Nothing that has no tenant (the
+-- attestor, tpm, x509pop and cloud-iid configuration, statistics, the
+-- issuance log's verification, housekeeping), no tenant made or granted.
+GRANT USAGE ON SCHEMA bc_join TO bc_join_tenant_operator;
+GRANT EXECUTE ON FUNCTION
+	bc_join.compute_now(),
+	bc_join.library_version(),
+	bc_join.setting_interval(text),
+	bc_join.kind_allowed(text[], text),
+	bc_join.b64url_encode(bytea),
+	bc_join.b64url_decode(text),
+	bc_join.create_site(text, text),
+	bc_join.create_pool(text, text, text),
+	bc_join.create_join_token(text, text, integer, interval, text, jsonb, boolean, text),
+	bc_join.revoke_join_token(text),
+	bc_join.create_provisioning_token(text, interval),
+	bc_join.revoke_provisioning_token(text),
+	bc_join.approve_join_request(text),
+	bc_join.reject_join_request(text, text),
+	bc_join.revoke_certificate(text, text),
+	bc_join.revoke_node(text, text),
+	bc_join.retire_node(text),
+	bc_join.delete_node(text),
+	bc_join.enqueue_command(text, text, jsonb),
+	bc_join.reset_cloud_instance(text, text, text),
+	bc_join.cloud_instance_bind(text, text, text),
+	bc_join.set_discovery_site(text, text, text[], integer),
+	bc_join.bump_site_epoch(text),
+	bc_join.signing_jwk(),
+	bc_join.encryption_jwk(),
+	bc_join.node_ca_certificate(),
+	bc_join.service_keys(),
+	bc_join.signed_service_keys()
+	TO bc_join_tenant_operator;
+GRANT SELECT ON
+	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,
+	bc_join.node_bindings, bc_join.sessions, bc_join.session_certs, bc_join.join_requests,
+	bc_join.events, bc_join.audit_log, bc_join.commands, bc_join.command_kinds,
+	bc_join.x509pop_roots, bc_join.tpm_ek_enrollments, bc_join.tpm_pcr_policies, bc_join.tpm_settings,
+	bc_join.cloud_accounts, bc_join.discovery_sites,
+	bc_join.pending_join_requests, bc_join.revoked_certificates, bc_join.stale_nodes,
+	bc_join.command_status, bc_join.tenant_operator_grants, bc_join.tenant_operators
+	TO bc_join_tenant_operator;
+GRANT SELECT, INSERT, DELETE ON bc_join.discovery_machines TO bc_join_tenant_operator;
+GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at, role,
+			  expect, allow_reclaim, created_at, created_by, revoked_at)
+	ON bc_join.join_tokens TO bc_join_tenant_operator;
+GRANT SELECT (id, node_id, tenant_id, expires_at, created_at, created_by, spent_at, revoked_at)
+	ON bc_join.provisioning_tokens TO bc_join_tenant_operator;
 
 /* ------------------------------------------------------------------ comments */
 
@@ -2915,3 +3283,17 @@ COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
 	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';
 COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
 	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';
+
+-- Tenant operators (#31).
+COMMENT ON FUNCTION bc_join.grant_tenant_operator(regrole, text) IS
+	'Makes a role an operator of one tenant (it reads and administers that tenant''s objects alone, by row-level security and checks in every administrative function); superuser or platform operator only; audited and evented; returns false when it was one already.';
+COMMENT ON FUNCTION bc_join.revoke_tenant_operator(regrole, text) IS
+	'Takes a tenant from a tenant operator (with its last, its membership of bc_join_tenant_operator); superuser or platform operator only; audited and evented; returns whether it operated the tenant.';
+COMMENT ON VIEW bc_join.tenant_operators IS
+	'Who operates what: each tenant operator role with a tenant it operates, whether it can log in or was dropped, when and by whom it was granted (a tenant operator sees its own rows).';
+COMMENT ON FUNCTION bc_join.calling_role() IS
+	'Internal: the role that called, also inside a SECURITY DEFINER function: the role SET ROLE made current, else the session''s user.';
+COMMENT ON FUNCTION bc_join.is_platform_operator() IS
+	'Internal: whether the calling role operates every tenant (the superuser, members of bc_join_operator).';
+COMMENT ON FUNCTION bc_join.check_tenant(text, text) IS
+	'Internal: returns when the calling role operates the tenant (a platform operator operates every tenant); raises 42501 ACCESS_DENIED otherwise, the same for an object of another tenant and for none.';

@@ -3,9 +3,10 @@
 -- keys out of reach.
 \set VERBOSITY terse
 SELECT rolname, rolcanlogin FROM pg_roles
-	WHERE rolname IN ('bc_join_gateway', 'bc_join_operator') ORDER BY 1;
+	WHERE rolname IN ('bc_join_gateway', 'bc_join_operator', 'bc_join_tenant_operator') ORDER BY 1;
 CREATE ROLE regress_gw LOGIN IN ROLE bc_join_gateway;
 CREATE ROLE regress_op LOGIN IN ROLE bc_join_operator;
+CREATE ROLE regress_top LOGIN IN ROLE bc_join_tenant_operator;
 CREATE ROLE regress_nobody LOGIN;
 
 -- Anyone else: nothing at all.
@@ -62,6 +63,7 @@ RESET ROLE;
 SELECT p.oid::regprocedure AS function,
 	   has_function_privilege('regress_gw', p.oid, 'EXECUTE') AS gateway,
 	   has_function_privilege('regress_op', p.oid, 'EXECUTE') AS operator,
+	   has_function_privilege('regress_top', p.oid, 'EXECUTE') AS tenant_op,
 	   has_function_privilege('regress_nobody', p.oid, 'EXECUTE') AS nobody,
 	   p.prosecdef AS security_definer,
 	   coalesce(array_to_string(p.proconfig, ','), '') AS config
@@ -69,4 +71,16 @@ FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'bc_join'
 ORDER BY p.oid::regprocedure::text;
 
-DROP ROLE regress_gw, regress_op, regress_nobody;
+-- Every table and view: what the tenant operator (bc_join_tenant_operator)
+-- may do, and whether row-level security cuts its rows down (a view reads
+-- as its caller: security_invoker).
+SELECT c.relname, c.relkind,
+	   has_table_privilege('regress_top', c.oid, 'SELECT') AS tenant_op_select,
+	   has_any_column_privilege('regress_top', c.oid, 'SELECT') AS tenant_op_columns,
+	   has_table_privilege('regress_top', c.oid, 'INSERT,UPDATE,DELETE,TRUNCATE') AS tenant_op_writes,
+	   c.relrowsecurity AS rls, c.relforcerowsecurity AS forced,
+	   coalesce(array_to_string(c.reloptions, ','), '') AS options
+FROM pg_class c WHERE c.relnamespace = 'bc_join'::regnamespace AND c.relkind IN ('r', 'v')
+ORDER BY c.relname;
+
+DROP ROLE regress_gw, regress_op, regress_top, regress_nobody;

@@ -342,6 +342,11 @@ class Filler:
         one("SELECT bc_join.set_tpm_enrollment_mode(%s, 'approval')", self.t2)
         one("SELECT bc_join.set_tpm_pcr_policy(%s, %s, 'sha256:0-7', decode(repeat('00', 32 * 8), 'hex'))",
             self.t2, self.p2)
+        # an operator of tenant globex alone (#31, 0.2.0): its role is the cluster's, its grant a row
+        c.execute("DO $r$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'bcj_fill_tenant_op') "
+                  "THEN CREATE ROLE bcj_fill_tenant_op LOGIN; END IF; END $r$")
+        if one("SELECT to_regprocedure('bc_join.grant_tenant_operator(regrole,text)') IS NOT NULL"):
+            assert one("SELECT bc_join.grant_tenant_operator('bcj_fill_tenant_op', %s)", self.t2)
 
     def fill_discovery(self):
         one = self.one

@@ -5,7 +5,8 @@ A cluster of its own is filled through the real entry points with every
 kind of state (test/lib/statefill.py: token, tpm, x509pop, cloud-iid,
 discovery and custom-attestor joins, a renewal, sessions, commands queued
 and completed, a revocation, a pending and a rejected join request,
-retention-pruned rows, the 16 audit chains, a published anchor).  Then
+retention-pruned rows, the 16 audit chains, a published anchor, an operator
+of one tenant: its regrole restored by name, the role made first).  Then
 pg_dump -Fc restored with pg_restore into a new cluster with the same key
 directory, pg_dump | psql, and pg_dumpall | psql into a third cluster: every
 row of every table is equal, table by table, and the restored service
@@ -82,6 +83,8 @@ try:
 
     # -- pg_restore into a new cluster with the same key directory
     b = cluster("b")
+    # the cluster's roles first (pg_dumpall --globals-only; here the one a tenant operator grant names)
+    sh(b, "psql", "-qAtX", "-d", "postgres", "-c", "CREATE ROLE bcj_fill_tenant_op LOGIN", check=True)
     sh(b, "psql", "-qAtX", "-d", "postgres", "-c", "CREATE DATABASE bcj", check=True)
     r = sh(b, "pg_restore", "--exit-on-error", "-d", "bcj", fc)
     eq(r.returncode, 0, "pg_restore into a new cluster succeeds", r.stderr)
