@@ -269,7 +269,7 @@ $text$;
 
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
- * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
+ * tell watchers: NOTIFY bc_join_requests_<tenant id> (no payload: "look"), and a
  * join_request.pending event in the tenant's stream.  Returns the id.
  */
 CREATE OR REPLACE FUNCTION bc_join.create_join_request(tenant_id text, attestor text, context jsonb,
@@ -589,7 +589,7 @@ CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_i
 -- create_join_request: the bounds, and the token recorded.
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
- * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
+ * tell watchers: NOTIFY bc_join_requests_<tenant id> (no payload: "look"), and a
  * join_request.pending event in the tenant's stream.  Returns the id.  At
  * most bc_join.pending_requests_per_token requests wait for one token (the
  * tokenId of detail, which the attestor checked) and
@@ -645,7 +645,7 @@ END
 $$;
 
 COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
-	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
+	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies the tenant''s channel bc_join_requests_<tenant id> and its event stream, and returns the request id.';
 
 
 -- What waits for an operator, readable at a glance.
@@ -1396,9 +1396,10 @@ BEGIN
 		VALUES (create_join_request.tenant_id, 'join_request.pending',
 				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
 								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
-	PERFORM pg_notify('bc_join_requests', '');
-	-- the tenant's own channel, bc_join_requests_<tenant id>: what a tenant
-	-- operator's tool listens on (a channel name is at most 63 bytes)
+	-- told on the tenant's own channel only, bc_join_requests_<tenant id>
+	-- (LISTEN needs no grant: a channel every tenant's requests reach would
+	-- tell any role when another tenant's request began waiting); a channel
+	-- name is at most 63 bytes, and bc_join's tenant ids are far shorter
 	IF octet_length(create_join_request.tenant_id) <= 46 THEN
 		PERFORM pg_notify('bc_join_requests_' || create_join_request.tenant_id, '');
 	END IF;

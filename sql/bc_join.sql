@@ -1002,7 +1002,7 @@ $$;
 
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
- * tell watchers: NOTIFY bc_join_requests (no payload: "look"), and a
+ * tell watchers: NOTIFY bc_join_requests_<tenant id> (no payload: "look"), and a
  * join_request.pending event in the tenant's stream.  Returns the id.  At
  * most bc_join.pending_requests_per_token requests wait for one token (the
  * tokenId of detail, which the attestor checked) and
@@ -1052,9 +1052,10 @@ BEGIN
 		VALUES (create_join_request.tenant_id, 'join_request.pending',
 				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
 								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
-	PERFORM pg_notify('bc_join_requests', '');
-	-- the tenant's own channel, bc_join_requests_<tenant id>: what a tenant
-	-- operator's tool listens on (a channel name is at most 63 bytes)
+	-- told on the tenant's own channel only, bc_join_requests_<tenant id>
+	-- (LISTEN needs no grant: a channel every tenant's requests reach would
+	-- tell any role when another tenant's request began waiting); a channel
+	-- name is at most 63 bytes, and bc_join's tenant ids are far shorter
 	IF octet_length(create_join_request.tenant_id) <= 46 THEN
 		PERFORM pg_notify('bc_join_requests_' || create_join_request.tenant_id, '');
 	END IF;
@@ -3160,7 +3161,7 @@ COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
 COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
 	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
 COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
-	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies bc_join_requests and the tenant''s event stream, and returns the request id.';
+	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies the tenant''s channel bc_join_requests_<tenant id> and its event stream, and returns the request id.';
 COMMENT ON FUNCTION bc_join.consume_join_request(text, jsonb) IS
 	'Consumes an approved join request made for the CSR of context in the round that issues (in a repeat, finds it consumed by the certificate asked for), or refuses ''<attestor>:<reason>''; returns nothing.';
 COMMENT ON FUNCTION bc_join.await_approval(text, text, jsonb, jsonb, integer) IS

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # approval.t: a join request that starts waiting is announced with NOTIFY on
-# channel bc_join_requests, so a tool can watch; nothing is announced for a
-# request that is rolled back.  LISTEN needs no grant, so the payloads carry
-# nothing (no request id, serial or node id): a role with LOGIN and nothing
-# else listens on bc_join_requests and bc_join_crl and learns only that
-# something changed.  Needs the environment test/run-all sets (PGHOST,
+# its tenant's channel bc_join_requests_<tenant id>, so a tool can watch;
+# nothing is announced for a request that is rolled back, and nothing on a
+# channel every tenant shares (0.1.0's bc_join_requests).  LISTEN needs no
+# grant, so the payloads carry nothing (no request id, serial or node id): a
+# role with LOGIN and nothing else listens on these and bc_join_crl and
+# learns only that something changed.  Needs the environment test/run-all sets (PGHOST,
 # PGPORT, BCJ_*).
 set -u
 n=0 failed=0
 ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'"; failed=$((failed + 1)); fi; }
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d bcj_approval "$@"; }
 
-echo "1..8"
+echo "1..9"
 S="$BCJ_SCRATCH/approval"
 rm -rf "$S"; mkdir -p "$S"
 psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS bcj_approval" -c "CREATE DATABASE bcj_approval" >/dev/null
@@ -53,8 +54,9 @@ psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP ROLE IF E
   -c "CREATE ROLE bcj_listener LOGIN" >/dev/null
 ok "$(sql -c "SELECT has_schema_privilege('bcj_listener', 'bc_join', 'USAGE')")" f "the listener has no right on the schema"
 # It listens while one request waits, another is rolled back, a certificate is revoked, a node retired.
-psql -X -U bcj_listener -d bcj_approval >"$S/watch.out" 2>&1 <<'SQL' &
+psql -X -U bcj_listener -d bcj_approval -v chan="bc_join_requests_$tenant" >"$S/watch.out" 2>&1 <<'SQL' &
 LISTEN bc_join_requests;
+LISTEN :"chan";
 LISTEN bc_join_crl;
 SELECT pg_sleep(3);
 SELECT 1;
@@ -76,7 +78,8 @@ wait "$watcher"
 
 rid=$(sql -c "SELECT id FROM bc_join.join_requests WHERE state = 'pending'")
 ok "$status" pending "the join waits for approval"
-ok "$(grep -c 'Asynchronous notification "bc_join_requests"' "$S/watch.out")" 1 "exactly one notification of a waiting request reached the watcher"
+ok "$(grep -c "Asynchronous notification \"bc_join_requests_$tenant\"" "$S/watch.out")" 1 "exactly one notification of a waiting request reached the watcher, on its tenant's channel"
+ok "$(grep -c 'Asynchronous notification "bc_join_requests"' "$S/watch.out")" 0 "nothing on a channel every tenant's requests would reach"
 ok "$(grep -c 'Asynchronous notification "bc_join_crl"' "$S/watch.out")" 2 "one of the revocation and one of the retirement"
 ok "$(grep -c 'with payload' "$S/watch.out")" 0 "no notification carries a payload"
 leaks=0
