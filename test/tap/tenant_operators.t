@@ -78,6 +78,7 @@ csr() { printf '%s' "$1" | openssl dgst -sha256 -binary | basenc --base64url | t
 attempts=$((attempts + 1))
 psql -X -U top_a -d "$db" >"$S/watch.out" 2>&1 <<SQL &
 LISTEN bc_join_requests_$ta;
+LISTEN bc_join_requests;
 SELECT pg_sleep(3);
 SELECT 1;
 SQL
@@ -87,7 +88,7 @@ sql -c "SELECT bc_join.create_join_request('$tb', 'approve-me', jsonb_build_obje
 sql -c "SELECT bc_join.create_join_request('$ta', 'approve-me', jsonb_build_object('role', 'node', 'csrSha256', '$(csr a)'))" >/dev/null
 wait "$watcher"
 ok "$(grep -c "Asynchronous notification \"bc_join_requests_$ta\"" "$S/watch.out")" 1 "its tenant's request: told on bc_join_requests_<its tenant>"
-ok "$(grep -c "Asynchronous notification" "$S/watch.out")" 1 "and nothing of tenant B's (whose id it cannot read)"
+ok "$(grep -c "Asynchronous notification" "$S/watch.out")" 1 "and nothing of tenant B's (whose id it cannot read), on no channel (0.1.0's bc_join_requests either)"
 ok "$(grep -c "with payload" "$S/watch.out")" 0 "no payload"
 ok "$(grep -c ERROR "$S/watch.out")" 0 "LISTEN took no grant"
 ok "$(as top_a -c "SELECT count(*) FROM bc_join.pending_join_requests")" 1 "pending_join_requests: its tenant's request alone"
