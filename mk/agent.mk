@@ -27,4 +27,4 @@ build/tpm-check: build/obj/test/tools/tpm-check.o $(HOST_COMMON_OBJS)
 # the installed extension (make && make install first).
 agent-test: build/asan/bcd build/bc-gateway build/tpm-check
 	BCJ_BCD=$(CURDIR)/build/asan/bcd BCJ_GATEWAY=$(CURDIR)/build/bc-gateway \
-	BCJ_TPM_CHECK=$(CURDIR)/build/tpm-check prove $(AGENT_TESTS)
+	BCJ_TPM_CHECK=$(CURDIR)/build/tpm-check prove --timer $(AGENT_TESTS)

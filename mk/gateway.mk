@@ -36,4 +36,4 @@ BCJ_BCD ?= $(firstword $(wildcard $(CURDIR)/build/bcd $(CURDIR)/build/asan/bcd))
 gateway-test: build/asan/bc-gateway
 	@test -n "$(BCJ_BCD)" && test -x "$(BCJ_BCD)" || \
 		{ echo "gateway-test: no bcd; run make first (or set BCJ_BCD)"; exit 1; }
-	BCJ_GATEWAY=$(CURDIR)/build/asan/bc-gateway BCJ_BCD=$(BCJ_BCD) prove $(GW_TESTS)
+	BCJ_GATEWAY=$(CURDIR)/build/asan/bc-gateway BCJ_BCD=$(BCJ_BCD) prove --timer $(GW_TESTS)
