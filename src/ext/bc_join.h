@@ -119,6 +119,24 @@ extern const BcKeys *bc_keys(void);
 /* Forget the loaded keys (bc_join.key_dir changed). */
 extern void bc_keys_reset(void);
 
+/* ---------------------------------------------------------------- hwkeys.c */
+
+/* What a private key file of key_dir holds (docs/operator.md, "Keys in hardware"). */
+typedef enum BcKeyKind
+{
+	BC_KEY_FILE,				/* a PEM private key */
+	BC_KEY_TPM_FILE,			/* a TSS2 PRIVATE KEY (tpm2 provider) */
+	BC_KEY_TPM_HANDLE,			/* handle:0x81... (tpm2 provider) */
+	BC_KEY_PKCS11				/* pkcs11:... (libp11's engine) */
+} BcKeyKind;
+
+extern char *bc_tpm_tcti;
+extern char *bc_pkcs11_module;
+/* The kind of key the file at path holds (BC_KEY_FILE when unreadable). */
+extern BcKeyKind bc_hw_key_kind(const char *path);
+/* The private P-256 key at path, from the file or the hardware it names; NULL and err. */
+extern EVP_PKEY *bc_hw_load_private(const char *path, BcKeyKind *kind, char *err, size_t errlen);
+
 /* ------------------------------------------------------------------- spi.c */
 
 /* A plan prepared once per backend and kept. */

@@ -117,7 +117,7 @@ load_private(const char *name, bool optional, EVP_PKEY **out, LoadError *e)
 		return true;
 	if (!check_private_mode(path, false, e))
 		return false;
-	*out = bc_pkey_read_pem_file(path, 1, err, sizeof(err));
+	*out = bc_hw_load_private(path, NULL, err, sizeof(err));
 	if (*out == NULL)
 		LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
 	return true;
@@ -302,8 +302,14 @@ load_all(LoadError *e)
 	{
 		if (!check_private_mode(path, false, e))
 			return false;
-		if (bc_state_key_read_file(path, keys.challenge32, &keys.challenge_pkey,
-								   err, sizeof(err)) != BC_OK)
+		/* A key in hardware (or its TSS2 file): P-256, through hwkeys.c. */
+		if (bc_hw_key_kind(path) != BC_KEY_FILE)
+		{
+			if ((keys.challenge_pkey = bc_hw_load_private(path, NULL, err, sizeof(err))) == NULL)
+				LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
+		}
+		else if (bc_state_key_read_file(path, keys.challenge32, &keys.challenge_pkey,
+										err, sizeof(err)) != BC_OK)
 			LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
 		keys.has_challenge = true;
 	}
