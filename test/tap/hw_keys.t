@@ -262,6 +262,14 @@ def body(tap, env):
                % kind, now)
         if kind == "pkcs11":
             tap.eq(len(p11_objects()), len(before) + 2, "pkcs11: the staged keys are objects of the token")
+            r = as_pg(["pkcs11-tool", "--module", P11MOD, "--token-label", "bcj", "--login", "--pin", PIN,
+                       "--list-objects", "--type", "privkey"])
+            access = [line.split(":", 1)[1].strip() for line in r.stdout.splitlines()
+                      if line.strip().startswith("Access:")]
+            tap.ok(len(access) == len(before) + 2 and
+                   all("never extractable" in a and "local" in a and "sensitive" in a for a in access),
+                   "pkcs11: every private key was made in the token and can never leave it "
+                   "(local, sensitive, never extractable)", access)
         r = one("SELECT bc_join(%s::jsonb)", bcd_request(keys_file, kind + "-old", "--token", token()))
         tap.ok(r.get("status") == "issued" and
                json.loads(b64u_decode(r["response"].split(".")[0]))["kid"] == now[0],
