@@ -181,7 +181,7 @@ def body(tap, env):
         s.verify(jwk.JWK(**{k: v for k, v in key.items() if k != "kid"}))
         return kid, json.loads(s.payload)
 
-    def chains(payload, kd):
+    def chains(payload, kd, root=None):
         """The issued leaf verifies under the offline root with the bundle's intermediate."""
         chain = payload.get("certificateChain") or []
         if not chain:
@@ -189,7 +189,7 @@ def body(tap, env):
         leaf = os.path.join(env.dir, "leaf.pem")
         with open(leaf, "w") as f:
             f.write("-----BEGIN CERTIFICATE-----\n%s\n-----END CERTIFICATE-----\n" % chain[0])
-        v = subprocess.run(["openssl", "verify", "-CAfile", os.path.join(kd + ".root", "root.crt"),
+        v = subprocess.run(["openssl", "verify", "-CAfile", os.path.join(root or kd + ".root", "root.crt"),
                             "-untrusted", os.path.join(kd, "node-ca.crt"), leaf],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         return v.returncode == 0
@@ -297,6 +297,54 @@ def body(tap, env):
                ("TSS2" in open(os.path.join(kd, "node-ca.key")).read()) == (kind == "tpm"),
                "%s: --rotate-intermediate: a new node CA key in the hardware issues, chaining to the same root"
                % kind, r)
+
+    # -- HA: another node's signing key published beside this node's own ------------------
+    # (docs/ha.md, "Keys in each node's TPM"): --public prints a hardware key's public half.
+    cur.execute("SET bc_join.key_dir = %s", (env.kd["tpm"],))
+    pubs = {}
+    for kind in ("tpm", "pkcs11"):
+        pubs[kind] = as_pg([KEYGEN, "--public", env.kd[kind]]).stdout
+    own = [k["kid"] for k in one("SELECT bc_join.service_keys()")["signingKeys"]]
+    tap.eq([jwk.JWK.from_pem(pubs["tpm"].encode()).thumbprint()], own,
+           "--public prints the TPM signing key's public half (its kid the published one)")
+    peer_kid = jwk.JWK.from_pem(pubs["pkcs11"].encode()).thumbprint()
+    peer = os.path.join(env.kd["tpm"], "signing.peer-node2.pub")
+    with open(peer, "w") as f:
+        f.write(pubs["pkcs11"])
+    os.chmod(peer, 0o644)
+    shutil.chown(peer, "postgres")
+    doc = one("SELECT bc_join.service_keys()")
+    signed = one("SELECT bc_join.signed_service_keys()")
+    tap.ok([k["kid"] for k in doc["signingKeys"]] == own + [peer_kid] and
+           len(signed["keys"]) == 1 and json.loads(b64u_decode(signed["keys"][0].split(".")[0]))["kid"] == own[0],
+           "signing.peer-node2.pub (the token's key): published after the node's own, never signing",
+           (doc["signingKeys"], len(signed["keys"])))
+    r = one("SELECT bc_join(%s::jsonb)", bcd_request(write_keys("tpm-peer"), "tpm-peer", "--token", token()))
+    tap.ok(r.get("status") == "issued" and
+           json.loads(b64u_decode(r["response"].split(".")[0]))["kid"] == own[0],
+           "with a peer key published, the node's own key signs its answers", r)
+    os.unlink(peer)
+    # A second node's directory: keys of its own in the TPM, an intermediate of its own
+    # under the same offline root (--use-root); it issues certificates chaining to that root.
+    kd2 = os.path.join(env.hw, "keys-tpm-node2")
+    as_pg([KEYGEN, kd2, "--tpm", "--root-dir", env.kd["tpm"] + ".root", "--use-root"])
+    with open(os.path.join(kd2, "node-ca.crt")) as f, open(os.path.join(env.kd["tpm"], "node-ca.crt")) as g:
+        b2, b1 = f.read(), g.read()
+    end = "-----END CERTIFICATE-----\n"
+    first2, root2 = b2.split(end)[0], b2.split(end)[-2]
+    first1, root1 = b1.split(end)[0], b1.split(end)[-2]
+    cur.execute("SET bc_join.key_dir = %s", (kd2,))
+    kid2 = one("SELECT bc_join.service_keys()")["signingKeys"][0]["kid"]
+    r = one("SELECT bc_join(%s::jsonb)", bcd_request(write_keys("tpm-node2"), "tpm-node2", "--token", token()))
+    ok = r.get("status") == "issued"
+    if ok:
+        _, payload = verified_payload(r, one("SELECT bc_join.service_keys()"))
+        ok = chains(payload, kd2, env.kd["tpm"] + ".root") and subprocess.run(
+            ["openssl", "verify", "-CAfile", os.path.join(env.kd["tpm"] + ".root", "root.crt"),
+             os.path.join(kd2, "node-ca.crt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    tap.ok(first2 != first1 and root2 == root1 and kid2 not in own and ok,
+           "--use-root: a second node's own TPM keys and intermediate under the same root; it issues", r)
+    cur.execute("SET bc_join.key_dir = %s", (env.kd["tpm"],))
 
     # -- a persistent TPM key by handle: reference (challenge.key) ------------------------
     kd = env.kd["tpm"]
