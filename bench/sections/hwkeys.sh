@@ -11,7 +11,7 @@
 #   BENCH_HW_CLIENTS   client counts ("1 4")
 #   BENCH_HW_SECS      seconds per point (BENCH_SECS)
 
-declare -gA HW_TPS HW_P50 HW_P99 HW_BAD HW_NEXT
+declare -gA HW_TPS HW_P50 HW_P99 HW_BAD HW_NEXT HW_EST
 HW_CLIENTS=${BENCH_HW_CLIENTS:-"1 4"}
 HW_SECS=${BENCH_HW_SECS:-$SECS}
 HW_KINDS="file tpm pkcs11"
@@ -40,13 +40,17 @@ hw_gen() {
 }
 # hw_refill N: pgrun's refill for HW_DB (NREQ follows).
 hw_refill() {
-  hw_gen "$HW_DB" "$1"
+  # pgrun asks by its own estimate, which a run short of requests inflates: by this kind's.
+  local n=$1 cap=$(( HW_EST[${HW_DB#hw_}] * 4 * (HW_SECS + 2) ))
+  [ "$n" -le "$cap" ] || n=$cap
+  HW_EST[${HW_DB#hw_}]=$(( HW_EST[${HW_DB#hw_}] * 2 ))
+  hw_gen "$HW_DB" "$n"
   NREQ=$((HW_NEXT[$HW_DB] - 1))
   DB=$HW_DB reset_nodes
 }
 
 hwkeys_run() {
-  local H=$W/hw kind db c tcti est
+  local H=$W/hw kind db c tcti est left need
   for t in swtpm tpm2-abrmd softhsm2-util pkcs11-tool; do
     command -v "$t" >/dev/null || { log "hwkeys: no $t (tools/install-deps); skipped"; return 0; }
   done
@@ -84,20 +88,29 @@ hwkeys_run() {
     DB=$db make_sample
   done
   HW_OK=1
+  HW_LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+  # The first guesses: file keys and SoftHSM2 (software in the backend) as fast as
+  # the joins section found, swtpm well under (a TPM signs in milliseconds).
+  HW_EST[file]=$(( EST > 0 ? EST : 2000 )) HW_EST[pkcs11]=$(( EST > 0 ? EST : 2000 )) HW_EST[tpm]=150
   for c in $HW_CLIENTS; do
     for kind in $HW_KINDS; do
       db=hw_$kind
-      # A guess at the rate (pgrun refills and runs again when it was short).
-      case "$kind" in file) est=$(( EST > 0 ? EST : 1000 )) ;; *) est=150 ;; esac
-      hw_gen "$db" $(( est * (HW_SECS + 2) ))
+      # Enough requests for the point at the rate guessed (pgrun refills and runs
+      # again when they were too few, but a short run is no measure of the rate).
+      est=${HW_EST[$kind]}
+      left=$(DB=$db sqlb -c "SELECT $((HW_NEXT[$db] - 1)) - (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM bench.seq)")
+      need=$(( est * (HW_SECS + 2) - left ))
+      [ "$need" -le 0 ] || hw_gen "$db" "$need"
       DB=$db reset_nodes
       HW_DB=$db DB=$db NREQ=$((HW_NEXT[$db] - 1)) PGRUN_REFILL=hw_refill \
         pgrun "hw-$kind-c$c" "$ROOT/bench/join.pgbench" "$c" "$HW_SECS"
       HW_TPS[$kind,$c]=$TPS HW_P50[$kind,$c]=$P50 HW_P99[$kind,$c]=$P99
       [ "$RUN_OK" = 1 ] || HW_BAD[$kind,$c]=1
+      HW_EST[$kind]=$(awk -v t="$TPS" -v e="${HW_EST[$kind]}" 'BEGIN { r = int(t * 2 + 50); print (r > e) ? r : e }')
       log "hwkeys $kind c$c: $(fmt "$TPS") joins/s, p50 $(fmt "$P50") ms, p99 $(fmt "$P99") ms"
     done
   done
+  HW_LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 }
 
 hwkeys_report() {
@@ -121,6 +134,8 @@ hwkeys_report() {
     done
     echo "$row"
   done
+  echo
+  echo "Load average of the machine (1, 5, 15 min) when the section began: $HW_LOAD0; when it ended: $HW_LOAD1 (on $NPROC cores: anything above $NPROC is other work competing with the run; compare the kinds with each other, within one run)."
   echo
   c=${HW_CLIENTS%% *}
   echo "At $c client(s), what the hardware adds to one join (p50 against the file keys' p50), for its three operations: swtpm $(awk -v a="${HW_P50[tpm,$c]}" -v b="${HW_P50[file,$c]}" 'BEGIN { printf "%.1f", a - b }') ms, SoftHSM2 $(awk -v a="${HW_P50[pkcs11,$c]}" -v b="${HW_P50[file,$c]}" 'BEGIN { printf "%.1f", a - b }') ms."

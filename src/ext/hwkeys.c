@@ -245,6 +245,12 @@ bc_hw_load_private(const char *path, BcKeyKind *kind_out, char *err, size_t errl
 			if (!tpm2_provider(err, errlen))
 				goto out;
 		}
+		else if (strstr(buf, "-----BEGIN ") == NULL)
+		{
+			/* A plain key file is PEM, as it always was (the store would take DER too). */
+			snprintf(err, errlen, "no PEM private key in file");
+			goto out;
+		}
 		key = store_load(path, NULL, err, errlen);
 	}
 	if (key != NULL && !bc_pkey_is_p256(key))

@@ -203,6 +203,18 @@ def body(tap, env):
         return sorted(line.split(":", 1)[1].strip() for line in r.stdout.splitlines()
                       if line.strip().startswith("label:"))
 
+    # Plain files as they always were: PEM loads (the cluster's own directory), DER does not.
+    der = os.path.join(env.hw, "keys-der")
+    as_pg(["cp", "-a", env.kd["file"], der])
+    as_pg(["sh", "-c", "openssl pkey -in %s/signing.key -outform DER -out %s/.d && mv %s/.d %s/signing.key"
+           % (der, der, der, der)])
+    cur.execute("SET bc_join.key_dir = %s", (der,))
+    got = raised("SELECT bc_join.service_keys()")
+    tap.ok(got is not None and "no PEM private key" in got[2],
+           "a plain signing.key in DER is refused, as before: no PEM private key", got)
+    cur.execute("SET bc_join.key_dir = %s", (env.kd["file"],))
+    tap.eq(raised("SELECT bc_join.service_keys()"), None, "the PEM file directory loads through the same path")
+
     for kind in ("tpm", "pkcs11"):
         kd = env.kd[kind]
         with open(os.path.join(kd, "signing.key")) as f:
