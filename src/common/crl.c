@@ -101,6 +101,8 @@ bc_crl_build(X509 *ca, EVP_PKEY *ca_key, const bc_crl_entry *entries, size_t n,
 	int			len;
 	size_t		i;
 	int			rc = BC_ECRYPTO;
+	EVP_MD_CTX *md = NULL;
+	char		props[64];
 
 	*der_out = NULL;
 	*der_len = 0;
@@ -127,7 +129,11 @@ bc_crl_build(X509 *ca, EVP_PKEY *ca_key, const bc_crl_entry *entries, size_t n,
 		if (!add_entry(crl, &entries[i]))
 			goto out;
 	}
-	if (X509_CRL_sort(crl) != 1 || X509_CRL_sign(crl, ca_key, EVP_sha256()) <= 0)
+	/* In the key's own provider when it has one (a TPM's): bc_pkey_sign_props. */
+	if (X509_CRL_sort(crl) != 1 || (md = EVP_MD_CTX_new()) == NULL ||
+		EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL,
+							  bc_pkey_sign_props(ca_key, props, sizeof(props)), ca_key, NULL) != 1 ||
+		X509_CRL_sign_ctx(crl, md) <= 0)
 		goto out;
 	len = i2d_X509_CRL(crl, &der);
 	if (len <= 0)
@@ -145,6 +151,7 @@ out:
 	if (rc != BC_OK)
 		ERR_clear_error();
 	OPENSSL_free(der);
+	EVP_MD_CTX_free(md);
 	X509_CRL_free(crl);
 	ASN1_TIME_free(t1);
 	ASN1_TIME_free(t2);

@@ -439,11 +439,13 @@ ecdh_p256(EVP_PKEY *priv, EVP_PKEY *peer, unsigned char z[32])
 	int			rc = BC_ECRYPTO;
 
 	EVP_PKEY_CTX *cached = bc_ossl_cache_derive_ctx(priv);
+	char		props[64];
 
 	ctx = cached;
 	if (ctx == NULL)
 	{
-		ctx = EVP_PKEY_CTX_new_from_pkey(NULL, priv, NULL);
+		/* A key in a provider of its own (a TPM's) derives there. */
+		ctx = EVP_PKEY_CTX_new_from_pkey(NULL, priv, bc_pkey_sign_props(priv, props, sizeof(props)));
 		if (ctx == NULL || EVP_PKEY_derive_init(ctx) != 1)
 			goto out;
 	}

@@ -23,6 +23,7 @@
 #include <openssl/param_build.h>
 #include <openssl/pem.h>
 #include <openssl/provider.h>
+#include <openssl/x509.h>
 
 #include "bc_common.h"
 
@@ -184,7 +185,33 @@ p256_coordinates(const EVP_PKEY *key, unsigned char x[P256_COORD_LEN],
 	rc = BC_ECRYPTO;
 	if (EVP_PKEY_get_bn_param(key, OSSL_PKEY_PARAM_EC_PUB_X, &bx) != 1 ||
 		EVP_PKEY_get_bn_param(key, OSSL_PKEY_PARAM_EC_PUB_Y, &by) != 1)
-		goto out;
+	{
+		/*
+		 * An engine's key (a PKCS#11 token's, through libp11) answers no
+		 * parameters: its public half, encoded and decoded, does.
+		 */
+		unsigned char *der = NULL;
+		const unsigned char *p;
+		int			len;
+		EVP_PKEY   *pub = NULL;
+
+		BN_free(bx);
+		bx = NULL;
+		ERR_clear_error();
+		len = i2d_PUBKEY(key, &der);
+		p = der;
+		if (len > 0)
+			pub = d2i_PUBKEY(NULL, &p, len);
+		OPENSSL_free(der);
+		if (pub == NULL ||
+			EVP_PKEY_get_bn_param(pub, OSSL_PKEY_PARAM_EC_PUB_X, &bx) != 1 ||
+			EVP_PKEY_get_bn_param(pub, OSSL_PKEY_PARAM_EC_PUB_Y, &by) != 1)
+		{
+			EVP_PKEY_free(pub);
+			goto out;
+		}
+		EVP_PKEY_free(pub);
+	}
 	if (BN_bn2binpad(bx, x, P256_COORD_LEN) != P256_COORD_LEN ||
 		BN_bn2binpad(by, y, P256_COORD_LEN) != P256_COORD_LEN)
 		goto out;

@@ -185,12 +185,15 @@ EVP_PKEY_CTX *
 bc_ossl_cache_derive_ctx(EVP_PKEY *priv)
 {
 	cached_key *k = slot_of(priv);
+	char		props[64];
 
 	if (k == NULL)
 		return NULL;
 	if (k->derive == NULL)
 	{
-		k->derive = EVP_PKEY_CTX_new_from_pkey(NULL, priv, NULL);
+		/* A key in a provider of its own (a TPM's) derives there. */
+		k->derive = EVP_PKEY_CTX_new_from_pkey(NULL, priv,
+											   bc_pkey_sign_props(priv, props, sizeof(props)));
 		if (k->derive == NULL || EVP_PKEY_derive_init(k->derive) != 1)
 		{
 			EVP_PKEY_CTX_free(k->derive);

@@ -598,6 +598,7 @@ bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
 	size_t		sig_len = sizeof(sig);
 	EVP_MD_CTX *sign_ctx = NULL;
 	unsigned char *der = NULL;
+	char		props[64];
 	int			len;
 	int			i;
 	int			rc;
@@ -674,7 +675,9 @@ bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
 	sign_ctx = bc_ossl_cache_sign_ctx(p->ca_key);
 	if (sign_ctx == NULL &&
 		((sign_ctx = EVP_MD_CTX_new()) == NULL ||
-		 EVP_DigestSignInit(sign_ctx, NULL, EVP_sha256(), NULL, p->ca_key) != 1))
+		 EVP_DigestSignInit_ex(sign_ctx, NULL, "SHA256", NULL,
+							   bc_pkey_sign_props(p->ca_key, props, sizeof(props)),
+							   p->ca_key, NULL) != 1))
 		goto out;
 	if (EVP_DigestSign(sign_ctx, sig, &sig_len, tbs_der, (size_t) tbs_len) != 1 ||
 		ASN1_BIT_STRING_set(cert.signature, sig, (int) sig_len) != 1)

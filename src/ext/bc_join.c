@@ -117,6 +117,27 @@ _PG_init(void)
 							   GUC_SUPERUSER_ONLY,
 							   NULL, bc_key_dir_assign, NULL);
 
+	DefineCustomStringVariable("bc_join.tpm_tcti",
+							   "TCTI of the TPM holding keys of bc_join.key_dir.",
+							   "For TSS2 PRIVATE KEY files and handle: references, through the "
+							   "tpm2-openssl provider (TPM2OPENSSL_TCTI); a long-lived server wants "
+							   "a resource manager: device:/dev/tpmrm0 or tabrmd.",
+							   &bc_tpm_tcti,
+							   NULL,
+							   PGC_POSTMASTER,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("bc_join.pkcs11_module",
+							   "PKCS#11 module of the token holding keys of bc_join.key_dir.",
+							   "For pkcs11: references, through libp11's engine "
+							   "(libengine-pkcs11-openssl), e.g. /usr/lib/softhsm/libsofthsm2.so.",
+							   &bc_pkcs11_module,
+							   NULL,
+							   PGC_POSTMASTER,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+
 	DefineCustomStringVariable("bc_join.trust_domain",
 							   "SPIFFE trust domain of the identities bc_join issues.",
 							   NULL,

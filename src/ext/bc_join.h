@@ -73,6 +73,8 @@ extern int	bc_errdetail_openssl(const char *what);
 
 /* Most keys of one kind in key_dir: the current one, the next, the previous. */
 #define BC_KEYSET_MAX 3
+/* Most public signing keys of other nodes (signing.peer-<name>.pub). */
+#define BC_SIGNING_PEERS_MAX 8
 /* Most certificates in node-ca.crt: the issuing CA and its chain to a root. */
 #define BC_NODE_CA_CHAIN_MAX 8
 
@@ -87,6 +89,14 @@ typedef struct BcKeys
 	int			n_signing;
 	EVP_PKEY   *signing_set[BC_KEYSET_MAX];
 	char		signing_kids[BC_KEYSET_MAX][44];
+	/*
+	 * signing.peer-<name>.pub: public keys of the other nodes of an HA
+	 * formation, each signing with a key of its own (docs/ha.md, "Keys in
+	 * each node's TPM"): published in signingKeys after this node's own,
+	 * never signing.
+	 */
+	int			n_signing_peers;
+	EVP_PKEY   *signing_peers[BC_SIGNING_PEERS_MAX];
 	EVP_PKEY   *encryption;		/* == encryption_set[0] */
 	int			n_encryption;
 	EVP_PKEY   *encryption_set[BC_KEYSET_MAX];
@@ -118,6 +128,24 @@ typedef struct BcKeys
 extern const BcKeys *bc_keys(void);
 /* Forget the loaded keys (bc_join.key_dir changed). */
 extern void bc_keys_reset(void);
+
+/* ---------------------------------------------------------------- hwkeys.c */
+
+/* What a private key file of key_dir holds (docs/operator.md, "Keys in hardware"). */
+typedef enum BcKeyKind
+{
+	BC_KEY_FILE,				/* a PEM private key */
+	BC_KEY_TPM_FILE,			/* a TSS2 PRIVATE KEY (tpm2 provider) */
+	BC_KEY_TPM_HANDLE,			/* handle:0x81... (tpm2 provider) */
+	BC_KEY_PKCS11				/* pkcs11:... (libp11's engine) */
+} BcKeyKind;
+
+extern char *bc_tpm_tcti;
+extern char *bc_pkcs11_module;
+/* The kind of key the file at path holds (BC_KEY_FILE when unreadable). */
+extern BcKeyKind bc_hw_key_kind(const char *path);
+/* The private P-256 key at path, from the file or the hardware it names; NULL and err. */
+extern EVP_PKEY *bc_hw_load_private(const char *path, BcKeyKind *kind, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------- spi.c */
 

@@ -10,6 +10,7 @@
 #include "bc_join.h"
 #include "pg_compat.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -51,6 +52,8 @@ bc_keys_reset(void)
 		bc_ossl_cache_forget(keys.encryption_set[i]);
 		EVP_PKEY_free(keys.encryption_set[i]);
 	}
+	for (i = 0; i < keys.n_signing_peers; i++)
+		EVP_PKEY_free(keys.signing_peers[i]);
 	bc_ossl_cache_forget(keys.node_ca_key);
 	bc_ossl_cache_forget(keys.challenge_pkey);
 	EVP_PKEY_free(keys.challenge_pkey);
@@ -118,7 +121,7 @@ load_private(const char *name, bool optional, EVP_PKEY **out, LoadError *e)
 		return true;
 	if (!check_private_mode(path, false, e))
 		return false;
-	*out = bc_pkey_read_pem_file(path, 1, err, sizeof(err));
+	*out = bc_hw_load_private(path, NULL, err, sizeof(err));
 	if (*out == NULL)
 		LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
 	return true;
@@ -162,6 +165,68 @@ load_set(const char *name, EVP_PKEY **set, int *n, char (*kids)[44], LoadError *
 		if (kids != NULL)
 			memcpy(kids[*n], kid, sizeof(kid));
 		set[(*n)++] = k;
+	}
+	return true;
+}
+
+static int
+cmp_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/*
+ * signing.peer-<name>.pub (public, any owner and mode, as node-ca.crt): the
+ * other nodes' signing keys, in the order of their names; a key this node
+ * holds itself counts once.
+ */
+static bool
+load_peers(LoadError *e)
+{
+	DIR		   *d = opendir(bc_key_dir);
+	struct dirent *de;
+	char	   *names[BC_SIGNING_PEERS_MAX + 1];
+	int			n = 0;
+	int			i;
+
+	if (d == NULL)
+		LOAD_FAIL(e, "bc_join key directory is incomplete", psprintf("%s: %m.", bc_key_dir));
+	while ((de = readdir(d)) != NULL)
+	{
+		size_t		len = strlen(de->d_name);
+
+		if (strncmp(de->d_name, "signing.peer-", 13) != 0 || len <= 13 + 4 ||
+			strcmp(de->d_name + len - 4, ".pub") != 0)
+			continue;
+		if (n == BC_SIGNING_PEERS_MAX)
+		{
+			closedir(d);
+			LOAD_FAIL(e, "bc_join key directory has too many peer keys",
+					  psprintf("At most %d signing.peer-<name>.pub files.", BC_SIGNING_PEERS_MAX));
+		}
+		names[n++] = pstrdup(de->d_name);
+	}
+	closedir(d);
+	qsort(names, n, sizeof(names[0]), cmp_names);
+	for (i = 0; i < n; i++)
+	{
+		char	   *path = psprintf("%s/%s", bc_key_dir, names[i]);
+		char		err[256];
+		EVP_PKEY   *k = bc_pkey_read_pem_file(path, 0, err, sizeof(err));
+		bool		dup = false;
+		int			j;
+
+		if (k == NULL)
+			LOAD_FAIL(e, "could not load a peer's signing key", psprintf("%s: %s.", path, err));
+		for (j = 0; j < keys.n_signing; j++)
+			dup |= EVP_PKEY_eq(keys.signing_set[j], k) == 1;
+		for (j = 0; j < keys.n_signing_peers; j++)
+			dup |= EVP_PKEY_eq(keys.signing_peers[j], k) == 1;
+		ERR_clear_error();
+		if (dup)
+			EVP_PKEY_free(k);
+		else
+			keys.signing_peers[keys.n_signing_peers++] = k;
 	}
 	return true;
 }
@@ -226,6 +291,8 @@ load_all(LoadError *e)
 		return false;
 	keys.signing = keys.signing_set[0];
 	memcpy(keys.signing_kid, keys.signing_kids[0], sizeof(keys.signing_kid));
+	if (!load_peers(e))
+		return false;
 	keys.encryption = keys.encryption_set[0];
 
 	path = psprintf("%s/node-ca.crt", bc_key_dir);
@@ -303,8 +370,14 @@ load_all(LoadError *e)
 	{
 		if (!check_private_mode(path, false, e))
 			return false;
-		if (bc_state_key_read_file(path, keys.challenge32, &keys.challenge_pkey,
-								   err, sizeof(err)) != BC_OK)
+		/* A key in hardware (or its TSS2 file): P-256, through hwkeys.c. */
+		if (bc_hw_key_kind(path) != BC_KEY_FILE)
+		{
+			if ((keys.challenge_pkey = bc_hw_load_private(path, NULL, err, sizeof(err))) == NULL)
+				LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
+		}
+		else if (bc_state_key_read_file(path, keys.challenge32, &keys.challenge_pkey,
+										err, sizeof(err)) != BC_OK)
 			LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
 		keys.has_challenge = true;
 	}
@@ -466,7 +539,7 @@ append_jwk(StringInfo buf, EVP_PKEY *key, bool with_kid)
 /*
  * The service-keys document: trustDomain, signingKey and encryptionKey (the
  * current ones, as signing_jwk() and encryption_jwk()), signingKeys and encryptionKeys (every key in key_dir, the
- * current one first, each with its kid), nodeCa (node-ca.crt: the issuing CA
+ * current one first, each with its kid; signingKeys then the peers' keys), nodeCa (node-ca.crt: the issuing CA
  * first, then its chain up to the root).
  */
 static char *
@@ -489,6 +562,11 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 		if (i > 0)
 			appendStringInfoChar(&buf, ',');
 		append_jwk(&buf, k->signing_set[i], true);
+	}
+	for (i = 0; i < k->n_signing_peers; i++)
+	{
+		appendStringInfoChar(&buf, ',');
+		append_jwk(&buf, k->signing_peers[i], true);
 	}
 	appendStringInfoString(&buf, "],\"encryptionKeys\":[");
 	for (i = 0; i < k->n_encryption; i++)
