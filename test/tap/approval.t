@@ -82,11 +82,14 @@ ok "$(grep -c "Asynchronous notification \"bc_join_requests_$tenant\"" "$S/watch
 ok "$(grep -c 'Asynchronous notification "bc_join_requests"' "$S/watch.out")" 0 "nothing on a channel every tenant's requests would reach"
 ok "$(grep -c 'Asynchronous notification "bc_join_crl"' "$S/watch.out")" 2 "one of the revocation and one of the retirement"
 ok "$(grep -c 'with payload' "$S/watch.out")" 0 "no notification carries a payload"
+# The tenant's id is in the name of the channel the listener chose itself;
+# anything else it was told must not name one.
+told=$(sed "s/\"bc_join_requests_$tenant\"/\"bc_join_requests_<its tenant>\"/" "$S/watch.out")
 leaks=0
 for id in "$rid" "$serial1" "$node2" "$tenant"; do
-  if [ -n "$id" ] && grep -qi -- "$id" "$S/watch.out"; then leaks=$((leaks + 1)); fi
+  if [ -n "$id" ] && grep -qi -- "$id" <<<"$told"; then leaks=$((leaks + 1)); fi
 done
-ok "$leaks" 0 "the listener saw no request id, serial, node id or tenant id"
+ok "$leaks" 0 "the listener saw no request id, serial, node id or tenant id (but in the channel it named)"
 ok "$(grep -c 'ERROR' "$S/watch.out")" 0 "LISTEN took no grant"
 ok "$(sql -c "SELECT count(*) FROM bc_join.join_requests")" 1 "the rolled-back request left nothing"
 psql -qAtX -d postgres -c "DROP ROLE bcj_listener" >/dev/null
