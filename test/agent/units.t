@@ -13,7 +13,16 @@ one systemd passes) and carries the hardening: no new privileges, an empty
 capability bounding set, ProtectSystem=strict, ProtectHome=read-only with
 only its state directory and the runtime directory writable, PrivateTmp,
 UMask=0077, address families, personality, W^X, native syscalls;
-`systemd-analyze security` rates its exposure at most 3.0.
+`systemd-analyze security` rates its exposure at most 3.0.  The TPM mode's
+device is reachable: /dev/tpmrm0 bound into the private /dev (BindPaths=-) and
+allowed (DeviceAllow=), nothing else.
+
+The gateway's system unit (src/gateway/systemd/bc-gateway.service) passes
+`systemd-analyze verify` with no warning, runs as its own user bc-gateway with
+ProtectSystem=strict, no capabilities, Restart=on-failure and its options
+from /etc/default/bc-gateway; its LimitNOFILE leaves room for the default
+file's --max-connections plus --db-pool plus 32 (what bc-gateway reserves);
+`systemd-analyze security` rates it at most 2.0.
 """
 import os
 import re
@@ -26,11 +35,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agentlib  # noqa: E402
 
 UNITS = os.path.join(agentlib.TOP, "src", "agent", "systemd")
+GW_UNITS = os.path.join(agentlib.TOP, "src", "gateway", "systemd")
+GW_HARDENING = [
+    "User=bc-gateway", "Group=bc-gateway", "EnvironmentFile=/etc/default/bc-gateway",
+    "NoNewPrivileges=yes", "CapabilityBoundingSet=", "AmbientCapabilities=",
+    "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes",
+    "PrivateUsers=yes", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+    "RestrictNamespaces=yes", "MemoryDenyWriteExecute=yes", "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service", "Restart=on-failure", "WantedBy=multi-user.target",
+]
 
 HARDENING = [
     "NoNewPrivileges=yes", "CapabilityBoundingSet=", "AmbientCapabilities=",
     "ProtectSystem=strict", "ProtectHome=read-only", "ReadWritePaths=%S/bcd %t",
-    "PrivateTmp=yes", "PrivateDevices=yes", "UMask=0077",
+    "PrivateTmp=yes", "PrivateDevices=yes", "BindPaths=-/dev/tpmrm0", "DeviceAllow=/dev/tpmrm0 rw",
+    "UMask=0077",
     "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "RestrictNamespaces=yes",
     "RestrictSUIDSGID=yes", "LockPersonality=yes", "MemoryDenyWriteExecute=yes",
     "SystemCallArchitectures=native", "SystemCallFilter=@system-service",
@@ -103,6 +122,40 @@ def main():
                and "--state-dir %S/bcd" in execs[0],
                "ExecStart runs bcd run on the state directory and takes the socket systemd passes", execs)
         tap.ok("Requires=bcd.socket" in svc, "bcd.service requires its socket")
+
+        gw = os.environ.get("BCJ_GATEWAY", os.path.join(agentlib.TOP, "build/bc-gateway"))
+        with open(os.path.join(GW_UNITS, "bc-gateway.service")) as f:
+            text = f.read()
+        with open(os.path.join(tmp, "bc-gateway.service"), "w") as f:
+            f.write(text.replace("/usr/local/bin/bc-gateway", gw))
+        r = subprocess.run(["systemd-analyze", "verify", "bc-gateway.service"], cwd=tmp,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        tap.ok(r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "",
+               "systemd-analyze verify bc-gateway.service: no error, no warning", r.stdout + r.stderr)
+        r = subprocess.run(["systemd-analyze", "security", "--offline=true",
+                            os.path.join(tmp, "bc-gateway.service")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        m = re.search(r"Overall exposure level for bc-gateway.service: ([0-9.]+)", r.stdout + r.stderr)
+        tap.ok(m is not None and float(m.group(1)) <= 2.0,
+               "systemd-analyze security bc-gateway.service: exposure %s (at most 2.0)"
+               % (m.group(1) if m else "?"), r.stdout[-2000:] + r.stderr)
+        gsvc = lines(os.path.join(GW_UNITS, "bc-gateway.service"))
+        for want in GW_HARDENING:
+            tap.ok(want in gsvc, "bc-gateway.service: " + want)
+        tap.ok(not any(l.startswith(("CapabilityBoundingSet=C", "AmbientCapabilities=C", "DynamicUser"))
+                       for l in gsvc), "bc-gateway.service keeps no capability")
+        nofile = [int(l.split("=", 1)[1]) for l in gsvc if l.startswith("LimitNOFILE=")]
+        opts = [l for l in lines(os.path.join(GW_UNITS, "bc-gateway.default"))
+                if l.startswith("BC_GATEWAY_OPTIONS=")]
+        mc = re.search(r"--max-connections (\d+)", opts[0] if opts else "")
+        pool = re.search(r"--db-pool (\d+)", opts[0] if opts else "")
+        tap.ok(len(nofile) == 1 and mc and pool and
+               nofile[0] >= int(mc.group(1)) + int(pool.group(1)) + 32,
+               "LimitNOFILE %s holds --max-connections + --db-pool + 32" % nofile, opts)
+        r = subprocess.run([gw, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tap.ok(r.returncode == 0 and all(("--" + o) in r.stdout for o in
+                                         ("listen", "tls-cert", "tls-key", "db", "max-connections", "db-pool")),
+               "every option of the default file is one bc-gateway knows")
 
         envv = dict(os.environ)
         envv["XDG_RUNTIME_DIR"] = rt
