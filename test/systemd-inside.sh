@@ -1,0 +1,152 @@
+#!/bin/bash
+# test/systemd-inside.sh: the half of test/systemd-run that runs inside the
+# booted container (as root, systemd PID 1), with the packages installed.
+# Only installed paths: /usr/bin/bc-join-keygen, bcd, bc-gateway, the
+# packaged units.  Prints ok / not ok lines; exit 1 on any failure.
+set -uo pipefail
+pass=0 fail=0
+ok() { if [ "$1" = 0 ]; then pass=$((pass + 1)); echo "ok - $2"; else fail=$((fail + 1)); echo "not ok - $2"; [ -n "${3:-}" ] && printf '#   %s\n' "$3" | head -20; fi; }
+check() { local what=$1; shift; "$@" >/tmp/check.out 2>&1; ok $? "$what" "$(cat /tmp/check.out)"; }
+wait_for() { local n=$1; shift; for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done; return 1; }
+psql_() { runuser -u postgres -- psql -qAtX "$@"; }
+U=u1
+as_u() { runuser -u "$U" -- env HOME=/home/$U XDG_RUNTIME_DIR=/run/user/$(id -u $U) "$@"; }
+
+KEYS=/var/lib/bc-join/keys
+pgver=$(ls /usr/lib/postgresql | sort -n | tail -1)
+
+echo "# keys with the installed bc-join-keygen"
+mkdir -p /var/lib/bc-join
+check "bc-join-keygen $KEYS (installed /usr/bin/bc-join-keygen)" bc-join-keygen "$KEYS"
+check "the key directory is postgres's, 0700" test "$(stat -c '%U %a' $KEYS)" = "postgres 700"
+(cd $KEYS && sha256sum *.key *.crt) >/tmp/keys.sum
+
+echo "# PostgreSQL $pgver with bc_join preloaded"
+cat >/etc/postgresql/$pgver/main/conf.d/bc_join.conf <<EOF
+shared_preload_libraries = 'bc_join'
+bc_join.key_dir = '$KEYS'
+bc_join.trust_domain = 'systemd.bc-join.test'
+EOF
+check "systemctl restart postgresql@$pgver-main" systemctl restart postgresql@$pgver-main
+check "the server runs" wait_for 60 runuser -u postgres -- psql -qAtX -c "SELECT 1"
+psql_ -c "CREATE DATABASE bc_join" >/dev/null
+check "CREATE EXTENSION bc_join (the packaged extension, version $(psql_ -c "SELECT default_version FROM pg_available_extensions WHERE name = 'bc_join'"))" \
+  psql_ -d bc_join -c "CREATE EXTENSION bc_join"
+psql_ -d bc_join -c 'CREATE ROLE "bc-gateway" LOGIN IN ROLE bc_join_gateway' >/dev/null
+
+echo "# bc-gateway from its packaged system unit"
+check "the package made the system user bc-gateway" getent passwd bc-gateway
+cd /etc/bc-gateway
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=test TLS CA" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
+  -keyout /root/tls-ca.key -out /root/tls-ca.crt 2>/dev/null
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+  -keyout tls.key -out /root/tls.csr 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >/root/tls.ext
+openssl x509 -req -in /root/tls.csr -CA /root/tls-ca.crt -CAkey /root/tls-ca.key -CAcreateserial -days 2 \
+  -extfile /root/tls.ext -out tls.crt 2>/dev/null
+chgrp bc-gateway tls.key tls.crt && chmod 0640 tls.key tls.crt
+cd /
+check "not started by the install (it had no certificate yet)" test "$(systemctl is-active bc-gateway)" != active
+check "systemctl enable --now bc-gateway" systemctl enable --now bc-gateway
+check "GET /healthz answers through the unit" wait_for 40 curl -sf --cacert /root/tls-ca.crt https://127.0.0.1:8443/healthz
+gwpid=$(systemctl show -P MainPID bc-gateway)
+check "it runs as bc-gateway, with no capability" test "$(ps -o user= -p "$gwpid")" = bc-gateway -a \
+  "$(awk '/^CapEff/ {print $2}' /proc/$gwpid/status)" = 0000000000000000
+check "its RLIMIT_NOFILE is the unit's LimitNOFILE" grep -q "^Max open files *4608 *4608" /proc/$gwpid/limits
+
+echo "# a tenant, a pool and a join token"
+tenant=$(psql_ -d bc_join -c "SELECT bc_join.create_tenant('t')")
+site=$(psql_ -d bc_join -c "SELECT bc_join.create_site('$tenant', 'lab')")
+pool=$(psql_ -d bc_join -c "SELECT bc_join.create_pool('$tenant', '$site', 'workers')")
+
+echo "# user $U with bcd's packaged user units"
+useradd -m -s /bin/bash $U
+uid=$(id -u $U)
+mkdir -p /home/$U/.config/bcd
+cp /root/tls-ca.crt /home/$U/.config/bcd/gateway-ca.pem
+psql_ -d bc_join -c "SELECT bc_join.service_keys()" >/home/$U/.config/bcd/service-keys.json
+psql_ -d bc_join -c "SELECT bc_join.create_join_token('$tenant', '$pool', uses => 1, ttl => '1 hour')" \
+  >/home/$U/.config/bcd/join-token
+sed "s|/home/USER/|/home/$U/|g; s|https://gw.example:8443|https://127.0.0.1:8443|" \
+  /usr/share/doc/bcd/examples/bcd.env.example >/home/$U/.config/bcd/bcd.env
+chown -R $U:$U /home/$U/.config
+chmod 0700 /home/$U/.config/bcd
+as_u bcd setup apply >/tmp/apply.out 2>&1
+ok $? "bcd setup apply (as $U)" "$(cat /tmp/apply.out)"
+check "apply: the packaged units present, nothing written" bash -c \
+  "grep -q 'bcd.socket: present and current: /usr/lib/systemd/user/bcd.socket' /tmp/apply.out &&
+   grep -q 'bcd.service: present and current: /usr/lib/systemd/user/bcd.service' /tmp/apply.out &&
+   ! grep -q written /tmp/apply.out && grep -q 'enabled now' /tmp/apply.out"
+
+echo "# lingering enabled: the user manager starts with nobody logged in; bcd refuses under it"
+loginctl enable-linger $U
+check "loginctl enable-linger starts user@$uid.service" wait_for 60 systemctl is-active user@$uid.service
+check "bcd.socket listens (enabled by bcd setup apply)" wait_for 40 as_u systemctl --user is-active bcd.socket
+mkdir -p /run/user/$uid/h0 && chown $U /run/user/$uid/h0 && chmod 0700 /run/user/$uid/h0
+as_u bcd credential --session linger --dir /run/user/$uid/h0 --timeout 5 >/tmp/h0.out 2>&1
+ok $((! $?)) "a hook under lingering gets no credential" "$(cat /tmp/h0.out)"
+sleep 1
+journalctl -q --no-pager _UID=$uid -t bcd >/tmp/j0 2>&1 || journalctl -q --no-pager _UID=$uid >/tmp/j0 2>&1
+check "bcd refused to start under lingering (its journal)" grep -q "lingering is enabled for $U (/var/lib/systemd/linger/$U).*refusing to start" /tmp/j0
+as_u bcd setup check --timeout 3 >/tmp/chk0.out 2>&1
+r=$?
+ok $((r == 1 ? 0 : 1)) "bcd setup check: exit 1, lingering named" "$(cat /tmp/chk0.out)"
+check "(its line)" grep -q "bcd setup check: lingering: enabled for $U" /tmp/chk0.out
+loginctl disable-linger $U
+as_u systemctl --user reset-failed bcd.service bcd.socket >/dev/null 2>&1
+loginctl terminate-user $U >/dev/null 2>&1
+check "lingering off: the user manager stops (nobody logged in)" wait_for 60 bash -c "! systemctl is-active -q user@$uid.service"
+
+echo "# a login session instead (pam_systemd): bcd socket-activated on the first hook"
+setsid su -l $U -c 'exec sleep 900' </dev/null >/dev/null 2>&1 &
+check "su -l $U opens a logind session" wait_for 60 bash -c "loginctl list-sessions --no-legend | grep -qw $U"
+check "which starts user@$uid.service" wait_for 60 systemctl is-active user@$uid.service
+check "bcd.socket listens at /run/user/$uid/bcd/bcd.sock (0600, its directory 0700)" wait_for 40 bash -c \
+  "[ \"\$(stat -c %a /run/user/$uid/bcd/bcd.sock)\" = 600 ] && [ \"\$(stat -c %a /run/user/$uid/bcd)\" = 700 ]"
+check "bcd.service not running before the first hook" bash -c "! runuser -u $U -- env XDG_RUNTIME_DIR=/run/user/$uid systemctl --user is-active -q bcd.service"
+mkdir -p /run/user/$uid/h1 && chown $U /run/user/$uid/h1 && chmod 0700 /run/user/$uid/h1
+as_u bcd credential --session s1 --dir /run/user/$uid/h1 --timeout 60 >/tmp/h1.out 2>/tmp/h1.err
+r=$?
+check "the hook's first connection started bcd.service (socket activation)" wait_for 20 as_u systemctl --user is-active bcd.service
+# while bcd is still joining it refuses at once (no-node-credential, 77): the hook retries
+for _ in $(seq 60); do
+  [ "$r" = 0 ] && break
+  sleep 1
+  as_u bcd credential --session s1 --dir /run/user/$uid/h1 --timeout 60 >/tmp/h1.out 2>/tmp/h1.err
+  r=$?
+done
+ok $r "bcd joined through the gateway and the hook got its session credential" "$(cat /tmp/h1.err)"
+key=$(sed -n 1p /tmp/h1.out); crt=$(sed -n 2p /tmp/h1.out)
+check "the key and certificate are the user's, 0600" test "$(stat -c '%U %a' "$key" "$crt" | sort -u)" = "$U 600"
+check "the certificate verifies against the node CA" openssl verify -CAfile $KEYS/node-ca.crt "$crt"
+check "bcd.service active under the user manager" as_u systemctl --user is-active bcd.service
+bcdpid=$(as_u systemctl --user show -P MainPID bcd.service)
+check "bcd runs as $U in user@$uid.service's cgroup" bash -c "[ \"\$(ps -o user= -p $bcdpid)\" = $U ] && grep -q 'user@$uid.service/app.slice/bcd.service' /proc/$bcdpid/cgroup"
+check "the node is in the database" test "$(psql_ -d bc_join -c 'SELECT count(*) FROM bc_join.nodes')" = 1
+as_u bcd setup check >/tmp/chk1.out 2>&1
+ok $? "bcd setup check: exit 0 (units current, enabled, listening, answering, lingering off)" "$(cat /tmp/chk1.out)"
+
+echo "# the session ends: the user manager, the socket and bcd go"
+pkill -u $U -x sleep
+check "the session is gone" wait_for 60 bash -c "! loginctl list-sessions --no-legend | grep -qw $U"
+check "user@$uid.service stops (UserStopDelaySec)" wait_for 60 bash -c "! systemctl is-active -q user@$uid.service"
+check "no bcd process left" bash -c "! pgrep -u $U -x bcd"
+check "its socket is gone" test ! -e /run/user/$uid/bcd/bcd.sock
+
+echo "# removing the packages leaves the database and the key directory"
+DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq bcd bc-gateway bc-join-tools postgresql-$pgver-bc-join >/tmp/rm.out 2>&1
+ok $? "apt-get remove the four packages" "$(tail -5 /tmp/rm.out)"
+check "bc-gateway.service stopped with its package" bash -c "! systemctl is-active -q bc-gateway"
+check "the database bc_join is still there (the running server)" test "$(psql_ -d bc_join -c 'SELECT count(*) FROM bc_join.nodes')" = 1
+check "the key directory is unchanged" bash -c "cd $KEYS && sha256sum -c --quiet /tmp/keys.sum"
+DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq bcd bc-gateway bc-join-tools postgresql-$pgver-bc-join >/tmp/purge.out 2>&1
+ok $? "apt-get purge" "$(tail -5 /tmp/purge.out)"
+check "purge removed /etc/default/bc-gateway" test ! -e /etc/default/bc-gateway
+check "and kept /etc/bc-gateway with the operator's TLS key" test -f /etc/bc-gateway/tls.key
+check "the key directory is still unchanged" bash -c "cd $KEYS && sha256sum -c --quiet /tmp/keys.sum"
+check "the cluster's data directory is still there" test -f /var/lib/postgresql/$pgver/main/PG_VERSION
+check "the user's bcd state is left alone" test -f /home/$U/.local/state/bcd/node-chain.pem
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
