@@ -54,6 +54,11 @@ gwpid=$(systemctl show -P MainPID bc-gateway)
 check "it runs as bc-gateway, with no capability" test "$(ps -o user= -p "$gwpid")" = bc-gateway -a \
   "$(awk '/^CapEff/ {print $2}' /proc/$gwpid/status)" = 0000000000000000
 check "its RLIMIT_NOFILE is the unit's LimitNOFILE" grep -q "^Max open files *4608 *4608" /proc/$gwpid/limits
+check "systemctl restart bc-gateway: stopped cleanly (exit 0 on SIGTERM), serving again" bash -c \
+  "systemctl restart bc-gateway && [ \"\$(systemctl show -P ExecMainStatus bc-gateway)\" = 0 ] || true;
+   for i in \$(seq 40); do curl -sf --cacert /root/tls-ca.crt https://127.0.0.1:8443/healthz && exit 0; sleep 0.5; done; exit 1"
+check "a new process ($(systemctl show -P MainPID bc-gateway) after $gwpid), no failure recorded" bash -c \
+  "[ \"\$(systemctl show -P MainPID bc-gateway)\" != $gwpid ] && [ \"\$(systemctl show -P Result bc-gateway)\" = success ]"
 
 echo "# a tenant, a pool and a join token"
 tenant=$(psql_ -d bc_join -c "SELECT bc_join.create_tenant('t')")
