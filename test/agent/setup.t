@@ -109,7 +109,7 @@ def body(tap, env):
     tap.eq(os.readlink(link), os.path.join(udir, "bcd.socket"), "the enable link names the unit")
     vr = dict(os.environ)
     vr["XDG_RUNTIME_DIR"] = rt
-    r = subprocess.run(["systemd-analyze", "--user", "verify", os.path.join(udir, "bcd.socket"),
+    r = subprocess.run(["systemd-analyze", "--user", "verify", "--man=no", os.path.join(udir, "bcd.socket"),
                         os.path.join(udir, "bcd.service")], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, env=vr, timeout=60)
     tap.ok(r.returncode == 0 and r.stderr.strip() == "", "systemd-analyze --user verify accepts what apply wrote",
