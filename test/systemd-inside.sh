@@ -139,6 +139,53 @@ check "user@$uid.service stops (UserStopDelaySec)" wait_for 60 bash -c "! system
 check "no bcd process left" bash -c "! pgrep -u $U -x bcd"
 check "its socket is gone" test ! -e /run/user/$uid/bcd/bcd.sock
 
+echo "# the TPM mode under the packaged unit: swtpm behind tpm2-abrmd on the system bus"
+TS=/var/lib/swtpm-test
+mkdir -p $TS/state $TS/cfg $TS/certs
+XDG_CONFIG_HOME=$TS/cfg swtpm_setup --tpm2 --create-config-files overwrite,root >$TS/setup.log 2>&1
+XDG_CONFIG_HOME=$TS/cfg swtpm_setup --tpm2 --tpmstate $TS/state --create-ek-cert --create-platform-cert \
+  --lock-nvram --overwrite --pcr-banks sha256 --write-ek-cert-files $TS/certs >>$TS/setup.log 2>&1
+ok $? "swtpm_setup: a TPM with EK certificates" "$(tail -5 $TS/setup.log)"
+systemd-run -q --unit=swtpm-test swtpm socket --tpm2 --tpmstate dir=$TS/state \
+  --server type=tcp,port=2321,bindaddr=127.0.0.1 --ctrl type=tcp,port=2322,bindaddr=127.0.0.1 \
+  --flags not-need-init,startup-clear
+sleep 1
+# Debian's tpm2-abrmd.service requires /dev/tpm0; the same daemon, user and bus name on swtpm
+systemd-run -q --unit=tabrmd-test -p User=tss -p Type=dbus -p BusName=com.intel.tss2.Tabrmd \
+  /usr/sbin/tpm2-abrmd --tcti=swtpm:host=127.0.0.1,port=2321
+check "tpm2-abrmd answers on the system bus" wait_for 40 tpm2_getrandom -T tabrmd:bus_type=system 8
+psql_ -d bc_join -v r="$(cat $TS/cfg/var/lib/swtpm-localca/swtpm-localca-rootca-cert.pem)" \
+  -v i="$(cat $TS/cfg/var/lib/swtpm-localca/issuercert.pem)" \
+  -c "SELECT bc_join.add_tpm_ek_root(:'r')" -c "SELECT bc_join.add_tpm_ek_root(:'i')" >/dev/null
+U=u2
+useradd -m -s /bin/bash -G tss $U
+uid2=$(id -u $U)
+mkdir -p /home/$U/.config/bcd
+cp /root/tls-ca.crt /home/$U/.config/bcd/gateway-ca.pem
+psql_ -d bc_join -c "SELECT bc_join.service_keys()" >/home/$U/.config/bcd/service-keys.json
+psql_ -d bc_join -c "SELECT bc_join.create_join_token('$tenant', '$pool', expect => '{\"attestors\": [\"tpm\"]}')" \
+  >/home/$U/.config/bcd/join-token
+sed "s|/home/USER/|/home/$U/|g; s|https://gw.example:8443|https://127.0.0.1:8443|; s|^BCD_OPTIONS=.*|& --attestor tpm --tcti tabrmd:bus_type=system|" \
+  /usr/share/doc/bcd/examples/bcd.env.example >/home/$U/.config/bcd/bcd.env
+chown -R $U:$U /home/$U/.config
+check "bcd setup apply (as $U, in group tss)" as_u bcd setup apply
+setsid su -l $U -c 'exec sleep 900' </dev/null >/dev/null 2>&1 &
+check "su -l $U: user@$uid2.service and bcd.socket" wait_for 60 as_u systemctl --user is-active bcd.socket
+mkdir -p /run/user/$uid2/h && chown $U /run/user/$uid2/h && chmod 0700 /run/user/$uid2/h
+r=1
+for _ in $(seq 60); do
+  as_u bcd credential --session tpm-s --dir /run/user/$uid2/h --timeout 60 >/tmp/ht.out 2>/tmp/ht.err && { r=0; break; }
+  sleep 1
+done
+ok $r "the hook's credential from a bcd that joined by TPM under the packaged unit" "$(cat /tmp/ht.err; journalctl -q --no-pager _UID=$uid2 | tail -5)"
+check "the node joined by the tpm attestor, its key in the TPM" bash -c \
+  "[ \"\$(runuser -u postgres -- psql -qAtX -d bc_join -c \"SELECT count(*) FROM bc_join.nodes WHERE attestor = 'tpm'\")\" = 1 ] &&
+   head -1 /home/$U/.local/state/bcd/node.key | grep -q 'TSS2 PRIVATE KEY'"
+pkill -u $U -x sleep
+check "its session ended: user@$uid2.service and bcd gone" wait_for 60 bash -c "! systemctl is-active -q user@$uid2.service && ! pgrep -u $U -x bcd"
+systemctl stop tabrmd-test swtpm-test >/dev/null 2>&1
+U=u1
+
 echo "# removing the packages leaves the database and the key directory"
 DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq bcd bc-gateway bc-join-tools postgresql-$pgver-bc-join >/tmp/rm.out 2>&1
 ok $? "apt-get remove the four packages" "$(tail -5 /tmp/rm.out)"
@@ -151,7 +198,7 @@ check "purge removed /etc/default/bc-gateway" test ! -e /etc/default/bc-gateway
 check "and kept /etc/bc-gateway with the operator's TLS key" test -f /etc/bc-gateway/tls.key
 check "the key directory is still unchanged" bash -c "cd $KEYS && sha256sum -c --quiet /tmp/keys.sum"
 check "the cluster's data directory is still there" test -f /var/lib/postgresql/$pgver/main/PG_VERSION
-check "the user's bcd state is left alone" test -f /home/$U/.local/state/bcd/node-chain.pem
+check "the users' bcd state is left alone" test -f /home/u1/.local/state/bcd/node-chain.pem -a -f /home/u2/.local/state/bcd/node.key
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
