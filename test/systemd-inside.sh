@@ -150,10 +150,15 @@ systemd-run -q --unit=swtpm-test swtpm socket --tpm2 --tpmstate dir=$TS/state \
   --server type=tcp,port=2321,bindaddr=127.0.0.1 --ctrl type=tcp,port=2322,bindaddr=127.0.0.1 \
   --flags not-need-init,startup-clear
 sleep 1
-# Debian's tpm2-abrmd.service requires /dev/tpm0; the same daemon, user and bus name on swtpm
-systemd-run -q --unit=tabrmd-test -p User=tss -p Type=dbus -p BusName=com.intel.tss2.Tabrmd \
-  /usr/sbin/tpm2-abrmd --tcti=swtpm:host=127.0.0.1,port=2321
-check "tpm2-abrmd answers on the system bus" wait_for 40 tpm2_getrandom -T tabrmd:bus_type=system 8
+# Debian's tpm2-abrmd.service requires /dev/tpm0 (and D-Bus activates it): the
+# administrator's override in /etc, the same daemon, user and bus name on swtpm
+printf '%s\n' '[Unit]' 'Description=TPM2 Access Broker and Resource Management Daemon (swtpm)' \
+  'After=swtpm-test.service' '[Service]' 'Type=dbus' 'BusName=com.intel.tss2.Tabrmd' \
+  'ExecStart=/usr/sbin/tpm2-abrmd --tcti=swtpm:host=127.0.0.1,port=2321' 'User=tss' \
+  >/etc/systemd/system/tpm2-abrmd.service
+systemctl daemon-reload
+check "tpm2-abrmd.service (on swtpm) started" timeout 60 systemctl restart tpm2-abrmd
+check "tpm2-abrmd answers on the system bus" wait_for 20 timeout 10 tpm2_getrandom -T tabrmd:bus_type=system 8
 psql_ -d bc_join -v r="$(cat $TS/cfg/var/lib/swtpm-localca/swtpm-localca-rootca-cert.pem)" \
   -v i="$(cat $TS/cfg/var/lib/swtpm-localca/issuercert.pem)" \
   -c "SELECT bc_join.add_tpm_ek_root(:'r')" -c "SELECT bc_join.add_tpm_ek_root(:'i')" >/dev/null
@@ -183,7 +188,7 @@ check "the node joined by the tpm attestor, its key in the TPM" bash -c \
    head -1 /home/$U/.local/state/bcd/node.key | grep -q 'TSS2 PRIVATE KEY'"
 pkill -u $U -x sleep
 check "its session ended: user@$uid2.service and bcd gone" wait_for 60 bash -c "! systemctl is-active -q user@$uid2.service && ! pgrep -u $U -x bcd"
-systemctl stop tabrmd-test swtpm-test >/dev/null 2>&1
+systemctl stop tpm2-abrmd swtpm-test >/dev/null 2>&1
 U=u1
 
 echo "# removing the packages leaves the database and the key directory"

@@ -12,6 +12,7 @@
 #include "bc_join.h"
 
 #include "common/jsonapi.h"
+#include "pg_compat.h"
 #include "mb/pg_wchar.h"
 
 typedef struct EvidenceScan
@@ -99,8 +100,7 @@ bc_evidence_members(const char *attestor, const bytea *evidence, BcEvidenceMembe
 					int n)
 {
 	EvidenceScan es;
-	JsonSemAction sem;
-	JsonLexContext *lex;
+	BcJsonSem	sem;
 	const char *data;
 	int			len;
 	int			i;
@@ -125,8 +125,7 @@ bc_evidence_members(const char *attestor, const bytea *evidence, BcEvidenceMembe
 	sem.array_start = ev_array_start;
 	sem.object_field_start = ev_field_start;
 	sem.scalar = ev_scalar;
-	lex = makeJsonLexContextCstringLen((char *) data, len, PG_UTF8, true);
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || es.bad)
+	if (bc_parse_json((const char *) data, len, PG_UTF8, &sem) != JSON_SUCCESS || es.bad)
 		bc_refuse_join(psprintf("%s:malformed", attestor), NULL);
 	for (i = 0; i < n; i++)
 	{
@@ -277,8 +276,7 @@ bool
 bc_doc_fields(const char *data, int len, BcDocField *fields, int n)
 {
 	DocScan		ds;
-	JsonSemAction sem;
-	JsonLexContext *lex;
+	BcJsonSem	sem;
 	int			i;
 
 	for (i = 0; i < n; i++)
@@ -301,7 +299,6 @@ bc_doc_fields(const char *data, int len, BcDocField *fields, int n)
 	sem.array_end = doc_container_end;
 	sem.object_field_start = doc_field_start;
 	sem.scalar = doc_scalar;
-	lex = makeJsonLexContextCstringLen((char *) data, len, PG_UTF8, true);
 	/* the root must be an object */
 	{
 		int			k = 0;
@@ -311,7 +308,7 @@ bc_doc_fields(const char *data, int len, BcDocField *fields, int n)
 		if (k >= len || data[k] != '{')
 			return false;
 	}
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || ds.bad)
+	if (bc_parse_json((const char *) data, len, PG_UTF8, &sem) != JSON_SUCCESS || ds.bad)
 		return false;
 	return true;
 }

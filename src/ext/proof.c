@@ -15,6 +15,7 @@
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 #include "common/jsonapi.h"
+#include "pg_compat.h"
 #include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -164,8 +165,7 @@ scan_scalar(void *state, char *token, JsonTokenType type)
 static bool
 proof_payload_ok(const char *text, size_t len, char **serial)
 {
-	JsonLexContext *lex;
-	JsonSemAction sem;
+	BcJsonSem	sem;
 	ProofScan	ps;
 
 	*serial = NULL;
@@ -180,8 +180,7 @@ proof_payload_ok(const char *text, size_t len, char **serial)
 	sem.array_end = scan_array_end;
 	sem.object_field_start = scan_field_start;
 	sem.scalar = scan_scalar;
-	lex = makeJsonLexContextCstringLen((char *) text, len, GetDatabaseEncoding(), true);
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || ps.bad)
+	if (bc_parse_json((const char *) text, len, GetDatabaseEncoding(), &sem) != JSON_SUCCESS || ps.bad)
 		return false;
 	*serial = ps.serial;
 	return true;

@@ -8,6 +8,7 @@
  * and service_keys() (with its time, signed).
  */
 #include "bc_join.h"
+#include "pg_compat.h"
 
 #include <errno.h>
 #include <sys/stat.h>
@@ -337,12 +338,12 @@ bc_keys(void)
 
 	if (keys_loaded)
 	{
-		if (MyProc == NULL || MyProc->lxid == keys_checked_lxid)
+		if (MyProc == NULL || BC_MY_LXID() == keys_checked_lxid)
 			return &keys;
 		if (bc_key_dir != NULL && stat(bc_key_dir, &after) == 0 &&
 			!dir_changed(&after, &keys_dir_stat))
 		{
-			keys_checked_lxid = MyProc->lxid;
+			keys_checked_lxid = BC_MY_LXID();
 			return &keys;
 		}
 		bc_keys_reset();
@@ -391,7 +392,7 @@ bc_keys(void)
 			(now.tv_nsec - after.st_ctim.tv_nsec) / 1000000 < 100)
 			memset(&keys_dir_stat, 0, sizeof(keys_dir_stat));
 	}
-	keys_checked_lxid = MyProc != NULL ? MyProc->lxid : InvalidLocalTransactionId;
+	keys_checked_lxid = MyProc != NULL ? BC_MY_LXID() : InvalidLocalTransactionId;
 	keys_loaded = true;
 	return &keys;
 }
@@ -544,7 +545,7 @@ bc_service_keys(PG_FUNCTION_ARGS)
 	char	   *jws;
 	StringInfoData out;
 
-	if (sk_cached != NULL && MyProc != NULL && MyProc->lxid == sk_cached_lxid &&
+	if (sk_cached != NULL && MyProc != NULL && BC_MY_LXID() == sk_cached_lxid &&
 		strcmp(sk_cached_at, at) == 0)
 		PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(sk_cached)));
 	doc = service_keys_text(k, at);
@@ -557,7 +558,7 @@ bc_service_keys(PG_FUNCTION_ARGS)
 		pfree(sk_cached);
 	sk_cached = MemoryContextStrdup(TopMemoryContext, out.data);
 	strlcpy(sk_cached_at, at, sizeof(sk_cached_at));
-	sk_cached_lxid = MyProc != NULL ? MyProc->lxid : InvalidLocalTransactionId;
+	sk_cached_lxid = MyProc != NULL ? BC_MY_LXID() : InvalidLocalTransactionId;
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
 

@@ -11,6 +11,7 @@
  * library the same way.
  */
 #include "bc_join.h"
+#include "pg_compat.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -71,7 +72,7 @@ bc_require_sql_version(void)
 {
 	char	   *installed;
 
-	if (version_checked_in != InvalidLocalTransactionId && version_checked_in == MyProc->lxid)
+	if (version_checked_in != InvalidLocalTransactionId && version_checked_in == BC_MY_LXID())
 		return;
 	installed = bc_installed_sql_version();
 	if (installed == NULL)
@@ -90,7 +91,7 @@ bc_require_sql_version(void)
 				 errhint("Run ALTER EXTENSION bc_join UPDATE; in this database (docs/operator.md, "
 						 "\"Backups, restores and upgrades\").")));
 	pfree(installed);
-	version_checked_in = MyProc->lxid;
+	version_checked_in = BC_MY_LXID();
 }
 
 /* SPI_connect, after checking that the schema is the library's. */

@@ -218,6 +218,7 @@ static void
 answer_doc(bcd_server *s, bcd_conn *c, json_t *doc)
 {
 	char	   *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+	char	   *out;
 	size_t		n;
 
 	json_decref(doc);
@@ -228,13 +229,14 @@ answer_doc(bcd_server *s, bcd_conn *c, json_t *doc)
 		return;
 	}
 	n = strlen(text);
-	c->out = realloc(text, n + 2);
-	if (c->out == NULL)
+	out = realloc(text, n + 2);
+	if (out == NULL)
 	{
 		free(text);
 		conn_close(s, c);
 		return;
 	}
+	c->out = out;
 	c->out[n] = '\n';
 	c->out[n + 1] = '\0';
 	c->out_len = n + 1;

@@ -24,6 +24,7 @@
 #include "bc_join.h"
 
 #include "common/jsonapi.h"
+#include "pg_compat.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
@@ -192,8 +193,7 @@ decode_members(TpmEvidence *ev)
 static bool
 scan_evidence(const char *data, size_t len, TpmEvidence *ev)
 {
-	JsonLexContext *lex;
-	JsonSemAction sem;
+	BcJsonSem	sem;
 	EvScan		s;
 	size_t		i;
 	int			braces = 0;
@@ -218,8 +218,7 @@ scan_evidence(const char *data, size_t len, TpmEvidence *ev)
 	sem.array_start = ev_array_start;
 	sem.object_field_start = ev_field_start;
 	sem.scalar = ev_scalar;
-	lex = makeJsonLexContextCstringLen((char *) data, (int) len, PG_UTF8, true);
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || s.bad || braces != 1)
+	if (bc_parse_json((const char *) data, (int) len, PG_UTF8, &sem) != JSON_SUCCESS || s.bad || braces != 1)
 		return false;
 	return decode_members(ev);
 }

@@ -13,6 +13,7 @@
 #include "bc_join.h"
 
 #include "common/jsonapi.h"
+#include "pg_compat.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
@@ -176,8 +177,7 @@ ps_scalar(void *state, char *token, JsonTokenType type)
 static bool
 payload_ok(const unsigned char *text, size_t len, PayloadScan *ps)
 {
-	JsonLexContext *lex;
-	JsonSemAction sem;
+	BcJsonSem	sem;
 
 	memset(ps, 0, sizeof(*ps));
 	ps->field = -1;
@@ -191,8 +191,7 @@ payload_ok(const unsigned char *text, size_t len, PayloadScan *ps)
 	sem.array_start = ps_array_start;
 	sem.object_field_start = ps_field_start;
 	sem.scalar = ps_scalar;
-	lex = makeJsonLexContextCstringLen((char *) text, (int) len, PG_UTF8, true);
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || ps->bad)
+	if (bc_parse_json((const char *) text, (int) len, PG_UTF8, &sem) != JSON_SUCCESS || ps->bad)
 		return false;
 	return ps->seen[0] && ps->seen[1] && ps->seen[2] && ps->seen[3];
 }
