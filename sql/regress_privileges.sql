@@ -45,8 +45,11 @@ RESET ROLE;
 -- Settings: superuser-only, the key directory hidden from everyone else.
 SELECT name, context FROM pg_settings WHERE name LIKE 'bc_join.%' ORDER BY 1;
 SET ROLE regress_op;
+-- the SQLSTATE only (42501): PostgreSQL 16 reworded the message
+\set VERBOSITY sqlstate
 SHOW bc_join.key_dir;
 SELECT current_setting('bc_join.key_dir');
+\set VERBOSITY default
 SET bc_join.key_dir = '/tmp';
 SET bc_join.clock_offset = 3600;
 SET bc_join.trust_domain = 'evil.example';
