@@ -124,6 +124,10 @@ done
 ok $r "bcd joined through the gateway and the hook got its session credential" "$(cat /tmp/h1.err)"
 key=$(sed -n 1p /tmp/h1.out); crt=$(sed -n 2p /tmp/h1.out)
 check "the key and certificate are the user's, 0600" test "$(stat -c '%U %a' "$key" "$crt" | sort -u)" = "$U 600"
+state1=$(ls -d /home/$U/.config/bcd/node /home/$U/.local/state/bcd/node 2>/dev/null | head -1)
+check "bcd's state directory %S/bcd/node ($state1) is 0700, and the --service-keys file beside bcd.env is still the operator's" bash -c \
+  "[ -n '$state1' ] && [ \"\$(stat -c %a '$state1')\" = 700 ] && [ -f '$state1/node-chain.pem' ] &&
+   python3 -c 'import json, sys; sys.exit(\"trustDomain\" not in json.load(open(sys.argv[1])))' /home/$U/.config/bcd/service-keys.json"
 check "the certificate verifies against the node CA" openssl verify -CAfile $KEYS/node-ca.crt "$crt"
 check "bcd.service active under the user manager" as_u systemctl --user is-active bcd.service
 bcdpid=$(as_u systemctl --user show -P MainPID bcd.service)
@@ -160,8 +164,11 @@ systemctl daemon-reload
 check "tpm2-abrmd.service (on swtpm) started" timeout 60 systemctl restart tpm2-abrmd
 check "tpm2-abrmd answers on the system bus" wait_for 20 timeout 10 tpm2_getrandom -T tabrmd:bus_type=system 8
 psql_ -d bc_join -v r="$(cat $TS/cfg/var/lib/swtpm-localca/swtpm-localca-rootca-cert.pem)" \
-  -v i="$(cat $TS/cfg/var/lib/swtpm-localca/issuercert.pem)" \
-  -c "SELECT bc_join.add_tpm_ek_root(:'r')" -c "SELECT bc_join.add_tpm_ek_root(:'i')" >/dev/null
+  -v i="$(cat $TS/cfg/var/lib/swtpm-localca/issuercert.pem)" >/tmp/ekroots.out 2>&1 <<'SQL'
+SELECT bc_join.add_tpm_ek_root(:'r');
+SELECT bc_join.add_tpm_ek_root(:'i');
+SQL
+check "swtpm's EK CA (root and intermediate) added" test "$(psql_ -d bc_join -c 'SELECT count(*) FROM bc_join.tpm_ek_certificates')" = 2
 U=u2
 useradd -m -s /bin/bash -G tss $U
 uid2=$(id -u $U)
@@ -185,7 +192,7 @@ done
 ok $r "the hook's credential from a bcd that joined by TPM under the packaged unit" "$(cat /tmp/ht.err; journalctl -q --no-pager _UID=$uid2 | tail -5)"
 check "the node joined by the tpm attestor, its key in the TPM" bash -c \
   "[ \"\$(runuser -u postgres -- psql -qAtX -d bc_join -c \"SELECT count(*) FROM bc_join.nodes WHERE attestor = 'tpm'\")\" = 1 ] &&
-   head -1 /home/$U/.local/state/bcd/node.key | grep -q 'TSS2 PRIVATE KEY'"
+   head -1 \$(ls -d /home/$U/.config/bcd/node /home/$U/.local/state/bcd/node 2>/dev/null | head -1)/node.key | grep -q 'TSS2 PRIVATE KEY'"
 pkill -u $U -x sleep
 check "its session ended: user@$uid2.service and bcd gone" wait_for 60 bash -c "! systemctl is-active -q user@$uid2.service && ! pgrep -u $U -x bcd"
 systemctl stop tpm2-abrmd swtpm-test >/dev/null 2>&1
@@ -203,7 +210,7 @@ check "purge removed /etc/default/bc-gateway" test ! -e /etc/default/bc-gateway
 check "and kept /etc/bc-gateway with the operator's TLS key" test -f /etc/bc-gateway/tls.key
 check "the key directory is still unchanged" bash -c "cd $KEYS && sha256sum -c --quiet /tmp/keys.sum"
 check "the cluster's data directory is still there" test -f /var/lib/postgresql/$pgver/main/PG_VERSION
-check "the users' bcd state is left alone" test -f /home/u1/.local/state/bcd/node-chain.pem -a -f /home/u2/.local/state/bcd/node.key
+check "the users' bcd state is left alone" bash -c "ls /home/u1/.config/bcd/node/node-chain.pem /home/u1/.local/state/bcd/node/node-chain.pem 2>/dev/null | grep -q . && ls /home/u2/.config/bcd/node/node.key /home/u2/.local/state/bcd/node/node.key 2>/dev/null | grep -q ."
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -48,14 +48,14 @@ GW_HARDENING = [
 
 HARDENING = [
     "NoNewPrivileges=yes", "CapabilityBoundingSet=", "AmbientCapabilities=",
-    "ProtectSystem=strict", "ProtectHome=read-only", "ReadWritePaths=%S/bcd %t",
+    "ProtectSystem=strict", "ProtectHome=read-only", "ReadWritePaths=%S/bcd/node %t",
     "PrivateTmp=yes", "PrivateDevices=yes", "BindPaths=-/dev/tpmrm0", "DeviceAllow=/dev/tpmrm0 rw",
     "UMask=0077",
     "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "RestrictNamespaces=yes",
     "RestrictSUIDSGID=yes", "LockPersonality=yes", "MemoryDenyWriteExecute=yes",
     "SystemCallArchitectures=native", "SystemCallFilter=@system-service",
     "ProtectKernelTunables=yes", "ProtectKernelModules=yes", "ProtectControlGroups=yes",
-    "StateDirectory=bcd", "StateDirectoryMode=0700",
+    "StateDirectory=bcd/node", "StateDirectoryMode=0700",
 ]
 
 
@@ -120,7 +120,7 @@ def main():
         tap.ok("[Install]" not in svc, "bcd.service has no [Install]: it starts from its socket only")
         execs = [l for l in svc if l.startswith("ExecStart=")]
         tap.ok(len(execs) == 1 and " run " in execs[0] and "--socket" not in execs[0]
-               and "--state-dir %S/bcd" in execs[0],
+               and "--state-dir %S/bcd/node" in execs[0],
                "ExecStart runs bcd run on the state directory and takes the socket systemd passes", execs)
         tap.ok("Requires=bcd.socket" in svc, "bcd.service requires its socket")
 
