@@ -199,13 +199,16 @@ systemctl stop tpm2-abrmd swtpm-test >/dev/null 2>&1
 U=u1
 
 echo "# removing the packages leaves the database and the key directory"
+nodes=$(psql_ -d bc_join -c 'SELECT count(*) FROM bc_join.nodes')
 DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq bcd bc-gateway bc-join-tools postgresql-$pgver-bc-join >/tmp/rm.out 2>&1
 ok $? "apt-get remove the four packages" "$(tail -5 /tmp/rm.out)"
 check "bc-gateway.service stopped with its package" bash -c "! systemctl is-active -q bc-gateway"
-check "the database bc_join is still there (the running server)" test "$(psql_ -d bc_join -c 'SELECT count(*) FROM bc_join.nodes')" = 1
+check "the database bc_join and its $nodes nodes are still there (the running server)" test "$(psql_ -d bc_join -c 'SELECT count(*) FROM bc_join.nodes')" = "$nodes"
 check "the key directory is unchanged" bash -c "cd $KEYS && sha256sum -c --quiet /tmp/keys.sum"
-DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq bcd bc-gateway bc-join-tools postgresql-$pgver-bc-join >/tmp/purge.out 2>&1
-ok $? "apt-get purge" "$(tail -5 /tmp/purge.out)"
+# what remove left (conffiles: bc-gateway's) is purged; the others are gone already
+dpkg --purge bcd bc-gateway bc-join-tools postgresql-$pgver-bc-join >/tmp/purge.out 2>&1
+ok $? "dpkg --purge the four packages" "$(tail -5 /tmp/purge.out)"
+check "nothing of them is left in dpkg's database" bash -c "! dpkg -l bcd bc-gateway bc-join-tools postgresql-$pgver-bc-join 2>/dev/null | grep -q '^[a-z][a-z] '"
 check "purge removed /etc/default/bc-gateway" test ! -e /etc/default/bc-gateway
 check "and kept /etc/bc-gateway with the operator's TLS key" test -f /etc/bc-gateway/tls.key
 check "the key directory is still unchanged" bash -c "cd $KEYS && sha256sum -c --quiet /tmp/keys.sum"
