@@ -21,7 +21,7 @@ gateway: build/bc-gateway
 $(GW_OBJS) $(GW_ASAN_OBJS): HOST_CPPFLAGS += $(GW_CFLAGS)
 
 build/bc-gateway: $(GW_OBJS)
-	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(GW_LIBS)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_LDFLAGS) -o $@ $^ $(GW_LIBS)
 
 build/asan/bc-gateway: $(GW_ASAN_OBJS)
 	@mkdir -p $(dir $@)

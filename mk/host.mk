@@ -12,6 +12,8 @@
 
 HOST_CC       ?= cc
 HOST_CFLAGS   ?= -std=c11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE
+# HOST_LDFLAGS: linker flags of bcd and bc-gateway (debian/rules passes dpkg-buildflags's)
+HOST_LDFLAGS  ?=
 HOST_TSS2_MU  := $(shell pkg-config --libs tss2-mu)
 HOST_CPPFLAGS  = -Isrc/common -MMD -MP $(shell pkg-config --cflags tss2-mu)
 HOST_LIBS      = -lssl -lcrypto -ljansson $(HOST_TSS2_MU)
@@ -54,7 +56,7 @@ build/asan/obj/%.o: %.c
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) $(HOST_CPPFLAGS) -c $< -o $@
 
 build/bcd: $(HOST_AGENT_OBJS) $(HOST_COMMON_OBJS)
-	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_LDFLAGS) -o $@ $^ $(HOST_LIBS)
 
 build/jose-tool: $(HOST_JOSE_OBJS) $(HOST_COMMON_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)

@@ -18,6 +18,7 @@ bcd_rc		bcd_cmd_tpm_evidence(int argc, char **argv);	/* tpm_evidence.c */
 bcd_rc		bcd_cmd_sign_discovery(int argc, char **argv);	/* sign_discovery.c */
 bcd_rc		bcd_cmd_serve_discovery(int argc, char **argv);	/* serve_discovery.c */
 bcd_rc		bcd_cmd_ramdisk(int argc, char **argv);	/* ramdisk.c */
+bcd_rc		bcd_cmd_setup(int argc, char **argv);	/* setup.c */
 
 /* The command line of bcd run (renew_cmd 0) and bcd renew (1), then the daemon. */
 bcd_rc		bcd_run_command(int argc, char **argv, int renew_cmd);

@@ -34,6 +34,8 @@ static const bcd_subcommand subcommands[] = {
 	"site agent: vouch for a PXE-booted machine's CSR (discovery evidence)"},
 	{"serve-discovery", bcd_cmd_serve_discovery,
 	"site agent: sign discovery assertions for ramdisks over TLS"},
+	{"setup", bcd_cmd_setup,
+	"write (apply) or probe (check) bcd's systemd user units; lingering off"},
 	{"ramdisk", bcd_cmd_ramdisk,
 	"a PXE-booted ramdisk: join by discovery, key in memory only, run commands"},
 	{NULL, NULL, NULL}

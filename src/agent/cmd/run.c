@@ -3,6 +3,7 @@
  * is core/daemon.c.  `bcd renew` (renew.c) shares this command line.
  */
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "core/commands.h"
 #include "core/daemon.h"
 #include "core/join_request.h"
+#include "core/linger.h"
 
 /* Bounds of --max-retry-after, in seconds. */
 #define MAX_RETRY_AFTER_MAX 86400L
@@ -98,6 +100,11 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       (default 30, [1, 3600])\n"
 			  "  --command-timeout S  a handler is killed after S seconds (default 300,\n"
 			  "                       [1, 3600]); its output is kept up to 8 KiB\n"
+			  "\n"
+			  "The daemon refuses to start when lingering is enabled for its user\n"
+			  "(/var/lib/systemd/linger/USER, loginctl enable-linger): the node\n"
+			  "credential would stay resident while nobody is logged in.\n"
+			  "  --allow-linger       start anyway, with a warning\n"
 			  "\n", stream);
 	if (!renew_cmd)
 	{
@@ -144,6 +151,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"command-handler", required_argument, NULL, 'K'},
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
+		{"allow-linger", no_argument, NULL, 'G'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -187,6 +195,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'c': o->claims = optarg; break;
 			case 'H': o->hostname = optarg; break;
 			case 'o': o->once = 1; break;
+			case 'G': o->allow_linger = 1; break;
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
@@ -287,6 +296,31 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	return BCD_RC_OK;
 }
 
+/*
+ * The daemon and lingering (docs/agent.md, "Running it under systemd"): 1 to
+ * refuse to start (lingering enabled, no --allow-linger), 0 to go on (with a
+ * warning when lingering is enabled, or cannot be told).
+ */
+static int
+refuse_linger(int allow)
+{
+	char		user[256];
+	char		path[PATH_MAX];
+	int			l = bcd_linger_enabled(user, sizeof(user), path, sizeof(path));
+
+	if (l < 0)
+		fprintf(stderr, "bcd run: WARNING: cannot tell whether lingering is enabled for %s (%s)\n",
+				user, path);
+	if (l <= 0)
+		return 0;
+	fprintf(stderr, "bcd run: %slingering is enabled for %s (%s): the user's manager, and "
+			"this daemon with the node credential, would stay running while nobody is logged "
+			"in; %s (loginctl disable-linger %s)\n", allow ? "WARNING: " : "", user, path,
+			allow ? "running anyway (--allow-linger)" : "refusing to start (--allow-linger "
+			"to run anyway)", user);
+	return !allow;
+}
+
 /* bcd run, or with renew_cmd bcd renew: parse the command line, run the daemon (cmd.h). */
 bcd_rc
 bcd_run_command(int argc, char **argv, int renew_cmd)
@@ -301,6 +335,8 @@ bcd_run_command(int argc, char **argv, int renew_cmd)
 	rc = parse_run_args(argc, argv, &opts, &help);
 	if (rc != BCD_RC_OK || help)
 		return rc;
+	if (!opts.once && refuse_linger(opts.allow_linger))
+		return BCD_RC_FAILED;
 	return bcd_daemon_run(&opts);
 }
 

@@ -40,6 +40,7 @@ typedef struct bcd_run_opts
 	long		max_retry_after;	/* seconds, clamp of every wait we are told */
 	double		renew_at;		/* fraction of the lifetime */
 	int			once;
+	int			allow_linger;	/* --allow-linger: warn, do not refuse */
 	int			renew_now;
 	int			renew_cmd;		/* invoked as `bcd renew` */
 	/* the local socket (sessions.c), bcd run without --once only */
