@@ -29,7 +29,7 @@ FUZZ_AGENT_NAMES = fuzz_sock_line fuzz_verify fuzz_discovery_req fuzz_rollover f
 
 FUZZ_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/fuzz/obj/%.o) build/fuzz/obj/test/fuzz/fuzz_common.o
 FUZZ_GW_OBJS     = $(GW_SRCS:%.c=build/fuzz/obj/%.o)
-FUZZ_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/fuzz/obj/%.o)
+FUZZ_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/fuzz/obj/%.o) build/fuzz/obj/build/gen/bcd_units.o
 
 build/fuzz/obj/src/gateway/%.o build/fuzz/obj/test/fuzz/fuzz_gw_%.o: FUZZ_CPPFLAGS += -Isrc/gateway $(GW_CFLAGS)
 build/fuzz/obj/src/agent/%.o build/fuzz/obj/test/fuzz/fuzz_sock_line.o build/fuzz/obj/test/fuzz/fuzz_verify.o build/fuzz/obj/test/fuzz/fuzz_discovery_req.o build/fuzz/obj/test/fuzz/fuzz_rollover.o build/fuzz/obj/test/fuzz/fuzz_peer.o build/fuzz/obj/test/fuzz/fuzz_producer_output.o: FUZZ_CPPFLAGS += -Isrc/agent
