@@ -545,6 +545,9 @@ bc_jwe_seal(EVP_PKEY *recipient, const char *hdr_name, const char *hdr_value,
 	unsigned char tag[GCM_TAG_LEN];
 	unsigned char *ct = NULL;
 	char	   *jwe = NULL;
+	unsigned char *point = NULL;
+	size_t		point_len;
+	EVP_PKEY   *peer = NULL;
 	size_t		total;
 	size_t		used;
 	int			rc = BC_EUNSUPPORTED;
@@ -552,6 +555,23 @@ bc_jwe_seal(EVP_PKEY *recipient, const char *hdr_name, const char *hdr_value,
 	*jwe_out = NULL;
 	if (!bc_pkey_is_p256(recipient))
 		goto out;
+	/*
+	 * Only the recipient's public point takes part: derive against a copy
+	 * of it in the default provider, so that a recipient held by another
+	 * provider (a TPM's key: Debian 13's OpenSSL 3.5 and tpm2-openssl 1.3
+	 * do not derive with it as the peer) seals as a file's key does.  A
+	 * provider that does not give the encoded point (Debian 12's
+	 * tpm2-openssl 1.1) is its own peer, as before.
+	 */
+	rc = BC_ECRYPTO;
+	point_len = EVP_PKEY_get1_encoded_public_key(recipient, &point);
+	if (point_len == 0 || bc_p256_from_point(point, point_len, &peer) != BC_OK)
+	{
+		ERR_clear_error();
+		if (EVP_PKEY_up_ref(recipient) != 1)
+			goto out;
+		peer = recipient;
+	}
 	rc = BC_EINVAL;
 	if (hdr_name != NULL && (hdr_value == NULL || is_reserved_jwe_member(hdr_name)))
 		goto out;
@@ -585,7 +605,7 @@ bc_jwe_seal(EVP_PKEY *recipient, const char *hdr_name, const char *hdr_value,
 	rc = BC_ETOOBIG;
 	if (hdr64_len > JOSE_HEADER_MAX || total > BC_JOSE_MAX)
 		goto out;
-	rc = ecdh_p256(eph, recipient, z);
+	rc = ecdh_p256(eph, peer, z);
 	if (rc == BC_OK)
 		rc = concat_kdf_a256gcm(z, sizeof(z), NULL, 0, NULL, 0, cek);
 	if (rc != BC_OK)
@@ -613,6 +633,8 @@ bc_jwe_seal(EVP_PKEY *recipient, const char *hdr_name, const char *hdr_value,
 out:
 	OPENSSL_cleanse(z, sizeof(z));
 	OPENSSL_cleanse(cek, sizeof(cek));
+	OPENSSL_free(point);
+	EVP_PKEY_free(peer);
 	free(jwe);
 	free(ct);
 	free(hdr64);
