@@ -83,8 +83,8 @@ SELECT ok(:'v1' ~ 'certificate revoked' AND :'v1' ~ 'exit=2', 'openssl verify -c
 \set v2 `openssl verify -crl_check -CRLfile :d/crl1.pem -CAfile :ca :d/leaf2.pem 2>&1; echo "exit=$?"`
 SELECT ok(:'v2' ~ 'leaf2.pem: OK' AND :'v2' ~ 'exit=0', 'and still accepts another node''s');
 \set crl1text `openssl crl -in :d/crl1.pem -noout -text`
-SELECT ok(:'crl1text' ~ upper(:'s1') AND :'crl1text' ~ 'Key Compromise', 'the CRL names the serial and the reason');
-SELECT ok(:'crl1text' ~ upper(:'ss'), 'and the session certificate');
+SELECT ok(:'crl1text' ~ ltrim(upper(:'s1'), '0') AND :'crl1text' ~ 'Key Compromise', 'the CRL names the serial and the reason');
+SELECT ok(:'crl1text' ~ ltrim(upper(:'ss'), '0'), 'and the session certificate');
 
 SELECT throws_ok($$SELECT bc_join.revoke_certificate('00000000000000000000000000000000', 'unspecified')$$, '22023',
 				 'no certificate has this serial', 'an unknown serial is INVALID_INPUT');
