@@ -18,7 +18,7 @@ OBJS        = $(EXT_SRCS:.c=.o) $(COMMON_SRCS:.c=.o)
 # (copied, as pgvector does); 0.1.0's install script is released and kept as
 # it was; every later version is reached by the upgrade scripts
 # sql/bc_join--A--B.sql (docs/development.md, "Changing the schema").
-DATA        = sql/$(EXTENSION)--0.1.0.sql $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
+DATA        = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
 DATA_built  = sql/$(EXTENSION)--$(EXTVERSION).sql
 PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 

@@ -57,7 +57,8 @@ SQL
 ok "$(sql -c "SELECT count(*) FROM bc_join.node_certs WHERE revoked_at IS NOT NULL")" 9 "0.1.0 holds nine revoked node certificates"
 
 sql -c "ALTER EXTENSION bc_join UPDATE"
-ok "$(sql -c "SELECT extversion FROM pg_extension WHERE extname = 'bc_join'")" "0.2.0" "updated to 0.2.0"
+default=$(sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" "$(dirname "$0")/../../bc_join.control")
+ok "$(sql -c "SELECT extversion FROM pg_extension WHERE extname = 'bc_join'")" "$default" "updated through 0.2.0 to $default"
 r() { sql -c "SELECT coalesce(revocation_reason, '-') FROM bc_join.$1 WHERE serial = lpad('$2', 32, '0')"; }
 ok "$(r node_certs 11)" keyCompromise "an operator's key-compromise becomes keyCompromise"
 ok "$(r session_certs a1)" keyCompromise "and so does the session certificate revoked with it"
