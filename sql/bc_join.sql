@@ -44,18 +44,24 @@ $roles$;
 CREATE FUNCTION bc_join.compute_now() RETURNS timestamptz
 	AS 'MODULE_PATHNAME', 'bc_compute_now'
 	LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.compute_now() IS
+	'Returns the service clock, the transaction start plus bc_join.clock_offset seconds, against which every expiry is compared.';
 -- The service clock's current instant: clock_timestamp() plus the same
 -- offset.  What the issuance log records (the insert's time: an open
 -- transaction cannot backdate a row to its start).
 CREATE FUNCTION bc_join.compute_clock() RETURNS timestamptz
 	AS 'MODULE_PATHNAME', 'bc_compute_clock'
 	LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.compute_clock() IS
+	'The service clock''s current instant: clock_timestamp() plus bc_join.clock_offset (the time of an issuance log row).';
 
 -- The version of the loaded library (bc_join.so), beside pg_extension's
 -- extversion of the schema: the library works only on its own (version.c).
 CREATE FUNCTION bc_join.library_version() RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_library_version_sql'
 	LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.library_version() IS
+	'The version of the loaded bc_join library; it works only when it equals the installed extension version (pg_extension.extversion).';
 
 /* -------------------------------------------------------------- domains */
 
@@ -69,6 +75,8 @@ CREATE FUNCTION bc_join.are_agent_roles(roles text[]) RETURNS boolean
 	SELECT roles IS NOT NULL AND pg_catalog.cardinality(roles) >= 1
 		   AND roles OPERATOR(pg_catalog.<@) ARRAY['node', 'site', 'ramdisk']::text[];
 	END;
+COMMENT ON FUNCTION bc_join.are_agent_roles(text[]) IS
+	'Returns whether roles is a non-empty list of agent roles (node, site, ramdisk): the one spelling of the roles in SQL.';
 -- a SHA-256 digest
 CREATE DOMAIN bc_join.sha256 AS bytea CHECK (length(VALUE) = 32);
 -- a session or context selector: 0 to 128 of [A-Za-z0-9._:-]
@@ -81,6 +89,8 @@ CREATE TABLE bc_join.tenants (
 	name text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
 );
+COMMENT ON TABLE bc_join.tenants IS
+	'The tenants; the tenant root exists from the start and receives the refusals no evidence authenticated.';
 -- The root tenant receives refusal events that no evidence authenticated.
 INSERT INTO bc_join.tenants (id, name) VALUES ('root', 'root');
 
@@ -93,6 +103,8 @@ CREATE TABLE bc_join.sites (
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	UNIQUE (id, tenant_id)
 );
+COMMENT ON TABLE bc_join.sites IS
+	'A tenant''s sites; custom (a tenant''s own site) makes its nodes tenant-owned by default.';
 
 CREATE TABLE bc_join.pools (
 	id text PRIMARY KEY,
@@ -103,6 +115,8 @@ CREATE TABLE bc_join.pools (
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	FOREIGN KEY (site_id, tenant_id) REFERENCES bc_join.sites (id, tenant_id)
 );
+COMMENT ON TABLE bc_join.pools IS
+	'A tenant''s pools, each in one of the tenant''s sites: what a join token or an attestor admits a node into.';
 
 /* ------------------------------------------------------------------ nodes */
 
@@ -128,6 +142,8 @@ CREATE TABLE bc_join.nodes (
 	last_seen_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	CHECK (site_id IS NOT NULL OR pool_id IS NOT NULL)
 );
+COMMENT ON TABLE bc_join.nodes IS
+	'The machines that joined: tenant, site, pool, role, state (adopting, active, retired), trust, identity generation, attestor, node key and claims.';
 CREATE INDEX nodes_tenant_idx ON bc_join.nodes (tenant_id);
 
 CREATE TABLE bc_join.node_certs (
@@ -159,6 +175,8 @@ CREATE TABLE bc_join.node_certs (
 		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise',
 		 'renewed', 'reclaimed', 'retired'))
 );
+COMMENT ON TABLE bc_join.node_certs IS
+	'Every node certificate issued: serial, node, identity generation, validity, the certified key''s SPKI SHA-256 (one key, one certificate), allowed command kinds, the DER and its revocation.';
 CREATE INDEX node_certs_node_idx ON bc_join.node_certs (node_id);
 -- One key, one certificate: a CSR key admits at most one join (join:key-reused).
 CREATE UNIQUE INDEX node_certs_spki_idx ON bc_join.node_certs (spki_sha256);
@@ -175,6 +193,8 @@ CREATE TABLE bc_join.node_bindings (
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	PRIMARY KEY (attestor, subject)
 );
+COMMENT ON TABLE bc_join.node_bindings IS
+	'Stable hardware identities (per attestor and subject) bound to one node for good: a machine that joins again is that node.';
 CREATE INDEX node_bindings_node_idx ON bc_join.node_bindings (node_id);
 
 /* ------------------------------------------------------------ join tokens */
@@ -196,6 +216,8 @@ CREATE TABLE bc_join.join_tokens (
 	revoked_at timestamptz,
 	CHECK (site_id IS NOT NULL OR pool_id IS NOT NULL)
 );
+COMMENT ON TABLE bc_join.join_tokens IS
+	'Join tokens: only their secret''s SHA-256, uses, expiry, role, expected claims, reclaim, revocation and the pool or site they admit into.';
 CREATE INDEX join_tokens_tenant_idx ON bc_join.join_tokens (tenant_id);
 
 /* ---------------------------------------------------- provisioning tokens */
@@ -213,6 +235,8 @@ CREATE TABLE bc_join.provisioning_tokens (
 	spent_at timestamptz,
 	revoked_at timestamptz
 );
+COMMENT ON TABLE bc_join.provisioning_tokens IS
+	'One-time tokens for an existing node (the provisioned attestor): only their secret''s SHA-256, expiry, spent and revoked times.';
 CREATE INDEX provisioning_tokens_node_idx ON bc_join.provisioning_tokens (node_id);
 
 -- An optional resolver: maps the nodeId a provisioned agent names to a node id.
@@ -222,6 +246,8 @@ CREATE TABLE bc_join.provisioning_resolver (
 	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	registered_by text NOT NULL DEFAULT session_user
 );
+COMMENT ON TABLE bc_join.provisioning_resolver IS
+	'At most one row: the function that maps the nodeId a provisioned agent names to a node id (superuser).';
 
 /* --------------------------------------------------------------- sessions */
 
@@ -235,6 +261,8 @@ CREATE TABLE bc_join.sessions (
 	provisioned_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	UNIQUE (node_id, session_ref, context_ref)
 );
+COMMENT ON TABLE bc_join.sessions IS
+	'Session identities on nodes (node, session and context selectors), reserved when a session first asks.';
 
 CREATE TABLE bc_join.session_certs (
 	serial text PRIMARY KEY CHECK (serial ~ '^[0-9a-f]{32}$'),
@@ -256,6 +284,8 @@ CREATE TABLE bc_join.session_certs (
 		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
 		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired'))
 );
+COMMENT ON TABLE bc_join.session_certs IS
+	'Every session certificate issued: serial, session, validity, the session key''s SPKI SHA-256, the DER, the node certificate it was proven with, the caller bcd saw, and its revocation.';
 CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
 CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
@@ -281,6 +311,8 @@ CREATE TABLE bc_join.join_requests (
 	expires_at timestamptz NOT NULL,
 	token_id text						-- the token the attestor checked (detail's tokenId)
 );
+COMMENT ON TABLE bc_join.join_requests IS
+	'Joins that wait for an operator (pending, approved, rejected, consumed), bound to the CSR they were made for, with their claims, detail and expiry.';
 CREATE INDEX join_requests_pending_idx ON bc_join.join_requests (created_at)
 	WHERE state = 'pending';
 -- The bounds of create_join_request: pending requests per token, per tenant.
@@ -297,6 +329,8 @@ CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_i
 -- what the round that issued its certificate spent.
 CREATE FUNCTION bc_join.join_round_csr_sha256(repeat_only boolean DEFAULT false) RETURNS bytea
 	AS 'MODULE_PATHNAME', 'bc_join_round_csr_sha256' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.join_round_csr_sha256(boolean) IS
+	'Returns the SHA-256 of the running join round''s CSR (NULL outside one; with repeat_only, NULL outside a repeat of a final round): the default of attestation_uses.csr_sha256.';
 
 -- Exactly as the Attestors page defines it: one row per piece of evidence
 -- that must admit one join at most.
@@ -311,6 +345,8 @@ CREATE TABLE bc_join.attestation_uses (
 	csr_sha256 bc_join.sha256 DEFAULT bc_join.join_round_csr_sha256(),
 	PRIMARY KEY (attestor, subject)
 );
+COMMENT ON TABLE bc_join.attestation_uses IS
+	'Single-use evidence: one row per (attestor, subject hash) consumed, kept until expires_at (NULL: for ever) so a replay is refused.';
 
 CREATE INDEX attestation_uses_expires_idx ON bc_join.attestation_uses (expires_at)
 	WHERE expires_at IS NOT NULL;
@@ -327,6 +363,8 @@ CREATE TABLE bc_join.challenge_deadlines (
 	not_after timestamptz NOT NULL,
 	PRIMARY KEY (attestor, csr_sha256)
 );
+COMMENT ON TABLE bc_join.challenge_deadlines IS
+	'A registered attestor''s challenge: its notAfter for the CSR it was made for, so a final round after it is refused challenge-expired.';
 CREATE INDEX challenge_deadlines_not_after_idx ON bc_join.challenge_deadlines (not_after);
 
 /* ------------------------------------------------------------- x509pop roots */
@@ -344,6 +382,8 @@ CREATE TABLE bc_join.x509pop_roots (
 	not_after timestamptz NOT NULL,
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
 );
+COMMENT ON TABLE bc_join.x509pop_roots IS
+	'External PKIs whose leaves the x509pop attestor admits: each root its own trust store, with the tenant and pool its leaves join.';
 
 /* -------------------------------------------------------------- attestors */
 
@@ -362,10 +402,14 @@ CREATE TABLE bc_join.attestors (
 	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	registered_by text NOT NULL DEFAULT session_user
 );
+COMMENT ON TABLE bc_join.attestors IS
+	'Custom attestors registered with register_attestor: id, version, the roles they may admit and their verify function.';
 
 -- Any change to the registry: every backend forgets the attestors it cached.
 CREATE FUNCTION bc_join.attestors_changed() RETURNS trigger
 	AS 'MODULE_PATHNAME', 'bc_attestors_changed' LANGUAGE C;
+COMMENT ON FUNCTION bc_join.attestors_changed() IS
+	'Trigger on attestors: makes every backend forget the attestors it cached.';
 CREATE TRIGGER attestors_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
 	ON bc_join.attestors FOR EACH STATEMENT EXECUTE FUNCTION bc_join.attestors_changed();
 
@@ -374,6 +418,8 @@ CREATE TABLE bc_join.command_kinds (
 	kind text PRIMARY KEY CHECK (kind ~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$'),
 	description text NOT NULL DEFAULT ''
 );
+COMMENT ON TABLE bc_join.command_kinds IS
+	'The command kinds a certificate''s allowedKinds may name (register_command_kind).';
 INSERT INTO bc_join.command_kinds (kind, description) VALUES
 	('inventory.refresh', 'collect and report the hardware inventory'),
 	('logs.collect', 'collect logs'),
@@ -401,6 +447,8 @@ CREATE TABLE bc_join.refusal_rate (
 	carried bigint NOT NULL DEFAULT 0,		-- suppressed in the window before
 	last_recorded boolean NOT NULL DEFAULT true
 );
+COMMENT ON TABLE bc_join.refusal_rate IS
+	'The rate bound of security.join.refused events: per attestor and refusal, the current minute''s recorded and suppressed counts.';
 
 /* --------------------------------------------------------- events, audit */
 
@@ -411,6 +459,8 @@ CREATE TABLE bc_join.events (
 	payload jsonb NOT NULL DEFAULT '{}',
 	at timestamptz NOT NULL DEFAULT bc_join.compute_now()
 );
+COMMENT ON TABLE bc_join.events IS
+	'What happened, per tenant: type (node.joined, security.join.refused, ...), payload and time; NOTIFY goes to each tenant''s channel.';
 CREATE INDEX events_tenant_at_idx ON bc_join.events (tenant_id, at);
 -- prune_events: appended in time order, so BRIN (small, cheap for joins).
 CREATE INDEX events_at_idx ON bc_join.events USING brin (at);
@@ -435,6 +485,8 @@ CREATE TABLE bc_join.audit_log (
 	-- filtering on the chain, through the whole log for a chain not used lately.
 	PRIMARY KEY (chain, id)
 );
+COMMENT ON TABLE bc_join.audit_log IS
+	'The issuance log: every administrative action and issuance with its actor, in 16 hash chains, append-only (verify_audit_log, audit_anchor).';
 
 -- What a row's hash covers: each field length-prefixed (octets:value|), the
 -- time as microseconds since the Unix epoch, NULL as '-'.  The same bytes
@@ -444,6 +496,8 @@ CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, act
 	RETURNS bytea
 	AS 'MODULE_PATHNAME', 'bc_audit_content'
 	LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.audit_content(bigint, timestamptz, text, text, text, text, jsonb) IS
+	'Returns the bytes an issuance log row''s hash covers: each field length-prefixed, the time in microseconds since the Unix epoch.';
 
 -- The chain this transaction appends to, locked to its end (src/ext/locks.c):
 -- the first of the 16 no other transaction holds, from its backend's own
@@ -454,6 +508,8 @@ CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, act
 CREATE FUNCTION bc_join.audit_chain_take() RETURNS smallint
 	AS 'MODULE_PATHNAME', 'bc_audit_chain_take'
 	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.audit_chain_take() IS
+	'Internal: the issuance log chain this transaction appends to, locked to its end by a lock no SQL function can take (pg_locks: advisory, objsubid 3); for the audit_chain trigger.';
 
 -- Before every insert: the row joins one of 16 chains and, under that
 -- chain's lock (held to the end of the transaction, so the joins of one
@@ -518,6 +574,8 @@ CREATE VIEW bc_join.audit_export AS
 		   coalesce(tenant_id, '-') AS tenant_id, coalesce(node_id, '-') AS node_id,
 		   detail::text AS detail, chain, encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash
 	FROM bc_join.audit_log ORDER BY id;
+COMMENT ON VIEW bc_join.audit_export IS
+	'The issuance log as tools/bc-audit-verify reads it offline (psql \\copy ... CSV HEADER).';
 
 /* ------------------------------------------------------- internal helpers */
 
@@ -526,11 +584,15 @@ CREATE FUNCTION bc_join.new_id(prefix text) RETURNS text
 	LANGUAGE sql VOLATILE
 	SET search_path = pg_catalog, pg_temp
 	AS $$ SELECT prefix || '_' || replace(gen_random_uuid()::text, '-', '') $$;
+COMMENT ON FUNCTION bc_join.new_id(text) IS
+	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
 
 -- 32 random bytes from the server's strong source, base64url without padding.
 CREATE FUNCTION bc_join.random_secret() RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_random_secret'
 	LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.random_secret() IS
+	'Internal: returns 32 random bytes from the server''s strong source as base64url without padding.';
 
 -- Raise INVALID_INPUT (SQLSTATE 22023) with msg; detail carries the code.
 CREATE FUNCTION bc_join.invalid_input(msg text) RETURNS void
@@ -542,6 +604,8 @@ BEGIN
 		DETAIL = 'INVALID_INPUT: the arguments were refused before anything was written.';
 END
 $$;
+COMMENT ON FUNCTION bc_join.invalid_input(text) IS
+	'Internal: raises INVALID_INPUT (SQLSTATE 22023) with msg, the code in the detail; never returns.';
 
 -- Check a function an operator registers for bc_join to call inside a join:
 -- fn must be a plain function of exactly args returning ret (shape says so
@@ -578,6 +642,8 @@ BEGIN
 	END IF;
 END
 $$;
+COMMENT ON FUNCTION bc_join.check_callback(regprocedure, text, regtype[], regtype, text) IS
+	'Internal: refuses (INVALID_INPUT) a function to be registered for joins unless it has exactly the given arguments and result and a SET search_path of its own; the HINT gives the ALTER FUNCTION.';
 
 /* ---------------------------------------------------------- administration */
 
@@ -598,6 +664,8 @@ BEGIN
 	RETURN tid;
 END
 $$;
+COMMENT ON FUNCTION bc_join.create_tenant(text) IS
+	'Creates a tenant with this name and returns its id.';
 
 -- Create a site of a tenant; returns its id.
 CREATE FUNCTION bc_join.create_site(tenant_id text, name text) RETURNS text
@@ -622,6 +690,8 @@ BEGIN
 	RETURN sid;
 END
 $$;
+COMMENT ON FUNCTION bc_join.create_site(text, text) IS
+	'Creates a site of a tenant and returns its id.';
 
 -- Create a pool in a site of the same tenant; returns its id.
 CREATE FUNCTION bc_join.create_pool(tenant_id text, site_id text, name text) RETURNS text
@@ -647,6 +717,8 @@ BEGIN
 	RETURN pid;
 END
 $$;
+COMMENT ON FUNCTION bc_join.create_pool(text, text, text) IS
+	'Creates a pool in a site of the same tenant and returns its id.';
 
 /*
  * Create a join token; returns "<id>.<secret>" once.  Only SHA-256 of the
@@ -737,6 +809,8 @@ BEGIN
 	RETURN tid || '.' || secret;
 END
 $$;
+COMMENT ON FUNCTION bc_join.create_join_token(text, text, integer, interval, text, jsonb, boolean, text) IS
+	'Creates a join token for a pool (or a site) with a number of uses, a lifetime, a role and optional expected claims, and returns "<id>.<secret>", shown this once (only the secret''s SHA-256 is stored).';
 
 -- A one-time provisioning token for an existing node; returned once, only its hash is stored.
 CREATE FUNCTION bc_join.create_provisioning_token(node_id text, ttl interval DEFAULT '1 hour')
@@ -769,6 +843,8 @@ BEGIN
 	RETURN tid || '.' || secret;
 END
 $$;
+COMMENT ON FUNCTION bc_join.create_provisioning_token(text, interval) IS
+	'Creates a one-time provisioning token for an existing node (the provisioned attestor: the machine comes back as that node) and returns it once; only its hash is stored.';
 
 -- Revoke a provisioning token that was not used yet.
 CREATE FUNCTION bc_join.revoke_provisioning_token(token_id text) RETURNS boolean
@@ -791,6 +867,8 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.revoke_provisioning_token(text) IS
+	'Revokes a provisioning token not used yet; returns whether one was revoked.';
 
 -- Register (or with NULL remove) the resolver of provisioned joins:
 -- resolve(node_ref text, context jsonb) RETURNS text, the node id that the
@@ -814,6 +892,8 @@ BEGIN
 		VALUES ('provisioning_resolver.register', jsonb_build_object('resolve', resolve::text));
 END
 $$;
+COMMENT ON FUNCTION bc_join.register_provisioning_resolver(regprocedure) IS
+	'Registers the function (node_ref text, context jsonb) RETURNS text that maps the nodeId a provisioned agent names to a node id (NULL removes it); superuser only.';
 
 -- Revoke a join token: no further join can use it.
 CREATE FUNCTION bc_join.revoke_join_token(token_id text) RETURNS boolean
@@ -836,20 +916,28 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.revoke_join_token(text) IS
+	'Revokes a join token so that no further join can use it; returns true when it was revoked now, false when it was unknown or already revoked.';
 
 /* ------------------------------------------------------------ public keys */
 
 -- The public JWK that signs every JoinResponse (agents pin it).
 CREATE FUNCTION bc_join.signing_jwk() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_signing_jwk' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.signing_jwk() IS
+	'Returns the public JWK of the key that signs every JoinResponse (agents pin it).';
 
 -- The public JWK that sealed tokens are encrypted to.
 CREATE FUNCTION bc_join.encryption_jwk() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_encryption_jwk' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.encryption_jwk() IS
+	'Returns the public JWK that sealed join tokens are encrypted to.';
 
 -- The node CA certificate, PEM.
 CREATE FUNCTION bc_join.node_ca_certificate() RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_node_ca_certificate' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
+	'Returns the node CA certificate as PEM.';
 
 -- Everything an agent pins, in one document: trustDomain, signingKey and
 -- encryptionKey (the current ones), signingKeys and encryptionKeys (every
@@ -860,6 +948,8 @@ CREATE FUNCTION bc_join.node_ca_certificate() RETURNS text
 -- --service-keys.
 CREATE FUNCTION bc_join.service_keys() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_service_keys' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.service_keys() IS
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
 
 -- The rollover agents accept: {"keys": [JWS...]}, service_keys() without
 -- signed, signed once by each signing key in key_dir (the gateway's
@@ -867,6 +957,8 @@ CREATE FUNCTION bc_join.service_keys() RETURNS jsonb
 -- by a key it already pins.
 CREATE FUNCTION bc_join.signed_service_keys() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_signed_service_keys' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.signed_service_keys() IS
+	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';
 
 /* -------------------------------------------------------------- the join */
 
@@ -880,6 +972,8 @@ CREATE FUNCTION public.bc_join(request jsonb) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_join_request'
 	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION public.bc_join(jsonb) IS
+	'Runs one join round of a JoinRequest in this transaction (attestor, node, certificate, bindings, events, audit) and returns {"status", "response"}: the signed result or deferral, or the one uniform refusal.';
 
 /*
  * Renew a node certificate: {"csr": <new key's CSR>, "proof": <JWS by the
@@ -890,6 +984,8 @@ CREATE FUNCTION bc_join.renew(request jsonb) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_renew_request'
 	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.renew(jsonb) IS
+	'Renews a node certificate from a CSR for a new key and a proof signed by the current node key; returns the signed "issued" response or the one refusal, as a join does.';
 
 /*
  * A session credential for a joined node: {"csr": <session key's CSR>,
@@ -900,6 +996,8 @@ CREATE FUNCTION bc_join.issue_session(request jsonb) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_issue_session_request'
 	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.issue_session(jsonb) IS
+	'Issues a session credential to a joined node from a session key''s CSR and a proof signed by the node key; returns the signed response or the one refusal (docs/sessions.md).';
 
 /*
  * Refuse the join under way: raises the uniform refusal (SQLSTATE JR001)
@@ -908,14 +1006,20 @@ CREATE FUNCTION bc_join.issue_session(request jsonb) RETURNS jsonb
  */
 CREATE FUNCTION bc_join.refuse(refusal text, tenant_id text DEFAULT NULL) RETURNS void
 	AS 'MODULE_PATHNAME', 'bc_refuse' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.refuse(text, text) IS
+	'Refuses the join under way with the uniform refusal (SQLSTATE JR001) carrying ''<attestor>:<reason>'' and, when known, the tenant whose events record it; never returns.';
 
 /* ------------------------------------------------- helpers for attestors */
 
 -- base64url without padding, as JoinRequest fields and context hashes use it.
 CREATE FUNCTION bc_join.b64url_encode(data bytea) RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_b64url_encode_sql' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.b64url_encode(bytea) IS
+	'Returns data encoded as base64url without padding.';
 CREATE FUNCTION bc_join.b64url_decode(data text) RETURNS bytea
 	AS 'MODULE_PATHNAME', 'bc_b64url_decode_sql' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.b64url_decode(text) IS
+	'Returns the bytes of base64url text without padding; raises an error on malformed input.';
 
 -- ECDSA P-256 / SHA-256 verification (OpenSSL): public key as PEM
 -- SubjectPublicKeyInfo, signature DER or raw r||s.  For attestors that check
@@ -923,14 +1027,20 @@ CREATE FUNCTION bc_join.b64url_decode(data text) RETURNS bytea
 CREATE FUNCTION bc_join.ecdsa_verify(public_key_pem text, message bytea, signature bytea)
 	RETURNS boolean
 	AS 'MODULE_PATHNAME', 'bc_ecdsa_verify_sql' LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION bc_join.ecdsa_verify(text, bytea, bytea) IS
+	'Verifies an ECDSA P-256 / SHA-256 signature (DER or raw r||s) over message with a PEM SubjectPublicKeyInfo public key and returns whether it holds.';
 
 -- Mark that single-use evidence was consumed in the running join round.
 CREATE FUNCTION bc_join.note_single_use_round() RETURNS void
 	AS 'MODULE_PATHNAME', 'bc_note_single_use_round' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.note_single_use_round() IS
+	'Internal: marks that single-use evidence was consumed in the running join round; returns nothing.';
 
 -- Trigger: single-use evidence was consumed in the running join round.
 CREATE FUNCTION bc_join.note_single_use() RETURNS trigger
 	AS 'MODULE_PATHNAME', 'bc_note_single_use' LANGUAGE C;
+COMMENT ON FUNCTION bc_join.note_single_use() IS
+	'Trigger on attestation_uses: marks that single-use evidence was consumed in the running join round.';
 CREATE TRIGGER attestation_uses_single_use AFTER INSERT ON bc_join.attestation_uses
 	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.note_single_use();
 CREATE TRIGGER join_tokens_single_use AFTER UPDATE OF uses_left ON bc_join.join_tokens
@@ -971,6 +1081,8 @@ BEGIN
 	END IF;
 END
 $$;
+COMMENT ON FUNCTION bc_join.use_once(text, bytea, timestamptz, text) IS
+	'Records a piece of single-use evidence (the SHA-256 subject) for an attestor, or refuses ''<attestor>:reused'' when it was used before (in a repeat, a use spent with the same CSR is the certificate''s own); call it only in a round that returns a result; returns nothing.';
 
 /*
  * Check a join token in any round, without spending it: lock the row,
@@ -982,6 +1094,8 @@ $$;
 CREATE FUNCTION bc_join.check_join_token(attestor text, token text, context jsonb)
 	RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_check_join_token_sql' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
+	'Checks a join token without spending it (secret, revocation, expiry, uses, role, expected claims) and returns {tokenId, tenantId, poolId, siteId, role, allowReclaim}, or refuses ''<attestor>:<reason>''.';
 
 -- Spend one use of a token checked in this transaction (final round only).
 CREATE FUNCTION bc_join.spend_join_token(token_id text) RETURNS void
@@ -997,6 +1111,8 @@ BEGIN
 	END IF;
 END
 $$;
+COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
+	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
 
 /* --------------------------------------------------- join request helpers */
 
@@ -1062,6 +1178,8 @@ BEGIN
 	RETURN rid;
 END
 $$;
+COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
+	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies the tenant''s channel bc_join_requests_<tenant id> and its event stream, and returns the request id.';
 
 /*
  * Consume an approved join request in the round that issues: it must be
@@ -1100,6 +1218,8 @@ BEGIN
 	PERFORM bc_join.note_single_use_round();
 END
 $$;
+COMMENT ON FUNCTION bc_join.consume_join_request(text, jsonb) IS
+	'Consumes an approved join request made for the CSR of context in the round that issues (in a repeat, finds it consumed by the certificate asked for), or refuses ''<attestor>:<reason>''; returns nothing.';
 
 /*
  * The approval round of an attestor in one call: for this CSR, create the
@@ -1136,6 +1256,8 @@ BEGIN
 	RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION bc_join.await_approval(text, text, jsonb, jsonb, integer) IS
+	'Runs the approval round of an attestor: returns a deferral while the join request is new or pending, NULL once it is approved (and consumed), and refuses ''<attestor>:rejected'' when it was rejected or ''<attestor>:request-expired'' once bc_join.join_request_ttl has passed.';
 
 -- What waits for an operator, readable at a glance.
 CREATE VIEW bc_join.pending_join_requests AS
@@ -1164,6 +1286,8 @@ CREATE VIEW bc_join.pending_join_requests AS
 	FROM bc_join.join_requests r JOIN bc_join.tenants t ON t.id = r.tenant_id
 	WHERE r.state = 'pending' AND r.expires_at > bc_join.compute_now()
 	ORDER BY r.created_at;
+COMMENT ON VIEW bc_join.pending_join_requests IS
+	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail, expires_in, the token that made it and, for tpm, whether the EK came with a certificate (ek_chain none or unchained).';
 
 -- Approve a pending join request: the agent's next retry completes the join.
 CREATE FUNCTION bc_join.approve_join_request(request_id text) RETURNS void
@@ -1196,6 +1320,8 @@ BEGIN
 		VALUES ('join_request.approve', r.tenant_id, jsonb_build_object('requestId', r.id));
 END
 $$;
+COMMENT ON FUNCTION bc_join.approve_join_request(text) IS
+	'Approves a pending join request so that the agent''s next retry completes the join; returns nothing.';
 
 -- Reject a pending join request: the agent's next retry is refused.
 CREATE FUNCTION bc_join.reject_join_request(request_id text, reason text) RETURNS void
@@ -1223,6 +1349,8 @@ BEGIN
 		VALUES ('join_request.reject', r.tenant_id, jsonb_build_object('requestId', r.id, 'reason', reason));
 END
 $$;
+COMMENT ON FUNCTION bc_join.reject_join_request(text, text) IS
+	'Rejects a pending join request with a reason so that the agent''s next retry is refused; returns nothing.';
 
 /* -------------------------------------------------- attestor registration */
 
@@ -1255,6 +1383,8 @@ BEGIN
 														'roles', roles, 'verify', verify::text));
 END
 $$;
+COMMENT ON FUNCTION bc_join.register_attestor(text, text, text[], regprocedure) IS
+	'Registers (or re-registers) a custom attestor: its id, version, the roles it may admit and its verify function, which must carry its own SET search_path; superuser only; returns nothing.';
 
 -- Remove a custom attestor; a built-in with the same id takes over again.
 CREATE FUNCTION bc_join.unregister_attestor(id text) RETURNS boolean
@@ -1271,6 +1401,8 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.unregister_attestor(text) IS
+	'Removes a custom attestor, so that a built-in with the same id takes over again; returns true when one was removed.';
 
 -- Register a command kind that allowedKinds may name.
 CREATE FUNCTION bc_join.register_command_kind(kind text, description text DEFAULT '')
@@ -1286,6 +1418,8 @@ BEGIN
 		VALUES (kind, coalesce(description, '')) ON CONFLICT DO NOTHING;
 END
 $$;
+COMMENT ON FUNCTION bc_join.register_command_kind(text, text) IS
+	'Registers a command kind (dotted lower-case words, like disk.wipe) that allowedKinds may name, keeping an existing one as it is; returns nothing.';
 
 /* ------------------------------------------------------------------ nodes */
 
@@ -1326,12 +1460,16 @@ BEGIN
 	END LOOP;
 END
 $$;
+COMMENT ON FUNCTION bc_join.audit_log_problems(integer) IS
+	'Checks the issuance log''s hash chain and returns the first rows (at most max_rows) that do not hold, with why: altered, or not linked to the row before (a row removed or inserted).';
 
 -- true when the whole issuance log chains (contract name).
 CREATE FUNCTION bc_join.verify_audit_log() RETURNS boolean
 	LANGUAGE sql STABLE
 	SET search_path = pg_catalog, pg_temp
 	AS $$ SELECT NOT EXISTS (SELECT 1 FROM bc_join.audit_log_problems(1)) $$;
+COMMENT ON FUNCTION bc_join.verify_audit_log() IS
+	'Returns whether the whole issuance log chains: no row altered, removed or inserted.';
 
 -- The chains' heads signed by the service signing key (a JWS, the same key as
 -- every JoinResponse): published (the gateway's GET /v1/audit-anchor, or
@@ -1339,6 +1477,8 @@ CREATE FUNCTION bc_join.verify_audit_log() RETURNS boolean
 CREATE FUNCTION bc_join.audit_anchor() RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_audit_anchor' LANGUAGE C STABLE SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.audit_anchor() IS
+	'Returns the issuance log''s head (id, hash, time) as a JWS signed by the service signing key, to publish: a later rewrite of the history shows against it.';
 
 -- An anchor published earlier (bc_join.audit_anchor()'s JWS), its signature
 -- checked with a signing key this service holds (current, next or
@@ -1347,6 +1487,8 @@ CREATE FUNCTION bc_join.audit_anchor() RETURNS text
 CREATE FUNCTION bc_join.audit_anchor_payload(anchor text) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_audit_anchor_payload' LANGUAGE C STABLE STRICT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.audit_anchor_payload(text) IS
+	'The payload of an audit anchor this service signed, its signature checked with a signing key the service holds; INVALID_INPUT otherwise.';
 
 -- The log against an anchor published earlier: every row the anchor names
 -- (the newest, and each chain's last) must be in the log, in its chain,
@@ -1406,6 +1548,8 @@ BEGIN
 	END LOOP;
 END
 $$;
+COMMENT ON FUNCTION bc_join.audit_anchor_problems(text) IS
+	'Where the issuance log does not hold against an anchor published earlier (a row it names missing or rewritten, or the log behind it after a restore from an older backup), one row each, or none.';
 
 -- The same, and the log holds against an anchor published earlier: it is
 -- not behind it (audit_anchor_problems above).
@@ -1414,6 +1558,8 @@ CREATE FUNCTION bc_join.verify_audit_log(anchor text) RETURNS boolean
 	SET search_path = pg_catalog, pg_temp
 	AS $$ SELECT bc_join.verify_audit_log()
 				 AND NOT EXISTS (SELECT 1 FROM bc_join.audit_anchor_problems(anchor)) $$;
+COMMENT ON FUNCTION bc_join.verify_audit_log(text) IS
+	'True when the issuance log holds (verify_audit_log()) and is not behind the given anchor published earlier: every row the anchor names is in the log with the hash it signed.';
 
 /* ------------------------------------------------------------ revocation */
 
@@ -1438,6 +1584,8 @@ BEGIN
 	END IF;
 END
 $$;
+COMMENT ON FUNCTION bc_join.check_revocation_reason(text) IS
+	'Internal: raises INVALID_INPUT unless reason is one of the RFC 5280 reason names an operator revokes for; returns nothing.';
 
 -- Revoke one certificate, a node's or a session's, by serial; revoking a node
 -- certificate revokes the session certificates asked with it.  reason: one
@@ -1499,6 +1647,8 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.revoke_certificate(text, text) IS
+	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it) for an RFC 5280 reason name, audited and evented; returns false when it was revoked already.';
 
 -- Revoke every live certificate of a node, and the session certificates asked
 -- with them, for an RFC 5280 reason (check_revocation_reason); returns how
@@ -1527,6 +1677,8 @@ BEGIN
 	RETURN n;
 END
 $$;
+COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
+	'Revokes every live certificate of a node and the session certificates asked with them for an RFC 5280 reason name; returns how many node certificates were revoked.';
 
 -- Every revoked certificate, node and session, with its reason.
 CREATE VIEW bc_join.revoked_certificates AS
@@ -1539,17 +1691,23 @@ CREATE VIEW bc_join.revoked_certificates AS
 		   sc.not_after, sc.not_after <= bc_join.compute_now()
 	FROM bc_join.session_certs sc JOIN bc_join.sessions s ON s.id = sc.session_id
 	WHERE sc.revoked_at IS NOT NULL;
+COMMENT ON VIEW bc_join.revoked_certificates IS
+	'Every revoked certificate, node and session: serial, kind, node, tenant, when, reason, and whether it has expired since.';
 
 -- The node CA's CRL (DER): every revoked certificate not yet expired.
 CREATE FUNCTION bc_join.crl() RETURNS bytea
 	AS 'MODULE_PATHNAME', 'bc_crl' LANGUAGE C STABLE SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.crl() IS
+	'Returns the node CA''s CRL (DER, RFC 5280): every revoked certificate not yet expired, nextUpdate bc_join.crl_validity seconds on.';
 -- The same as PEM, for psql and openssl.
 CREATE FUNCTION bc_join.crl_pem() RETURNS text
 	LANGUAGE sql STABLE
 	SET search_path = pg_catalog, pg_temp
 	AS $$ SELECT '-----BEGIN X509 CRL-----' || E'\n' || encode(bc_join.crl(), 'base64') || E'\n'
 				 || '-----END X509 CRL-----' || E'\n' $$;
+COMMENT ON FUNCTION bc_join.crl_pem() IS
+	'Returns bc_join.crl() as PEM, for psql and openssl.';
 
 -- Retire a node: state retired, certificates revoked, bindings dropped.
 CREATE FUNCTION bc_join.retire_node(node_id text) RETURNS void
@@ -1578,6 +1736,8 @@ BEGIN
 	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.retire', tenant, node_id);
 END
 $$;
+COMMENT ON FUNCTION bc_join.retire_node(text) IS
+	'Retires a node (state retired, certificates revoked, bindings dropped); returns nothing.';
 
 -- Delete a node with its certificates and bindings.
 CREATE FUNCTION bc_join.delete_node(node_id text) RETURNS void
@@ -1597,6 +1757,8 @@ BEGIN
 	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.delete', tenant, node_id);
 END
 $$;
+COMMENT ON FUNCTION bc_join.delete_node(text) IS
+	'Deletes a node with its certificates and bindings; returns nothing.';
 
 /* ------------------------------------------------------------- x509pop roots */
 
@@ -1604,6 +1766,8 @@ CREATE FUNCTION bc_join.x509pop_root_parse(certificate_pem text, OUT der bytea, 
 										   OUT subject text, OUT not_after timestamptz)
 	AS 'MODULE_PATHNAME', 'bc_x509pop_root_parse'
 	LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION bc_join.x509pop_root_parse(text) IS
+	'Internal: parses exactly one PEM CA certificate within x509pop''s key limits and returns its DER, SHA-256, subject and notAfter; raises INVALID_INPUT otherwise.';
 
 -- Add an external PKI root for x509pop: its leaves join tenant_id's pool_id; returns the root's id.
 CREATE FUNCTION bc_join.add_x509pop_root(certificate_pem text, tenant_id text, pool_id text)
@@ -1639,6 +1803,8 @@ BEGIN
 	RETURN rid;
 END
 $$;
+COMMENT ON FUNCTION bc_join.add_x509pop_root(text, text, text) IS
+	'Adds one PEM CA certificate of an external PKI as an x509pop root (its own trust store, never merged with another) whose leaves join the tenant''s pool, and returns the root''s id.';
 
 -- Remove an x509pop root; returns whether one was removed.  Nodes it admitted stay.
 CREATE FUNCTION bc_join.remove_x509pop_root(root_id text) RETURNS boolean
@@ -1658,6 +1824,8 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.remove_x509pop_root(text) IS
+	'Removes an x509pop root so that its leaves no longer join; returns true when one was removed.';
 
 /* ------------------------------------------------------------- housekeeping */
 
@@ -1696,12 +1864,16 @@ BEGIN
 	RETURN n + m;
 END
 $$;
+COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
+	'Deletes up to batch expired attestation_uses rows, and challenge_deadlines past bc_join.retain_join_requests, without waiting on joins and returns how many it deleted: call it again until it returns 0.';
 
 -- A retention or staleness setting (bc_join.retain_*, stale_after,
 -- x509pop_grace, without the prefix) as an interval.
 CREATE FUNCTION bc_join.setting_interval(name text) RETURNS interval
 	AS 'MODULE_PATHNAME', 'bc_setting_interval'
 	LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.setting_interval(text) IS
+	'Returns a retention or staleness setting (retain_events, retain_expired_certificates, retain_sessions, retain_join_requests, stale_after, x509pop_grace) as an interval.';
 
 /*
  * Retention.  Each prune_* deletes up to batch rows past their retention
@@ -1730,6 +1902,8 @@ BEGIN
 	RETURN n;
 END
 $$;
+COMMENT ON FUNCTION bc_join.prune_events(integer) IS
+	'Deletes up to batch events older than bc_join.retain_events without waiting on joins and returns how many it deleted: call it again until it returns 0.';
 
 /*
  * Node and session certificates expired more than
@@ -1772,6 +1946,8 @@ BEGIN
 	RETURN n + m;
 END
 $$;
+COMMENT ON FUNCTION bc_join.prune_certificates(integer) IS
+	'Deletes up to batch node and session certificates expired longer than bc_join.retain_expired_certificates ago (never an unexpired one, never a node''s newest) and returns how many.';
 
 /*
  * Sessions provisioned, and with no certificate expiring, within the last
@@ -1800,6 +1976,8 @@ BEGIN
 	RETURN n;
 END
 $$;
+COMMENT ON FUNCTION bc_join.prune_sessions(integer) IS
+	'Deletes up to batch sessions with no certificate expiring within bc_join.retain_sessions, with their certificates, and returns how many.';
 
 /*
  * Join requests past bc_join.retain_join_requests (30 days): rejected or
@@ -1829,6 +2007,8 @@ BEGIN
 	RETURN n;
 END
 $$;
+COMMENT ON FUNCTION bc_join.prune_join_requests(integer) IS
+	'Deletes up to batch join requests decided, or expired, longer than bc_join.retain_join_requests ago (never a pending one not expired) and returns how many.';
 
 -- One batch of each prune (attestation uses too); returns the counts as
 -- jsonb.  Call it again until every count is 0.
@@ -1845,6 +2025,8 @@ BEGIN
 		'attestationUses', bc_join.prune_attestation_uses(batch));
 END
 $$;
+COMMENT ON FUNCTION bc_join.prune(integer) IS
+	'Runs one batch of every prune (events, certificates, sessions, join requests, attestation uses) and returns the counts as jsonb: call it again until every count is 0.';
 
 -- Live nodes not seen (joined, renewed, asked for a session) for
 -- bc_join.stale_after (3 days), longest unseen first, with the notAfter of
@@ -1858,6 +2040,8 @@ CREATE VIEW bc_join.stale_nodes AS
 	WHERE n.state <> 'retired'
 	  AND n.last_seen_at < bc_join.compute_now() - bc_join.setting_interval('stale_after')
 	ORDER BY n.last_seen_at;
+COMMENT ON VIEW bc_join.stale_nodes IS
+	'Live nodes not seen (joined, renewed, asked for a session) for bc_join.stale_after, longest unseen first, with the notAfter of their newest certificate.';
 
 /* ------------------------------------------------------------- statistics */
 
@@ -1868,16 +2052,22 @@ CREATE FUNCTION bc_join.attestor_stats(
 	OUT p50_ms double precision, OUT p99_ms double precision, OUT histogram jsonb)
 	RETURNS SETOF record
 	AS 'MODULE_PATHNAME', 'bc_attestor_stats' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.attestor_stats() IS
+	'Returns, from shared memory, one row per attestor and outcome since the last reset: calls, total, mean, min, max, p50 and p99 milliseconds, and the latency histogram (read it through the attestor_statistics view).';
 
 -- The counterpart of meteredAttestor: verifications by attestor and outcome
 -- (admitted, deferred-approval, deferred-challenge, refused, error) and their
 -- timing.  p50/p99 are the upper bounds of the histogram buckets holding them.
 CREATE VIEW bc_join.attestor_statistics AS
 	SELECT * FROM bc_join.attestor_stats() ORDER BY attestor, outcome;
+COMMENT ON VIEW bc_join.attestor_statistics IS
+	'Verifications by attestor and outcome (admitted, deferred-approval, deferred-challenge, refused, error) since the last reset, with their timing in milliseconds (p50/p99 are histogram bucket bounds).';
 
 -- Forget every counter; returns when.
 CREATE FUNCTION bc_join.attestor_stats_reset() RETURNS timestamptz
 	AS 'MODULE_PATHNAME', 'bc_attestor_stats_reset' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.attestor_stats_reset() IS
+	'Forgets every attestor counter in shared memory and returns the time of the reset.';
 
 /* ------------------------------------------------------- challenge state */
 
@@ -1891,6 +2081,8 @@ CREATE FUNCTION bc_join.attestor_stats_reset() RETURNS timestamptz
 CREATE FUNCTION bc_join.seal_challenge_state(attestor text, plaintext jsonb, not_after timestamptz)
 	RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_seal_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.seal_challenge_state(text, jsonb, timestamptz) IS
+	'Seals an attestor''s challenge state under challenge.key (AEAD), bound to the attestor, the CSR, the role and notAfter; returns it as text for the challenge (call it in the round that defers).';
 
 /*
  * The plaintext of a state sealed by seal_challenge_state in the round
@@ -1901,6 +2093,8 @@ CREATE FUNCTION bc_join.seal_challenge_state(attestor text, plaintext jsonb, not
 CREATE FUNCTION bc_join.open_challenge_state(attestor text, state text)
 	RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_open_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.open_challenge_state(text, text) IS
+	'Opens challenge state sealed in an earlier round and returns its plaintext, or refuses ''<attestor>:state-mismatch'' or ''<attestor>:challenge-expired''.';
 
 /* ------------------------------------------------------------------- tpm */
 
@@ -1913,6 +2107,8 @@ CREATE TABLE bc_join.tpm_ek_certificates (
 	added_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	added_by text NOT NULL DEFAULT session_user
 );
+COMMENT ON TABLE bc_join.tpm_ek_certificates IS
+	'EK roots and intermediates of TPM vendors that the tpm attestor chains EK certificates to (add_tpm_ek_root).';
 
 -- EKs an operator enrolled, by SHA-256 of their SPKI: trusted, and their tenant.
 CREATE TABLE bc_join.tpm_ek_enrollments (
@@ -1929,6 +2125,8 @@ CREATE TABLE bc_join.tpm_ek_enrollments (
 	CHECK (pool_id IS NOT NULL OR site_id IS NOT NULL),
 	CHECK ((pcr_selection IS NULL) = (pcr_values IS NULL))
 );
+COMMENT ON TABLE bc_join.tpm_ek_enrollments IS
+	'EKs an operator enrolled, by the SHA-256 of their SPKI: trusted without a chain, each for its tenant.';
 
 -- PCR policies per tenant (pool_id NULL) or per pool: the quote must show these values.
 CREATE TABLE bc_join.tpm_pcr_policies (
@@ -1939,6 +2137,8 @@ CREATE TABLE bc_join.tpm_pcr_policies (
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	created_by text NOT NULL DEFAULT session_user
 );
+COMMENT ON TABLE bc_join.tpm_pcr_policies IS
+	'PCR policies per tenant (pool_id NULL) or per pool: the PCR values a tpm node''s quote must show.';
 CREATE UNIQUE INDEX tpm_pcr_policies_idx ON bc_join.tpm_pcr_policies (tenant_id, coalesce(pool_id, ''));
 
 -- Per tenant: what an EK neither enrolled nor chained gets (default refuse).
@@ -1946,6 +2146,8 @@ CREATE TABLE bc_join.tpm_settings (
 	tenant_id text PRIMARY KEY REFERENCES bc_join.tenants (id),
 	enrollment text NOT NULL CHECK (enrollment IN ('refuse', 'approval'))
 );
+COMMENT ON TABLE bc_join.tpm_settings IS
+	'Per tenant: what an EK neither enrolled nor chained gets: refuse (the default) or approval (a join request for an operator).';
 
 -- What the last tpm join proved of an EK: renewal checks it is still trusted.
 CREATE TABLE bc_join.tpm_eks (
@@ -1954,12 +2156,18 @@ CREATE TABLE bc_join.tpm_eks (
 	ek_certificate bytea,				-- NULL when the EK was enrolled
 	seen_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
 );
+COMMENT ON TABLE bc_join.tpm_eks IS
+	'What the last tpm join proved of a node''s EK, which renewal checks is still trusted.';
 
 -- The checks behind the configuration functions (C: the attestor's own parsers).
 CREATE FUNCTION bc_join.tpm_pcr_selection(selection text, pcr_values bytea) RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_tpm_pcr_selection_sql' LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION bc_join.tpm_pcr_selection(text, bytea) IS
+	'Checks a PCR selection (tpm2-tools syntax, e.g. sha256:0-7) against its expected PCR values and returns the normalised selection; raises 22023 when they do not fit.';
 CREATE FUNCTION bc_join.tpm_ek_certificate(certificate_pem text) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_tpm_ek_certificate_sql' LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION bc_join.tpm_ek_certificate(text) IS
+	'Parses one PEM EK root or intermediate certificate and returns what the tpm attestor keeps of it (DER, SHA-256, whether self-signed); raises 22023 otherwise.';
 
 /*
  * Add an EK root (a self-signed CA certificate) or an intermediate (any
@@ -1984,6 +2192,8 @@ BEGIN
 	RETURN c->>'sha256';
 END
 $$;
+COMMENT ON FUNCTION bc_join.add_tpm_ek_root(text) IS
+	'Adds an EK root (self-signed) or intermediate certificate that tpm EK certificates may chain to; returns the hex SHA-256 of its DER.';
 
 -- Remove an EK root or intermediate by the hex SHA-256 add_tpm_ek_root returned.
 CREATE FUNCTION bc_join.remove_tpm_ek_root(sha256 text) RETURNS boolean
@@ -2003,6 +2213,8 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.remove_tpm_ek_root(text) IS
+	'Removes an EK root or intermediate by the hex SHA-256 of its DER; returns whether one was removed.';
 
 /*
  * Enroll an EK by the hex SHA-256 of its SPKI (sha256sum of
@@ -2057,6 +2269,8 @@ BEGIN
 								   'pcrSelection', sel, 'requestId', request_id));
 END
 $$;
+COMMENT ON FUNCTION bc_join.enroll_tpm_ek(text, text, text, text, text, bytea, text) IS
+	'Enrolls an EK by the hex SHA-256 of its SubjectPublicKeyInfo for a tenant (and pool or site, and an optional PCR policy): it joins without an EK certificate or token.';
 
 -- Forget an EK's enrollment.
 CREATE FUNCTION bc_join.unenroll_tpm_ek(ek_spki_sha256 text) RETURNS boolean
@@ -2079,6 +2293,8 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.unenroll_tpm_ek(text) IS
+	'Removes an EK enrollment; returns whether one was removed.';
 
 /*
  * The PCR policy of a tenant (pool_id NULL) or of one of its pools:
@@ -2115,6 +2331,8 @@ BEGIN
 		VALUES ('tpm.pcr_policy.set', tenant_id, jsonb_build_object('poolId', pool_id, 'selection', sel));
 END
 $$;
+COMMENT ON FUNCTION bc_join.set_tpm_pcr_policy(text, text, text, bytea) IS
+	'Sets (or with NULL values removes) the PCR policy of a tenant, or of one of its pools: the selection and the expected PCR values a tpm quote must match.';
 
 /*
  * What a tenant's EK that is neither enrolled nor chained to a root gets
@@ -2138,6 +2356,8 @@ BEGIN
 		VALUES ('tpm.enrollment_mode.set', tenant_id, jsonb_build_object('mode', mode));
 END
 $$;
+COMMENT ON FUNCTION bc_join.set_tpm_enrollment_mode(text, text) IS
+	'Sets what happens to an EK neither enrolled nor chained that comes with a tenant''s sealed token: refuse (the default) or approval (a pending join request that approve_join_request enrolls).';
 
 
 /* -------------------------------------------------------------- cloud-iid */
@@ -2161,6 +2381,8 @@ CREATE TABLE bc_join.cloud_trust (
 	CHECK ((provider, kind) IN (('aws', 'certificate'), ('azure', 'root'),
 								('azure', 'intermediate'), ('gcp', 'jwks')))
 );
+COMMENT ON TABLE bc_join.cloud_trust IS
+	'What each cloud provider''s instance identity documents are verified with (AWS region certificates, Azure roots and intermediates, Google''s JWKS); nothing is built in.';
 
 -- Per provider: whether it is enabled, and its settings.
 --   gcp:   audience (required), the JWT's aud is '<audience>#<csrSha256>'
@@ -2174,6 +2396,8 @@ CREATE TABLE bc_join.cloud_providers (
 	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	updated_by text NOT NULL DEFAULT session_user
 );
+COMMENT ON TABLE bc_join.cloud_providers IS
+	'Per cloud provider: whether the cloud-iid attestor accepts it, and its settings.';
 
 -- Which tenant and pool a cloud account joins: exactly one mapping per
 -- (provider, account).  account: the AWS accountId, the GCP project_id, the
@@ -2190,6 +2414,8 @@ CREATE TABLE bc_join.cloud_accounts (
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	created_by text NOT NULL DEFAULT session_user
 );
+COMMENT ON TABLE bc_join.cloud_accounts IS
+	'Which tenant and pool a cloud account joins: exactly one mapping per provider and account.';
 CREATE INDEX cloud_accounts_account_idx ON bc_join.cloud_accounts (provider, account);
 
 -- An optional resolver for accounts without a mapping.
@@ -2199,6 +2425,8 @@ CREATE TABLE bc_join.cloud_resolver (
 	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	registered_by text NOT NULL DEFAULT session_user
 );
+COMMENT ON TABLE bc_join.cloud_resolver IS
+	'At most one row: the function that maps an unmapped cloud account to a tenant and pool (superuser).';
 
 -- The trust material parses (C: certificates, a JWKS with RSA keys).
 CREATE FUNCTION bc_join.cloud_trust_check() RETURNS trigger
@@ -2216,6 +2444,8 @@ BEGIN
 		DETAIL = 'INVALID_CONFIG: the cloud-iid configuration would be inconsistent.';
 END
 $$;
+COMMENT ON FUNCTION bc_join.invalid_config(text) IS
+	'Internal: raises INVALID_CONFIG (SQLSTATE F0000) with msg; never returns.';
 
 CREATE FUNCTION bc_join.cloud_providers_check() RETURNS trigger
 	LANGUAGE plpgsql
@@ -2287,6 +2517,8 @@ CREATE FUNCTION bc_join.cloud_instance_bind(provider text, account text, instanc
 	SET search_path = pg_catalog, pg_temp
 	AS $$ SELECT sha256(convert_to(provider, 'UTF8') || '\x00'::bytea || convert_to(account, 'UTF8')
 						|| '\x00'::bytea || convert_to(instance, 'UTF8')) $$;
+COMMENT ON FUNCTION bc_join.cloud_instance_bind(text, text, text) IS
+	'Returns the cloud-iid bind of an instance, SHA-256(provider 0x00 account 0x00 instance), as node_bindings and attestation_uses hold it.';
 
 /*
  * Let an instance be admitted once more: its once-forever use is dropped,
@@ -2338,6 +2570,8 @@ BEGIN
 	RETURN n > 0;
 END
 $$;
+COMMENT ON FUNCTION bc_join.reset_cloud_instance(text, text, text) IS
+	'Lets a cloud instance (provider, account, instance, as the refusal event names them) be admitted once more, reclaiming the node bound to it; audited and evented; returns whether it had been admitted.';
 
 -- Register the function (provider text, account text, context jsonb)
 -- RETURNS jsonb ({"tenantId", "poolId"} or NULL) that maps accounts without
@@ -2361,6 +2595,8 @@ BEGIN
 		VALUES ('cloud_resolver.register', jsonb_build_object('resolve', resolve::text));
 END
 $$;
+COMMENT ON FUNCTION bc_join.register_cloud_resolver(regprocedure) IS
+	'Registers the function (provider text, account text, context jsonb) RETURNS jsonb that maps a cloud account without a cloud_accounts row to {"tenantId", "poolId"} (NULL removes it); superuser only.';
 
 /* --------------------------------------------------------------- commands */
 
@@ -2375,6 +2611,8 @@ CREATE FUNCTION bc_join.kind_allowed(allowed text[], kind text) RETURNS boolean
 		OR EXISTS (SELECT 1 FROM unnest(allowed) AS a
 				   WHERE right(a, 2) = '.*' AND length(a) > 2 AND starts_with(kind, left(a, -1)))
 $$;
+COMMENT ON FUNCTION bc_join.kind_allowed(text[], text) IS
+	'Whether allowed_kinds (exact kinds or prefix.* globs; NULL allows all) admits a command kind.';
 
 -- Commands for a node, fetched by the node (bc_join.fetch_commands) with a
 -- proof by its current key, and completed by it (bc_join.complete_command).
@@ -2395,6 +2633,8 @@ CREATE TABLE bc_join.commands (
 	completed_at timestamptz,
 	CHECK (expires_at > created_at AND expires_at <= created_at + interval '7 days')
 );
+COMMENT ON TABLE bc_join.commands IS
+	'Commands queued for nodes, fetched and completed by them with a proof by the node key: kind, payload, state, attempts, the certificate that fetched them, the result.';
 CREATE INDEX commands_node_open_idx ON bc_join.commands (node_id, created_at)
 	WHERE state IN ('queued', 'dispatched');
 
@@ -2453,6 +2693,8 @@ BEGIN
 	RETURN cid;
 END
 $$;
+COMMENT ON FUNCTION bc_join.enqueue_command(text, text, jsonb) IS
+	'Queues a command (a registered kind the node''s live certificate allows, a JSON object payload) for one hour; returns its id.';
 
 /*
  * A node's commands, handed out signed: {"proof": <JWS by the node key over
@@ -2463,6 +2705,8 @@ CREATE FUNCTION bc_join.fetch_commands(request jsonb) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_fetch_commands_request'
 	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.fetch_commands(jsonb) IS
+	'A node''s queued commands whose kinds its proving certificate allows, signed by the service key; proven by the node key (purpose commands).';
 
 /*
  * A dispatched command's outcome: {"proof": <JWS by the node key over purpose
@@ -2473,6 +2717,8 @@ CREATE FUNCTION bc_join.complete_command(request jsonb) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_complete_command_request'
 	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.complete_command(jsonb) IS
+	'Records a dispatched command''s outcome (done or failed, a JSON object result); proven by the node key (purpose complete).';
 
 -- What operators read: every command with its node, tenant and outcome.
 CREATE VIEW bc_join.command_status AS
@@ -2480,6 +2726,8 @@ CREATE VIEW bc_join.command_status AS
 		   c.created_by, c.expires_at, c.dispatched_at, c.dispatched_serial, c.completed_at,
 		   c.result, (c.result->>'exitCode')::text AS exit_code, c.result->>'reason' AS reason
 	FROM bc_join.commands c JOIN bc_join.nodes n ON n.id = c.node_id;
+COMMENT ON VIEW bc_join.command_status IS
+	'Every command: node, tenant, kind, state, attempts, when dispatched and to which certificate, the result.';
 
 /* -------------------------------------------------------------- discovery */
 
@@ -2499,6 +2747,8 @@ CREATE TABLE bc_join.discovery_sites (
 	cert_ttl_seconds integer NOT NULL DEFAULT 7200 CHECK (cert_ttl_seconds BETWEEN 60 AND 7200),
 	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
 );
+COMMENT ON TABLE bc_join.discovery_sites IS
+	'Sites whose PXE-booted ramdisks may join by the discovery attestor: approval mode, the kinds and lifetime of their certificates, the site epoch.';
 
 -- The machines (MACs) of a site that joined by discovery before, or that an
 -- operator lists: known to approval 'unknown-machines'.
@@ -2510,6 +2760,8 @@ CREATE TABLE bc_join.discovery_machines (
 	last_joined_at timestamptz,
 	PRIMARY KEY (site_id, mac)
 );
+COMMENT ON TABLE bc_join.discovery_machines IS
+	'The machines (MACs) of a discovery site that joined by discovery before or that an operator listed: known to approval unknown-machines.';
 
 -- Enable discovery on a site, or change its approval mode, its kinds (NULL
 -- keeps them; at first the six defaults) and its ramdisks' certificate
@@ -2553,6 +2805,8 @@ BEGIN
 				'allowedKinds', allowed_kinds, 'certTtlSeconds', cert_ttl_seconds));
 END
 $$;
+COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
+	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';
 
 -- Move a site's discovery epoch on: every assertion signed before is refused.
 CREATE FUNCTION bc_join.bump_site_epoch(site_id text) RETURNS bigint
@@ -2574,6 +2828,8 @@ BEGIN
 	RETURN e;
 END
 $$;
+COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
+	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';
 
 -- A site agent re-keyed (a join, a reclaim, a renewal: any new certificate):
 -- its site's epoch moves on.  Done where the certificate is issued
@@ -2589,6 +2845,8 @@ CREATE FUNCTION bc_join.site_epoch(request jsonb) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_site_epoch_request'
 	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.site_epoch(jsonb) IS
+	'A site agent''s site and its current discovery epoch, signed by the service key; proven by the site agent''s node key (purpose site-epoch).';
 
 /* ------------------------------------------------------- tenant operators */
 
@@ -2617,6 +2875,8 @@ CREATE TABLE bc_join.tenant_operator_grants (
 	granted_by text NOT NULL DEFAULT session_user,
 	PRIMARY KEY (role, tenant_id)
 );
+COMMENT ON TABLE bc_join.tenant_operator_grants IS
+	'Which role operates which tenant (grant_tenant_operator): what row-level security and check_tenant read.';
 CREATE INDEX tenant_operator_grants_tenant_idx ON bc_join.tenant_operator_grants (tenant_id);
 
 -- The role that called, also inside a SECURITY DEFINER function (where
@@ -2632,6 +2892,8 @@ CREATE FUNCTION bc_join.calling_role() RETURNS oid
 						   THEN session_user::text
 						   ELSE pg_catalog.current_setting('role') END
 $$;
+COMMENT ON FUNCTION bc_join.calling_role() IS
+	'Internal: the role that called, also inside a SECURITY DEFINER function: the role SET ROLE made current, else the session''s user.';
 
 -- Whether the calling role operates every tenant: the superuser, and the
 -- members of bc_join_operator (with its privileges).
@@ -2639,6 +2901,8 @@ CREATE FUNCTION bc_join.is_platform_operator() RETURNS boolean
 	LANGUAGE sql STABLE
 	SET search_path = pg_catalog, pg_temp
 	AS $$ SELECT coalesce(pg_catalog.pg_has_role(bc_join.calling_role(), 'bc_join_operator', 'USAGE'), false) $$;
+COMMENT ON FUNCTION bc_join.is_platform_operator() IS
+	'Internal: whether the calling role operates every tenant (the superuser, members of bc_join_operator).';
 
 -- The check every administrative function makes first, with the tenant of
 -- the object it was asked about (NULL when there is none): the platform
@@ -2665,6 +2929,8 @@ BEGIN
 		DETAIL = 'ACCESS_DENIED: a tenant operator acts on the objects of its own tenants only.';
 END
 $$;
+COMMENT ON FUNCTION bc_join.check_tenant(text, text) IS
+	'Internal: returns when the calling role operates the tenant (a platform operator operates every tenant); raises 42501 ACCESS_DENIED otherwise, the same for an object of another tenant and for none.';
 
 -- Make a role an operator of a tenant (the superuser or the platform
 -- operator only); returns false when it was one already.
@@ -2710,6 +2976,8 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.grant_tenant_operator(regrole, text) IS
+	'Makes a role an operator of one tenant (it reads and administers that tenant''s objects alone, by row-level security and checks in every administrative function); superuser or platform operator only; audited and evented; returns false when it was one already.';
 
 -- Take a tenant from a tenant operator; with its last tenant it leaves
 -- bc_join_tenant_operator.  Returns whether it operated the tenant.
@@ -2744,6 +3012,8 @@ BEGIN
 	RETURN true;
 END
 $$;
+COMMENT ON FUNCTION bc_join.revoke_tenant_operator(regrole, text) IS
+	'Takes a tenant from a tenant operator (with its last, its membership of bc_join_tenant_operator); superuser or platform operator only; audited and evented; returns whether it operated the tenant.';
 
 -- Who operates what: one row per tenant operator and tenant (a tenant
 -- operator sees its own rows, the platform operator every row).
@@ -2754,6 +3024,8 @@ CREATE VIEW bc_join.tenant_operators WITH (security_invoker = true) AS
 	JOIN bc_join.tenants t ON t.id = g.tenant_id
 	LEFT JOIN pg_catalog.pg_roles r ON r.oid = g.role
 	ORDER BY t.name, g.tenant_id, g.role::text;
+COMMENT ON VIEW bc_join.tenant_operators IS
+	'Who operates what: each tenant operator role with a tenant it operates, whether it can log in or was dropped, when and by whom it was granted (a tenant operator sees its own rows).';
 
 /*
  * Row-level security.  One permissive policy per table, for every command
@@ -3070,231 +3342,3 @@ GRANT SELECT (id, tenant_id, pool_id, site_id, uses_total, uses_left, expires_at
 GRANT SELECT (id, node_id, tenant_id, expires_at, created_at, created_by, spent_at, revoked_at)
 	ON bc_join.provisioning_tokens TO bc_join_tenant_operator;
 
-/* ------------------------------------------------------------------ comments */
-
--- What \df+ bc_join.* and \dv+ bc_join.* show: one sentence per function and
--- view, what it does and what it returns (test: sql/regress_comments.sql).
-
--- Joins and the other requests from agents (through the gateway).
-COMMENT ON FUNCTION public.bc_join(jsonb) IS
-	'Runs one join round of a JoinRequest in this transaction (attestor, node, certificate, bindings, events, audit) and returns {"status", "response"}: the signed result or deferral, or the one uniform refusal.';
-COMMENT ON FUNCTION bc_join.renew(jsonb) IS
-	'Renews a node certificate from a CSR for a new key and a proof signed by the current node key; returns the signed "issued" response or the one refusal, as a join does.';
-COMMENT ON FUNCTION bc_join.issue_session(jsonb) IS
-	'Issues a session credential to a joined node from a session key''s CSR and a proof signed by the node key; returns the signed response or the one refusal (docs/sessions.md).';
-
--- Administration (bc_join_operator).
-COMMENT ON FUNCTION bc_join.create_tenant(text) IS
-	'Creates a tenant with this name and returns its id.';
-COMMENT ON FUNCTION bc_join.create_site(text, text) IS
-	'Creates a site of a tenant and returns its id.';
-COMMENT ON FUNCTION bc_join.create_pool(text, text, text) IS
-	'Creates a pool in a site of the same tenant and returns its id.';
-COMMENT ON FUNCTION bc_join.create_join_token(text, text, integer, interval, text, jsonb, boolean, text) IS
-	'Creates a join token for a pool (or a site) with a number of uses, a lifetime, a role and optional expected claims, and returns "<id>.<secret>", shown this once (only the secret''s SHA-256 is stored).';
-COMMENT ON FUNCTION bc_join.revoke_join_token(text) IS
-	'Revokes a join token so that no further join can use it; returns true when it was revoked now, false when it was unknown or already revoked.';
-COMMENT ON FUNCTION bc_join.approve_join_request(text) IS
-	'Approves a pending join request so that the agent''s next retry completes the join; returns nothing.';
-COMMENT ON FUNCTION bc_join.reject_join_request(text, text) IS
-	'Rejects a pending join request with a reason so that the agent''s next retry is refused; returns nothing.';
-COMMENT ON FUNCTION bc_join.retire_node(text) IS
-	'Retires a node (state retired, certificates revoked, bindings dropped); returns nothing.';
-COMMENT ON FUNCTION bc_join.delete_node(text) IS
-	'Deletes a node with its certificates and bindings; returns nothing.';
-COMMENT ON FUNCTION bc_join.add_x509pop_root(text, text, text) IS
-	'Adds one PEM CA certificate of an external PKI as an x509pop root (its own trust store, never merged with another) whose leaves join the tenant''s pool, and returns the root''s id.';
-COMMENT ON FUNCTION bc_join.remove_x509pop_root(text) IS
-	'Removes an x509pop root so that its leaves no longer join; returns true when one was removed.';
-COMMENT ON FUNCTION bc_join.register_command_kind(text, text) IS
-	'Registers a command kind (dotted lower-case words, like disk.wipe) that allowedKinds may name, keeping an existing one as it is; returns nothing.';
-COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
-	'Deletes up to batch expired attestation_uses rows, and challenge_deadlines past bc_join.retain_join_requests, without waiting on joins and returns how many it deleted: call it again until it returns 0.';
-COMMENT ON FUNCTION bc_join.prune_events(integer) IS
-	'Deletes up to batch events older than bc_join.retain_events without waiting on joins and returns how many it deleted: call it again until it returns 0.';
-COMMENT ON FUNCTION bc_join.prune_certificates(integer) IS
-	'Deletes up to batch node and session certificates expired longer than bc_join.retain_expired_certificates ago (never an unexpired one, never a node''s newest) and returns how many.';
-COMMENT ON FUNCTION bc_join.prune_sessions(integer) IS
-	'Deletes up to batch sessions with no certificate expiring within bc_join.retain_sessions, with their certificates, and returns how many.';
-COMMENT ON FUNCTION bc_join.prune_join_requests(integer) IS
-	'Deletes up to batch join requests decided, or expired, longer than bc_join.retain_join_requests ago (never a pending one not expired) and returns how many.';
-COMMENT ON FUNCTION bc_join.prune(integer) IS
-	'Runs one batch of every prune (events, certificates, sessions, join requests, attestation uses) and returns the counts as jsonb: call it again until every count is 0.';
-COMMENT ON FUNCTION bc_join.setting_interval(text) IS
-	'Returns a retention or staleness setting (retain_events, retain_expired_certificates, retain_sessions, retain_join_requests, stale_after, x509pop_grace) as an interval.';
-COMMENT ON FUNCTION bc_join.attestor_stats() IS
-	'Returns, from shared memory, one row per attestor and outcome since the last reset: calls, total, mean, min, max, p50 and p99 milliseconds, and the latency histogram (read it through the attestor_statistics view).';
-COMMENT ON FUNCTION bc_join.attestor_stats_reset() IS
-	'Forgets every attestor counter in shared memory and returns the time of the reset.';
-
--- Custom attestors (superuser).
-COMMENT ON FUNCTION bc_join.register_attestor(text, text, text[], regprocedure) IS
-	'Registers (or re-registers) a custom attestor: its id, version, the roles it may admit and its verify function, which must carry its own SET search_path; superuser only; returns nothing.';
-COMMENT ON FUNCTION bc_join.unregister_attestor(text) IS
-	'Removes a custom attestor, so that a built-in with the same id takes over again; returns true when one was removed.';
-
--- Public keys (what agents pin).
-COMMENT ON FUNCTION bc_join.service_keys() IS
-	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
-COMMENT ON FUNCTION bc_join.signed_service_keys() IS
-	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';
-COMMENT ON FUNCTION bc_join.signing_jwk() IS
-	'Returns the public JWK of the key that signs every JoinResponse (agents pin it).';
-COMMENT ON FUNCTION bc_join.encryption_jwk() IS
-	'Returns the public JWK that sealed join tokens are encrypted to.';
-COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
-	'Returns the node CA certificate as PEM.';
-
--- Helpers for attestors (called inside a join round).
-COMMENT ON FUNCTION bc_join.library_version() IS
-	'The version of the loaded bc_join library; it works only when it equals the installed extension version (pg_extension.extversion).';
-COMMENT ON FUNCTION bc_join.compute_now() IS
-	'Returns the service clock, the transaction start plus bc_join.clock_offset seconds, against which every expiry is compared.';
-COMMENT ON FUNCTION bc_join.refuse(text, text) IS
-	'Refuses the join under way with the uniform refusal (SQLSTATE JR001) carrying ''<attestor>:<reason>'' and, when known, the tenant whose events record it; never returns.';
-COMMENT ON FUNCTION bc_join.use_once(text, bytea, timestamptz, text) IS
-	'Records a piece of single-use evidence (the SHA-256 subject) for an attestor, or refuses ''<attestor>:reused'' when it was used before (in a repeat, a use spent with the same CSR is the certificate''s own); call it only in a round that returns a result; returns nothing.';
-COMMENT ON FUNCTION bc_join.join_round_csr_sha256(boolean) IS
-	'Returns the SHA-256 of the running join round''s CSR (NULL outside one; with repeat_only, NULL outside a repeat of a final round): the default of attestation_uses.csr_sha256.';
-COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
-	'Checks a join token without spending it (secret, revocation, expiry, uses, role, expected claims) and returns {tokenId, tenantId, poolId, siteId, role, allowReclaim}, or refuses ''<attestor>:<reason>''.';
-COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
-	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
-COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
-	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies the tenant''s channel bc_join_requests_<tenant id> and its event stream, and returns the request id.';
-COMMENT ON FUNCTION bc_join.consume_join_request(text, jsonb) IS
-	'Consumes an approved join request made for the CSR of context in the round that issues (in a repeat, finds it consumed by the certificate asked for), or refuses ''<attestor>:<reason>''; returns nothing.';
-COMMENT ON FUNCTION bc_join.await_approval(text, text, jsonb, jsonb, integer) IS
-	'Runs the approval round of an attestor: returns a deferral while the join request is new or pending, NULL once it is approved (and consumed), and refuses ''<attestor>:rejected'' when it was rejected or ''<attestor>:request-expired'' once bc_join.join_request_ttl has passed.';
-COMMENT ON FUNCTION bc_join.b64url_encode(bytea) IS
-	'Returns data encoded as base64url without padding.';
-COMMENT ON FUNCTION bc_join.b64url_decode(text) IS
-	'Returns the bytes of base64url text without padding; raises an error on malformed input.';
-COMMENT ON FUNCTION bc_join.ecdsa_verify(text, bytea, bytea) IS
-	'Verifies an ECDSA P-256 / SHA-256 signature (DER or raw r||s) over message with a PEM SubjectPublicKeyInfo public key and returns whether it holds.';
-
--- Internal helpers and trigger functions (not called by hand).
-COMMENT ON FUNCTION bc_join.are_agent_roles(text[]) IS
-	'Returns whether roles is a non-empty list of agent roles (node, site, ramdisk): the one spelling of the roles in SQL.';
-COMMENT ON FUNCTION bc_join.create_provisioning_token(text, interval) IS
-	'Creates a one-time provisioning token for an existing node (the provisioned attestor: the machine comes back as that node) and returns it once; only its hash is stored.';
-COMMENT ON FUNCTION bc_join.revoke_provisioning_token(text) IS
-	'Revokes a provisioning token not used yet; returns whether one was revoked.';
-COMMENT ON FUNCTION bc_join.register_provisioning_resolver(regprocedure) IS
-	'Registers the function (node_ref text, context jsonb) RETURNS text that maps the nodeId a provisioned agent names to a node id (NULL removes it); superuser only.';
-COMMENT ON FUNCTION bc_join.revoke_certificate(text, text) IS
-	'Revokes a node or session certificate by serial (a node certificate''s session certificates with it) for an RFC 5280 reason name, audited and evented; returns false when it was revoked already.';
-COMMENT ON FUNCTION bc_join.revoke_node(text, text) IS
-	'Revokes every live certificate of a node and the session certificates asked with them for an RFC 5280 reason name; returns how many node certificates were revoked.';
-COMMENT ON FUNCTION bc_join.check_revocation_reason(text) IS
-	'Internal: raises INVALID_INPUT unless reason is one of the RFC 5280 reason names an operator revokes for; returns nothing.';
-COMMENT ON FUNCTION bc_join.crl() IS
-	'Returns the node CA''s CRL (DER, RFC 5280): every revoked certificate not yet expired, nextUpdate bc_join.crl_validity seconds on.';
-COMMENT ON FUNCTION bc_join.crl_pem() IS
-	'Returns bc_join.crl() as PEM, for psql and openssl.';
-COMMENT ON VIEW bc_join.revoked_certificates IS
-	'Every revoked certificate, node and session: serial, kind, node, tenant, when, reason, and whether it has expired since.';
-COMMENT ON FUNCTION bc_join.seal_challenge_state(text, jsonb, timestamptz) IS
-	'Seals an attestor''s challenge state under challenge.key (AEAD), bound to the attestor, the CSR, the role and notAfter; returns it as text for the challenge (call it in the round that defers).';
-COMMENT ON FUNCTION bc_join.open_challenge_state(text, text) IS
-	'Opens challenge state sealed in an earlier round and returns its plaintext, or refuses ''<attestor>:state-mismatch'' or ''<attestor>:challenge-expired''.';
-COMMENT ON FUNCTION bc_join.tpm_pcr_selection(text, bytea) IS
-	'Checks a PCR selection (tpm2-tools syntax, e.g. sha256:0-7) against its expected PCR values and returns the normalised selection; raises 22023 when they do not fit.';
-COMMENT ON FUNCTION bc_join.tpm_ek_certificate(text) IS
-	'Parses one PEM EK root or intermediate certificate and returns what the tpm attestor keeps of it (DER, SHA-256, whether self-signed); raises 22023 otherwise.';
-COMMENT ON FUNCTION bc_join.add_tpm_ek_root(text) IS
-	'Adds an EK root (self-signed) or intermediate certificate that tpm EK certificates may chain to; returns the hex SHA-256 of its DER.';
-COMMENT ON FUNCTION bc_join.remove_tpm_ek_root(text) IS
-	'Removes an EK root or intermediate by the hex SHA-256 of its DER; returns whether one was removed.';
-COMMENT ON FUNCTION bc_join.enroll_tpm_ek(text, text, text, text, text, bytea, text) IS
-	'Enrolls an EK by the hex SHA-256 of its SubjectPublicKeyInfo for a tenant (and pool or site, and an optional PCR policy): it joins without an EK certificate or token.';
-COMMENT ON FUNCTION bc_join.unenroll_tpm_ek(text) IS
-	'Removes an EK enrollment; returns whether one was removed.';
-COMMENT ON FUNCTION bc_join.set_tpm_pcr_policy(text, text, text, bytea) IS
-	'Sets (or with NULL values removes) the PCR policy of a tenant, or of one of its pools: the selection and the expected PCR values a tpm quote must match.';
-COMMENT ON FUNCTION bc_join.set_tpm_enrollment_mode(text, text) IS
-	'Sets what happens to an EK neither enrolled nor chained that comes with a tenant''s sealed token: refuse (the default) or approval (a pending join request that approve_join_request enrolls).';
-COMMENT ON FUNCTION bc_join.audit_content(bigint, timestamptz, text, text, text, text, jsonb) IS
-	'Returns the bytes an issuance log row''s hash covers: each field length-prefixed, the time in microseconds since the Unix epoch.';
-COMMENT ON FUNCTION bc_join.verify_audit_log(text) IS
-	'True when the issuance log holds (verify_audit_log()) and is not behind the given anchor published earlier: every row the anchor names is in the log with the hash it signed.';
-COMMENT ON FUNCTION bc_join.audit_anchor_payload(text) IS
-	'The payload of an audit anchor this service signed, its signature checked with a signing key the service holds; INVALID_INPUT otherwise.';
-COMMENT ON FUNCTION bc_join.audit_anchor_problems(text) IS
-	'Where the issuance log does not hold against an anchor published earlier (a row it names missing or rewritten, or the log behind it after a restore from an older backup), one row each, or none.';
-COMMENT ON FUNCTION bc_join.audit_chain_take() IS
-	'Internal: the issuance log chain this transaction appends to, locked to its end by a lock no SQL function can take (pg_locks: advisory, objsubid 3); for the audit_chain trigger.';
-COMMENT ON FUNCTION bc_join.compute_clock() IS
-	'The service clock''s current instant: clock_timestamp() plus bc_join.clock_offset (the time of an issuance log row).';
-COMMENT ON FUNCTION bc_join.audit_log_problems(integer) IS
-	'Checks the issuance log''s hash chain and returns the first rows (at most max_rows) that do not hold, with why: altered, or not linked to the row before (a row removed or inserted).';
-COMMENT ON FUNCTION bc_join.verify_audit_log() IS
-	'Returns whether the whole issuance log chains: no row altered, removed or inserted.';
-COMMENT ON FUNCTION bc_join.audit_anchor() IS
-	'Returns the issuance log''s head (id, hash, time) as a JWS signed by the service signing key, to publish: a later rewrite of the history shows against it.';
-COMMENT ON VIEW bc_join.audit_export IS
-	'The issuance log as tools/bc-audit-verify reads it offline (psql \\copy ... CSV HEADER).';
-COMMENT ON FUNCTION bc_join.x509pop_root_parse(text) IS
-	'Internal: parses exactly one PEM CA certificate within x509pop''s key limits and returns its DER, SHA-256, subject and notAfter; raises INVALID_INPUT otherwise.';
-COMMENT ON FUNCTION bc_join.new_id(text) IS
-	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
-COMMENT ON FUNCTION bc_join.random_secret() IS
-	'Internal: returns 32 random bytes from the server''s strong source as base64url without padding.';
-COMMENT ON FUNCTION bc_join.check_callback(regprocedure, text, regtype[], regtype, text) IS
-	'Internal: refuses (INVALID_INPUT) a function to be registered for joins unless it has exactly the given arguments and result and a SET search_path of its own; the HINT gives the ALTER FUNCTION.';
-COMMENT ON FUNCTION bc_join.invalid_input(text) IS
-	'Internal: raises INVALID_INPUT (SQLSTATE 22023) with msg, the code in the detail; never returns.';
-COMMENT ON FUNCTION bc_join.note_single_use_round() IS
-	'Internal: marks that single-use evidence was consumed in the running join round; returns nothing.';
-COMMENT ON FUNCTION bc_join.note_single_use() IS
-	'Trigger on attestation_uses: marks that single-use evidence was consumed in the running join round.';
-COMMENT ON FUNCTION bc_join.attestors_changed() IS
-	'Trigger on attestors: makes every backend forget the attestors it cached.';
-
--- cloud-iid.
-COMMENT ON FUNCTION bc_join.reset_cloud_instance(text, text, text) IS
-	'Lets a cloud instance (provider, account, instance, as the refusal event names them) be admitted once more, reclaiming the node bound to it; audited and evented; returns whether it had been admitted.';
-COMMENT ON FUNCTION bc_join.cloud_instance_bind(text, text, text) IS
-	'Returns the cloud-iid bind of an instance, SHA-256(provider 0x00 account 0x00 instance), as node_bindings and attestation_uses hold it.';
-COMMENT ON FUNCTION bc_join.register_cloud_resolver(regprocedure) IS
-	'Registers the function (provider text, account text, context jsonb) RETURNS jsonb that maps a cloud account without a cloud_accounts row to {"tenantId", "poolId"} (NULL removes it); superuser only.';
-COMMENT ON FUNCTION bc_join.invalid_config(text) IS
-	'Internal: raises INVALID_CONFIG (SQLSTATE F0000) with msg; never returns.';
-
--- Views.
-COMMENT ON VIEW bc_join.pending_join_requests IS
-	'Join requests waiting for an operator and not yet expired, oldest first: id, tenant, attestor, role, the claims at a glance, age, detail, expires_in, the token that made it and, for tpm, whether the EK came with a certificate (ek_chain none or unchained).';
-COMMENT ON VIEW bc_join.stale_nodes IS
-	'Live nodes not seen (joined, renewed, asked for a session) for bc_join.stale_after, longest unseen first, with the notAfter of their newest certificate.';
-COMMENT ON VIEW bc_join.attestor_statistics IS
-	'Verifications by attestor and outcome (admitted, deferred-approval, deferred-challenge, refused, error) since the last reset, with their timing in milliseconds (p50/p99 are histogram bucket bounds).';
-COMMENT ON FUNCTION bc_join.kind_allowed(text[], text) IS
-	'Whether allowed_kinds (exact kinds or prefix.* globs; NULL allows all) admits a command kind.';
-COMMENT ON FUNCTION bc_join.enqueue_command(text, text, jsonb) IS
-	'Queues a command (a registered kind the node''s live certificate allows, a JSON object payload) for one hour; returns its id.';
-COMMENT ON VIEW bc_join.command_status IS
-	'Every command: node, tenant, kind, state, attempts, when dispatched and to which certificate, the result.';
-COMMENT ON FUNCTION bc_join.fetch_commands(jsonb) IS
-	'A node''s queued commands whose kinds its proving certificate allows, signed by the service key; proven by the node key (purpose commands).';
-COMMENT ON FUNCTION bc_join.complete_command(jsonb) IS
-	'Records a dispatched command''s outcome (done or failed, a JSON object result); proven by the node key (purpose complete).';
-COMMENT ON FUNCTION bc_join.site_epoch(jsonb) IS
-	'A site agent''s site and its current discovery epoch, signed by the service key; proven by the site agent''s node key (purpose site-epoch).';
-COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
-	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';
-COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
-	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';
-
--- Tenant operators (#31).
-COMMENT ON FUNCTION bc_join.grant_tenant_operator(regrole, text) IS
-	'Makes a role an operator of one tenant (it reads and administers that tenant''s objects alone, by row-level security and checks in every administrative function); superuser or platform operator only; audited and evented; returns false when it was one already.';
-COMMENT ON FUNCTION bc_join.revoke_tenant_operator(regrole, text) IS
-	'Takes a tenant from a tenant operator (with its last, its membership of bc_join_tenant_operator); superuser or platform operator only; audited and evented; returns whether it operated the tenant.';
-COMMENT ON VIEW bc_join.tenant_operators IS
-	'Who operates what: each tenant operator role with a tenant it operates, whether it can log in or was dropped, when and by whom it was granted (a tenant operator sees its own rows).';
-COMMENT ON FUNCTION bc_join.calling_role() IS
-	'Internal: the role that called, also inside a SECURITY DEFINER function: the role SET ROLE made current, else the session''s user.';
-COMMENT ON FUNCTION bc_join.is_platform_operator() IS
-	'Internal: whether the calling role operates every tenant (the superuser, members of bc_join_operator).';
-COMMENT ON FUNCTION bc_join.check_tenant(text, text) IS
-	'Internal: returns when the calling role operates the tenant (a platform operator operates every tenant); raises 42501 ACCESS_DENIED otherwise, the same for an object of another tenant and for none.';
