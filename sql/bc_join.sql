@@ -332,7 +332,7 @@ CREATE FUNCTION bc_join.join_round_csr_sha256(repeat_only boolean DEFAULT false)
 COMMENT ON FUNCTION bc_join.join_round_csr_sha256(boolean) IS
 	'Returns the SHA-256 of the running join round''s CSR (NULL outside one; with repeat_only, NULL outside a repeat of a final round): the default of attestation_uses.csr_sha256.';
 
--- Exactly as the Attestors page defines it: one row per piece of evidence
+-- One row per piece of evidence
 -- that must admit one join at most.
 CREATE TABLE bc_join.attestation_uses (
 	attestor text NOT NULL,
@@ -2511,7 +2511,7 @@ $$;
 CREATE TRIGGER cloud_accounts_check BEFORE INSERT OR UPDATE ON bc_join.cloud_accounts
 	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_accounts_check();
 
--- bind = SHA-256(provider 0x00 account 0x00 instance), as ATTESTORS.md defines it.
+-- bind = SHA-256(provider 0x00 account 0x00 instance), as the cloud-iid attestor defines it (docs/attestors.md).
 CREATE FUNCTION bc_join.cloud_instance_bind(provider text, account text, instance text) RETURNS bytea
 	LANGUAGE sql IMMUTABLE STRICT
 	SET search_path = pg_catalog, pg_temp

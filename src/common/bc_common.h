@@ -435,7 +435,7 @@ int			bc_cert_uri_san(X509 *cert, const char *prefix, char **out);
 
 /* ---------------------------------------------------------- state.c */
 
-/* Sealed challenge state: at most this many characters (ATTESTORS.md). */
+/* Sealed challenge state: at most this many characters (docs/attestors.md). */
 #define BC_STATE_MAX 1024
 #define BC_STATE_KEY_LEN 32
 
@@ -481,7 +481,7 @@ int			bc_state_key_read_file(const char *path, unsigned char key32[BC_STATE_KEY_
 /* ----------------------------------------------------------------- cloud.c */
 
 /*
- * The provider-independent checks of the cloud-iid attestor (ATTESTORS.md,
+ * The provider-independent checks of the cloud-iid attestor (docs/attestors.md,
  * "cloud-iid").  Each verifier returns BC_OK, or a failure status with
  * *reason set to a static refusal reason ("malformed-pkcs7", "bad-signature",
  * ...); what it hands back is malloc()ed.

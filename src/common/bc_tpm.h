@@ -1,6 +1,6 @@
 /*
  * bc_tpm.h: the TPM 2.0 half shared by the server (the tpm attestor) and the
- * agent: parsing the structures of docs ATTESTORS.md "tpm" with tpm2-tss's
+ * agent: parsing the structures of docs/protocol.md, "The tpm attestor, round by round" with tpm2-tss's
  * libtss2-mu, Names, keys, the checks (each returning a precise reason),
  * EK certificates and MakeCredential done in software.
  *
@@ -22,7 +22,7 @@
 
 #include "bc_common.h"
 
-/* Caps of ATTESTORS.md: each TPM structure, and an EK certificate. */
+/* The contract's caps: each TPM structure, and an EK certificate. */
 #define BC_TPM_STRUCT_MAX 1024
 #define BC_TPM_EKCERT_MAX 4096
 /* Bytes of the MakeCredential secret the attestor uses. */

@@ -1,11 +1,11 @@
 /*
  * cloud.c: the provider-independent OpenSSL checks of the cloud-iid
- * attestor (ATTESTORS.md, "cloud-iid"): the AWS and Azure PKCS#7
+ * attestor (docs/attestors.md, "The built-in cloud-iid attestor"): the AWS and Azure PKCS#7
  * SignedData, the GCP JWT's RS256 key from a JWKS, and the documents'
  * time formats.  No PostgreSQL here: the extension turns the reasons into
  * refusals, the unit tests call it directly.
  *
- * The PKCS#7 pitfalls (../shared research, section 6): with PKCS7_NOVERIFY
+ * The PKCS#7 pitfalls: with PKCS7_NOVERIFY
  * the signer must come only from the certificates given (PKCS7_NOINTERN),
  * else any certificate in the bag signs; and for Azure the chain is built
  * for the signer PKCS7_get0_signers matched, never the bag's first

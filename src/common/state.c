@@ -1,6 +1,6 @@
 /*
  * state.c: challenge state sealed between two rounds of an attestor
- * (docs ATTESTORS.md: encrypted and authenticated under challenge.key, at
+ * (docs/attestors.md, "Challenge state": encrypted and authenticated under challenge.key, at
  * most 1,024 characters).
  *
  * challenge.key is either 32 raw bytes, sealed with AES-256-GCM under

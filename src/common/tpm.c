@@ -1,5 +1,5 @@
 /*
- * tpm.c: TPM 2.0 structures for the tpm attestor (docs ATTESTORS.md "tpm"):
+ * tpm.c: TPM 2.0 structures for the tpm attestor (docs/protocol.md, "The tpm attestor, round by round"):
  * parsing with libtss2-mu (every byte consumed), Names, TPMT_PUBLIC to
  * EVP_PKEY, the AK/certify/node-key/quote checks, AK signatures and EK
  * certificates, on OpenSSL 3.  MakeCredential is tpm_credential.c's.

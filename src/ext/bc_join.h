@@ -436,7 +436,7 @@ extern void bc_validate_repeat(const BcJoinRequest *req, BcAttestResult *res);
 
 /*
  * evidence.c: a built-in attestor's JSON evidence, read without raising
- * (ATTESTORS.md, "General rules"): exactly an object of these members,
+ * (the rule for every built-in attestor's evidence): exactly an object of these members,
  * strings or integers, each once and within its cap; anything else is the
  * refusal "<attestor>:malformed".
  */

@@ -1,7 +1,7 @@
 /*
  * evidence.c: a built-in attestor's JSON evidence, read without raising.
  *
- * ATTESTORS.md, "General rules": after the base64url is decoded, anything
+ * the rule for every built-in attestor's evidence: after the base64url is decoded, anything
  * wrong with the evidence is the recorded refusal "<attestor>:malformed",
  * never an error: invalid UTF-8 or JSON, a duplicate member name (jsonb
  * would keep the last silently), an unknown member, a wrong JSON type, a

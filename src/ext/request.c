@@ -1,5 +1,5 @@
 /*
- * request.c: parse and bound a JoinRequest (CONTRACT.md, "JoinRequest").
+ * request.c: parse and bound a JoinRequest (docs/protocol.md, "JoinRequest").
  *
  * Every field has one check and one bound, here and nowhere else.  Anything
  * malformed is INVALID_INPUT (SQLSTATE 22023), raised before the join

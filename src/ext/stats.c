@@ -1,6 +1,6 @@
 /*
  * stats.c: attestor statistics in shared memory, the counterpart of the
- * Attestors page's meteredAttestor, kept the way pg_stat_statements keeps
+ * custom attestor contract's meteredAttestor, kept the way pg_stat_statements keeps
  * its counters: space requested at server start (shared_preload_libraries),
  * a named LWLock guarding the slot table, a spinlock per slot for updates.
  *

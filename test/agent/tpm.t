@@ -78,7 +78,7 @@ def body(tap, d, tcti, envv):
         doc = json.loads(b64d(r.stdout.strip()))
         tap.eq(sorted(doc), sorted(["ekPub", "ekCert", "akPub", "nodeKeyPub", "certifyInfo",
                                     "certifySignature"]),
-               "%s EK: round 1 has exactly the members of ATTESTORS.md" % ek)
+               "%s EK: round 1 has exactly the members the contract fixes" % ek)
 
         chal = os.path.join(d, "ch-%s.b64" % ek)
         secret = os.path.join(d, "secret-%s" % ek)

@@ -1,6 +1,6 @@
 -- attestors.sql: custom attestors as SQL functions, through the same dispatch
--- as the built-in one.  The acme-asset attestor is the Attestors page's
--- example in PL/pgSQL: a vendor-signed asset tag bound to the CSR and a
+-- as the built-in one.  The acme-asset attestor is the example custom attestor
+-- in PL/pgSQL: a vendor-signed asset tag bound to the CSR and a
 -- lookup table of its own.
 \set ON_ERROR_STOP 1
 \set QUIET 1

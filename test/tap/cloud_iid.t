@@ -8,7 +8,7 @@ one real evidence meets.  Requests are made by the real agent command
 provider admits good evidence once and refuses it forever after
 (already-admitted, its event naming provider, account and instance), a
 reset lets the instance come back as the same node exactly once more, and
-each check of ATTESTORS.md refuses what breaks it with its reason; the
+each check of docs/attestors.md refuses what breaks it with its reason; the
 configuration is validated when written.  Needs the environment
 test/run-all sets (PGHOST, PGPORT, BCJ_*)."""
 import base64, json, os, shutil, signal, subprocess, sys, threading, time

@@ -21,7 +21,7 @@ import bctest
 import statefill
 
 TOP = bctest.TOP
-RELEASE = "e420d1d"          # 0.1.0, as CONTRACT.md names it
+RELEASE = "e420d1d"          # the commit 0.1.0 was released at
 
 # 0.1.0's library builds against PostgreSQL 15 only (the JSON and PGPROC
 # changes of 16 and 17 came with 0.2.0's src/ext/pg_compat.h): a database

@@ -1,6 +1,6 @@
 /*
  * setup.c: `bcd setup apply | check | print`: bcd's user units, and nothing
- * else (the seed's narrow setup command: no settings file of anyone's edited,
+ * else (a narrow setup command: no settings file of anyone's edited,
  * no ledger to undo).
  *
  * The units are src/agent/systemd/bcd.socket and bcd.service, compiled in

@@ -30,7 +30,7 @@ usage(FILE *stream)
 		  "\n"
 		  "Makes (or reuses) DIR/node.key, a P-256 key in the TPM (TSS2 PRIVATE KEY),\n"
 		  "DIR/node.csr.der and the AK (DIR/tpm-ak.pub, DIR/tpm-ak.priv), then prints\n"
-		  "the tpm attestor's round-1 evidence (base64url JSON, docs/ATTESTORS.md) or,\n"
+		  "the tpm attestor's round-1 evidence (base64url JSON, docs/protocol.md) or,\n"
 		  "with --challenge FILE (the base64url challenge), the answer to it.\n"
 		  "  --tcti CONF      default device:/dev/tpmrm0 (a resource manager is needed)\n"
 		  "  --tpm-ek         rsa (default, 0x81010001) or p384 (0x81010016)\n"

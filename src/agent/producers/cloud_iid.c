@@ -1,5 +1,5 @@
 /*
- * cloud_iid.c: the producer of the cloud-iid attestor (ATTESTORS.md,
+ * cloud_iid.c: the producer of the cloud-iid attestor (docs/attestors.md,
  * "cloud-iid"): the cloud's signed word about this machine, fetched from
  * its link-local metadata service (bcd run --attestor cloud-iid --cloud
  * aws|gcp|azure [--metadata-url URL]) at every round:

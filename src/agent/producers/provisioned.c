@@ -1,5 +1,5 @@
 /*
- * provisioned.c: the producer of the provisioned attestor (ATTESTORS.md):
+ * provisioned.c: the producer of the provisioned attestor (docs/attestors.md, "The built-in provisioned attestor"):
  * a one-time provisioning token made by an operator for a node that exists
  * (bc_join.create_provisioning_token), sealed to the service for this CSR
  * like a join token, and the evidence {"nodeId": "<node id>"} naming the

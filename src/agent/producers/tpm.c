@@ -1,5 +1,5 @@
 /*
- * tpm.c: the producer of the tpm attestor (ATTESTORS.md "tpm"): two rounds,
+ * tpm.c: the producer of the tpm attestor (docs/protocol.md, "The tpm attestor, round by round"): two rounds,
  * the CSR's key made in the TPM (core/tpm_key.c), the TPM's side through
  * ESAPI (core/tpm_esys.c).
  *
@@ -423,7 +423,7 @@ tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
 
 /*
  * A renewal carries, beside csr and proof, "tpm": the node's AK certifying
- * the new key (made in the TPM too), ATTESTORS.md "Renewal of such a
+ * the new key (made in the TPM too), docs/protocol.md "Renewal of such a
  * certificate".
  */
 static int

@@ -1,5 +1,5 @@
 /*
- * attestors/cloud_iid.c: the built-in cloud-iid attestor (ATTESTORS.md,
+ * attestors/cloud_iid.c: the built-in cloud-iid attestor (docs/attestors.md,
  * "cloud-iid"): a cloud machine joins on its cloud's signed word about it.
  *
  * One verifier per provider behind one interface (CloudVerifier): it checks

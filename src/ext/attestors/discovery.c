@@ -1,6 +1,6 @@
 /*
  * attestors/discovery.c: the built-in discovery attestor, a PXE-booted
- * ramdisk vouched for by its site's agent (ATTESTORS.md, "discovery";
+ * ramdisk vouched for by its site's agent (docs/attestors.md, "The built-in discovery attestor";
  * docs/attestors.md).
  *
  * Two pieces of evidence: a join token of role ramdisk (sealedToken) and

@@ -1,6 +1,6 @@
 /*
  * attestors/provisioned.c: the built-in provisioned attestor, a one-time
- * token for a node that exists (ATTESTORS.md, "provisioned").
+ * token for a node that exists (docs/attestors.md, "The built-in provisioned attestor").
  *
  * An operator makes the token for a node (bc_join.create_provisioning_token,
  * shown once, stored hashed); the agent sends it as sealedToken, sealed to

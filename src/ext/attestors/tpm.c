@@ -1,5 +1,5 @@
 /*
- * attestors/tpm.c: the built-in tpm attestor (docs ATTESTORS.md "tpm"), two
+ * attestors/tpm.c: the built-in tpm attestor (docs/protocol.md, "The tpm attestor, round by round"), two
  * rounds, and the proof a renewal of a TPM-bound certificate carries.
  *
  * Round 1: the EK is trusted (enrolled by SHA-256 of its SPKI, or its
@@ -252,7 +252,7 @@ tpm_refuse(const char *prefix, const char *reason, const char *tenant)
 
 /*
  * Parse akPub, nodeKeyPub, certifyInfo, certifySignature and run checks 2
- * to 4 of ATTESTORS.md: the AK, the certification by it of the node key,
+ * to 4 of docs/protocol.md, "The tpm attestor, round by round": the AK, the certification by it of the node key,
  * the node key and its equality with the CSR's.
  */
 static void
@@ -824,7 +824,7 @@ challenge(const BcJoinRequest *req, const bc_tpm_public *ek, const TpmCertified 
 
 /* ---------------------------------------------------------------- verify */
 
-/* verify(): the two rounds of ATTESTORS.md "tpm". */
+/* verify(): the two rounds of docs/protocol.md, "The tpm attestor, round by round". */
 static void
 tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 {
