@@ -7,7 +7,7 @@
 #ifndef BCD_COMMANDS_H
 #define BCD_COMMANDS_H
 
-#include "core/daemon.h"
+#include "core/agent.h"
 #include "core/store.h"
 
 /* One fetch, its commands run and reported; errors are logged, never fatal. */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "core/fileio.h"
-#include "core/sessions.h"
+#include "core/job.h"
 
 /* Longest delivery directory path. */
 #define BCD_DIR_MAX 1024

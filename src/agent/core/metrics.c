@@ -14,49 +14,6 @@
 #include "core/fileio.h"
 #include "core/metrics.h"
 
-/* The answer codes, in bcd_code order, and whether a caller may try again. */
-static const struct
-{
-	const char *name;
-	int			retryable;
-}			codes[BCD_CODE_COUNT] = {
-	{BC_SOCK_OK, 0},
-	{BC_SOCK_NO_NODE_CREDENTIAL, 0},
-	{BC_SOCK_BUSY, 1},
-	{BC_SOCK_REFUSED, 0},
-	{BC_SOCK_UNAVAILABLE, 1},
-	{BC_SOCK_BAD_REQUEST, 0},
-	{BC_SOCK_BAD_DIR, 0},
-	{BC_SOCK_FORBIDDEN, 0},
-	{BC_SOCK_FAILED, 0},
-};
-
-/* The provisioning outcomes, in bcd_outcome order. */
-static const char *const outcomes[BCD_OUTCOME_COUNT] = {
-	"issued", "refused", "unavailable", "failed"
-};
-
-/* The protocol name of an answer code. */
-const char *
-bcd_code_name(bcd_code code)
-{
-	return code < BCD_CODE_COUNT ? codes[code].name : BC_SOCK_FAILED;
-}
-
-/* 1 when a caller answered code may ask again later. */
-int
-bcd_code_retryable(bcd_code code)
-{
-	return code < BCD_CODE_COUNT && codes[code].retryable;
-}
-
-/* The metrics label of a provisioning outcome. */
-const char *
-bcd_outcome_name(bcd_outcome outcome)
-{
-	return outcome < BCD_OUTCOME_COUNT ? outcomes[outcome] : "failed";
-}
-
 /* Callers answered with an error other than busy. */
 static unsigned long
 refused_total(const bcd_counters *c)
@@ -82,12 +39,12 @@ bcd_status_json(const bcd_counters *c, const bcd_node_snapshot *node)
 	int			i;
 
 	for (i = 0; !bad && i < BCD_CODE_COUNT; i++)
-		bad |= json_object_set_new(answers, codes[i].name,
+		bad |= json_object_set_new(answers, bcd_code_name((bcd_code) i),
 								   json_integer((json_int_t) c->answers[i])) != 0;
 	for (i = 0; !bad && i < BCD_OUTCOME_COUNT; i++)
 	{
 		total += c->provisionings[i];
-		bad |= json_object_set_new(prov, outcomes[i],
+		bad |= json_object_set_new(prov, bcd_outcome_name((bcd_outcome) i),
 								   json_integer((json_int_t) c->provisionings[i])) != 0;
 	}
 	bad |= json_object_set_new(doc, "ok", json_true()) != 0;
@@ -180,13 +137,13 @@ bcd_metrics_text(const bcd_counters *c, const bcd_node_snapshot *node)
 				  c->waiting, c->queued, c->in_flight, c->max_provisioning, c->max_queue);
 	for (i = 0; i < BCD_CODE_COUNT; i++)
 		bad |= append(&buf, &len, &cap, "bcd_session_answers_total{code=\"%s\"} %lu\n",
-					  codes[i].name, c->answers[i]);
+					  bcd_code_name((bcd_code) i), c->answers[i]);
 	bad |= append(&buf, &len, &cap,
 				  "# HELP bcd_session_provisionings_total Requests to POST /v1/session, by outcome.\n"
 				  "# TYPE bcd_session_provisionings_total counter\n");
 	for (i = 0; i < BCD_OUTCOME_COUNT; i++)
 		bad |= append(&buf, &len, &cap, "bcd_session_provisionings_total{outcome=\"%s\"} %lu\n",
-					  outcomes[i], c->provisionings[i]);
+					  bcd_outcome_name((bcd_outcome) i), c->provisionings[i]);
 	bad |= append(&buf, &len, &cap,
 				  "# HELP bcd_node_credential_present 1 when bcd holds a node credential.\n"
 				  "# TYPE bcd_node_credential_present gauge\nbcd_node_credential_present %d\n"

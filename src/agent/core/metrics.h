@@ -8,7 +8,7 @@
 #include <jansson.h>
 
 #include "core/node_credential.h"
-#include "core/sessions.h"
+#include "core/job.h"
 
 json_t	   *bcd_status_json(const bcd_counters *c, const bcd_node_snapshot *node);
 char	   *bcd_metrics_text(const bcd_counters *c, const bcd_node_snapshot *node);

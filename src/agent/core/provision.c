@@ -41,19 +41,6 @@ job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
 	va_end(ap);
 }
 
-/* Release a job's result (the key is wiped). */
-void
-bcd_job_clear_result(bcd_job *job)
-{
-	if (job->key_pem != NULL)
-		bc_free_secret(job->key_pem, job->key_len);
-	free(job->chain_pem);
-	job->key_pem = NULL;
-	job->key_len = 0;
-	job->chain_pem = NULL;
-	job->chain_len = 0;
-}
-
 /* The string member name of obj, or def. */
 static const char *
 member_or(json_t *obj, const char *name, const char *def)

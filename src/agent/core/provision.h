@@ -4,7 +4,7 @@
 
 #include "core/node_credential.h"
 #include "core/service_keys.h"
-#include "core/sessions.h"
+#include "core/job.h"
 #include "core/transport.h"
 
 void		bcd_provision(const bcd_service_keys *keys, bcd_http *http,

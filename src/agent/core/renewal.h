@@ -2,7 +2,7 @@
 #ifndef BCD_RENEWAL_H
 #define BCD_RENEWAL_H
 
-#include "core/daemon.h"
+#include "core/agent.h"
 #include "core/store.h"
 
 /* Seconds from now until the renewal of cred is due (0: now), +-10%. */

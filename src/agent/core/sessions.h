@@ -1,90 +1,21 @@
 /*
- * sessions.h: what the files of bcd's socket server share (docs/sessions.md,
- * "The host side"): the answer codes, a provisioning (bcd_job) and its
- * outcome, the published numbers, and the server's own interface.  The
- * server's state is private to sessions.c; the workers' to workers.c.
+ * sessions.h: the interface of bcd's socket server (docs/sessions.md, "The
+ * host side").  A provisioning (bcd_job), its answer codes, outcome and the
+ * published numbers are in job.h; the server's state is private to
+ * sessions.c, the workers' to workers.c.
  */
 #ifndef BCD_SESSIONS_H
 #define BCD_SESSIONS_H
 
 #include <stddef.h>
 
-#include "bc_protocol.h"
-#include "core/daemon.h"
+#include "core/agent.h"
+#include "core/job.h"
 #include "core/peer.h"
 #include "core/store.h"
 
 /* Connections allowed beyond --max-queue (status requests, callers being read). */
 #define BCD_EXTRA_CONNS 64
-
-/* The answer codes of the socket protocol (bc_protocol.h, BC_SOCK_*). */
-typedef enum bcd_code
-{
-	BCD_CODE_OK = 0,
-	BCD_CODE_NO_NODE_CREDENTIAL,
-	BCD_CODE_BUSY,
-	BCD_CODE_REFUSED,
-	BCD_CODE_UNAVAILABLE,
-	BCD_CODE_BAD_REQUEST,
-	BCD_CODE_BAD_DIR,
-	BCD_CODE_FORBIDDEN,
-	BCD_CODE_FAILED,
-	BCD_CODE_COUNT
-} bcd_code;
-
-/* How one provisioning (one POST /v1/session) ended, for the metrics. */
-typedef enum bcd_outcome
-{
-	BCD_OUTCOME_ISSUED = 0,
-	BCD_OUTCOME_REFUSED,
-	BCD_OUTCOME_UNAVAILABLE,
-	BCD_OUTCOME_FAILED,
-	BCD_OUTCOME_COUNT
-} bcd_outcome;
-
-/* metrics.c */
-const char *bcd_code_name(bcd_code code);
-int			bcd_code_retryable(bcd_code code);
-const char *bcd_outcome_name(bcd_outcome outcome);
-
-/* One provisioning: a session and context, its waiting callers, its result. */
-typedef struct bcd_job
-{
-	char		session[BC_SELECTOR_MAX + 1];
-	char		context[BC_SELECTOR_MAX + 1];
-	bcd_peer	caller;			/* the caller that started it (its claim in the proof) */
-	struct bcd_conn *waiters;	/* callers waiting for it (sessions.c's) */
-	int			n_waiters;
-	int			dispatched;		/* handed to a worker (and how often) */
-	struct bcd_job *next;		/* in the table of jobs */
-	struct bcd_job *qnext;		/* in the I/O queue, the workers' queue or done list */
-	/* the result, written by the worker that ran it */
-	bcd_code	code;
-	bcd_outcome outcome;
-	char		message[512];
-	char	   *key_pem;		/* secret: bc_free_secret */
-	size_t		key_len;
-	char	   *chain_pem;
-	size_t		chain_len;
-	char		not_after[64];
-	char		serial[41];
-	char		spiffe_id[512];
-} bcd_job;
-
-/* Release a job's result (the key is wiped; provision.c). */
-void		bcd_job_clear_result(bcd_job *job);
-
-/* What the published numbers are made of (owned by the I/O thread). */
-typedef struct bcd_counters
-{
-	long		waiting;		/* callers waiting for a credential: the queue depth */
-	long		queued;			/* provisionings waiting for a worker */
-	long		in_flight;		/* provisionings running */
-	long		max_provisioning;
-	long		max_queue;
-	unsigned long answers[BCD_CODE_COUNT];
-	unsigned long provisionings[BCD_OUTCOME_COUNT];
-} bcd_counters;
 
 /* The socket server of bcd run (sessions.c). */
 typedef struct bcd_server bcd_server;

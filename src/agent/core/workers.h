@@ -10,7 +10,7 @@
 
 #include "core/node_credential.h"
 #include "core/service_keys.h"
-#include "core/sessions.h"
+#include "core/job.h"
 
 typedef struct bcd_workers bcd_workers;
 

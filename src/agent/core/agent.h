@@ -1,0 +1,79 @@
+/*
+ * agent.h: what bcd run's parts share once its command line is read: the
+ * options (bcd_run_opts, with the command handlers) and the state the join
+ * loop, renewal and the command poll share (bcd_agent).  A plain type
+ * header: the orchestrators (daemon.h, join_loop.h, sessions.h) include it,
+ * never the other way round.
+ */
+#ifndef BCD_AGENT_H
+#define BCD_AGENT_H
+
+#include "core/backoff.h"
+#include "core/outcome.h"
+#include "core/service_keys.h"
+#include "core/transport.h"
+#include "producers/producer.h"
+
+/* Handlers of --command-handler, at most. */
+#define BCD_COMMAND_HANDLERS_MAX 16
+
+/* --command-handler PREFIX=EXECUTABLE: commands whose kind starts with prefix. */
+typedef struct bcd_command_handler
+{
+	const char *prefix;			/* into argv: "disk.", "disk.wipe", "" (every kind) */
+	size_t		prefix_len;		/* without a trailing '*' */
+	const char *exe;			/* absolute path */
+} bcd_command_handler;
+
+/* What the command line of bcd run / bcd renew asked for. */
+typedef struct bcd_run_opts
+{
+	const char *gateway;		/* https://host:port */
+	const char *gateway_ca;		/* PEM file pinned for TLS */
+	const char *service_keys;
+	const char *state_dir;
+	const char *token;
+	const char *token_file;
+	const char *role;
+	const char *attestor;
+	/* the producer of the join's evidence, configured with its own options (producer.h) */
+	const bcd_producer *producer;
+	const char *claims;
+	const char *hostname;
+	long		max_retry_after;	/* seconds, clamp of every wait we are told */
+	double		renew_at;		/* fraction of the lifetime */
+	int			once;
+	int			allow_linger;	/* --allow-linger: warn, do not refuse */
+	int			renew_now;
+	int			renew_cmd;		/* invoked as `bcd renew` */
+	/* the local socket (sessions.c), bcd run without --once only */
+	const char *socket;			/* --socket PATH, or NULL for the default */
+	const char *metrics_file;	/* --metrics-file PATH, or NULL */
+	long		max_provisioning;
+	long		max_queue;
+	/* commands (commands.c): handlers, poll interval and a handler's bounds */
+	bcd_command_handler handlers[BCD_COMMAND_HANDLERS_MAX];
+	int			n_handlers;
+	double		command_interval;	/* seconds between fetches */
+	double		command_timeout;	/* seconds a handler may run */
+	/*
+	 * bcd ramdisk: no state directory (state_dir NULL), every key in memory
+	 * only, no local socket.
+	 */
+	int			memory_only;
+} bcd_run_opts;
+
+/* The socket server of bcd run (sessions.h). */
+struct bcd_server;
+
+/* The daemon's state shared by the join loop and renewal. */
+typedef struct bcd_agent
+{
+	const bcd_run_opts *opts;
+	bcd_service_keys keys;
+	bcd_http   *http;
+	bcd_backoff backoff;
+	struct bcd_server *server;	/* NULL with --once and for bcd renew */
+} bcd_agent;
+
+#endif							/* BCD_AGENT_H */

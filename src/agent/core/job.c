@@ -1,0 +1,65 @@
+/*
+ * job.c: the names of a provisioning's answer codes and outcomes (the
+ * socket protocol's words, bc_protocol.h BC_SOCK_*; the metrics labels),
+ * whether a caller may ask again, and the release of a job's result.
+ */
+#include <stdlib.h>
+
+#include "bc_common.h"
+#include "core/job.h"
+
+/* The answer codes, in bcd_code order, and whether a caller may try again. */
+static const struct
+{
+	const char *name;
+	int			retryable;
+}			codes[BCD_CODE_COUNT] = {
+	{BC_SOCK_OK, 0},
+	{BC_SOCK_NO_NODE_CREDENTIAL, 0},
+	{BC_SOCK_BUSY, 1},
+	{BC_SOCK_REFUSED, 0},
+	{BC_SOCK_UNAVAILABLE, 1},
+	{BC_SOCK_BAD_REQUEST, 0},
+	{BC_SOCK_BAD_DIR, 0},
+	{BC_SOCK_FORBIDDEN, 0},
+	{BC_SOCK_FAILED, 0},
+};
+
+/* The provisioning outcomes, in bcd_outcome order. */
+static const char *const outcomes[BCD_OUTCOME_COUNT] = {
+	"issued", "refused", "unavailable", "failed"
+};
+
+/* The protocol name of an answer code. */
+const char *
+bcd_code_name(bcd_code code)
+{
+	return code < BCD_CODE_COUNT ? codes[code].name : BC_SOCK_FAILED;
+}
+
+/* 1 when a caller answered code may ask again later. */
+int
+bcd_code_retryable(bcd_code code)
+{
+	return code < BCD_CODE_COUNT && codes[code].retryable;
+}
+
+/* The metrics label of a provisioning outcome. */
+const char *
+bcd_outcome_name(bcd_outcome outcome)
+{
+	return outcome < BCD_OUTCOME_COUNT ? outcomes[outcome] : "failed";
+}
+
+/* Release a job's result (the key is wiped). */
+void
+bcd_job_clear_result(bcd_job *job)
+{
+	if (job->key_pem != NULL)
+		bc_free_secret(job->key_pem, job->key_len);
+	free(job->chain_pem);
+	job->key_pem = NULL;
+	job->key_len = 0;
+	job->chain_pem = NULL;
+	job->chain_len = 0;
+}
