@@ -4,14 +4,16 @@
  * (src/gateway) and the agent bcd (src/agent).  docs/protocol.md and
  * docs/sessions.md describe them.
  *
- * Plain C, no PostgreSQL headers, no functions: macros only, so that any
- * file of any side may include it.  A bound that the extension also defines
+ * Plain C, no PostgreSQL headers: macros and a few static inline
+ * validators (string.h only), so that any file of any side may include it.  A bound that the extension also defines
  * in its own headers is spelled token for token the same here, so both
  * definitions may meet in one translation unit until the extension includes
  * this file alone.
  */
 #ifndef BC_PROTOCOL_H
 #define BC_PROTOCOL_H
+
+#include <string.h>
 
 /* ------------------------------------------------------------ endpoints */
 
@@ -112,6 +114,34 @@
 #define BC_CONTEXT_MIN			0
 #define BC_SELECTOR_CHARS \
 	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
+
+/*
+ * 1 when s is a selector: BC_SELECTOR_CHARS only, at most BC_SELECTOR_MAX
+ * of them, at least BC_SESSION_MIN when required (a session) and
+ * BC_CONTEXT_MIN otherwise (a context).  The one check of both sides.
+ */
+static inline int
+bc_selector_valid(const char *s, int required)
+{
+	size_t		n;
+
+	if (s == NULL)
+		return 0;
+	n = strlen(s);
+	return n <= BC_SELECTOR_MAX && n >= (size_t) (required ? BC_SESSION_MIN : BC_CONTEXT_MIN) &&
+		strspn(s, BC_SELECTOR_CHARS) == n;
+}
+
+/* ------------------------------------------------------- SPIFFE IDs */
+
+/*
+ * A node's SPIFFE ID: spiffe://<trust domain>/tenant/<tenant>/node/<node>;
+ * a session credential's adds /session/<session>.  The printf formats, for
+ * the sides that build them with their own allocator (psprintf, snprintf).
+ */
+#define BC_SPIFFE_SCHEME		"spiffe://"
+#define BC_SPIFFE_NODE_FMT		"spiffe://%s/tenant/%s/node/%s"
+#define BC_SPIFFE_SESSION_FMT	"spiffe://%s/tenant/%s/node/%s/session/%s"
 
 /* --------------------------------------------- bcd's local socket */
 

@@ -324,7 +324,7 @@ bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
 	issued.not_after = r->not_after;
 	issued.leaf_der = (unsigned char *) VARDATA_ANY(r->der);
 	issued.leaf_der_len = VARSIZE_ANY_EXHDR(r->der);
-	issued.spiffe_id = psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain,
+	issued.spiffe_id = psprintf(BC_SPIFFE_NODE_FMT, bc_trust_domain,
 								r->tenant_id, r->node_id);
 
 	/* At most one note per certificate, however often it is repeated. */

@@ -13,7 +13,7 @@ bc_issue_node_cert(const BcJoinRequest *req, const char *tenant_id,
 				   const char *node_id, const char *node_key_uri,
 				   int ttl_seconds, BcIssued *out)
 {
-	bc_issue_leaf(req, psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain,
+	bc_issue_leaf(req, psprintf(BC_SPIFFE_NODE_FMT, bc_trust_domain,
 								tenant_id, node_id),
 				  node_id, node_key_uri, ttl_seconds, out);
 }

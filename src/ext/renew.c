@@ -73,7 +73,7 @@ repeated_renewal(const BcJoinRequest *req, const char *node_id, const char *tena
 	issued.leaf_der_len = VARSIZE(der) - VARHDRSZ;
 	issued.not_before = DatumGetTimestampTz(bc_spi_datum(Anum_succ_not_before, &isnull));
 	issued.not_after = DatumGetTimestampTz(bc_spi_datum(Anum_succ_not_after, &isnull));
-	issued.spiffe_id = psprintf("spiffe://%s/tenant/%s/node/%s", bc_trust_domain, tenant, node_id);
+	issued.spiffe_id = psprintf(BC_SPIFFE_NODE_FMT, bc_trust_domain, tenant, node_id);
 	return bc_issued_response(req, node_id, tenant, role, generation, &issued,
 							  kinds, has_kinds, outcxt);
 }

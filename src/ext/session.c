@@ -79,16 +79,6 @@ static BcPlan count_sessions = {
 	4, {TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID}
 };
 
-/* A session or context selector: BC_SESSION_MIN/BC_CONTEXT_MIN to BC_SELECTOR_MAX of BC_SELECTOR_CHARS. */
-static bool
-valid_selector(const char *s, bool required)
-{
-	size_t		n = strlen(s);
-
-	if (n > BC_SELECTOR_MAX || n < (required ? BC_SESSION_MIN : BC_CONTEXT_MIN))
-		return false;
-	return strspn(s, BC_SELECTOR_CHARS) == n;
-}
 
 /*
  * The proof's "caller" as recorded: {"pid", "exe", "unit", "cgroup"} with
@@ -211,7 +201,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		context_ref = pnstrdup(ctx->val.string.val, ctx->val.string.len);
 	else if (ctx != NULL && ctx->type != jbvNull)
 		bc_refuse_join("session:malformed-proof", tenant);
-	if (!valid_selector(session_ref, true) || !valid_selector(context_ref, false))
+	if (!bc_selector_valid(session_ref, 1) || !bc_selector_valid(context_ref, 0))
 		bc_refuse_join("session:malformed-selector", tenant);
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("session:csr-signature", tenant);
@@ -242,7 +232,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		ttl = (int) remaining;
 	if (ttl < 1)
 		bc_refuse_join("session:expired", tenant);
-	bc_issue_leaf(req, psprintf("spiffe://%s/tenant/%s/node/%s/session/%s", bc_trust_domain,
+	bc_issue_leaf(req, psprintf(BC_SPIFFE_SESSION_FMT, bc_trust_domain,
 								tenant, node_id, session_id),
 				  session_id, NULL, ttl, &issued);
 	v[0] = CStringGetTextDatum(issued.serial_hex);

@@ -50,10 +50,7 @@
 int
 bcd_selector_valid(const char *s, int required)
 {
-	size_t		n = strlen(s);
-
-	return n <= BC_SELECTOR_MAX && n >= (required ? BC_SESSION_MIN : BC_CONTEXT_MIN) &&
-		strspn(s, BC_SELECTOR_CHARS) == n;
+	return bc_selector_valid(s, required);
 }
 
 /* The runtime directory deliveries go under (malloc()ed, no trailing '/'). */
