@@ -5,10 +5,10 @@
  * docs/sessions.md describe them.
  *
  * Plain C, no PostgreSQL headers: macros and a few static inline
- * validators (string.h only), so that any file of any side may include it.  A bound that the extension also defines
- * in its own headers is spelled token for token the same here, so both
- * definitions may meet in one translation unit until the extension includes
- * this file alone.
+ * validators (string.h only), so that any file of any side may include
+ * it.  A bound that the extension also defines in its own headers is
+ * spelled token for token the same here, so both definitions may meet in
+ * one translation unit until the extension includes this file alone.
  */
 #ifndef BC_PROTOCOL_H
 #define BC_PROTOCOL_H

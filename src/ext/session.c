@@ -79,7 +79,6 @@ static BcPlan count_sessions = {
 	4, {TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID}
 };
 
-
 /*
  * The proof's "caller" as recorded: {"pid", "exe", "unit", "cgroup"} with
  * only those members (others are dropped), or NULL when the proof has none.
