@@ -20,17 +20,19 @@ class HAMixin:
     """Before a bctest.ClusterEnv subclass: its cluster becomes a pg_auto_failover
     formation (tools/ha-throwaway) with database bcj; conninfo is the multi-host string."""
 
-    def start_cluster(self, tenant):
+    def start_cluster(self, tenant, tpm=False):
+        """With tpm, ha-throwaway start --tpm: a swtpm and a key directory per node."""
         self.db = "bcj"
         self.ha = os.path.join(self.dir, "ha")
         os.makedirs(self.ha)
         base = free_port()
         self.ports = {"node1": base + 1, "node2": base + 2}
-        r = subprocess.run([HA, "start", self.ha, str(base), self.trust_domain],
+        # started first: cleanup stops what a failed or timed-out start left running
+        self.started = True
+        r = subprocess.run([HA, "start", self.ha, str(base), self.trust_domain] + (["--tpm"] if tpm else []),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError("ha-throwaway start failed:\n" + r.stdout + r.stderr)
-        self.started = True
         self.multi = r.stdout.strip().splitlines()[-1]
         self.use_primary()
         self.tenant = self.psql("SELECT bc_join.create_tenant('%s')" % tenant)
