@@ -35,6 +35,13 @@ HOST_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/obj/%.o)
 HOST_JOSE_OBJS   = $(HOST_JOSE_SRCS:%.c=build/obj/%.o)
 HOST_UNIT_BINS   = $(HOST_UNIT_NAMES:%=build/unit/%)
 
+# The unit tests' own build of src/common and of themselves, with BC_TEST_BUILD:
+# what only tests use (bc_cert_issue, the reference issuer; bc_cert_verify_chain;
+# bc_cloud_pkcs7_check; bc_ossl_cache_release) is in no program's objects.
+HOST_TEST_CPPFLAGS     = -DBC_TEST_BUILD
+HOST_TEST_COMMON_OBJS  = $(HOST_COMMON_SRCS:%.c=build/testobj/%.o)
+HOST_ASAN_TEST_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/asan/testobj/%.o)
+
 HOST_ASAN_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/asan/obj/%.o)
 HOST_ASAN_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/asan/obj/%.o)
 HOST_ASAN_JOSE_OBJS   = $(HOST_JOSE_SRCS:%.c=build/asan/obj/%.o)
@@ -55,13 +62,21 @@ build/asan/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) $(HOST_CPPFLAGS) -c $< -o $@
 
+build/testobj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_CPPFLAGS) $(HOST_TEST_CPPFLAGS) -c $< -o $@
+
+build/asan/testobj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) $(HOST_CPPFLAGS) $(HOST_TEST_CPPFLAGS) -c $< -o $@
+
 build/bcd: $(HOST_AGENT_OBJS) $(HOST_COMMON_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_LDFLAGS) -o $@ $^ $(HOST_LIBS)
 
 build/jose-tool: $(HOST_JOSE_OBJS) $(HOST_COMMON_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)
 
-build/unit/%: build/obj/test/unit/%.o $(HOST_COMMON_OBJS)
+build/unit/%: build/testobj/test/unit/%.o $(HOST_TEST_COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_TEST_LIBS) $(HOST_LIBS)
 
@@ -71,7 +86,7 @@ build/asan/bcd: $(HOST_ASAN_AGENT_OBJS) $(HOST_ASAN_COMMON_OBJS)
 build/asan/jose-tool: $(HOST_ASAN_JOSE_OBJS) $(HOST_ASAN_COMMON_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(HOST_LIBS)
 
-build/asan/unit/%: build/asan/obj/test/unit/%.o $(HOST_ASAN_COMMON_OBJS)
+build/asan/unit/%: build/asan/testobj/test/unit/%.o $(HOST_ASAN_TEST_COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(HOST_TEST_LIBS) $(HOST_LIBS)
 
@@ -92,7 +107,9 @@ interop: build/jose-tool build/asan/bcd
 	$(HOST_PYTHON) test/interop/jose_interop.py build/jose-tool
 	ASAN_OPTIONS=detect_leaks=1 $(HOST_PYTHON) test/interop/bcd_interop.py build/asan/bcd
 
-.PRECIOUS: build/obj/%.o build/asan/obj/%.o
+.PRECIOUS: build/obj/%.o build/asan/obj/%.o build/testobj/%.o build/asan/testobj/%.o
 
 -include $(wildcard build/obj/*/*.d build/obj/*/*/*.d build/obj/*/*/*/*.d)
 -include $(wildcard build/asan/obj/*/*.d build/asan/obj/*/*/*.d build/asan/obj/*/*/*/*.d)
+-include $(wildcard build/testobj/*/*.d build/testobj/*/*/*.d build/testobj/*/*/*/*.d)
+-include $(wildcard build/asan/testobj/*/*.d build/asan/testobj/*/*/*.d build/asan/testobj/*/*/*/*.d)

@@ -143,7 +143,9 @@ int			bc_p256_from_point(const unsigned char *point, size_t point_len, EVP_PKEY 
  * PostgreSQL backend): off unless enabled; see ossl_cache.c.
  */
 void		bc_ossl_cache_enable(void);
+#ifdef BC_TEST_BUILD			/* test builds only (mk/host.mk, mk/fuzz.mk) */
 void		bc_ossl_cache_release(void);
+#endif
 /* Drop a key's contexts and reference (before its owner frees it). */
 void		bc_ossl_cache_forget(EVP_PKEY *key);
 EVP_PKEY   *bc_ossl_cache_p256_params(void);
@@ -341,6 +343,7 @@ typedef struct bc_cert_params
 	const char *crl_url;		/* a CRL distribution point URI, or NULL */
 } bc_cert_params;
 
+#ifdef BC_TEST_BUILD			/* test builds only: the unit tests' reference issuer */
 /*
  * Issue an X.509 v3 end-entity certificate: 128 random serial bits, ECDSA
  * with SHA-256, basicConstraints CA:FALSE (critical), keyUsage
@@ -352,6 +355,7 @@ typedef struct bc_cert_params
  */
 int			bc_cert_issue(const bc_cert_params *p,
 						  unsigned char serial_out[16], X509 **out);
+#endif
 
 /*
  * The same certificate as bc_cert_issue, for a CSR's key (p->subject_csr;
@@ -400,7 +404,9 @@ X509	   *bc_cert_read_pem_file(const char *path, char *err, size_t errlen);
  * Verify leaf against the single trusted CA certificate (X509_verify_cert,
  * purpose any, at time at_unix, or now when 0).  BC_EVERIFY when it fails.
  */
+#ifdef BC_TEST_BUILD			/* test builds only (mk/host.mk, mk/fuzz.mk) */
 int			bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix);
+#endif
 
 /*
  * Verify leaf through the untrusted certificates untrusted[0..n) to the one
@@ -509,8 +515,10 @@ enum bc_cloud_provider
  * documented sample writes it; never MD5 or SHA-1) and the signature
  * algorithm rsaEncryption or sha256WithRSAEncryption ("signature-algorithm").
  */
+#ifdef BC_TEST_BUILD			/* test builds only (mk/host.mk, mk/fuzz.mk) */
 int			bc_cloud_pkcs7_check(const unsigned char *der, size_t n, int provider,
 								 const char **reason);
+#endif
 
 /*
  * AWS: a BER PKCS#7 SignedData with exactly one SignerInfo and its content

@@ -5,14 +5,15 @@
  * docs/sessions.md describe them.
  *
  * Plain C, no PostgreSQL headers: macros and a few static inline
- * validators (string.h only), so that any file of any side may include
- * it.  A bound that the extension also defines in its own headers is
+ * validators and builders (string.h and stdio.h only), so that any file of
+ * any side may include it.  A bound that the extension also defines in its own headers is
  * spelled token for token the same here, so both definitions may meet in
  * one translation unit until the extension includes this file alone.
  */
 #ifndef BC_PROTOCOL_H
 #define BC_PROTOCOL_H
 
+#include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ endpoints */
@@ -36,8 +37,13 @@
 #define BC_ROLE_SITE			"site"
 #define BC_ROLE_RAMDISK			"ramdisk"
 
-/* The attestor of a JoinRequest without "attestor" (the built-in). */
-#define BC_ATTESTOR_JOIN_TOKEN	"join-token"
+/* 1 when role is one of the roles above (case-sensitive), 0 otherwise or NULL. */
+static inline int
+bc_role_valid(const char *role)
+{
+	return role != NULL && (strcmp(role, BC_ROLE_NODE) == 0 || strcmp(role, BC_ROLE_SITE) == 0 ||
+							strcmp(role, BC_ROLE_RAMDISK) == 0);
+}
 
 /* ------------------------------------------------------------- statuses */
 
@@ -69,6 +75,71 @@
 #define BC_ATTESTOR_ID_MAX		64
 /* A join token, in bytes (what is sealed, before sealing). */
 #define BC_TOKEN_MAX			256
+
+/* ------------------------------------------------------------ attestors */
+
+/* The built-in attestors' ids; join-token is a JoinRequest's without "attestor". */
+#define BC_ATTESTOR_JOIN_TOKEN	"join-token"
+#define BC_ATTESTOR_TPM			"tpm"
+#define BC_ATTESTOR_X509POP		"x509pop"
+#define BC_ATTESTOR_PROVISIONED	"provisioned"
+#define BC_ATTESTOR_CLOUD_IID	"cloud-iid"
+#define BC_ATTESTOR_DISCOVERY	"discovery"
+
+/* The characters of an attestor id (bc_join.attestors.id: ^[a-z0-9._-]{1,64}$). */
+#define BC_ATTESTOR_ID_CHARS	"abcdefghijklmnopqrstuvwxyz0123456789._-"
+
+/* 1 when id is an attestor id: 1 to BC_ATTESTOR_ID_MAX of BC_ATTESTOR_ID_CHARS. */
+static inline int
+bc_attestor_id_valid(const char *id)
+{
+	size_t		n;
+
+	if (id == NULL)
+		return 0;
+	n = strlen(id);
+	return n >= 1 && n <= BC_ATTESTOR_ID_MAX && strspn(id, BC_ATTESTOR_ID_CHARS) == n;
+}
+
+/*
+ * The node key statement of a certificate whose key the tpm attestor proved
+ * to be a TPM's: a second URI SAN urn:bc:tpm-ak:<nameAlg>:<hex digest of the
+ * AK's Name> (docs/protocol.md).
+ */
+#define BC_TPM_AK_URN_PREFIX	"urn:bc:tpm-ak:"
+
+/* ------------------------------------------------------ words of evidence */
+
+/* Lower-case hexadecimal digits: serials, MAC addresses. */
+#define BC_HEX_LOWER			"0123456789abcdef"
+
+/* A certificate serial as the service spells it: 32 lower-case hex digits (128 bits). */
+#define BC_SERIAL_HEX_LEN		32
+
+/* 1 when s is a serial: exactly BC_SERIAL_HEX_LEN of BC_HEX_LOWER. */
+static inline int
+bc_serial_valid(const char *s)
+{
+	return s != NULL && strlen(s) == BC_SERIAL_HEX_LEN &&
+		strspn(s, BC_HEX_LOWER) == BC_SERIAL_HEX_LEN;
+}
+
+/* A MAC address of a discovery assertion: "aa:bb:cc:dd:ee:ff", lower-case hex. */
+#define BC_MAC_LEN				17
+
+/* 1 when m is a MAC address of that form; 0 otherwise or NULL. */
+static inline int
+bc_mac_valid(const char *m)
+{
+	if (m == NULL || strlen(m) != BC_MAC_LEN)
+		return 0;
+	for (int i = 0; i < BC_MAC_LEN; i++)
+	{
+		if (i % 3 == 2 ? m[i] != ':' : strchr(BC_HEX_LOWER, m[i]) == NULL)
+			return 0;
+	}
+	return 1;
+}
 
 /* ------------------------------------------ proofs by the node's key */
 
@@ -140,8 +211,120 @@ bc_selector_valid(const char *s, int required)
  * the sides that build them with their own allocator (psprintf, snprintf).
  */
 #define BC_SPIFFE_SCHEME		"spiffe://"
-#define BC_SPIFFE_NODE_FMT		"spiffe://%s/tenant/%s/node/%s"
-#define BC_SPIFFE_SESSION_FMT	"spiffe://%s/tenant/%s/node/%s/session/%s"
+#define BC_SPIFFE_TENANT_SEG	"/tenant/"
+#define BC_SPIFFE_NODE_SEG		"/node/"
+#define BC_SPIFFE_SESSION_SEG	"/session/"
+#define BC_SPIFFE_NODE_FMT \
+	BC_SPIFFE_SCHEME "%s" BC_SPIFFE_TENANT_SEG "%s" BC_SPIFFE_NODE_SEG "%s"
+#define BC_SPIFFE_SESSION_FMT	BC_SPIFFE_NODE_FMT BC_SPIFFE_SESSION_SEG "%s"
+
+/*
+ * The SPIFFE ID of tenant's node in trust_domain (session NULL) or of its
+ * session into buf (size bytes, NUL-terminated): 1 when it fitted, 0 when not
+ * (or a part is NULL).
+ */
+static inline int
+bc_spiffe_id(char *buf, size_t size, const char *trust_domain, const char *tenant,
+			 const char *node, const char *session)
+{
+	int			n;
+
+	if (buf == NULL || size == 0 || trust_domain == NULL || tenant == NULL || node == NULL)
+		return 0;
+	if (session != NULL)
+		n = snprintf(buf, size, BC_SPIFFE_SESSION_FMT, trust_domain, tenant, node, session);
+	else
+		n = snprintf(buf, size, BC_SPIFFE_NODE_FMT, trust_domain, tenant, node);
+	return n > 0 && (size_t) n < size;
+}
+
+/* The parts of a SPIFFE ID, each a pointer into the parsed string and a length. */
+typedef struct bc_spiffe_parts
+{
+	const char *trust_domain;
+	size_t		trust_domain_len;
+	const char *tenant;
+	size_t		tenant_len;
+	const char *node;
+	size_t		node_len;
+	const char *session;		/* NULL for a node's SPIFFE ID */
+	size_t		session_len;
+} bc_spiffe_parts;
+
+/* The next path segment of *p (up to '/' or the end): its length; *p moves past it. */
+static inline size_t
+bc_spiffe_segment(const char **p)
+{
+	const char *s = *p;
+	const char *slash = strchr(s, '/');
+	size_t		n = slash != NULL ? (size_t) (slash - s) : strlen(s);
+
+	*p = s + n;
+	return n;
+}
+
+/*
+ * 1 when uri is a node's or a session's SPIFFE ID as the formats above
+ * spell it, every part non-empty and without '/', and (when trust_domain is
+ * not NULL) of that trust domain; *parts (when not NULL) then points into
+ * uri.  0 otherwise.  The one parser of both sides.
+ */
+static inline int
+bc_spiffe_parse(const char *uri, const char *trust_domain, bc_spiffe_parts *parts)
+{
+	bc_spiffe_parts p;
+	const char *s;
+
+	if (uri == NULL || strncmp(uri, BC_SPIFFE_SCHEME, strlen(BC_SPIFFE_SCHEME)) != 0)
+		return 0;
+	memset(&p, 0, sizeof(p));
+	s = uri + strlen(BC_SPIFFE_SCHEME);
+	p.trust_domain = s;
+	if ((p.trust_domain_len = bc_spiffe_segment(&s)) == 0 ||
+		(trust_domain != NULL && (strlen(trust_domain) != p.trust_domain_len ||
+								  strncmp(p.trust_domain, trust_domain, p.trust_domain_len) != 0)))
+		return 0;
+	if (strncmp(s, BC_SPIFFE_TENANT_SEG, strlen(BC_SPIFFE_TENANT_SEG)) != 0)
+		return 0;
+	s += strlen(BC_SPIFFE_TENANT_SEG);
+	p.tenant = s;
+	if ((p.tenant_len = bc_spiffe_segment(&s)) == 0 ||
+		strncmp(s, BC_SPIFFE_NODE_SEG, strlen(BC_SPIFFE_NODE_SEG)) != 0)
+		return 0;
+	s += strlen(BC_SPIFFE_NODE_SEG);
+	p.node = s;
+	if ((p.node_len = bc_spiffe_segment(&s)) == 0)
+		return 0;
+	if (*s != '\0')
+	{
+		if (strncmp(s, BC_SPIFFE_SESSION_SEG, strlen(BC_SPIFFE_SESSION_SEG)) != 0)
+			return 0;
+		s += strlen(BC_SPIFFE_SESSION_SEG);
+		p.session = s;
+		if ((p.session_len = bc_spiffe_segment(&s)) == 0 || *s != '\0')
+			return 0;
+	}
+	if (parts != NULL)
+		*parts = p;
+	return 1;
+}
+
+/*
+ * The SPIFFE ID of session of the node whose SPIFFE ID is node_uri into buf
+ * (size bytes): 1 when node_uri is a node's SPIFFE ID and it fitted, else 0.
+ */
+static inline int
+bc_spiffe_session_of(char *buf, size_t size, const char *node_uri, const char *session)
+{
+	bc_spiffe_parts p;
+	int			n;
+
+	if (buf == NULL || size == 0 || session == NULL ||
+		!bc_spiffe_parse(node_uri, NULL, &p) || p.session != NULL)
+		return 0;
+	n = snprintf(buf, size, "%s" BC_SPIFFE_SESSION_SEG "%s", node_uri, session);
+	return n > 0 && (size_t) n < size;
+}
 
 /* --------------------------------------------- bcd's local socket */
 

@@ -206,16 +206,6 @@ signed_data(const unsigned char *der, size_t n, int provider, PKCS7 **out, const
 	return BC_OK;
 }
 
-/* The envelope checks alone (bc_common.h). */
-int
-bc_cloud_pkcs7_check(const unsigned char *der, size_t n, int provider, const char **reason)
-{
-	PKCS7	   *p7 = NULL;
-	int			rc = signed_data(der, n, provider, &p7, reason);
-
-	PKCS7_free(p7);
-	return rc;
-}
 
 /*
  * 1 when the SignerInfo names the signer's issuer byte for byte: OpenSSL
@@ -666,3 +656,18 @@ bc_cloud_is_uuid(const char *s)
 	}
 	return 1;
 }
+
+#ifdef BC_TEST_BUILD
+
+/* The envelope checks alone (bc_common.h). */
+int
+bc_cloud_pkcs7_check(const unsigned char *der, size_t n, int provider, const char **reason)
+{
+	PKCS7	   *p7 = NULL;
+	int			rc = signed_data(der, n, provider, &p7, reason);
+
+	PKCS7_free(p7);
+	return rc;
+}
+
+#endif							/* BC_TEST_BUILD */

@@ -41,24 +41,6 @@ bc_ossl_cache_enable(void)
 	enabled = 1;
 }
 
-/* Free everything the cache holds and turn it off. */
-void
-bc_ossl_cache_release(void)
-{
-	int			i;
-
-	EVP_PKEY_free(p256_params);
-	p256_params = NULL;
-	for (i = 0; i < CACHE_KEYS; i++)
-	{
-		EVP_MD_CTX_free(keys[i].sign);
-		EVP_PKEY_CTX_free(keys[i].derive);
-		X509_free(keys[i].ca_checked);
-		EVP_PKEY_free(keys[i].key);
-	}
-	memset(keys, 0, sizeof(keys));
-	enabled = 0;
-}
 
 /*
  * Drop key's slot: its contexts and the cache's reference, so that the key's
@@ -234,3 +216,26 @@ bc_ossl_cache_ca_check_passed(X509 *ca_cert, EVP_PKEY *ca_key)
 	X509_free(k->ca_checked);
 	k->ca_checked = ca_cert;
 }
+
+#ifdef BC_TEST_BUILD
+
+/* Free everything the cache holds and turn it off. */
+void
+bc_ossl_cache_release(void)
+{
+	int			i;
+
+	EVP_PKEY_free(p256_params);
+	p256_params = NULL;
+	for (i = 0; i < CACHE_KEYS; i++)
+	{
+		EVP_MD_CTX_free(keys[i].sign);
+		EVP_PKEY_CTX_free(keys[i].derive);
+		X509_free(keys[i].ca_checked);
+		EVP_PKEY_free(keys[i].key);
+	}
+	memset(keys, 0, sizeof(keys));
+	enabled = 0;
+}
+
+#endif							/* BC_TEST_BUILD */

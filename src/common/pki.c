@@ -220,43 +220,6 @@ out:
 	return ok;
 }
 
-/*
- * Add the extensions every node certificate carries, from OpenSSL's own
- * typed structures (X509V3_EXT_i2d encodes them; the first three once per
- * process, make_constants):
- *   basicConstraints     critical, CA:FALSE
- *   keyUsage             critical, digitalSignature
- *   extendedKeyUsage     clientAuth, serverAuth
- *   subjectKeyIdentifier SHA-1 of the subject key's bits (RFC 5280 4.2.1.2
- *                        method 1, what OpenSSL's "hash" computes)
- *   authorityKeyIdentifier  keyid: the CA's own subjectKeyIdentifier, which
- *                        the CA must have ("keyid:always").
- * The same certificate as the configuration strings would give, without
- * parsing them for every certificate.
- */
-static int
-add_node_extensions(X509 *cert, X509 *ca_cert)
-{
-	const ASN1_BIT_STRING *bits = X509_get0_pubkey_bitstr(cert);
-	X509_EXTENSION *skid = NULL;
-	X509_EXTENSION *akid = NULL;
-	int			ok = 0;
-
-	if (!CRYPTO_THREAD_run_once(&const_once, make_constants) || const_sigalg == NULL ||
-		bits == NULL ||
-		!key_id_exts(ASN1_STRING_get0_data(bits), (size_t) ASN1_STRING_length(bits), ca_cert,
-					 &skid, &akid))
-		goto out;
-	ok = X509_add_ext(cert, const_exts[0], -1) == 1 &&
-		X509_add_ext(cert, const_exts[1], -1) == 1 &&
-		X509_add_ext(cert, const_exts[2], -1) == 1 &&
-		X509_add_ext(cert, skid, -1) == 1 &&
-		X509_add_ext(cert, akid, -1) == 1;
-out:
-	X509_EXTENSION_free(skid);
-	X509_EXTENSION_free(akid);
-	return ok;
-}
 
 /* 1 when uri is a non-empty run of printable ASCII without spaces, bounded. */
 static int	uri_is_acceptable(const char *uri);
@@ -299,21 +262,6 @@ out:
 	return ext;
 }
 
-/* Add the CRL distribution point to cert. */
-static int
-add_crl_dp(X509 *cert, const char *url)
-{
-	X509_EXTENSION *ext;
-	int			rc = BC_ECRYPTO;
-
-	if (!uri_is_acceptable(url))
-		return BC_EINVAL;
-	ext = crl_dp_ext(url);
-	if (ext != NULL && X509_add_ext(cert, ext, -1) == 1)
-		rc = BC_OK;
-	X509_EXTENSION_free(ext);
-	return rc;
-}
 
 /* 1 when uri is a non-empty run of printable ASCII without spaces, bounded. */
 static int
@@ -368,18 +316,6 @@ out:
 	return ext;
 }
 
-/* Add the subjectAltName of the URIs to cert. */
-static int
-add_uri_sans(X509 *cert, const char *const *uris, size_t n_uris, int critical)
-{
-	X509_EXTENSION *ext = uri_san_ext(uris, n_uris, critical);
-	int			rc = BC_ECRYPTO;
-
-	if (ext != NULL && X509_add_ext(cert, ext, -1) == 1)
-		rc = BC_OK;
-	X509_EXTENSION_free(ext);
-	return rc;
-}
 
 /* 16 random serial bytes, top bit clear and not all zero, as an INTEGER. */
 static ASN1_INTEGER *
@@ -403,34 +339,7 @@ out:
 	return ai;
 }
 
-/* 16 random serial bytes, top bit clear and not all zero, set on cert. */
-static int
-set_random_serial(X509 *cert, unsigned char serial[SERIAL_LEN])
-{
-	ASN1_INTEGER *ai = random_serial(serial);
-	int			rc = BC_ECRYPTO;
 
-	if (ai != NULL && X509_set_serialNumber(cert, ai) == 1)
-		rc = BC_OK;
-	ASN1_INTEGER_free(ai);
-	return rc;
-}
-
-/* Set notBefore and notAfter from unix seconds. */
-static int
-set_validity(X509 *cert, int64_t not_before, int64_t not_after)
-{
-	ASN1_TIME  *t = NULL;
-	int			ok;
-
-	t = ASN1_TIME_set(NULL, (time_t) not_before);
-	ok = t != NULL && X509_set1_notBefore(cert, t) == 1;
-	if (ok && ASN1_TIME_set(t, (time_t) not_after) == NULL)
-		ok = 0;
-	ok = ok && X509_set1_notAfter(cert, t) == 1;
-	ASN1_TIME_free(t);
-	return ok ? BC_OK : BC_ECRYPTO;
-}
 
 
 /* Check bc_cert_issue's parameters before anything is built. */
@@ -465,6 +374,109 @@ check_issue_params(const bc_cert_params *p)
 	}
 	bc_ossl_cache_ca_check_passed(p->ca_cert, p->ca_key);
 	return BC_OK;
+}
+
+#ifdef BC_TEST_BUILD
+
+/*
+ * The X509-API issuer the unit tests compare bc_cert_issue_der with (the
+ * same certificate, built by OpenSSL's X509 setters); only in test builds.
+ */
+
+/*
+ * Add the extensions every node certificate carries, from OpenSSL's own
+ * typed structures (X509V3_EXT_i2d encodes them; the first three once per
+ * process, make_constants):
+ *   basicConstraints     critical, CA:FALSE
+ *   keyUsage             critical, digitalSignature
+ *   extendedKeyUsage     clientAuth, serverAuth
+ *   subjectKeyIdentifier SHA-1 of the subject key's bits (RFC 5280 4.2.1.2
+ *                        method 1, what OpenSSL's "hash" computes)
+ *   authorityKeyIdentifier  keyid: the CA's own subjectKeyIdentifier, which
+ *                        the CA must have ("keyid:always").
+ * The same certificate as the configuration strings would give, without
+ * parsing them for every certificate.
+ */
+static int
+add_node_extensions(X509 *cert, X509 *ca_cert)
+{
+	const ASN1_BIT_STRING *bits = X509_get0_pubkey_bitstr(cert);
+	X509_EXTENSION *skid = NULL;
+	X509_EXTENSION *akid = NULL;
+	int			ok = 0;
+
+	if (!CRYPTO_THREAD_run_once(&const_once, make_constants) || const_sigalg == NULL ||
+		bits == NULL ||
+		!key_id_exts(ASN1_STRING_get0_data(bits), (size_t) ASN1_STRING_length(bits), ca_cert,
+					 &skid, &akid))
+		goto out;
+	ok = X509_add_ext(cert, const_exts[0], -1) == 1 &&
+		X509_add_ext(cert, const_exts[1], -1) == 1 &&
+		X509_add_ext(cert, const_exts[2], -1) == 1 &&
+		X509_add_ext(cert, skid, -1) == 1 &&
+		X509_add_ext(cert, akid, -1) == 1;
+out:
+	X509_EXTENSION_free(skid);
+	X509_EXTENSION_free(akid);
+	return ok;
+}
+
+/* Add the CRL distribution point to cert. */
+static int
+add_crl_dp(X509 *cert, const char *url)
+{
+	X509_EXTENSION *ext;
+	int			rc = BC_ECRYPTO;
+
+	if (!uri_is_acceptable(url))
+		return BC_EINVAL;
+	ext = crl_dp_ext(url);
+	if (ext != NULL && X509_add_ext(cert, ext, -1) == 1)
+		rc = BC_OK;
+	X509_EXTENSION_free(ext);
+	return rc;
+}
+
+/* Add the subjectAltName of the URIs to cert. */
+static int
+add_uri_sans(X509 *cert, const char *const *uris, size_t n_uris, int critical)
+{
+	X509_EXTENSION *ext = uri_san_ext(uris, n_uris, critical);
+	int			rc = BC_ECRYPTO;
+
+	if (ext != NULL && X509_add_ext(cert, ext, -1) == 1)
+		rc = BC_OK;
+	X509_EXTENSION_free(ext);
+	return rc;
+}
+
+/* 16 random serial bytes, top bit clear and not all zero, set on cert. */
+static int
+set_random_serial(X509 *cert, unsigned char serial[SERIAL_LEN])
+{
+	ASN1_INTEGER *ai = random_serial(serial);
+	int			rc = BC_ECRYPTO;
+
+	if (ai != NULL && X509_set_serialNumber(cert, ai) == 1)
+		rc = BC_OK;
+	ASN1_INTEGER_free(ai);
+	return rc;
+}
+
+/* Set notBefore and notAfter from unix seconds. */
+static int
+set_validity(X509 *cert, int64_t not_before, int64_t not_after)
+{
+	ASN1_TIME  *t = NULL;
+	int			ok;
+
+	t = ASN1_TIME_set(NULL, (time_t) not_before);
+	ok = t != NULL && X509_set1_notBefore(cert, t) == 1;
+	if (ok && ASN1_TIME_set(t, (time_t) not_after) == NULL)
+		ok = 0;
+	ok = ok && X509_set1_notAfter(cert, t) == 1;
+	ASN1_TIME_free(t);
+	return ok ? BC_OK : BC_ECRYPTO;
 }
 
 /* Issue an X.509 v3 end-entity certificate (see bc_common.h). */
@@ -530,6 +542,9 @@ out:
 	X509_free(cert);
 	return rc;
 }
+
+#endif							/* BC_TEST_BUILD */
+
 
 /*
  * bc_cert_issue_der's templates: a TBSCertificate and a Certificate (RFC
@@ -838,38 +853,6 @@ out:
 	return rc;
 }
 
-/* Verify leaf against the single trusted CA (strict, at at_unix or now). */
-int
-bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix)
-{
-	X509_STORE *store = NULL;
-	X509_STORE_CTX *ctx = NULL;
-	X509_VERIFY_PARAM *param;
-	int			rc = BC_ECRYPTO;
-
-	if (leaf == NULL || ca == NULL)
-		return BC_EINVAL;
-	store = X509_STORE_new();
-	ctx = X509_STORE_CTX_new();
-	if (store == NULL || ctx == NULL || X509_STORE_add_cert(store, ca) != 1 ||
-		X509_STORE_CTX_init(ctx, store, leaf, NULL) != 1)
-		goto out;
-	param = X509_STORE_CTX_get0_param(ctx);
-	/* The pinned CA is the trust anchor even when it is not self-signed. */
-	X509_VERIFY_PARAM_set_flags(param, X509_V_FLAG_X509_STRICT |
-								X509_V_FLAG_PARTIAL_CHAIN);
-	if (X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_ANY) != 1)
-		goto out;
-	if (at_unix != 0)
-		X509_VERIFY_PARAM_set_time(param, (time_t) at_unix);
-	rc = X509_verify_cert(ctx) == 1 ? BC_OK : BC_EVERIFY;
-out:
-	if (rc != BC_OK)
-		ERR_clear_error();
-	X509_STORE_CTX_free(ctx);
-	X509_STORE_free(store);
-	return rc;
-}
 
 /* The first URI SAN of cert starting with prefix, malloc()ed. */
 int
@@ -1004,3 +987,40 @@ bc_cert_uri_san_count(X509 *cert, const char *prefix)
 	GENERAL_NAMES_free(names);
 	return count;
 }
+
+#ifdef BC_TEST_BUILD
+
+/* Verify leaf against the single trusted CA (strict, at at_unix or now). */
+int
+bc_cert_verify_chain(X509 *leaf, X509 *ca, int64_t at_unix)
+{
+	X509_STORE *store = NULL;
+	X509_STORE_CTX *ctx = NULL;
+	X509_VERIFY_PARAM *param;
+	int			rc = BC_ECRYPTO;
+
+	if (leaf == NULL || ca == NULL)
+		return BC_EINVAL;
+	store = X509_STORE_new();
+	ctx = X509_STORE_CTX_new();
+	if (store == NULL || ctx == NULL || X509_STORE_add_cert(store, ca) != 1 ||
+		X509_STORE_CTX_init(ctx, store, leaf, NULL) != 1)
+		goto out;
+	param = X509_STORE_CTX_get0_param(ctx);
+	/* The pinned CA is the trust anchor even when it is not self-signed. */
+	X509_VERIFY_PARAM_set_flags(param, X509_V_FLAG_X509_STRICT |
+								X509_V_FLAG_PARTIAL_CHAIN);
+	if (X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_ANY) != 1)
+		goto out;
+	if (at_unix != 0)
+		X509_VERIFY_PARAM_set_time(param, (time_t) at_unix);
+	rc = X509_verify_cert(ctx) == 1 ? BC_OK : BC_EVERIFY;
+out:
+	if (rc != BC_OK)
+		ERR_clear_error();
+	X509_STORE_CTX_free(ctx);
+	X509_STORE_free(store);
+	return rc;
+}
+
+#endif							/* BC_TEST_BUILD */

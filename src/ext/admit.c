@@ -29,6 +29,11 @@ static BcPlan rekey_node = {
 	4, {TEXTOID, TEXTOID, TEXTOID, JSONBOID}
 };
 
+enum
+{
+	Anum_rk_generation = 1
+};
+
 static BcPlan revoke_older = {
 	"UPDATE bc_join.node_certs SET revoked_at = bc_join.compute_now(), "
 	"       revocation_reason = 'reclaimed' "
@@ -54,6 +59,11 @@ static BcPlan insert_binding = {
 static BcPlan binding_owner = {
 	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1 AND attestor = $3",
 	3, {BYTEAOID, TEXTOID, TEXTOID}
+};
+
+enum
+{
+	Anum_bo_node = 1
 };
 
 /*
@@ -139,7 +149,7 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 		nv[3] = JsonbPGetDatum(req->claims);
 		if (bc_spi_exec(&rekey_node, nv, NULL, false, 0) != 1)
 			elog(ERROR, "node %s vanished during its reclaim", node_id);
-		generation = bc_spi_int4(1);	/* RETURNING identity_generation */
+		generation = bc_spi_int4(Anum_rk_generation);
 		bc_spi_exec(&revoke_older, nv, NULL, false, 0);
 	}
 	else
@@ -172,7 +182,7 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 		if (bc_spi_exec(&insert_binding, nv, NULL, false, 0) != 1)
 		{
 			if (bc_spi_exec(&binding_owner, nv, NULL, true, 1) != 1 ||
-				strcmp(bc_spi_text(1), node_id) != 0)
+				strcmp(bc_spi_text(Anum_bo_node), node_id) != 0)
 				bc_refuse_join("join:bound-elsewhere", res->tenant_id);
 		}
 	}

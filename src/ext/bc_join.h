@@ -182,6 +182,8 @@ extern uint64 bc_spi_exec(BcPlan *p, Datum *values, const char *nulls,
  */
 extern char *bc_spi_text(int col);	/* NULL when NULL */
 extern Datum bc_spi_datum(int col, bool *isnull);
+extern Datum bc_spi_row_datum(uint64 row, int col, bool *isnull);
+extern char *bc_spi_row_text(uint64 row, int col);
 extern char *bc_spi_text_req(int col);
 extern bool bc_spi_bool(int col);
 extern int32 bc_spi_int4(int col);

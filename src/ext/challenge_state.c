@@ -89,6 +89,11 @@ static BcPlan deadline_passed = {
 	2, {TEXTOID, BYTEAOID}
 };
 
+enum
+{
+	Anum_dp_passed = 1
+};
+
 /* Record the notAfter of a challenge the running round's attestor defers with. */
 void
 bc_challenge_deadline_record(const char *attestor, TimestampTz not_after)
@@ -109,7 +114,7 @@ bc_challenge_deadline_check(const char *attestor, const char *tenant)
 
 	v[0] = CStringGetTextDatum(attestor);
 	v[1] = PointerGetDatum(bc_bytea(round_csr_sha256, BC_SHA256_LEN));
-	if (bc_spi_exec(&deadline_passed, v, NULL, true, 1) == 1 && bc_spi_bool(1))
+	if (bc_spi_exec(&deadline_passed, v, NULL, true, 1) == 1 && bc_spi_bool(Anum_dp_passed))
 		bc_refuse_join(psprintf("%s:challenge-expired", attestor), tenant);
 }
 

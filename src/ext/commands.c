@@ -62,6 +62,13 @@ static BcPlan dispatch_commands = {
 	3, {TEXTOID, TEXTARRAYOID, TEXTOID}
 };
 
+enum
+{
+	Anum_dc_commands = 1,
+	Anum_dc_failed_ids,
+	Anum_dc_failed
+};
+
 static BcPlan complete_cmd = {
 	"UPDATE bc_join.commands SET state = $3, result = $4, completed_at = bc_join.compute_now() "
 	"WHERE id = $1 AND node_id = $2 AND state = 'dispatched' AND expires_at > bc_join.compute_now() "
@@ -69,9 +76,21 @@ static BcPlan complete_cmd = {
 	4, {TEXTOID, TEXTOID, TEXTOID, JSONBOID}
 };
 
+enum
+{
+	Anum_cc_kind = 1
+};
+
 static BcPlan find_cmd = {
 	"SELECT state, result = $3, kind FROM bc_join.commands WHERE id = $1 AND node_id = $2",
 	3, {TEXTOID, TEXTOID, JSONBOID}
+};
+
+enum
+{
+	Anum_fc_state = 1,
+	Anum_fc_same_result,
+	Anum_fc_kind
 };
 
 typedef BcNodeRequest CommandsArg;
@@ -158,9 +177,9 @@ fetch_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	v[2] = CStringGetTextDatum(c.serial);
 	if (bc_spi_exec(&dispatch_commands, v, nulls, false, 0) != 1)
 		elog(ERROR, "dispatching the commands of node %s returned no row", c.node_id);
-	cmds = bc_spi_text_req(1);
-	failed_ids = bc_spi_text_req(2);
-	failed = bc_spi_int8(3);
+	cmds = bc_spi_text_req(Anum_dc_commands);
+	failed_ids = bc_spi_text_req(Anum_dc_failed_ids);
+	failed = bc_spi_int8(Anum_dc_failed);
 	if (failed > 0)
 	{
 		StringInfoData ev;
@@ -223,7 +242,7 @@ complete_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	v[2] = CStringGetTextDatum(status);
 	v[3] = JsonbPGetDatum(result);
 	if (bc_spi_exec(&complete_cmd, v, NULL, false, 1) == 1)
-		kind = bc_spi_text_req(1);
+		kind = bc_spi_text_req(Anum_cc_kind);
 	else
 	{
 		Datum		f[3] = {v[0], v[1], v[3]};
@@ -233,8 +252,8 @@ complete_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		/* A completion repeated because its answer was lost is answered again. */
 		if (bc_spi_exec(&find_cmd, f, NULL, true, 1) != 1)
 			bc_refuse_join("complete:unknown-command", c.tenant);
-		same = DatumGetBool(bc_spi_datum(2, &isnull)) && !isnull;
-		if (strcmp(bc_spi_text_req(1), status) != 0 || !same)
+		same = DatumGetBool(bc_spi_datum(Anum_fc_same_result, &isnull)) && !isnull;
+		if (strcmp(bc_spi_text_req(Anum_fc_state), status) != 0 || !same)
 			bc_refuse_join("complete:not-dispatched", c.tenant);
 		goto answer;
 	}

@@ -36,7 +36,7 @@ serial_bytes(const char *hex, unsigned char out[16])
 {
 	int			i;
 
-	if (strlen(hex) != 32 || strspn(hex, "0123456789abcdef") != 32)
+	if (!bc_serial_valid(hex))
 		elog(ERROR, "stored serial \"%s\" is not 32 hex digits", hex);
 	for (i = 0; i < 16; i++)
 	{
@@ -68,16 +68,14 @@ bc_crl(PG_FUNCTION_ARGS)
 	entries = palloc0(sizeof(bc_crl_entry) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 		char	   *reason;
 
 		CHECK_FOR_INTERRUPTS();
-		serial_bytes(TextDatumGetCString(SPI_getbinval(tup, desc, Anum_rev_serial, &isnull)),
+		serial_bytes(TextDatumGetCString(bc_spi_row_datum(i, Anum_rev_serial, &isnull)),
 					 entries[i].serial);
-		entries[i].revoked_at = DatumGetInt64(SPI_getbinval(tup, desc, Anum_rev_at, &isnull));
-		reason = SPI_getvalue(tup, desc, Anum_rev_reason);
+		entries[i].revoked_at = DatumGetInt64(bc_spi_row_datum(i, Anum_rev_at, &isnull));
+		reason = bc_spi_row_text(i, Anum_rev_reason);
 		entries[i].reason = bc_crl_reason_code(reason);
 	}
 	now = bc_timestamp_to_unix(bc_now());

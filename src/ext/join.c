@@ -68,7 +68,7 @@ open_sealed_token(BcJoinRequest *req, const char *attestor)
 		bc_refuse_join(psprintf("%s:csr-binding", attestor), NULL);
 	}
 	/* A provisioning token is for the provisioned attestor alone. */
-	if (strcmp(attestor, "provisioned") != 0 && ptlen > 3 && memcmp(pt, "pt_", 3) == 0)
+	if (strcmp(attestor, BC_ATTESTOR_PROVISIONED) != 0 && ptlen > 3 && memcmp(pt, "pt_", 3) == 0)
 	{
 		bc_free_secret(pt, ptlen + 1);
 		bc_refuse_join(psprintf("%s:provisioning-token", attestor), NULL);

@@ -226,7 +226,7 @@ bc_proof_serial(const char *proof, const char *who)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), NULL);
 	raw[len] = '\0';
 	if (!proof_payload_ok((char *) raw, len, &serial) ||
-		serial == NULL || strlen(serial) != 32 || strspn(serial, "0123456789abcdef") != 32)
+		!bc_serial_valid(serial))
 		bc_refuse_join(psprintf("%s:malformed-proof", who), NULL);
 	return pstrdup(serial);
 }

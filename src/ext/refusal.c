@@ -95,6 +95,12 @@ static BcPlan rate_refusal = {
 	3, {TEXTOID, INT4OID, TEXTOID}
 };
 
+enum
+{
+	Anum_rr_last_recorded = 1,
+	Anum_rr_carried
+};
+
 static BcPlan tenant_exists = {
 	"SELECT 1 FROM bc_join.tenants WHERE id = $1", 1, {TEXTOID}
 };
@@ -124,9 +130,9 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 		v[1] = Int32GetDatum(bc_refusal_events_per_minute);
 		v[2] = CStringGetTextDatum(req->attestor);
 		bc_spi_exec(&rate_refusal, v, NULL, false, 0);
-		if (!DatumGetBool(bc_spi_datum(1, &isnull)))
+		if (!DatumGetBool(bc_spi_datum(Anum_rr_last_recorded, &isnull)))
 			return;
-		suppressed_before = DatumGetInt64(bc_spi_datum(2, &isnull));
+		suppressed_before = DatumGetInt64(bc_spi_datum(Anum_rr_carried, &isnull));
 	}
 
 	if (tenant_id != NULL)

@@ -30,6 +30,14 @@ static BcPlan registered_attestors = {
 	0, {InvalidOid}
 };
 
+enum
+{
+	Anum_ra_id = 1,
+	Anum_ra_version,
+	Anum_ra_roles,
+	Anum_ra_verify_fn
+};
+
 /*
  * The registry (bc_join.attestors) as this backend last read it, whole: the
  * operator's list is short, so it is read in one query and kept, and an id
@@ -103,8 +111,6 @@ attestor_cache_rebuild(void)
 	att = palloc0(sizeof(BcAttestor) * (rows + 1));
 	for (i = 0; i < rows; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 		Datum	   *elems;
 		int			n;
@@ -113,15 +119,15 @@ attestor_cache_rebuild(void)
 		ArrayType  *arr;
 
 		CHECK_FOR_INTERRUPTS();
-		att[i].id = TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull));
-		att[i].version = TextDatumGetCString(SPI_getbinval(tup, desc, 2, &isnull));
-		arr = DatumGetArrayTypeP(SPI_getbinval(tup, desc, 3, &isnull));
+		att[i].id = TextDatumGetCString(bc_spi_row_datum(i, Anum_ra_id, &isnull));
+		att[i].version = TextDatumGetCString(bc_spi_row_datum(i, Anum_ra_version, &isnull));
+		arr = DatumGetArrayTypeP(bc_spi_row_datum(i, Anum_ra_roles, &isnull));
 		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, NULL, &n);
 		roles = palloc0(sizeof(char *) * (n + 1));
 		for (j = 0; j < n; j++)
 			roles[j] = TextDatumGetCString(elems[j]);
 		att[i].roles = roles;
-		att[i].verify_fn = DatumGetObjectId(SPI_getbinval(tup, desc, 4, &isnull));
+		att[i].verify_fn = DatumGetObjectId(bc_spi_row_datum(i, Anum_ra_verify_fn, &isnull));
 	}
 	MemoryContextSwitchTo(old);
 

@@ -115,7 +115,7 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	/* A TPM statement is proven again for the new key; any other cannot be. */
 	if (c.node_key_uri != NULL)
 	{
-		if (strncmp(c.node_key_uri, "urn:bc:tpm-ak:", 14) != 0)
+		if (strncmp(c.node_key_uri, BC_TPM_AK_URN_PREFIX, strlen(BC_TPM_AK_URN_PREFIX)) != 0)
 			bc_refuse_join("renew:key-statement-unknown", c.tenant);
 		bc_tpm_renew_check(req, req->renew_tpm, c.node_id, c.tenant, c.node_key_uri);
 	}

@@ -75,20 +75,6 @@ bc_is_b64url(const char *s)
 	return true;
 }
 
-/* An attestor id: 1 to 64 of [a-z0-9._-]. */
-static void
-check_attestor_id(const char *id)
-{
-	const char *p;
-
-	for (p = id; *p; p++)
-	{
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
-			  *p == '.' || *p == '_' || *p == '-'))
-			bc_invalid_input("\"attestor\" may hold only a-z, 0-9, '.', '_' and '-'");
-	}
-}
-
 /* Check the claims object: known members only, bounded strings and arrays. */
 static void
 check_claims(JsonbValue *obj)
@@ -235,14 +221,14 @@ bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner)
 	/* role */
 	if (req->role == NULL)
 		bc_invalid_input("\"role\" is required");
-	if (strcmp(req->role, BC_ROLE_NODE) != 0 && strcmp(req->role, BC_ROLE_SITE) != 0 &&
-		strcmp(req->role, BC_ROLE_RAMDISK) != 0)
+	if (!bc_role_valid(req->role))
 		bc_invalid_input("\"role\" must be node, site or ramdisk");
 
 	/* attestor: absent or empty means join-token */
 	if (req->attestor == NULL || req->attestor[0] == '\0')
 		req->attestor = BC_ATTESTOR_JOIN_TOKEN;
-	check_attestor_id(req->attestor);
+	if (!bc_attestor_id_valid(req->attestor))	/* its length is bounded above */
+		bc_invalid_input("\"attestor\" may hold only a-z, 0-9, '.', '_' and '-'");
 
 	/* claims: absent means {} */
 	if (req->claims == NULL)

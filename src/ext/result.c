@@ -62,6 +62,11 @@ static BcPlan binding_lookup = {
 	2, {BYTEAOID, TEXTOID}
 };
 
+enum
+{
+	Anum_bl_node = 1
+};
+
 static BcPlan bad_kind = {
 	"SELECT k FROM unnest($1::text[]) k "
 	"WHERE NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c WHERE c.kind = k) "
@@ -70,6 +75,11 @@ static BcPlan bad_kind = {
 	"                       WHERE starts_with(c.kind, left(k, -1)))) "
 	"LIMIT 1",
 	1, {TEXTARRAYOID}
+};
+
+enum
+{
+	Anum_bk_kind = 1
 };
 
 /* A string member's value, or INVALID_CONFIG naming the member. */
@@ -294,7 +304,7 @@ is_tpm_ak_statement(const char *uri)
 		const char *alg;
 		size_t		hexlen;
 	}			algs[] = {{"sha256", 64}, {"sha384", 96}, {"sha512", 128}};
-	const char *prefix = "urn:bc:tpm-ak:";
+	const char *prefix = BC_TPM_AK_URN_PREFIX;
 	size_t		i;
 	size_t		j;
 
@@ -447,7 +457,7 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 		v[0] = PointerGetDatum(bc_bytea(res->bind, BC_SHA256_LEN));
 		v[1] = CStringGetTextDatum(req->attestor);
 		if (bc_spi_exec(&binding_lookup, v, NULL, true, 1) == 1 &&
-			(res->node_id == NULL || strcmp(bc_spi_text(1), res->node_id) != 0))
+			(res->node_id == NULL || strcmp(bc_spi_text(Anum_bl_node), res->node_id) != 0))
 			bc_refuse_join("join:bound-elsewhere", tenant);
 	}
 
@@ -458,7 +468,7 @@ bc_validate_result(const BcJoinRequest *req, BcAttestResult *res, int *ttl)
 
 		if (bc_spi_exec(&bad_kind, &v, NULL, true, 1) == 1)
 			bc_invalid_config("attestor \"%s\" returned allowedKinds entry \"%s\", which is no registered command kind or prefix.* glob",
-							  req->attestor, bc_spi_text(1));
+							  req->attestor, bc_spi_text(Anum_bk_kind));
 	}
 
 	/*

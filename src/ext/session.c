@@ -55,6 +55,12 @@ static BcPlan reserve_session = {
 	5, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}
 };
 
+enum
+{
+	Anum_rs_id = 1,
+	Anum_rs_created
+};
+
 static BcPlan find_session = {
 	"SELECT id, false FROM bc_join.sessions "
 	"WHERE node_id = $1 AND session_ref = $2 AND context_ref = $3",
@@ -77,6 +83,12 @@ static BcPlan count_sessions = {
 	"       (SELECT count(*) FROM (SELECT 1 FROM bc_join.sessions "
 	"                              WHERE node_id = $1 AND provisioned_at > $2 LIMIT $4) b)",
 	4, {TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID}
+};
+
+enum
+{
+	Anum_cs_held = 1,
+	Anum_cs_recent
 };
 
 /*
@@ -151,8 +163,8 @@ check_session_bounds(const char *node_id, const char *tenant)
 	v[3] = Int64GetDatum((int64) bc_new_sessions_per_minute);
 	if (bc_spi_exec(&count_sessions, v, NULL, true, 1) != 1)
 		elog(ERROR, "could not count the sessions of node %s", node_id);
-	held = bc_spi_int8(1);
-	recent = bc_spi_int8(2);
+	held = bc_spi_int8(Anum_cs_held);
+	recent = bc_spi_int8(Anum_cs_recent);
 	if (held >= bc_sessions_per_node)
 		bc_refuse_join_detail("session:too-many", tenant,
 							  psprintf("{\"nodeId\":\"%s\",\"setting\":\"bc_join.sessions_per_node\","
@@ -223,8 +235,8 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 				elog(ERROR, "session of node %s vanished while reserving it", node_id);
 		}
 	}
-	session_id = bc_spi_text_req(1);
-	created = bc_spi_bool(2);
+	session_id = bc_spi_text_req(Anum_rs_id);
+	created = bc_spi_bool(Anum_rs_created);
 
 	ttl = bc_session_ttl;
 	if (remaining < ttl)

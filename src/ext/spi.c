@@ -62,6 +62,34 @@ bc_spi_datum(int col, bool *isnull)
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
 }
 
+/* Column col (1-based) of row `row` of the last result as a Datum (valid until SPI_finish). */
+Datum
+bc_spi_row_datum(uint64 row, int col, bool *isnull)
+{
+	if (row >= SPI_processed)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	if (SPI_tuptable == NULL)
+		elog(ERROR, "the last SPI statement returned no rows to read");
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/*
+ * Column col of row `row` of the last result in its text form (SPI_getvalue:
+ * palloc()ed in the current context), NULL when NULL or past the last row.
+ */
+char *
+bc_spi_row_text(uint64 row, int col)
+{
+	if (row >= SPI_processed)
+		return NULL;
+	if (SPI_tuptable == NULL)
+		elog(ERROR, "the last SPI statement returned no rows to read");
+	return SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
+}
+
 /* A new bytea holding data[0..n), in the current memory context. */
 bytea *
 bc_bytea(const void *data, size_t n)
@@ -128,14 +156,19 @@ bc_spi_bytea_copy(int col)
 Oid
 bc_spi_callback_oid(const char *what)
 {
+	enum
+	{
+		Anum_cb_oid = 1,
+		Anum_cb_text
+	};
 	bool		isnull;
-	Datum		d = bc_spi_datum(1, &isnull);
+	Datum		d = bc_spi_datum(Anum_cb_oid, &isnull);
 
 	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_BC_INVALID_CONFIG),
 				 errmsg("the registered %s %s does not exist", what,
-						bc_spi_text(2) ? bc_spi_text(2) : "(unknown)"),
+						bc_spi_text(Anum_cb_text) ? bc_spi_text(Anum_cb_text) : "(unknown)"),
 				 errdetail("INVALID_CONFIG: the function was dropped or renamed after it was registered."),
 				 errhint("Register it again, or remove the registration.")));
 	return DatumGetObjectId(d);

@@ -271,6 +271,7 @@ invalid_input_message(const char *ss, const char *server_msg)
 	return "invalid input";
 }
 
+#ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /*
  * Fuzz entry point (test/fuzz/fuzz_gw_http.c): the HTTP status, outcome and
  * client message reply_db_error() chooses for SQLSTATE ss and the server's
@@ -285,6 +286,7 @@ gw_http_fuzz_db_error(const char *ss, const char *server_msg, int *outcome,
 	*message = code == 400 ? invalid_input_message(ss, server_msg) : NULL;
 	return code;
 }
+#endif
 
 /*
  * Why a request body of n bytes is not relayed, its HTTP status in *http, or
@@ -308,6 +310,7 @@ body_refusal(const char *body, size_t n, int *http)
 	return NULL;
 }
 
+#ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /* Fuzz entry point (test/fuzz/fuzz_gw_http.c): 0 when a body is relayed, else its HTTP status. */
 int
 gw_http_fuzz_body(const char *body, size_t n)
@@ -317,6 +320,7 @@ gw_http_fuzz_body(const char *body, size_t n)
 	return body_refusal(NULL, n, &http) != NULL || body_refusal(body, n, &http) != NULL ?
 		http : 0;
 }
+#endif
 
 /* A server error: map its SQLSTATE to an answer. */
 static void

@@ -15,6 +15,7 @@ void		gw_http_handle(struct evhttp_request *req, void *arg);
  */
 int			gw_http_status_for_sqlstate(const char *sqlstate, int *outcome);
 
+#ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /*
  * Fuzz entry points (test/fuzz/fuzz_gw_http.c), not used by the gateway:
  * the status, outcome and client message of a database error, as
@@ -24,5 +25,6 @@ int			gw_http_status_for_sqlstate(const char *sqlstate, int *outcome);
 int			gw_http_fuzz_db_error(const char *sqlstate, const char *server_msg,
 								  int *outcome, const char **message);
 int			gw_http_fuzz_body(const char *body, size_t n);
+#endif
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "core/discovery.h"
 #include "fuzz_common.h"
 
@@ -21,7 +22,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (bcd_discovery_parse_request((const char *) data, size, &csr, &csr_len, mac) == BC_OK)
 	{
-		BC_FUZZ_ASSERT(csr != NULL && csr_len > 0 && bcd_valid_mac(mac));
+		BC_FUZZ_ASSERT(csr != NULL && csr_len > 0 && bc_mac_valid(mac));
 		BC_FUZZ_ASSERT(bc_csr_parse(csr, csr_len, &req) == BC_OK && bc_csr_verify_pop(req) == BC_OK);
 		bc_csr_free(req);
 		free(csr);

@@ -131,8 +131,7 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts, int *hel
 		join_request_usage(stderr);
 		return BCD_RC_USAGE;
 	}
-	if (strcmp(opts->role, BC_ROLE_NODE) != 0 && strcmp(opts->role, BC_ROLE_SITE) != 0 &&
-		strcmp(opts->role, BC_ROLE_RAMDISK) != 0)
+	if (!bc_role_valid(opts->role))
 	{
 		fprintf(stderr, "bcd join-request: --role must be node, site or ramdisk\n");
 		return BCD_RC_USAGE;

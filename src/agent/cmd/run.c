@@ -267,8 +267,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		bad = "--token and --token-file exclude each other";
 	else if ((o->producer = bcd_optparser_finish(&parser, &setup, &bad)) == NULL)
 		;
-	else if (strcmp(o->role, BC_ROLE_NODE) != 0 && strcmp(o->role, BC_ROLE_SITE) != 0 &&
-			 strcmp(o->role, BC_ROLE_RAMDISK) != 0)
+	else if (!bc_role_valid(o->role))
 		bad = "--role must be node, site or ramdisk";
 	else if (strncmp(o->gateway, "https://", 8) != 0)
 		bad = "--gateway must be an https:// URL";

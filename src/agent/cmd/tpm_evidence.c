@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "cmd/cmd.h"
 #include "core/fileio.h"
 #include "core/store.h"
@@ -52,7 +53,7 @@ bcd_cmd_tpm_evidence(int argc, char **argv)
 	};
 	const char *out_dir = NULL;
 	const char *bad = NULL;
-	bcd_producer_setup setup = {.command = "tpm-evidence",.attestor = "tpm",.attestor_set = 1};
+	bcd_producer_setup setup = {.command = "tpm-evidence",.attestor = BC_ATTESTOR_TPM,.attestor_set = 1};
 	const char *challenge_file = NULL;
 	bcd_producer_input in;
 	bcd_evidence ev = {0};
@@ -132,7 +133,7 @@ bcd_cmd_tpm_evidence(int argc, char **argv)
 		if (rc != BC_OK)
 			goto out;
 	}
-	in = (bcd_producer_input) {.csr = csr,.csr_len = csr_len,.key_path = key_path,.attestor = "tpm"};
+	in = (bcd_producer_input) {.csr = csr,.csr_len = csr_len,.key_path = key_path,.attestor = BC_ATTESTOR_TPM};
 	rc = challenge != NULL ?
 		bcd_producer_tpm.answer(&in, challenge, &ev, err, sizeof(err)) :
 		bcd_producer_tpm.produce(&in, &ev, err, sizeof(err));

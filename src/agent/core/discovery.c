@@ -48,17 +48,6 @@ bcd_ssl_wait(SSL *ssl, int fd, int ret, long long deadline_ms)
 }
 
 int
-bcd_valid_mac(const char *m)
-{
-	if (m == NULL || strlen(m) != 17)
-		return 0;
-	for (int i = 0; i < 17; i++)
-		if (i % 3 == 2 ? m[i] != ':' : strchr("0123456789abcdef", m[i]) == NULL)
-			return 0;
-	return 1;
-}
-
-int
 bcd_discovery_sign(const bcd_credential *cred, const char *site, const char *mac,
 				   long long epoch, const unsigned char *csr, size_t csr_len, long ttl, char **jws)
 {
@@ -107,7 +96,7 @@ bcd_discovery_parse_request(const char *line, size_t len, unsigned char **csr, s
 	csr64 = json_string_value(json_object_get(doc, "csr"));
 	m = json_string_value(json_object_get(doc, "mac"));
 	if (!json_is_object(doc) || json_object_size(doc) != 2 || csr64 == NULL || m == NULL ||
-		!bcd_valid_mac(m) || (n = strlen(csr64)) == 0 || n > BC_CSR_B64_MAX)
+		!bc_mac_valid(m) || (n = strlen(csr64)) == 0 || n > BC_CSR_B64_MAX)
 		goto out;
 	der = malloc(bc_b64url_decoded_maxlen(n) + 1);
 	if (der == NULL ||

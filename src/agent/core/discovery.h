@@ -37,9 +37,6 @@ long long	bcd_monotonic_ms(void);
 struct ssl_st;
 int			bcd_ssl_wait(struct ssl_st *ssl, int fd, int ret, long long deadline_ms);
 
-/* Whether m is a MAC as the discovery attestor takes it: aa:bb:cc:dd:ee:ff. */
-int			bcd_valid_mac(const char *m);
-
 /*
  * The assertion: a JWS ES256 by cred's key over {"purpose":"discovery",
  * "serial","siteId","mac","epoch","csrSha256","iat","exp": iat + ttl};
@@ -52,7 +49,7 @@ int			bcd_discovery_sign(const bcd_credential *cred, const char *site, const cha
 /*
  * Parse one request line (without its newline): exactly "csr" (base64url of a
  * CSR whose signature verifies, at most BC_CSR_B64_MAX characters) and "mac"
- * (bcd_valid_mac).  BC_OK with *csr (malloc()ed DER) and mac filled, or
+ * (bc_mac_valid, bc_protocol.h).  BC_OK with *csr (malloc()ed DER) and mac filled, or
  * BC_EINVAL (nothing to free).
  */
 int			bcd_discovery_parse_request(const char *line, size_t len, unsigned char **csr,

@@ -271,12 +271,12 @@ bcd_join_loop(bcd_agent *a, const bcd_credential *held, bcd_credential *cred)
 	js.attestor = a->opts->attestor;
 	if (held != NULL)
 	{
-		const char *slash = held->spiffe_id != NULL ? strrchr(held->spiffe_id, '/') : NULL;
+		bc_spiffe_parts p;
 
 		what = "the held certificate names no node";
-		if (slash == NULL || strstr(held->spiffe_id, "/node/") == NULL || slash[1] == '\0')
+		if (!bc_spiffe_parse(held->spiffe_id, NULL, &p) || p.session != NULL)
 			goto out;
-		js.held_node_id = strdup(slash + 1);
+		js.held_node_id = strndup(p.node, p.node_len);
 		if (js.held_node_id == NULL)
 			goto out;
 		js.held = held;

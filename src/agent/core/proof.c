@@ -104,7 +104,7 @@ bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_creden
 	const char *status;
 	const char *jws;
 	const char *node;
-	size_t		sl = strlen(cred->spiffe_id);
+	bc_spiffe_parts sp;
 	int			unknown_kid = 0;
 	bcd_rc		rc;
 
@@ -138,9 +138,8 @@ bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_creden
 	if (payload == NULL ||
 		!json_is_string(json_object_get(payload, "purpose")) ||
 		strcmp(json_string_value(json_object_get(payload, "purpose")), purpose) != 0 ||
-		node == NULL || strlen(node) + 6 > sl ||
-		strcmp(cred->spiffe_id + sl - strlen(node), node) != 0 ||
-		strncmp(cred->spiffe_id + sl - strlen(node) - 6, "/node/", 6) != 0)
+		node == NULL || !bc_spiffe_parse(cred->spiffe_id, NULL, &sp) || sp.session != NULL ||
+		strlen(node) != sp.node_len || strncmp(sp.node, node, sp.node_len) != 0)
 	{
 		bcd_log("%s: the signed answer is not for this node or request; ignored", path);
 		json_decref(payload);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "core/log.h"
 #include "core/proof.h"
 #include "core/provision.h"
@@ -57,15 +58,14 @@ check_session(const bcd_node_snapshot *node, const bcd_job *job, const bcd_answe
 {
 	const char *session_id = member_or(ans->payload, "sessionId", NULL);
 	char		want[1024];
-	int			n;
 
 	if (session_id == NULL)
 	{
 		snprintf(err, errlen, "the answer names no sessionId");
 		return BC_EVERIFY;
 	}
-	n = snprintf(want, sizeof(want), "%s/session/%s", node->spiffe_id, session_id);
-	if (n < 0 || (size_t) n >= sizeof(want) || strcmp(want, ans->spiffe_id) != 0)
+	if (!bc_spiffe_session_of(want, sizeof(want), node->spiffe_id, session_id) ||
+		strcmp(want, ans->spiffe_id) != 0)
 	{
 		snprintf(err, errlen, "the certificate names %.200s, not a session of this node",
 				 ans->spiffe_id);

@@ -901,6 +901,7 @@ bcd_server_stop(bcd_server *s)
 	free(s);
 }
 
+#ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /*
  * Fuzz entry point (test/fuzz/fuzz_sock_line.c), not used by bcd: what a
  * caller sends on a connection (data, n bytes, then EOF) read and answered
@@ -958,3 +959,4 @@ bcd_sessions_fuzz_line(const unsigned char *data, size_t n, char *answer, size_t
 	bcd_node_free(s.node);
 	return len > 0 ? len : -1;
 }
+#endif							/* BC_TEST_BUILD */

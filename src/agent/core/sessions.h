@@ -27,11 +27,13 @@ void		bcd_server_publish(bcd_server *s, const bcd_credential *cred);
 void		bcd_server_renewing(bcd_server *s, int on);
 void		bcd_server_stop(bcd_server *s);
 
+#ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /*
  * Fuzz entry point (test/fuzz/fuzz_sock_line.c), not used by bcd: the
  * request bytes read and answered as by the socket server with no node
  * credential; the answer line in answer; its length or -1.
  */
 long		bcd_sessions_fuzz_line(const unsigned char *data, size_t n, char *answer, size_t cap);
+#endif
 
 #endif							/* BCD_SESSIONS_H */

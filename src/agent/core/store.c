@@ -32,6 +32,7 @@
 #include <openssl/pem.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "core/fileio.h"
 #include "core/log.h"
 #include "core/store.h"
@@ -393,7 +394,7 @@ bcd_credential_fill(bcd_credential *cred, EVP_PKEY *key, X509 *leaf)
 	int			rc;
 
 	memset(cred, 0, sizeof(*cred));
-	rc = bc_cert_uri_san(leaf, "spiffe://", &cred->spiffe_id);
+	rc = bc_cert_uri_san(leaf, BC_SPIFFE_SCHEME, &cred->spiffe_id);
 	if (rc == BC_OK)
 		rc = bcd_cert_serial_hex(leaf, cred->serial);
 	if (rc == BC_OK && (EVP_PKEY_up_ref(key) != 1 || X509_up_ref(leaf) != 1))

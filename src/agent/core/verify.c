@@ -219,19 +219,13 @@ check_spiffe_id(const char *spiffe, const char *trust_domain, json_t *payload)
 	const char *session = string_member(payload, "sessionId");
 	const char *answered = string_member(payload, "spiffeId");
 	char		want[1024];
-	int			n;
 
 	if (answered != NULL && strcmp(answered, spiffe) != 0)
 		return 0;
 	if (tenant != NULL && node != NULL)
-	{
-		n = snprintf(want, sizeof(want), "spiffe://%s/tenant/%s/node/%s%s%s",
-					 trust_domain, tenant, node, session != NULL ? "/session/" : "",
-					 session != NULL ? session : "");
-		return n > 0 && (size_t) n < sizeof(want) && strcmp(spiffe, want) == 0;
-	}
-	n = snprintf(want, sizeof(want), "spiffe://%s/", trust_domain);
-	return n > 0 && (size_t) n < sizeof(want) && strncmp(spiffe, want, (size_t) n) == 0;
+		return bc_spiffe_id(want, sizeof(want), trust_domain, tenant, node, session) &&
+			strcmp(spiffe, want) == 0;
+	return bc_spiffe_parse(spiffe, trust_domain, NULL);
 }
 
 /*
@@ -300,7 +294,7 @@ check_issued(const bcd_service_keys *keys, EVP_PKEY *key, bcd_answer *ans,
 	if (!chain_is_one_path(certs, n_certs, keys->node_ca))
 		goto out;
 	what = "the certificate's SPIFFE ID is missing or not the one answered";
-	rc = bc_cert_uri_san(certs[0], "spiffe://", &ans->spiffe_id);
+	rc = bc_cert_uri_san(certs[0], BC_SPIFFE_SCHEME, &ans->spiffe_id);
 	if (rc != BC_OK)
 		goto out;
 	rc = BC_EVERIFY;

@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "producers/producer.h"
 
 #define META_MAX (64 * 1024)
@@ -392,7 +393,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 }
 
 const bcd_producer bcd_producer_cloud_iid = {
-	.attestor = "cloud-iid",
+	.attestor = BC_ATTESTOR_CLOUD_IID,
 	.summary = "a cloud VM: the instance identity from its metadata service",
 	.commands = BCD_CMD_RUN,
 	.options = options,

@@ -153,7 +153,7 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 	int			fd;
 
 	*retry = 1;
-	if (st.site_agent == NULL || !bcd_valid_mac(st.mac))
+	if (st.site_agent == NULL || !bc_mac_valid(st.mac))
 	{
 		*retry = 0;
 		snprintf(err, errlen, "discovery needs --site-agent and --mac");
@@ -284,7 +284,7 @@ configure(const bcd_producer_setup *setup)
 		return "one of --token-file and --token is required (the ramdisk's join token)";
 	if (strchr(st.site_agent, ':') == NULL || strchr(st.site_agent, '/') != NULL)
 		return "--site-agent must be HOST:PORT";
-	if (!bcd_valid_mac(st.mac))
+	if (!bc_mac_valid(st.mac))
 		return "--mac must be six lower-case hex pairs, aa:bb:cc:dd:ee:ff";
 	return NULL;
 }
@@ -331,7 +331,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 }
 
 const bcd_producer bcd_producer_discovery = {
-	.attestor = "discovery",
+	.attestor = BC_ATTESTOR_DISCOVERY,
 	.summary = "bcd ramdisk's default: the join token and a site agent's assertion",
 	.commands = BCD_CMD_RAMDISK,
 	.default_for = BCD_CMD_RAMDISK,

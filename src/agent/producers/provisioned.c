@@ -13,9 +13,8 @@
 #include <jansson.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "producers/producer.h"
-
-#define BCD_ATTESTOR_PROVISIONED "provisioned"
 
 /* Its own state: --node-id. */
 static const char *node_id;
@@ -92,7 +91,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 }
 
 const bcd_producer bcd_producer_provisioned = {
-	.attestor = BCD_ATTESTOR_PROVISIONED,
+	.attestor = BC_ATTESTOR_PROVISIONED,
 	.summary = "a one-time token for a node that exists (a re-imaged machine)",
 	.commands = BCD_CMD_RUN,
 	.options = options,

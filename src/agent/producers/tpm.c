@@ -25,6 +25,7 @@
 #include <openssl/crypto.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "core/tpm_esys.h"
 #include "core/tpm_key.h"
 #include "producers/producer.h"
@@ -444,7 +445,7 @@ renewal(const bcd_producer_input *in, json_t *doc, char *err, size_t errlen)
 }
 
 const bcd_producer bcd_producer_tpm = {
-	.attestor = "tpm",
+	.attestor = BC_ATTESTOR_TPM,
 	.summary = "the node key is made in the TPM, the join proves it (two rounds)",
 	.commands = BCD_CMD_RUN,
 	.options = options,

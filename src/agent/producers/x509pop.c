@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "producers/producer.h"
 
 /* The evidence: base64url of the JWS, no sealed token. */
@@ -61,7 +62,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 }
 
 const bcd_producer bcd_producer_x509pop = {
-	.attestor = "x509pop",
+	.attestor = BC_ATTESTOR_X509POP,
 	.summary = "how a node whose certificate expired comes back as\n"
 	"    itself, by itself (the certificate held proves it; no option)",
 	.commands = BCD_CMD_RUN,

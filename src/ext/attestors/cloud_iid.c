@@ -75,15 +75,35 @@ static BcPlan provider_settings = {
 	1, {TEXTOID}
 };
 
+enum
+{
+	Anum_ps_audience = 1,
+	Anum_ps_domain,
+	Anum_ps_max_age
+};
+
 static BcPlan provider_trust = {
 	"SELECT kind, material FROM bc_join.cloud_trust WHERE provider = $1 ORDER BY id",
 	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_trust_kind = 1,
+	Anum_trust_material
 };
 
 static BcPlan account_mapping = {
 	"SELECT tenant_id, pool_id, allow_unbound FROM bc_join.cloud_accounts "
 	"WHERE provider = $1 AND account = $2 LIMIT 2",
 	2, {TEXTOID, TEXTOID}
+};
+
+enum
+{
+	Anum_am_tenant = 1,
+	Anum_am_pool,
+	Anum_am_allow_unbound
 };
 
 static BcPlan resolver = {
@@ -100,6 +120,11 @@ static BcPlan use_instance = {
 static BcPlan bound_node = {
 	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1 AND attestor = 'cloud-iid'",
 	1, {BYTEAOID}
+};
+
+enum
+{
+	Anum_bn_node = 1
 };
 
 /* Refuse cloud-iid:<reason>. */
@@ -139,12 +164,11 @@ trust_material(const char *provider, const char *kind)
 	rows = bc_spi_exec(&provider_trust, &v, NULL, true, 0);
 	for (i = 0; i < rows; i++)
 	{
-		char	   *k = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		char	   *k = bc_spi_row_text(i, Anum_trust_kind);
 
 		if (strcmp(k, kind) == 0)
 		{
-			appendStringInfoString(&buf, SPI_getvalue(SPI_tuptable->vals[i],
-													  SPI_tuptable->tupdesc, 2));
+			appendStringInfoString(&buf, bc_spi_row_text(i, Anum_trust_material));
 			appendStringInfoChar(&buf, '\n');
 		}
 	}
@@ -163,10 +187,10 @@ trust_documents(const char *provider, const char *kind)
 	rows = bc_spi_exec(&provider_trust, &v, NULL, true, 0);
 	for (i = 0; i < rows; i++)
 	{
-		char	   *k = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		char	   *k = bc_spi_row_text(i, Anum_trust_kind);
 
 		if (strcmp(k, kind) == 0)
-			out = lappend(out, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2));
+			out = lappend(out, bc_spi_row_text(i, Anum_trust_material));
 	}
 	return out;
 }
@@ -435,9 +459,9 @@ map_account(const BcJoinRequest *req, const char *provider, const CloudIdentity 
 						  provider, id->account);
 	if (rows == 1)
 	{
-		*tenant = bc_spi_text_req(1);
-		*pool = bc_spi_text_req(2);
-		*allow_unbound = bc_spi_bool(3);
+		*tenant = bc_spi_text_req(Anum_am_tenant);
+		*pool = bc_spi_text_req(Anum_am_pool);
+		*allow_unbound = bc_spi_bool(Anum_am_allow_unbound);
 		return;
 	}
 	*allow_unbound = false;
@@ -531,10 +555,10 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 	v[0] = CStringGetTextDatum(ver->provider);
 	if (bc_spi_exec(&provider_settings, v, NULL, true, 1) != 1)
 		refuse("provider-disabled", NULL);
-	set.audience = bc_spi_text(1);
-	set.domain = bc_spi_text(2);
+	set.audience = bc_spi_text(Anum_ps_audience);
+	set.domain = bc_spi_text(Anum_ps_domain);
 	{
-		Datum		d = bc_spi_datum(3, &isnull);
+		Datum		d = bc_spi_datum(Anum_ps_max_age, &isnull);
 
 		set.has_max_age = !isnull;
 		if (!isnull)
@@ -592,7 +616,7 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 	v[0] = PointerGetDatum(bc_bytea(res->bind, BC_SHA256_LEN));
 	if (bc_spi_exec(&bound_node, v, NULL, true, 1) == 1)
 	{
-		res->node_id = bc_spi_text_req(1);
+		res->node_id = bc_spi_text_req(Anum_bn_node);
 		/* the operator's reset is the word that allows this reclaim */
 		res->allow_reclaim = true;
 		v[1] = CStringGetTextDatum(res->node_id);

@@ -34,15 +34,33 @@ static BcPlan token_site = {
 	2, {TEXTOID, TEXTOID}
 };
 
+enum
+{
+	Anum_ts_site = 1
+};
+
 static BcPlan agent_site = {
 	"SELECT site_id FROM bc_join.nodes WHERE id = $1",
 	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_as_site = 1
 };
 
 static BcPlan site_config = {
 	"SELECT epoch, approval, allowed_kinds, cert_ttl_seconds FROM bc_join.discovery_sites "
 	"WHERE site_id = $1 FOR SHARE",
 	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_sc_epoch = 1,
+	Anum_sc_approval,
+	Anum_sc_kinds,
+	Anum_sc_ttl
 };
 
 static BcPlan known_machine = {
@@ -53,6 +71,11 @@ static BcPlan known_machine = {
 static BcPlan await = {
 	"SELECT bc_join.await_approval('discovery', $1, $2, $3)::text",
 	3, {TEXTOID, JSONBOID, JSONBOID}
+};
+
+enum
+{
+	Anum_aw_outcome = 1
 };
 
 static BcPlan use_assertion = {
@@ -111,19 +134,6 @@ member_int(Jsonb *pj, const char *name, const char *tenant)
 	return DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(v->val.numeric)));
 }
 
-static bool
-valid_mac(const char *m)
-{
-	if (strlen(m) != 17)
-		return false;
-	for (int i = 0; i < 17; i++)
-	{
-		if (i % 3 == 2 ? m[i] != ':' : strchr("0123456789abcdef", m[i]) == NULL || m[i] == '\0')
-			return false;
-	}
-	return true;
-}
-
 /* The assertion's payload, verified with the key of cert_der; refuses otherwise. */
 static Jsonb *
 verified_assertion(const char *jws, bytea *cert_der, const char *tenant)
@@ -175,39 +185,39 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 	bytea	   *subject;
 	DiscoveryMachine *machine;
 
-	bc_evidence_members("discovery", req->attestation, m, lengthof(m));
+	bc_evidence_members(BC_ATTESTOR_DISCOVERY, req->attestation, m, lengthof(m));
 	if (req->token == NULL)
 		bc_refuse_join("discovery:no-token", NULL);
-	bc_check_join_token("discovery", req->token, BC_ROLE_RAMDISK, req->claims, &tok);
+	bc_check_join_token(BC_ATTESTOR_DISCOVERY, req->token, BC_ROLE_RAMDISK, req->claims, &tok);
 	tenant = tok.tenant_id;
 	(void) bc_check_token_expect(tok.token_id, req->claims, "discovery", "discovery", tenant);
 	v[0] = tok.pool_id ? CStringGetTextDatum(tok.pool_id) : (Datum) 0;
 	v[1] = tok.site_id ? CStringGetTextDatum(tok.site_id) : (Datum) 0;
 	nulls[0] = tok.pool_id ? ' ' : 'n';
 	nulls[1] = tok.site_id ? ' ' : 'n';
-	if (bc_spi_exec(&token_site, v, nulls, true, 1) != 1 || (site = bc_spi_text(1)) == NULL)
+	if (bc_spi_exec(&token_site, v, nulls, true, 1) != 1 || (site = bc_spi_text(Anum_ts_site)) == NULL)
 		elog(ERROR, "join token %s has neither site nor pool", tok.token_id);
 
 	/* The site agent's certificate the assertion names, and its signature. */
 	serial = bc_proof_serial(m[0].value, "discovery");
-	bc_lock_proof_cert("discovery", serial, false, &c);
+	bc_lock_proof_cert(BC_ATTESTOR_DISCOVERY, serial, false, &c);
 	pj = verified_assertion(m[0].value, c.der, tenant);
 	if (strcmp(member_str(pj, "purpose", tenant), "discovery") != 0 ||
 		strcmp(member_str(pj, "serial", tenant), serial) != 0)
 		bc_refuse_join("discovery:malformed-assertion", tenant);
-	bc_require_live_cert("discovery", &c);
+	bc_require_live_cert(BC_ATTESTOR_DISCOVERY, &c);
 	if (strcmp(c.role, BC_ROLE_SITE) != 0)
 		bc_refuse_join("discovery:not-site-agent", tenant);
 	if (strcmp(c.tenant, tenant) != 0)
 		bc_refuse_join("discovery:tenant-mismatch", tenant);
 	v[0] = CStringGetTextDatum(c.node_id);
-	if (bc_spi_exec(&agent_site, v, NULL, true, 1) != 1 || bc_spi_text(1) == NULL ||
-		strcmp(bc_spi_text(1), site) != 0 || strcmp(member_str(pj, "siteId", tenant), site) != 0)
+	if (bc_spi_exec(&agent_site, v, NULL, true, 1) != 1 || bc_spi_text(Anum_as_site) == NULL ||
+		strcmp(bc_spi_text(Anum_as_site), site) != 0 || strcmp(member_str(pj, "siteId", tenant), site) != 0)
 		bc_refuse_join("discovery:site-mismatch", tenant);
 	if (strcmp(member_str(pj, "csrSha256", tenant), req->csr_sha256_b64) != 0)
 		bc_refuse_join("discovery:csr-binding", tenant);
 	mac = member_str(pj, "mac", tenant);
-	if (!valid_mac(mac))
+	if (!bc_mac_valid(mac))
 		bc_refuse_join("discovery:malformed-assertion", tenant);
 	epoch = member_int(pj, "epoch", tenant);
 	iat = member_int(pj, "iat", tenant);
@@ -221,12 +231,12 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 	v[0] = CStringGetTextDatum(site);
 	if (bc_spi_exec(&site_config, v, NULL, false, 1) != 1)
 		bc_refuse_join("discovery:site-not-enabled", tenant);
-	if (bc_spi_int8(1) != epoch)
+	if (bc_spi_int8(Anum_sc_epoch) != epoch)
 		bc_refuse_join("discovery:stale-epoch", tenant);
-	approval = bc_spi_text_req(2);
-	kinds = bc_spi_datum(3, &isnull);
+	approval = bc_spi_text_req(Anum_sc_approval);
+	kinds = bc_spi_datum(Anum_sc_kinds, &isnull);
 	kinds = PointerGetDatum(DatumGetArrayTypePCopy(kinds));
-	ttl = bc_spi_int4(4);
+	ttl = bc_spi_int4(Anum_sc_ttl);
 
 	/* Approval: always, or for a MAC the site has not seen. */
 	if (strcmp(approval, "always") == 0 ||
@@ -248,7 +258,7 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 		v[2] = JsonbPGetDatum(bc_jsonb(detail.data));
 		if (bc_spi_exec(&await, v, NULL, false, 1) != 1)
 			elog(ERROR, "bc_join.await_approval returned no row");
-		d = bc_spi_text(1);
+		d = bc_spi_text(Anum_aw_outcome);
 		if (d != NULL)
 		{
 			Jsonb	   *dj = bc_jsonb(d);
@@ -271,7 +281,7 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 	v[0] = PointerGetDatum(subject);
 	v[1] = Float8GetDatum((double) exp);
 	if (bc_spi_exec(&use_assertion, v, NULL, false, 0) != 1 &&
-		!bc_spent_by_repeat("discovery", (unsigned char *) VARDATA(subject)))
+		!bc_spent_by_repeat(BC_ATTESTOR_DISCOVERY, (unsigned char *) VARDATA(subject)))
 		bc_refuse_join("discovery:reused", tenant);
 	machine = palloc(sizeof(DiscoveryMachine));
 	machine->site = site;
@@ -309,7 +319,7 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 }
 
 const BcAttestor bc_discovery_attestor = {
-	.id = "discovery",
+	.id = BC_ATTESTOR_DISCOVERY,
 	.version = "0.1.0",
 	.roles = discovery_roles,
 	.verify = discovery_verify,
@@ -340,12 +350,12 @@ site_epoch_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	if (c.role == NULL || strcmp(c.role, BC_ROLE_SITE) != 0)
 		bc_refuse_join(BC_PURPOSE_SITE_EPOCH ":not-site-agent", c.tenant);
 	v[0] = CStringGetTextDatum(c.node_id);
-	if (bc_spi_exec(&agent_site, v, NULL, true, 1) != 1 || (site = bc_spi_text(1)) == NULL)
+	if (bc_spi_exec(&agent_site, v, NULL, true, 1) != 1 || (site = bc_spi_text(Anum_as_site)) == NULL)
 		bc_refuse_join(BC_PURPOSE_SITE_EPOCH ":not-site-agent", c.tenant);
 	v[0] = CStringGetTextDatum(site);
 	if (bc_spi_exec(&site_config, v, NULL, false, 1) != 1)
 		bc_refuse_join(BC_PURPOSE_SITE_EPOCH ":site-not-enabled", c.tenant);
-	epoch = bc_spi_int8(1);
+	epoch = bc_spi_int8(Anum_sc_epoch);
 	bc_node_seen(c.node_id, false);
 
 	initStringInfo(&payload);

@@ -226,7 +226,7 @@ join_token_verify(const BcJoinRequest *req, BcOutcome *out)
 
 	if (req->token == NULL)
 		bc_refuse_join("join-token:no-evidence", NULL);
-	bc_check_join_token("join-token", req->token, req->role, req->claims, &tok);
+	bc_check_join_token(BC_ATTESTOR_JOIN_TOKEN, req->token, req->role, req->claims, &tok);
 
 	res->tenant_id = tok.tenant_id;
 	res->role = tok.role;
@@ -239,7 +239,7 @@ join_token_verify(const BcJoinRequest *req, BcOutcome *out)
 }
 
 const BcAttestor bc_join_token_attestor = {
-	.id = "join-token",
+	.id = BC_ATTESTOR_JOIN_TOKEN,
 	.version = "0.1.0",
 	.roles = join_token_roles,
 	.verify = join_token_verify,

@@ -96,7 +96,7 @@ provisioned_verify(const BcJoinRequest *req, BcOutcome *out)
 	char	   *tenant;
 	Datum		v;
 
-	bc_evidence_members("provisioned", req->attestation, m, lengthof(m));
+	bc_evidence_members(BC_ATTESTOR_PROVISIONED, req->attestation, m, lengthof(m));
 	if (req->token == NULL)
 		bc_refuse_join("provisioned:no-token", NULL);
 
@@ -147,7 +147,7 @@ provisioned_verify(const BcJoinRequest *req, BcOutcome *out)
 }
 
 const BcAttestor bc_provisioned_attestor = {
-	.id = "provisioned",
+	.id = BC_ATTESTOR_PROVISIONED,
 	.version = "0.1.0",
 	.roles = provisioned_roles,
 	.verify = provisioned_verify,

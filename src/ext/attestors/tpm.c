@@ -37,7 +37,7 @@
 
 #include "bc_tpm.h"
 
-static const char *const tpm_roles[] = {"node", "site", NULL};
+static const char *const tpm_roles[] = {BC_ROLE_NODE, BC_ROLE_SITE, NULL};
 
 #define TPM_STATE_VERSION 1
 #define TPM_CHALLENGE_TTL 300
@@ -280,7 +280,7 @@ check_certified(const char *prefix, const BcJoinRequest *req, const unsigned cha
 		tpm_refuse(prefix, reason, tenant);
 }
 
-/* urn:bc:tpm-ak:sha256:<lower-case hex of the AK Name's digest>. */
+/* BC_TPM_AK_URN_PREFIX "sha256:" <lower-case hex of the AK Name's digest>. */
 static char *
 ak_statement(const TpmCertified *c)
 {
@@ -288,7 +288,7 @@ ak_statement(const TpmCertified *c)
 	size_t		i;
 
 	initStringInfo(&s);
-	appendStringInfoString(&s, "urn:bc:tpm-ak:sha256:");
+	appendStringInfoString(&s, BC_TPM_AK_URN_PREFIX "sha256:");
 	for (i = 2; i < c->ak_name_len; i++)
 		appendStringInfo(&s, "%02x", c->ak_name[i]);
 	return s.data;
@@ -299,6 +299,12 @@ ak_statement(const TpmCertified *c)
 static BcPlan ek_certificates = {
 	"SELECT certificate, is_root FROM bc_join.tpm_ek_certificates ORDER BY sha256",
 	0, {InvalidOid}
+};
+
+enum
+{
+	Anum_ekc_certificate = 1,
+	Anum_ekc_is_root
 };
 
 static BcPlan ek_enrollment = {
@@ -370,8 +376,8 @@ check_ek_cert(const unsigned char *der, size_t n, const bc_tpm_public *ek,
 	for (i = 0; i < rows; i++)
 	{
 		bool		isnull;
-		bytea	   *d = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		bool		is_root = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		bytea	   *d = DatumGetByteaPP(bc_spi_row_datum(i, Anum_ekc_certificate, &isnull));
+		bool		is_root = DatumGetBool(bc_spi_row_datum(i, Anum_ekc_is_root, &isnull));
 		X509	   *x = NULL;
 
 		if (bc_cert_parse((unsigned char *) VARDATA_ANY(d), VARSIZE_ANY_EXHDR(d), &x) != BC_OK)
@@ -531,6 +537,12 @@ static BcPlan pcr_policy_lookup = {
 	2, {TEXTOID, TEXTOID}
 };
 
+enum
+{
+	Anum_pcr_selection = 1,
+	Anum_pcr_values
+};
+
 /*
  * The PCR policy that applies: the enrollment's own, else the pool's, else
  * the tenant's.  false when none does.
@@ -562,8 +574,8 @@ find_pcr_policy(const TpmEnrollment *e, const char *tenant, const char *pool, Tp
 		}
 		if (bc_spi_exec(&pcr_policy_lookup, v, nulls, true, 1) != 1)
 			return false;
-		sel = bc_spi_text_req(1);
-		values = bc_spi_bytea_copy(2);
+		sel = bc_spi_text_req(Anum_pcr_selection);
+		values = bc_spi_bytea_copy(Anum_pcr_values);
 	}
 	err = parse_pcr_policy(sel, values, p, NULL);
 	if (err != NULL)
@@ -604,6 +616,13 @@ static BcPlan bound_node = {
 	1, {BYTEAOID}
 };
 
+enum
+{
+	Anum_bn_node = 1,
+	Anum_bn_tenant,
+	Anum_bn_pool
+};
+
 static BcPlan remember_ek = {
 	"INSERT INTO bc_join.tpm_eks (ek_spki_sha256, ek_public, ek_certificate) VALUES ($1, $2, $3) "
 	"ON CONFLICT (ek_spki_sha256) DO UPDATE SET ek_public = excluded.ek_public, "
@@ -622,15 +641,32 @@ static BcPlan enrollment_mode = {
 	1, {TEXTOID}
 };
 
+enum
+{
+	Anum_em_enrollment = 1
+};
+
 static BcPlan latest_request = {
 	"SELECT id, state, expires_at <= bc_join.compute_now() FROM bc_join.join_requests "
 	"WHERE attestor = 'tpm' AND csr_sha256 = $1 ORDER BY created_at DESC, id LIMIT 1",
 	1, {BYTEAOID}
 };
 
+enum
+{
+	Anum_lr_id = 1,
+	Anum_lr_state,
+	Anum_lr_expired
+};
+
 static BcPlan create_request = {
 	"SELECT bc_join.create_join_request($1, 'tpm', $2, $3)",
 	3, {TEXTOID, JSONBOID, JSONBOID}
+};
+
+enum
+{
+	Anum_cr_request_id = 1
 };
 
 /* The hex of n bytes. */
@@ -663,12 +699,12 @@ await_enrollment(const BcJoinRequest *req, const unsigned char bind[BC_SHA256_LE
 	v[0] = PointerGetDatum(bc_bytea(req->csr_sha256, BC_SHA256_LEN));
 	if (bc_spi_exec(&latest_request, v, NULL, true, 1) == 1)
 	{
-		char	   *id = bc_spi_text_req(1);
-		char	   *state = bc_spi_text_req(2);
+		char	   *id = bc_spi_text_req(Anum_lr_id);
+		char	   *state = bc_spi_text_req(Anum_lr_state);
 
 		if (strcmp(state, "rejected") == 0)
 			bc_refuse_join("tpm:rejected", tok->tenant_id);
-		if (bc_spi_bool(3) && strcmp(state, "pending") == 0)
+		if (bc_spi_bool(Anum_lr_expired) && strcmp(state, "pending") == 0)
 			bc_refuse_join("tpm:request-expired", tok->tenant_id);
 		if (strcmp(state, "pending") != 0)
 			bc_refuse_join("tpm:ek-unknown", tok->tenant_id);	/* approved, since unenrolled */
@@ -699,7 +735,7 @@ await_enrollment(const BcJoinRequest *req, const unsigned char bind[BC_SHA256_LE
 	bc_spi_exec(&create_request, v, NULL, false, 1);
 	out->deferred = true;
 	out->kind = "approval";
-	out->request_id = bc_spi_text_req(1);
+	out->request_id = bc_spi_text_req(Anum_cr_request_id);
 	out->retry_after_seconds = 30;
 }
 
@@ -803,7 +839,7 @@ challenge(const BcJoinRequest *req, const bc_tpm_public *ek, const TpmCertified 
 	}
 	payload = state_payload(&s);
 	OPENSSL_cleanse(&s, sizeof(s));
-	state = bc_challenge_seal("tpm", na, (unsigned char *) payload->data, payload->len);
+	state = bc_challenge_seal(BC_ATTESTOR_TPM, na, (unsigned char *) payload->data, payload->len);
 	OPENSSL_cleanse(payload->data, payload->len);
 
 	initStringInfo(&ch);
@@ -898,10 +934,10 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 
 		if (req->token == NULL)
 			bc_refuse_join(psprintf("tpm:%s", untrusted_reason), NULL);
-		bc_check_join_token("tpm", req->token, req->role, req->claims, &tok);
+		bc_check_join_token(BC_ATTESTOR_TPM, req->token, req->role, req->claims, &tok);
 		v = CStringGetTextDatum(tok.tenant_id);
 		if (bc_spi_exec(&enrollment_mode, &v, NULL, true, 1) != 1 ||
-			strcmp(bc_spi_text_req(1), "approval") != 0)
+			strcmp(bc_spi_text_req(Anum_em_enrollment), "approval") != 0)
 			bc_refuse_join(psprintf("tpm:%s", untrusted_reason), tok.tenant_id);
 		check_certified("tpm:", req, cbin, clen, &c, tok.tenant_id);
 		if (round2)
@@ -914,7 +950,7 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 	/* 5. The tenant: the enrollment's, or a sealed token's; both must agree. */
 	if (req->token != NULL)
 	{
-		bc_check_join_token("tpm", req->token, req->role, req->claims, &tok);
+		bc_check_join_token(BC_ATTESTOR_TPM, req->token, req->role, req->claims, &tok);
 		has_token = true;
 	}
 	if (enr.found)
@@ -942,10 +978,10 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 
 		if (bc_spi_exec(&bound_node, &v, NULL, true, 1) == 1)
 		{
-			char	   *n_tenant = bc_spi_text_req(2);
-			char	   *n_pool = bc_spi_text(3);
+			char	   *n_tenant = bc_spi_text_req(Anum_bn_tenant);
+			char	   *n_pool = bc_spi_text(Anum_bn_pool);
 
-			node_id = bc_spi_text_req(1);
+			node_id = bc_spi_text_req(Anum_bn_node);
 			/*
 			 * A repeat finds the EK bound to its own node by the certificate
 			 * it asks for: that binding needs no reclaim from the token.
@@ -980,7 +1016,7 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 		char		nulls[3] = {' ', ' ', ' '};
 		bool		same;
 
-		payload = bc_challenge_open("tpm", ev.text[F_STATE], tenant, &na);
+		payload = bc_challenge_open(BC_ATTESTOR_TPM, ev.text[F_STATE], tenant, &na);
 		if (!state_parse((unsigned char *) VARDATA(payload), VARSIZE(payload) - VARHDRSZ, &s))
 			bc_refuse_join("tpm:state-mismatch", tenant);
 		same = s.ak_name_len == c.ak_name_len &&
@@ -1001,7 +1037,7 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 		v[0] = PointerGetDatum(bc_bytea(used, BC_SHA256_LEN));
 		v[1] = TimestampTzGetDatum(na);
 		if (bc_spi_exec(&use_challenge, v, NULL, false, 0) != 1 &&
-			!bc_spent_by_repeat("tpm", used))
+			!bc_spent_by_repeat(BC_ATTESTOR_TPM, used))
 			bc_refuse_join("tpm:challenge-reused", tenant);
 
 		memcpy(extra_in, ev.bin[F_SECRET], BC_TPM_SECRET_LEN);
@@ -1045,7 +1081,7 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 }
 
 const BcAttestor bc_tpm_attestor = {
-	.id = "tpm",
+	.id = BC_ATTESTOR_TPM,
 	.version = "0.1.0",
 	.roles = tpm_roles,
 	.verify = tpm_verify,
@@ -1060,6 +1096,15 @@ static BcPlan node_ek = {
 	"LEFT JOIN bc_join.tpm_eks e ON e.ek_spki_sha256 = b.subject "
 	"WHERE b.node_id = $1 AND b.attestor = 'tpm'",
 	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_ne_subject = 1,
+	Anum_ne_pool,
+	Anum_ne_ek_public,
+	Anum_ne_ek_certificate,
+	Anum_ne_enrollments
 };
 
 /* A string member of the renewal's tpm object, decoded; NULL when absent. */
@@ -1150,15 +1195,15 @@ bc_tpm_renew_check(const BcJoinRequest *req, Jsonb *tpm, const char *node_id,
 	v = CStringGetTextDatum(node_id);
 	if (bc_spi_exec(&node_ek, &v, NULL, true, 1) != 1)
 		bc_refuse_join("renew:tpm-ek-untrusted", tenant);
-	subject = bc_spi_bytea_copy(1);
-	pool = bc_spi_text(2);
-	trusted = bc_spi_int8(5) > 0;
+	subject = bc_spi_bytea_copy(Anum_ne_subject);
+	pool = bc_spi_text(Anum_ne_pool);
+	trusted = bc_spi_int8(Anum_ne_enrollments) > 0;
 	if (!trusted)
 	{
 		bool		isnull_pub;
 		bool		isnull_cert;
-		Datum		pub = bc_spi_datum(3, &isnull_pub);
-		Datum		cert = bc_spi_datum(4, &isnull_cert);
+		Datum		pub = bc_spi_datum(Anum_ne_ek_public, &isnull_pub);
+		Datum		cert = bc_spi_datum(Anum_ne_ek_certificate, &isnull_cert);
 
 		if (!isnull_pub && !isnull_cert)
 		{

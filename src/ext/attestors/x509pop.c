@@ -27,7 +27,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
-#define WHO "x509pop"
+#define WHO BC_ATTESTOR_X509POP
 /* The payload: four short members. */
 #define X509POP_PAYLOAD_MAX 1024
 
@@ -45,7 +45,7 @@ static BcPlan node_cert = {
 	"       n.identity_generation, n.state, n.tenant_id, n.role, "
 	"       n.node_key = 'tpm' OR EXISTS (SELECT 1 FROM bc_join.node_certs k "
 	"           WHERE k.node_id = n.id AND k.identity_generation = n.identity_generation "
-	"             AND k.node_key_uri LIKE 'urn:bc:tpm-ak:%') "
+	"             AND k.node_key_uri LIKE '" BC_TPM_AK_URN_PREFIX "%') "
 	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id "
 	"WHERE c.serial = $1 FOR UPDATE OF n",
 	1, {TEXTOID}
@@ -74,11 +74,25 @@ static BcPlan roots = {
 	0, {InvalidOid}
 };
 
+enum
+{
+	Anum_rt_id = 1,
+	Anum_rt_tenant,
+	Anum_rt_pool,
+	Anum_rt_certificate
+};
+
 static BcPlan bound_node = {
 	"SELECT b.node_id, n.tenant_id FROM bc_join.node_bindings b "
 	"JOIN bc_join.nodes n ON n.id = b.node_id "
 	"WHERE b.subject = $1 AND b.attestor = 'x509pop'",
 	1, {BYTEAOID}
+};
+
+enum
+{
+	Anum_bn_node = 1,
+	Anum_bn_tenant
 };
 
 static BcPlan use_jws = {
@@ -251,30 +265,24 @@ serial_hex(X509 *cert)
 }
 
 /*
- * Split the leaf's one spiffe URI SAN spiffe://<trust domain>/tenant/<t>/node/<n>
- * into *tenant and *node; false when there is not exactly one of that shape.
+ * Split the leaf's one spiffe URI SAN, a node's SPIFFE ID of this trust domain
+ * (bc_spiffe_parse), into *tenant and *node; false when there is not exactly
+ * one of that shape.
  */
 static bool
 node_san(X509 *leaf, char **tenant, char **node)
 {
 	char	   *uri = NULL;
-	char	   *prefix = psprintf("spiffe://%s/tenant/", bc_trust_domain);
-	const char *t;
-	const char *slash;
+	bc_spiffe_parts p;
 
-	if (bc_cert_uri_san_count(leaf, "spiffe://") != 1 ||
-		bc_cert_uri_san(leaf, "spiffe://", &uri) != BC_OK)
+	if (bc_cert_uri_san_count(leaf, BC_SPIFFE_SCHEME) != 1 ||
+		bc_cert_uri_san(leaf, BC_SPIFFE_SCHEME, &uri) != BC_OK)
 		return false;
 	uri = bc_take_cstring(uri);
-	if (strncmp(uri, prefix, strlen(prefix)) != 0)
+	if (!bc_spiffe_parse(uri, bc_trust_domain, &p) || p.session != NULL)
 		return false;
-	t = uri + strlen(prefix);
-	slash = strchr(t, '/');
-	if (slash == NULL || slash == t || strncmp(slash, "/node/", 6) != 0 ||
-		slash[6] == '\0' || strchr(slash + 6, '/') != NULL)
-		return false;
-	*tenant = pnstrdup(t, slash - t);
-	*node = pstrdup(slash + 6);
+	*tenant = pnstrdup(p.tenant, p.tenant_len);
+	*node = pnstrdup(p.node, p.node_len);
 	return true;
 }
 
@@ -402,21 +410,19 @@ external_branch(const BcJoinRequest *req, X509 *const *certs, size_t ncerts,
 	n = bc_spi_exec(&roots, NULL, NULL, true, 0);
 	for (i = 0; i < n && tenant == NULL; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
-		bytea	   *der = DatumGetByteaPP(SPI_getbinval(tup, desc, 4, &isnull));
+		bytea	   *der = DatumGetByteaPP(bc_spi_row_datum(i, Anum_rt_certificate, &isnull));
 		X509	   *root = NULL;
 
 		CHECK_FOR_INTERRUPTS();
 		if (bc_cert_parse((unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der),
 						  &root) != BC_OK)
-			bc_invalid_config("x509pop root %s does not parse", SPI_getvalue(tup, desc, 1));
+			bc_invalid_config("x509pop root %s does not parse", bc_spi_row_text(i, Anum_rt_id));
 		root = bc_own_x509(CurrentMemoryContext, &root);
 		if (bc_cert_verify_path(certs[0], certs + 1, ncerts - 1, root, now) == BC_OK)
 		{
-			tenant = SPI_getvalue(tup, desc, 2);
-			pool = SPI_getvalue(tup, desc, 3);
+			tenant = bc_spi_row_text(i, Anum_rt_tenant);
+			pool = bc_spi_row_text(i, Anum_rt_pool);
 		}
 	}
 	if (tenant == NULL)
@@ -435,9 +441,9 @@ external_branch(const BcJoinRequest *req, X509 *const *certs, size_t ncerts,
 	v = PointerGetDatum(bc_bytea(res->bind, BC_SHA256_LEN));
 	if (bc_spi_exec(&bound_node, &v, NULL, false, 1) == 1)
 	{
-		if (strcmp(bc_spi_text_req(2), tenant) != 0)
+		if (strcmp(bc_spi_text_req(Anum_bn_tenant), tenant) != 0)
 			bc_refuse_join(WHO ":bound-elsewhere", tenant);
-		res->node_id = bc_spi_text_req(1);
+		res->node_id = bc_spi_text_req(Anum_bn_node);
 	}
 }
 
