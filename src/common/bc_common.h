@@ -317,8 +317,10 @@ void		bc_csr_spki_der(const bc_csr *csr, const unsigned char **der, size_t *len)
 /* The CSR key's public key bits: the uncompressed point (borrowed). */
 void		bc_csr_key_bits(const bc_csr *csr, const unsigned char **bits, size_t *len);
 
+#ifdef BC_TEST_BUILD			/* test builds only: for bc_cert_issue */
 /* Give cert the CSR's SubjectPublicKeyInfo, copied as it is. */
 int			bc_csr_set_cert_pubkey(const bc_csr *csr, X509 *cert);
+#endif
 
 /* SHA-256 over the DER SubjectPublicKeyInfo of key. */
 int			bc_pkey_spki_sha256(EVP_PKEY *key, unsigned char out[BC_SHA256_LEN]);

@@ -204,6 +204,7 @@ bc_csr_key_bits(const bc_csr *csr, const unsigned char **bits, size_t *len)
 	*len = (size_t) ASN1_STRING_length(b);
 }
 
+#ifdef BC_TEST_BUILD			/* for bc_cert_issue, the tests' reference issuer */
 /*
  * Give cert the CSR's SubjectPublicKeyInfo: algorithm, curve and key bits
  * copied as they are, so no key encoder runs.
@@ -231,3 +232,4 @@ bc_csr_set_cert_pubkey(const bc_csr *csr, X509 *cert)
 	}
 	return BC_OK;
 }
+#endif

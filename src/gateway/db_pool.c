@@ -958,13 +958,6 @@ gw_db_pool_connected(const struct gw_db_pool *pool)
 	return count_state(pool, SLOT_IDLE) + count_state(pool, SLOT_BUSY);
 }
 
-/* Jobs waiting for a connection. */
-int
-gw_db_pool_queued(const struct gw_db_pool *pool)
-{
-	return pool->nqueued;
-}
-
 /* Append a Prometheus label value, escaped, to buf. */
 static int
 add_label(struct evbuffer *buf, const char *v)

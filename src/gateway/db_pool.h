@@ -74,7 +74,4 @@ int			gw_db_pool_connected(const struct gw_db_pool *pool);
 struct evbuffer;
 int			gw_db_pool_render_primary(const struct gw_db_pool *pool, struct evbuffer *buf);
 
-/* Jobs waiting for a connection. */
-int			gw_db_pool_queued(const struct gw_db_pool *pool);
-
 #endif

@@ -69,13 +69,6 @@ gw_ratelimit_free(struct gw_ratelimit *rl)
 	free(rl);
 }
 
-/* The number of addresses tracked. */
-int
-gw_ratelimit_size(const struct gw_ratelimit *rl)
-{
-	return (int) rl->used;
-}
-
 /* Seeded FNV-1a over an address: its bucket index. */
 static uint32_t
 hash_addr(const struct gw_ratelimit *rl, const struct gw_addr *a)

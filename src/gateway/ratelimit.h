@@ -19,7 +19,4 @@ void		gw_ratelimit_free(struct gw_ratelimit *rl);
 int			gw_ratelimit_take(struct gw_ratelimit *rl, const struct gw_addr *addr,
 							  double now, double *retry_after);
 
-/* The number of addresses tracked. */
-int			gw_ratelimit_size(const struct gw_ratelimit *rl);
-
 #endif
