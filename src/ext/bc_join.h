@@ -404,7 +404,7 @@ extern void bc_spend_join_token(const char *token_id);
 extern bool bc_check_token_expect(const char *token_id, Jsonb *claims, const char *attestor,
 								  const char *who, const char *tenant);
 
-/* sql_attestor.c: the context an attestor's SQL functions get, {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
+/* custom_attestor.c: the context an attestor's SQL functions get, {"claims", "csrSha256", "csrSpkiSha256", "role"}. */
 extern Jsonb *bc_attestor_context(const BcJoinRequest *req);
 /*
  * attestors/tpm.c: a renewal of a certificate carrying statement proves it
@@ -413,8 +413,8 @@ extern Jsonb *bc_attestor_context(const BcJoinRequest *req);
 extern void bc_tpm_renew_check(const BcJoinRequest *req, Jsonb *tpm, const char *node_id,
 							   const char *tenant, const char *statement);
 
-/* sql_attestor.c: run a registered attestor's SQL function. */
-extern void bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *req,
+/* custom_attestor.c: run a registered attestor's SQL function. */
+extern void bc_custom_attestor_verify(const BcAttestor *att, const BcJoinRequest *req,
 								   BcOutcome *out);
 
 /* result.c: parse a jsonb answer, validate a result. */

@@ -93,7 +93,7 @@ run_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out)
 	if (att->verify != NULL)
 		att->verify(req, out);
 	else
-		bc_sql_attestor_verify(att, req, out);
+		bc_custom_attestor_verify(att, req, out);
 }
 
 /*

@@ -1,5 +1,5 @@
 /*
- * attestor_sql.c: the SQL functions custom attestors call: base64url,
+ * attestor_functions.c: the SQL functions custom attestors call: base64url,
  * ECDSA verification and the join token check without spending.
  */
 #include "bc_join.h"

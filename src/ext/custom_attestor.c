@@ -1,6 +1,6 @@
 /*
- * sql_attestor.c: a registered attestor, an SQL function
- * (evidence jsonb, context jsonb) RETURNS jsonb, run inside the join's
+ * custom_attestor.c: running a custom attestor, a registered SQL function
+ * (evidence jsonb, context jsonb) RETURNS jsonb, inside the join's
  * subtransaction like a built-in: its reads and writes are the join's, its
  * refusal (bc_join.refuse) is the join's refusal, any other error fails the
  * join, and its answer is parsed by the same code as every result.
@@ -58,7 +58,7 @@ bc_attestor_context(const BcJoinRequest *req)
 
 /* Run the attestor's SQL function and parse what it answers. */
 void
-bc_sql_attestor_verify(const BcAttestor *att, const BcJoinRequest *req, BcOutcome *out)
+bc_custom_attestor_verify(const BcAttestor *att, const BcJoinRequest *req, BcOutcome *out)
 {
 	FmgrInfo	flinfo;
 	LOCAL_FCINFO(fcinfo, 2);
