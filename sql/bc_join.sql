@@ -37,7 +37,7 @@ BEGIN
 END
 $roles$;
 
-/* ------------------------------------------------------------------ clock */
+/* --------------------------------------------------- the service clock */
 
 -- The service clock: transaction start plus bc_join.clock_offset (seconds,
 -- superuser-only, 0 unless a test moves it).  Every expiry comparison uses it.
@@ -63,7 +63,7 @@ CREATE FUNCTION bc_join.library_version() RETURNS text
 COMMENT ON FUNCTION bc_join.library_version() IS
 	'The version of the loaded bc_join library; it works only when it equals the installed extension version (pg_extension.extversion).';
 
-/* -------------------------------------------------------------- domains */
+/* ------------------------------------ domains: the checks spelled once */
 
 -- The checks the tables would otherwise repeat, each spelled once (the same
 -- words and bounds as src/common/bc_protocol.h).  Columns an operator reads
@@ -82,7 +82,96 @@ CREATE DOMAIN bc_join.sha256 AS bytea CHECK (length(VALUE) = 32);
 -- a session or context selector: 0 to 128 of [A-Za-z0-9._:-]
 CREATE DOMAIN bc_join.selector AS text CHECK (VALUE ~ '^[A-Za-z0-9._:-]{0,128}$');
 
-/* ---------------------------------------------------------------- tenants */
+/* ---------------------------------------------------- internal helpers */
+
+-- A new identifier: prefix, underscore, 32 hex digits (122 random bits).
+CREATE FUNCTION bc_join.new_id(prefix text) RETURNS text
+	LANGUAGE sql VOLATILE
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT prefix || '_' || replace(gen_random_uuid()::text, '-', '') $$;
+COMMENT ON FUNCTION bc_join.new_id(text) IS
+	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
+
+-- 32 random bytes from the server's strong source, base64url without padding.
+CREATE FUNCTION bc_join.random_secret() RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_random_secret'
+	LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.random_secret() IS
+	'Internal: returns 32 random bytes from the server''s strong source as base64url without padding.';
+
+-- Raise INVALID_INPUT (SQLSTATE 22023) with msg; detail carries the code.
+CREATE FUNCTION bc_join.invalid_input(msg text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = msg,
+		DETAIL = 'INVALID_INPUT: the arguments were refused before anything was written.';
+END
+$$;
+COMMENT ON FUNCTION bc_join.invalid_input(text) IS
+	'Internal: raises INVALID_INPUT (SQLSTATE 22023) with msg, the code in the detail; never returns.';
+
+-- Check a function an operator registers for bc_join to call inside a join:
+-- fn must be a plain function of exactly args returning ret (shape says so
+-- in words), with a SET search_path of its own, since bc_join() runs with
+-- search_path = pg_catalog, pg_temp and fn would inherit it: its unqualified
+-- names would not be found at join time (or, worse, find someone else's
+-- objects).  what names fn in the messages ("verify function", "resolver").
+CREATE FUNCTION bc_join.check_callback(fn regprocedure, what text, args regtype[], ret regtype, shape text)
+	RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	p pg_proc;
+BEGIN
+	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = fn;
+	IF NOT FOUND OR p.pronargs <> cardinality(args) OR p.prorettype <> ret OR p.proretset OR p.prokind <> 'f' THEN
+		PERFORM bc_join.invalid_input(shape);
+	END IF;
+	FOR i IN 1 .. cardinality(args) LOOP
+		IF p.proargtypes[i - 1] <> args[i] THEN
+			PERFORM bc_join.invalid_input(shape);
+		END IF;
+	END LOOP;
+	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
+		RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+			MESSAGE = format('the %s %s has no SET search_path of its own', what, fn),
+			DETAIL = format('INVALID_INPUT: bc_join() runs with search_path = pg_catalog, pg_temp, and a %s '
+							'inherits it, so a table or function it names without a schema would not be found at join time.',
+							what),
+			HINT = format('Run: ALTER FUNCTION %s SET search_path = %s, pg_catalog, pg_temp;',
+						  fn, quote_ident((SELECT n.nspname FROM pg_catalog.pg_namespace n
+										   WHERE n.oid = p.pronamespace)));
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION bc_join.check_callback(regprocedure, text, regtype[], regtype, text) IS
+	'Internal: refuses (INVALID_INPUT) a function to be registered for joins unless it has exactly the given arguments and result and a SET search_path of its own; the HINT gives the ALTER FUNCTION.';
+
+-- A retention or staleness setting (bc_join.retain_*, stale_after,
+-- x509pop_grace, without the prefix) as an interval.
+CREATE FUNCTION bc_join.setting_interval(name text) RETURNS interval
+	AS 'MODULE_PATHNAME', 'bc_setting_interval'
+	LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.setting_interval(text) IS
+	'Returns a retention or staleness setting (retain_events, retain_expired_certificates, retain_sessions, retain_join_requests, stale_after, x509pop_grace) as an interval.';
+
+-- Raise INVALID_CONFIG (SQLSTATE F0000) with msg; never returns.
+CREATE FUNCTION bc_join.invalid_config(msg text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = 'config_file_error', MESSAGE = msg,
+		DETAIL = 'INVALID_CONFIG: the cloud-iid configuration would be inconsistent.';
+END
+$$;
+COMMENT ON FUNCTION bc_join.invalid_config(text) IS
+	'Internal: raises INVALID_CONFIG (SQLSTATE F0000) with msg; never returns.';
+
+/* -------------------------------------------- tenants, sites and pools */
 
 CREATE TABLE bc_join.tenants (
 	id text PRIMARY KEY,
@@ -118,7 +207,80 @@ CREATE TABLE bc_join.pools (
 COMMENT ON TABLE bc_join.pools IS
 	'A tenant''s pools, each in one of the tenant''s sites: what a join token or an attestor admits a node into.';
 
-/* ------------------------------------------------------------------ nodes */
+-- Create a tenant; returns its id.
+CREATE FUNCTION bc_join.create_tenant(name text) RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tid text := bc_join.new_id('ten');
+BEGIN
+	IF name IS NULL OR length(name) NOT BETWEEN 1 AND 200 THEN
+		PERFORM bc_join.invalid_input('tenant name must be 1 to 200 characters');
+	END IF;
+	INSERT INTO bc_join.tenants (id, name) VALUES (tid, create_tenant.name);
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tenant.create', tid, jsonb_build_object('name', create_tenant.name));
+	RETURN tid;
+END
+$$;
+COMMENT ON FUNCTION bc_join.create_tenant(text) IS
+	'Creates a tenant with this name and returns its id.';
+
+-- Create a site of a tenant; returns its id.
+CREATE FUNCTION bc_join.create_site(tenant_id text, name text) RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	sid text := bc_join.new_id('site');
+BEGIN
+	PERFORM bc_join.check_tenant(create_site.tenant_id, 'tenant');
+	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = create_site.tenant_id) THEN
+		PERFORM bc_join.invalid_input('the tenant does not exist');
+	END IF;
+	IF name IS NULL OR length(name) NOT BETWEEN 1 AND 200 THEN
+		PERFORM bc_join.invalid_input('site name must be 1 to 200 characters');
+	END IF;
+	INSERT INTO bc_join.sites (id, tenant_id, name, custom)
+		VALUES (sid, create_site.tenant_id, create_site.name, create_site.tenant_id <> 'root');
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('site.create', create_site.tenant_id,
+				jsonb_build_object('siteId', sid, 'name', create_site.name));
+	RETURN sid;
+END
+$$;
+COMMENT ON FUNCTION bc_join.create_site(text, text) IS
+	'Creates a site of a tenant and returns its id.';
+
+-- Create a pool in a site of the same tenant; returns its id.
+CREATE FUNCTION bc_join.create_pool(tenant_id text, site_id text, name text) RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	pid text := bc_join.new_id('pool');
+BEGIN
+	PERFORM bc_join.check_tenant(create_pool.tenant_id, 'tenant');
+	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s
+				   WHERE s.id = create_pool.site_id AND s.tenant_id = create_pool.tenant_id) THEN
+		PERFORM bc_join.invalid_input('the site does not exist in this tenant');
+	END IF;
+	IF name IS NULL OR length(name) NOT BETWEEN 1 AND 200 THEN
+		PERFORM bc_join.invalid_input('pool name must be 1 to 200 characters');
+	END IF;
+	INSERT INTO bc_join.pools (id, tenant_id, site_id, name)
+		VALUES (pid, create_pool.tenant_id, create_pool.site_id, create_pool.name);
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('pool.create', create_pool.tenant_id,
+				jsonb_build_object('poolId', pid, 'siteId', create_pool.site_id, 'name', create_pool.name));
+	RETURN pid;
+END
+$$;
+COMMENT ON FUNCTION bc_join.create_pool(text, text, text) IS
+	'Creates a pool in a site of the same tenant and returns its id.';
+
+/* ------------------------------ nodes, their certificates and bindings */
 
 CREATE TABLE bc_join.nodes (
 	id text PRIMARY KEY,
@@ -197,7 +359,58 @@ COMMENT ON TABLE bc_join.node_bindings IS
 	'Stable hardware identities (per attestor and subject) bound to one node for good: a machine that joins again is that node.';
 CREATE INDEX node_bindings_node_idx ON bc_join.node_bindings (node_id);
 
-/* ------------------------------------------------------------ join tokens */
+-- Retire a node: state retired, certificates revoked, bindings dropped.
+CREATE FUNCTION bc_join.retire_node(node_id text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text;
+BEGIN
+	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x WHERE x.id = retire_node.node_id), 'node');
+	UPDATE bc_join.nodes n SET state = 'retired', retired_at = bc_join.compute_now(),
+		updated_at = bc_join.compute_now()
+		WHERE n.id = retire_node.node_id AND n.state <> 'retired' RETURNING n.tenant_id INTO tenant;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no live node has this id');
+	END IF;
+	UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		WHERE c.node_id = retire_node.node_id AND c.revoked_at IS NULL;
+	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
+		FROM bc_join.sessions s
+		WHERE s.id = sc.session_id AND s.node_id = retire_node.node_id AND sc.revoked_at IS NULL;
+	PERFORM pg_notify('bc_join_crl', '');
+	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.retire', tenant, node_id);
+END
+$$;
+COMMENT ON FUNCTION bc_join.retire_node(text) IS
+	'Retires a node (state retired, certificates revoked, bindings dropped); returns nothing.';
+
+-- Delete a node with its certificates and bindings.
+CREATE FUNCTION bc_join.delete_node(node_id text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text;
+BEGIN
+	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x WHERE x.id = delete_node.node_id), 'node');
+	DELETE FROM bc_join.nodes n WHERE n.id = delete_node.node_id RETURNING n.tenant_id INTO tenant;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'node.deleted', jsonb_build_object('nodeId', node_id));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.delete', tenant, node_id);
+END
+$$;
+COMMENT ON FUNCTION bc_join.delete_node(text) IS
+	'Deletes a node with its certificates and bindings; returns nothing.';
+
+/* --------------------------------------------------------- join tokens */
 
 CREATE TABLE bc_join.join_tokens (
 	id text PRIMARY KEY,
@@ -219,506 +432,6 @@ CREATE TABLE bc_join.join_tokens (
 COMMENT ON TABLE bc_join.join_tokens IS
 	'Join tokens: only their secret''s SHA-256, uses, expiry, role, expected claims, reclaim, revocation and the pool or site they admit into.';
 CREATE INDEX join_tokens_tenant_idx ON bc_join.join_tokens (tenant_id);
-
-/* ---------------------------------------------------- provisioning tokens */
-
--- A one-time token for a node that exists (the provisioned attestor): a
--- machine re-imaged, or one the operator moves, comes back as that node.
-CREATE TABLE bc_join.provisioning_tokens (
-	id text PRIMARY KEY CHECK (id ~ '^pt_[0-9a-f]{32}$'),
-	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
-	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
-	secret_sha256 bc_join.sha256 NOT NULL,
-	expires_at timestamptz NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	created_by text NOT NULL DEFAULT session_user,
-	spent_at timestamptz,
-	revoked_at timestamptz
-);
-COMMENT ON TABLE bc_join.provisioning_tokens IS
-	'One-time tokens for an existing node (the provisioned attestor): only their secret''s SHA-256, expiry, spent and revoked times.';
-CREATE INDEX provisioning_tokens_node_idx ON bc_join.provisioning_tokens (node_id);
-
--- An optional resolver: maps the nodeId a provisioned agent names to a node id.
-CREATE TABLE bc_join.provisioning_resolver (
-	one boolean PRIMARY KEY DEFAULT true CHECK (one),
-	resolve text NOT NULL,				-- the function, as regprocedure's text (see bc_join.attestors.verify)
-	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	registered_by text NOT NULL DEFAULT session_user
-);
-COMMENT ON TABLE bc_join.provisioning_resolver IS
-	'At most one row: the function that maps the nodeId a provisioned agent names to a node id (superuser).';
-
-/* --------------------------------------------------------------- sessions */
-
--- A session identity on a node, reserved when the session first asks.
-CREATE TABLE bc_join.sessions (
-	id text PRIMARY KEY,
-	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
-	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
-	session_ref bc_join.selector NOT NULL CHECK (session_ref <> ''),
-	context_ref bc_join.selector NOT NULL DEFAULT '',
-	provisioned_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	UNIQUE (node_id, session_ref, context_ref)
-);
-COMMENT ON TABLE bc_join.sessions IS
-	'Session identities on nodes (node, session and context selectors), reserved when a session first asks.';
-
-CREATE TABLE bc_join.session_certs (
-	serial text PRIMARY KEY CHECK (serial ~ '^[0-9a-f]{32}$'),
-	session_id text NOT NULL REFERENCES bc_join.sessions (id) ON DELETE CASCADE,
-	not_before timestamptz NOT NULL,
-	not_after timestamptz NOT NULL,
-	spki_sha256 bc_join.sha256 NOT NULL,
-	certificate bytea NOT NULL,
-	-- the node certificate the session was asked with: revoking it revokes this
-	node_serial text,
-	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	revoked_at timestamptz,
-	-- an operator's RFC 5280 reason (revoke_certificate, or its node certificate's), or retired
-	revocation_reason text,
-	-- the process that asked bcd for it, as the host claims (signed by the node
-	-- key): {"pid", "exe", "unit", "cgroup"}; NULL from a bcd that sends none
-	caller jsonb,
-	CONSTRAINT session_certs_revocation_reason_check CHECK (revocation_reason IN
-		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
-		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired'))
-);
-COMMENT ON TABLE bc_join.session_certs IS
-	'Every session certificate issued: serial, session, validity, the session key''s SPKI SHA-256, the DER, the node certificate it was proven with, the caller bcd saw, and its revocation.';
-CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
-CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
-CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
-CREATE INDEX session_certs_not_after_idx ON bc_join.session_certs USING brin (not_after);
-
-/* ---------------------------------------------------------- join requests */
-
-CREATE TABLE bc_join.join_requests (
-	id text PRIMARY KEY,
-	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
-	attestor text NOT NULL,
-	role text NOT NULL CHECK (bc_join.are_agent_roles(ARRAY[role])),
-	csr_sha256 bc_join.sha256 NOT NULL,
-	claims jsonb NOT NULL DEFAULT '{}',
-	state text NOT NULL DEFAULT 'pending'
-		CHECK (state IN ('pending', 'approved', 'rejected', 'consumed')),
-	detail jsonb NOT NULL DEFAULT '{}',	-- the attestor's own notes for the operator
-	reason text,						-- the operator's, on reject
-	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	decided_at timestamptz,
-	decided_by text,
-	consumed_at timestamptz,
-	expires_at timestamptz NOT NULL,
-	token_id text						-- the token the attestor checked (detail's tokenId)
-);
-COMMENT ON TABLE bc_join.join_requests IS
-	'Joins that wait for an operator (pending, approved, rejected, consumed), bound to the CSR they were made for, with their claims, detail and expiry.';
-CREATE INDEX join_requests_pending_idx ON bc_join.join_requests (created_at)
-	WHERE state = 'pending';
--- The bounds of create_join_request: pending requests per token, per tenant.
-CREATE INDEX join_requests_pending_token_idx ON bc_join.join_requests (token_id)
-	WHERE state = 'pending';
-CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_id)
-	WHERE state = 'pending';
-
-/* ------------------------------------------------------ single-use evidence */
-
--- The SHA-256 of the running join round's CSR, NULL outside one (with
--- repeat_only, outside a round that repeats a final round for the
--- certificate its CSR holds): what a use records, and how a repeat finds
--- what the round that issued its certificate spent.
-CREATE FUNCTION bc_join.join_round_csr_sha256(repeat_only boolean DEFAULT false) RETURNS bytea
-	AS 'MODULE_PATHNAME', 'bc_join_round_csr_sha256' LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION bc_join.join_round_csr_sha256(boolean) IS
-	'Returns the SHA-256 of the running join round''s CSR (NULL outside one; with repeat_only, NULL outside a repeat of a final round): the default of attestation_uses.csr_sha256.';
-
--- One row per piece of evidence
--- that must admit one join at most.
-CREATE TABLE bc_join.attestation_uses (
-	attestor text NOT NULL,
-	subject bc_join.sha256 NOT NULL,                     -- sha256 of what must be used once
-	node_id text,
-	used_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	expires_at timestamptz,                              -- NULL keeps it forever
-	-- the CSR of the join round that spent it (NULL: no join's): a repeat of
-	-- that round finds it spent by the very certificate it asks for
-	csr_sha256 bc_join.sha256 DEFAULT bc_join.join_round_csr_sha256(),
-	PRIMARY KEY (attestor, subject)
-);
-COMMENT ON TABLE bc_join.attestation_uses IS
-	'Single-use evidence: one row per (attestor, subject hash) consumed, kept until expires_at (NULL: for ever) so a replay is refused.';
-
-CREATE INDEX attestation_uses_expires_idx ON bc_join.attestation_uses (expires_at)
-	WHERE expires_at IS NOT NULL;
-
--- A registered attestor's challenge: its notAfter for the CSR it was made
--- to, recorded at the deferral (a new challenge replaces it) and enforced
--- at every final round of that attestor for that CSR
--- ('<attestor>:challenge-expired'), whatever the attestor's own state says.
--- prune_attestation_uses deletes a row bc_join.retain_join_requests (30
--- days) after its notAfter.
-CREATE TABLE bc_join.challenge_deadlines (
-	attestor text NOT NULL,
-	csr_sha256 bc_join.sha256 NOT NULL,
-	not_after timestamptz NOT NULL,
-	PRIMARY KEY (attestor, csr_sha256)
-);
-COMMENT ON TABLE bc_join.challenge_deadlines IS
-	'A registered attestor''s challenge: its notAfter for the CSR it was made for, so a final round after it is refused challenge-expired.';
-CREATE INDEX challenge_deadlines_not_after_idx ON bc_join.challenge_deadlines (not_after);
-
-/* ------------------------------------------------------------- x509pop roots */
-
--- External PKIs whose leaves x509pop admits: each root is its own trust
--- store (never merged) and admits into one tenant and pool.  Written only
--- through add_x509pop_root(), which validates the certificate.
-CREATE TABLE bc_join.x509pop_roots (
-	id text PRIMARY KEY,
-	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
-	pool_id text NOT NULL REFERENCES bc_join.pools (id),
-	certificate bytea NOT NULL,			-- DER; public
-	sha256 bc_join.sha256 NOT NULL UNIQUE,	-- of the DER: one root, one tenant and pool
-	subject text NOT NULL,
-	not_after timestamptz NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
-);
-COMMENT ON TABLE bc_join.x509pop_roots IS
-	'External PKIs whose leaves the x509pop attestor admits: each root its own trust store, with the tenant and pool its leaves join.';
-
-/* -------------------------------------------------------------- attestors */
-
--- Custom attestors: SQL functions (evidence jsonb, context jsonb) RETURNS jsonb.
--- One registered with id 'join-token' replaces the built-in one.
-CREATE TABLE bc_join.attestors (
-	id text PRIMARY KEY CHECK (id ~ '^[a-z0-9._-]{1,64}$'),
-	version text NOT NULL CHECK (length(version) BETWEEN 1 AND 64),
-	roles text[] NOT NULL
-		CHECK (bc_join.are_agent_roles(roles)),
-	-- The function, as regprocedure's schema-qualified text: a column of type
-	-- regprocedure holds an OID, which pg_upgrade refuses in any table (OIDs
-	-- of functions change), and which pg_dump would have to write as text
-	-- anyway.  Resolved (to_regprocedure) each time the registry is read.
-	verify text NOT NULL,
-	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	registered_by text NOT NULL DEFAULT session_user
-);
-COMMENT ON TABLE bc_join.attestors IS
-	'Custom attestors registered with register_attestor: id, version, the roles they may admit and their verify function.';
-
--- Any change to the registry: every backend forgets the attestors it cached.
-CREATE FUNCTION bc_join.attestors_changed() RETURNS trigger
-	AS 'MODULE_PATHNAME', 'bc_attestors_changed' LANGUAGE C;
-COMMENT ON FUNCTION bc_join.attestors_changed() IS
-	'Trigger on attestors: makes every backend forget the attestors it cached.';
-CREATE TRIGGER attestors_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
-	ON bc_join.attestors FOR EACH STATEMENT EXECUTE FUNCTION bc_join.attestors_changed();
-
--- The command kinds a certificate's allowedKinds may name.
-CREATE TABLE bc_join.command_kinds (
-	kind text PRIMARY KEY CHECK (kind ~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$'),
-	description text NOT NULL DEFAULT ''
-);
-COMMENT ON TABLE bc_join.command_kinds IS
-	'The command kinds a certificate''s allowedKinds may name (register_command_kind).';
-INSERT INTO bc_join.command_kinds (kind, description) VALUES
-	('inventory.refresh', 'collect and report the hardware inventory'),
-	('logs.collect', 'collect logs'),
-	('diag.ping', 'answer a liveness probe'),
-	('diag.run', 'run a diagnostic'),
-	('disk.wipe', 'wipe the disks'),
-	('deploy.image', 'write an operating system image'),
-	('deploy.config', 'write configuration'),
-	('boot.kexec', 'kexec into a deployed kernel'),
-	('node.reboot', 'reboot'),
-	('node.shutdown', 'power off');
-
--- The rate bound of security.join.refused events, per attestor and refusal
--- reason (JoinService's own join:* reasons count apart for each attestor, so
--- one attestor's refusals never hide another's).
--- A window is one minute; suppressed counts the refusals of the window that
--- were not recorded, and the first event of the next window reports them.
-CREATE TABLE bc_join.refusal_rate (
-	attestor text NOT NULL,
-	refusal text NOT NULL,
-	PRIMARY KEY (attestor, refusal),
-	window_start timestamptz NOT NULL,
-	recorded integer NOT NULL DEFAULT 0,
-	suppressed bigint NOT NULL DEFAULT 0,
-	carried bigint NOT NULL DEFAULT 0,		-- suppressed in the window before
-	last_recorded boolean NOT NULL DEFAULT true
-);
-COMMENT ON TABLE bc_join.refusal_rate IS
-	'The rate bound of security.join.refused events: per attestor and refusal, the current minute''s recorded and suppressed counts.';
-
-/* --------------------------------------------------------- events, audit */
-
-CREATE TABLE bc_join.events (
-	id bigserial PRIMARY KEY,
-	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
-	type text NOT NULL,
-	payload jsonb NOT NULL DEFAULT '{}',
-	at timestamptz NOT NULL DEFAULT bc_join.compute_now()
-);
-COMMENT ON TABLE bc_join.events IS
-	'What happened, per tenant: type (node.joined, security.join.refused, ...), payload and time; NOTIFY goes to each tenant''s channel.';
-CREATE INDEX events_tenant_at_idx ON bc_join.events (tenant_id, at);
--- prune_events: appended in time order, so BRIN (small, cheap for joins).
-CREATE INDEX events_at_idx ON bc_join.events USING brin (at);
-
--- The issuance log: every row carries the hash of the row before it in its
--- chain and its own (16 hash chains, bc_join.audit_chain below), so that
--- history cannot be rewritten without it showing (verify_audit_log,
--- tools/bc-audit-verify).
-CREATE TABLE bc_join.audit_log (
-	id bigserial NOT NULL,
-	at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	actor text NOT NULL DEFAULT session_user,
-	action text NOT NULL,
-	tenant_id text,
-	node_id text,
-	detail jsonb NOT NULL DEFAULT '{}',
-	chain smallint NOT NULL DEFAULT 0 CHECK (chain >= 0 AND chain < 16),
-	prev_hash bytea NOT NULL,			-- the hash of the chain's row before (32 zero bytes for its first)
-	hash bytea NOT NULL,				-- SHA-256(prev_hash || bc_join.audit_content(row))
-	-- Each chain's last row, and each chain in id order (verify_audit_log).  No
-	-- index on id alone: the trigger's generic plan would walk it backwards
-	-- filtering on the chain, through the whole log for a chain not used lately.
-	PRIMARY KEY (chain, id)
-);
-COMMENT ON TABLE bc_join.audit_log IS
-	'The issuance log: every administrative action and issuance with its actor, in 16 hash chains, append-only (verify_audit_log, audit_anchor).';
-
--- What a row's hash covers: each field length-prefixed (octets:value|), the
--- time as microseconds since the Unix epoch, NULL as '-'.  The same bytes
--- tools/bc-audit-verify computes from an export (bc_join.audit_export).
-CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, action text,
-									  tenant_id text, node_id text, detail jsonb)
-	RETURNS bytea
-	AS 'MODULE_PATHNAME', 'bc_audit_content'
-	LANGUAGE C IMMUTABLE PARALLEL SAFE;
-COMMENT ON FUNCTION bc_join.audit_content(bigint, timestamptz, text, text, text, text, jsonb) IS
-	'Returns the bytes an issuance log row''s hash covers: each field length-prefixed, the time in microseconds since the Unix epoch.';
-
--- The chain this transaction appends to, locked to its end (src/ext/locks.c):
--- the first of the 16 no other transaction holds, from its backend's own
--- (pid % 16) on; its own when all are held, waiting for it.  A lock tag no
--- SQL function makes: pg_advisory_xact_lock, which served here before, is a
--- keyspace every role of the cluster shares, and any role that could log in
--- could have held the 16 chains and stopped every join (issue 26).
-CREATE FUNCTION bc_join.audit_chain_take() RETURNS smallint
-	AS 'MODULE_PATHNAME', 'bc_audit_chain_take'
-	LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION bc_join.audit_chain_take() IS
-	'Internal: the issuance log chain this transaction appends to, locked to its end by a lock no SQL function can take (pg_locks: advisory, objsubid 3); for the audit_chain trigger.';
-
--- Before every insert: the row joins one of 16 chains and, under that
--- chain's lock (held to the end of the transaction, so the joins of one
--- chain append one after the other), takes the next id, the insert's time
--- and the link to the chain's last row.  One chain for everything made the
--- lock a queue that every join waited in through its commit's WAL flush:
--- joins could not share a flush (group commit) and the rate stopped at one
--- flush per join, however many clients (docs/performance.md).  The last row
--- is found by the primary key (chain, id), whatever the statistics said
--- when a backend first planned the query: planned while the log was nearly
--- empty, a sequential scan and sort stays in a long-lived backend's cached
--- plan (the gateway's) and every later insert reads the whole log
--- (enable_seqscan off here; test/tap/audit_plan.t).
--- A row that arrives whole, with its chain, links and hash (pg_restore, or
--- psql reading a pg_dump), is kept exactly as it was hashed: only the
--- extension's owner can insert into the log, and verify_audit_log() checks
--- every row however it came.
-CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	SET enable_seqscan = off
-	AS $$
-DECLARE
-	prev bytea;
-	c smallint;
-BEGIN
-	IF NEW.hash IS NOT NULL THEN
-		RETURN NEW;
-	END IF;
-	c := bc_join.audit_chain_take();
-	SELECT a.hash INTO prev FROM bc_join.audit_log a WHERE a.chain = c ORDER BY a.id DESC LIMIT 1;
-	NEW.id := nextval('bc_join.audit_log_id_seq');
-	NEW.at := bc_join.compute_clock();
-	NEW.chain := c;
-	NEW.prev_hash := coalesce(prev, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea);
-	NEW.hash := sha256(NEW.prev_hash || bc_join.audit_content(NEW.id, NEW.at, NEW.actor, NEW.action,
-															   NEW.tenant_id, NEW.node_id, NEW.detail));
-	RETURN NEW;
-END
-$$;
-CREATE TRIGGER audit_chain BEFORE INSERT ON bc_join.audit_log
-	FOR EACH ROW EXECUTE FUNCTION bc_join.audit_chain();
--- The log is appended to, never rewritten in place.
-CREATE FUNCTION bc_join.audit_append_only() RETURNS trigger
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-		MESSAGE = 'the issuance log is append-only',
-		HINT = 'Rows are never updated or deleted; bc_join.verify_audit_log() would show it.';
-END
-$$;
-CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON bc_join.audit_log
-	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.audit_append_only();
-
--- The log as tools/bc-audit-verify reads it (psql \copy ... CSV HEADER).
--- Each field as it goes into the hash (NULL as '-'), so that no tool has to
--- tell a NULL from an empty string in CSV.
-CREATE VIEW bc_join.audit_export AS
-	SELECT id, (extract(epoch FROM at) * 1000000)::bigint AS at_us, actor, action,
-		   coalesce(tenant_id, '-') AS tenant_id, coalesce(node_id, '-') AS node_id,
-		   detail::text AS detail, chain, encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash
-	FROM bc_join.audit_log ORDER BY id;
-COMMENT ON VIEW bc_join.audit_export IS
-	'The issuance log as tools/bc-audit-verify reads it offline (psql \\copy ... CSV HEADER).';
-
-/* ------------------------------------------------------- internal helpers */
-
--- A new identifier: prefix, underscore, 32 hex digits (122 random bits).
-CREATE FUNCTION bc_join.new_id(prefix text) RETURNS text
-	LANGUAGE sql VOLATILE
-	SET search_path = pg_catalog, pg_temp
-	AS $$ SELECT prefix || '_' || replace(gen_random_uuid()::text, '-', '') $$;
-COMMENT ON FUNCTION bc_join.new_id(text) IS
-	'Internal: returns a new identifier, prefix, underscore and 32 hex digits (122 random bits).';
-
--- 32 random bytes from the server's strong source, base64url without padding.
-CREATE FUNCTION bc_join.random_secret() RETURNS text
-	AS 'MODULE_PATHNAME', 'bc_random_secret'
-	LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION bc_join.random_secret() IS
-	'Internal: returns 32 random bytes from the server''s strong source as base64url without padding.';
-
--- Raise INVALID_INPUT (SQLSTATE 22023) with msg; detail carries the code.
-CREATE FUNCTION bc_join.invalid_input(msg text) RETURNS void
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = msg,
-		DETAIL = 'INVALID_INPUT: the arguments were refused before anything was written.';
-END
-$$;
-COMMENT ON FUNCTION bc_join.invalid_input(text) IS
-	'Internal: raises INVALID_INPUT (SQLSTATE 22023) with msg, the code in the detail; never returns.';
-
--- Check a function an operator registers for bc_join to call inside a join:
--- fn must be a plain function of exactly args returning ret (shape says so
--- in words), with a SET search_path of its own, since bc_join() runs with
--- search_path = pg_catalog, pg_temp and fn would inherit it: its unqualified
--- names would not be found at join time (or, worse, find someone else's
--- objects).  what names fn in the messages ("verify function", "resolver").
-CREATE FUNCTION bc_join.check_callback(fn regprocedure, what text, args regtype[], ret regtype, shape text)
-	RETURNS void
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	p pg_proc;
-BEGIN
-	SELECT * INTO p FROM pg_catalog.pg_proc WHERE oid = fn;
-	IF NOT FOUND OR p.pronargs <> cardinality(args) OR p.prorettype <> ret OR p.proretset OR p.prokind <> 'f' THEN
-		PERFORM bc_join.invalid_input(shape);
-	END IF;
-	FOR i IN 1 .. cardinality(args) LOOP
-		IF p.proargtypes[i - 1] <> args[i] THEN
-			PERFORM bc_join.invalid_input(shape);
-		END IF;
-	END LOOP;
-	IF NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search\_path=%') THEN
-		RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-			MESSAGE = format('the %s %s has no SET search_path of its own', what, fn),
-			DETAIL = format('INVALID_INPUT: bc_join() runs with search_path = pg_catalog, pg_temp, and a %s '
-							'inherits it, so a table or function it names without a schema would not be found at join time.',
-							what),
-			HINT = format('Run: ALTER FUNCTION %s SET search_path = %s, pg_catalog, pg_temp;',
-						  fn, quote_ident((SELECT n.nspname FROM pg_catalog.pg_namespace n
-										   WHERE n.oid = p.pronamespace)));
-	END IF;
-END
-$$;
-COMMENT ON FUNCTION bc_join.check_callback(regprocedure, text, regtype[], regtype, text) IS
-	'Internal: refuses (INVALID_INPUT) a function to be registered for joins unless it has exactly the given arguments and result and a SET search_path of its own; the HINT gives the ALTER FUNCTION.';
-
-/* ---------------------------------------------------------- administration */
-
--- Create a tenant; returns its id.
-CREATE FUNCTION bc_join.create_tenant(name text) RETURNS text
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	tid text := bc_join.new_id('ten');
-BEGIN
-	IF name IS NULL OR length(name) NOT BETWEEN 1 AND 200 THEN
-		PERFORM bc_join.invalid_input('tenant name must be 1 to 200 characters');
-	END IF;
-	INSERT INTO bc_join.tenants (id, name) VALUES (tid, create_tenant.name);
-	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
-		VALUES ('tenant.create', tid, jsonb_build_object('name', create_tenant.name));
-	RETURN tid;
-END
-$$;
-COMMENT ON FUNCTION bc_join.create_tenant(text) IS
-	'Creates a tenant with this name and returns its id.';
-
--- Create a site of a tenant; returns its id.
-CREATE FUNCTION bc_join.create_site(tenant_id text, name text) RETURNS text
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	sid text := bc_join.new_id('site');
-BEGIN
-	PERFORM bc_join.check_tenant(create_site.tenant_id, 'tenant');
-	IF NOT EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = create_site.tenant_id) THEN
-		PERFORM bc_join.invalid_input('the tenant does not exist');
-	END IF;
-	IF name IS NULL OR length(name) NOT BETWEEN 1 AND 200 THEN
-		PERFORM bc_join.invalid_input('site name must be 1 to 200 characters');
-	END IF;
-	INSERT INTO bc_join.sites (id, tenant_id, name, custom)
-		VALUES (sid, create_site.tenant_id, create_site.name, create_site.tenant_id <> 'root');
-	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
-		VALUES ('site.create', create_site.tenant_id,
-				jsonb_build_object('siteId', sid, 'name', create_site.name));
-	RETURN sid;
-END
-$$;
-COMMENT ON FUNCTION bc_join.create_site(text, text) IS
-	'Creates a site of a tenant and returns its id.';
-
--- Create a pool in a site of the same tenant; returns its id.
-CREATE FUNCTION bc_join.create_pool(tenant_id text, site_id text, name text) RETURNS text
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	pid text := bc_join.new_id('pool');
-BEGIN
-	PERFORM bc_join.check_tenant(create_pool.tenant_id, 'tenant');
-	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s
-				   WHERE s.id = create_pool.site_id AND s.tenant_id = create_pool.tenant_id) THEN
-		PERFORM bc_join.invalid_input('the site does not exist in this tenant');
-	END IF;
-	IF name IS NULL OR length(name) NOT BETWEEN 1 AND 200 THEN
-		PERFORM bc_join.invalid_input('pool name must be 1 to 200 characters');
-	END IF;
-	INSERT INTO bc_join.pools (id, tenant_id, site_id, name)
-		VALUES (pid, create_pool.tenant_id, create_pool.site_id, create_pool.name);
-	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
-		VALUES ('pool.create', create_pool.tenant_id,
-				jsonb_build_object('poolId', pid, 'siteId', create_pool.site_id, 'name', create_pool.name));
-	RETURN pid;
-END
-$$;
-COMMENT ON FUNCTION bc_join.create_pool(text, text, text) IS
-	'Creates a pool in a site of the same tenant and returns its id.';
 
 /*
  * Create a join token; returns "<id>.<secret>" once.  Only SHA-256 of the
@@ -812,6 +525,89 @@ $$;
 COMMENT ON FUNCTION bc_join.create_join_token(text, text, integer, interval, text, jsonb, boolean, text) IS
 	'Creates a join token for a pool (or a site) with a number of uses, a lifetime, a role and optional expected claims, and returns "<id>.<secret>", shown this once (only the secret''s SHA-256 is stored).';
 
+-- Revoke a join token: no further join can use it.
+CREATE FUNCTION bc_join.revoke_join_token(token_id text) RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text;
+BEGIN
+	PERFORM bc_join.check_tenant((SELECT t.tenant_id FROM bc_join.join_tokens t
+								  WHERE t.id = revoke_join_token.token_id), 'join token');
+	UPDATE bc_join.join_tokens t SET revoked_at = bc_join.compute_now()
+		WHERE t.id = revoke_join_token.token_id AND t.revoked_at IS NULL
+		RETURNING t.tenant_id INTO tenant;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('join_token.revoke', tenant, jsonb_build_object('tokenId', token_id));
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION bc_join.revoke_join_token(text) IS
+	'Revokes a join token so that no further join can use it; returns true when it was revoked now, false when it was unknown or already revoked.';
+
+/*
+ * Check a join token in any round, without spending it: lock the row,
+ * compare the secret in constant time, check revocation, expiry, uses, role
+ * (context's) and the expect binding (against context's claims).  Returns
+ * {tokenId, tenantId, poolId, siteId, role, allowReclaim}; refuses
+ * '<attestor>:<reason>'.  Spend it with spend_join_token() in the final round.
+ */
+CREATE FUNCTION bc_join.check_join_token(attestor text, token text, context jsonb)
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_check_join_token_sql' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
+	'Checks a join token without spending it (secret, revocation, expiry, uses, role, expected claims) and returns {tokenId, tenantId, poolId, siteId, role, allowReclaim}, or refuses ''<attestor>:<reason>''.';
+
+-- Spend one use of a token checked in this transaction (final round only).
+CREATE FUNCTION bc_join.spend_join_token(token_id text) RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	UPDATE bc_join.join_tokens t SET uses_left = t.uses_left - 1
+		WHERE t.id = spend_join_token.token_id AND t.uses_left > 0;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'join token % has no use left to spend', token_id
+			USING HINT = 'Check the token with bc_join.check_join_token() in the same transaction first.';
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
+	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
+
+/* ------------------------------------------------- provisioning tokens */
+
+-- A one-time token for a node that exists (the provisioned attestor): a
+-- machine re-imaged, or one the operator moves, comes back as that node.
+CREATE TABLE bc_join.provisioning_tokens (
+	id text PRIMARY KEY CHECK (id ~ '^pt_[0-9a-f]{32}$'),
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	secret_sha256 bc_join.sha256 NOT NULL,
+	expires_at timestamptz NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user,
+	spent_at timestamptz,
+	revoked_at timestamptz
+);
+COMMENT ON TABLE bc_join.provisioning_tokens IS
+	'One-time tokens for an existing node (the provisioned attestor): only their secret''s SHA-256, expiry, spent and revoked times.';
+CREATE INDEX provisioning_tokens_node_idx ON bc_join.provisioning_tokens (node_id);
+
+-- An optional resolver: maps the nodeId a provisioned agent names to a node id.
+CREATE TABLE bc_join.provisioning_resolver (
+	one boolean PRIMARY KEY DEFAULT true CHECK (one),
+	resolve text NOT NULL,				-- the function, as regprocedure's text (see bc_join.attestors.verify)
+	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	registered_by text NOT NULL DEFAULT session_user
+);
+COMMENT ON TABLE bc_join.provisioning_resolver IS
+	'At most one row: the function that maps the nodeId a provisioned agent names to a node id (superuser).';
+
 -- A one-time provisioning token for an existing node; returned once, only its hash is stored.
 CREATE FUNCTION bc_join.create_provisioning_token(node_id text, ttl interval DEFAULT '1 hour')
 	RETURNS text
@@ -895,226 +691,77 @@ $$;
 COMMENT ON FUNCTION bc_join.register_provisioning_resolver(regprocedure) IS
 	'Registers the function (node_ref text, context jsonb) RETURNS text that maps the nodeId a provisioned agent names to a node id (NULL removes it); superuser only.';
 
--- Revoke a join token: no further join can use it.
-CREATE FUNCTION bc_join.revoke_join_token(token_id text) RETURNS boolean
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	tenant text;
-BEGIN
-	PERFORM bc_join.check_tenant((SELECT t.tenant_id FROM bc_join.join_tokens t
-								  WHERE t.id = revoke_join_token.token_id), 'join token');
-	UPDATE bc_join.join_tokens t SET revoked_at = bc_join.compute_now()
-		WHERE t.id = revoke_join_token.token_id AND t.revoked_at IS NULL
-		RETURNING t.tenant_id INTO tenant;
-	IF NOT FOUND THEN
-		RETURN false;
-	END IF;
-	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
-		VALUES ('join_token.revoke', tenant, jsonb_build_object('tokenId', token_id));
-	RETURN true;
-END
-$$;
-COMMENT ON FUNCTION bc_join.revoke_join_token(text) IS
-	'Revokes a join token so that no further join can use it; returns true when it was revoked now, false when it was unknown or already revoked.';
+/* ------------------------------------------------------------ sessions */
 
-/* ------------------------------------------------------------ public keys */
+-- A session identity on a node, reserved when the session first asks.
+CREATE TABLE bc_join.sessions (
+	id text PRIMARY KEY,
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	session_ref bc_join.selector NOT NULL CHECK (session_ref <> ''),
+	context_ref bc_join.selector NOT NULL DEFAULT '',
+	provisioned_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	UNIQUE (node_id, session_ref, context_ref)
+);
+COMMENT ON TABLE bc_join.sessions IS
+	'Session identities on nodes (node, session and context selectors), reserved when a session first asks.';
 
--- The public JWK that signs every JoinResponse (agents pin it).
-CREATE FUNCTION bc_join.signing_jwk() RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_signing_jwk' LANGUAGE C STABLE;
-COMMENT ON FUNCTION bc_join.signing_jwk() IS
-	'Returns the public JWK of the key that signs every JoinResponse (agents pin it).';
+CREATE TABLE bc_join.session_certs (
+	serial text PRIMARY KEY CHECK (serial ~ '^[0-9a-f]{32}$'),
+	session_id text NOT NULL REFERENCES bc_join.sessions (id) ON DELETE CASCADE,
+	not_before timestamptz NOT NULL,
+	not_after timestamptz NOT NULL,
+	spki_sha256 bc_join.sha256 NOT NULL,
+	certificate bytea NOT NULL,
+	-- the node certificate the session was asked with: revoking it revokes this
+	node_serial text,
+	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	revoked_at timestamptz,
+	-- an operator's RFC 5280 reason (revoke_certificate, or its node certificate's), or retired
+	revocation_reason text,
+	-- the process that asked bcd for it, as the host claims (signed by the node
+	-- key): {"pid", "exe", "unit", "cgroup"}; NULL from a bcd that sends none
+	caller jsonb,
+	CONSTRAINT session_certs_revocation_reason_check CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired'))
+);
+COMMENT ON TABLE bc_join.session_certs IS
+	'Every session certificate issued: serial, session, validity, the session key''s SPKI SHA-256, the DER, the node certificate it was proven with, the caller bcd saw, and its revocation.';
+CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial);
+CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
+CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
+CREATE INDEX session_certs_not_after_idx ON bc_join.session_certs USING brin (not_after);
 
--- The public JWK that sealed tokens are encrypted to.
-CREATE FUNCTION bc_join.encryption_jwk() RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_encryption_jwk' LANGUAGE C STABLE;
-COMMENT ON FUNCTION bc_join.encryption_jwk() IS
-	'Returns the public JWK that sealed join tokens are encrypted to.';
+/* ------------------------------ join requests: approval by an operator */
 
--- The node CA certificate, PEM.
-CREATE FUNCTION bc_join.node_ca_certificate() RETURNS text
-	AS 'MODULE_PATHNAME', 'bc_node_ca_certificate' LANGUAGE C STABLE;
-COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
-	'Returns the node CA certificate as PEM.';
-
--- Everything an agent pins, in one document: trustDomain, signingKey and
--- encryptionKey (the current ones), signingKeys and encryptionKeys (every
--- key in key_dir with its kid, the current one first), nodeCa (node-ca.crt:
--- the issuing CA, then its chain to the root), issuedAt and signed (the
--- document with issuedAt signed by the current signing key: the time agents
--- pin, so that no older rollover is taken up).  Hand it to bcd as
--- --service-keys.
-CREATE FUNCTION bc_join.service_keys() RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_service_keys' LANGUAGE C STABLE;
-COMMENT ON FUNCTION bc_join.service_keys() IS
-	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
-
--- The rollover agents accept: {"keys": [JWS...]}, service_keys() without
--- signed, signed once by each signing key in key_dir (the gateway's
--- GET /v1/service-keys).  An agent replaces its pinned set with one signed
--- by a key it already pins.
-CREATE FUNCTION bc_join.signed_service_keys() RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_signed_service_keys' LANGUAGE C STABLE;
-COMMENT ON FUNCTION bc_join.signed_service_keys() IS
-	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';
-
-/* -------------------------------------------------------------- the join */
-
-/*
- * One join round: the entry point the contract names, callable unqualified.
- * Returns {"status", "response"} for a result or a deferral and
- * {"status":"refused","error":{...}} for every refusal; raises 22023 for
- * malformed input and 0A000 for an unknown attestor.
- */
-CREATE FUNCTION public.bc_join(request jsonb) RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_join_request'
-	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION public.bc_join(jsonb) IS
-	'Runs one join round of a JoinRequest in this transaction (attestor, node, certificate, bindings, events, audit) and returns {"status", "response"}: the signed result or deferral, or the one uniform refusal.';
-
-/*
- * Renew a node certificate: {"csr": <new key's CSR>, "proof": <JWS by the
- * current key over purpose, serial, csrSha256, iat>}.  Answers like a join:
- * the signed "issued" response or the one refusal.  See docs/protocol.md.
- */
-CREATE FUNCTION bc_join.renew(request jsonb) RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_renew_request'
-	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION bc_join.renew(jsonb) IS
-	'Renews a node certificate from a CSR for a new key and a proof signed by the current node key; returns the signed "issued" response or the one refusal, as a join does.';
-
-/*
- * A session credential for a joined node: {"csr": <session key's CSR>,
- * "proof": <JWS by the node key over purpose "session", serial, csrSha256,
- * iat, session, context>}.  See docs/sessions.md.
- */
-CREATE FUNCTION bc_join.issue_session(request jsonb) RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_issue_session_request'
-	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION bc_join.issue_session(jsonb) IS
-	'Issues a session credential to a joined node from a session key''s CSR and a proof signed by the node key; returns the signed response or the one refusal (docs/sessions.md).';
-
-/*
- * Refuse the join under way: raises the uniform refusal (SQLSTATE JR001)
- * carrying refusal ('<attestor>:<reason>') and, once evidence authenticated
- * one, the tenant whose event stream records it.  Never returns.
- */
-CREATE FUNCTION bc_join.refuse(refusal text, tenant_id text DEFAULT NULL) RETURNS void
-	AS 'MODULE_PATHNAME', 'bc_refuse' LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION bc_join.refuse(text, text) IS
-	'Refuses the join under way with the uniform refusal (SQLSTATE JR001) carrying ''<attestor>:<reason>'' and, when known, the tenant whose events record it; never returns.';
-
-/* ------------------------------------------------- helpers for attestors */
-
--- base64url without padding, as JoinRequest fields and context hashes use it.
-CREATE FUNCTION bc_join.b64url_encode(data bytea) RETURNS text
-	AS 'MODULE_PATHNAME', 'bc_b64url_encode_sql' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION bc_join.b64url_encode(bytea) IS
-	'Returns data encoded as base64url without padding.';
-CREATE FUNCTION bc_join.b64url_decode(data text) RETURNS bytea
-	AS 'MODULE_PATHNAME', 'bc_b64url_decode_sql' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION bc_join.b64url_decode(text) IS
-	'Returns the bytes of base64url text without padding; raises an error on malformed input.';
-
--- ECDSA P-256 / SHA-256 verification (OpenSSL): public key as PEM
--- SubjectPublicKeyInfo, signature DER or raw r||s.  For attestors that check
--- a vendor's signature.
-CREATE FUNCTION bc_join.ecdsa_verify(public_key_pem text, message bytea, signature bytea)
-	RETURNS boolean
-	AS 'MODULE_PATHNAME', 'bc_ecdsa_verify_sql' LANGUAGE C IMMUTABLE STRICT;
-COMMENT ON FUNCTION bc_join.ecdsa_verify(text, bytea, bytea) IS
-	'Verifies an ECDSA P-256 / SHA-256 signature (DER or raw r||s) over message with a PEM SubjectPublicKeyInfo public key and returns whether it holds.';
-
--- Mark that single-use evidence was consumed in the running join round.
-CREATE FUNCTION bc_join.note_single_use_round() RETURNS void
-	AS 'MODULE_PATHNAME', 'bc_note_single_use_round' LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION bc_join.note_single_use_round() IS
-	'Internal: marks that single-use evidence was consumed in the running join round; returns nothing.';
-
--- Trigger: single-use evidence was consumed in the running join round.
-CREATE FUNCTION bc_join.note_single_use() RETURNS trigger
-	AS 'MODULE_PATHNAME', 'bc_note_single_use' LANGUAGE C;
-COMMENT ON FUNCTION bc_join.note_single_use() IS
-	'Trigger on attestation_uses: marks that single-use evidence was consumed in the running join round.';
-CREATE TRIGGER attestation_uses_single_use AFTER INSERT ON bc_join.attestation_uses
-	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.note_single_use();
-CREATE TRIGGER join_tokens_single_use AFTER UPDATE OF uses_left ON bc_join.join_tokens
-	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.note_single_use();
-
-/*
- * Use a piece of evidence once: insert (attestor, subject) into
- * attestation_uses, or refuse '<attestor>:reused'.  subject is the SHA-256 of
- * what must be used once; expires_at NULL keeps the row forever.  Call it
- * only in the round that returns a result: JoinService fails a round that
- * consumed single-use evidence and then deferred.  In a repeat (a final
- * round repeated with the CSR of a current certificate) a use spent with
- * that CSR is the certificate's own: found spent by it, not refused.
- */
-CREATE FUNCTION bc_join.use_once(attestor text, subject bytea,
-								 expires_at timestamptz DEFAULT NULL, node_id text DEFAULT NULL)
-	RETURNS void
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	n bigint;
-BEGIN
-	IF subject IS NULL OR length(subject) <> 32 THEN
-		RAISE EXCEPTION USING ERRCODE = 'config_file_error',
-			MESSAGE = 'use_once needs a 32-byte subject',
-			DETAIL = 'INVALID_CONFIG: the subject is the SHA-256 of what must be used once.';
-	END IF;
-	INSERT INTO bc_join.attestation_uses (attestor, subject, node_id, expires_at)
-		VALUES (use_once.attestor, use_once.subject, use_once.node_id, use_once.expires_at)
-		ON CONFLICT DO NOTHING;
-	GET DIAGNOSTICS n = ROW_COUNT;
-	IF n <> 1 AND NOT EXISTS (
-		SELECT 1 FROM bc_join.attestation_uses u
-		WHERE u.attestor = use_once.attestor AND u.subject = use_once.subject
-		  AND u.csr_sha256 = bc_join.join_round_csr_sha256(true)) THEN
-		PERFORM bc_join.refuse(use_once.attestor || ':reused');
-	END IF;
-END
-$$;
-COMMENT ON FUNCTION bc_join.use_once(text, bytea, timestamptz, text) IS
-	'Records a piece of single-use evidence (the SHA-256 subject) for an attestor, or refuses ''<attestor>:reused'' when it was used before (in a repeat, a use spent with the same CSR is the certificate''s own); call it only in a round that returns a result; returns nothing.';
-
-/*
- * Check a join token in any round, without spending it: lock the row,
- * compare the secret in constant time, check revocation, expiry, uses, role
- * (context's) and the expect binding (against context's claims).  Returns
- * {tokenId, tenantId, poolId, siteId, role, allowReclaim}; refuses
- * '<attestor>:<reason>'.  Spend it with spend_join_token() in the final round.
- */
-CREATE FUNCTION bc_join.check_join_token(attestor text, token text, context jsonb)
-	RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_check_join_token_sql' LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
-	'Checks a join token without spending it (secret, revocation, expiry, uses, role, expected claims) and returns {tokenId, tenantId, poolId, siteId, role, allowReclaim}, or refuses ''<attestor>:<reason>''.';
-
--- Spend one use of a token checked in this transaction (final round only).
-CREATE FUNCTION bc_join.spend_join_token(token_id text) RETURNS void
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	UPDATE bc_join.join_tokens t SET uses_left = t.uses_left - 1
-		WHERE t.id = spend_join_token.token_id AND t.uses_left > 0;
-	IF NOT FOUND THEN
-		RAISE EXCEPTION 'join token % has no use left to spend', token_id
-			USING HINT = 'Check the token with bc_join.check_join_token() in the same transaction first.';
-	END IF;
-END
-$$;
-COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
-	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
-
-/* --------------------------------------------------- join request helpers */
+CREATE TABLE bc_join.join_requests (
+	id text PRIMARY KEY,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	attestor text NOT NULL,
+	role text NOT NULL CHECK (bc_join.are_agent_roles(ARRAY[role])),
+	csr_sha256 bc_join.sha256 NOT NULL,
+	claims jsonb NOT NULL DEFAULT '{}',
+	state text NOT NULL DEFAULT 'pending'
+		CHECK (state IN ('pending', 'approved', 'rejected', 'consumed')),
+	detail jsonb NOT NULL DEFAULT '{}',	-- the attestor's own notes for the operator
+	reason text,						-- the operator's, on reject
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	decided_at timestamptz,
+	decided_by text,
+	consumed_at timestamptz,
+	expires_at timestamptz NOT NULL,
+	token_id text						-- the token the attestor checked (detail's tokenId)
+);
+COMMENT ON TABLE bc_join.join_requests IS
+	'Joins that wait for an operator (pending, approved, rejected, consumed), bound to the CSR they were made for, with their claims, detail and expiry.';
+CREATE INDEX join_requests_pending_idx ON bc_join.join_requests (created_at)
+	WHERE state = 'pending';
+-- The bounds of create_join_request: pending requests per token, per tenant.
+CREATE INDEX join_requests_pending_token_idx ON bc_join.join_requests (token_id)
+	WHERE state = 'pending';
+CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_id)
+	WHERE state = 'pending';
 
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
@@ -1352,7 +999,152 @@ $$;
 COMMENT ON FUNCTION bc_join.reject_join_request(text, text) IS
 	'Rejects a pending join request with a reason so that the agent''s next retry is refused; returns nothing.';
 
-/* -------------------------------------------------- attestor registration */
+/* ------------------------------------------------- single-use evidence */
+
+-- The SHA-256 of the running join round's CSR, NULL outside one (with
+-- repeat_only, outside a round that repeats a final round for the
+-- certificate its CSR holds): what a use records, and how a repeat finds
+-- what the round that issued its certificate spent.
+CREATE FUNCTION bc_join.join_round_csr_sha256(repeat_only boolean DEFAULT false) RETURNS bytea
+	AS 'MODULE_PATHNAME', 'bc_join_round_csr_sha256' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.join_round_csr_sha256(boolean) IS
+	'Returns the SHA-256 of the running join round''s CSR (NULL outside one; with repeat_only, NULL outside a repeat of a final round): the default of attestation_uses.csr_sha256.';
+
+-- One row per piece of evidence
+-- that must admit one join at most.
+CREATE TABLE bc_join.attestation_uses (
+	attestor text NOT NULL,
+	subject bc_join.sha256 NOT NULL,                     -- sha256 of what must be used once
+	node_id text,
+	used_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	expires_at timestamptz,                              -- NULL keeps it forever
+	-- the CSR of the join round that spent it (NULL: no join's): a repeat of
+	-- that round finds it spent by the very certificate it asks for
+	csr_sha256 bc_join.sha256 DEFAULT bc_join.join_round_csr_sha256(),
+	PRIMARY KEY (attestor, subject)
+);
+COMMENT ON TABLE bc_join.attestation_uses IS
+	'Single-use evidence: one row per (attestor, subject hash) consumed, kept until expires_at (NULL: for ever) so a replay is refused.';
+
+CREATE INDEX attestation_uses_expires_idx ON bc_join.attestation_uses (expires_at)
+	WHERE expires_at IS NOT NULL;
+
+-- A registered attestor's challenge: its notAfter for the CSR it was made
+-- to, recorded at the deferral (a new challenge replaces it) and enforced
+-- at every final round of that attestor for that CSR
+-- ('<attestor>:challenge-expired'), whatever the attestor's own state says.
+-- prune_attestation_uses deletes a row bc_join.retain_join_requests (30
+-- days) after its notAfter.
+CREATE TABLE bc_join.challenge_deadlines (
+	attestor text NOT NULL,
+	csr_sha256 bc_join.sha256 NOT NULL,
+	not_after timestamptz NOT NULL,
+	PRIMARY KEY (attestor, csr_sha256)
+);
+COMMENT ON TABLE bc_join.challenge_deadlines IS
+	'A registered attestor''s challenge: its notAfter for the CSR it was made for, so a final round after it is refused challenge-expired.';
+CREATE INDEX challenge_deadlines_not_after_idx ON bc_join.challenge_deadlines (not_after);
+
+-- Mark that single-use evidence was consumed in the running join round.
+CREATE FUNCTION bc_join.note_single_use_round() RETURNS void
+	AS 'MODULE_PATHNAME', 'bc_note_single_use_round' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.note_single_use_round() IS
+	'Internal: marks that single-use evidence was consumed in the running join round; returns nothing.';
+
+-- Trigger: single-use evidence was consumed in the running join round.
+CREATE FUNCTION bc_join.note_single_use() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'bc_note_single_use' LANGUAGE C;
+COMMENT ON FUNCTION bc_join.note_single_use() IS
+	'Trigger on attestation_uses: marks that single-use evidence was consumed in the running join round.';
+CREATE TRIGGER attestation_uses_single_use AFTER INSERT ON bc_join.attestation_uses
+	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.note_single_use();
+CREATE TRIGGER join_tokens_single_use AFTER UPDATE OF uses_left ON bc_join.join_tokens
+	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.note_single_use();
+
+/*
+ * Use a piece of evidence once: insert (attestor, subject) into
+ * attestation_uses, or refuse '<attestor>:reused'.  subject is the SHA-256 of
+ * what must be used once; expires_at NULL keeps the row forever.  Call it
+ * only in the round that returns a result: JoinService fails a round that
+ * consumed single-use evidence and then deferred.  In a repeat (a final
+ * round repeated with the CSR of a current certificate) a use spent with
+ * that CSR is the certificate's own: found spent by it, not refused.
+ */
+CREATE FUNCTION bc_join.use_once(attestor text, subject bytea,
+								 expires_at timestamptz DEFAULT NULL, node_id text DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	n bigint;
+BEGIN
+	IF subject IS NULL OR length(subject) <> 32 THEN
+		RAISE EXCEPTION USING ERRCODE = 'config_file_error',
+			MESSAGE = 'use_once needs a 32-byte subject',
+			DETAIL = 'INVALID_CONFIG: the subject is the SHA-256 of what must be used once.';
+	END IF;
+	INSERT INTO bc_join.attestation_uses (attestor, subject, node_id, expires_at)
+		VALUES (use_once.attestor, use_once.subject, use_once.node_id, use_once.expires_at)
+		ON CONFLICT DO NOTHING;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n <> 1 AND NOT EXISTS (
+		SELECT 1 FROM bc_join.attestation_uses u
+		WHERE u.attestor = use_once.attestor AND u.subject = use_once.subject
+		  AND u.csr_sha256 = bc_join.join_round_csr_sha256(true)) THEN
+		PERFORM bc_join.refuse(use_once.attestor || ':reused');
+	END IF;
+END
+$$;
+COMMENT ON FUNCTION bc_join.use_once(text, bytea, timestamptz, text) IS
+	'Records a piece of single-use evidence (the SHA-256 subject) for an attestor, or refuses ''<attestor>:reused'' when it was used before (in a repeat, a use spent with the same CSR is the certificate''s own); call it only in a round that returns a result; returns nothing.';
+
+/* --------------------- attestors: the registry and what attestors call */
+
+-- Custom attestors: SQL functions (evidence jsonb, context jsonb) RETURNS jsonb.
+-- One registered with id 'join-token' replaces the built-in one.
+CREATE TABLE bc_join.attestors (
+	id text PRIMARY KEY CHECK (id ~ '^[a-z0-9._-]{1,64}$'),
+	version text NOT NULL CHECK (length(version) BETWEEN 1 AND 64),
+	roles text[] NOT NULL
+		CHECK (bc_join.are_agent_roles(roles)),
+	-- The function, as regprocedure's schema-qualified text: a column of type
+	-- regprocedure holds an OID, which pg_upgrade refuses in any table (OIDs
+	-- of functions change), and which pg_dump would have to write as text
+	-- anyway.  Resolved (to_regprocedure) each time the registry is read.
+	verify text NOT NULL,
+	registered_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	registered_by text NOT NULL DEFAULT session_user
+);
+COMMENT ON TABLE bc_join.attestors IS
+	'Custom attestors registered with register_attestor: id, version, the roles they may admit and their verify function.';
+
+-- Any change to the registry: every backend forgets the attestors it cached.
+CREATE FUNCTION bc_join.attestors_changed() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'bc_attestors_changed' LANGUAGE C;
+COMMENT ON FUNCTION bc_join.attestors_changed() IS
+	'Trigger on attestors: makes every backend forget the attestors it cached.';
+CREATE TRIGGER attestors_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+	ON bc_join.attestors FOR EACH STATEMENT EXECUTE FUNCTION bc_join.attestors_changed();
+
+-- base64url without padding, as JoinRequest fields and context hashes use it.
+CREATE FUNCTION bc_join.b64url_encode(data bytea) RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_b64url_encode_sql' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.b64url_encode(bytea) IS
+	'Returns data encoded as base64url without padding.';
+CREATE FUNCTION bc_join.b64url_decode(data text) RETURNS bytea
+	AS 'MODULE_PATHNAME', 'bc_b64url_decode_sql' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.b64url_decode(text) IS
+	'Returns the bytes of base64url text without padding; raises an error on malformed input.';
+
+-- ECDSA P-256 / SHA-256 verification (OpenSSL): public key as PEM
+-- SubjectPublicKeyInfo, signature DER or raw r||s.  For attestors that check
+-- a vendor's signature.
+CREATE FUNCTION bc_join.ecdsa_verify(public_key_pem text, message bytea, signature bytea)
+	RETURNS boolean
+	AS 'MODULE_PATHNAME', 'bc_ecdsa_verify_sql' LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION bc_join.ecdsa_verify(text, bytea, bytea) IS
+	'Verifies an ECDSA P-256 / SHA-256 signature (DER or raw r||s) over message with a PEM SubjectPublicKeyInfo public key and returns whether it holds.';
 
 -- Register (or re-register) a custom attestor.  Superuser only: verify runs
 -- inside every join with the JoinService's rights.
@@ -1404,26 +1196,265 @@ $$;
 COMMENT ON FUNCTION bc_join.unregister_attestor(text) IS
 	'Removes a custom attestor, so that a built-in with the same id takes over again; returns true when one was removed.';
 
--- Register a command kind that allowedKinds may name.
-CREATE FUNCTION bc_join.register_command_kind(kind text, description text DEFAULT '')
-	RETURNS void
-	LANGUAGE plpgsql SECURITY DEFINER
+/*
+ * A challenge's state, sealed under challenge.key for the running join
+ * round's attestor, CSR and role, until not_after (at most a day ahead).
+ * Call it in the round that defers with a challenge: JoinService gives the
+ * signed response this notAfter.  Only the attestor of the running round
+ * may call it (55000 otherwise).
+ */
+CREATE FUNCTION bc_join.seal_challenge_state(attestor text, plaintext jsonb, not_after timestamptz)
+	RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_seal_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.seal_challenge_state(text, jsonb, timestamptz) IS
+	'Seals an attestor''s challenge state under challenge.key (AEAD), bound to the attestor, the CSR, the role and notAfter; returns it as text for the challenge (call it in the round that defers).';
+
+/*
+ * The plaintext of a state sealed by seal_challenge_state in the round
+ * before; refuses '<attestor>:state-mismatch' (it does not open, or was
+ * sealed for another attestor, CSR or role) and
+ * '<attestor>:challenge-expired' (compute_now() past its notAfter).
+ */
+CREATE FUNCTION bc_join.open_challenge_state(attestor text, state text)
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_open_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.open_challenge_state(text, text) IS
+	'Opens challenge state sealed in an earlier round and returns its plaintext, or refuses ''<attestor>:state-mismatch'' or ''<attestor>:challenge-expired''.';
+
+/* -------------------- the join and the requests proven by the node key */
+
+/*
+ * One join round: the entry point the contract names, callable unqualified.
+ * Returns {"status", "response"} for a result or a deferral and
+ * {"status":"refused","error":{...}} for every refusal; raises 22023 for
+ * malformed input and 0A000 for an unknown attestor.
+ */
+CREATE FUNCTION public.bc_join(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_join_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION public.bc_join(jsonb) IS
+	'Runs one join round of a JoinRequest in this transaction (attestor, node, certificate, bindings, events, audit) and returns {"status", "response"}: the signed result or deferral, or the one uniform refusal.';
+
+/*
+ * Renew a node certificate: {"csr": <new key's CSR>, "proof": <JWS by the
+ * current key over purpose, serial, csrSha256, iat>}.  Answers like a join:
+ * the signed "issued" response or the one refusal.  See docs/protocol.md.
+ */
+CREATE FUNCTION bc_join.renew(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_renew_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.renew(jsonb) IS
+	'Renews a node certificate from a CSR for a new key and a proof signed by the current node key; returns the signed "issued" response or the one refusal, as a join does.';
+
+/*
+ * A session credential for a joined node: {"csr": <session key's CSR>,
+ * "proof": <JWS by the node key over purpose "session", serial, csrSha256,
+ * iat, session, context>}.  See docs/sessions.md.
+ */
+CREATE FUNCTION bc_join.issue_session(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_issue_session_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.issue_session(jsonb) IS
+	'Issues a session credential to a joined node from a session key''s CSR and a proof signed by the node key; returns the signed response or the one refusal (docs/sessions.md).';
+
+/*
+ * Refuse the join under way: raises the uniform refusal (SQLSTATE JR001)
+ * carrying refusal ('<attestor>:<reason>') and, once evidence authenticated
+ * one, the tenant whose event stream records it.  Never returns.
+ */
+CREATE FUNCTION bc_join.refuse(refusal text, tenant_id text DEFAULT NULL) RETURNS void
+	AS 'MODULE_PATHNAME', 'bc_refuse' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.refuse(text, text) IS
+	'Refuses the join under way with the uniform refusal (SQLSTATE JR001) carrying ''<attestor>:<reason>'' and, when known, the tenant whose events record it; never returns.';
+
+/* ---------------------------------------------------- the service keys */
+
+-- The public JWK that signs every JoinResponse (agents pin it).
+CREATE FUNCTION bc_join.signing_jwk() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_signing_jwk' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.signing_jwk() IS
+	'Returns the public JWK of the key that signs every JoinResponse (agents pin it).';
+
+-- The public JWK that sealed tokens are encrypted to.
+CREATE FUNCTION bc_join.encryption_jwk() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_encryption_jwk' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.encryption_jwk() IS
+	'Returns the public JWK that sealed join tokens are encrypted to.';
+
+-- The node CA certificate, PEM.
+CREATE FUNCTION bc_join.node_ca_certificate() RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_node_ca_certificate' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
+	'Returns the node CA certificate as PEM.';
+
+-- Everything an agent pins, in one document: trustDomain, signingKey and
+-- encryptionKey (the current ones), signingKeys and encryptionKeys (every
+-- key in key_dir with its kid, the current one first), nodeCa (node-ca.crt:
+-- the issuing CA, then its chain to the root), issuedAt and signed (the
+-- document with issuedAt signed by the current signing key: the time agents
+-- pin, so that no older rollover is taken up).  Hand it to bcd as
+-- --service-keys.
+CREATE FUNCTION bc_join.service_keys() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_service_keys' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.service_keys() IS
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
+
+-- The rollover agents accept: {"keys": [JWS...]}, service_keys() without
+-- signed, signed once by each signing key in key_dir (the gateway's
+-- GET /v1/service-keys).  An agent replaces its pinned set with one signed
+-- by a key it already pins.
+CREATE FUNCTION bc_join.signed_service_keys() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_signed_service_keys' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.signed_service_keys() IS
+	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';
+
+/* ------------------------------- events, refusals and the issuance log */
+
+-- The rate bound of security.join.refused events, per attestor and refusal
+-- reason (JoinService's own join:* reasons count apart for each attestor, so
+-- one attestor's refusals never hide another's).
+-- A window is one minute; suppressed counts the refusals of the window that
+-- were not recorded, and the first event of the next window reports them.
+CREATE TABLE bc_join.refusal_rate (
+	attestor text NOT NULL,
+	refusal text NOT NULL,
+	PRIMARY KEY (attestor, refusal),
+	window_start timestamptz NOT NULL,
+	recorded integer NOT NULL DEFAULT 0,
+	suppressed bigint NOT NULL DEFAULT 0,
+	carried bigint NOT NULL DEFAULT 0,		-- suppressed in the window before
+	last_recorded boolean NOT NULL DEFAULT true
+);
+COMMENT ON TABLE bc_join.refusal_rate IS
+	'The rate bound of security.join.refused events: per attestor and refusal, the current minute''s recorded and suppressed counts.';
+
+CREATE TABLE bc_join.events (
+	id bigserial PRIMARY KEY,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	type text NOT NULL,
+	payload jsonb NOT NULL DEFAULT '{}',
+	at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+COMMENT ON TABLE bc_join.events IS
+	'What happened, per tenant: type (node.joined, security.join.refused, ...), payload and time; NOTIFY goes to each tenant''s channel.';
+CREATE INDEX events_tenant_at_idx ON bc_join.events (tenant_id, at);
+-- prune_events: appended in time order, so BRIN (small, cheap for joins).
+CREATE INDEX events_at_idx ON bc_join.events USING brin (at);
+
+-- The issuance log: every row carries the hash of the row before it in its
+-- chain and its own (16 hash chains, bc_join.audit_chain below), so that
+-- history cannot be rewritten without it showing (verify_audit_log,
+-- tools/bc-audit-verify).
+CREATE TABLE bc_join.audit_log (
+	id bigserial NOT NULL,
+	at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	actor text NOT NULL DEFAULT session_user,
+	action text NOT NULL,
+	tenant_id text,
+	node_id text,
+	detail jsonb NOT NULL DEFAULT '{}',
+	chain smallint NOT NULL DEFAULT 0 CHECK (chain >= 0 AND chain < 16),
+	prev_hash bytea NOT NULL,			-- the hash of the chain's row before (32 zero bytes for its first)
+	hash bytea NOT NULL,				-- SHA-256(prev_hash || bc_join.audit_content(row))
+	-- Each chain's last row, and each chain in id order (verify_audit_log).  No
+	-- index on id alone: the trigger's generic plan would walk it backwards
+	-- filtering on the chain, through the whole log for a chain not used lately.
+	PRIMARY KEY (chain, id)
+);
+COMMENT ON TABLE bc_join.audit_log IS
+	'The issuance log: every administrative action and issuance with its actor, in 16 hash chains, append-only (verify_audit_log, audit_anchor).';
+
+-- What a row's hash covers: each field length-prefixed (octets:value|), the
+-- time as microseconds since the Unix epoch, NULL as '-'.  The same bytes
+-- tools/bc-audit-verify computes from an export (bc_join.audit_export).
+CREATE FUNCTION bc_join.audit_content(id bigint, at timestamptz, actor text, action text,
+									  tenant_id text, node_id text, detail jsonb)
+	RETURNS bytea
+	AS 'MODULE_PATHNAME', 'bc_audit_content'
+	LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION bc_join.audit_content(bigint, timestamptz, text, text, text, text, jsonb) IS
+	'Returns the bytes an issuance log row''s hash covers: each field length-prefixed, the time in microseconds since the Unix epoch.';
+
+-- The chain this transaction appends to, locked to its end (src/ext/locks.c):
+-- the first of the 16 no other transaction holds, from its backend's own
+-- (pid % 16) on; its own when all are held, waiting for it.  A lock tag no
+-- SQL function makes: pg_advisory_xact_lock, which served here before, is a
+-- keyspace every role of the cluster shares, and any role that could log in
+-- could have held the 16 chains and stopped every join (issue 26).
+CREATE FUNCTION bc_join.audit_chain_take() RETURNS smallint
+	AS 'MODULE_PATHNAME', 'bc_audit_chain_take'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.audit_chain_take() IS
+	'Internal: the issuance log chain this transaction appends to, locked to its end by a lock no SQL function can take (pg_locks: advisory, objsubid 3); for the audit_chain trigger.';
+
+-- Before every insert: the row joins one of 16 chains and, under that
+-- chain's lock (held to the end of the transaction, so the joins of one
+-- chain append one after the other), takes the next id, the insert's time
+-- and the link to the chain's last row.  One chain for everything made the
+-- lock a queue that every join waited in through its commit's WAL flush:
+-- joins could not share a flush (group commit) and the rate stopped at one
+-- flush per join, however many clients (docs/performance.md).  The last row
+-- is found by the primary key (chain, id), whatever the statistics said
+-- when a backend first planned the query: planned while the log was nearly
+-- empty, a sequential scan and sort stays in a long-lived backend's cached
+-- plan (the gateway's) and every later insert reads the whole log
+-- (enable_seqscan off here; test/tap/audit_plan.t).
+-- A row that arrives whole, with its chain, links and hash (pg_restore, or
+-- psql reading a pg_dump), is kept exactly as it was hashed: only the
+-- extension's owner can insert into the log, and verify_audit_log() checks
+-- every row however it came.
+CREATE FUNCTION bc_join.audit_chain() RETURNS trigger
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	SET enable_seqscan = off
+	AS $$
+DECLARE
+	prev bytea;
+	c smallint;
+BEGIN
+	IF NEW.hash IS NOT NULL THEN
+		RETURN NEW;
+	END IF;
+	c := bc_join.audit_chain_take();
+	SELECT a.hash INTO prev FROM bc_join.audit_log a WHERE a.chain = c ORDER BY a.id DESC LIMIT 1;
+	NEW.id := nextval('bc_join.audit_log_id_seq');
+	NEW.at := bc_join.compute_clock();
+	NEW.chain := c;
+	NEW.prev_hash := coalesce(prev, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea);
+	NEW.hash := sha256(NEW.prev_hash || bc_join.audit_content(NEW.id, NEW.at, NEW.actor, NEW.action,
+															   NEW.tenant_id, NEW.node_id, NEW.detail));
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER audit_chain BEFORE INSERT ON bc_join.audit_log
+	FOR EACH ROW EXECUTE FUNCTION bc_join.audit_chain();
+-- The log is appended to, never rewritten in place.
+CREATE FUNCTION bc_join.audit_append_only() RETURNS trigger
+	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
 	AS $$
 BEGIN
-	IF kind IS NULL OR kind !~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$' THEN
-		PERFORM bc_join.invalid_input('a command kind is dotted lower-case words, like disk.wipe');
-	END IF;
-	INSERT INTO bc_join.command_kinds (kind, description)
-		VALUES (kind, coalesce(description, '')) ON CONFLICT DO NOTHING;
+	RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+		MESSAGE = 'the issuance log is append-only',
+		HINT = 'Rows are never updated or deleted; bc_join.verify_audit_log() would show it.';
 END
 $$;
-COMMENT ON FUNCTION bc_join.register_command_kind(text, text) IS
-	'Registers a command kind (dotted lower-case words, like disk.wipe) that allowedKinds may name, keeping an existing one as it is; returns nothing.';
+CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON bc_join.audit_log
+	FOR EACH STATEMENT EXECUTE FUNCTION bc_join.audit_append_only();
 
-/* ------------------------------------------------------------------ nodes */
-
-/* --------------------------------------------------------- issuance log */
+-- The log as tools/bc-audit-verify reads it (psql \copy ... CSV HEADER).
+-- Each field as it goes into the hash (NULL as '-'), so that no tool has to
+-- tell a NULL from an empty string in CSV.
+CREATE VIEW bc_join.audit_export AS
+	SELECT id, (extract(epoch FROM at) * 1000000)::bigint AS at_us, actor, action,
+		   coalesce(tenant_id, '-') AS tenant_id, coalesce(node_id, '-') AS node_id,
+		   detail::text AS detail, chain, encode(prev_hash, 'hex') AS prev_hash, encode(hash, 'hex') AS hash
+	FROM bc_join.audit_log ORDER BY id;
+COMMENT ON VIEW bc_join.audit_export IS
+	'The issuance log as tools/bc-audit-verify reads it offline (psql \\copy ... CSV HEADER).';
 
 -- Check the hash chains of the issuance log; the first rows that do not
 -- hold, with why (altered: its hash is not its content's; removed or
@@ -1561,7 +1592,7 @@ CREATE FUNCTION bc_join.verify_audit_log(anchor text) RETURNS boolean
 COMMENT ON FUNCTION bc_join.verify_audit_log(text) IS
 	'True when the issuance log holds (verify_audit_log()) and is not behind the given anchor published earlier: every row the anchor names is in the log with the hash it signed.';
 
-/* ------------------------------------------------------------ revocation */
+/* ---------------------------------------------- revocation and the CRL */
 
 -- An operator's revocation reason: one of RFC 5280's CRLReason names that
 -- the CRL's reasonCode carries (unspecified: none), or INVALID_INPUT.  Not
@@ -1709,58 +1740,23 @@ CREATE FUNCTION bc_join.crl_pem() RETURNS text
 COMMENT ON FUNCTION bc_join.crl_pem() IS
 	'Returns bc_join.crl() as PEM, for psql and openssl.';
 
--- Retire a node: state retired, certificates revoked, bindings dropped.
-CREATE FUNCTION bc_join.retire_node(node_id text) RETURNS void
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	tenant text;
-BEGIN
-	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x WHERE x.id = retire_node.node_id), 'node');
-	UPDATE bc_join.nodes n SET state = 'retired', retired_at = bc_join.compute_now(),
-		updated_at = bc_join.compute_now()
-		WHERE n.id = retire_node.node_id AND n.state <> 'retired' RETURNING n.tenant_id INTO tenant;
-	IF NOT FOUND THEN
-		PERFORM bc_join.invalid_input('no live node has this id');
-	END IF;
-	UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
-		WHERE c.node_id = retire_node.node_id AND c.revoked_at IS NULL;
-	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'retired'
-		FROM bc_join.sessions s
-		WHERE s.id = sc.session_id AND s.node_id = retire_node.node_id AND sc.revoked_at IS NULL;
-	PERFORM pg_notify('bc_join_crl', '');
-	DELETE FROM bc_join.node_bindings b WHERE b.node_id = retire_node.node_id;
-	INSERT INTO bc_join.events (tenant_id, type, payload)
-		VALUES (tenant, 'node.retired', jsonb_build_object('nodeId', node_id));
-	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.retire', tenant, node_id);
-END
-$$;
-COMMENT ON FUNCTION bc_join.retire_node(text) IS
-	'Retires a node (state retired, certificates revoked, bindings dropped); returns nothing.';
+/* ------------------------------------------------------- x509pop roots */
 
--- Delete a node with its certificates and bindings.
-CREATE FUNCTION bc_join.delete_node(node_id text) RETURNS void
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	tenant text;
-BEGIN
-	PERFORM bc_join.check_tenant((SELECT x.tenant_id FROM bc_join.nodes x WHERE x.id = delete_node.node_id), 'node');
-	DELETE FROM bc_join.nodes n WHERE n.id = delete_node.node_id RETURNING n.tenant_id INTO tenant;
-	IF NOT FOUND THEN
-		PERFORM bc_join.invalid_input('no node has this id');
-	END IF;
-	INSERT INTO bc_join.events (tenant_id, type, payload)
-		VALUES (tenant, 'node.deleted', jsonb_build_object('nodeId', node_id));
-	INSERT INTO bc_join.audit_log (action, tenant_id, node_id) VALUES ('node.delete', tenant, node_id);
-END
-$$;
-COMMENT ON FUNCTION bc_join.delete_node(text) IS
-	'Deletes a node with its certificates and bindings; returns nothing.';
-
-/* ------------------------------------------------------------- x509pop roots */
+-- External PKIs whose leaves x509pop admits: each root is its own trust
+-- store (never merged) and admits into one tenant and pool.  Written only
+-- through add_x509pop_root(), which validates the certificate.
+CREATE TABLE bc_join.x509pop_roots (
+	id text PRIMARY KEY,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text NOT NULL REFERENCES bc_join.pools (id),
+	certificate bytea NOT NULL,			-- DER; public
+	sha256 bc_join.sha256 NOT NULL UNIQUE,	-- of the DER: one root, one tenant and pool
+	subject text NOT NULL,
+	not_after timestamptz NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+COMMENT ON TABLE bc_join.x509pop_roots IS
+	'External PKIs whose leaves the x509pop attestor admits: each root its own trust store, with the tenant and pool its leaves join.';
 
 CREATE FUNCTION bc_join.x509pop_root_parse(certificate_pem text, OUT der bytea, OUT sha256 bytea,
 										   OUT subject text, OUT not_after timestamptz)
@@ -1827,276 +1823,7 @@ $$;
 COMMENT ON FUNCTION bc_join.remove_x509pop_root(text) IS
 	'Removes an x509pop root so that its leaves no longer join; returns true when one was removed.';
 
-/* ------------------------------------------------------------- housekeeping */
-
-/*
- * Delete up to batch expired attestation_uses rows (expires_at before
- * compute_now()); rows without an expiry stay; then, within the same batch,
- * challenge_deadlines whose notAfter is bc_join.retain_join_requests past.
- * Returns how many were deleted: call it again until it returns 0.  Rows
- * other sessions hold are skipped, so it never waits on a join.
- */
-CREATE FUNCTION bc_join.prune_attestation_uses(batch integer DEFAULT 5000) RETURNS bigint
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	n bigint;
-	m bigint := 0;
-BEGIN
-	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
-		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
-	END IF;
-	DELETE FROM bc_join.attestation_uses u
-		WHERE u.ctid = ANY (ARRAY(
-			SELECT x.ctid FROM bc_join.attestation_uses x
-			WHERE x.expires_at < bc_join.compute_now()
-			LIMIT batch FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS n = ROW_COUNT;
-	IF n < batch THEN
-		DELETE FROM bc_join.challenge_deadlines d
-			WHERE d.ctid = ANY (ARRAY(
-				SELECT x.ctid FROM bc_join.challenge_deadlines x
-				WHERE x.not_after < bc_join.compute_now() - bc_join.setting_interval('retain_join_requests')
-				LIMIT batch - n FOR UPDATE SKIP LOCKED));
-		GET DIAGNOSTICS m = ROW_COUNT;
-	END IF;
-	RETURN n + m;
-END
-$$;
-COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
-	'Deletes up to batch expired attestation_uses rows, and challenge_deadlines past bc_join.retain_join_requests, without waiting on joins and returns how many it deleted: call it again until it returns 0.';
-
--- A retention or staleness setting (bc_join.retain_*, stale_after,
--- x509pop_grace, without the prefix) as an interval.
-CREATE FUNCTION bc_join.setting_interval(name text) RETURNS interval
-	AS 'MODULE_PATHNAME', 'bc_setting_interval'
-	LANGUAGE C STABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION bc_join.setting_interval(text) IS
-	'Returns a retention or staleness setting (retain_events, retain_expired_certificates, retain_sessions, retain_join_requests, stale_after, x509pop_grace) as an interval.';
-
-/*
- * Retention.  Each prune_* deletes up to batch rows past their retention
- * and returns how many: call it again until it returns 0.  Rows other
- * sessions hold are skipped (FOR UPDATE SKIP LOCKED), so a prune never waits
- * on a join, a renewal or a session.  The audit log is never pruned.
- */
-
--- Events older than bc_join.retain_events (90 days).
-CREATE FUNCTION bc_join.prune_events(batch integer DEFAULT 5000) RETURNS bigint
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	cutoff timestamptz := bc_join.compute_now() - bc_join.setting_interval('retain_events');
-	n bigint;
-BEGIN
-	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
-		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
-	END IF;
-	DELETE FROM bc_join.events e
-		WHERE e.ctid = ANY (ARRAY(
-			SELECT x.ctid FROM bc_join.events x WHERE x.at < cutoff
-			LIMIT batch FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS n = ROW_COUNT;
-	RETURN n;
-END
-$$;
-COMMENT ON FUNCTION bc_join.prune_events(integer) IS
-	'Deletes up to batch events older than bc_join.retain_events without waiting on joins and returns how many it deleted: call it again until it returns 0.';
-
-/*
- * Node and session certificates expired more than
- * bc_join.retain_expired_certificates (30 days) ago, up to batch in all,
- * node certificates first.  Never one unexpired (so never a live one, nor a
- * revoked one the CRL still lists), never a node's newest certificate, and a
- * node certificate not before bc_join.x509pop_grace after its notAfter
- * either (x509pop reclaims by it).
- */
-CREATE FUNCTION bc_join.prune_certificates(batch integer DEFAULT 5000) RETURNS bigint
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	now_ timestamptz := bc_join.compute_now();
-	keep interval := bc_join.setting_interval('retain_expired_certificates');
-	node_cutoff timestamptz := now_ - greatest(keep, bc_join.setting_interval('x509pop_grace'));
-	n bigint;
-	m bigint := 0;
-BEGIN
-	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
-		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
-	END IF;
-	DELETE FROM bc_join.node_certs c
-		WHERE c.ctid = ANY (ARRAY(
-			SELECT x.ctid FROM bc_join.node_certs x
-			WHERE x.not_after < node_cutoff AND x.not_after < now_
-			  AND EXISTS (SELECT 1 FROM bc_join.node_certs y
-						  WHERE y.node_id = x.node_id AND y.issued_at > x.issued_at)
-			LIMIT batch FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS n = ROW_COUNT;
-	IF n < batch THEN
-		DELETE FROM bc_join.session_certs c
-			WHERE c.ctid = ANY (ARRAY(
-				SELECT x.ctid FROM bc_join.session_certs x
-				WHERE x.not_after < now_ - keep AND x.not_after < now_
-				LIMIT batch - n FOR UPDATE SKIP LOCKED));
-		GET DIAGNOSTICS m = ROW_COUNT;
-	END IF;
-	RETURN n + m;
-END
-$$;
-COMMENT ON FUNCTION bc_join.prune_certificates(integer) IS
-	'Deletes up to batch node and session certificates expired longer than bc_join.retain_expired_certificates ago (never an unexpired one, never a node''s newest) and returns how many.';
-
-/*
- * Sessions provisioned, and with no certificate expiring, within the last
- * bc_join.retain_sessions (7 days), with their (expired) certificates.  A
- * session asked for again after that gets a new session id.
- */
-CREATE FUNCTION bc_join.prune_sessions(batch integer DEFAULT 5000) RETURNS bigint
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	cutoff timestamptz := bc_join.compute_now() - bc_join.setting_interval('retain_sessions');
-	n bigint;
-BEGIN
-	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
-		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
-	END IF;
-	DELETE FROM bc_join.sessions s
-		WHERE s.ctid = ANY (ARRAY(
-			SELECT x.ctid FROM bc_join.sessions x
-			WHERE x.provisioned_at < cutoff
-			  AND NOT EXISTS (SELECT 1 FROM bc_join.session_certs c
-							  WHERE c.session_id = x.id AND c.not_after >= cutoff)
-			LIMIT batch FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS n = ROW_COUNT;
-	RETURN n;
-END
-$$;
-COMMENT ON FUNCTION bc_join.prune_sessions(integer) IS
-	'Deletes up to batch sessions with no certificate expiring within bc_join.retain_sessions, with their certificates, and returns how many.';
-
-/*
- * Join requests past bc_join.retain_join_requests (30 days): rejected or
- * consumed ones decided (consumed) longer ago, pending or approved ones
- * expired longer ago.  A pending request that has not expired always stays.
- */
-CREATE FUNCTION bc_join.prune_join_requests(batch integer DEFAULT 5000) RETURNS bigint
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	now_ timestamptz := bc_join.compute_now();
-	cutoff timestamptz := now_ - bc_join.setting_interval('retain_join_requests');
-	n bigint;
-BEGIN
-	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
-		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
-	END IF;
-	DELETE FROM bc_join.join_requests r
-		WHERE r.ctid = ANY (ARRAY(
-			SELECT x.ctid FROM bc_join.join_requests x
-			WHERE (x.state IN ('rejected', 'consumed')
-				   AND coalesce(x.consumed_at, x.decided_at, x.created_at) < cutoff)
-			   OR (x.state IN ('pending', 'approved') AND x.expires_at < cutoff AND x.expires_at < now_)
-			LIMIT batch FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS n = ROW_COUNT;
-	RETURN n;
-END
-$$;
-COMMENT ON FUNCTION bc_join.prune_join_requests(integer) IS
-	'Deletes up to batch join requests decided, or expired, longer than bc_join.retain_join_requests ago (never a pending one not expired) and returns how many.';
-
--- One batch of each prune (attestation uses too); returns the counts as
--- jsonb.  Call it again until every count is 0.
-CREATE FUNCTION bc_join.prune(batch integer DEFAULT 5000) RETURNS jsonb
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	RETURN jsonb_build_object(
-		'events', bc_join.prune_events(batch),
-		'certificates', bc_join.prune_certificates(batch),
-		'sessions', bc_join.prune_sessions(batch),
-		'joinRequests', bc_join.prune_join_requests(batch),
-		'attestationUses', bc_join.prune_attestation_uses(batch));
-END
-$$;
-COMMENT ON FUNCTION bc_join.prune(integer) IS
-	'Runs one batch of every prune (events, certificates, sessions, join requests, attestation uses) and returns the counts as jsonb: call it again until every count is 0.';
-
--- Live nodes not seen (joined, renewed, asked for a session) for
--- bc_join.stale_after (3 days), longest unseen first, with the notAfter of
--- their newest certificate.
-CREATE VIEW bc_join.stale_nodes AS
-	SELECT n.id, n.tenant_id, n.site_id, n.pool_id, n.role, n.state, n.last_seen_at,
-		   bc_join.compute_now() - n.last_seen_at AS unseen_for,
-		   (SELECT c.not_after FROM bc_join.node_certs c WHERE c.node_id = n.id
-			ORDER BY c.issued_at DESC LIMIT 1) AS last_not_after
-	FROM bc_join.nodes n
-	WHERE n.state <> 'retired'
-	  AND n.last_seen_at < bc_join.compute_now() - bc_join.setting_interval('stale_after')
-	ORDER BY n.last_seen_at;
-COMMENT ON VIEW bc_join.stale_nodes IS
-	'Live nodes not seen (joined, renewed, asked for a session) for bc_join.stale_after, longest unseen first, with the notAfter of their newest certificate.';
-
-/* ------------------------------------------------------------- statistics */
-
--- Rounds by attestor and outcome since the last reset (shared memory).
-CREATE FUNCTION bc_join.attestor_stats(
-	OUT attestor text, OUT outcome text, OUT calls bigint, OUT total_ms double precision,
-	OUT mean_ms double precision, OUT min_ms double precision, OUT max_ms double precision,
-	OUT p50_ms double precision, OUT p99_ms double precision, OUT histogram jsonb)
-	RETURNS SETOF record
-	AS 'MODULE_PATHNAME', 'bc_attestor_stats' LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION bc_join.attestor_stats() IS
-	'Returns, from shared memory, one row per attestor and outcome since the last reset: calls, total, mean, min, max, p50 and p99 milliseconds, and the latency histogram (read it through the attestor_statistics view).';
-
--- The counterpart of meteredAttestor: verifications by attestor and outcome
--- (admitted, deferred-approval, deferred-challenge, refused, error) and their
--- timing.  p50/p99 are the upper bounds of the histogram buckets holding them.
-CREATE VIEW bc_join.attestor_statistics AS
-	SELECT * FROM bc_join.attestor_stats() ORDER BY attestor, outcome;
-COMMENT ON VIEW bc_join.attestor_statistics IS
-	'Verifications by attestor and outcome (admitted, deferred-approval, deferred-challenge, refused, error) since the last reset, with their timing in milliseconds (p50/p99 are histogram bucket bounds).';
-
--- Forget every counter; returns when.
-CREATE FUNCTION bc_join.attestor_stats_reset() RETURNS timestamptz
-	AS 'MODULE_PATHNAME', 'bc_attestor_stats_reset' LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION bc_join.attestor_stats_reset() IS
-	'Forgets every attestor counter in shared memory and returns the time of the reset.';
-
-/* ------------------------------------------------------- challenge state */
-
-/*
- * A challenge's state, sealed under challenge.key for the running join
- * round's attestor, CSR and role, until not_after (at most a day ahead).
- * Call it in the round that defers with a challenge: JoinService gives the
- * signed response this notAfter.  Only the attestor of the running round
- * may call it (55000 otherwise).
- */
-CREATE FUNCTION bc_join.seal_challenge_state(attestor text, plaintext jsonb, not_after timestamptz)
-	RETURNS text
-	AS 'MODULE_PATHNAME', 'bc_seal_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION bc_join.seal_challenge_state(text, jsonb, timestamptz) IS
-	'Seals an attestor''s challenge state under challenge.key (AEAD), bound to the attestor, the CSR, the role and notAfter; returns it as text for the challenge (call it in the round that defers).';
-
-/*
- * The plaintext of a state sealed by seal_challenge_state in the round
- * before; refuses '<attestor>:state-mismatch' (it does not open, or was
- * sealed for another attestor, CSR or role) and
- * '<attestor>:challenge-expired' (compute_now() past its notAfter).
- */
-CREATE FUNCTION bc_join.open_challenge_state(attestor text, state text)
-	RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_open_challenge_state_sql' LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION bc_join.open_challenge_state(text, text) IS
-	'Opens challenge state sealed in an earlier round and returns its plaintext, or refuses ''<attestor>:state-mismatch'' or ''<attestor>:challenge-expired''.';
-
-/* ------------------------------------------------------------------- tpm */
+/* ----------------------------------------------------------------- tpm */
 
 -- EK roots (self-signed) and intermediates, added with add_tpm_ek_root.
 CREATE TABLE bc_join.tpm_ek_certificates (
@@ -2359,8 +2086,7 @@ $$;
 COMMENT ON FUNCTION bc_join.set_tpm_enrollment_mode(text, text) IS
 	'Sets what happens to an EK neither enrolled nor chained that comes with a tenant''s sealed token: refuse (the default) or approval (a pending join request that approve_join_request enrolls).';
 
-
-/* -------------------------------------------------------------- cloud-iid */
+/* ----------------------------------------------------------- cloud-iid */
 
 -- The cloud-iid attestor's configuration (docs/attestors.md, "cloud-iid"):
 -- tables an operator edits in psql, each row checked as it is written.
@@ -2433,19 +2159,6 @@ CREATE FUNCTION bc_join.cloud_trust_check() RETURNS trigger
 	AS 'MODULE_PATHNAME', 'bc_cloud_trust_check' LANGUAGE C;
 CREATE TRIGGER cloud_trust_check BEFORE INSERT OR UPDATE ON bc_join.cloud_trust
 	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_trust_check();
-
--- Raise INVALID_CONFIG (SQLSTATE F0000) with msg; never returns.
-CREATE FUNCTION bc_join.invalid_config(msg text) RETURNS void
-	LANGUAGE plpgsql
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-BEGIN
-	RAISE EXCEPTION USING ERRCODE = 'config_file_error', MESSAGE = msg,
-		DETAIL = 'INVALID_CONFIG: the cloud-iid configuration would be inconsistent.';
-END
-$$;
-COMMENT ON FUNCTION bc_join.invalid_config(text) IS
-	'Internal: raises INVALID_CONFIG (SQLSTATE F0000) with msg; never returns.';
 
 CREATE FUNCTION bc_join.cloud_providers_check() RETURNS trigger
 	LANGUAGE plpgsql
@@ -2598,7 +2311,162 @@ $$;
 COMMENT ON FUNCTION bc_join.register_cloud_resolver(regprocedure) IS
 	'Registers the function (provider text, account text, context jsonb) RETURNS jsonb that maps a cloud account without a cloud_accounts row to {"tenantId", "poolId"} (NULL removes it); superuser only.';
 
-/* --------------------------------------------------------------- commands */
+/* ----------------------------------------------------------- discovery */
+
+-- A site whose PXE-booted ramdisks may join by the discovery attestor: off
+-- until an operator enables it (set_discovery_site).  epoch fences site
+-- assertions: one names the epoch it was signed in and is refused once the
+-- epoch moved (bump_site_epoch; every new certificate of a site agent of
+-- the site bumps it).  approval: none, unknown-machines (a MAC not seen in
+-- discovery_machines waits for an operator) or always.  allowed_kinds: what
+-- the ramdisk's certificate allows.
+CREATE TABLE bc_join.discovery_sites (
+	site_id text PRIMARY KEY REFERENCES bc_join.sites (id) ON DELETE CASCADE,
+	epoch bigint NOT NULL DEFAULT 1 CHECK (epoch >= 1),
+	approval text NOT NULL DEFAULT 'none' CHECK (approval IN ('none', 'unknown-machines', 'always')),
+	allowed_kinds text[] NOT NULL DEFAULT ARRAY['inventory.refresh', 'logs.collect', 'diag.*',
+		'disk.wipe', 'deploy.*', 'boot.kexec'],
+	cert_ttl_seconds integer NOT NULL DEFAULT 7200 CHECK (cert_ttl_seconds BETWEEN 60 AND 7200),
+	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+COMMENT ON TABLE bc_join.discovery_sites IS
+	'Sites whose PXE-booted ramdisks may join by the discovery attestor: approval mode, the kinds and lifetime of their certificates, the site epoch.';
+
+-- The machines (MACs) of a site that joined by discovery before, or that an
+-- operator lists: known to approval 'unknown-machines'.
+CREATE TABLE bc_join.discovery_machines (
+	site_id text NOT NULL REFERENCES bc_join.sites (id) ON DELETE CASCADE,
+	mac text NOT NULL CHECK (mac ~ '^[0-9a-f]{2}(:[0-9a-f]{2}){5}$'),
+	last_node_id text,
+	first_seen timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	last_joined_at timestamptz,
+	PRIMARY KEY (site_id, mac)
+);
+COMMENT ON TABLE bc_join.discovery_machines IS
+	'The machines (MACs) of a discovery site that joined by discovery before or that an operator listed: known to approval unknown-machines.';
+
+-- Enable discovery on a site, or change its approval mode, its kinds (NULL
+-- keeps them; at first the six defaults) and its ramdisks' certificate
+-- lifetime (NULL keeps it; at first 7200 s; 60 to 7200).
+CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT 'none',
+										   allowed_kinds text[] DEFAULT NULL,
+										   cert_ttl_seconds integer DEFAULT NULL)
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	k text;
+	tenant text := (SELECT s.tenant_id FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id);
+BEGIN
+	PERFORM bc_join.check_tenant(tenant, 'site');
+	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id) THEN
+		PERFORM bc_join.invalid_input('the site does not exist');
+	END IF;
+	IF approval IS NULL OR approval NOT IN ('none', 'unknown-machines', 'always') THEN
+		PERFORM bc_join.invalid_input('approval must be none, unknown-machines or always');
+	END IF;
+	IF cert_ttl_seconds NOT BETWEEN 60 AND 7200 THEN
+		PERFORM bc_join.invalid_input('cert_ttl_seconds must be between 60 and 7200');
+	END IF;
+	FOREACH k IN ARRAY coalesce(allowed_kinds, '{}') LOOP
+		IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c
+					   WHERE c.kind = k OR (right(k, 2) = '.*' AND starts_with(c.kind, left(k, -1)))) THEN
+			PERFORM bc_join.invalid_input(format('%s is no registered command kind or prefix.* glob', k));
+		END IF;
+	END LOOP;
+	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds, cert_ttl_seconds)
+		VALUES (site_id, approval, coalesce(allowed_kinds, ARRAY['inventory.refresh', 'logs.collect',
+				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']), coalesce(cert_ttl_seconds, 7200))
+		ON CONFLICT ON CONSTRAINT discovery_sites_pkey DO UPDATE SET approval = EXCLUDED.approval,
+			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
+			cert_ttl_seconds = coalesce(set_discovery_site.cert_ttl_seconds, d.cert_ttl_seconds),
+			updated_at = bc_join.compute_now();
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('discovery_site.set', tenant, jsonb_build_object('siteId', site_id, 'approval', approval,
+				'allowedKinds', allowed_kinds, 'certTtlSeconds', cert_ttl_seconds));
+END
+$$;
+COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
+	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';
+
+-- Move a site's discovery epoch on: every assertion signed before is refused.
+CREATE FUNCTION bc_join.bump_site_epoch(site_id text) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	e bigint;
+	tenant text := (SELECT s.tenant_id FROM bc_join.sites s WHERE s.id = bump_site_epoch.site_id);
+BEGIN
+	PERFORM bc_join.check_tenant(tenant, 'site');
+	UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now()
+		WHERE d.site_id = bump_site_epoch.site_id RETURNING d.epoch INTO e;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('discovery is not enabled on the site');
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('discovery_site.bump_epoch', tenant, jsonb_build_object('siteId', site_id, 'epoch', e));
+	RETURN e;
+END
+$$;
+COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
+	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';
+
+-- A site agent re-keyed (a join, a reclaim, a renewal: any new certificate):
+-- its site's epoch moves on.  Done where the certificate is issued
+-- (src/ext/admit.c), not by a trigger on node_certs, so that a restore,
+-- which inserts the certificates again, leaves every epoch as it was.
+
+/*
+ * A site agent's site epoch, the one its discovery assertions must carry:
+ * {"proof": <JWS by the site agent's node key over purpose "site-epoch",
+ * serial, iat>}.  Answered signed.  See docs/attestors.md ("discovery").
+ */
+CREATE FUNCTION bc_join.site_epoch(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_site_epoch_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.site_epoch(jsonb) IS
+	'A site agent''s site and its current discovery epoch, signed by the service key; proven by the site agent''s node key (purpose site-epoch).';
+
+/* ------------------------------------------------------------ commands */
+
+-- The command kinds a certificate's allowedKinds may name.
+CREATE TABLE bc_join.command_kinds (
+	kind text PRIMARY KEY CHECK (kind ~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$'),
+	description text NOT NULL DEFAULT ''
+);
+COMMENT ON TABLE bc_join.command_kinds IS
+	'The command kinds a certificate''s allowedKinds may name (register_command_kind).';
+INSERT INTO bc_join.command_kinds (kind, description) VALUES
+	('inventory.refresh', 'collect and report the hardware inventory'),
+	('logs.collect', 'collect logs'),
+	('diag.ping', 'answer a liveness probe'),
+	('diag.run', 'run a diagnostic'),
+	('disk.wipe', 'wipe the disks'),
+	('deploy.image', 'write an operating system image'),
+	('deploy.config', 'write configuration'),
+	('boot.kexec', 'kexec into a deployed kernel'),
+	('node.reboot', 'reboot'),
+	('node.shutdown', 'power off');
+
+-- Register a command kind that allowedKinds may name.
+CREATE FUNCTION bc_join.register_command_kind(kind text, description text DEFAULT '')
+	RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF kind IS NULL OR kind !~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$' THEN
+		PERFORM bc_join.invalid_input('a command kind is dotted lower-case words, like disk.wipe');
+	END IF;
+	INSERT INTO bc_join.command_kinds (kind, description)
+		VALUES (kind, coalesce(description, '')) ON CONFLICT DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION bc_join.register_command_kind(text, text) IS
+	'Registers a command kind (dotted lower-case words, like disk.wipe) that allowedKinds may name, keeping an existing one as it is; returns nothing.';
 
 -- Does a certificate's allowed_kinds admit kind?  NULL allows every kind;
 -- an entry is an exact kind or a prefix.* glob ("diag.*" admits "diag.run",
@@ -2729,126 +2597,239 @@ CREATE VIEW bc_join.command_status AS
 COMMENT ON VIEW bc_join.command_status IS
 	'Every command: node, tenant, kind, state, attempts, when dispatched and to which certificate, the result.';
 
-/* -------------------------------------------------------------- discovery */
-
--- A site whose PXE-booted ramdisks may join by the discovery attestor: off
--- until an operator enables it (set_discovery_site).  epoch fences site
--- assertions: one names the epoch it was signed in and is refused once the
--- epoch moved (bump_site_epoch; every new certificate of a site agent of
--- the site bumps it).  approval: none, unknown-machines (a MAC not seen in
--- discovery_machines waits for an operator) or always.  allowed_kinds: what
--- the ramdisk's certificate allows.
-CREATE TABLE bc_join.discovery_sites (
-	site_id text PRIMARY KEY REFERENCES bc_join.sites (id) ON DELETE CASCADE,
-	epoch bigint NOT NULL DEFAULT 1 CHECK (epoch >= 1),
-	approval text NOT NULL DEFAULT 'none' CHECK (approval IN ('none', 'unknown-machines', 'always')),
-	allowed_kinds text[] NOT NULL DEFAULT ARRAY['inventory.refresh', 'logs.collect', 'diag.*',
-		'disk.wipe', 'deploy.*', 'boot.kexec'],
-	cert_ttl_seconds integer NOT NULL DEFAULT 7200 CHECK (cert_ttl_seconds BETWEEN 60 AND 7200),
-	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
-);
-COMMENT ON TABLE bc_join.discovery_sites IS
-	'Sites whose PXE-booted ramdisks may join by the discovery attestor: approval mode, the kinds and lifetime of their certificates, the site epoch.';
-
--- The machines (MACs) of a site that joined by discovery before, or that an
--- operator lists: known to approval 'unknown-machines'.
-CREATE TABLE bc_join.discovery_machines (
-	site_id text NOT NULL REFERENCES bc_join.sites (id) ON DELETE CASCADE,
-	mac text NOT NULL CHECK (mac ~ '^[0-9a-f]{2}(:[0-9a-f]{2}){5}$'),
-	last_node_id text,
-	first_seen timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	last_joined_at timestamptz,
-	PRIMARY KEY (site_id, mac)
-);
-COMMENT ON TABLE bc_join.discovery_machines IS
-	'The machines (MACs) of a discovery site that joined by discovery before or that an operator listed: known to approval unknown-machines.';
-
--- Enable discovery on a site, or change its approval mode, its kinds (NULL
--- keeps them; at first the six defaults) and its ramdisks' certificate
--- lifetime (NULL keeps it; at first 7200 s; 60 to 7200).
-CREATE FUNCTION bc_join.set_discovery_site(site_id text, approval text DEFAULT 'none',
-										   allowed_kinds text[] DEFAULT NULL,
-										   cert_ttl_seconds integer DEFAULT NULL)
-	RETURNS void
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	k text;
-	tenant text := (SELECT s.tenant_id FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id);
-BEGIN
-	PERFORM bc_join.check_tenant(tenant, 'site');
-	IF NOT EXISTS (SELECT 1 FROM bc_join.sites s WHERE s.id = set_discovery_site.site_id) THEN
-		PERFORM bc_join.invalid_input('the site does not exist');
-	END IF;
-	IF approval IS NULL OR approval NOT IN ('none', 'unknown-machines', 'always') THEN
-		PERFORM bc_join.invalid_input('approval must be none, unknown-machines or always');
-	END IF;
-	IF cert_ttl_seconds NOT BETWEEN 60 AND 7200 THEN
-		PERFORM bc_join.invalid_input('cert_ttl_seconds must be between 60 and 7200');
-	END IF;
-	FOREACH k IN ARRAY coalesce(allowed_kinds, '{}') LOOP
-		IF NOT EXISTS (SELECT 1 FROM bc_join.command_kinds c
-					   WHERE c.kind = k OR (right(k, 2) = '.*' AND starts_with(c.kind, left(k, -1)))) THEN
-			PERFORM bc_join.invalid_input(format('%s is no registered command kind or prefix.* glob', k));
-		END IF;
-	END LOOP;
-	INSERT INTO bc_join.discovery_sites AS d (site_id, approval, allowed_kinds, cert_ttl_seconds)
-		VALUES (site_id, approval, coalesce(allowed_kinds, ARRAY['inventory.refresh', 'logs.collect',
-				'diag.*', 'disk.wipe', 'deploy.*', 'boot.kexec']), coalesce(cert_ttl_seconds, 7200))
-		ON CONFLICT ON CONSTRAINT discovery_sites_pkey DO UPDATE SET approval = EXCLUDED.approval,
-			allowed_kinds = coalesce(set_discovery_site.allowed_kinds, d.allowed_kinds),
-			cert_ttl_seconds = coalesce(set_discovery_site.cert_ttl_seconds, d.cert_ttl_seconds),
-			updated_at = bc_join.compute_now();
-	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
-		VALUES ('discovery_site.set', tenant, jsonb_build_object('siteId', site_id, 'approval', approval,
-				'allowedKinds', allowed_kinds, 'certTtlSeconds', cert_ttl_seconds));
-END
-$$;
-COMMENT ON FUNCTION bc_join.set_discovery_site(text, text, text[], integer) IS
-	'Enables the discovery attestor on a site (approval none, unknown-machines or always; the kinds its ramdisks'' certificates allow; their lifetime, 60 to 7200 s); returns nothing.';
-
--- Move a site's discovery epoch on: every assertion signed before is refused.
-CREATE FUNCTION bc_join.bump_site_epoch(site_id text) RETURNS bigint
-	LANGUAGE plpgsql SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp
-	AS $$
-DECLARE
-	e bigint;
-	tenant text := (SELECT s.tenant_id FROM bc_join.sites s WHERE s.id = bump_site_epoch.site_id);
-BEGIN
-	PERFORM bc_join.check_tenant(tenant, 'site');
-	UPDATE bc_join.discovery_sites d SET epoch = d.epoch + 1, updated_at = bc_join.compute_now()
-		WHERE d.site_id = bump_site_epoch.site_id RETURNING d.epoch INTO e;
-	IF NOT FOUND THEN
-		PERFORM bc_join.invalid_input('discovery is not enabled on the site');
-	END IF;
-	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
-		VALUES ('discovery_site.bump_epoch', tenant, jsonb_build_object('siteId', site_id, 'epoch', e));
-	RETURN e;
-END
-$$;
-COMMENT ON FUNCTION bc_join.bump_site_epoch(text) IS
-	'Moves a site''s discovery epoch on, so every site assertion signed before is refused; returns the new epoch.';
-
--- A site agent re-keyed (a join, a reclaim, a renewal: any new certificate):
--- its site's epoch moves on.  Done where the certificate is issued
--- (src/ext/admit.c), not by a trigger on node_certs, so that a restore,
--- which inserts the certificates again, leaves every epoch as it was.
+/* ----------------------------------------- housekeeping and statistics */
 
 /*
- * A site agent's site epoch, the one its discovery assertions must carry:
- * {"proof": <JWS by the site agent's node key over purpose "site-epoch",
- * serial, iat>}.  Answered signed.  See docs/attestors.md ("discovery").
+ * Delete up to batch expired attestation_uses rows (expires_at before
+ * compute_now()); rows without an expiry stay; then, within the same batch,
+ * challenge_deadlines whose notAfter is bc_join.retain_join_requests past.
+ * Returns how many were deleted: call it again until it returns 0.  Rows
+ * other sessions hold are skipped, so it never waits on a join.
  */
-CREATE FUNCTION bc_join.site_epoch(request jsonb) RETURNS jsonb
-	AS 'MODULE_PATHNAME', 'bc_site_epoch_request'
-	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION bc_join.site_epoch(jsonb) IS
-	'A site agent''s site and its current discovery epoch, signed by the service key; proven by the site agent''s node key (purpose site-epoch).';
+CREATE FUNCTION bc_join.prune_attestation_uses(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	n bigint;
+	m bigint := 0;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.attestation_uses u
+		WHERE u.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.attestation_uses x
+			WHERE x.expires_at < bc_join.compute_now()
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n < batch THEN
+		DELETE FROM bc_join.challenge_deadlines d
+			WHERE d.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM bc_join.challenge_deadlines x
+				WHERE x.not_after < bc_join.compute_now() - bc_join.setting_interval('retain_join_requests')
+				LIMIT batch - n FOR UPDATE SKIP LOCKED));
+		GET DIAGNOSTICS m = ROW_COUNT;
+	END IF;
+	RETURN n + m;
+END
+$$;
+COMMENT ON FUNCTION bc_join.prune_attestation_uses(integer) IS
+	'Deletes up to batch expired attestation_uses rows, and challenge_deadlines past bc_join.retain_join_requests, without waiting on joins and returns how many it deleted: call it again until it returns 0.';
 
-/* ------------------------------------------------------- tenant operators */
+/*
+ * Retention.  Each prune_* deletes up to batch rows past their retention
+ * and returns how many: call it again until it returns 0.  Rows other
+ * sessions hold are skipped (FOR UPDATE SKIP LOCKED), so a prune never waits
+ * on a join, a renewal or a session.  The audit log is never pruned.
+ */
+
+-- Events older than bc_join.retain_events (90 days).
+CREATE FUNCTION bc_join.prune_events(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	cutoff timestamptz := bc_join.compute_now() - bc_join.setting_interval('retain_events');
+	n bigint;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.events e
+		WHERE e.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.events x WHERE x.at < cutoff
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION bc_join.prune_events(integer) IS
+	'Deletes up to batch events older than bc_join.retain_events without waiting on joins and returns how many it deleted: call it again until it returns 0.';
+
+/*
+ * Node and session certificates expired more than
+ * bc_join.retain_expired_certificates (30 days) ago, up to batch in all,
+ * node certificates first.  Never one unexpired (so never a live one, nor a
+ * revoked one the CRL still lists), never a node's newest certificate, and a
+ * node certificate not before bc_join.x509pop_grace after its notAfter
+ * either (x509pop reclaims by it).
+ */
+CREATE FUNCTION bc_join.prune_certificates(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	now_ timestamptz := bc_join.compute_now();
+	keep interval := bc_join.setting_interval('retain_expired_certificates');
+	node_cutoff timestamptz := now_ - greatest(keep, bc_join.setting_interval('x509pop_grace'));
+	n bigint;
+	m bigint := 0;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.node_certs c
+		WHERE c.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.node_certs x
+			WHERE x.not_after < node_cutoff AND x.not_after < now_
+			  AND EXISTS (SELECT 1 FROM bc_join.node_certs y
+						  WHERE y.node_id = x.node_id AND y.issued_at > x.issued_at)
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n < batch THEN
+		DELETE FROM bc_join.session_certs c
+			WHERE c.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM bc_join.session_certs x
+				WHERE x.not_after < now_ - keep AND x.not_after < now_
+				LIMIT batch - n FOR UPDATE SKIP LOCKED));
+		GET DIAGNOSTICS m = ROW_COUNT;
+	END IF;
+	RETURN n + m;
+END
+$$;
+COMMENT ON FUNCTION bc_join.prune_certificates(integer) IS
+	'Deletes up to batch node and session certificates expired longer than bc_join.retain_expired_certificates ago (never an unexpired one, never a node''s newest) and returns how many.';
+
+/*
+ * Sessions provisioned, and with no certificate expiring, within the last
+ * bc_join.retain_sessions (7 days), with their (expired) certificates.  A
+ * session asked for again after that gets a new session id.
+ */
+CREATE FUNCTION bc_join.prune_sessions(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	cutoff timestamptz := bc_join.compute_now() - bc_join.setting_interval('retain_sessions');
+	n bigint;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.sessions s
+		WHERE s.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.sessions x
+			WHERE x.provisioned_at < cutoff
+			  AND NOT EXISTS (SELECT 1 FROM bc_join.session_certs c
+							  WHERE c.session_id = x.id AND c.not_after >= cutoff)
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION bc_join.prune_sessions(integer) IS
+	'Deletes up to batch sessions with no certificate expiring within bc_join.retain_sessions, with their certificates, and returns how many.';
+
+/*
+ * Join requests past bc_join.retain_join_requests (30 days): rejected or
+ * consumed ones decided (consumed) longer ago, pending or approved ones
+ * expired longer ago.  A pending request that has not expired always stays.
+ */
+CREATE FUNCTION bc_join.prune_join_requests(batch integer DEFAULT 5000) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	now_ timestamptz := bc_join.compute_now();
+	cutoff timestamptz := now_ - bc_join.setting_interval('retain_join_requests');
+	n bigint;
+BEGIN
+	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
+		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
+	END IF;
+	DELETE FROM bc_join.join_requests r
+		WHERE r.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM bc_join.join_requests x
+			WHERE (x.state IN ('rejected', 'consumed')
+				   AND coalesce(x.consumed_at, x.decided_at, x.created_at) < cutoff)
+			   OR (x.state IN ('pending', 'approved') AND x.expires_at < cutoff AND x.expires_at < now_)
+			LIMIT batch FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION bc_join.prune_join_requests(integer) IS
+	'Deletes up to batch join requests decided, or expired, longer than bc_join.retain_join_requests ago (never a pending one not expired) and returns how many.';
+
+-- One batch of each prune (attestation uses too); returns the counts as
+-- jsonb.  Call it again until every count is 0.
+CREATE FUNCTION bc_join.prune(batch integer DEFAULT 5000) RETURNS jsonb
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	RETURN jsonb_build_object(
+		'events', bc_join.prune_events(batch),
+		'certificates', bc_join.prune_certificates(batch),
+		'sessions', bc_join.prune_sessions(batch),
+		'joinRequests', bc_join.prune_join_requests(batch),
+		'attestationUses', bc_join.prune_attestation_uses(batch));
+END
+$$;
+COMMENT ON FUNCTION bc_join.prune(integer) IS
+	'Runs one batch of every prune (events, certificates, sessions, join requests, attestation uses) and returns the counts as jsonb: call it again until every count is 0.';
+
+-- Live nodes not seen (joined, renewed, asked for a session) for
+-- bc_join.stale_after (3 days), longest unseen first, with the notAfter of
+-- their newest certificate.
+CREATE VIEW bc_join.stale_nodes AS
+	SELECT n.id, n.tenant_id, n.site_id, n.pool_id, n.role, n.state, n.last_seen_at,
+		   bc_join.compute_now() - n.last_seen_at AS unseen_for,
+		   (SELECT c.not_after FROM bc_join.node_certs c WHERE c.node_id = n.id
+			ORDER BY c.issued_at DESC LIMIT 1) AS last_not_after
+	FROM bc_join.nodes n
+	WHERE n.state <> 'retired'
+	  AND n.last_seen_at < bc_join.compute_now() - bc_join.setting_interval('stale_after')
+	ORDER BY n.last_seen_at;
+COMMENT ON VIEW bc_join.stale_nodes IS
+	'Live nodes not seen (joined, renewed, asked for a session) for bc_join.stale_after, longest unseen first, with the notAfter of their newest certificate.';
+
+-- Rounds by attestor and outcome since the last reset (shared memory).
+CREATE FUNCTION bc_join.attestor_stats(
+	OUT attestor text, OUT outcome text, OUT calls bigint, OUT total_ms double precision,
+	OUT mean_ms double precision, OUT min_ms double precision, OUT max_ms double precision,
+	OUT p50_ms double precision, OUT p99_ms double precision, OUT histogram jsonb)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'bc_attestor_stats' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION bc_join.attestor_stats() IS
+	'Returns, from shared memory, one row per attestor and outcome since the last reset: calls, total, mean, min, max, p50 and p99 milliseconds, and the latency histogram (read it through the attestor_statistics view).';
+
+-- The counterpart of meteredAttestor: verifications by attestor and outcome
+-- (admitted, deferred-approval, deferred-challenge, refused, error) and their
+-- timing.  p50/p99 are the upper bounds of the histogram buckets holding them.
+CREATE VIEW bc_join.attestor_statistics AS
+	SELECT * FROM bc_join.attestor_stats() ORDER BY attestor, outcome;
+COMMENT ON VIEW bc_join.attestor_statistics IS
+	'Verifications by attestor and outcome (admitted, deferred-approval, deferred-challenge, refused, error) since the last reset, with their timing in milliseconds (p50/p99 are histogram bucket bounds).';
+
+-- Forget every counter; returns when.
+CREATE FUNCTION bc_join.attestor_stats_reset() RETURNS timestamptz
+	AS 'MODULE_PATHNAME', 'bc_attestor_stats_reset' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION bc_join.attestor_stats_reset() IS
+	'Forgets every attestor counter in shared memory and returns the time of the reset.';
+
+/* ---------------------------------------------------- tenant operators */
 
 /*
  * A tenant operator (#31): a role that administers and reads the tenants
@@ -3131,7 +3112,7 @@ ALTER VIEW bc_join.revoked_certificates SET (security_invoker = true);
 ALTER VIEW bc_join.stale_nodes SET (security_invoker = true);
 ALTER VIEW bc_join.command_status SET (security_invoker = true);
 
-/* ---------------------------------------------------------------- backups */
+/* ------------------------------------------------------------- backups */
 
 -- pg_dump keeps every row: the state of this CA is in these tables, and a
 -- dump without them (pg_dump leaves out an extension's tables unless they
@@ -3179,7 +3160,7 @@ SELECT pg_catalog.pg_extension_config_dump('bc_join.audit_log_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_trust_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.cloud_accounts_id_seq', '');
 
-/* ------------------------------------------------------------- privileges */
+/* ---------------------------------------------------------- privileges */
 
 REVOKE ALL ON SCHEMA bc_join FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA bc_join FROM PUBLIC;

@@ -58,21 +58,6 @@ bc_pkey_is_p256(const EVP_PKEY *key)
 	return strcmp(group, "prime256v1") == 0;
 }
 
-/* The property query that signs with key (bc_common.h). */
-const char *
-bc_pkey_sign_props(const EVP_PKEY *key, char *buf, size_t buflen)
-{
-	const OSSL_PROVIDER *prov = key != NULL ? EVP_PKEY_get0_provider(key) : NULL;
-	const char *name = prov != NULL ? OSSL_PROVIDER_get0_name(prov) : NULL;
-	int			n;
-
-	if (name == NULL || strcmp(name, "default") == 0 || strcmp(name, "fips") == 0 ||
-		strcmp(name, "base") == 0)
-		return NULL;
-	n = snprintf(buf, buflen, "?provider=%s", name);
-	return n > 0 && (size_t) n < buflen ? buf : NULL;
-}
-
 /* Copy "what: OpenSSL errors" into err (when err is not NULL). */
 static void
 set_error(char *err, size_t errlen, const char *what)

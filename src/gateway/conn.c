@@ -22,6 +22,14 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+/* Called when in_flight or writing drops: lets a shutdown finish. */
+void
+gw_maybe_finish(struct gateway *gw)
+{
+	if (gw->shutting_down && gw->in_flight == 0 && gw->writing == 0 && gw->base != NULL)
+		event_base_loopexit(gw->base, NULL);
+}
+
 struct gw_conn
 {
 	struct gateway *gw;

@@ -44,7 +44,7 @@ struct gateway
 	long long	nofile;					/* RLIMIT_NOFILE's soft limit at start */
 };
 
-/* Called when in_flight or writing drops: lets a shutdown finish. */
+/* Called when in_flight or writing drops: lets a shutdown finish (conn.c). */
 void		gw_maybe_finish(struct gateway *gw);
 
 #endif

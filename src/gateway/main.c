@@ -31,14 +31,6 @@
 
 static struct event *shutdown_timer;
 
-/* Called when in_flight or writing drops: lets a shutdown finish. */
-void
-gw_maybe_finish(struct gateway *gw)
-{
-	if (gw->shutting_down && gw->in_flight == 0 && gw->writing == 0 && gw->base != NULL)
-		event_base_loopexit(gw->base, NULL);
-}
-
 /* --shutdown-timeout passed with requests still in flight: stop anyway. */
 static void
 shutdown_timeout_cb(evutil_socket_t fd, short what, void *arg)

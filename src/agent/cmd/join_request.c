@@ -136,8 +136,11 @@ parse_join_request_args(int argc, char **argv, join_request_opts *opts, int *hel
 		fprintf(stderr, "bcd join-request: --role must be node, site or ramdisk\n");
 		return BCD_RC_USAGE;
 	}
-	bad = bcd_exec_producer_set(opts->producer, producer_timeout, opts->attestor,
-								opts->attestor_set);
+	if (opts->producer != NULL && bcd_producer_builtin(opts->attestor) != NULL)
+		bad = "--producer is for a custom attestor; bcd has its own producer of this one";
+	else
+		bad = bcd_exec_producer_set(opts->producer, producer_timeout, opts->attestor,
+									opts->attestor_set);
 	if (bad == NULL && opts->producer != NULL && opts->attestation_file != NULL)
 		bad = "--producer and --attestation-file exclude each other";
 	if (bad != NULL)

@@ -2,7 +2,7 @@
 #ifndef BCD_JOIN_LOOP_H
 #define BCD_JOIN_LOOP_H
 
-#include "core/daemon.h"
+#include "core/agent.h"
 #include "core/store.h"
 
 /*

@@ -67,15 +67,3 @@ bcd_producer_default_attestor(unsigned command)
 			return producers[i]->attestor;
 	return NULL;
 }
-
-/* Release what a producer made. */
-void
-bcd_evidence_free(bcd_evidence *ev)
-{
-	free(ev->attestation);
-	free(ev->sealed_token);
-	json_decref(ev->claims);
-	ev->attestation = NULL;
-	ev->sealed_token = NULL;
-	ev->claims = NULL;
-}
