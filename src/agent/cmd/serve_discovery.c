@@ -50,6 +50,7 @@
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "cmd/cmd.h"
+#include "core/clock.h"
 #include "core/discovery.h"
 #include "core/log.h"
 #include "core/proof.h"
@@ -274,7 +275,7 @@ static served_cred *
 cred_acquire(server *s, char *err, size_t errlen)
 {
 	served_cred *c;
-	long long	now = bcd_monotonic_ms();
+	long long	now = bcd_now_ms();
 
 	pthread_mutex_lock(&s->mu);
 	if (s->cur != NULL && now - s->cur->loaded_ms < CRED_REUSE_MS)
@@ -323,7 +324,7 @@ http_borrow(server *s, long long deadline)
 	while (s->n_idle == 0 && s->n_http >= GATEWAY_CLIENTS && !bcd_stop_requested())
 	{
 		struct timespec ts;
-		long long	left = deadline - bcd_monotonic_ms();
+		long long	left = deadline - bcd_now_ms();
 
 		if (left <= 0)
 			break;
@@ -481,7 +482,7 @@ drain(SSL *ssl, int fd, long long deadline)
 static void
 serve_one(server *s, int fd, const char *peer)
 {
-	long long	start = bcd_monotonic_ms();
+	long long	start = bcd_now_ms();
 	long long	deadline = start + TOTAL_TIMEOUT * 1000LL;
 	long long	line_deadline;
 	served_cred *sc = NULL;
@@ -525,7 +526,7 @@ serve_one(server *s, int fd, const char *peer)
 			goto out;
 		}
 	}
-	line_deadline = bcd_monotonic_ms() + LINE_MS;
+	line_deadline = bcd_now_ms() + LINE_MS;
 	n = read_line(ssl, fd, line, BCD_DISCOVERY_LINE_MAX, line_deadline);
 	if (n < 0 || bcd_discovery_parse_request(line, (size_t) n, &csr, &csr_len, mac) != BC_OK)
 	{
@@ -538,7 +539,7 @@ serve_one(server *s, int fd, const char *peer)
 		answer(ssl, fd, deadline, "error", BCD_DISCOVERY_BAD_REQUEST);
 		/* the rest of an over-long line, briefly, so the client reads the answer, not a reset */
 		if (n == -2)
-			drain(ssl, fd, bcd_monotonic_ms() + 1000 < deadline ? bcd_monotonic_ms() + 1000 : deadline);
+			drain(ssl, fd, bcd_now_ms() + 1000 < deadline ? bcd_now_ms() + 1000 : deadline);
 		goto out;
 	}
 	if (site_epoch(s, &sc->cred, deadline, &site, &epoch) != 0)

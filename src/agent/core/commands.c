@@ -30,6 +30,7 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/clock.h"
 #include "core/commands.h"
 #include "core/proof.h"
 #include "core/log.h"
@@ -38,15 +39,6 @@
 
 /* A handler's output (stdout and stderr) kept, in bytes. */
 #define OUTPUT_MAX 8192
-
-static double
-mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 /* --command-handler PREFIX=EXECUTABLE (commands.h). */
 const char *
@@ -119,7 +111,7 @@ run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
 	int			truncated = 0;
 	int			timed_out = 0;
 	int			status = 0;
-	double		deadline = mono_now() + o->command_timeout;
+	double		deadline = bcd_now_ms() / 1000.0 + o->command_timeout;
 	pid_t		pid;
 	json_t	   *res;
 	int			reaped = 0;
@@ -169,7 +161,7 @@ run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
 	for (;;)
 	{
 		struct pollfd pfd = {.fd = out[0], .events = POLLIN};
-		double		left = deadline - mono_now();
+		double		left = deadline - bcd_now_ms() / 1000.0;
 		char		junk[4096];
 		ssize_t		r;
 
@@ -205,7 +197,7 @@ run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
 			reaped = 1;
 			break;
 		}
-		if (mono_now() >= deadline)
+		if (bcd_now_ms() / 1000.0 >= deadline)
 		{
 			timed_out = 1;
 			break;

@@ -30,6 +30,7 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/clock.h"
 #include "core/discovery.h"
 #include "producers/producer.h"
 
@@ -148,7 +149,7 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 	char	   *out = NULL;
 	size_t		len = 0;
 	void		(*old_pipe) (int);
-	long long	deadline = bcd_monotonic_ms() + SITE_AGENT_TIMEOUT * 1000LL;
+	long long	deadline = bcd_now_ms() + SITE_AGENT_TIMEOUT * 1000LL;
 	int			r = 0;
 	int			fd;
 

@@ -36,6 +36,7 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/clock.h"
 #include "core/signals.h"
 #include "producers/exec.h"
 #include "producers/producer.h"
@@ -239,15 +240,6 @@ out:
 
 /* ------------------------------------------------------------ the process */
 
-static double
-mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 /* What became of one run. */
 typedef struct exec_run
 {
@@ -288,7 +280,7 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 	size_t		in_len = strlen(input);
 	size_t		in_off = 0;
 	size_t		cap = BCD_EXEC_OUTPUT_MAX + 1;
-	double		deadline = mono_now() + timeout;
+	double		deadline = bcd_now_ms() / 1000.0 + timeout;
 	void		(*old_pipe) (int);
 	int			reaped = 0;
 	pid_t		pid;
@@ -342,7 +334,7 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 		int			i_out = -1,
 					i_err = -1,
 					i_in = -1;
-		double		left = deadline - mono_now();
+		double		left = deadline - bcd_now_ms() / 1000.0;
 		int			slice;
 
 		if (bcd_stop_requested())
@@ -423,7 +415,7 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 			reaped = 1;
 			break;
 		}
-		if (mono_now() >= deadline)
+		if (bcd_now_ms() / 1000.0 >= deadline)
 			r->timed_out = 1;
 		else if (bcd_stop_requested())
 			r->stopped = 1;
