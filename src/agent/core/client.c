@@ -32,6 +32,7 @@
 #include "bc_protocol.h"
 #include "core/client.h"
 #include "core/clock.h"
+#include "core/json.h"
 #include "core/local_socket.h"
 
 /* Report a refusal on stderr; its outcome. */
@@ -142,21 +143,12 @@ out:
 	return rc;
 }
 
-/* The string member name of obj, or def. */
-const char *
-bcd_client_str(json_t *obj, const char *name, const char *def)
-{
-	json_t	   *m = json_object_get(obj, name);
-
-	return json_is_string(m) ? json_string_value(m) : def;
-}
-
 /* An answer {"ok":false,...}: report it; its outcome. */
 bcd_rc
 bcd_client_report(const char *cmd, json_t *answer)
 {
-	return bcd_client_refuse(cmd, bcd_client_str(answer, "error", BC_SOCK_FAILED),
-				  bcd_client_str(answer, "message", "(no message)"),
+	return bcd_client_refuse(cmd, bcd_json_str(answer, "error", BC_SOCK_FAILED),
+				  bcd_json_str(answer, "message", "(no message)"),
 				  json_is_true(json_object_get(answer, "retryable")));
 }
 

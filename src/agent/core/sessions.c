@@ -49,6 +49,7 @@
 #include "bc_common.h"
 #include "core/clock.h"
 #include "core/delivery.h"
+#include "core/json.h"
 #include "core/local_socket.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -388,16 +389,11 @@ find_or_queue(bcd_server *s, const char *session, const char *context, const bcd
 static const char *
 req_string(json_t *req, const char *name, int *bad)
 {
-	json_t	   *m = json_object_get(req, name);
+	const char *s = bcd_json_str(req, name, NULL);
 
-	if (m == NULL)
-		return NULL;
-	if (!json_is_string(m))
-	{
+	if (s == NULL && json_object_get(req, name) != NULL)
 		*bad = 1;
-		return NULL;
-	}
-	return json_string_value(m);
+	return s;
 }
 
 /* {"op":"credential","session","context","dir"}: refuse, or wait for a provisioning. */
