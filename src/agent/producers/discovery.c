@@ -2,7 +2,7 @@
  * discovery.c: the producer of the discovery attestor, the ramdisk's half
  * (bcd ramdisk).  Its evidence is the join token, sealed for this CSR, and
  * the site assertion, asked of the site's agent (bcd serve-discovery,
- * cmd/serve_discovery.c) at every round, so a long wait for an operator's
+ * core/site_server.c) at every round, so a long wait for an operator's
  * approval never outlives the assertion.
  *
  * The request (core/discovery.h): TLS to --site-agent HOST:PORT, whose peer
