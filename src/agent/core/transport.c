@@ -25,7 +25,10 @@
 /* Whole-transfer timeout of a metadata request, in seconds. */
 #define METADATA_TIMEOUT 10L
 
-/* The hosts of the metadata mode: 169.254.169.254 (AWS, Azure, GCP), AWS's over IPv6, GCP's name, the tests' stand-in. */
+/*
+ * The hosts of the metadata mode: 169.254.169.254 (AWS, Azure, GCP), AWS's
+ * over IPv6, GCP's name, and the tests' stand-in.
+ */
 static const char *const metadata_hosts[] = {
 	"169.254.169.254", "[fd00:ec2::254]", "metadata.google.internal", "127.0.0.1", NULL
 };

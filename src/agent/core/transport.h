@@ -36,12 +36,16 @@ bcd_rc		bcd_http_exchange(bcd_http *h, const char *path, const char *body,
 void		bcd_http_reply_free(bcd_http_reply *reply);
 void		bcd_http_describe(const bcd_http_reply *reply, char *buf, size_t len);
 
-/* The metadata mode: http:// only to 169.254.169.254, [fd00:ec2::254], metadata.google.internal, 127.0.0.1. */
+/*
+ * The metadata mode: plain HTTP, unpinned, so only to http:// URLs of
+ * 169.254.169.254, [fd00:ec2::254], metadata.google.internal or 127.0.0.1.
+ */
 bcd_http   *bcd_http_new_metadata(const char *base_url, char *err, size_t errlen);
-/* GET, or PUT with an empty body, of base_url + path: a 200's body (malloc()ed) or BC_EINVAL. */
+/* GET, or PUT with an empty body, of base_url + path: a 200's body or BC_EINVAL. */
 int			bcd_http_metadata_fetch(bcd_http *h, const char *method, const char *path,
 									const char *header, char **out, size_t *outlen,
 									char *err, size_t errlen);
+/* s percent-encoded for a URL, malloc()ed, or NULL. */
 char	   *bcd_http_escape(const char *s);
 
 #endif							/* BCD_TRANSPORT_H */
