@@ -10,7 +10,9 @@ Azure the attested document for the nonce asked.  bcd run --once
 --attestor cloud-iid --cloud aws|gcp|azure --metadata-url joins each through
 the real gateway; the same instance with a wiped state directory is refused
 (exit 2, cloud-iid:already-admitted) until bc_join.reset_cloud_instance, then
-comes back as the same node; usage errors are legible.
+comes back as the same node; a --metadata-url to another host or over https
+is refused (the metadata mode of core/transport.c is plain HTTP to the
+metadata service's own address only); usage errors are legible.
 """
 import json
 import os
@@ -142,6 +144,15 @@ def body(tap, env):
             "--attestor", "cloud-iid", "--cloud", "aws", "--metadata-url", url, "--once"]))
         tap.ok(r.returncode == 2 and last_refusal() == "cloud-iid:already-admitted",
                "aws: the same instance again is refused too", r.stderr)
+
+        # -- plain HTTP, unpinned, only to the metadata service's own address (or 127.0.0.1)
+        n_seen = len(seen)
+        for other in (url.replace("127.0.0.1", "localhost"), url.replace("http://", "https://")):
+            r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-other"), extra=[
+                "--attestor", "cloud-iid", *cloud["azure"], "--metadata-url", other, "--once"]))
+            tap.ok(r.returncode != 0 and "only http:// to 169.254.169.254" in r.stderr,
+                   "--metadata-url %s is refused: plain HTTP to the metadata service only" % other, r.stderr)
+        tap.eq(len(seen), n_seen, "nothing was asked of those")
 
         # -- usage
         u = env.bcd("run", *env.run_args(os.path.join(env.dir, "u1"), extra=["--attestor", "cloud-iid", "--once"]))

@@ -17,6 +17,7 @@
 #include "cmd/cmd.h"
 #include "core/client.h"
 #include "core/delivery.h"
+#include "core/json.h"
 #include "core/local_socket.h"
 
 /* Default --timeout, in seconds. */
@@ -135,8 +136,8 @@ bcd_cmd_credential(int argc, char **argv)
 		free(text);
 	}
 	else
-		rc = printf("%s\n%s\n%s\n", bcd_client_str(answer, "keyPath", "?"),
-					bcd_client_str(answer, "certPath", "?"), bcd_client_str(answer, "notAfter", "?")) > 0 &&
+		rc = printf("%s\n%s\n%s\n", bcd_json_str(answer, "keyPath", "?"),
+					bcd_json_str(answer, "certPath", "?"), bcd_json_str(answer, "notAfter", "?")) > 0 &&
 			fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_SOFTWARE;
 out:
 	json_decref(answer);

@@ -15,6 +15,7 @@
 #include "cmd/cmd.h"
 #include "core/client.h"
 #include "core/delivery.h"
+#include "core/json.h"
 #include "core/local_socket.h"
 
 /* Print the usage of bcd status to stream. */
@@ -92,7 +93,7 @@ bcd_cmd_status(int argc, char **argv)
 	if (!json_is_true(json_object_get(answer, "ok")))
 		rc = bcd_client_report("status", answer);
 	else if (prometheus)
-		rc = fputs(bcd_client_str(answer, "metrics", ""), stdout) >= 0 && fflush(stdout) == 0 ?
+		rc = fputs(bcd_json_str(answer, "metrics", ""), stdout) >= 0 && fflush(stdout) == 0 ?
 			BCD_RC_OK : BCD_RC_SOFTWARE;
 	else
 	{

@@ -13,6 +13,7 @@
 #include "bc_common.h"
 #include "cmd/cmd.h"
 #include "core/fileio.h"
+#include "core/json.h"
 #include "core/service_keys.h"
 #include "core/store.h"
 #include "core/verify.h"
@@ -81,20 +82,11 @@ parse_verify_args(int argc, char **argv, verify_opts *opts, int *help)
 	return BCD_RC_OK;
 }
 
-/* The string member name of obj, or NULL. */
-static const char *
-string_member(json_t *obj, const char *name)
-{
-	json_t	   *member = json_object_get(obj, name);
-
-	return json_is_string(member) ? json_string_value(member) : NULL;
-}
-
 /* Print a verified pending or challenge deferral on stdout. */
 static void
 print_deferral(const bcd_answer *ans)
 {
-	const char *not_after = string_member(ans->payload, "notAfter");
+	const char *not_after = bcd_json_str(ans->payload, "notAfter", NULL);
 
 	printf("%s\n", ans->status);
 	if (ans->request_id != NULL)

@@ -26,12 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "core/client.h"
+#include "core/clock.h"
+#include "core/json.h"
 #include "core/local_socket.h"
 
 /* Report a refusal on stderr; its outcome. */
@@ -40,16 +41,6 @@ bcd_client_refuse(const char *cmd, const char *code, const char *message, int re
 {
 	fprintf(stderr, "bcd %s: %s: %s\n", cmd, code, message);
 	return bcd_socket_word_rc(code, retryable);
-}
-
-/* Seconds on the monotonic clock. */
-static double
-mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
 /* Send all of line on fd. */
@@ -82,7 +73,7 @@ bcd_client_exchange(const char *cmd, const char *path, json_t *req, double timeo
 	char	   *line = json_dumps(req, JSON_COMPACT);
 	char	   *buf = malloc(BCD_SOCK_ANSWER_MAX + 1);
 	size_t		len = 0;
-	double		deadline = mono() + timeout;
+	double		deadline = bcd_now_ms() / 1000.0 + timeout;
 	json_error_t jerr;
 	int			fd = -1;
 	bcd_rc		rc;
@@ -114,7 +105,7 @@ bcd_client_exchange(const char *cmd, const char *path, json_t *req, double timeo
 	for (;;)
 	{
 		struct pollfd pfd = {fd, POLLIN, 0};
-		double		left = deadline - mono();
+		double		left = deadline - bcd_now_ms() / 1000.0;
 		ssize_t		n;
 
 		if (memchr(buf, '\n', len) != NULL)
@@ -152,21 +143,12 @@ out:
 	return rc;
 }
 
-/* The string member name of obj, or def. */
-const char *
-bcd_client_str(json_t *obj, const char *name, const char *def)
-{
-	json_t	   *m = json_object_get(obj, name);
-
-	return json_is_string(m) ? json_string_value(m) : def;
-}
-
 /* An answer {"ok":false,...}: report it; its outcome. */
 bcd_rc
 bcd_client_report(const char *cmd, json_t *answer)
 {
-	return bcd_client_refuse(cmd, bcd_client_str(answer, "error", BC_SOCK_FAILED),
-				  bcd_client_str(answer, "message", "(no message)"),
+	return bcd_client_refuse(cmd, bcd_json_str(answer, "error", BC_SOCK_FAILED),
+				  bcd_json_str(answer, "message", "(no message)"),
 				  json_is_true(json_object_get(answer, "retryable")));
 }
 

@@ -16,8 +16,6 @@ bcd_rc		bcd_client_exchange(const char *cmd, const char *path, json_t *req,
 								double timeout, json_t **answer);
 /* Report an answer {"ok":false,...}; its outcome. */
 bcd_rc		bcd_client_report(const char *cmd, json_t *answer);
-/* The string member name of obj, or def. */
-const char *bcd_client_str(json_t *obj, const char *name, const char *def);
 /* Parse --timeout (seconds in (0, 86400]); 0 on success. */
 int			bcd_client_parse_timeout(const char *s, double *out);
 

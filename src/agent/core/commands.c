@@ -17,7 +17,6 @@
  * A command whose kind no handler takes fails with reason no-handler.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +29,8 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/child.h"
+#include "core/clock.h"
 #include "core/commands.h"
 #include "core/proof.h"
 #include "core/log.h"
@@ -38,15 +39,6 @@
 
 /* A handler's output (stdout and stderr) kept, in bytes. */
 #define OUTPUT_MAX 8192
-
-static double
-mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 /* --command-handler PREFIX=EXECUTABLE (commands.h). */
 const char *
@@ -107,47 +99,37 @@ sanitize(char *s, size_t n)
 	}
 }
 
+/* In a handler's child: BCD_COMMAND_ID and BCD_COMMAND_KIND (arg: id, kind). */
+static int
+handler_setup(void *arg)
+{
+	const char *const *idkind = arg;
+
+	setenv("BCD_COMMAND_ID", idkind[0], 1);
+	setenv("BCD_COMMAND_KIND", idkind[1], 1);
+	return 0;
+}
+
 /* Run h for one command; the result object (never NULL unless out of memory). */
 static json_t *
 run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
 			const char *kind, const char *payload)
 {
-	int			in[2] = {-1, -1};
-	int			out[2] = {-1, -1};
+	const char *idkind[2] = {id, kind};
+	char	   *argv[4] = {(char *) h->exe, (char *) kind, (char *) id, NULL};
+	bcd_child	c;
 	char		buf[OUTPUT_MAX + 1];
 	size_t		len = 0;
 	int			truncated = 0;
 	int			timed_out = 0;
 	int			status = 0;
-	double		deadline = mono_now() + o->command_timeout;
-	pid_t		pid;
+	double		deadline = bcd_now_ms() / 1000.0 + o->command_timeout;
 	json_t	   *res;
 	int			reaped = 0;
 
-	if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
-		goto spawn_failed;
-	pid = fork();
-	if (pid < 0)
-		goto spawn_failed;
-	if (pid == 0)
-	{
-		sigset_t	none;
-
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		setpgid(0, 0);
-		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(out[1], 2) < 0)
-			_exit(127);
-		setenv("BCD_COMMAND_ID", id, 1);
-		setenv("BCD_COMMAND_KIND", kind, 1);
-		execl(h->exe, h->exe, kind, id, (char *) NULL);
-		_exit(127);
-	}
-	setpgid(pid, pid);
-	close(in[0]);
-	close(out[1]);
-	in[0] = out[1] = -1;
+	if (bcd_child_spawn(&c, h->exe, argv, NULL, 0, handler_setup, idkind) != BC_OK)
+		return json_pack("{s:i, s:s, s:b, s:s}", "exitCode", -1, "output", "", "truncated", 0,
+						 "reason", "spawn");
 	/* The payload is at most 16 KiB: it fits the pipe, the write does not block. */
 	{
 		size_t		n = strlen(payload);
@@ -156,20 +138,19 @@ run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
 
 		while (off < n)
 		{
-			ssize_t		w = write(in[1], payload + off, n - off);
+			ssize_t		w = write(c.in, payload + off, n - off);
 
 			if (w <= 0)
 				break;
 			off += (size_t) w;
 		}
 		signal(SIGPIPE, old);
-		close(in[1]);
-		in[1] = -1;
+		bcd_child_close(&c.in);
 	}
 	for (;;)
 	{
-		struct pollfd pfd = {.fd = out[0], .events = POLLIN};
-		double		left = deadline - mono_now();
+		struct pollfd pfd = {.fd = c.out, .events = POLLIN};
+		double		left = deadline - bcd_now_ms() / 1000.0;
 		char		junk[4096];
 		ssize_t		r;
 
@@ -181,10 +162,10 @@ run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
 		if (poll(&pfd, 1, (int) (left * 1000) + 1) <= 0)
 			continue;
 		if (len < OUTPUT_MAX)
-			r = read(out[0], buf + len, OUTPUT_MAX - len);
+			r = read(c.out, buf + len, OUTPUT_MAX - len);
 		else
 		{
-			r = read(out[0], junk, sizeof(junk));
+			r = read(c.out, junk, sizeof(junk));
 			if (r > 0)
 				truncated = 1;
 		}
@@ -196,34 +177,12 @@ run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
 			len += (size_t) r;
 	}
 	/* Output closed: wait for the exit within the same deadline. */
-	while (!timed_out)
+	if (!timed_out)
 	{
-		pid_t		w = waitpid(pid, &status, WNOHANG);
-
-		if (w == pid)
-		{
-			reaped = 1;
-			break;
-		}
-		if (mono_now() >= deadline)
-		{
-			timed_out = 1;
-			break;
-		}
-		{
-			struct timespec ts = {0, 10 * 1000 * 1000};
-
-			nanosleep(&ts, NULL);
-		}
+		reaped = bcd_child_wait(&c, deadline, 0, &status) == BCD_CHILD_EXITED;
+		timed_out = !reaped;
 	}
-	if (!reaped)
-	{
-		kill(-pid, SIGKILL);
-		kill(pid, SIGKILL);
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
-	}
-	close(out[0]);
+	bcd_child_end(&c, reaped, &status);
 	buf[len] = '\0';
 	sanitize(buf, len);
 	res = json_pack("{s:i, s:s, s:b}", "exitCode",
@@ -234,17 +193,6 @@ run_handler(const bcd_run_opts *o, const bcd_command_handler *h, const char *id,
 	else if (res != NULL && WIFSIGNALED(status))
 		json_object_set_new(res, "reason", json_string("signal"));
 	return res;
-
-spawn_failed:
-	for (int i = 0; i < 2; i++)
-	{
-		if (in[i] >= 0)
-			close(in[i]);
-		if (out[i] >= 0)
-			close(out[i]);
-	}
-	return json_pack("{s:i, s:s, s:b, s:s}", "exitCode", -1, "output", "", "truncated", 0,
-					 "reason", "spawn");
 }
 
 /* Report one command's result. */

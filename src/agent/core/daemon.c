@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bc_common.h"
+#include "core/clock.h"
 #include "core/commands.h"
 #include "core/daemon.h"
 #include "core/join_loop.h"
@@ -106,15 +107,6 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 	return bcd_join_loop(a, NULL, cred);
 }
 
-static double
-monotonic(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 /*
  * Wait delay seconds; with command handlers, fetch and run the node's
  * commands every --command-interval meanwhile.  1 when stopped by a signal.
@@ -122,7 +114,7 @@ monotonic(void)
 static int
 wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
 {
-	double		end = monotonic() + (delay > 0 ? delay : 0);
+	double		end = bcd_now_ms() / 1000.0 + (delay > 0 ? delay : 0);
 
 	if (a->opts->n_handlers == 0)
 		return bcd_sleep(delay);
@@ -131,12 +123,12 @@ wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
 		double		left;
 
 		bcd_commands_poll(a, cred);
-		left = end - monotonic();
+		left = end - bcd_now_ms() / 1000.0;
 		if (left <= 0)
 			return 0;
 		if (bcd_sleep(left < a->opts->command_interval ? left : a->opts->command_interval))
 			return 1;
-		if (end - monotonic() <= 0)
+		if (end - bcd_now_ms() / 1000.0 <= 0)
 			return 0;
 	}
 }

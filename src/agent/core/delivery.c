@@ -40,6 +40,7 @@
 
 #include "bc_common.h"
 #include "core/delivery.h"
+#include "core/fileio.h"
 #include "core/local_socket.h"
 
 /*
@@ -57,12 +58,12 @@ bcd_selector_valid(const char *s, int required)
 char *
 bcd_runtime_dir(void)
 {
-	const char *x = getenv("XDG_RUNTIME_DIR");
+	const char *x = bcd_xdg_runtime_dir();
 	char		buf[64];
 	char	   *dir;
 	size_t		n;
 
-	if (x != NULL && x[0] == '/')
+	if (x != NULL)
 		dir = strdup(x);
 	else
 	{
@@ -87,8 +88,7 @@ bcd_runtime_dir(void)
 int
 bcd_runtime_dir_open(const char *runtime_dir, int *fd, char *err, size_t errlen)
 {
-	const char *x = getenv("XDG_RUNTIME_DIR");
-	int			from_env = x != NULL && x[0] == '/';
+	int			from_env = bcd_xdg_runtime_dir() != NULL;
 	char		why[768];
 	int			rc;
 
@@ -222,24 +222,6 @@ out:
 	return rc;
 }
 
-/* Write all of data to fd. */
-static int
-write_all(int fd, const char *data, size_t len)
-{
-	while (len > 0)
-	{
-		ssize_t		n = write(fd, data, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return BC_EINVAL;
-		data += n;
-		len -= (size_t) n;
-	}
-	return BC_OK;
-}
-
 /*
  * Write data (0600) to a new temporary name in dirfd for name, fsync()ed;
  * its name in tmp (tmplen bytes).
@@ -263,7 +245,7 @@ write_tmp(int dirfd, const char *name, const char *data, size_t len, char *tmp, 
 		tmp[0] = '\0';
 		return BC_EINVAL;
 	}
-	ok = fchmod(fd, 0600) == 0 && write_all(fd, data, len) == BC_OK && fsync(fd) == 0;
+	ok = fchmod(fd, 0600) == 0 && bcd_write_all(fd, data, len) == BC_OK && fsync(fd) == 0;
 	if (close(fd) != 0)
 		ok = 0;
 	if (ok)

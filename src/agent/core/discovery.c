@@ -13,23 +13,15 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/clock.h"
 #include "core/discovery.h"
 #include "core/tpm_key.h"
-
-long long
-bcd_monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int
 bcd_ssl_wait(SSL *ssl, int fd, int ret, long long deadline_ms)
 {
 	int			e = SSL_get_error(ssl, ret);
-	long long	left = deadline_ms - bcd_monotonic_ms();
+	long long	left = deadline_ms - bcd_now_ms();
 	struct pollfd p = {fd, 0, 0};
 	int			n;
 

@@ -24,15 +24,12 @@
 #define BCD_DISCOVERY_BAD_REQUEST "bad-request"
 #define BCD_DISCOVERY_UNAVAILABLE "unavailable"
 
-/* Milliseconds of CLOCK_MONOTONIC, for the deadlines below. */
-long long	bcd_monotonic_ms(void);
-
 /*
  * After an OpenSSL call on a non-blocking socket fd returned ret: wait until
  * it may go on (0: call it again), or -1 when it failed for good or
- * deadline_ms (bcd_monotonic_ms) passed.  Every read, write and handshake of
- * the discovery protocol goes through it, so a peer that trickles bytes
- * cannot hold either side past its deadline.
+ * deadline_ms (bcd_now_ms, core/clock.h) passed.  Every read, write and
+ * handshake of the discovery protocol goes through it, so a peer that
+ * trickles bytes cannot hold either side past its deadline.
  */
 struct ssl_st;
 int			bcd_ssl_wait(struct ssl_st *ssl, int fd, int ret, long long deadline_ms);

@@ -90,9 +90,9 @@ bcd_ensure_dir(const char *path)
 	return BC_OK;
 }
 
-/* Write all of data to fd. */
-static int
-write_all(int fd, const void *data, size_t len)
+/* Write all of data to fd, retrying on EINTR: BC_OK or BC_EINVAL. */
+int
+bcd_write_all(int fd, const void *data, size_t len)
 {
 	const char *p = data;
 
@@ -140,7 +140,7 @@ bcd_write_file_atomic(const char *dir, const char *name, const void *data,
 		tmp = NULL;
 		goto out;
 	}
-	if (fchmod(fd, mode) != 0 || write_all(fd, data, len) != BC_OK ||
+	if (fchmod(fd, mode) != 0 || bcd_write_all(fd, data, len) != BC_OK ||
 		fsync(fd) != 0)
 		goto out;
 	if (close(fd) != 0)

@@ -79,8 +79,8 @@ join3(const char *a, const char *b, const char *c)
 }
 
 /* $XDG_RUNTIME_DIR when it is set to an absolute path, else NULL. */
-static const char *
-xdg_runtime_dir(void)
+const char *
+bcd_xdg_runtime_dir(void)
 {
 	const char *x = getenv("XDG_RUNTIME_DIR");
 
@@ -125,8 +125,8 @@ bcd_socket_daemon_path(const char *option, const char *state_dir, char **out,
 
 	if (option != NULL)
 		path = strdup(option);
-	else if (xdg_runtime_dir() != NULL)
-		path = join3(xdg_runtime_dir(), "bcd", SOCKET_NAME);
+	else if (bcd_xdg_runtime_dir() != NULL)
+		path = join3(bcd_xdg_runtime_dir(), "bcd", SOCKET_NAME);
 	else if (state_dir[0] == '/')
 		path = join3(state_dir, "run", SOCKET_NAME);
 	else
@@ -156,13 +156,13 @@ bcd_socket_client_path(const char *option, char **out, char *err, size_t errlen)
 		option = env;
 	if (option != NULL)
 		return take_path(strdup(option), out, err, errlen);
-	if (xdg_runtime_dir() == NULL)
+	if (bcd_xdg_runtime_dir() == NULL)
 	{
 		snprintf(err, errlen, "XDG_RUNTIME_DIR is unset: name the socket with --socket "
 				 "or BCD_SOCKET");
 		return BC_EINVAL;
 	}
-	return take_path(join3(xdg_runtime_dir(), "bcd", SOCKET_NAME), out, err, errlen);
+	return take_path(join3(bcd_xdg_runtime_dir(), "bcd", SOCKET_NAME), out, err, errlen);
 }
 
 /*

@@ -30,6 +30,7 @@ typedef struct bcd_listener
 #define BCD_CONNECT_NONE 1		/* nothing to reach: no-daemon */
 #define BCD_CONNECT_UNTRUSTED 2	/* a directory or a listener that is not ours */
 
+const char *bcd_xdg_runtime_dir(void);
 int			bcd_socket_daemon_path(const char *option, const char *state_dir,
 								   char **out, char *err, size_t errlen);
 int			bcd_socket_client_path(const char *option, char **out, char *err, size_t errlen);

@@ -19,6 +19,7 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/proof.h"
 #include "core/provision.h"
@@ -42,21 +43,12 @@ job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
 	va_end(ap);
 }
 
-/* The string member name of obj, or def. */
-static const char *
-member_or(json_t *obj, const char *name, const char *def)
-{
-	json_t	   *m = json_object_get(obj, name);
-
-	return json_is_string(m) ? json_string_value(m) : def;
-}
-
 /* Check that a verified issued answer is for this node, session and context. */
 static int
 check_session(const bcd_node_snapshot *node, const bcd_job *job, const bcd_answer *ans,
 			  char *err, size_t errlen)
 {
-	const char *session_id = member_or(ans->payload, "sessionId", NULL);
+	const char *session_id = bcd_json_str(ans->payload, "sessionId", NULL);
 	char		want[1024];
 
 	if (session_id == NULL)
@@ -71,8 +63,8 @@ check_session(const bcd_node_snapshot *node, const bcd_job *job, const bcd_answe
 				 ans->spiffe_id);
 		return BC_EVERIFY;
 	}
-	if (strcmp(member_or(ans->payload, "session", ""), job->session) != 0 ||
-		strcmp(member_or(ans->payload, "context", ""), job->context) != 0)
+	if (strcmp(bcd_json_str(ans->payload, "session", ""), job->session) != 0 ||
+		strcmp(bcd_json_str(ans->payload, "context", ""), job->context) != 0)
 	{
 		snprintf(err, errlen, "the answer is for another session or context");
 		return BC_EVERIFY;

@@ -44,11 +44,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bc_common.h"
+#include "core/clock.h"
 #include "core/delivery.h"
+#include "core/json.h"
 #include "core/local_socket.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -128,16 +129,6 @@ struct bcd_server
 /* Shortest interval between two writes of --metrics-file, in seconds. */
 #define METRICS_INTERVAL 0.25
 
-/* Seconds on the monotonic clock. */
-static double
-now_mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 /* ------------------------------------------------------------ connections */
 
 /* Close and free a connection, taking it out of the list. */
@@ -188,7 +179,7 @@ conn_flush(bcd_server *s, bcd_conn *c)
 	if (c->drain && c->out_off == c->out_len && shutdown(c->fd, SHUT_WR) == 0)
 	{
 		c->state = CONN_DRAINING;
-		c->deadline = now_mono() + READ_TIMEOUT;
+		c->deadline = bcd_now_ms() / 1000.0 + READ_TIMEOUT;
 		c->drained = 0;
 		return;
 	}
@@ -242,7 +233,7 @@ answer_doc(bcd_server *s, bcd_conn *c, json_t *doc)
 	c->out_len = n + 1;
 	c->out_off = 0;
 	c->state = CONN_WRITING;
-	c->deadline = now_mono() + WRITE_TIMEOUT;
+	c->deadline = bcd_now_ms() / 1000.0 + WRITE_TIMEOUT;
 	conn_flush(s, c);
 }
 
@@ -398,16 +389,11 @@ find_or_queue(bcd_server *s, const char *session, const char *context, const bcd
 static const char *
 req_string(json_t *req, const char *name, int *bad)
 {
-	json_t	   *m = json_object_get(req, name);
+	const char *s = bcd_json_str(req, name, NULL);
 
-	if (m == NULL)
-		return NULL;
-	if (!json_is_string(m))
-	{
+	if (s == NULL && json_object_get(req, name) != NULL)
 		*bad = 1;
-		return NULL;
-	}
-	return json_string_value(m);
+	return s;
 }
 
 /* {"op":"credential","session","context","dir"}: refuse, or wait for a provisioning. */
@@ -597,7 +583,7 @@ accept_all(bcd_server *s)
 		c->fd = fd;
 		c->dirfd = -1;
 		c->state = CONN_READING;
-		c->deadline = now_mono() + READ_TIMEOUT;
+		c->deadline = bcd_now_ms() / 1000.0 + READ_TIMEOUT;
 		c->next = s->conns;
 		s->conns = c;
 		s->n_conns++;
@@ -646,13 +632,13 @@ write_metrics(bcd_server *s, int force)
 	bcd_node_take(s->node, &node);
 	if (node.generation != s->metrics_generation)
 		s->metrics_dirty = 1;
-	if (s->metrics_dirty && (force || now_mono() >= s->metrics_next))
+	if (s->metrics_dirty && (force || bcd_now_ms() / 1000.0 >= s->metrics_next))
 	{
 		if (bcd_metrics_write(s->metrics_file, &s->counters, &node) != BC_OK)
 			bcd_log("cannot write the metrics file %s", s->metrics_file);
 		s->metrics_dirty = 0;
 		s->metrics_generation = node.generation;
-		s->metrics_next = now_mono() + METRICS_INTERVAL;
+		s->metrics_next = bcd_now_ms() / 1000.0 + METRICS_INTERVAL;
 	}
 	bcd_node_release(&node);
 }
@@ -680,7 +666,7 @@ expire(bcd_server *s, double now)
 static void
 io_round(bcd_server *s, struct pollfd *pfd, bcd_conn **pc, size_t slots)
 {
-	double		now = now_mono();
+	double		now = bcd_now_ms() / 1000.0;
 	double		wait = 1.0;
 	bcd_conn   *c;
 	int			n = 2;
@@ -722,7 +708,7 @@ io_round(bcd_server *s, struct pollfd *pfd, bcd_conn **pc, size_t slots)
 	}
 	if (pfd[1].revents != 0)
 		accept_all(s);
-	expire(s, now_mono());
+	expire(s, bcd_now_ms() / 1000.0);
 	write_metrics(s, 0);
 }
 

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/signals.h"
 
 /* Set once a stop signal was taken (or bcd_stop_now was called); read by every thread. */
@@ -54,27 +55,17 @@ bcd_stop_requested(void)
 	return 0;
 }
 
-/* Seconds on the monotonic clock. */
-static double
-monotonic_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 /* Sleep for seconds unless a stop signal arrives first: 1 then, else 0. */
 int
 bcd_sleep(double seconds)
 {
 	sigset_t	set;
-	double		end = monotonic_now() + (seconds > 0 ? seconds : 0);
+	double		end = bcd_now_ms() / 1000.0 + (seconds > 0 ? seconds : 0);
 
 	stop_signals(&set);
 	for (;;)
 	{
-		double		left = end - monotonic_now();
+		double		left = end - bcd_now_ms() / 1000.0;
 		struct timespec ts;
 
 		if (bcd_stop_requested())

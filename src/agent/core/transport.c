@@ -1,12 +1,16 @@
 /*
- * transport.c: the agent's HTTPS client (libcurl, OpenSSL flavour).  The gateway's
- * CA is pinned (no system store), TLS 1.2 or newer, https only, no
- * redirects, no proxy, bounded time and a bounded response body.  A pending
- * stop signal aborts a transfer at once.
+ * transport.c: the agent's HTTP client (libcurl, OpenSSL flavour).  Of the
+ * gateway: its CA pinned (no system store), TLS 1.2 or newer, https only,
+ * no redirects, no proxy, bounded time and a bounded response body; a
+ * pending stop signal aborts a transfer at once.  Of a cloud's link-local
+ * metadata service (producers/cloud_iid.c), the one plain-HTTP use: http://
+ * to that service's own address only (or 127.0.0.1, the tests' stand-in),
+ * no redirects, no proxy, 10 s and 64 KiB at most, 200 or nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -18,20 +22,31 @@
 /* Connect and whole-transfer timeouts, in seconds. */
 #define CONNECT_TIMEOUT 10L
 #define TOTAL_TIMEOUT 60L
+/* Whole-transfer timeout of a metadata request, in seconds. */
+#define METADATA_TIMEOUT 10L
 
-/* A client of one gateway. */
+/*
+ * The hosts of the metadata mode: 169.254.169.254 (AWS, Azure, GCP), AWS's
+ * over IPv6, GCP's name, and the tests' stand-in.
+ */
+static const char *const metadata_hosts[] = {
+	"169.254.169.254", "[fd00:ec2::254]", "metadata.google.internal", "127.0.0.1", NULL
+};
+
+/* A client of one gateway, or of a metadata service (ca_file NULL). */
 struct bcd_http
 {
 	CURL	   *curl;
-	char	   *base;			/* without a trailing '/' */
-	char	   *ca_file;
+	char	   *base;			/* without a trailing '/' (a metadata base: as given) */
+	char	   *ca_file;		/* NULL: the metadata mode */
 };
 
-/* The body being received, bounded by BCD_HTTP_BODY_MAX. */
+/* The body being received, bounded by max. */
 typedef struct body_buf
 {
 	char	   *data;
 	size_t		len;
+	size_t		max;
 	int			too_big;
 } body_buf;
 
@@ -43,7 +58,7 @@ on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	size_t		n = size * nmemb;
 	char	   *grown;
 
-	if (n > BCD_HTTP_BODY_MAX - b->len)
+	if (n > b->max - b->len)
 	{
 		b->too_big = 1;
 		return 0;
@@ -71,18 +86,12 @@ on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
 	return bcd_stop_requested();
 }
 
-/* A client for base_url (https://...) pinning the CA certificates in ca_file. */
-bcd_http *
-bcd_http_new(const char *base_url, const char *ca_file, char *err, size_t errlen)
+/* A client for base_url; ca_file NULL: the metadata mode (checked by the callers). */
+static bcd_http *
+http_new(const char *base_url, const char *ca_file, char *err, size_t errlen)
 {
 	bcd_http   *h = NULL;
-	size_t		n;
 
-	if (strncmp(base_url, "https://", 8) != 0)
-	{
-		snprintf(err, errlen, "--gateway must be an https:// URL");
-		return NULL;
-	}
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 	{
 		snprintf(err, errlen, "cannot initialise libcurl");
@@ -90,16 +99,74 @@ bcd_http_new(const char *base_url, const char *ca_file, char *err, size_t errlen
 	}
 	h = calloc(1, sizeof(*h));
 	if (h == NULL || (h->base = strdup(base_url)) == NULL ||
-		(h->ca_file = strdup(ca_file)) == NULL || (h->curl = curl_easy_init()) == NULL)
+		(ca_file != NULL && (h->ca_file = strdup(ca_file)) == NULL) ||
+		(h->curl = curl_easy_init()) == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
 		bcd_http_free(h);
 		return NULL;
 	}
+	return h;
+}
+
+/* A client for base_url (https://...) pinning the CA certificates in ca_file. */
+bcd_http *
+bcd_http_new(const char *base_url, const char *ca_file, char *err, size_t errlen)
+{
+	bcd_http   *h;
+	size_t		n;
+
+	if (strncmp(base_url, "https://", 8) != 0)
+	{
+		snprintf(err, errlen, "--gateway must be an https:// URL");
+		return NULL;
+	}
+	h = http_new(base_url, ca_file, err, errlen);
+	if (h == NULL)
+		return NULL;
 	n = strlen(h->base);
 	while (n > 8 && h->base[n - 1] == '/')
 		h->base[--n] = '\0';
 	return h;
+}
+
+/* 1 when url (libcurl parses it) is http:// to one of metadata_hosts. */
+static int
+metadata_url_ok(const char *url)
+{
+	CURLU	   *u = curl_url();
+	char	   *scheme = NULL;
+	char	   *host = NULL;
+	int			ok = 0;
+
+	if (u != NULL && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+		curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+		strcmp(scheme, "http") == 0)
+		for (int i = 0; metadata_hosts[i] != NULL && !ok; i++)
+			ok = strcasecmp(host, metadata_hosts[i]) == 0;
+	curl_free(scheme);
+	curl_free(host);
+	curl_url_cleanup(u);
+	return ok;
+}
+
+/*
+ * A client of the cloud's link-local metadata service at base_url: plain
+ * HTTP, nothing pinned, so refused unless base_url is http:// to one of
+ * metadata_hosts.
+ */
+bcd_http *
+bcd_http_new_metadata(const char *base_url, char *err, size_t errlen)
+{
+	if (!metadata_url_ok(base_url))
+	{
+		snprintf(err, errlen, "the metadata service %s: only http:// to 169.254.169.254, "
+				 "[fd00:ec2::254], metadata.google.internal (or 127.0.0.1) is asked "
+				 "without TLS", base_url);
+		return NULL;
+	}
+	return http_new(base_url, NULL, err, errlen);
 }
 
 /* Release the client. */
@@ -169,7 +236,7 @@ http_post(bcd_http *h, const char *path, const char *body,
 {
 	struct curl_slist *headers = NULL;
 	struct curl_slist *more;
-	body_buf	b = {NULL, 0, 0};
+	body_buf	b = {NULL, 0, BCD_HTTP_BODY_MAX, 0};
 	char		errbuf[CURL_ERROR_SIZE] = "";
 	char	   *url = NULL;
 	size_t		url_len = strlen(h->base) + strlen(path) + 1;
@@ -223,6 +290,86 @@ out:
 	curl_slist_free_all(headers);
 	free(url);
 	return rc;
+}
+
+/*
+ * One request of a metadata client (bcd_http_new_metadata): method "GET",
+ * or "PUT" with an empty body, of its base + path, with header (NULL: none).
+ * BC_OK with a 200's non-empty body in *out (malloc()ed, NUL-terminated),
+ * *outlen; else BC_EINVAL or BC_ENOMEM, why in err.
+ */
+int
+bcd_http_metadata_fetch(bcd_http *h, const char *method, const char *path,
+						const char *header, char **out, size_t *outlen,
+						char *err, size_t errlen)
+{
+	CURL	   *c = h->curl;
+	struct curl_slist *hs = NULL;
+	body_buf	b = {NULL, 0, BCD_HTTP_METADATA_MAX, 0};
+	size_t		url_len = strlen(h->base) + strlen(path) + 1;
+	char	   *url;
+	long		status = 0;
+	CURLcode	cc;
+
+	*out = NULL;
+	if (h->ca_file != NULL)
+	{
+		snprintf(err, errlen, "a gateway client asks no metadata service");
+		return BC_EINVAL;
+	}
+	url = malloc(url_len);
+	if (url == NULL)
+	{
+		snprintf(err, errlen, "cannot start an HTTP request (out of memory)");
+		return BC_ENOMEM;
+	}
+	snprintf(url, url_len, "%s%s", h->base, path);
+	if (header != NULL)
+		hs = curl_slist_append(hs, header);
+	curl_easy_reset(c);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");	/* link-local: never through a proxy */
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, METADATA_TIMEOUT);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hs);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	if (strcmp(method, "PUT") == 0)
+	{
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+	}
+	cc = curl_easy_perform(c);
+	if (cc == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+	curl_slist_free_all(hs);
+	if (cc != CURLE_OK || status != 200 || b.data == NULL)
+	{
+		snprintf(err, errlen, "the metadata service: %s %s: %s", method, url,
+				 b.too_big ? "answer over 64 KiB" :
+				 cc != CURLE_OK ? curl_easy_strerror(cc) :
+				 status != 200 ? "HTTP status other than 200" : "empty answer");
+		free(url);
+		free(b.data);
+		return BC_EINVAL;
+	}
+	free(url);
+	*out = b.data;
+	*outlen = b.len;
+	return BC_OK;
+}
+
+/* s percent-encoded for a URL (libcurl's escape), malloc()ed, or NULL. */
+char *
+bcd_http_escape(const char *s)
+{
+	char	   *enc = curl_easy_escape(NULL, s, 0);
+	char	   *copy = enc != NULL ? strdup(enc) : NULL;
+
+	curl_free(enc);
+	return copy;
 }
 
 /* Copy s into buf keeping only printable ASCII, at most 120 characters. */

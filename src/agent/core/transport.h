@@ -1,6 +1,7 @@
 /*
- * transport.h: bcd's HTTPS client of the gateway (libcurl, the gateway's CA
- * pinned), and the one classification of what the gateway answered.
+ * transport.h: bcd's HTTP client (libcurl): of the gateway (https, its CA
+ * pinned), with the one classification of what the gateway answered; and
+ * of a cloud's link-local metadata service (plain http, those hosts only).
  */
 #ifndef BCD_TRANSPORT_H
 #define BCD_TRANSPORT_H
@@ -11,8 +12,10 @@
 
 /* Bound of a response body read from the gateway. */
 #define BCD_HTTP_BODY_MAX (256 * 1024)
+/* Bound of an answer of a metadata service. */
+#define BCD_HTTP_METADATA_MAX (64 * 1024)
 
-/* A client of one gateway (one per thread). */
+/* A client of one gateway or one metadata service (one per thread). */
 typedef struct bcd_http bcd_http;
 
 /* One HTTP answer: status (0: none came), body (NUL-terminated, malloc()ed), Retry-After. */
@@ -32,5 +35,17 @@ bcd_rc		bcd_http_exchange(bcd_http *h, const char *path, const char *body,
 							  bcd_http_reply *reply, char *err, size_t errlen);
 void		bcd_http_reply_free(bcd_http_reply *reply);
 void		bcd_http_describe(const bcd_http_reply *reply, char *buf, size_t len);
+
+/*
+ * The metadata mode: plain HTTP, unpinned, so only to http:// URLs of
+ * 169.254.169.254, [fd00:ec2::254], metadata.google.internal or 127.0.0.1.
+ */
+bcd_http   *bcd_http_new_metadata(const char *base_url, char *err, size_t errlen);
+/* GET, or PUT with an empty body, of base_url + path: a 200's body or BC_EINVAL. */
+int			bcd_http_metadata_fetch(bcd_http *h, const char *method, const char *path,
+									const char *header, char **out, size_t *outlen,
+									char *err, size_t errlen);
+/* s percent-encoded for a URL, malloc()ed, or NULL. */
+char	   *bcd_http_escape(const char *s);
 
 #endif							/* BCD_TRANSPORT_H */

@@ -26,6 +26,7 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/json.h"
 #include "core/verify.h"
 
 /* Most certificates accepted in certificateChain. */
@@ -43,15 +44,6 @@ is_printable_code(const char *s)
 			return 0;
 	}
 	return i > 0;
-}
-
-/* The string member name of obj, or NULL. */
-static const char *
-string_member(json_t *obj, const char *name)
-{
-	json_t	   *member = json_object_get(obj, name);
-
-	return json_is_string(member) ? json_string_value(member) : NULL;
 }
 
 /*
@@ -214,10 +206,10 @@ chain_is_one_path(X509 *const *certs, size_t n, X509 *pinned)
 static int
 check_spiffe_id(const char *spiffe, const char *trust_domain, json_t *payload)
 {
-	const char *tenant = string_member(payload, "tenantId");
-	const char *node = string_member(payload, "nodeId");
-	const char *session = string_member(payload, "sessionId");
-	const char *answered = string_member(payload, "spiffeId");
+	const char *tenant = bcd_json_str(payload, "tenantId", NULL);
+	const char *node = bcd_json_str(payload, "nodeId", NULL);
+	const char *session = bcd_json_str(payload, "sessionId", NULL);
+	const char *answered = bcd_json_str(payload, "spiffeId", NULL);
 	char		want[1024];
 
 	if (answered != NULL && strcmp(answered, spiffe) != 0)
@@ -304,7 +296,7 @@ check_issued(const bcd_service_keys *keys, EVP_PKEY *key, bcd_answer *ans,
 	rc = bcd_cert_serial_hex(certs[0], ans->serial);
 	if (rc != BC_OK)
 		goto out;
-	answered_serial = string_member(ans->payload, "serial");
+	answered_serial = bcd_json_str(ans->payload, "serial", NULL);
 	rc = BC_EVERIFY;
 	if (answered_serial != NULL && strcmp(answered_serial, ans->serial) != 0)
 		goto out;
@@ -312,9 +304,9 @@ check_issued(const bcd_service_keys *keys, EVP_PKEY *key, bcd_answer *ans,
 	rc = chain_pem(certs, n_certs, keys->node_ca, &ans->chain_pem, &ans->chain_pem_len);
 	if (rc != BC_OK)
 		goto out;
-	if (string_member(ans->payload, "notAfter") != NULL)
+	if (bcd_json_str(ans->payload, "notAfter", NULL) != NULL)
 		snprintf(ans->not_after, sizeof(ans->not_after), "%s",
-				 string_member(ans->payload, "notAfter"));
+				 bcd_json_str(ans->payload, "notAfter", NULL));
 	else
 		bcd_cert_not_after(certs[0], ans->not_after, sizeof(ans->not_after));
 	ans->leaf = certs[0];
@@ -359,7 +351,7 @@ verify_payload(const bcd_service_keys *keys, const char *jws, size_t jws_len,
 	rc = bc_sha256_b64url(csr, csr_len, want);
 	if (rc != BC_OK)
 		goto out;
-	got = string_member(ans->payload, "csrSha256");
+	got = bcd_json_str(ans->payload, "csrSha256", NULL);
 	rc = BC_EVERIFY;
 	if (got == NULL || strlen(got) != strlen(want) || !bc_ct_equal(got, want, strlen(want)))
 	{
@@ -383,12 +375,12 @@ read_deferral(bcd_answer *ans)
 		ans->retry_after = (long) json_integer_value(retry);
 	else if (json_is_real(retry))
 		ans->retry_after = (long) json_real_value(retry);
-	ans->request_id = string_member(ans->payload, "requestId");
-	ans->challenge = string_member(ans->payload, "challenge");
-	ans->attestor = string_member(ans->payload, "attestor");
-	if (string_member(ans->payload, "notAfter") != NULL)
+	ans->request_id = bcd_json_str(ans->payload, "requestId", NULL);
+	ans->challenge = bcd_json_str(ans->payload, "challenge", NULL);
+	ans->attestor = bcd_json_str(ans->payload, "attestor", NULL);
+	if (bcd_json_str(ans->payload, "notAfter", NULL) != NULL)
 		snprintf(ans->not_after, sizeof(ans->not_after), "%s",
-				 string_member(ans->payload, "notAfter"));
+				 bcd_json_str(ans->payload, "notAfter", NULL));
 }
 
 /*
@@ -415,7 +407,7 @@ bcd_answer_verify(const bcd_service_keys *keys, const char *text, size_t len,
 	rc = BCD_RC_FAILED;
 	if (verify_payload(keys, jws, jws_len, csr, csr_len, ans, err, errlen) != BC_OK)
 		goto out;
-	ans->status = string_member(ans->payload, "status");
+	ans->status = bcd_json_str(ans->payload, "status", NULL);
 	if (ans->status == NULL)
 		snprintf(err, errlen, "the signed payload has no status");
 	else if (strcmp(ans->status, BC_STATUS_ISSUED) == 0)

@@ -13,29 +13,21 @@
  *   azure  /metadata/attested/document?api-version=2025-04-07&nonce=<n>,
  *          n = the first 32 hex digits of SHA-256(CSR DER).
  *
- * It answers no challenge.
+ * Every request goes through core/transport.c's metadata mode (plain HTTP
+ * to the metadata service's own address only, 10 s, 64 KiB at most).  It
+ * answers no challenge.
  */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/transport.h"
 #include "producers/producer.h"
-
-#define META_MAX (64 * 1024)
-#define META_TIMEOUT_S 10L
-
-typedef struct body
-{
-	char	   *data;
-	size_t		len;
-	int			over;
-} body;
 
 /* Its own state: --cloud, --metadata-url, --cloud-audience. */
 static struct
@@ -44,82 +36,6 @@ static struct
 	const char *metadata_url;
 	const char *cloud_audience;
 } st;
-
-/* libcurl's write callback: keep at most META_MAX bytes. */
-static size_t
-keep(char *p, size_t size, size_t n, void *arg)
-{
-	body	   *b = arg;
-	size_t		k = size * n;
-	char	   *grown;
-
-	if (b->len + k > META_MAX)
-	{
-		b->over = 1;
-		return 0;
-	}
-	grown = realloc(b->data, b->len + k + 1);
-	if (grown == NULL)
-		return 0;
-	b->data = grown;
-	memcpy(b->data + b->len, p, k);
-	b->len += k;
-	b->data[b->len] = '\0';
-	return k;
-}
-
-/* One request to the metadata service; the body malloc()ed and NUL-terminated. */
-static int
-fetch(const char *method, const char *url, const char *h1, const char *h2, char **out,
-	  size_t *outlen, char *err, size_t errlen)
-{
-	CURL	   *c = curl_easy_init();
-	struct curl_slist *hs = NULL;
-	body		b = {NULL, 0, 0};
-	long		status = 0;
-	CURLcode	cc;
-
-	*out = NULL;
-	if (c == NULL)
-	{
-		snprintf(err, errlen, "cannot start an HTTP request (out of memory)");
-		return BC_ENOMEM;
-	}
-	if (h1 != NULL)
-		hs = curl_slist_append(hs, h1);
-	if (h2 != NULL)
-		hs = curl_slist_append(hs, h2);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");	/* link-local: never through a proxy */
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, META_TIMEOUT_S);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hs);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, keep);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	if (strcmp(method, "PUT") == 0)
-	{
-		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
-	}
-	cc = curl_easy_perform(c);
-	if (cc == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	curl_slist_free_all(hs);
-	curl_easy_cleanup(c);
-	if (cc != CURLE_OK || status != 200 || b.data == NULL)
-	{
-		snprintf(err, errlen, "the metadata service: %s %s: %s", method, url,
-				 b.over ? "answer over 64 KiB" :
-				 cc != CURLE_OK ? curl_easy_strerror(cc) :
-				 status != 200 ? "HTTP status other than 200" : "empty answer");
-		free(b.data);
-		return BC_EINVAL;
-	}
-	*out = b.data;
-	*outlen = b.len;
-	return BC_OK;
-}
 
 /* Standard base64 text with its white space removed, decoded (malloc()ed). */
 static int
@@ -161,9 +77,8 @@ set_b64url(json_t *ev, const char *name, const unsigned char *data, size_t n)
 
 /* AWS: IMDSv2 token, then the document and its rsa2048 PKCS#7. */
 static int
-aws(const char *base, json_t *ev, char *err, size_t errlen)
+aws(bcd_http *h, json_t *ev, char *err, size_t errlen)
 {
-	char		url[1024];
 	char		hdr[1024];
 	char	   *tok = NULL;
 	char	   *doc = NULL;
@@ -175,20 +90,20 @@ aws(const char *base, json_t *ev, char *err, size_t errlen)
 	size_t		p7len = 0;
 	int			rc;
 
-	snprintf(url, sizeof(url), "%s/latest/api/token", base);
-	rc = fetch("PUT", url, "X-aws-ec2-metadata-token-ttl-seconds: 60", NULL, &tok, &toklen,
-			   err, errlen);
+	rc = bcd_http_metadata_fetch(h, "PUT", "/latest/api/token",
+								 "X-aws-ec2-metadata-token-ttl-seconds: 60", &tok, &toklen,
+								 err, errlen);
 	if (rc != BC_OK)
 		goto out;
 	while (toklen > 0 && isspace((unsigned char) tok[toklen - 1]))
 		tok[--toklen] = '\0';
 	snprintf(hdr, sizeof(hdr), "X-aws-ec2-metadata-token: %s", tok);
-	snprintf(url, sizeof(url), "%s/latest/dynamic/instance-identity/document", base);
-	rc = fetch("GET", url, hdr, NULL, &doc, &doclen, err, errlen);
+	rc = bcd_http_metadata_fetch(h, "GET", "/latest/dynamic/instance-identity/document", hdr,
+								 &doc, &doclen, err, errlen);
 	if (rc != BC_OK)
 		goto out;
-	snprintf(url, sizeof(url), "%s/latest/dynamic/instance-identity/rsa2048", base);
-	rc = fetch("GET", url, hdr, NULL, &rsa, &rsalen, err, errlen);
+	rc = bcd_http_metadata_fetch(h, "GET", "/latest/dynamic/instance-identity/rsa2048", hdr,
+								 &rsa, &rsalen, err, errlen);
 	if (rc != BC_OK)
 		goto out;
 	rc = b64_text(rsa, &p7, &p7len);
@@ -211,12 +126,12 @@ out:
 
 /* GCP: the identity token for <audience>#<csrSha256>. */
 static int
-gcp(const bcd_producer_input *in, const char *base, json_t *ev, char *err, size_t errlen)
+gcp(const bcd_producer_input *in, bcd_http *h, json_t *ev, char *err, size_t errlen)
 {
 	char		csr_sha[44];
 	char	   *aud;
 	char	   *enc = NULL;
-	char	   *url = NULL;
+	char	   *path = NULL;
 	char	   *jwt = NULL;
 	size_t		len;
 	int			rc = BC_ENOMEM;
@@ -231,15 +146,16 @@ gcp(const bcd_producer_input *in, const char *base, json_t *ev, char *err, size_
 	if (aud == NULL)
 		return BC_ENOMEM;
 	sprintf(aud, "%s#%s", st.cloud_audience, csr_sha);
-	enc = curl_easy_escape(NULL, aud, 0);	/* '#' -> %23, ':' -> %3A, '/' -> %2F */
+	enc = bcd_http_escape(aud);	/* '#' -> %23, ':' -> %3A, '/' -> %2F */
 	if (enc == NULL)
 		goto out;
-	url = malloc(strlen(base) + strlen(enc) + 128);
-	if (url == NULL)
+	path = malloc(strlen(enc) + 128);
+	if (path == NULL)
 		goto out;
-	sprintf(url, "%s/computeMetadata/v1/instance/service-accounts/default/identity"
-			"?audience=%s&format=full&licenses=FALSE", base, enc);
-	rc = fetch("GET", url, "Metadata-Flavor: Google", NULL, &jwt, &len, err, errlen);
+	sprintf(path, "/computeMetadata/v1/instance/service-accounts/default/identity"
+			"?audience=%s&format=full&licenses=FALSE", enc);
+	rc = bcd_http_metadata_fetch(h, "GET", path, "Metadata-Flavor: Google", &jwt, &len,
+								 err, errlen);
 	if (rc != BC_OK)
 		goto out;
 	while (len > 0 && isspace((unsigned char) jwt[len - 1]))
@@ -249,19 +165,19 @@ gcp(const bcd_producer_input *in, const char *base, json_t *ev, char *err, size_
 		snprintf(err, errlen, "the metadata service's identity token is no text");
 out:
 	free(aud);
-	curl_free(enc);
-	free(url);
+	free(enc);
+	free(path);
 	free(jwt);
 	return rc;
 }
 
 /* Azure: the attested document for the nonce of this CSR. */
 static int
-azure(const bcd_producer_input *in, const char *base, json_t *ev, char *err, size_t errlen)
+azure(const bcd_producer_input *in, bcd_http *h, json_t *ev, char *err, size_t errlen)
 {
-	unsigned char h[BC_SHA256_LEN];
+	unsigned char sha[BC_SHA256_LEN];
 	char		nonce[33];
-	char		url[1024];
+	char		path[128];
 	char	   *answer = NULL;
 	size_t		len;
 	json_t	   *doc = NULL;
@@ -271,12 +187,12 @@ azure(const bcd_producer_input *in, const char *base, json_t *ev, char *err, siz
 	int			i;
 	int			rc;
 
-	bc_sha256(in->csr, in->csr_len, h);
+	bc_sha256(in->csr, in->csr_len, sha);
 	for (i = 0; i < 16; i++)
-		snprintf(nonce + 2 * i, 3, "%02x", h[i]);
-	snprintf(url, sizeof(url), "%s/metadata/attested/document?api-version=2025-04-07&nonce=%s",
-			 base, nonce);
-	rc = fetch("GET", url, "Metadata: true", NULL, &answer, &len, err, errlen);
+		snprintf(nonce + 2 * i, 3, "%02x", sha[i]);
+	snprintf(path, sizeof(path), "/metadata/attested/document?api-version=2025-04-07&nonce=%s",
+			 nonce);
+	rc = bcd_http_metadata_fetch(h, "GET", path, "Metadata: true", &answer, &len, err, errlen);
 	if (rc != BC_OK)
 		return rc;
 	doc = json_loadb(answer, len, 0, NULL);
@@ -341,6 +257,7 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 {
 	const char *cloud = st.cloud;
 	const char *base;
+	bcd_http   *h = NULL;
 	json_t	   *ev;
 	char	   *text = NULL;
 	int			rc;
@@ -364,17 +281,20 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 		bcd_evidence_free(out);
 		return BC_ENOMEM;
 	}
-	if (strcmp(cloud, "aws") == 0)
-		rc = aws(base, ev, err, errlen);
-	else if (strcmp(cloud, "gcp") == 0)
-		rc = gcp(in, base, ev, err, errlen);
-	else if (strcmp(cloud, "azure") == 0)
-		rc = azure(in, base, ev, err, errlen);
-	else
+	if (strcmp(cloud, "aws") != 0 && strcmp(cloud, "gcp") != 0 && strcmp(cloud, "azure") != 0)
 	{
 		snprintf(err, errlen, "--cloud must be aws, gcp or azure");
 		rc = BC_EINVAL;
 	}
+	else if ((h = bcd_http_new_metadata(base, err, errlen)) == NULL)
+		rc = BC_EINVAL;
+	else if (strcmp(cloud, "aws") == 0)
+		rc = aws(h, ev, err, errlen);
+	else if (strcmp(cloud, "gcp") == 0)
+		rc = gcp(in, h, ev, err, errlen);
+	else
+		rc = azure(in, h, ev, err, errlen);
+	bcd_http_free(h);
 	if (rc == BC_OK)
 	{
 		text = json_dumps(ev, JSON_COMPACT);

@@ -2,7 +2,7 @@
  * discovery.c: the producer of the discovery attestor, the ramdisk's half
  * (bcd ramdisk).  Its evidence is the join token, sealed for this CSR, and
  * the site assertion, asked of the site's agent (bcd serve-discovery,
- * cmd/serve_discovery.c) at every round, so a long wait for an operator's
+ * core/site_server.c) at every round, so a long wait for an operator's
  * approval never outlives the assertion.
  *
  * The request (core/discovery.h): TLS to --site-agent HOST:PORT, whose peer
@@ -30,6 +30,7 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/clock.h"
 #include "core/discovery.h"
 #include "producers/producer.h"
 
@@ -148,7 +149,7 @@ ask_site_agent(const bcd_producer_input *in, int *retry, char *err, size_t errle
 	char	   *out = NULL;
 	size_t		len = 0;
 	void		(*old_pipe) (int);
-	long long	deadline = bcd_monotonic_ms() + SITE_AGENT_TIMEOUT * 1000LL;
+	long long	deadline = bcd_now_ms() + SITE_AGENT_TIMEOUT * 1000LL;
 	int			r = 0;
 	int			fd;
 

@@ -36,6 +36,8 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
+#include "core/child.h"
+#include "core/clock.h"
 #include "core/signals.h"
 #include "producers/exec.h"
 #include "producers/producer.h"
@@ -239,15 +241,6 @@ out:
 
 /* ------------------------------------------------------------ the process */
 
-static double
-mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 /* What became of one run. */
 typedef struct exec_run
 {
@@ -262,12 +255,13 @@ typedef struct exec_run
 	int			spawn_errno;	/* the fork/pipe failed */
 } exec_run;
 
-static void
-close_fd(int *fd)
+/* In the producer's child: every other descriptor closed, cwd /. */
+static int
+producer_setup(void *arg)
 {
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
+	(void) arg;
+	close_range(3, ~0U, 0);
+	return chdir("/") != 0 ? -1 : 0;
 }
 
 /*
@@ -278,9 +272,7 @@ static int
 run_producer(const char *path, double timeout, const char *attestor, int round,
 			 const char *input, exec_run *r)
 {
-	int			in[2] = {-1, -1};
-	int			out[2] = {-1, -1};
-	int			errp[2] = {-1, -1};
+	bcd_child	c;
 	char		env_attestor[160];
 	char		env_round[32];
 	char	   *envp[6];
@@ -288,10 +280,9 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 	size_t		in_len = strlen(input);
 	size_t		in_off = 0;
 	size_t		cap = BCD_EXEC_OUTPUT_MAX + 1;
-	double		deadline = mono_now() + timeout;
+	double		deadline = bcd_now_ms() / 1000.0 + timeout;
 	void		(*old_pipe) (int);
 	int			reaped = 0;
-	pid_t		pid;
 
 	memset(r, 0, sizeof(*r));
 	r->out = malloc(cap + 1);
@@ -307,42 +298,21 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 	envp[5] = NULL;
 	argv[0] = (char *) path;
 	argv[1] = NULL;
-	if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)
-		goto spawn_failed;
-	pid = fork();
-	if (pid < 0)
-		goto spawn_failed;
-	if (pid == 0)
+	if (bcd_child_spawn(&c, path, argv, envp, 1, producer_setup, NULL) != BC_OK)
 	{
-		/* the child: async-signal-safe calls only (bcd has threads) */
-		sigset_t	none;
-
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		setpgid(0, 0);
-		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(errp[1], 2) < 0)
-			_exit(127);
-		close_range(3, ~0U, 0);
-		if (chdir("/") != 0)
-			_exit(127);
-		execve(path, argv, envp);
-		_exit(127);
+		r->spawn_errno = errno;
+		return BC_OK;
 	}
-	setpgid(pid, pid);
-	close_fd(&in[0]);
-	close_fd(&out[1]);
-	close_fd(&errp[1]);
-	(void) fcntl(in[1], F_SETFL, fcntl(in[1], F_GETFL) | O_NONBLOCK);
+	(void) fcntl(c.in, F_SETFL, fcntl(c.in, F_GETFL) | O_NONBLOCK);
 	old_pipe = signal(SIGPIPE, SIG_IGN);
-	while (out[0] >= 0 || errp[0] >= 0)
+	while (c.out >= 0 || c.err >= 0)
 	{
 		struct pollfd pfd[3];
 		int			n = 0;
 		int			i_out = -1,
 					i_err = -1,
 					i_in = -1;
-		double		left = deadline - mono_now();
+		double		left = deadline - bcd_now_ms() / 1000.0;
 		int			slice;
 
 		if (bcd_stop_requested())
@@ -356,35 +326,35 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 			break;
 		}
 		slice = left > 0.2 ? 200 : (int) (left * 1000) + 1;
-		if (out[0] >= 0)
+		if (c.out >= 0)
 		{
-			pfd[n] = (struct pollfd) {.fd = out[0], .events = POLLIN};
+			pfd[n] = (struct pollfd) {.fd = c.out, .events = POLLIN};
 			i_out = n++;
 		}
-		if (errp[0] >= 0)
+		if (c.err >= 0)
 		{
-			pfd[n] = (struct pollfd) {.fd = errp[0], .events = POLLIN};
+			pfd[n] = (struct pollfd) {.fd = c.err, .events = POLLIN};
 			i_err = n++;
 		}
-		if (in[1] >= 0)
+		if (c.in >= 0)
 		{
-			pfd[n] = (struct pollfd) {.fd = in[1], .events = POLLOUT};
+			pfd[n] = (struct pollfd) {.fd = c.in, .events = POLLOUT};
 			i_in = n++;
 		}
 		if (poll(pfd, (nfds_t) n, slice) <= 0)
 			continue;
 		if (i_in >= 0 && pfd[i_in].revents != 0)
 		{
-			ssize_t		w = write(in[1], input + in_off, in_len - in_off);
+			ssize_t		w = write(c.in, input + in_off, in_len - in_off);
 
 			if (w > 0)
 				in_off += (size_t) w;
 			if ((w < 0 && errno != EAGAIN && errno != EINTR) || in_off == in_len)
-				close_fd(&in[1]);	/* all written, or it closed its stdin */
+				bcd_child_close(&c.in);	/* all written, or it closed its stdin */
 		}
 		if (i_out >= 0 && pfd[i_out].revents != 0)
 		{
-			ssize_t		got = read(out[0], r->out + r->out_len, cap - r->out_len);
+			ssize_t		got = read(c.out, r->out + r->out_len, cap - r->out_len);
 
 			if (got > 0)
 				r->out_len += (size_t) got;
@@ -394,7 +364,7 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 				break;
 			}
 			if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
-				close_fd(&out[0]);
+				bcd_child_close(&c.out);
 		}
 		if (i_err >= 0 && pfd[i_err].revents != 0)
 		{
@@ -402,56 +372,32 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 			ssize_t		got;
 
 			if (r->err_len < BCD_EXEC_STDERR_MAX)
-				got = read(errp[0], r->errtext + r->err_len, BCD_EXEC_STDERR_MAX - r->err_len);
+				got = read(c.err, r->errtext + r->err_len, BCD_EXEC_STDERR_MAX - r->err_len);
 			else
-				got = read(errp[0], junk, sizeof(junk));
+				got = read(c.err, junk, sizeof(junk));
 			if (got > 0 && r->err_len < BCD_EXEC_STDERR_MAX)
 				r->err_len += (size_t) got;
 			if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
-				close_fd(&errp[0]);
+				bcd_child_close(&c.err);
 		}
 	}
-	close_fd(&in[1]);
+	bcd_child_close(&c.in);
 	signal(SIGPIPE, old_pipe);
 	/* Its output closed: the exit, within the same deadline. */
-	while (!r->timed_out && !r->too_big && !r->stopped)
+	if (!r->timed_out && !r->too_big && !r->stopped)
 	{
-		struct timespec ts = {0, 10 * 1000 * 1000};
+		int			w = bcd_child_wait(&c, deadline, 1, &r->status);
 
-		if (waitpid(pid, &r->status, WNOHANG) == pid)
-		{
-			reaped = 1;
-			break;
-		}
-		if (mono_now() >= deadline)
-			r->timed_out = 1;
-		else if (bcd_stop_requested())
-			r->stopped = 1;
-		else
-			nanosleep(&ts, NULL);
+		reaped = w == BCD_CHILD_EXITED;
+		r->timed_out = w == BCD_CHILD_TIMED_OUT;
+		r->stopped = w == BCD_CHILD_STOPPED;
 	}
-	/* Its process group, whatever it left behind, and it when not reaped. */
-	kill(-pid, SIGKILL);
-	if (!reaped)
-	{
-		kill(pid, SIGKILL);
-		while (waitpid(pid, &r->status, 0) < 0 && errno == EINTR)
-			;
-	}
-	close_fd(&out[0]);
-	close_fd(&errp[0]);
+	/* Its process group, whatever it left behind; it too when not reaped. */
+	if (reaped)
+		kill(-c.pid, SIGKILL);
+	bcd_child_end(&c, reaped, &r->status);
 	r->out[r->out_len] = '\0';
 	r->errtext[r->err_len] = '\0';
-	return BC_OK;
-
-spawn_failed:
-	r->spawn_errno = errno;
-	for (int i = 0; i < 2; i++)
-	{
-		close_fd(&in[i]);
-		close_fd(&out[i]);
-		close_fd(&errp[i]);
-	}
 	return BC_OK;
 }
 
