@@ -145,9 +145,10 @@ def body(tap, env):
         tap.ok(r.returncode == 2 and last_refusal() == "cloud-iid:already-admitted",
                "aws: the same instance again is refused too", r.stderr)
 
-        # -- plain HTTP, unpinned, only to the metadata service's own address (or 127.0.0.1)
+        # -- plain HTTP, unpinned, only to the metadata service's own address (or the loopback)
         n_seen = len(seen)
-        for other in (url.replace("127.0.0.1", "localhost"), url.replace("http://", "https://")):
+        for other in (url.replace("127.0.0.1", "192.0.2.1"), url.replace("127.0.0.1", "127.0.0.1.example"),
+                      url.replace("http://", "https://")):
             r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-other"), extra=[
                 "--attestor", "cloud-iid", *cloud["azure"], "--metadata-url", other, "--once"]))
             tap.ok(r.returncode != 0 and "only http:// to 169.254.169.254" in r.stderr,

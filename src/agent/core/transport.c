@@ -27,10 +27,12 @@
 
 /*
  * The hosts of the metadata mode: 169.254.169.254 (AWS, Azure, GCP), AWS's
- * over IPv6, GCP's name, and the tests' stand-in.
+ * over IPv6, GCP's name, and the loopback a stand-in listens on in tests
+ * (127.0.0.1, [::1], localhost): addresses that never leave the machine.
  */
 static const char *const metadata_hosts[] = {
-	"169.254.169.254", "[fd00:ec2::254]", "metadata.google.internal", "127.0.0.1", NULL
+	"169.254.169.254", "[fd00:ec2::254]", "metadata.google.internal",
+	"127.0.0.1", "[::1]", "localhost", NULL
 };
 
 /* A client of one gateway, or of a metadata service (ca_file NULL). */
@@ -162,7 +164,7 @@ bcd_http_new_metadata(const char *base_url, char *err, size_t errlen)
 	if (!metadata_url_ok(base_url))
 	{
 		snprintf(err, errlen, "the metadata service %s: only http:// to 169.254.169.254, "
-				 "[fd00:ec2::254], metadata.google.internal (or 127.0.0.1) is asked "
+				 "[fd00:ec2::254], metadata.google.internal (or the loopback) is asked "
 				 "without TLS", base_url);
 		return NULL;
 	}
