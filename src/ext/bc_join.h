@@ -451,6 +451,14 @@ typedef struct BcEvidenceMember
 
 extern void bc_evidence_members(const char *attestor, const bytea *evidence,
 								BcEvidenceMember *members, int n);
+/*
+ * The non-raising core (also the TPM evidence, x509pop's payload, a proof's):
+ * false where bc_evidence_members refuses.  With others, other members of
+ * any value may be there too, every number a plain integer of at most 15
+ * digits.
+ */
+extern bool bc_json_members(const char *data, int len, BcEvidenceMember *members, int n,
+							bool others);
 
 /* A scalar member of a signed JSON document, read by path ("google.compute_engine.project_id"). */
 typedef struct BcDocField
