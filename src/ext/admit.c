@@ -308,15 +308,11 @@ bc_key_reuse_check(BcJoinRequest *req, const char *who, bool join)
 	req->repeat = r;
 }
 
-/* The answer to a repeat that verified again (see bc_join.h). */
+/* The issued answer again with a node certificate issued before (see bc_join.h). */
 Jsonb *
-bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
+bc_issued_again(const BcJoinRequest *req, const BcRepeat *r, MemoryContext outcxt)
 {
-	const BcRepeat *r = req->repeat;
 	BcIssued	issued;
-	Datum		v[3];
-	unsigned char mark[BC_SHA256_LEN];
-	char	   *m = psprintf("bc_join/repeat:%s", r->serial_hex);
 
 	memset(&issued, 0, sizeof(issued));
 	strlcpy(issued.serial_hex, r->serial_hex, sizeof(issued.serial_hex));
@@ -326,6 +322,18 @@ bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
 	issued.leaf_der_len = VARSIZE_ANY_EXHDR(r->der);
 	issued.spiffe_id = psprintf(BC_SPIFFE_NODE_FMT, bc_trust_domain,
 								r->tenant_id, r->node_id);
+	return bc_issued_response(req, r->node_id, r->tenant_id, r->role, r->generation, &issued,
+							  r->allowed_kinds, r->has_allowed_kinds, outcxt);
+}
+
+/* The answer to a repeat that verified again (see bc_join.h). */
+Jsonb *
+bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
+{
+	const BcRepeat *r = req->repeat;
+	Datum		v[3];
+	unsigned char mark[BC_SHA256_LEN];
+	char	   *m = psprintf("bc_join/repeat:%s", r->serial_hex);
 
 	/* At most one note per certificate, however often it is repeated. */
 	bc_sha256(m, strlen(m), mark);
@@ -346,6 +354,5 @@ bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
 		bc_audit("node.join.repeated", r->tenant_id, r->node_id, bc_jsonb(note.data));
 	}
 
-	return bc_issued_response(req, r->node_id, r->tenant_id, r->role, r->generation, &issued,
-							  r->allowed_kinds, r->has_allowed_kinds, outcxt);
+	return bc_issued_again(req, r, outcxt);
 }

@@ -645,6 +645,14 @@ extern void bc_key_reuse_check(BcJoinRequest *req, const char *who, bool join);
  */
 extern Jsonb *bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt);
 
+/*
+ * The issued answer again with a node certificate issued before (r: its
+ * serial, DER, validity, node, tenant, role, generation, allowedKinds;
+ * subject unused): a repeated join or a repeated renewal whose answer was
+ * lost.  Issues nothing.
+ */
+extern Jsonb *bc_issued_again(const BcJoinRequest *req, const BcRepeat *r, MemoryContext outcxt);
+
 /* -------------------------------------------------------------- response.c */
 
 /* Open an "issued" payload: status, csrSha256, issuedAt, nodeId, tenantId. */
