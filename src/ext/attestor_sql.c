@@ -129,7 +129,6 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 	char	   *who = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *token = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	Jsonb	   *context = PG_GETARG_JSONB_P(2);
-	JsonbValue *role;
 	JsonbValue *claims;
 	Jsonb	   *claims_jb;
 	BcToken		tok;
@@ -138,10 +137,9 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 	MemoryContext outer = CurrentMemoryContext;
 	Jsonb	   *result;
 
-	role = getKeyJsonValueFromContainer(&context->root, "role", 4, NULL);
-	if (role == NULL || role->type != jbvString)
+	role_s = bc_jsonb_string(context, "role");
+	if (role_s == NULL)
 		bc_invalid_input("context has no role");
-	role_s = pnstrdup(role->val.string.val, role->val.string.len);
 	claims = getKeyJsonValueFromContainer(&context->root, "claims", 6, NULL);
 	if (claims != NULL && claims->type == jbvBinary)
 		claims_jb = JsonbValueToJsonb(claims);

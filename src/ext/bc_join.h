@@ -44,11 +44,37 @@ extern const char *bc_require_trust_domain(void);
 extern void bc_require_config(void);
 extern void bc_require_primary(void);
 
+/* ------------------------------------------------------------------- util.c */
+
 /* The service clock (compute_now()) as a TimestampTz. */
 extern TimestampTz bc_now(void);
 extern int64 bc_timestamp_to_unix(TimestampTz t);
 /* Random identifier: prefix '_' 32 hex digits. */
 extern char *bc_new_id(const char *prefix);
+
+/* ------------------------------------------------------------------- json.c */
+
+/* RFC 3339 UTC rendering of a timestamp, to the second. */
+extern char *bc_rfc3339(TimestampTz t);
+/* jsonb from JSON text. */
+extern Jsonb *bc_jsonb(const char *text);
+/* The string member name of a jsonb object, copied; NULL when absent or no string. */
+extern char *bc_jsonb_string(Jsonb *j, const char *name);
+
+/*
+ * The JSON writer over a StringInfo: bc_json_begin, then members (the comma
+ * before each but the first is the writer's), then bc_json_end.  A member
+ * whose value is an object: bc_json_key, then bc_json_begin .. bc_json_end.
+ */
+extern void bc_json_begin(StringInfo buf);
+extern void bc_json_key(StringInfo buf, const char *name);
+/* "name":<JSON string, or null when value is NULL> (escape_json). */
+extern void bc_json_member(StringInfo buf, const char *name, const char *value);
+extern void bc_json_member_int(StringInfo buf, const char *name, int64 value);
+extern void bc_json_member_bool(StringInfo buf, const char *name, bool value);
+/* "name":<json>, JSON text the caller made. */
+extern void bc_json_member_raw(StringInfo buf, const char *name, const char *json);
+extern void bc_json_end(StringInfo buf);
 
 /* ------------------------------------------------------------------ ossl.c */
 
@@ -285,8 +311,6 @@ extern void bc_emit_event(const char *tenant_id, const char *type, Jsonb *payloa
 /* Insert into bc_join.audit_log (SPI connected). */
 extern void bc_audit(const char *action, const char *tenant_id, const char *node_id,
 					 Jsonb *detail);
-/* jsonb from JSON text. */
-extern Jsonb *bc_jsonb(const char *text);
 
 /* ---------------------------------------------------------------- attestors */
 
@@ -672,11 +696,6 @@ extern Jsonb *bc_deferral_response(const BcJoinRequest *req, const BcOutcome *ou
 
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);
-
-/* RFC 3339 UTC rendering of a timestamp, to the second. */
-extern char *bc_rfc3339(TimestampTz t);
-/* Append ,"name":<JSON string or null>. */
-extern void bc_json_member(StringInfo buf, const char *name, const char *value);
 
 /* ------------------------------------------------------------------ join.c */
 

@@ -50,13 +50,6 @@ bc_audit(const char *action, const char *tenant_id, const char *node_id, Jsonb *
 	bc_spi_exec(&insert_audit, values, nulls, false, 0);
 }
 
-/* jsonb from JSON text. */
-Jsonb *
-bc_jsonb(const char *text)
-{
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
-}
-
 /* The last row of each chain (16 index probes), the newest of them, as one row. */
 static BcPlan audit_heads = {
 	"SELECT max(a.id), (array_agg(encode(a.hash, 'hex') ORDER BY a.id DESC))[1], "

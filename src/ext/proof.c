@@ -227,11 +227,11 @@ bc_node_seen(const char *node_id, bool locked)
 char *
 bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant)
 {
-	JsonbValue *v = getKeyJsonValueFromContainer(&payload->root, name, strlen(name), NULL);
+	char	   *v = bc_jsonb_string(payload, name);
 
-	if (v == NULL || v->type != jbvString)
+	if (v == NULL)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
-	return pnstrdup(v->val.string.val, v->val.string.len);
+	return v;
 }
 
 /*

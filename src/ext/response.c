@@ -5,35 +5,8 @@
  */
 #include "bc_join.h"
 
-#include <time.h>
-
 #include "utils/builtins.h"
 #include "utils/json.h"
-
-/* RFC 3339 UTC rendering of a timestamp, to the second. */
-char *
-bc_rfc3339(TimestampTz t)
-{
-	time_t		secs = (time_t) bc_timestamp_to_unix(t);
-	struct tm	tm;
-	char		buf[32];
-
-	if (gmtime_r(&secs, &tm) == NULL)
-		elog(ERROR, "timestamp out of range");
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return pstrdup(buf);
-}
-
-/* Append ,"name":<JSON string or null>. */
-void
-bc_json_member(StringInfo buf, const char *name, const char *value)
-{
-	appendStringInfo(buf, ",\"%s\":", name);
-	if (value == NULL)
-		appendStringInfoString(buf, "null");
-	else
-		escape_json(buf, value);
-}
 
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 Jsonb *

@@ -93,11 +93,11 @@ remember_admitted(const BcAttestResult *res, const char *node_id)
 static char *
 member_str(Jsonb *pj, const char *name, const char *tenant)
 {
-	JsonbValue *v = getKeyJsonValueFromContainer(&pj->root, name, strlen(name), NULL);
+	char	   *v = bc_jsonb_string(pj, name);
 
-	if (v == NULL || v->type != jbvString)
+	if (v == NULL)
 		bc_refuse_join("discovery:malformed-assertion", tenant);
-	return pnstrdup(v->val.string.val, v->val.string.len);
+	return v;
 }
 
 /* An integer member of the verified assertion (at most 15 digits, by the scan). */
