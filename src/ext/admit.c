@@ -183,8 +183,8 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 
 	/* node.joined, then the audit row. */
 	initStringInfo(&ev);
-	appendStringInfoString(&ev, "{\"nodeId\":");
-	escape_json(&ev, node_id);
+	bc_json_begin(&ev);
+	bc_json_member(&ev, "nodeId", node_id);
 	bc_json_member(&ev, "attestor", req->attestor);
 	bc_json_member(&ev, "nodeKey", node_key);
 	bc_json_member(&ev, "role", req->role);
@@ -194,11 +194,11 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	bc_json_member(&ev, "serial", issued.serial_hex);
 	bc_json_member(&ev, "spiffeId", issued.spiffe_id);
 	bc_json_member(&ev, "csrSha256", req->csr_sha256_b64);
-	appendStringInfo(&ev, ",\"reclaim\":%s,\"identityGeneration\":%d",
-					 reclaim ? "true" : "false", generation);
+	bc_json_member_bool(&ev, "reclaim", reclaim);
+	bc_json_member_int(&ev, "identityGeneration", generation);
 	if (res->joined_detail != NULL)
-		appendStringInfo(&ev, ",\"detail\":%s", res->joined_detail);
-	appendStringInfoChar(&ev, '}');
+		bc_json_member_raw(&ev, "detail", res->joined_detail);
+	bc_json_end(&ev);
 	evj = bc_jsonb(ev.data);
 	bc_emit_event(res->tenant_id, "node.joined", evj);
 	bc_audit(reclaim ? "node.reclaim" : "node.join", res->tenant_id, node_id, evj);
@@ -345,12 +345,12 @@ bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
 		StringInfoData note;
 
 		initStringInfo(&note);
-		appendStringInfoString(&note, "{\"nodeId\":");
-		escape_json(&note, r->node_id);
+		bc_json_begin(&note);
+		bc_json_member(&note, "nodeId", r->node_id);
 		bc_json_member(&note, "serial", r->serial_hex);
 		bc_json_member(&note, "attestor", req->attestor);
 		bc_json_member(&note, "csrSha256", req->csr_sha256_b64);
-		appendStringInfoChar(&note, '}');
+		bc_json_end(&note);
 		bc_audit("node.join.repeated", r->tenant_id, r->node_id, bc_jsonb(note.data));
 	}
 

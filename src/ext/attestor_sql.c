@@ -152,13 +152,14 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 
 	MemoryContextSwitchTo(outer);
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"tokenId\":");
-	escape_json(&buf, tok.token_id);
+	bc_json_begin(&buf);
+	bc_json_member(&buf, "tokenId", tok.token_id);
 	bc_json_member(&buf, "tenantId", tok.tenant_id);
 	bc_json_member(&buf, "poolId", tok.pool_id);
 	bc_json_member(&buf, "siteId", tok.site_id);
 	bc_json_member(&buf, "role", tok.role);
-	appendStringInfo(&buf, ",\"allowReclaim\":%s}", tok.allow_reclaim ? "true" : "false");
+	bc_json_member_bool(&buf, "allowReclaim", tok.allow_reclaim);
+	bc_json_end(&buf);
 	result = bc_jsonb(buf.data);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);

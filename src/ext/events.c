@@ -102,12 +102,13 @@ bc_audit_anchor(PG_FUNCTION_ARGS)
 		heads = bc_spi_text_req(Anum_heads_heads);
 	}
 	initStringInfo(&payload);
-	appendStringInfo(&payload, "{\"purpose\":\"bc_join/audit-anchor\",\"headId\":" INT64_FORMAT,
-					 head_id);
+	bc_json_begin(&payload);
+	bc_json_member(&payload, "purpose", "bc_join/audit-anchor");
+	bc_json_member_int(&payload, "headId", head_id);
 	bc_json_member(&payload, "headHash", head_hash);
-	appendStringInfo(&payload, ",\"heads\":%s", heads);
+	bc_json_member_raw(&payload, "heads", heads);
 	bc_json_member(&payload, "at", bc_rfc3339(bc_now()));
-	appendStringInfoChar(&payload, '}');
+	bc_json_end(&payload);
 	st = bc_jws_sign_es256(keys->signing, keys->signing_kid, (unsigned char *) payload.data,
 						   payload.len, &jws);
 	SPI_finish();

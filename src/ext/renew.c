@@ -129,12 +129,13 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_node_seen(c.node_id, true);
 
 	initStringInfo(&ev);
-	appendStringInfoString(&ev, "{\"nodeId\":");
-	escape_json(&ev, c.node_id);
+	bc_json_begin(&ev);
+	bc_json_member(&ev, "nodeId", c.node_id);
 	bc_json_member(&ev, "serial", issued.serial_hex);
 	bc_json_member(&ev, "previousSerial", serial);
 	bc_json_member(&ev, "csrSha256", req->csr_sha256_b64);
-	appendStringInfo(&ev, ",\"identityGeneration\":%d}", c.generation);
+	bc_json_member_int(&ev, "identityGeneration", c.generation);
+	bc_json_end(&ev);
 	evj = bc_jsonb(ev.data);
 	bc_emit_event(c.tenant, "node.renewed", evj);
 	bc_audit("node.renew", c.tenant, c.node_id, evj);

@@ -533,7 +533,8 @@ append_jwk(StringInfo buf, EVP_PKEY *key, bool with_kid)
 	}
 	/* The canonical JWK is one object: its members, then the kid. */
 	appendBinaryStringInfo(buf, jwk, strlen(jwk) - 1);
-	appendStringInfo(buf, ",\"kid\":\"%s\"}", kid);
+	bc_json_member(buf, "kid", kid);
+	bc_json_end(buf);
 }
 
 /*
@@ -550,13 +551,14 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 
 	(void) bc_require_trust_domain();
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"trustDomain\":");
-	escape_json(&buf, bc_trust_domain);
-	appendStringInfoString(&buf, ",\"signingKey\":");
+	bc_json_begin(&buf);
+	bc_json_member(&buf, "trustDomain", bc_trust_domain);
+	bc_json_key(&buf, "signingKey");
 	append_jwk(&buf, k->signing, false);
-	appendStringInfoString(&buf, ",\"encryptionKey\":");
+	bc_json_key(&buf, "encryptionKey");
 	append_jwk(&buf, k->encryption, false);
-	appendStringInfoString(&buf, ",\"signingKeys\":[");
+	bc_json_key(&buf, "signingKeys");
+	appendStringInfoChar(&buf, '[');
 	for (i = 0; i < k->n_signing; i++)
 	{
 		if (i > 0)
@@ -568,18 +570,20 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 		appendStringInfoChar(&buf, ',');
 		append_jwk(&buf, k->signing_peers[i], true);
 	}
-	appendStringInfoString(&buf, "],\"encryptionKeys\":[");
+	appendStringInfoChar(&buf, ']');
+	bc_json_key(&buf, "encryptionKeys");
+	appendStringInfoChar(&buf, '[');
 	for (i = 0; i < k->n_encryption; i++)
 	{
 		if (i > 0)
 			appendStringInfoChar(&buf, ',');
 		append_jwk(&buf, k->encryption_set[i], true);
 	}
-	appendStringInfoString(&buf, "],\"nodeCa\":");
-	escape_json(&buf, k->node_ca_pem);
+	appendStringInfoChar(&buf, ']');
+	bc_json_member(&buf, "nodeCa", k->node_ca_pem);
 	if (issued_at != NULL)
 		bc_json_member(&buf, "issuedAt", issued_at);
-	appendStringInfoChar(&buf, '}');
+	bc_json_end(&buf);
 	return buf.data;
 }
 
@@ -631,7 +635,7 @@ bc_service_keys(PG_FUNCTION_ARGS)
 	initStringInfo(&out);
 	appendBinaryStringInfo(&out, doc, strlen(doc) - 1);	/* without its closing brace */
 	bc_json_member(&out, "signed", jws);
-	appendStringInfoChar(&out, '}');
+	bc_json_end(&out);
 	if (sk_cached != NULL)
 		pfree(sk_cached);
 	sk_cached = MemoryContextStrdup(TopMemoryContext, out.data);
@@ -657,10 +661,13 @@ bc_signed_service_keys(PG_FUNCTION_ARGS)
 	int			i;
 
 	initStringInfo(&out);
-	appendStringInfoString(&out, "{\"keys\":[");
+	bc_json_begin(&out);
+	bc_json_key(&out, "keys");
+	appendStringInfoChar(&out, '[');
 	for (i = 0; i < k->n_signing; i++)
 		appendStringInfo(&out, "%s\"%s\"", i > 0 ? "," : "",
 						 sign_doc(k->signing_set[i], k->signing_kids[i], doc));
-	appendStringInfoString(&out, "]}");
+	appendStringInfoChar(&out, ']');
+	bc_json_end(&out);
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }

@@ -477,13 +477,13 @@ instance_json(const char *provider, const CloudIdentity *id, const char *admissi
 	StringInfoData b;
 
 	initStringInfo(&b);
-	appendStringInfoString(&b, "{\"provider\":");
-	escape_json(&b, provider);
+	bc_json_begin(&b);
+	bc_json_member(&b, "provider", provider);
 	bc_json_member(&b, "account", id->account);
 	bc_json_member(&b, "instance", id->instance);
 	if (admission != NULL)
 		bc_json_member(&b, "admission", admission);
-	appendStringInfoChar(&b, '}');
+	bc_json_end(&b);
 	return b.data;
 }
 

@@ -237,12 +237,13 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 		char	   *d;
 
 		initStringInfo(&detail);
-		appendStringInfoString(&detail, "{\"mac\":");
-		escape_json(&detail, mac);
+		bc_json_begin(&detail);
+		bc_json_member(&detail, "mac", mac);
 		bc_json_member(&detail, "siteId", site);
 		bc_json_member(&detail, "siteAgent", c.node_id);
 		bc_json_member(&detail, "tokenId", tok.token_id);
-		appendStringInfo(&detail, ",\"approval\":\"%s\"}", approval);
+		bc_json_member(&detail, "approval", approval);
+		bc_json_end(&detail);
 		v[0] = CStringGetTextDatum(tenant);
 		v[1] = JsonbPGetDatum(bc_attestor_context(req));
 		v[2] = JsonbPGetDatum(bc_jsonb(detail.data));
@@ -300,10 +301,11 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 		StringInfoData jd;
 
 		initStringInfo(&jd);
-		appendStringInfoString(&jd, "{\"mac\":");
-		escape_json(&jd, mac);
+		bc_json_begin(&jd);
+		bc_json_member(&jd, "mac", mac);
 		bc_json_member(&jd, "siteAgent", c.node_id);
-		appendStringInfo(&jd, ",\"epoch\":" INT64_FORMAT "}", epoch);
+		bc_json_member_int(&jd, "epoch", epoch);
+		bc_json_end(&jd);
 		res->joined_detail = jd.data;
 	}
 }
@@ -349,12 +351,14 @@ site_epoch_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_node_seen(c.node_id, false);
 
 	initStringInfo(&payload);
-	appendStringInfoString(&payload, "{\"purpose\":\"" BC_PURPOSE_SITE_EPOCH "\"");
+	bc_json_begin(&payload);
+	bc_json_member(&payload, "purpose", BC_PURPOSE_SITE_EPOCH);
 	bc_json_member(&payload, "nodeId", c.node_id);
 	bc_json_member(&payload, "serial", c.serial);
 	bc_json_member(&payload, "siteId", site);
-	appendStringInfo(&payload, ",\"epoch\":" INT64_FORMAT ",\"iat\":" INT64_FORMAT "}",
-					 epoch, bc_timestamp_to_unix(bc_now()));
+	bc_json_member_int(&payload, "epoch", epoch);
+	bc_json_member_int(&payload, "iat", bc_timestamp_to_unix(bc_now()));
+	bc_json_end(&payload);
 	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 

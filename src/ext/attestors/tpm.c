@@ -602,20 +602,20 @@ await_enrollment(const BcJoinRequest *req, const unsigned char bind[BC_SHA256_LE
 		return;
 	}
 	initStringInfo(&ctx);
-	appendStringInfo(&ctx, "{\"claims\":%s",
-					 JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
+	bc_json_begin(&ctx);
+	bc_json_member_raw(&ctx, "claims", JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
 	bc_json_member(&ctx, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(&ctx, "role", req->role);
-	appendStringInfoChar(&ctx, '}');
+	bc_json_end(&ctx);
 	initStringInfo(&detail);
-	appendStringInfoString(&detail, "{\"ekSpkiSha256\":");
-	escape_json(&detail, hex_of(bind, BC_SHA256_LEN));
+	bc_json_begin(&detail);
+	bc_json_member(&detail, "ekSpkiSha256", hex_of(bind, BC_SHA256_LEN));
 	bc_json_member(&detail, "poolId", tok->pool_id);
 	bc_json_member(&detail, "siteId", tok->site_id);
 	bc_json_member(&detail, "tokenId", tok->token_id);
 	bc_json_member(&detail, "ekChain", has_cert ? "unchained" : "none");
 	bc_json_member(&detail, "note", "an unknown TPM endorsement key asks to be enrolled");
-	appendStringInfoChar(&detail, '}');
+	bc_json_end(&detail);
 	v[0] = CStringGetTextDatum(tok->tenant_id);
 	v[1] = JsonbPGetDatum(bc_jsonb(ctx.data));
 	v[2] = JsonbPGetDatum(bc_jsonb(detail.data));
@@ -730,11 +730,11 @@ challenge(const BcJoinRequest *req, const bc_tpm_public *ek, const TpmCertified 
 	OPENSSL_cleanse(payload->data, payload->len);
 
 	initStringInfo(&ch);
-	appendStringInfoString(&ch, "{\"credentialBlob\":");
-	escape_json(&ch, b64u(blob, blob_len));
+	bc_json_begin(&ch);
+	bc_json_member(&ch, "credentialBlob", b64u(blob, blob_len));
 	bc_json_member(&ch, "encryptedSecret", b64u(enc, enc_len));
 	bc_json_member(&ch, "state", state);
-	appendStringInfoChar(&ch, '}');
+	bc_json_end(&ch);
 	bc_free(blob);
 	bc_free(enc);
 
@@ -1202,10 +1202,12 @@ bc_tpm_ek_certificate_sql(PG_FUNCTION_ARGS)
 		OPENSSL_free(s);
 	}
 	initStringInfo(&out);
-	appendStringInfo(&out, "{\"der\":\"%s\",\"isRoot\":%s,\"sha256\":\"%s\",\"subject\":",
-					 hex_of(der, derlen), is_root ? "true" : "false", hex_of(h, BC_SHA256_LEN));
-	escape_json(&out, subject);
-	appendStringInfoChar(&out, '}');
+	bc_json_begin(&out);
+	bc_json_member(&out, "der", hex_of(der, derlen));
+	bc_json_member_bool(&out, "isRoot", is_root);
+	bc_json_member(&out, "sha256", hex_of(h, BC_SHA256_LEN));
+	bc_json_member(&out, "subject", subject);
+	bc_json_end(&out);
 	OPENSSL_free(der);
 	PG_RETURN_JSONB_P(bc_jsonb(out.data));
 }
