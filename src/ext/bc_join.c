@@ -3,7 +3,6 @@
  */
 #include "bc_join.h"
 
-#include "access/xlog.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -77,30 +76,6 @@ bc_require_trust_domain(void)
 				 errmsg("bc_join.trust_domain is not set"),
 				 errdetail("INVALID_CONFIG: every identity is issued under the trust domain.")));
 	return bc_trust_domain;
-}
-
-/* A misconfigured service fails loudly before anything is written. */
-void
-bc_require_config(void)
-{
-	(void) bc_keys();
-	(void) bc_require_trust_domain();
-}
-
-/*
- * A join, renewal or session writes: on a hot standby (pg_auto_failover's
- * secondary) refuse before any work with 25006, the SQLSTATE PostgreSQL
- * itself raises for a write in recovery, which the gateway answers 503 and
- * retries on another host (docs/ha.md).
- */
-void
-bc_require_primary(void)
-{
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("bc_join: this server is a standby and cannot answer requests"),
-				 errhint("Connect with target_session_attrs=read-write.")));
 }
 
 /* Define the settings; every one is superuser-only. */

@@ -40,9 +40,6 @@ extern int	bc_crl_validity;
 
 /* The trust domain, or INVALID_CONFIG when it is not set. */
 extern const char *bc_require_trust_domain(void);
-/* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
-extern void bc_require_config(void);
-extern void bc_require_primary(void);
 
 /* ------------------------------------------------------------------- util.c */
 
@@ -51,6 +48,8 @@ extern TimestampTz bc_now(void);
 extern int64 bc_timestamp_to_unix(TimestampTz t);
 /* Random identifier: prefix '_' 32 hex digits. */
 extern char *bc_new_id(const char *prefix);
+/* On a hot standby: 25006 before any work (a join, renewal or session writes). */
+extern void bc_require_primary(void);
 
 /* ------------------------------------------------------------------- json.c */
 
@@ -154,6 +153,8 @@ typedef struct BcKeys
 extern const BcKeys *bc_keys(void);
 /* Forget the loaded keys (bc_join.key_dir changed). */
 extern void bc_keys_reset(void);
+/* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
+extern void bc_require_config(void);
 
 /* ---------------------------------------------------------------- hwkeys.c */
 

@@ -671,3 +671,11 @@ bc_signed_service_keys(PG_FUNCTION_ARGS)
 	bc_json_end(&out);
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
 }
+
+/* A misconfigured service fails loudly before anything is written. */
+void
+bc_require_config(void)
+{
+	(void) bc_keys();
+	(void) bc_require_trust_domain();
+}

@@ -1,9 +1,10 @@
 /*
  * util.c: the service clock (compute_now(), compute_clock()), random
- * secrets and ids: the ground floor the other files call.
+ * secrets and ids, the primary check: the ground floor the other files call.
  */
 #include "bc_join.h"
 
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 
@@ -87,4 +88,20 @@ bc_new_id(const char *prefix)
 	for (i = 0; i < 16; i++)
 		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
 	return psprintf("%s_%s", prefix, hex);
+}
+
+/*
+ * A join, renewal or session writes: on a hot standby (pg_auto_failover's
+ * secondary) refuse before any work with 25006, the SQLSTATE PostgreSQL
+ * itself raises for a write in recovery, which the gateway answers 503 and
+ * retries on another host (docs/ha.md).
+ */
+void
+bc_require_primary(void)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("bc_join: this server is a standby and cannot answer requests"),
+				 errhint("Connect with target_session_attrs=read-write.")));
 }
