@@ -54,6 +54,7 @@ ev_container_start(EvidenceScan *es, bool array)
 		es->bad = true;			/* the root is an object; flat unless others */
 }
 
+/* The parser's object start. */
 static BC_JSON_ACTION
 ev_object_start(void *state)
 {
@@ -61,6 +62,7 @@ ev_object_start(void *state)
 	BC_JSON_CONTINUE;
 }
 
+/* The parser's array start. */
 static BC_JSON_ACTION
 ev_array_start(void *state)
 {
@@ -68,6 +70,7 @@ ev_array_start(void *state)
 	BC_JSON_CONTINUE;
 }
 
+/* An object or array closes. */
 static BC_JSON_ACTION
 ev_container_end(void *state)
 {
@@ -75,6 +78,7 @@ ev_container_end(void *state)
 	BC_JSON_CONTINUE;
 }
 
+/* A member starts: one of those named (each once), or with others another (each once). */
 static BC_JSON_ACTION
 ev_field_start(void *state, char *fname, bool isnull)
 {
@@ -109,6 +113,7 @@ ev_field_start(void *state, char *fname, bool isnull)
 	BC_JSON_CONTINUE;
 }
 
+/* A scalar: a named member's value, of its type and within its cap. */
 static BC_JSON_ACTION
 ev_scalar(void *state, char *token, JsonTokenType type)
 {

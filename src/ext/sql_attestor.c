@@ -40,7 +40,8 @@ bc_attestor_context(const BcJoinRequest *req)
 
 	initStringInfo(&buf);
 	bc_json_begin(&buf);
-	bc_json_member_raw(&buf, "claims", JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
+	bc_json_member_raw(&buf, "claims",
+					   JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
 	bc_json_member(&buf, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(&buf, "csrSpkiSha256", req->csr_spki_sha256_b64);
 	bc_json_member(&buf, "role", req->role);

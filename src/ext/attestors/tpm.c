@@ -603,7 +603,8 @@ await_enrollment(const BcJoinRequest *req, const unsigned char bind[BC_SHA256_LE
 	}
 	initStringInfo(&ctx);
 	bc_json_begin(&ctx);
-	bc_json_member_raw(&ctx, "claims", JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
+	bc_json_member_raw(&ctx, "claims",
+					   JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
 	bc_json_member(&ctx, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(&ctx, "role", req->role);
 	bc_json_end(&ctx);
