@@ -169,7 +169,7 @@ bc_audit_anchor_payload(PG_FUNCTION_ARGS)
 						 "service-keys file of its time.")));
 	PG_TRY();
 	{
-		j = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum((char *) payload)));
+		j = bc_jsonb((char *) payload);
 	}
 	PG_FINALLY();
 	{

@@ -481,7 +481,7 @@ public_jwk(EVP_PKEY *key)
 				(errcode(ERRCODE_BC_INVALID_CONFIG),
 				 errmsg("could not encode a public key as a JWK")));
 	json = bc_take_cstring(json);
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(json)));
+	return bc_jsonb(json);
 }
 
 PG_FUNCTION_INFO_V1(bc_signing_jwk);
@@ -629,7 +629,7 @@ bc_service_keys(PG_FUNCTION_ARGS)
 
 	if (sk_cached != NULL && MyProc != NULL && BC_MY_LXID == sk_cached_lxid &&
 		strcmp(sk_cached_at, at) == 0)
-		PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(sk_cached)));
+		PG_RETURN_JSONB_P(bc_jsonb(sk_cached));
 	doc = service_keys_text(k, at);
 	jws = sign_doc(k->signing, k->signing_kid, doc);
 	initStringInfo(&out);
@@ -641,7 +641,7 @@ bc_service_keys(PG_FUNCTION_ARGS)
 	sk_cached = MemoryContextStrdup(TopMemoryContext, out.data);
 	strlcpy(sk_cached_at, at, sizeof(sk_cached_at));
 	sk_cached_lxid = MyProc != NULL ? BC_MY_LXID : InvalidLocalTransactionId;
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+	PG_RETURN_JSONB_P(bc_jsonb(out.data));
 }
 
 PG_FUNCTION_INFO_V1(bc_signed_service_keys);
@@ -669,7 +669,7 @@ bc_signed_service_keys(PG_FUNCTION_ARGS)
 						 sign_doc(k->signing_set[i], k->signing_kids[i], doc));
 	appendStringInfoChar(&out, ']');
 	bc_json_end(&out);
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+	PG_RETURN_JSONB_P(bc_jsonb(out.data));
 }
 
 /* A misconfigured service fails loudly before anything is written. */
