@@ -193,8 +193,8 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 
 	/* node.joined, then the audit row. */
 	initStringInfo(&ev);
-	appendStringInfoString(&ev, "{\"nodeId\":");
-	escape_json(&ev, node_id);
+	bc_json_begin(&ev);
+	bc_json_member(&ev, "nodeId", node_id);
 	bc_json_member(&ev, "attestor", req->attestor);
 	bc_json_member(&ev, "nodeKey", node_key);
 	bc_json_member(&ev, "role", req->role);
@@ -204,11 +204,11 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	bc_json_member(&ev, "serial", issued.serial_hex);
 	bc_json_member(&ev, "spiffeId", issued.spiffe_id);
 	bc_json_member(&ev, "csrSha256", req->csr_sha256_b64);
-	appendStringInfo(&ev, ",\"reclaim\":%s,\"identityGeneration\":%d",
-					 reclaim ? "true" : "false", generation);
+	bc_json_member_bool(&ev, "reclaim", reclaim);
+	bc_json_member_int(&ev, "identityGeneration", generation);
 	if (res->joined_detail != NULL)
-		appendStringInfo(&ev, ",\"detail\":%s", res->joined_detail);
-	appendStringInfoChar(&ev, '}');
+		bc_json_member_raw(&ev, "detail", res->joined_detail);
+	bc_json_end(&ev);
 	evj = bc_jsonb(ev.data);
 	bc_emit_event(res->tenant_id, "node.joined", evj);
 	bc_audit(reclaim ? "node.reclaim" : "node.join", res->tenant_id, node_id, evj);
@@ -318,15 +318,11 @@ bc_key_reuse_check(BcJoinRequest *req, const char *who, bool join)
 	req->repeat = r;
 }
 
-/* The answer to a repeat that verified again (see bc_join.h). */
+/* The issued answer again with a node certificate issued before (see bc_join.h). */
 Jsonb *
-bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
+bc_issued_again(const BcJoinRequest *req, const BcRepeat *r, MemoryContext outcxt)
 {
-	const BcRepeat *r = req->repeat;
 	BcIssued	issued;
-	Datum		v[3];
-	unsigned char mark[BC_SHA256_LEN];
-	char	   *m = psprintf("bc_join/repeat:%s", r->serial_hex);
 
 	memset(&issued, 0, sizeof(issued));
 	strlcpy(issued.serial_hex, r->serial_hex, sizeof(issued.serial_hex));
@@ -336,6 +332,18 @@ bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
 	issued.leaf_der_len = VARSIZE_ANY_EXHDR(r->der);
 	issued.spiffe_id = psprintf(BC_SPIFFE_NODE_FMT, bc_trust_domain,
 								r->tenant_id, r->node_id);
+	return bc_issued_response(req, r->node_id, r->tenant_id, r->role, r->generation, &issued,
+							  r->allowed_kinds, r->has_allowed_kinds, outcxt);
+}
+
+/* The answer to a repeat that verified again (see bc_join.h). */
+Jsonb *
+bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
+{
+	const BcRepeat *r = req->repeat;
+	Datum		v[3];
+	unsigned char mark[BC_SHA256_LEN];
+	char	   *m = psprintf("bc_join/repeat:%s", r->serial_hex);
 
 	/* At most one note per certificate, however often it is repeated. */
 	bc_sha256(m, strlen(m), mark);
@@ -347,15 +355,14 @@ bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt)
 		StringInfoData note;
 
 		initStringInfo(&note);
-		appendStringInfoString(&note, "{\"nodeId\":");
-		escape_json(&note, r->node_id);
+		bc_json_begin(&note);
+		bc_json_member(&note, "nodeId", r->node_id);
 		bc_json_member(&note, "serial", r->serial_hex);
 		bc_json_member(&note, "attestor", req->attestor);
 		bc_json_member(&note, "csrSha256", req->csr_sha256_b64);
-		appendStringInfoChar(&note, '}');
+		bc_json_end(&note);
 		bc_audit("node.join.repeated", r->tenant_id, r->node_id, bc_jsonb(note.data));
 	}
 
-	return bc_issued_response(req, r->node_id, r->tenant_id, r->role, r->generation, &issued,
-							  r->allowed_kinds, r->has_allowed_kinds, outcxt);
+	return bc_issued_again(req, r, outcxt);
 }

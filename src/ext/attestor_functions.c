@@ -129,7 +129,6 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 	char	   *who = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *token = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	Jsonb	   *context = PG_GETARG_JSONB_P(2);
-	JsonbValue *role;
 	JsonbValue *claims;
 	Jsonb	   *claims_jb;
 	BcToken		tok;
@@ -138,10 +137,9 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 	MemoryContext outer = CurrentMemoryContext;
 	Jsonb	   *result;
 
-	role = getKeyJsonValueFromContainer(&context->root, "role", 4, NULL);
-	if (role == NULL || role->type != jbvString)
+	role_s = bc_jsonb_string(context, "role");
+	if (role_s == NULL)
 		bc_invalid_input("context has no role");
-	role_s = pnstrdup(role->val.string.val, role->val.string.len);
 	claims = getKeyJsonValueFromContainer(&context->root, "claims", 6, NULL);
 	if (claims != NULL && claims->type == jbvBinary)
 		claims_jb = JsonbValueToJsonb(claims);
@@ -154,13 +152,14 @@ bc_check_join_token_sql(PG_FUNCTION_ARGS)
 
 	MemoryContextSwitchTo(outer);
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"tokenId\":");
-	escape_json(&buf, tok.token_id);
+	bc_json_begin(&buf);
+	bc_json_member(&buf, "tokenId", tok.token_id);
 	bc_json_member(&buf, "tenantId", tok.tenant_id);
 	bc_json_member(&buf, "poolId", tok.pool_id);
 	bc_json_member(&buf, "siteId", tok.site_id);
 	bc_json_member(&buf, "role", tok.role);
-	appendStringInfo(&buf, ",\"allowReclaim\":%s}", tok.allow_reclaim ? "true" : "false");
+	bc_json_member_bool(&buf, "allowReclaim", tok.allow_reclaim);
+	bc_json_end(&buf);
 	result = bc_jsonb(buf.data);
 	SPI_finish();
 	PG_RETURN_JSONB_P(result);

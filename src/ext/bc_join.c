@@ -1,9 +1,8 @@
 /*
- * bc_join.c: module load, settings and the service clock.
+ * bc_join.c: module load: _PG_init, the settings (GUCs) and setting_interval().
  */
 #include "bc_join.h"
 
-#include "access/xlog.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -77,30 +76,6 @@ bc_require_trust_domain(void)
 				 errmsg("bc_join.trust_domain is not set"),
 				 errdetail("INVALID_CONFIG: every identity is issued under the trust domain.")));
 	return bc_trust_domain;
-}
-
-/* A misconfigured service fails loudly before anything is written. */
-void
-bc_require_config(void)
-{
-	(void) bc_keys();
-	(void) bc_require_trust_domain();
-}
-
-/*
- * A join, renewal or session writes: on a hot standby (pg_auto_failover's
- * secondary) refuse before any work with 25006, the SQLSTATE PostgreSQL
- * itself raises for a write in recovery, which the gateway answers 503 and
- * retries on another host (docs/ha.md).
- */
-void
-bc_require_primary(void)
-{
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("bc_join: this server is a standby and cannot answer requests"),
-				 errhint("Connect with target_session_attrs=read-write.")));
 }
 
 /* Define the settings; every one is superuser-only. */
@@ -349,40 +324,6 @@ _PG_init(void)
 	bc_ossl_cache_enable();
 }
 
-/* The service clock: transaction start plus bc_join.clock_offset. */
-TimestampTz
-bc_now(void)
-{
-	return GetCurrentTransactionStartTimestamp() +
-		(TimestampTz) bc_clock_offset * USECS_PER_SEC;
-}
-
-/* Seconds since the Unix epoch. */
-int64
-bc_timestamp_to_unix(TimestampTz t)
-{
-	return (int64) (t / USECS_PER_SEC) +
-		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
-}
-
-PG_FUNCTION_INFO_V1(bc_compute_now);
-
-/* compute_now(): the service clock. */
-Datum
-bc_compute_now(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_TIMESTAMPTZ(bc_now());
-}
-
-PG_FUNCTION_INFO_V1(bc_compute_clock);
-
-/* compute_clock(): the service clock's current instant (not the transaction's start). */
-Datum
-bc_compute_clock(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_TIMESTAMPTZ(GetCurrentTimestamp() + (TimestampTz) bc_clock_offset * USECS_PER_SEC);
-}
-
 PG_FUNCTION_INFO_V1(bc_setting_interval);
 
 /*
@@ -418,52 +359,4 @@ bc_setting_interval(PG_FUNCTION_ARGS)
 	iv = (Interval *) palloc0(sizeof(Interval));
 	iv->time = (int64) secs * USECS_PER_SEC;
 	PG_RETURN_INTERVAL_P(iv);
-}
-
-PG_FUNCTION_INFO_V1(bc_random_secret);
-
-/* random_secret(): 32 bytes from the strong source, base64url. */
-Datum
-bc_random_secret(PG_FUNCTION_ARGS)
-{
-	unsigned char raw[32];
-	char		out[64];
-
-	if (!pg_strong_random(raw, sizeof(raw)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate random bytes")));
-	bc_b64url_encode(raw, sizeof(raw), out);
-	OPENSSL_cleanse(raw, sizeof(raw));
-	PG_RETURN_TEXT_P(cstring_to_text(out));
-}
-
-/* Random identifier: prefix '_' 32 hex digits. */
-char *
-bc_new_id(const char *prefix)
-{
-	unsigned char raw[16];
-	char		hex[33];
-	TimestampTz now;
-	uint64		ms;
-	int			i;
-
-	/*
-	 * Time-ordered, as UUIDv7 is: 48 bits of milliseconds since the Unix
-	 * epoch, then 80 random bits.  Ids made one after the other land next to
-	 * each other in the primary key's index, so a growing table appends to
-	 * its right edge instead of splitting pages all over it (the growth
-	 * benchmark's WAL per join).
-	 */
-	if (!pg_strong_random(raw, sizeof(raw)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate random bytes")));
-	now = GetCurrentTimestamp();
-	ms = (uint64) (bc_timestamp_to_unix(now) * 1000 + (now % USECS_PER_SEC) / 1000);
-	for (i = 0; i < 6; i++)
-		raw[i] = (unsigned char) (ms >> (8 * (5 - i)));
-	for (i = 0; i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-	return psprintf("%s_%s", prefix, hex);
 }

@@ -40,15 +40,40 @@ extern int	bc_crl_validity;
 
 /* The trust domain, or INVALID_CONFIG when it is not set. */
 extern const char *bc_require_trust_domain(void);
-/* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
-extern void bc_require_config(void);
-extern void bc_require_primary(void);
+
+/* ------------------------------------------------------------------- util.c */
 
 /* The service clock (compute_now()) as a TimestampTz. */
 extern TimestampTz bc_now(void);
 extern int64 bc_timestamp_to_unix(TimestampTz t);
 /* Random identifier: prefix '_' 32 hex digits. */
 extern char *bc_new_id(const char *prefix);
+/* On a hot standby: 25006 before any work (a join, renewal or session writes). */
+extern void bc_require_primary(void);
+
+/* ------------------------------------------------------------------- json.c */
+
+/* RFC 3339 UTC rendering of a timestamp, to the second. */
+extern char *bc_rfc3339(TimestampTz t);
+/* jsonb from JSON text. */
+extern Jsonb *bc_jsonb(const char *text);
+/* The string member name of a jsonb object, copied; NULL when absent or no string. */
+extern char *bc_jsonb_string(Jsonb *j, const char *name);
+
+/*
+ * The JSON writer over a StringInfo: bc_json_begin, then members (the comma
+ * before each but the first is the writer's), then bc_json_end.  A member
+ * whose value is an object: bc_json_key, then bc_json_begin .. bc_json_end.
+ */
+extern void bc_json_begin(StringInfo buf);
+extern void bc_json_key(StringInfo buf, const char *name);
+/* "name":<JSON string, or null when value is NULL> (escape_json). */
+extern void bc_json_member(StringInfo buf, const char *name, const char *value);
+extern void bc_json_member_int(StringInfo buf, const char *name, int64 value);
+extern void bc_json_member_bool(StringInfo buf, const char *name, bool value);
+/* "name":<json>, JSON text the caller made. */
+extern void bc_json_member_raw(StringInfo buf, const char *name, const char *json);
+extern void bc_json_end(StringInfo buf);
 
 /* ------------------------------------------------------------------ ossl.c */
 
@@ -128,6 +153,8 @@ typedef struct BcKeys
 extern const BcKeys *bc_keys(void);
 /* Forget the loaded keys (bc_join.key_dir changed). */
 extern void bc_keys_reset(void);
+/* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
+extern void bc_require_config(void);
 
 /* ---------------------------------------------------------------- hwkeys.c */
 
@@ -287,8 +314,6 @@ extern void bc_emit_event(const char *tenant_id, const char *type, Jsonb *payloa
 /* Insert into bc_join.audit_log (SPI connected). */
 extern void bc_audit(const char *action, const char *tenant_id, const char *node_id,
 					 Jsonb *detail);
-/* jsonb from JSON text. */
-extern Jsonb *bc_jsonb(const char *text);
 
 /* ---------------------------------------------------------------- attestors */
 
@@ -453,6 +478,14 @@ typedef struct BcEvidenceMember
 
 extern void bc_evidence_members(const char *attestor, const bytea *evidence,
 								BcEvidenceMember *members, int n);
+/*
+ * The non-raising core (also the TPM evidence, x509pop's payload, a proof's):
+ * false where bc_evidence_members refuses.  With others, other members of
+ * any value may be there too, every number a plain integer of at most 15
+ * digits.
+ */
+extern bool bc_json_members(const char *data, int len, BcEvidenceMember *members, int n,
+							bool others);
 
 /* A scalar member of a signed JSON document, read by path ("google.compute_engine.project_id"). */
 typedef struct BcDocField
@@ -639,6 +672,14 @@ extern void bc_key_reuse_check(BcJoinRequest *req, const char *who, bool join);
  */
 extern Jsonb *bc_repeat_response(const BcJoinRequest *req, MemoryContext outcxt);
 
+/*
+ * The issued answer again with a node certificate issued before (r: its
+ * serial, DER, validity, node, tenant, role, generation, allowedKinds;
+ * subject unused): a repeated join or a repeated renewal whose answer was
+ * lost.  Issues nothing.
+ */
+extern Jsonb *bc_issued_again(const BcJoinRequest *req, const BcRepeat *r, MemoryContext outcxt);
+
 /* -------------------------------------------------------------- response.c */
 
 /* Open an "issued" payload: status, csrSha256, issuedAt, nodeId, tenantId. */
@@ -658,11 +699,6 @@ extern Jsonb *bc_deferral_response(const BcJoinRequest *req, const BcOutcome *ou
 
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);
-
-/* RFC 3339 UTC rendering of a timestamp, to the second. */
-extern char *bc_rfc3339(TimestampTz t);
-/* Append ,"name":<JSON string or null>. */
-extern void bc_json_member(StringInfo buf, const char *name, const char *value);
 
 /* ------------------------------------------------------------------ join.c */
 

@@ -185,19 +185,22 @@ fetch_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		StringInfoData ev;
 
 		initStringInfo(&ev);
-		appendStringInfoString(&ev, "{\"nodeId\":");
-		escape_json(&ev, c.node_id);
+		bc_json_begin(&ev);
+		bc_json_member(&ev, "nodeId", c.node_id);
 		bc_json_member(&ev, "serial", c.serial);
-		appendStringInfo(&ev, ",\"commandIds\":%s}", failed_ids);
+		bc_json_member_raw(&ev, "commandIds", failed_ids);
+		bc_json_end(&ev);
 		bc_emit_event(c.tenant, "command.refused", bc_jsonb(ev.data));
 	}
 
 	initStringInfo(&payload);
-	appendStringInfoString(&payload, "{\"purpose\":\"" BC_PURPOSE_COMMANDS "\"");
+	bc_json_begin(&payload);
+	bc_json_member(&payload, "purpose", BC_PURPOSE_COMMANDS);
 	bc_json_member(&payload, "nodeId", c.node_id);
 	bc_json_member(&payload, "serial", c.serial);
-	appendStringInfo(&payload, ",\"iat\":" INT64_FORMAT ",\"commands\":%s}",
-					 bc_timestamp_to_unix(bc_now()), cmds);
+	bc_json_member_int(&payload, "iat", bc_timestamp_to_unix(bc_now()));
+	bc_json_member_raw(&payload, "commands", cmds);
+	bc_json_end(&payload);
 	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 
@@ -259,24 +262,25 @@ complete_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	}
 
 	initStringInfo(&ev);
-	appendStringInfoString(&ev, "{\"commandId\":");
-	escape_json(&ev, id);
+	bc_json_begin(&ev);
+	bc_json_member(&ev, "commandId", id);
 	bc_json_member(&ev, "nodeId", c.node_id);
 	bc_json_member(&ev, "kind", kind);
 	bc_json_member(&ev, "state", status);
 	bc_json_member(&ev, "serial", c.serial);
-	appendStringInfoChar(&ev, '}');
+	bc_json_end(&ev);
 	evj = bc_jsonb(ev.data);
 	bc_emit_event(c.tenant, "command.completed", evj);
 	bc_audit("command.complete", c.tenant, c.node_id, evj);
 
 answer:
 	initStringInfo(&payload);
-	appendStringInfoString(&payload, "{\"purpose\":\"" BC_PURPOSE_COMPLETE "\"");
+	bc_json_begin(&payload);
+	bc_json_member(&payload, "purpose", BC_PURPOSE_COMPLETE);
 	bc_json_member(&payload, "nodeId", c.node_id);
 	bc_json_member(&payload, "commandId", id);
 	bc_json_member(&payload, "state", status);
-	appendStringInfoChar(&payload, '}');
+	bc_json_end(&payload);
 	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 

@@ -17,12 +17,12 @@ build_evidence(const BcJoinRequest *req)
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"attestor\":");
-	escape_json(&buf, req->attestor);
+	bc_json_begin(&buf);
+	bc_json_member(&buf, "attestor", req->attestor);
 	bc_json_member(&buf, "payload",
 				   req->attestation_b64 && req->attestation_b64[0] ? req->attestation_b64 : NULL);
 	bc_json_member(&buf, "token", req->token);
-	appendStringInfoChar(&buf, '}');
+	bc_json_end(&buf);
 	return bc_jsonb(buf.data);
 }
 
@@ -39,20 +39,22 @@ bc_attestor_context(const BcJoinRequest *req)
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	appendStringInfo(&buf, "{\"claims\":%s",
-					 JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
+	bc_json_begin(&buf);
+	bc_json_member_raw(&buf, "claims",
+					   JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
 	bc_json_member(&buf, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(&buf, "csrSpkiSha256", req->csr_spki_sha256_b64);
 	bc_json_member(&buf, "role", req->role);
 	if (req->repeat != NULL)
 	{
-		appendStringInfoString(&buf, ",\"repeatOf\":{\"serial\":");
-		escape_json(&buf, req->repeat->serial_hex);
+		bc_json_key(&buf, "repeatOf");
+		bc_json_begin(&buf);
+		bc_json_member(&buf, "serial", req->repeat->serial_hex);
 		bc_json_member(&buf, "nodeId", req->repeat->node_id);
 		bc_json_member(&buf, "tenantId", req->repeat->tenant_id);
-		appendStringInfoChar(&buf, '}');
+		bc_json_end(&buf);
 	}
-	appendStringInfoChar(&buf, '}');
+	bc_json_end(&buf);
 	return bc_jsonb(buf.data);
 }
 

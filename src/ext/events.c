@@ -50,13 +50,6 @@ bc_audit(const char *action, const char *tenant_id, const char *node_id, Jsonb *
 	bc_spi_exec(&insert_audit, values, nulls, false, 0);
 }
 
-/* jsonb from JSON text. */
-Jsonb *
-bc_jsonb(const char *text)
-{
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
-}
-
 /* The last row of each chain (16 index probes), the newest of them, as one row. */
 static BcPlan audit_heads = {
 	"SELECT max(a.id), (array_agg(encode(a.hash, 'hex') ORDER BY a.id DESC))[1], "
@@ -109,12 +102,13 @@ bc_audit_anchor(PG_FUNCTION_ARGS)
 		heads = bc_spi_text_req(Anum_heads_heads);
 	}
 	initStringInfo(&payload);
-	appendStringInfo(&payload, "{\"purpose\":\"bc_join/audit-anchor\",\"headId\":" INT64_FORMAT,
-					 head_id);
+	bc_json_begin(&payload);
+	bc_json_member(&payload, "purpose", "bc_join/audit-anchor");
+	bc_json_member_int(&payload, "headId", head_id);
 	bc_json_member(&payload, "headHash", head_hash);
-	appendStringInfo(&payload, ",\"heads\":%s", heads);
+	bc_json_member_raw(&payload, "heads", heads);
 	bc_json_member(&payload, "at", bc_rfc3339(bc_now()));
-	appendStringInfoChar(&payload, '}');
+	bc_json_end(&payload);
 	st = bc_jws_sign_es256(keys->signing, keys->signing_kid, (unsigned char *) payload.data,
 						   payload.len, &jws);
 	SPI_finish();
@@ -175,7 +169,7 @@ bc_audit_anchor_payload(PG_FUNCTION_ARGS)
 						 "service-keys file of its time.")));
 	PG_TRY();
 	{
-		j = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum((char *) payload)));
+		j = bc_jsonb((char *) payload);
 	}
 	PG_FINALLY();
 	{

@@ -7,51 +7,83 @@
  * would keep the last silently), an unknown member, a wrong JSON type, a
  * fraction or exponent in an integer member, a member over its cap.  The
  * bytes are checked as UTF-8, then read with PostgreSQL's own JSON parser
- * and semantic actions (no jsonb, no numeric conversion).
+ * and semantic actions (no jsonb, no numeric conversion).  The same
+ * non-raising reader (bc_json_members) reads the TPM evidence, x509pop's
+ * payload and the payload of a proof.
  */
 #include "bc_join.h"
 #include "pg_compat.h"
 
 #include "common/jsonapi.h"
 #include "mb/pg_wchar.h"
+#include "nodes/pg_list.h"
+
+/* The digits of a number outside the members named (bc_json_members with others). */
+#define OTHER_DIGITS_MAX 15
 
 typedef struct EvidenceScan
 {
 	BcEvidenceMember *members;
 	int			n;
+	bool		others;			/* other members and nested values allowed */
+	List	   *other_names;	/* with others: the other top-level names seen */
 	int			depth;
 	int			current;		/* member whose value comes next, or -1 */
 	bool		bad;
 } EvidenceScan;
 
+/* Whether token is a plain integer (no fraction, no exponent) of 1 to max digits. */
+static bool
+plain_integer(const char *token, int max)
+{
+	const char *p = token[0] == '-' ? token + 1 : token;
+	size_t		digits = strspn(p, "0123456789");
+
+	return digits > 0 && p[digits] == '\0' && (int) digits <= max;
+}
+
+/* An object or array opens: nested values only with others, never as a member named. */
+static void
+ev_container_start(EvidenceScan *es, bool array)
+{
+	if (es->current >= 0)
+		es->bad = true;			/* members named are scalars */
+	es->current = -1;
+	es->depth++;
+	if (!es->others ? (array || es->depth > 1) : (array && es->depth == 1))
+		es->bad = true;			/* the root is an object; flat unless others */
+}
+
+/* The parser's object start. */
 static BC_JSON_ACTION
 ev_object_start(void *state)
 {
-	EvidenceScan *es = (EvidenceScan *) state;
-
-	if (++es->depth > 1)
-		es->bad = true;			/* members are scalars */
+	ev_container_start((EvidenceScan *) state, false);
 	BC_JSON_CONTINUE;
 }
 
+/* The parser's array start. */
 static BC_JSON_ACTION
-ev_object_end(void *state)
+ev_array_start(void *state)
+{
+	ev_container_start((EvidenceScan *) state, true);
+	BC_JSON_CONTINUE;
+}
+
+/* An object or array closes. */
+static BC_JSON_ACTION
+ev_container_end(void *state)
 {
 	((EvidenceScan *) state)->depth--;
 	BC_JSON_CONTINUE;
 }
 
-static BC_JSON_ACTION
-ev_array_start(void *state)
-{
-	((EvidenceScan *) state)->bad = true;
-	BC_JSON_CONTINUE;
-}
-
+/* A member starts: one of those named (each once), or with others another (each once). */
 static BC_JSON_ACTION
 ev_field_start(void *state, char *fname, bool isnull)
 {
 	EvidenceScan *es = (EvidenceScan *) state;
+	ListCell   *lc;
 	int			i;
 
 	es->current = -1;
@@ -67,10 +99,21 @@ ev_field_start(void *state, char *fname, bool isnull)
 			BC_JSON_CONTINUE;
 		}
 	}
-	es->bad = true;				/* an unknown member */
+	if (!es->others)
+	{
+		es->bad = true;			/* an unknown member */
+		BC_JSON_CONTINUE;
+	}
+	foreach(lc, es->other_names)
+	{
+		if (strcmp((char *) lfirst(lc), fname) == 0)
+			es->bad = true;		/* a duplicate: jsonb would keep the last */
+	}
+	es->other_names = lappend(es->other_names, fname);
 	BC_JSON_CONTINUE;
 }
 
+/* A scalar: a named member's value, of its type and within its cap. */
 static BC_JSON_ACTION
 ev_scalar(void *state, char *token, JsonTokenType type)
 {
@@ -79,17 +122,16 @@ ev_scalar(void *state, char *token, JsonTokenType type)
 
 	if (es->depth != 1 || es->current < 0)
 	{
-		es->bad = true;			/* a bare scalar */
+		if (!es->others || es->depth == 0)
+			es->bad = true;		/* a bare scalar, or an unknown member's */
+		else if (type == JSON_TOKEN_NUMBER && !plain_integer(token, OTHER_DIGITS_MAX))
+			es->bad = true;		/* only small whole numbers anywhere */
 		BC_JSON_CONTINUE;
 	}
 	m = &es->members[es->current];
 	if (m->integer)
 	{
-		const char *p = token[0] == '-' ? token + 1 : token;
-		size_t		digits = strspn(p, "0123456789");
-
-		if (type != JSON_TOKEN_NUMBER || digits == 0 || p[digits] != '\0' ||
-			(int) digits > m->max)
+		if (type != JSON_TOKEN_NUMBER || !plain_integer(token, m->max))
 			es->bad = true;
 	}
 	else if (type != JSON_TOKEN_STRING || (int) strlen(token) > m->max)
@@ -99,46 +141,59 @@ ev_scalar(void *state, char *token, JsonTokenType type)
 	BC_JSON_CONTINUE;
 }
 
+/*
+ * Read data (len bytes) as a JSON object of the members given, without
+ * raising: false for invalid UTF-8 or JSON, a duplicate member, a member of
+ * the wrong type or over its cap, a required member absent.  Without others
+ * the object holds exactly members of these names, each a scalar; with
+ * others it may hold other members too, of any value, but every number in
+ * it is a plain integer of at most 15 digits.
+ */
+bool
+bc_json_members(const char *data, int len, BcEvidenceMember *members, int n, bool others)
+{
+	EvidenceScan es;
+	JsonSemAction sem;
+	JsonLexContext *lex;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		members[i].value = NULL;
+	if (memchr(data, '\0', len) != NULL || !pg_verify_mbstr(PG_UTF8, data, len, true))
+		return false;
+
+	memset(&es, 0, sizeof(es));
+	es.members = members;
+	es.n = n;
+	es.others = others;
+	es.current = -1;
+	memset(&sem, 0, sizeof(sem));
+	sem.semstate = &es;
+	sem.object_start = ev_object_start;
+	sem.object_end = ev_container_end;
+	sem.array_start = ev_array_start;
+	sem.array_end = ev_container_end;
+	sem.object_field_start = ev_field_start;
+	sem.scalar = ev_scalar;
+	lex = bc_json_lexer((char *) data, len, PG_UTF8);
+	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || es.bad)
+		return false;
+	for (i = 0; i < n; i++)
+	{
+		if (members[i].required && members[i].value == NULL)
+			return false;
+	}
+	return true;
+}
+
 /* Read evidence as exactly the members given, or refuse "<attestor>:malformed". */
 void
 bc_evidence_members(const char *attestor, const bytea *evidence, BcEvidenceMember *members,
 					int n)
 {
-	EvidenceScan es;
-	JsonSemAction sem;
-	JsonLexContext *lex;
-	const char *data;
-	int			len;
-	int			i;
-
-	for (i = 0; i < n; i++)
-		members[i].value = NULL;
-	if (evidence == NULL)
+	if (evidence == NULL ||
+		!bc_json_members(VARDATA_ANY(evidence), VARSIZE_ANY_EXHDR(evidence), members, n, false))
 		bc_refuse_join(psprintf("%s:malformed", attestor), NULL);
-	data = VARDATA_ANY(evidence);
-	len = VARSIZE_ANY_EXHDR(evidence);
-	if (memchr(data, '\0', len) != NULL || !pg_verify_mbstr(PG_UTF8, data, len, true))
-		bc_refuse_join(psprintf("%s:malformed", attestor), NULL);
-
-	memset(&es, 0, sizeof(es));
-	es.members = members;
-	es.n = n;
-	es.current = -1;
-	memset(&sem, 0, sizeof(sem));
-	sem.semstate = &es;
-	sem.object_start = ev_object_start;
-	sem.object_end = ev_object_end;
-	sem.array_start = ev_array_start;
-	sem.object_field_start = ev_field_start;
-	sem.scalar = ev_scalar;
-	lex = bc_json_lexer((char *) data, len, PG_UTF8);
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || es.bad)
-		bc_refuse_join(psprintf("%s:malformed", attestor), NULL);
-	for (i = 0; i < n; i++)
-	{
-		if (members[i].required && members[i].value == NULL)
-			bc_refuse_join(psprintf("%s:malformed", attestor), NULL);
-	}
 }
 
 /*

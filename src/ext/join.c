@@ -176,10 +176,10 @@ repeat_round(const BcAttestor *att, BcJoinRequest *req, MemoryContext outcxt)
 		if (!bc_take_refusal(&r, &t))
 			r = psprintf("%s:refused", att->id);
 		initStringInfo(&detail);
-		appendStringInfoString(&detail, "{\"repeatOf\":");
-		escape_json(&detail, req->repeat->serial_hex);
+		bc_json_begin(&detail);
+		bc_json_member(&detail, "repeatOf", req->repeat->serial_hex);
 		bc_json_member(&detail, "refusal", r);
-		appendStringInfoChar(&detail, '}');
+		bc_json_end(&detail);
 		bc_refuse_join_detail("join:key-reused", t, detail.data);
 	}
 	PG_END_TRY();

@@ -11,12 +11,8 @@
  * could no longer be fresh).  Refusals are "<purpose>:<reason>".
  */
 #include "bc_join.h"
-#include "pg_compat.h"
 
 #include "fmgr.h"
-#include "nodes/pg_list.h"
-#include "common/jsonapi.h"
-#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/numeric.h"
@@ -77,136 +73,22 @@ bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof, const char *
 }
 
 /*
- * What the non-raising scan of a proof payload found.  The payload is read
- * with PostgreSQL's JSON lexer and parser (no jsonb, no numeric conversion),
- * so nothing in it can raise: an unsigned payload holding 1e1000000 or a
- * duplicate member is a refusal, not an error.
+ * Non-raising: text is one JSON object, unique top-level members, small whole
+ * numbers (bc_json_members with other members allowed, so nothing in it can
+ * raise: an unsigned payload holding 1e1000000 or a duplicate member is a
+ * refusal, not an error).
  */
-typedef struct ProofScan
-{
-	int			depth;
-	bool		bad;
-	char	   *field;			/* the top-level member being read */
-	char	   *serial;			/* top-level "serial", when a string */
-	List	   *names;			/* top-level member names seen */
-} ProofScan;
-
-static BC_JSON_ACTION
-scan_object_start(void *state)
-{
-	((ProofScan *) state)->depth++;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-scan_object_end(void *state)
-{
-	((ProofScan *) state)->depth--;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-scan_array_start(void *state)
-{
-	ProofScan  *ps = (ProofScan *) state;
-
-	ps->depth++;
-	if (ps->depth == 1)
-		ps->bad = true;			/* the payload is an object */
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-scan_array_end(void *state)
-{
-	((ProofScan *) state)->depth--;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-scan_field_start(void *state, char *fname, bool isnull)
-{
-	ProofScan  *ps = (ProofScan *) state;
-	ListCell   *lc;
-
-	if (ps->depth != 1)
-		BC_JSON_CONTINUE;
-	foreach(lc, ps->names)
-	{
-		if (strcmp((char *) lfirst(lc), fname) == 0)
-			ps->bad = true;		/* a duplicate member: jsonb would keep the last */
-	}
-	ps->names = lappend(ps->names, fname);
-	ps->field = fname;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-scan_scalar(void *state, char *token, JsonTokenType type)
-{
-	ProofScan  *ps = (ProofScan *) state;
-
-	if (ps->depth == 0)
-		ps->bad = true;			/* a bare scalar */
-	if (type == JSON_TOKEN_NUMBER)
-	{
-		/* Proofs hold only whole seconds: a plain integer of at most 15 digits. */
-		const char *p = token[0] == '-' ? token + 1 : token;
-		size_t		n = strspn(p, "0123456789");
-
-		if (n == 0 || n > 15 || p[n] != '\0')
-			ps->bad = true;
-	}
-	if (ps->depth == 1 && ps->field != NULL && strcmp(ps->field, "serial") == 0 &&
-		type == JSON_TOKEN_STRING)
-		ps->serial = token;
-	BC_JSON_CONTINUE;
-}
-
-/*
- * Scan a proof payload without raising: a JSON object with unique top-level
- * members and only small whole numbers.  *serial gets its "serial" string
- * (or NULL).  false for anything else.
- */
-static bool
-proof_payload_ok(const char *text, size_t len, char **serial)
-{
-	JsonLexContext *lex;
-	JsonSemAction sem;
-	ProofScan	ps;
-
-	*serial = NULL;
-	if (memchr(text, '\0', len) != NULL)
-		return false;
-	memset(&ps, 0, sizeof(ps));
-	memset(&sem, 0, sizeof(sem));
-	sem.semstate = &ps;
-	sem.object_start = scan_object_start;
-	sem.object_end = scan_object_end;
-	sem.array_start = scan_array_start;
-	sem.array_end = scan_array_end;
-	sem.object_field_start = scan_field_start;
-	sem.scalar = scan_scalar;
-	lex = bc_json_lexer((char *) text, len, GetDatabaseEncoding());
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || ps.bad)
-		return false;
-	*serial = ps.serial;
-	return true;
-}
-
-/* Non-raising: text is one JSON object, unique top-level members, small whole numbers. */
 bool
 bc_json_object_ok(const char *text, size_t len)
 {
-	char	   *ignored;
-
-	return proof_payload_ok(text, len, &ignored);
+	return bc_json_members(text, (int) len, NULL, 0, true);
 }
 
 /*
  * The serial a proof names: the one member read before its signature is
  * checked, because it names the certificate whose key must have signed it.
- * Read by the non-raising scan; nothing else of the payload is interpreted.
+ * Read by the non-raising reader (as bc_json_object_ok reads, "serial" a
+ * string); nothing else of the payload is interpreted.
  */
 char *
 bc_proof_serial(const char *proof, const char *who)
@@ -216,7 +98,7 @@ bc_proof_serial(const char *proof, const char *who)
 	size_t		n;
 	unsigned char *raw;
 	size_t		len;
-	char	   *serial;
+	BcEvidenceMember m[] = {{.name = "serial", .required = true, .max = 32}};
 
 	if (p2 == NULL)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), NULL);
@@ -225,10 +107,10 @@ bc_proof_serial(const char *proof, const char *who)
 	if (bc_b64url_decode(p1 + 1, n, raw, bc_b64url_decoded_maxlen(n), &len) != BC_OK)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), NULL);
 	raw[len] = '\0';
-	if (!proof_payload_ok((char *) raw, len, &serial) ||
-		!bc_serial_valid(serial))
+	if (!bc_json_members((char *) raw, (int) len, m, lengthof(m), true) ||
+		!bc_serial_valid(m[0].value))
 		bc_refuse_join(psprintf("%s:malformed-proof", who), NULL);
-	return pstrdup(serial);
+	return m[0].value;
 }
 
 /* The certificate a proof names, with its node (bc_lock_proof_cert). */
@@ -345,11 +227,11 @@ bc_node_seen(const char *node_id, bool locked)
 char *
 bc_proof_member(const char *who, Jsonb *payload, const char *name, const char *tenant)
 {
-	JsonbValue *v = getKeyJsonValueFromContainer(&payload->root, name, strlen(name), NULL);
+	char	   *v = bc_jsonb_string(payload, name);
 
-	if (v == NULL || v->type != jbvString)
+	if (v == NULL)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
-	return pnstrdup(v->val.string.val, v->val.string.len);
+	return v;
 }
 
 /*
@@ -380,14 +262,9 @@ bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof
 	if (st != BC_OK)
 		bc_refuse_join(psprintf("%s:proof", who), NULL);
 	payload = (unsigned char *) bc_take_cstring((char *) payload);
-	{
-		char	   *ignored;
-
-		/* Verified; still scanned before jsonb reads it, so it cannot raise. */
-		if (strlen((char *) payload) != plen ||
-			!proof_payload_ok((char *) payload, plen, &ignored))
-			bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
-	}
+	/* Verified; still scanned before jsonb reads it, so it cannot raise. */
+	if (strlen((char *) payload) != plen || !bc_json_object_ok((char *) payload, plen))
+		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
 	pj = bc_jsonb((char *) payload);
 	if (!JB_ROOT_IS_OBJECT(pj))
 		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);

@@ -148,31 +148,40 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 	bc_b64url_encode(claims_hash, BC_SHA256_LEN, claims_b64);
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"refusal\":");
-	escape_json(&buf, refusal);
-	appendStringInfoString(&buf, ",\"attestor\":");
-	escape_json(&buf, req->attestor);
-	appendStringInfoString(&buf, ",\"role\":");
-	escape_json(&buf, req->role);
-	appendStringInfo(&buf, ",\"csrSha256\":\"%s\",\"csrSpkiSha256\":\"%s\",\"claimsSha256\":\"%s\"",
-					 req->csr_sha256_b64, req->csr_spki_sha256_b64, claims_b64);
+	bc_json_begin(&buf);
+	bc_json_member(&buf, "refusal", refusal);
+	bc_json_member(&buf, "attestor", req->attestor);
+	bc_json_member(&buf, "role", req->role);
+	bc_json_member(&buf, "csrSha256", req->csr_sha256_b64);
+	bc_json_member(&buf, "csrSpkiSha256", req->csr_spki_sha256_b64);
+	bc_json_member(&buf, "claimsSha256", claims_b64);
 	if (suppressed_before > 0)
-		appendStringInfo(&buf, ",\"suppressedBefore\":" INT64_FORMAT, suppressed_before);
+		bc_json_member_int(&buf, "suppressedBefore", suppressed_before);
 	if (taken_detail[0] != '\0')
-		appendStringInfo(&buf, ",\"detail\":%s", taken_detail);
+		bc_json_member_raw(&buf, "detail", taken_detail);
 	taken_detail[0] = '\0';
-	appendStringInfoChar(&buf, '}');
+	bc_json_end(&buf);
 
 	bc_emit_event(stream, "security.join.refused",
-				  DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data))));
+				  bc_jsonb(buf.data));
 }
 
 /* What bc_join() returns for every refusal, whatever the reason. */
 Jsonb *
 bc_refusal_response(void)
 {
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(
-		"{\"status\":\"" BC_STATUS_REFUSED "\",\"error\":{\"code\":\"" BC_REFUSAL_CODE "\",\"message\":\"Join refused\"}}")));
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	bc_json_begin(&buf);
+	bc_json_member(&buf, "status", BC_STATUS_REFUSED);
+	bc_json_key(&buf, "error");
+	bc_json_begin(&buf);
+	bc_json_member(&buf, "code", BC_REFUSAL_CODE);
+	bc_json_member(&buf, "message", "Join refused");
+	bc_json_end(&buf);
+	bc_json_end(&buf);
+	return bc_jsonb(buf.data);
 }
 
 PG_FUNCTION_INFO_V1(bc_refuse);

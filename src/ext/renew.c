@@ -51,31 +51,29 @@ enum
  * with that certificate again; issue nothing.  NULL when it is not that.
  */
 static Jsonb *
-repeated_renewal(const BcJoinRequest *req, const char *node_id, const char *tenant,
-				 const char *role, int generation, Datum kinds, bool has_kinds,
-				 MemoryContext outcxt)
+repeated_renewal(const BcJoinRequest *req, const BcProofCert *c, MemoryContext outcxt)
 {
 	Datum		v[3];
 	bool		isnull;
-	BcIssued	issued;
-	bytea	   *spki = bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN);
-	bytea	   *der;
+	BcRepeat	r;
 
-	v[0] = CStringGetTextDatum(node_id);
-	v[1] = PointerGetDatum(spki);
-	v[2] = Int32GetDatum(generation);
+	v[0] = CStringGetTextDatum(c->node_id);
+	v[1] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
+	v[2] = Int32GetDatum(c->generation);
 	if (bc_spi_exec(&successor, v, NULL, true, 1) != 1)
 		return NULL;
-	memset(&issued, 0, sizeof(issued));
-	strlcpy(issued.serial_hex, bc_spi_text_req(Anum_succ_serial), sizeof(issued.serial_hex));
-	der = bc_spi_bytea_copy(Anum_succ_certificate);
-	issued.leaf_der = (unsigned char *) VARDATA(der);
-	issued.leaf_der_len = VARSIZE(der) - VARHDRSZ;
-	issued.not_before = DatumGetTimestampTz(bc_spi_datum(Anum_succ_not_before, &isnull));
-	issued.not_after = DatumGetTimestampTz(bc_spi_datum(Anum_succ_not_after, &isnull));
-	issued.spiffe_id = psprintf(BC_SPIFFE_NODE_FMT, bc_trust_domain, tenant, node_id);
-	return bc_issued_response(req, node_id, tenant, role, generation, &issued,
-							  kinds, has_kinds, outcxt);
+	memset(&r, 0, sizeof(r));
+	strlcpy(r.serial_hex, bc_spi_text_req(Anum_succ_serial), sizeof(r.serial_hex));
+	r.der = bc_spi_bytea_copy(Anum_succ_certificate);
+	r.not_before = DatumGetTimestampTz(bc_spi_datum(Anum_succ_not_before, &isnull));
+	r.not_after = DatumGetTimestampTz(bc_spi_datum(Anum_succ_not_after, &isnull));
+	r.node_id = c->node_id;
+	r.tenant_id = c->tenant;
+	r.role = c->role;
+	r.generation = c->generation;
+	r.allowed_kinds = c->allowed_kinds;
+	r.has_allowed_kinds = c->has_allowed_kinds;
+	return bc_issued_again(req, &r, outcxt);
 }
 
 static BcPlan revoke_cert = {
@@ -105,8 +103,7 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 
 	if (c.revoked && c.renewed && c.generation == c.node_generation)
 	{
-		Jsonb	   *again = repeated_renewal(req, c.node_id, c.tenant, c.role, c.generation,
-											 c.allowed_kinds, c.has_allowed_kinds, outcxt);
+		Jsonb	   *again = repeated_renewal(req, &c, outcxt);
 
 		if (again != NULL)
 			return again;
@@ -132,12 +129,13 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_node_seen(c.node_id, true);
 
 	initStringInfo(&ev);
-	appendStringInfoString(&ev, "{\"nodeId\":");
-	escape_json(&ev, c.node_id);
+	bc_json_begin(&ev);
+	bc_json_member(&ev, "nodeId", c.node_id);
 	bc_json_member(&ev, "serial", issued.serial_hex);
 	bc_json_member(&ev, "previousSerial", serial);
 	bc_json_member(&ev, "csrSha256", req->csr_sha256_b64);
-	appendStringInfo(&ev, ",\"identityGeneration\":%d}", c.generation);
+	bc_json_member_int(&ev, "identityGeneration", c.generation);
+	bc_json_end(&ev);
 	evj = bc_jsonb(ev.data);
 	bc_emit_event(c.tenant, "node.renewed", evj);
 	bc_audit("node.renew", c.tenant, c.node_id, evj);

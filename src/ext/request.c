@@ -232,7 +232,7 @@ bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner)
 
 	/* claims: absent means {} */
 	if (req->claims == NULL)
-		req->claims = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")));
+		req->claims = bc_jsonb("{}");
 
 	/* attestation: base64url bytes */
 	if (req->attestation_b64 != NULL && req->attestation_b64[0] != '\0')

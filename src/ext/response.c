@@ -5,35 +5,7 @@
  */
 #include "bc_join.h"
 
-#include <time.h>
-
 #include "utils/builtins.h"
-#include "utils/json.h"
-
-/* RFC 3339 UTC rendering of a timestamp, to the second. */
-char *
-bc_rfc3339(TimestampTz t)
-{
-	time_t		secs = (time_t) bc_timestamp_to_unix(t);
-	struct tm	tm;
-	char		buf[32];
-
-	if (gmtime_r(&secs, &tm) == NULL)
-		elog(ERROR, "timestamp out of range");
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return pstrdup(buf);
-}
-
-/* Append ,"name":<JSON string or null>. */
-void
-bc_json_member(StringInfo buf, const char *name, const char *value)
-{
-	appendStringInfo(buf, ",\"%s\":", name);
-	if (value == NULL)
-		appendStringInfoString(buf, "null");
-	else
-		escape_json(buf, value);
-}
 
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 Jsonb *
@@ -90,7 +62,8 @@ bc_issued_payload_start(StringInfo payload, const BcJoinRequest *req, const char
 						const char *tenant_id)
 {
 	initStringInfo(payload);
-	appendStringInfoString(payload, "{\"status\":\"" BC_STATUS_ISSUED "\"");
+	bc_json_begin(payload);
+	bc_json_member(payload, "status", BC_STATUS_ISSUED);
 	bc_json_member(payload, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(payload, "issuedAt", bc_rfc3339(bc_now()));
 	bc_json_member(payload, "nodeId", node_id);
@@ -105,8 +78,8 @@ bc_append_chain(StringInfo payload, const BcIssued *issued)
 	char	   *leaf_b64 = palloc(bc_b64_encoded_len(issued->leaf_der_len) + 1);
 
 	bc_b64_encode(issued->leaf_der, issued->leaf_der_len, leaf_b64);
-	appendStringInfo(payload, ",\"certificateChain\":[\"%s\",%s]", leaf_b64,
-					 keys->node_ca_chain_b64);
+	bc_json_member_raw(payload, "certificateChain",
+					   psprintf("[\"%s\",%s]", leaf_b64, keys->node_ca_chain_b64));
 }
 
 /* The signed "issued" response for a certificate just recorded, bound to the CSR. */
@@ -121,16 +94,14 @@ bc_issued_response(const BcJoinRequest *req, const char *node_id, const char *te
 	bc_json_member(&payload, "role", role);
 	bc_json_member(&payload, "spiffeId", issued->spiffe_id);
 	bc_json_member(&payload, "serial", issued->serial_hex);
-	appendStringInfo(&payload, ",\"identityGeneration\":%d", generation);
+	bc_json_member_int(&payload, "identityGeneration", generation);
 	bc_append_chain(&payload, issued);
-	appendStringInfoString(&payload, ",\"allowedKinds\":");
-	if (has_allowed_kinds)
-		appendStringInfoString(&payload,
-							   TextDatumGetCString(DirectFunctionCall1(array_to_json, allowed_kinds)));
-	else
-		appendStringInfoString(&payload, "null");
+	bc_json_member_raw(&payload, "allowedKinds",
+					   has_allowed_kinds ?
+					   TextDatumGetCString(DirectFunctionCall1(array_to_json, allowed_kinds)) :
+					   "null");
 	bc_json_member(&payload, "notAfter", bc_rfc3339(issued->not_after));
-	appendStringInfoChar(&payload, '}');
+	bc_json_end(&payload);
 	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 
@@ -142,20 +113,21 @@ bc_deferral_response(const BcJoinRequest *req, const BcOutcome *out, MemoryConte
 	bool		approval = strcmp(out->kind, "approval") == 0;
 
 	initStringInfo(&payload);
-	appendStringInfo(&payload, "{\"status\":\"%s\"", approval ? BC_STATUS_PENDING : BC_STATUS_CHALLENGE);
+	bc_json_begin(&payload);
+	bc_json_member(&payload, "status", approval ? BC_STATUS_PENDING : BC_STATUS_CHALLENGE);
 	bc_json_member(&payload, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(&payload, "issuedAt", bc_rfc3339(bc_now()));
 	bc_json_member(&payload, "attestor", req->attestor);
 	if (approval)
 	{
 		bc_json_member(&payload, "requestId", out->request_id);
-		appendStringInfo(&payload, ",\"retryAfterSeconds\":%d", out->retry_after_seconds);
+		bc_json_member_int(&payload, "retryAfterSeconds", out->retry_after_seconds);
 	}
 	else
 	{
 		bc_json_member(&payload, "challenge", out->challenge_b64);
 		bc_json_member(&payload, "notAfter", bc_rfc3339(out->not_after));
 	}
-	appendStringInfoChar(&payload, '}');
+	bc_json_end(&payload);
 	return bc_signed_response(approval ? BC_STATUS_PENDING : BC_STATUS_CHALLENGE, &payload, outcxt);
 }

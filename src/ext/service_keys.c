@@ -481,7 +481,7 @@ public_jwk(EVP_PKEY *key)
 				(errcode(ERRCODE_BC_INVALID_CONFIG),
 				 errmsg("could not encode a public key as a JWK")));
 	json = bc_take_cstring(json);
-	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(json)));
+	return bc_jsonb(json);
 }
 
 PG_FUNCTION_INFO_V1(bc_signing_jwk);
@@ -533,7 +533,8 @@ append_jwk(StringInfo buf, EVP_PKEY *key, bool with_kid)
 	}
 	/* The canonical JWK is one object: its members, then the kid. */
 	appendBinaryStringInfo(buf, jwk, strlen(jwk) - 1);
-	appendStringInfo(buf, ",\"kid\":\"%s\"}", kid);
+	bc_json_member(buf, "kid", kid);
+	bc_json_end(buf);
 }
 
 /*
@@ -550,13 +551,14 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 
 	(void) bc_require_trust_domain();
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"trustDomain\":");
-	escape_json(&buf, bc_trust_domain);
-	appendStringInfoString(&buf, ",\"signingKey\":");
+	bc_json_begin(&buf);
+	bc_json_member(&buf, "trustDomain", bc_trust_domain);
+	bc_json_key(&buf, "signingKey");
 	append_jwk(&buf, k->signing, false);
-	appendStringInfoString(&buf, ",\"encryptionKey\":");
+	bc_json_key(&buf, "encryptionKey");
 	append_jwk(&buf, k->encryption, false);
-	appendStringInfoString(&buf, ",\"signingKeys\":[");
+	bc_json_key(&buf, "signingKeys");
+	appendStringInfoChar(&buf, '[');
 	for (i = 0; i < k->n_signing; i++)
 	{
 		if (i > 0)
@@ -568,18 +570,20 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 		appendStringInfoChar(&buf, ',');
 		append_jwk(&buf, k->signing_peers[i], true);
 	}
-	appendStringInfoString(&buf, "],\"encryptionKeys\":[");
+	appendStringInfoChar(&buf, ']');
+	bc_json_key(&buf, "encryptionKeys");
+	appendStringInfoChar(&buf, '[');
 	for (i = 0; i < k->n_encryption; i++)
 	{
 		if (i > 0)
 			appendStringInfoChar(&buf, ',');
 		append_jwk(&buf, k->encryption_set[i], true);
 	}
-	appendStringInfoString(&buf, "],\"nodeCa\":");
-	escape_json(&buf, k->node_ca_pem);
+	appendStringInfoChar(&buf, ']');
+	bc_json_member(&buf, "nodeCa", k->node_ca_pem);
 	if (issued_at != NULL)
 		bc_json_member(&buf, "issuedAt", issued_at);
-	appendStringInfoChar(&buf, '}');
+	bc_json_end(&buf);
 	return buf.data;
 }
 
@@ -625,19 +629,19 @@ bc_service_keys(PG_FUNCTION_ARGS)
 
 	if (sk_cached != NULL && MyProc != NULL && BC_MY_LXID == sk_cached_lxid &&
 		strcmp(sk_cached_at, at) == 0)
-		PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(sk_cached)));
+		PG_RETURN_JSONB_P(bc_jsonb(sk_cached));
 	doc = service_keys_text(k, at);
 	jws = sign_doc(k->signing, k->signing_kid, doc);
 	initStringInfo(&out);
 	appendBinaryStringInfo(&out, doc, strlen(doc) - 1);	/* without its closing brace */
 	bc_json_member(&out, "signed", jws);
-	appendStringInfoChar(&out, '}');
+	bc_json_end(&out);
 	if (sk_cached != NULL)
 		pfree(sk_cached);
 	sk_cached = MemoryContextStrdup(TopMemoryContext, out.data);
 	strlcpy(sk_cached_at, at, sizeof(sk_cached_at));
 	sk_cached_lxid = MyProc != NULL ? BC_MY_LXID : InvalidLocalTransactionId;
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+	PG_RETURN_JSONB_P(bc_jsonb(out.data));
 }
 
 PG_FUNCTION_INFO_V1(bc_signed_service_keys);
@@ -657,10 +661,21 @@ bc_signed_service_keys(PG_FUNCTION_ARGS)
 	int			i;
 
 	initStringInfo(&out);
-	appendStringInfoString(&out, "{\"keys\":[");
+	bc_json_begin(&out);
+	bc_json_key(&out, "keys");
+	appendStringInfoChar(&out, '[');
 	for (i = 0; i < k->n_signing; i++)
 		appendStringInfo(&out, "%s\"%s\"", i > 0 ? "," : "",
 						 sign_doc(k->signing_set[i], k->signing_kids[i], doc));
-	appendStringInfoString(&out, "]}");
-	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data)));
+	appendStringInfoChar(&out, ']');
+	bc_json_end(&out);
+	PG_RETURN_JSONB_P(bc_jsonb(out.data));
+}
+
+/* A misconfigured service fails loudly before anything is written. */
+void
+bc_require_config(void)
+{
+	(void) bc_keys();
+	(void) bc_require_trust_domain();
 }

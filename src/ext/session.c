@@ -124,7 +124,8 @@ caller_claim(Jsonb *pj, const char *tenant)
 	if (pid_v < 1 || pid_v > CALLER_PID_MAX)
 		bc_refuse_join("session:malformed-proof", tenant);
 	initStringInfo(&out);
-	appendStringInfo(&out, "{\"pid\":" INT64_FORMAT, pid_v);
+	bc_json_begin(&out);
+	bc_json_member_int(&out, "pid", pid_v);
 	for (i = 0; i < lengthof(strings); i++)
 	{
 		JsonbValue *v = getKeyJsonValueFromContainer(c->val.binary.data, strings[i].name,
@@ -137,8 +138,23 @@ caller_claim(Jsonb *pj, const char *tenant)
 			bc_refuse_join("session:malformed-proof", tenant);
 		bc_json_member(&out, strings[i].name, pnstrdup(v->val.string.val, v->val.string.len));
 	}
-	appendStringInfoChar(&out, '}');
+	bc_json_end(&out);
 	return out.data;
+}
+
+/* The detail of a session bound refused: {"nodeId", "setting", "limit"}. */
+static char *
+limit_detail(const char *node_id, const char *setting, int limit)
+{
+	StringInfoData d;
+
+	initStringInfo(&d);
+	bc_json_begin(&d);
+	bc_json_member(&d, "nodeId", node_id);
+	bc_json_member(&d, "setting", setting);
+	bc_json_member_int(&d, "limit", limit);
+	bc_json_end(&d);
+	return d.data;
 }
 
 /*
@@ -167,12 +183,12 @@ check_session_bounds(const char *node_id, const char *tenant)
 	recent = bc_spi_int8(Anum_cs_recent);
 	if (held >= bc_sessions_per_node)
 		bc_refuse_join_detail("session:too-many", tenant,
-							  psprintf("{\"nodeId\":\"%s\",\"setting\":\"bc_join.sessions_per_node\","
-									   "\"limit\":%d}", node_id, bc_sessions_per_node));
+							  limit_detail(node_id, "bc_join.sessions_per_node",
+										   bc_sessions_per_node));
 	if (recent >= bc_new_sessions_per_minute)
 		bc_refuse_join_detail("session:too-fast", tenant,
-							  psprintf("{\"nodeId\":\"%s\",\"setting\":\"bc_join.new_sessions_per_minute\","
-									   "\"limit\":%d}", node_id, bc_new_sessions_per_minute));
+							  limit_detail(node_id, "bc_join.new_sessions_per_minute",
+										   bc_new_sessions_per_minute));
 }
 
 /* The session round: check the node and its proof, reserve the session, issue. */
@@ -265,14 +281,14 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		StringInfoData ev;
 
 		initStringInfo(&ev);
-		appendStringInfoString(&ev, "{\"sessionId\":");
-		escape_json(&ev, session_id);
+		bc_json_begin(&ev);
+		bc_json_member(&ev, "sessionId", session_id);
 		bc_json_member(&ev, "nodeId", node_id);
 		bc_json_member(&ev, "session", session_ref);
 		bc_json_member(&ev, "context", context_ref);
 		if (caller != NULL)
-			appendStringInfo(&ev, ",\"caller\":%s", caller);
-		appendStringInfoChar(&ev, '}');
+			bc_json_member_raw(&ev, "caller", caller);
+		bc_json_end(&ev);
 		bc_emit_event(tenant, "session.provisioned", bc_jsonb(ev.data));
 	}
 
@@ -284,7 +300,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_json_member(&payload, "serial", issued.serial_hex);
 	bc_append_chain(&payload, &issued);
 	bc_json_member(&payload, "notAfter", bc_rfc3339(issued.not_after));
-	appendStringInfoChar(&payload, '}');
+	bc_json_end(&payload);
 	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 

@@ -256,16 +256,11 @@ bc_attestor_stats(PG_FUNCTION_ARGS)
 			values[7] = Float8GetDatum(quantile_ms(&copy[k], 0.5));
 			values[8] = Float8GetDatum(quantile_ms(&copy[k], 0.99));
 			initStringInfo(&hist);
-			appendStringInfoChar(&hist, '{');
+			bc_json_begin(&hist);
 			for (b = 0; b < BC_HIST_BUCKETS; b++)
-			{
-				if (b < BC_HIST_BUCKETS - 1)
-					appendStringInfo(&hist, "%s\"%g\":" INT64_FORMAT, b ? "," : "",
-									 hist_bounds_ms[b], copy[k].hist[b]);
-				else
-					appendStringInfo(&hist, ",\"+Inf\":" INT64_FORMAT, copy[k].hist[b]);
-			}
-			appendStringInfoChar(&hist, '}');
+				bc_json_member_int(&hist, b < BC_HIST_BUCKETS - 1 ?
+								   psprintf("%g", hist_bounds_ms[b]) : "+Inf", copy[k].hist[b]);
+			bc_json_end(&hist);
 			values[9] = PointerGetDatum(bc_jsonb(hist.data));
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}

@@ -14,7 +14,7 @@
 \set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
-SELECT plan(50);
+SELECT plan(52);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -160,6 +160,11 @@ SELECT is(pg_temp.last_refusal(), 'root renew:proof', 'refused proof (its signat
 SELECT is(pg_temp.renew(:'r2', pg_temp.unsigned(format('{"serial":"%s","serial":"%s"}', repeat('0', 32), :'s2'))),
 		  :'refused'::jsonb, 'a proof naming its serial twice: the one refusal');
 SELECT is(pg_temp.last_refusal(), 'root renew:malformed-proof', 'refused malformed-proof');
+SELECT is(pg_temp.renew(:'r2', 'eyJhbGciOiJFUzI1NiJ9.' || bc_join.b64url_encode(
+			  convert_to(format('{"serial":"%s","x":"', :'s2'), 'UTF8') || '\xff'::bytea || convert_to('"}', 'UTF8'))
+			  || '.' || repeat('A', 86)),
+		  :'refused'::jsonb, 'an unsigned proof that is not UTF-8: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root renew:malformed-proof', 'refused malformed-proof, before its signature');
 SELECT (pg_temp.proof_payload(:'s2', :'r2', 4)::jsonb || '{"n":1e400}')::text AS ppn \gset
 \set hugenum `printf %s :'ppn' | :josetool sign :d/k2/node.key`
 SELECT is(pg_temp.renew(:'r2', :'hugenum'), :'refused'::jsonb, 'a signed proof with a huge number: the one refusal');

@@ -471,8 +471,6 @@ map_account(const BcJoinRequest *req, const char *provider, const CloudIdentity 
 		LOCAL_FCINFO(fcinfo, 3);
 		Datum		d;
 		Jsonb	   *j;
-		JsonbValue *t;
-		JsonbValue *p;
 
 		fmgr_info(bc_spi_callback_oid("cloud resolver"), &flinfo);
 		InitFunctionCallInfoData(*fcinfo, &flinfo, 3, InvalidOid, NULL, NULL);
@@ -486,12 +484,10 @@ map_account(const BcJoinRequest *req, const char *provider, const CloudIdentity 
 		if (!fcinfo->isnull)
 		{
 			j = DatumGetJsonbP(d);
-			t = getKeyJsonValueFromContainer(&j->root, "tenantId", 8, NULL);
-			p = getKeyJsonValueFromContainer(&j->root, "poolId", 6, NULL);
-			if (t == NULL || p == NULL || t->type != jbvString || p->type != jbvString)
+			*tenant = bc_jsonb_string(j, "tenantId");
+			*pool = bc_jsonb_string(j, "poolId");
+			if (*tenant == NULL || *pool == NULL)
 				bc_invalid_config("the cloud resolver answered something other than {\"tenantId\", \"poolId\"}");
-			*tenant = pnstrdup(t->val.string.val, t->val.string.len);
-			*pool = pnstrdup(p->val.string.val, p->val.string.len);
 			return;
 		}
 	}
@@ -505,13 +501,13 @@ instance_json(const char *provider, const CloudIdentity *id, const char *admissi
 	StringInfoData b;
 
 	initStringInfo(&b);
-	appendStringInfoString(&b, "{\"provider\":");
-	escape_json(&b, provider);
+	bc_json_begin(&b);
+	bc_json_member(&b, "provider", provider);
 	bc_json_member(&b, "account", id->account);
 	bc_json_member(&b, "instance", id->instance);
 	if (admission != NULL)
 		bc_json_member(&b, "admission", admission);
-	appendStringInfoChar(&b, '}');
+	bc_json_end(&b);
 	return b.data;
 }
 

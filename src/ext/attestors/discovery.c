@@ -116,11 +116,11 @@ remember_admitted(const BcAttestResult *res, const char *node_id)
 static char *
 member_str(Jsonb *pj, const char *name, const char *tenant)
 {
-	JsonbValue *v = getKeyJsonValueFromContainer(&pj->root, name, strlen(name), NULL);
+	char	   *v = bc_jsonb_string(pj, name);
 
-	if (v == NULL || v->type != jbvString)
+	if (v == NULL)
 		bc_refuse_join("discovery:malformed-assertion", tenant);
-	return pnstrdup(v->val.string.val, v->val.string.len);
+	return v;
 }
 
 /* An integer member of the verified assertion (at most 15 digits, by the scan). */
@@ -247,12 +247,13 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 		char	   *d;
 
 		initStringInfo(&detail);
-		appendStringInfoString(&detail, "{\"mac\":");
-		escape_json(&detail, mac);
+		bc_json_begin(&detail);
+		bc_json_member(&detail, "mac", mac);
 		bc_json_member(&detail, "siteId", site);
 		bc_json_member(&detail, "siteAgent", c.node_id);
 		bc_json_member(&detail, "tokenId", tok.token_id);
-		appendStringInfo(&detail, ",\"approval\":\"%s\"}", approval);
+		bc_json_member(&detail, "approval", approval);
+		bc_json_end(&detail);
 		v[0] = CStringGetTextDatum(tenant);
 		v[1] = JsonbPGetDatum(bc_attestor_context(req));
 		v[2] = JsonbPGetDatum(bc_jsonb(detail.data));
@@ -310,10 +311,11 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 		StringInfoData jd;
 
 		initStringInfo(&jd);
-		appendStringInfoString(&jd, "{\"mac\":");
-		escape_json(&jd, mac);
+		bc_json_begin(&jd);
+		bc_json_member(&jd, "mac", mac);
 		bc_json_member(&jd, "siteAgent", c.node_id);
-		appendStringInfo(&jd, ",\"epoch\":" INT64_FORMAT "}", epoch);
+		bc_json_member_int(&jd, "epoch", epoch);
+		bc_json_end(&jd);
 		res->joined_detail = jd.data;
 	}
 }
@@ -359,12 +361,14 @@ site_epoch_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_node_seen(c.node_id, false);
 
 	initStringInfo(&payload);
-	appendStringInfoString(&payload, "{\"purpose\":\"" BC_PURPOSE_SITE_EPOCH "\"");
+	bc_json_begin(&payload);
+	bc_json_member(&payload, "purpose", BC_PURPOSE_SITE_EPOCH);
 	bc_json_member(&payload, "nodeId", c.node_id);
 	bc_json_member(&payload, "serial", c.serial);
 	bc_json_member(&payload, "siteId", site);
-	appendStringInfo(&payload, ",\"epoch\":" INT64_FORMAT ",\"iat\":" INT64_FORMAT "}",
-					 epoch, bc_timestamp_to_unix(bc_now()));
+	bc_json_member_int(&payload, "epoch", epoch);
+	bc_json_member_int(&payload, "iat", bc_timestamp_to_unix(bc_now()));
+	bc_json_end(&payload);
 	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }
 

@@ -86,8 +86,7 @@ enforce_expect(Jsonb *expect, Jsonb *claims, const char *attestor, const char *w
 
 	if (limit != NULL)
 	{
-		Jsonb	   *listed = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
-																CStringGetDatum(psprintf("[\"%s\"]", attestor))));
+		Jsonb	   *listed = bc_jsonb(psprintf("[\"%s\"]", attestor));
 
 		if (limit->type != jbvBinary || !JsonContainerIsArray(limit->val.binary.data) ||
 			!DatumGetBool(DirectFunctionCall2(jsonb_contains,

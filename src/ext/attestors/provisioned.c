@@ -131,11 +131,16 @@ provisioned_verify(const BcJoinRequest *req, BcOutcome *out)
 	/* Spent with the certificate: a later refusal rolls this back.  A repeat spends nothing. */
 	if (bc_round_repeat() == NULL)
 	{
+		StringInfoData detail;
+
 		if (bc_spi_exec(&spend_token, &v, NULL, false, 0) != 1)
 			elog(ERROR, "provisioning token %s was spent under its lock", token_id);
-		bc_audit("provisioning_token.spend", tenant, node,
-				 bc_jsonb(psprintf("{\"tokenId\":\"%s\",\"csrSha256\":\"%s\"}", token_id,
-								   req->csr_sha256_b64)));
+		initStringInfo(&detail);
+		bc_json_begin(&detail);
+		bc_json_member(&detail, "tokenId", token_id);
+		bc_json_member(&detail, "csrSha256", req->csr_sha256_b64);
+		bc_json_end(&detail);
+		bc_audit("provisioning_token.spend", tenant, node, bc_jsonb(detail.data));
 	}
 
 	/* The subject a repeat must prove again: this very token. */

@@ -18,15 +18,12 @@
  * policy if one applies.  Result: bind SHA-256(EK SPKI), nodeKey tpm,
  * nodeKeyUri urn:bc:tpm-ak:sha256:<hex of the AK Name's digest>.
  *
- * Evidence is scanned with PostgreSQL's JSON parser without raising:
+ * Evidence is read without raising (bc_json_members, evidence.c):
  * anything wrong in it is tpm:malformed, a recorded refusal.
  */
 #include "bc_join.h"
-#include "pg_compat.h"
 
-#include "common/jsonapi.h"
 #include "fmgr.h"
-#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 
 #include <openssl/crypto.h>
@@ -89,78 +86,6 @@ typedef struct TpmEvidence
 	size_t		len[F_COUNT];
 } TpmEvidence;
 
-/* The non-raising scan of the evidence JSON. */
-typedef struct EvScan
-{
-	int			depth;
-	bool		bad;
-	int			field;
-	const int  *allowed;		/* NULL: every member */
-	TpmEvidence *ev;
-} EvScan;
-
-static BC_JSON_ACTION
-ev_object_start(void *state)
-{
-	EvScan	   *s = (EvScan *) state;
-
-	if (++s->depth > 1)
-		s->bad = true;			/* members are strings */
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-ev_object_end(void *state)
-{
-	((EvScan *) state)->depth--;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-ev_array_start(void *state)
-{
-	((EvScan *) state)->bad = true;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-ev_field_start(void *state, char *fname, bool isnull)
-{
-	EvScan	   *s = (EvScan *) state;
-	int			i;
-
-	s->field = -1;
-	if (s->depth != 1)
-		BC_JSON_CONTINUE;
-	for (i = 0; i < F_COUNT; i++)
-	{
-		if (strcmp(fname, tpm_fields[i].name) == 0)
-			break;
-	}
-	if (i == F_COUNT || s->ev->has[i])
-	{
-		s->bad = true;			/* unknown, or a duplicate jsonb would hide */
-		BC_JSON_CONTINUE;
-	}
-	s->ev->has[i] = true;
-	s->field = i;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-ev_scalar(void *state, char *token, JsonTokenType type)
-{
-	EvScan	   *s = (EvScan *) state;
-
-	if (s->depth != 1 || s->field < 0 || type != JSON_TOKEN_STRING)
-	{
-		s->bad = true;
-		BC_JSON_CONTINUE;
-	}
-	s->ev->text[s->field] = token;
-	BC_JSON_CONTINUE;
-}
-
 /* Decode every member found; false when one is not canonical base64url or over its cap. */
 static bool
 decode_members(TpmEvidence *ev)
@@ -191,22 +116,20 @@ decode_members(TpmEvidence *ev)
 }
 
 /*
- * Scan and decode the evidence JSON without raising.  false for anything
- * malformed: invalid UTF-8 or JSON, not one object of string members, an
- * unknown or duplicate member, bad base64url, a member over its cap.
+ * Scan and decode the evidence JSON without raising (bc_json_members).
+ * false for anything malformed: invalid UTF-8 or JSON, not one object of
+ * string members, an unknown or duplicate member, bad base64url, a member
+ * over its cap.
  */
 static bool
 scan_evidence(const char *data, size_t len, TpmEvidence *ev)
 {
-	JsonLexContext *lex;
-	JsonSemAction sem;
-	EvScan		s;
+	BcEvidenceMember m[F_COUNT];
 	size_t		i;
 	int			braces = 0;
 
 	memset(ev, 0, sizeof(*ev));
-	if (len == 0 || memchr(data, '\0', len) != NULL ||
-		!pg_verify_mbstr(PG_UTF8, data, (int) len, true))
+	if (len == 0)
 		return false;
 	/* One flat object: no nesting for the recursive parser to descend. */
 	for (i = 0; i < len; i++)
@@ -214,19 +137,19 @@ scan_evidence(const char *data, size_t len, TpmEvidence *ev)
 		if (data[i] == '[' || (data[i] == '{' && ++braces > 1))
 			return false;
 	}
-	memset(&s, 0, sizeof(s));
-	memset(&sem, 0, sizeof(sem));
-	s.ev = ev;
-	s.field = -1;
-	sem.semstate = &s;
-	sem.object_start = ev_object_start;
-	sem.object_end = ev_object_end;
-	sem.array_start = ev_array_start;
-	sem.object_field_start = ev_field_start;
-	sem.scalar = ev_scalar;
-	lex = bc_json_lexer((char *) data, len, PG_UTF8);
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || s.bad || braces != 1)
+	memset(m, 0, sizeof(m));
+	for (i = 0; i < F_COUNT; i++)
+	{
+		m[i].name = tpm_fields[i].name;
+		m[i].max = INT_MAX;		/* decode_members checks the caps */
+	}
+	if (braces != 1 || !bc_json_members(data, (int) len, m, F_COUNT, false))
 		return false;
+	for (i = 0; i < F_COUNT; i++)
+	{
+		ev->has[i] = m[i].value != NULL;
+		ev->text[i] = m[i].value;
+	}
 	return decode_members(ev);
 }
 
@@ -715,20 +638,21 @@ await_enrollment(const BcJoinRequest *req, const unsigned char bind[BC_SHA256_LE
 		return;
 	}
 	initStringInfo(&ctx);
-	appendStringInfo(&ctx, "{\"claims\":%s",
-					 JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
+	bc_json_begin(&ctx);
+	bc_json_member_raw(&ctx, "claims",
+					   JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims)));
 	bc_json_member(&ctx, "csrSha256", req->csr_sha256_b64);
 	bc_json_member(&ctx, "role", req->role);
-	appendStringInfoChar(&ctx, '}');
+	bc_json_end(&ctx);
 	initStringInfo(&detail);
-	appendStringInfoString(&detail, "{\"ekSpkiSha256\":");
-	escape_json(&detail, hex_of(bind, BC_SHA256_LEN));
+	bc_json_begin(&detail);
+	bc_json_member(&detail, "ekSpkiSha256", hex_of(bind, BC_SHA256_LEN));
 	bc_json_member(&detail, "poolId", tok->pool_id);
 	bc_json_member(&detail, "siteId", tok->site_id);
 	bc_json_member(&detail, "tokenId", tok->token_id);
 	bc_json_member(&detail, "ekChain", has_cert ? "unchained" : "none");
 	bc_json_member(&detail, "note", "an unknown TPM endorsement key asks to be enrolled");
-	appendStringInfoChar(&detail, '}');
+	bc_json_end(&detail);
 	v[0] = CStringGetTextDatum(tok->tenant_id);
 	v[1] = JsonbPGetDatum(bc_jsonb(ctx.data));
 	v[2] = JsonbPGetDatum(bc_jsonb(detail.data));
@@ -843,11 +767,11 @@ challenge(const BcJoinRequest *req, const bc_tpm_public *ek, const TpmCertified 
 	OPENSSL_cleanse(payload->data, payload->len);
 
 	initStringInfo(&ch);
-	appendStringInfoString(&ch, "{\"credentialBlob\":");
-	escape_json(&ch, b64u(blob, blob_len));
+	bc_json_begin(&ch);
+	bc_json_member(&ch, "credentialBlob", b64u(blob, blob_len));
 	bc_json_member(&ch, "encryptedSecret", b64u(enc, enc_len));
 	bc_json_member(&ch, "state", state);
-	appendStringInfoChar(&ch, '}');
+	bc_json_end(&ch);
 	bc_free(blob);
 	bc_free(enc);
 
@@ -1324,10 +1248,12 @@ bc_tpm_ek_certificate_sql(PG_FUNCTION_ARGS)
 		OPENSSL_free(s);
 	}
 	initStringInfo(&out);
-	appendStringInfo(&out, "{\"der\":\"%s\",\"isRoot\":%s,\"sha256\":\"%s\",\"subject\":",
-					 hex_of(der, derlen), is_root ? "true" : "false", hex_of(h, BC_SHA256_LEN));
-	escape_json(&out, subject);
-	appendStringInfoChar(&out, '}');
+	bc_json_begin(&out);
+	bc_json_member(&out, "der", hex_of(der, derlen));
+	bc_json_member_bool(&out, "isRoot", is_root);
+	bc_json_member(&out, "sha256", hex_of(h, BC_SHA256_LEN));
+	bc_json_member(&out, "subject", subject);
+	bc_json_end(&out);
 	OPENSSL_free(der);
 	PG_RETURN_JSONB_P(bc_jsonb(out.data));
 }

@@ -11,12 +11,9 @@
  * JWS itself is parsed and verified by src/common (jose_x5c.c).
  */
 #include "bc_join.h"
-#include "pg_compat.h"
 
-#include "common/jsonapi.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -103,118 +100,30 @@ static BcPlan use_jws = {
 
 /* ------------------------------------------------------------ the payload */
 
-/* What the non-raising scan of the payload found. */
-typedef struct PayloadScan
+/* The payload's members, read without raising (bc_json_members): exactly these four. */
+enum
 {
-	int			depth;
-	bool		bad;
-	int			field;			/* index of the member being read, -1 none */
-	bool		seen[4];
-	char	   *str[3];			/* purpose, nodeId, csrSha256 */
-	int64		iat;
-} PayloadScan;
+	P_PURPOSE,
+	P_NODE_ID,
+	P_CSR_SHA256,
+	P_IAT,
+	P_COUNT
+};
 
-static const char *const payload_members[] = {"purpose", "nodeId", "csrSha256", "iat"};
-
-static BC_JSON_ACTION
-ps_object_start(void *state)
-{
-	PayloadScan *ps = state;
-
-	if (++ps->depth > 1)
-		ps->bad = true;			/* no nested value */
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-ps_object_end(void *state)
-{
-	((PayloadScan *) state)->depth--;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-ps_array_start(void *state)
-{
-	((PayloadScan *) state)->bad = true;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-ps_field_start(void *state, char *fname, bool isnull)
-{
-	PayloadScan *ps = state;
-	int			i;
-
-	ps->field = -1;
-	if (ps->depth != 1)
-		BC_JSON_CONTINUE;
-	for (i = 0; i < 4; i++)
-	{
-		if (strcmp(fname, payload_members[i]) == 0)
-			ps->field = i;
-	}
-	if (ps->field < 0 || ps->seen[ps->field])
-		ps->bad = true;			/* unknown or duplicate */
-	else
-		ps->seen[ps->field] = true;
-	BC_JSON_CONTINUE;
-}
-
-static BC_JSON_ACTION
-ps_scalar(void *state, char *token, JsonTokenType type)
-{
-	PayloadScan *ps = state;
-
-	if (ps->depth != 1 || ps->field < 0)
-	{
-		ps->bad = true;
-		BC_JSON_CONTINUE;
-	}
-	if (ps->field < 3)
-	{
-		if (type != JSON_TOKEN_STRING || strlen(token) > 128)
-			ps->bad = true;
-		else
-			ps->str[ps->field] = token;
-	}
-	else
-	{
-		const char *p = token[0] == '-' ? token + 1 : token;
-		size_t		n = strspn(p, "0123456789");
-
-		/* A plain integer of at most 15 digits: no fraction, no exponent. */
-		if (type != JSON_TOKEN_NUMBER || n == 0 || n > 15 || p[n] != '\0')
-			ps->bad = true;
-		else
-			ps->iat = strtoll(token, NULL, 10);
-	}
-	BC_JSON_CONTINUE;
-}
-
-/* Scan the payload without raising: exactly the four members, of their types. */
+/* Read the payload into m[P_COUNT]; false unless exactly the four members, of their types. */
 static bool
-payload_ok(const unsigned char *text, size_t len, PayloadScan *ps)
+payload_ok(const unsigned char *text, size_t len, BcEvidenceMember *m)
 {
-	JsonLexContext *lex;
-	JsonSemAction sem;
+	static const BcEvidenceMember members[P_COUNT] = {
+		{.name = "purpose", .required = true, .max = 128},
+		{.name = "nodeId", .required = true, .max = 128},
+		{.name = "csrSha256", .required = true, .max = 128},
+		/* a plain integer of at most 15 digits: no fraction, no exponent */
+		{.name = "iat", .integer = true, .required = true, .max = 15},
+	};
 
-	memset(ps, 0, sizeof(*ps));
-	ps->field = -1;
-	if (len == 0 || memchr(text, '\0', len) != NULL ||
-		pg_encoding_verifymbstr(PG_UTF8, (const char *) text, (int) len) != (int) len)
-		return false;
-	memset(&sem, 0, sizeof(sem));
-	sem.semstate = ps;
-	sem.object_start = ps_object_start;
-	sem.object_end = ps_object_end;
-	sem.array_start = ps_array_start;
-	sem.object_field_start = ps_field_start;
-	sem.scalar = ps_scalar;
-	lex = bc_json_lexer((char *) text, len, PG_UTF8);
-	if (pg_parse_json(lex, &sem) != JSON_SUCCESS || ps->bad)
-		return false;
-	return ps->seen[0] && ps->seen[1] && ps->seen[2] && ps->seen[3];
+	memcpy(m, members, sizeof(members));
+	return len > 0 && bc_json_members((const char *) text, (int) len, m, P_COUNT, false);
 }
 
 /* ------------------------------------------------------------ the checks */
@@ -479,7 +388,8 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	size_t		len;
 	bc_x5c_jws	j;
 	int			fault = BC_X5C_NONE;
-	PayloadScan ps;
+	BcEvidenceMember ps[P_COUNT];
+	int64		iat = 0;
 	int64		now = bc_timestamp_to_unix(bc_now());
 	int64		not_after;
 	int64		at;
@@ -507,13 +417,14 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	signing_input_len = j.signing_input_len;
 
 	/* The payload; its purpose, this CSR, fresh; then the signature. */
-	if (!payload_ok(j.payload, j.payload_len, &ps))
+	if (!payload_ok(j.payload, j.payload_len, ps))
 		refusal = WHO ":malformed";
-	else if (strcmp(ps.str[0], "x509pop") != 0)
+	else if (strcmp(ps[P_PURPOSE].value, "x509pop") != 0)
 		refusal = WHO ":purpose";
-	else if (strcmp(ps.str[2], req->csr_sha256_b64) != 0)
+	else if (strcmp(ps[P_CSR_SHA256].value, req->csr_sha256_b64) != 0)
 		refusal = WHO ":csr-binding";
-	else if (ps.iat < now - bc_x509pop_window || ps.iat > now + bc_x509pop_window)
+	else if ((iat = strtoll(ps[P_IAT].value, NULL, 10)) < now - bc_x509pop_window ||
+			 iat > now + bc_x509pop_window)
 		refusal = WHO ":stale-iat";
 	else
 	{
@@ -540,9 +451,9 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 		bc_refuse_join(WHO ":malformed", NULL);
 	at = not_after - 1 < now ? not_after - 1 : now;
 	if (node_ca_path(keys, certs, ncerts, at))
-		node_branch(req, certs[0], ps.str[1], res);
+		node_branch(req, certs[0], ps[P_NODE_ID].value, res);
 	else
-		external_branch(req, certs, ncerts, ps.str[1], now, res);
+		external_branch(req, certs, ncerts, ps[P_NODE_ID].value, now, res);
 
 	/* Once: the signing input, until it could no longer be fresh. */
 	v[0] = PointerGetDatum(palloc(VARHDRSZ + BC_SHA256_LEN));
@@ -552,7 +463,7 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 		v[1] = CStringGetTextDatum(res->node_id);
 	else
 		nn[1] = 'n';
-	v[2] = Float8GetDatum((double) (ps.iat + bc_x509pop_window));
+	v[2] = Float8GetDatum((double) (iat + bc_x509pop_window));
 	if (bc_spi_exec(&use_jws, v, nn, false, 0) != 1 &&
 		!bc_spent_by_repeat(WHO, (unsigned char *) VARDATA(DatumGetPointer(v[0]))))
 		bc_refuse_join(WHO ":replay", res->tenant_id);
