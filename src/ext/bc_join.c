@@ -9,17 +9,8 @@
 
 PG_MODULE_MAGIC;
 
-char	   *bc_key_dir = NULL;
-char	   *bc_trust_domain = NULL;
-int			bc_cert_ttl = BC_SERVICE_TTL_MAX;
-int			bc_clock_offset = 0;
-int			bc_session_ttl = 900;
-int			bc_join_request_ttl = 86400;
-char	   *bc_crl_url = NULL;
-
 /* The longest retention a setting takes: ten years, in seconds. */
 #define BC_RETAIN_MAX (10 * 366 * 86400)
-int			bc_crl_validity = 3600;
 
 /* Retention and staleness, read by SQL through bc_join.setting_interval(). */
 static int	bc_retain_events = 90 * 86400;
@@ -64,18 +55,6 @@ bc_trust_domain_check(char **newval, void **extra, GucSource source)
 		}
 	}
 	return true;
-}
-
-/* The trust domain every identity is issued under; INVALID_CONFIG when unset. */
-const char *
-bc_require_trust_domain(void)
-{
-	if (bc_trust_domain == NULL || bc_trust_domain[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_BC_INVALID_CONFIG),
-				 errmsg("bc_join.trust_domain is not set"),
-				 errdetail("INVALID_CONFIG: every identity is issued under the trust domain.")));
-	return bc_trust_domain;
 }
 
 /* Define the settings; every one is superuser-only. */

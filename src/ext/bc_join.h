@@ -700,7 +700,7 @@ extern Jsonb *bc_deferral_response(const BcJoinRequest *req, const BcOutcome *ou
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);
 
-/* ------------------------------------------------------------------ join.c */
+/* ----------------------------------------------------------------- round.c */
 
 /* One round in a subtransaction: a JR001 refusal is recorded and answered. */
 extern Jsonb *bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg,

@@ -33,9 +33,6 @@
 #include <openssl/provider.h>
 #include <openssl/store.h>
 
-char	   *bc_tpm_tcti = NULL;
-char	   *bc_pkcs11_module = NULL;
-
 /* Loaded for the backend's lifetime once a hardware key is first read. */
 static OSSL_PROVIDER *prov_default = NULL;
 static OSSL_PROVIDER *prov_tpm2 = NULL;

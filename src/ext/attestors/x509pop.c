@@ -28,9 +28,6 @@
 /* The payload: four short members. */
 #define X509POP_PAYLOAD_MAX 1024
 
-int			bc_x509pop_window = 300;
-int			bc_x509pop_grace = 30 * 86400;
-
 static const char *const x509pop_roles[] = {BC_ROLE_NODE, BC_ROLE_SITE, BC_ROLE_RAMDISK, NULL};
 
 /* The certificate a node leaf names, with its node, locked for the round. */
