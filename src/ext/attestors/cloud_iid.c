@@ -113,12 +113,12 @@ static BcPlan resolver = {
 
 static BcPlan use_instance = {
 	"INSERT INTO bc_join.attestation_uses (attestor, subject, node_id, expires_at) "
-	"VALUES ('cloud-iid', $1, $2, NULL) ON CONFLICT DO NOTHING",
+	"VALUES ('" BC_ATTESTOR_CLOUD_IID "', $1, $2, NULL) ON CONFLICT DO NOTHING",
 	2, {BYTEAOID, TEXTOID}
 };
 
 static BcPlan bound_node = {
-	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1 AND attestor = 'cloud-iid'",
+	"SELECT node_id FROM bc_join.node_bindings WHERE subject = $1 AND attestor = '" BC_ATTESTOR_CLOUD_IID "'",
 	1, {BYTEAOID}
 };
 

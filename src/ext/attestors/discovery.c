@@ -69,7 +69,7 @@ static BcPlan known_machine = {
 };
 
 static BcPlan await = {
-	"SELECT bc_join.await_approval('discovery', $1, $2, $3)::text",
+	"SELECT bc_join.await_approval('" BC_ATTESTOR_DISCOVERY "', $1, $2, $3)::text",
 	3, {TEXTOID, JSONBOID, JSONBOID}
 };
 
@@ -80,7 +80,7 @@ enum
 
 static BcPlan use_assertion = {
 	"INSERT INTO bc_join.attestation_uses (attestor, subject, expires_at) "
-	"VALUES ('discovery', $1, to_timestamp($2)) ON CONFLICT DO NOTHING",
+	"VALUES ('" BC_ATTESTOR_DISCOVERY "', $1, to_timestamp($2)) ON CONFLICT DO NOTHING",
 	2, {BYTEAOID, FLOAT8OID}
 };
 

@@ -535,7 +535,7 @@ check_quote(const char *prefix, const TpmCertified *c, const unsigned char *qbin
 static BcPlan bound_node = {
 	"SELECT b.node_id, n.tenant_id, n.pool_id FROM bc_join.node_bindings b "
 	"JOIN bc_join.nodes n ON n.id = b.node_id "
-	"WHERE b.subject = $1 AND b.attestor = 'tpm'",
+	"WHERE b.subject = $1 AND b.attestor = '" BC_ATTESTOR_TPM "'",
 	1, {BYTEAOID}
 };
 
@@ -555,7 +555,7 @@ static BcPlan remember_ek = {
 
 static BcPlan use_challenge = {
 	"INSERT INTO bc_join.attestation_uses (attestor, subject, expires_at) "
-	"VALUES ('tpm', $1, $2) ON CONFLICT DO NOTHING",
+	"VALUES ('" BC_ATTESTOR_TPM "', $1, $2) ON CONFLICT DO NOTHING",
 	2, {BYTEAOID, TIMESTAMPTZOID}
 };
 
@@ -571,7 +571,7 @@ enum
 
 static BcPlan latest_request = {
 	"SELECT id, state, expires_at <= bc_join.compute_now() FROM bc_join.join_requests "
-	"WHERE attestor = 'tpm' AND csr_sha256 = $1 ORDER BY created_at DESC, id LIMIT 1",
+	"WHERE attestor = '" BC_ATTESTOR_TPM "' AND csr_sha256 = $1 ORDER BY created_at DESC, id LIMIT 1",
 	1, {BYTEAOID}
 };
 
@@ -583,7 +583,7 @@ enum
 };
 
 static BcPlan create_request = {
-	"SELECT bc_join.create_join_request($1, 'tpm', $2, $3)",
+	"SELECT bc_join.create_join_request($1, '" BC_ATTESTOR_TPM "', $2, $3)",
 	3, {TEXTOID, JSONBOID, JSONBOID}
 };
 
@@ -1018,7 +1018,7 @@ static BcPlan node_ek = {
 	"       (SELECT count(*) FROM bc_join.tpm_ek_enrollments x WHERE x.ek_spki_sha256 = b.subject) "
 	"FROM bc_join.node_bindings b JOIN bc_join.nodes n ON n.id = b.node_id "
 	"LEFT JOIN bc_join.tpm_eks e ON e.ek_spki_sha256 = b.subject "
-	"WHERE b.node_id = $1 AND b.attestor = 'tpm'",
+	"WHERE b.node_id = $1 AND b.attestor = '" BC_ATTESTOR_TPM "'",
 	1, {TEXTOID}
 };
 

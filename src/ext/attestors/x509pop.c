@@ -79,7 +79,7 @@ enum
 static BcPlan bound_node = {
 	"SELECT b.node_id, n.tenant_id FROM bc_join.node_bindings b "
 	"JOIN bc_join.nodes n ON n.id = b.node_id "
-	"WHERE b.subject = $1 AND b.attestor = 'x509pop'",
+	"WHERE b.subject = $1 AND b.attestor = '" BC_ATTESTOR_X509POP "'",
 	1, {BYTEAOID}
 };
 
@@ -91,7 +91,7 @@ enum
 
 static BcPlan use_jws = {
 	"INSERT INTO bc_join.attestation_uses (attestor, subject, node_id, expires_at) "
-	"VALUES ('x509pop', $1, $2, to_timestamp($3)) ON CONFLICT DO NOTHING",
+	"VALUES ('" BC_ATTESTOR_X509POP "', $1, $2, to_timestamp($3)) ON CONFLICT DO NOTHING",
 	3, {BYTEAOID, TEXTOID, FLOAT8OID}
 };
 
