@@ -167,6 +167,13 @@ void		bc_ossl_cache_ca_check_passed(X509 *ca_cert, EVP_PKEY *ca_key);
 int			bc_jws_sign_es256(EVP_PKEY *key, const char *kid,
 							  const unsigned char *payload, size_t n,
 							  char **jws_out);
+/*
+ * The same with a "typ" member after kid: {"alg":"ES256","kid":kid,"typ":typ}
+ * (each omitted when NULL), e.g. typ "JWT" for a JWT-SVID.
+ */
+int			bc_jws_sign_es256_typ(EVP_PKEY *key, const char *kid, const char *typ,
+								  const unsigned char *payload, size_t n,
+								  char **jws_out);
 
 /*
  * The "kid" of a JWS compact serialization's protected header, not verified

@@ -224,6 +224,14 @@ int
 bc_jws_sign_es256(EVP_PKEY *key, const char *kid,
 				  const unsigned char *payload, size_t n, char **jws_out)
 {
+	return bc_jws_sign_es256_typ(key, kid, NULL, payload, n, jws_out);
+}
+
+/* The same, header {"alg":"ES256","kid":kid,"typ":typ} (typ omitted when NULL). */
+int
+bc_jws_sign_es256_typ(EVP_PKEY *key, const char *kid, const char *typ,
+					  const unsigned char *payload, size_t n, char **jws_out)
+{
 	json_t	   *hdr = NULL;
 	char	   *hdr64 = NULL;
 	size_t		hdr64_len = 0;
@@ -244,6 +252,11 @@ bc_jws_sign_es256(EVP_PKEY *key, const char *kid,
 	if (hdr == NULL)
 		goto out;
 	if (kid != NULL && json_object_set_new(hdr, "kid", json_string(kid)) != 0)
+	{
+		rc = BC_EINVAL;			/* not UTF-8 */
+		goto out;
+	}
+	if (typ != NULL && json_object_set_new(hdr, "typ", json_string(typ)) != 0)
 	{
 		rc = BC_EINVAL;			/* not UTF-8 */
 		goto out;

@@ -314,6 +314,30 @@ test_jws_round_trip(void **state)
 	assert_int_equal(len, 0);
 	free(payload);
 	free(jws);
+
+	/* typ after kid (a JWT-SVID's header); verified like any other */
+	assert_int_equal(bc_jws_sign_es256_typ(f->key, "k1", "JWT", (const unsigned char *) msg,
+										   strlen(msg), &jws), BC_OK);
+	assert_int_equal(split(jws, parts), 3);
+	assert_int_equal(bc_b64url_decode(parts[0], strlen(parts[0]), hdr, sizeof(hdr),
+									  &hdr_len), BC_OK);
+	assert_int_equal(hdr_len, strlen("{\"alg\":\"ES256\",\"kid\":\"k1\",\"typ\":\"JWT\"}"));
+	assert_memory_equal(hdr, "{\"alg\":\"ES256\",\"kid\":\"k1\",\"typ\":\"JWT\"}", hdr_len);
+	free_parts(parts, 3);
+	assert_int_equal(bc_jws_verify_es256(f->key, jws, strlen(jws), 1024, &payload, &len),
+					 BC_OK);
+	assert_string_equal((char *) payload, msg);
+	free(payload);
+	free(jws);
+	/* typ without kid; NULL typ is the plain header */
+	assert_int_equal(bc_jws_sign_es256_typ(f->key, NULL, "JWT", (const unsigned char *) "", 0,
+										   &jws), BC_OK);
+	assert_int_equal(strncmp(jws, "eyJhbGciOiJFUzI1NiIsInR5cCI6IkpXVCJ9..", 38), 0);
+	free(jws);
+	assert_int_equal(bc_jws_sign_es256_typ(f->key, NULL, NULL, (const unsigned char *) "", 0,
+										   &jws), BC_OK);
+	assert_int_equal(strncmp(jws, "eyJhbGciOiJFUzI1NiJ9..", 22), 0);
+	free(jws);
 }
 
 /* Verify text with the fixture key; returns the status (payload freed). */
