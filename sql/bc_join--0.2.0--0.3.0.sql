@@ -72,3 +72,7 @@ COMMENT ON TABLE bc_join.discovery_machines IS
 	'The machines (MACs) of a discovery site that joined by discovery before or that an operator listed: known to approval unknown-machines.';
 COMMENT ON TABLE bc_join.tenant_operator_grants IS
 	'Which role operates which tenant (grant_tenant_operator): what row-level security and check_tenant read.';
+
+-- service_keys() publishes jwtKeys (#33: the optional jwt-svid.key).
+COMMENT ON FUNCTION bc_join.service_keys() IS
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, jwtKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; jwtKeys is jwt-svid.key''s public JWK with its kid (empty without one); signed is the document with issuedAt signed by the current signing key.';

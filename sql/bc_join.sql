@@ -1292,7 +1292,8 @@ COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
 
 -- Everything an agent pins, in one document: trustDomain, signingKey and
 -- encryptionKey (the current ones), signingKeys and encryptionKeys (every
--- key in key_dir with its kid, the current one first), nodeCa (node-ca.crt:
+-- key in key_dir with its kid, the current one first), jwtKeys (the
+-- optional jwt-svid.key's, with its kid), nodeCa (node-ca.crt:
 -- the issuing CA, then its chain to the root), issuedAt and signed (the
 -- document with issuedAt signed by the current signing key: the time agents
 -- pin, so that no older rollover is taken up).  Hand it to bcd as
@@ -1300,7 +1301,7 @@ COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
 CREATE FUNCTION bc_join.service_keys() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_service_keys' LANGUAGE C STABLE;
 COMMENT ON FUNCTION bc_join.service_keys() IS
-	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; signed is the document with issuedAt signed by the current signing key.';
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, jwtKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; jwtKeys is jwt-svid.key''s public JWK with its kid (empty without one); signed is the document with issuedAt signed by the current signing key.';
 
 -- The rollover agents accept: {"keys": [JWS...]}, service_keys() without
 -- signed, signed once by each signing key in key_dir (the gateway's

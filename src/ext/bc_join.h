@@ -144,6 +144,9 @@ typedef struct BcKeys
 	bool		has_challenge;
 	unsigned char challenge32[BC_STATE_KEY_LEN];
 	EVP_PKEY   *challenge_pkey;	/* private; NULL for a 32-byte key */
+	/* jwt-svid.key (optional): signs JWT-SVIDs; NULL when absent */
+	EVP_PKEY   *jwt_svid;		/* private */
+	char		jwt_svid_kid[44];
 } BcKeys;
 
 /*

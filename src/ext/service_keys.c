@@ -57,6 +57,8 @@ bc_keys_reset(void)
 	bc_ossl_cache_forget(keys.node_ca_key);
 	bc_ossl_cache_forget(keys.challenge_pkey);
 	EVP_PKEY_free(keys.challenge_pkey);
+	bc_ossl_cache_forget(keys.jwt_svid);
+	EVP_PKEY_free(keys.jwt_svid);
 	EVP_PKEY_free(keys.node_ca_key);
 	for (i = 0; i < keys.n_node_ca_chain; i++)
 		X509_free(keys.node_ca_chain[i]);
@@ -381,6 +383,16 @@ load_all(LoadError *e)
 			LOAD_FAIL(e, "could not load a bc_join key", psprintf("%s: %s.", path, err));
 		keys.has_challenge = true;
 	}
+
+	/*
+	 * jwt-svid.key (optional, any kind hwkeys.c loads): signs JWT-SVIDs.  A
+	 * directory without it serves everything else; issue_jwt_svid() then
+	 * raises INVALID_CONFIG.
+	 */
+	if (!load_private("jwt-svid.key", true, &keys.jwt_svid, e))
+		return false;
+	if (keys.jwt_svid != NULL && bc_jwk_thumbprint(keys.jwt_svid, keys.jwt_svid_kid) != BC_OK)
+		LOAD_FAIL(e, "could not compute a key id", "jwt-svid.key is not a P-256 key.");
 	return encode_bundle(e);
 }
 
@@ -540,7 +552,8 @@ append_jwk(StringInfo buf, EVP_PKEY *key, bool with_kid)
 /*
  * The service-keys document: trustDomain, signingKey and encryptionKey (the
  * current ones, as signing_jwk() and encryption_jwk()), signingKeys and encryptionKeys (every key in key_dir, the
- * current one first, each with its kid; signingKeys then the peers' keys), nodeCa (node-ca.crt: the issuing CA
+ * current one first, each with its kid; signingKeys then the peers' keys), jwtKeys (jwt-svid.key's, with its
+ * kid; empty without it), nodeCa (node-ca.crt: the issuing CA
  * first, then its chain up to the root).
  */
 static char *
@@ -579,6 +592,11 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 			appendStringInfoChar(&buf, ',');
 		append_jwk(&buf, k->encryption_set[i], true);
 	}
+	appendStringInfoChar(&buf, ']');
+	bc_json_key(&buf, "jwtKeys");
+	appendStringInfoChar(&buf, '[');
+	if (k->jwt_svid != NULL)
+		append_jwk(&buf, k->jwt_svid, true);
 	appendStringInfoChar(&buf, ']');
 	bc_json_member(&buf, "nodeCa", k->node_ca_pem);
 	if (issued_at != NULL)

@@ -17,6 +17,8 @@
 \set capem `cat :keydir/node-ca.crt`
 \set sigkid `:josetool thumbprint :keydir/signing.key`
 \set enckid `:josetool thumbprint :keydir/encryption.key`
+\set jwtjwk `:josetool jwk :keydir/jwt-svid.key`
+\set jwtkid `:josetool thumbprint :keydir/jwt-svid.key`
 
 BEGIN;
 SELECT plan(16);
@@ -28,8 +30,9 @@ SELECT is(bc_join.service_keys() - 'trustDomain' - 'issuedAt' - 'signed',
 		  jsonb_build_object('signingKey', :'sigjwk'::jsonb, 'encryptionKey', :'encjwk'::jsonb,
 							 'signingKeys', jsonb_build_array(:'sigjwk'::jsonb || jsonb_build_object('kid', :'sigkid')),
 							 'encryptionKeys', jsonb_build_array(:'encjwk'::jsonb || jsonb_build_object('kid', :'enckid')),
+							 'jwtKeys', jsonb_build_array(:'jwtjwk'::jsonb || jsonb_build_object('kid', :'jwtkid')),
 							 'nodeCa', :'capem' || E'\n'),
-		  'service_keys() bundles the public halves, the sets with their RFC 7638 kids');
+		  'service_keys() bundles the public halves, the sets with their RFC 7638 kids (jwtKeys: jwt-svid.key)');
 SELECT is(bc_join.service_keys()->>'trustDomain', 'test.bc-join.local', 'service_keys() names the trust domain');
 
 -- The time agents pin (#26.4): issuedAt, and the document with it signed by the current key.
@@ -63,7 +66,7 @@ SELECT ok(NOT (bc_join.signing_jwk() ? 'd') AND NOT (bc_join.encryption_jwk() ? 
 CREATE TEMP TABLE secrets AS
 	SELECT lpad(right(h, 64), 64, '0') AS hex, rtrim(translate(encode(decode(lpad(right(h, 64), 64, '0'), 'hex'), 'base64'), E'+/\n', '-_'), '=') AS b64
 	FROM unnest(string_to_array(:'privhex', ',')) h;
-SELECT is((SELECT count(*) FROM secrets WHERE length(hex) = 64), 4::bigint, 'the test knows the four private keys');
+SELECT is((SELECT count(*) FROM secrets WHERE length(hex) = 64), 5::bigint, 'the test knows the five private keys (jwt-svid.key too)');
 
 -- Some data in every table: a join and a refusal.
 SELECT bc_join.create_tenant('k') AS t \gset

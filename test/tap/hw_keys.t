@@ -37,7 +37,7 @@ RM = "test/lib/tpm-rm.sh"
 KEYGEN = "tools/bc-join-keygen"
 P11MOD = "/usr/lib/softhsm/libsofthsm2.so"
 PIN = "4711"
-KEYS = ("signing.key", "encryption.key", "challenge.key", "node-ca.key")
+KEYS = ("signing.key", "encryption.key", "challenge.key", "node-ca.key", "jwt-svid.key")
 
 
 def b64u_decode(s):

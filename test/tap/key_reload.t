@@ -188,6 +188,33 @@ def body(tap, env):
         ["openssl", "x509", "-noout", "-subject"], input=pem, stdout=subprocess.PIPE, text=True).stdout,
         "the new node-ca.key beside node-ca.next.crt (a rotation stopped half-way): it loads, the next one issues",
         (got, pem[:80]))
+
+    # -- jwt-svid.key is optional; --add-jwt-key adds one to an old directory ---------------
+    jwt = os.path.join(env.keys, "jwt-svid.key")
+    first = one("SELECT bc_join.service_keys()->'jwtKeys'")
+    conn.commit()
+    tap.ok(len(first) == 1 and first[0].get("crv") == "P-256" and len(first[0].get("kid", "")) == 43
+           and "d" not in first[0],
+           "a new directory has jwt-svid.key: service_keys() publishes its public JWK with its kid", first)
+    os.unlink(jwt)
+    got = raised()
+    without = one("SELECT bc_join.service_keys()->'jwtKeys'")
+    conn.commit()
+    tap.eq((got, without), (None, []), "a directory without jwt-svid.key (as before #33) loads; jwtKeys is empty")
+    keygen("--add-jwt-key", env.keys)
+    added = one("SELECT bc_join.service_keys()->'jwtKeys'")
+    conn.commit()
+    st = os.stat(jwt)
+    tap.ok(len(added) == 1 and added[0]["kid"] != first[0]["kid"] and (st.st_mode & 0o077) == 0
+           and st.st_uid == os.stat(env.keys).st_uid,
+           "--add-jwt-key adds a new jwt-svid.key (0600, the directory's owner), published at the next transaction",
+           added)
+    again = subprocess.run([os.path.join(TOP, "tools/bc-join-keygen"), "--add-jwt-key", env.keys],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tap.ok(again.returncode != 0 and "refusing to overwrite" in again.stderr
+           and one("SELECT bc_join.service_keys()->'jwtKeys'") == added,
+           "--add-jwt-key never overwrites an existing jwt-svid.key", again.stderr)
+    conn.commit()
     conn.close()
 
 
