@@ -181,6 +181,8 @@ bc_issue_jwt_svid_request(PG_FUNCTION_ARGS)
 				 errmsg("the key directory has no jwt-svid.key"),
 				 errdetail("INVALID_CONFIG: JWT-SVIDs are signed by jwt-svid.key."),
 				 errhint("Add one with tools/bc-join-keygen --add-jwt-key DIR.")));
+	/* issued on the primary only, as sessions are */
+	bc_require_primary();
 	PG_RETURN_JSONB_P(bc_node_request_round(PG_GETARG_JSONB_P(0), BC_PURPOSE_JWT_SVID,
 											jwt_svid_round));
 }
