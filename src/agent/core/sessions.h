@@ -26,6 +26,8 @@ int			bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 void		bcd_server_publish(bcd_server *s, const bcd_credential *cred);
 void		bcd_server_renewing(bcd_server *s, int on);
 void		bcd_server_stop(bcd_server *s);
+int			bcd_server_provision(bcd_server *s, const char *session, const char *context,
+								 const bcd_peer *caller, bcd_job_cb cb, void *arg);
 
 #ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /*
