@@ -118,6 +118,62 @@ def openssl_verify(env, certs, roots, name):
     return r.returncode == 0, r.stdout
 
 
+def jwt_checks(tap, env, stub, pb, grpc, spiffe_id):
+    """FetchJWTSVID, FetchJWTBundles, ValidateJWTSVID."""
+    import json
+    from jwcrypto import jwk, jws
+    try:
+        stub.FetchJWTSVID(pb.JWTSVIDRequest(), metadata=HDR, timeout=10)
+        code = "OK"
+    except grpc.RpcError as e:
+        code = e.code()
+    tap.eq(code, grpc.StatusCode.INVALID_ARGUMENT, "FetchJWTSVID without an audience: INVALID_ARGUMENT")
+    try:
+        r = stub.FetchJWTSVID(pb.JWTSVIDRequest(audience=["svc-a", "svc-b"]), metadata=HDR,
+                              timeout=30)
+        svid = r.svids[0]
+    except grpc.RpcError as e:
+        tap.ok(False, "FetchJWTSVID", "%s %s" % (e.code(), e.details()))
+        return
+    tap.eq(svid.spiffe_id, spiffe_id, "FetchJWTSVID: a JWT-SVID of the same session identity")
+    b = next(stub.FetchJWTBundles(pb.JWTBundlesRequest(), metadata=HDR, timeout=10))
+    jwks = json.loads(b.bundles[agentlib.TRUST_DOMAIN])
+    tap.ok(len(jwks.get("keys", [])) >= 1 and all(k.get("kid") for k in jwks["keys"]),
+           "FetchJWTBundles: the trust domain's JWKS of jwt-svid keys, with kids", jwks)
+    tok = jws.JWS()
+    tok.deserialize(svid.svid)
+    hdr = json.loads(tok.objects["protected"])
+    key = [k for k in jwks["keys"] if k["kid"] == hdr.get("kid")]
+    ok = False
+    if key:
+        try:
+            tok.verify(jwk.JWK(**key[0]), alg="ES256")
+            ok = True
+        except Exception as e:  # noqa: BLE001
+            tap.note("verify: %s" % e)
+    claims = json.loads(tok.objects["payload"]) if ok else {}
+    tap.ok(ok and hdr.get("typ") == "JWT" and claims.get("sub") == spiffe_id and
+           claims.get("aud") == ["svc-a", "svc-b"] and claims.get("exp", 0) > time.time(),
+           "the JWT-SVID verifies (jwcrypto) with the bundle's key: ES256, typ JWT, sub, aud, exp",
+           (hdr, claims))
+    v = stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience="svc-b", svid=svid.svid),
+                             metadata=HDR, timeout=10)
+    tap.ok(v.spiffe_id == spiffe_id and v.claims["sub"] == spiffe_id and
+           list(v.claims["aud"]) == ["svc-a", "svc-b"],
+           "ValidateJWTSVID: its SPIFFE ID and claims (a Struct)", v)
+    bad = svid.svid[:-4] + ("AAAA" if not svid.svid.endswith("AAAA") else "BBBB")
+    for name, aud, token in (("another audience", "svc-c", svid.svid),
+                             ("a bad signature", "svc-a", bad),
+                             ("not a JWT", "svc-a", "x.y")):
+        try:
+            stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience=aud, svid=token),
+                                 metadata=HDR, timeout=10)
+            code = "OK"
+        except grpc.RpcError as e:
+            code = e.code()
+        tap.eq(code, grpc.StatusCode.INVALID_ARGUMENT, "ValidateJWTSVID, %s: INVALID_ARGUMENT" % name)
+
+
 def body(tap, env):
     """The script."""
     if not env.has_function("bc_join.issue_session(jsonb)"):
@@ -215,14 +271,17 @@ def body(tap, env):
     tap.ok(daemon.wait_log("both match and give different identities", 10),
            "... and bcd logs the ambiguity", daemon.text())
 
+    if env.has_function("bc_join.issue_jwt_svid(jsonb)"):
+        jwt_checks(tap, env, stub, pb, grpc, s1.spiffe_id)
+    else:
+        tap.skip("FetchJWTSVID, ValidateJWTSVID, FetchJWTBundles",
+                 "bc_join.issue_jwt_svid(jsonb) is not installed (the service half of #33)")
+
     # the gateway stopped: the last SVID is still served
     gw.stop()
     s3 = next(stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=HDR, timeout=10)).svids[0]
     tap.ok(s3.x509_svid == s2.x509_svid, "the gateway stopped: a new stream gets the last SVID")
 
-    # JWT-SVIDs: the service half (bc_join.issue_jwt_svid) is not in this build
-    tap.skip("FetchJWTSVID, ValidateJWTSVID, FetchJWTBundles",
-             "the JWT profile is not served by bcd yet (the service half, #33, lands separately)")
 
     daemon.stop()
     tap.eq(daemon.rc, 0, "bcd stops cleanly (SIGTERM)", daemon.text())

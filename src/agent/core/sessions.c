@@ -905,6 +905,13 @@ bcd_server_provision(bcd_server *s, const char *session, const char *context,
 	return BC_OK;
 }
 
+/* A snapshot of the published node credential (bcd_node_release it), from any thread. */
+void
+bcd_server_node_take(bcd_server *s, bcd_node_snapshot *out)
+{
+	bcd_node_take(s->node, out);
+}
+
 /* Publish cred as the node credential the server issues with (NULL: none). */
 void
 bcd_server_publish(bcd_server *s, const bcd_credential *cred)
@@ -968,7 +975,8 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 	if (stat(o->state_dir, &st) == 0)
 		s->own_dirs[1] = (bcd_dir_id) {st.st_dev, st.st_ino};
 	s->n_own_dirs = 2;
-	if (o->workload_api == NULL || strcmp(o->workload_api, "off") != 0)
+	/* the Workload API: with a rule or a --workload-api PATH (no rule: no identity to give) */
+	if (o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 : o->n_workload_rules > 0)
 	{
 		rc = bcd_workload_start(o, keys, s->socket_path, s->runtime_dir, rtfd, s,
 								&s->workload, err, errlen);

@@ -64,6 +64,7 @@
 #include "core/local_socket.h"
 #include "core/log.h"
 #include "core/sessions.h"
+#include "workload/jwt.h"
 #include "workload/workload.h"
 
 #define TICK_MS 100
@@ -183,6 +184,12 @@ struct bcd_workload
 	struct bcd_server *server;
 	const bcd_service_keys *keys;
 	bcd_wl_rules *rules;
+	bcd_wl_jwt *jwt;
+	const char *gateway;
+	const char *gateway_ca;
+	int			jwt_threads;	/* FetchJWTSVID requests running */
+	pthread_cond_t jwt_cond;
+	struct jwt_job *jwt_done;
 	char	   *trust_domain;
 	unsigned char *bundle;		/* DER of the trust domain's root */
 	size_t		bundle_len;
@@ -605,6 +612,11 @@ x509_bundles_response(bcd_workload *w)
 	return pack_to_bb(&resp.base);
 }
 
+/* the JWT profile, below */
+static grpc_byte_buffer *jwt_bundles_response(bcd_workload *w);
+static void start_jwt_svid(bcd_workload *w, rpc *r, const JWTSVIDRequest *req);
+static void validate_jwt(bcd_workload *w, rpc *r, const ValidateJWTSVIDRequest *req);
+
 /* What a stream should be sent now, if anything (the tick and a new stream). */
 static void
 serve_stream(bcd_workload *w, rpc *r, double now)
@@ -625,6 +637,11 @@ serve_stream(bcd_workload *w, rpc *r, double now)
 	{
 		r->sent_once = 1;
 		push(r, x509_bundles_response(w));
+	}
+	else if (r->method == M_JWT_BUNDLES && !r->sent_once)
+	{
+		r->sent_once = 1;
+		push(r, jwt_bundles_response(w));
 	}
 }
 
@@ -765,15 +782,296 @@ on_request(bcd_workload *w, rpc *r, int ok)
 			serve_stream(w, r, now_real());
 			break;
 		case M_X509_BUNDLES:
+		case M_JWT_BUNDLES:
 			r->streaming = 1;
 			serve_stream(w, r, now_real());
 			break;
-		default:
-			finish(r, 0, NULL, GRPC_STATUS_UNIMPLEMENTED,
-				   "the JWT profile is not served by this bcd yet");
+		case M_JWT_SVID:
+			start_jwt_svid(w, r, (const JWTSVIDRequest *) req);
+			break;
+		case M_VALIDATE_JWT:
+			validate_jwt(w, r, (const ValidateJWTSVIDRequest *) req);
+			break;
+		case M_UNKNOWN:
 			break;
 	}
 	protobuf_c_message_free_unpacked(req, NULL);
+}
+
+/* ------------------------------------------------------------ JWT */
+
+/* A FetchJWTSVID being asked of the service (its own thread). */
+typedef struct jwt_job
+{
+	bcd_workload *w;
+	rpc		   *r;				/* held (a pending count) until the job is done */
+	char		session[BC_SELECTOR_MAX + 1];
+	char		context[BC_SELECTOR_MAX + 1];
+	bcd_peer	caller;
+	char	   *want_id;		/* the request's spiffe_id, "" for any */
+	char	  **aud;
+	size_t		n_aud;
+	int			rc;
+	char	   *spiffe_id;
+	char	   *token;
+	char		err[512];
+	struct jwt_job *next;
+} jwt_job;
+
+static void
+jwt_job_free(jwt_job *j)
+{
+	for (size_t i = 0; i < j->n_aud; i++)
+		free(j->aud[i]);
+	free(j->aud);
+	free(j->want_id);
+	free(j->spiffe_id);
+	free(j->token);
+	free(j);
+}
+
+static void *
+jwt_main(void *arg)
+{
+	jwt_job    *j = arg;
+	bcd_workload *w = j->w;
+	bcd_node_snapshot node;
+	bcd_http   *http = bcd_http_new(w->gateway, w->gateway_ca, j->err, sizeof(j->err));
+
+	j->rc = BC_EINVAL;
+	bcd_server_node_take(w->server, &node);
+	if (http != NULL && !bcd_node_usable(&node))
+		snprintf(j->err, sizeof(j->err), "this host holds no usable node credential");
+	else if (http != NULL)
+		j->rc = bcd_wl_jwt_fetch(w->keys, http, &node, j->session, j->context, &j->caller,
+								 j->aud, j->n_aud, &j->spiffe_id, &j->token, j->err,
+								 sizeof(j->err));
+	bcd_node_release(&node);
+	bcd_http_free(http);
+	pthread_mutex_lock(&w->mu);
+	j->next = w->jwt_done;
+	w->jwt_done = j;
+	w->jwt_threads--;
+	pthread_cond_broadcast(&w->jwt_cond);
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* Answer the finished FetchJWTSVIDs. */
+static void
+jwt_take_done(bcd_workload *w)
+{
+	jwt_job    *j;
+
+	while ((j = w->jwt_done) != NULL)
+	{
+		rpc		   *r = j->r;
+
+		w->jwt_done = j->next;
+		if (r->closed)
+			;					/* the caller went away */
+		else if (j->rc == BC_OK && j->want_id[0] != '\0' && strcmp(j->want_id, j->spiffe_id) != 0)
+			finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, "no identity issued for that SPIFFE ID");
+		else if (j->rc == BC_OK)
+		{
+			JWTSVIDResponse resp = JWTSVIDRESPONSE__INIT;
+			JWTSVID		js = JWTSVID__INIT;
+			JWTSVID    *arr[1] = {&js};
+
+			js.spiffe_id = j->spiffe_id;
+			js.svid = j->token;
+			resp.n_svids = 1;
+			resp.svids = arr;
+			finish(r, 0, pack_to_bb(&resp.base), GRPC_STATUS_OK, "");
+		}
+		else
+			finish(r, 0, NULL, GRPC_STATUS_UNAVAILABLE, j->err);
+		rpc_batch_done(w, r);
+		jwt_job_free(j);
+	}
+}
+
+static void
+start_jwt_svid(bcd_workload *w, rpc *r, const JWTSVIDRequest *req)
+{
+	jwt_job    *j = calloc(1, sizeof(*j));
+	pthread_attr_t attr;
+	pthread_t	t;
+
+	if (req->n_audience == 0)
+	{
+		free(j);
+		finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, "audience must be specified");
+		return;
+	}
+	if (j == NULL || (j->aud = calloc(req->n_audience, sizeof(char *))) == NULL ||
+		(j->want_id = strdup(req->spiffe_id != NULL ? req->spiffe_id : "")) == NULL)
+		goto oom;
+	for (size_t i = 0; i < req->n_audience; i++)
+	{
+		if ((j->aud[i] = strdup(req->audience[i])) == NULL)
+			goto oom;
+		j->n_aud++;
+	}
+	j->w = w;
+	j->r = r;
+	snprintf(j->session, sizeof(j->session), "%s", r->id->session);
+	snprintf(j->context, sizeof(j->context), "%s", r->id->context);
+	j->caller = r->conn->caller.peer;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	r->pending++;				/* held until jwt_take_done */
+	w->jwt_threads++;
+	if (pthread_create(&t, &attr, jwt_main, j) != 0)
+	{
+		r->pending--;
+		w->jwt_threads--;
+		pthread_attr_destroy(&attr);
+		goto oom;
+	}
+	pthread_attr_destroy(&attr);
+	return;
+oom:
+	if (j != NULL)
+		jwt_job_free(j);
+	finish(r, 0, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* json as a google.protobuf.Value (malloc()ed, free with protobuf_c_message_free_unpacked). */
+static Google__Protobuf__Struct *json_to_struct(json_t *obj);
+
+static Google__Protobuf__Value *
+json_to_value(json_t *v)
+{
+	Google__Protobuf__Value *pv = malloc(sizeof(*pv));
+	json_t	   *e;
+	size_t		i;
+
+	if (pv == NULL)
+		return NULL;
+	google__protobuf__value__init(pv);
+	switch (json_typeof(v))
+	{
+		case JSON_OBJECT:
+			pv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
+			pv->struct_value = json_to_struct(v);
+			break;
+		case JSON_ARRAY:
+			pv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
+			pv->list_value = malloc(sizeof(*pv->list_value));
+			if (pv->list_value == NULL)
+				break;
+			google__protobuf__list_value__init(pv->list_value);
+			pv->list_value->values = calloc(json_array_size(v) + 1, sizeof(*pv->list_value->values));
+			if (pv->list_value->values == NULL)
+				break;
+			json_array_foreach(v, i, e)
+				if ((pv->list_value->values[pv->list_value->n_values] = json_to_value(e)) != NULL)
+				pv->list_value->n_values++;
+			break;
+		case JSON_STRING:
+			pv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+			pv->string_value = strdup(json_string_value(v));
+			break;
+		case JSON_INTEGER:
+		case JSON_REAL:
+			pv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
+			pv->number_value = json_number_value(v);
+			break;
+		case JSON_TRUE:
+		case JSON_FALSE:
+			pv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
+			pv->bool_value = json_is_true(v);
+			break;
+		case JSON_NULL:
+			pv->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
+			pv->null_value = GOOGLE__PROTOBUF__NULL_VALUE__NULL_VALUE;
+			break;
+	}
+	if ((pv->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE && pv->struct_value == NULL) ||
+		(pv->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE &&
+		 (pv->list_value == NULL || pv->list_value->values == NULL)) ||
+		(pv->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE && pv->string_value == NULL))
+	{
+		protobuf_c_message_free_unpacked(&pv->base, NULL);
+		return NULL;
+	}
+	return pv;
+}
+
+static Google__Protobuf__Struct *
+json_to_struct(json_t *obj)
+{
+	Google__Protobuf__Struct *st = malloc(sizeof(*st));
+	const char *k;
+	json_t	   *v;
+
+	if (st == NULL)
+		return NULL;
+	google__protobuf__struct__init(st);
+	st->fields = calloc(json_object_size(obj) + 1, sizeof(*st->fields));
+	if (st->fields == NULL)
+	{
+		free(st);
+		return NULL;
+	}
+	json_object_foreach(obj, k, v)
+	{
+		Google__Protobuf__Struct__FieldsEntry *fe = malloc(sizeof(*fe));
+
+		if (fe == NULL)
+			continue;
+		google__protobuf__struct__fields_entry__init(fe);
+		fe->key = strdup(k);
+		fe->value = json_to_value(v);
+		if (fe->key == NULL || fe->value == NULL)
+		{
+			protobuf_c_message_free_unpacked(&fe->base, NULL);
+			continue;
+		}
+		st->fields[st->n_fields++] = fe;
+	}
+	return st;
+}
+
+static void
+validate_jwt(bcd_workload *w, rpc *r, const ValidateJWTSVIDRequest *req)
+{
+	ValidateJWTSVIDResponse resp = VALIDATE_JWTSVIDRESPONSE__INIT;
+	char	   *spiffe_id = NULL;
+	json_t	   *claims = NULL;
+	char		err[512];
+
+	if (bcd_wl_jwt_validate(w->jwt, req->svid, req->audience, &spiffe_id, &claims, err,
+							sizeof(err)) != BC_OK)
+	{
+		finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, err);
+		return;
+	}
+	resp.spiffe_id = spiffe_id;
+	resp.claims = json_to_struct(claims);
+	finish(r, 0, pack_to_bb(&resp.base), resp.claims != NULL ? GRPC_STATUS_OK :
+		   GRPC_STATUS_RESOURCE_EXHAUSTED, "");
+	if (resp.claims != NULL)
+		protobuf_c_message_free_unpacked(&resp.claims->base, NULL);
+	json_decref(claims);
+	free(spiffe_id);
+}
+
+static grpc_byte_buffer *
+jwt_bundles_response(bcd_workload *w)
+{
+	JWTBundlesResponse resp = JWTBUNDLES_RESPONSE__INIT;
+	JWTBundlesResponse__BundlesEntry e = JWTBUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
+	JWTBundlesResponse__BundlesEntry *es[1] = {&e};
+	size_t		len;
+
+	e.key = w->trust_domain;
+	e.value.data = (uint8_t *) bcd_wl_jwt_bundle(w->jwt, &len);
+	e.value.len = len;
+	resp.n_bundles = 1;
+	resp.bundles = es;
+	return pack_to_bb(&resp.base);
 }
 
 /* ------------------------------------------------------------ the tick */
@@ -872,14 +1170,19 @@ cq_main(void *arg)
 			ev = grpc_completion_queue_next(w->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
 		}
 		now = now_real();
+		jwt_take_done(w);
 		reap(w);
 		provision_due(w, now);
 		for (rpc *r = w->rpcs; r != NULL; r = r->next)
 			serve_stream(w, r, now);
 		pthread_mutex_unlock(&w->mu);
 	}
-	/* stopping: every connection's server down, every call freed */
+	/* stopping: the JWT requests back (bcd_stop_now aborts their HTTPS), every
+	 * connection's server down, every call freed */
 	pthread_mutex_lock(&w->mu);
+	while (w->jwt_threads > 0)
+		pthread_cond_wait(&w->jwt_cond, &w->mu);
+	jwt_take_done(w);
 	for (conn *c = w->conns; c != NULL; c = c->next)
 		conn_shutdown(w, c);
 	while (w->conns != NULL)
@@ -995,12 +1298,21 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 		return BC_ENOMEM;
 	}
 	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->jwt_cond, NULL);
+	w->gateway = o->gateway;
+	w->gateway_ca = o->gateway_ca;
 	w->sock.fd = w->sock.dirfd = w->stop_pipe[0] = w->stop_pipe[1] = -1;
 	w->server = server;
 	w->keys = keys;
 	w->rules = bcd_wl_rules_parse(o->workload_rules, o->n_workload_rules, err, errlen);
 	if (w->rules == NULL)
 		goto fail;
+	w->jwt = bcd_wl_jwt_new(o->service_keys);
+	if (w->jwt == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
 	w->trust_domain = strdup(keys->trust_domain);
 	n = i2d_X509(keys->node_ca, NULL);
 	if (w->trust_domain == NULL || n <= 0 || (w->bundle = malloc((size_t) n)) == NULL)
@@ -1029,7 +1341,8 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	grpc_init();
 	w->cq = grpc_completion_queue_create_for_next(NULL);
 	w->creds = grpc_insecure_server_credentials_create();
-	bcd_log("workload api: %d rule(s), trust domain %s", o->n_workload_rules, w->trust_domain);
+	bcd_log("workload api: %d rule(s), trust domain %s, %d jwt-svid key(s)", o->n_workload_rules,
+			w->trust_domain, bcd_wl_jwt_keys(w->jwt));
 	*out = w;
 	return BC_OK;
 fail:
@@ -1103,9 +1416,11 @@ bcd_workload_free(bcd_workload *w)
 		free(id);
 	}
 	bcd_wl_rules_free(w->rules);
+	bcd_wl_jwt_free(w->jwt);
 	free(w->trust_domain);
 	free(w->bundle);
 	free(w->path);
 	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->jwt_cond);
 	free(w);
 }
