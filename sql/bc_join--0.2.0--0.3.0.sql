@@ -76,3 +76,27 @@ COMMENT ON TABLE bc_join.tenant_operator_grants IS
 -- service_keys() publishes jwtKeys (#33: the optional jwt-svid.key).
 COMMENT ON FUNCTION bc_join.service_keys() IS
 	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, jwtKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; jwtKeys is jwt-svid.key''s public JWK with its kid (empty without one); signed is the document with issuedAt signed by the current signing key.';
+
+-- #33: JWT-SVIDs and the SPIFFE bundle.
+/*
+ * A JWT-SVID for a joined node's session: {"proof": <JWS by the node key
+ * over purpose "jwt-svid", serial, iat, audience, session, context>}; no
+ * CSR.  See docs/sessions.md.
+ */
+CREATE FUNCTION bc_join.issue_jwt_svid(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_issue_jwt_svid_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.issue_jwt_svid(jsonb) IS
+	'Issues a JWT-SVID (signed by jwt-svid.key) to a joined node''s session from a proof signed by the node key naming its audience; returns the signed response or the one refusal (docs/sessions.md).';
+
+-- The SPIFFE bundle of the trust domain (a JWKS): the node CA roots as
+-- x509-svid keys, jwt-svid.key as the jwt-svid key, spiffe_sequence and
+-- spiffe_refresh_hint.  The gateway serves it at GET /v1/spiffe-bundle.
+CREATE FUNCTION bc_join.spiffe_bundle() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_spiffe_bundle' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.spiffe_bundle() IS
+	'Returns the trust domain''s SPIFFE bundle, {keys, spiffe_sequence, spiffe_refresh_hint}: an x509-svid key (with x5c) for each root of the node CA chain and the jwt-svid key (with its kid) when key_dir has jwt-svid.key; spiffe_sequence is the newest mtime of key_dir.';
+REVOKE ALL ON FUNCTION bc_join.issue_jwt_svid(jsonb), bc_join.spiffe_bundle() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.issue_jwt_svid(jsonb), bc_join.spiffe_bundle() TO bc_join_gateway;
+GRANT EXECUTE ON FUNCTION bc_join.spiffe_bundle() TO bc_join_operator, bc_join_tenant_operator;

@@ -1261,6 +1261,18 @@ COMMENT ON FUNCTION bc_join.issue_session(jsonb) IS
 	'Issues a session credential to a joined node from a session key''s CSR and a proof signed by the node key; returns the signed response or the one refusal (docs/sessions.md).';
 
 /*
+ * A JWT-SVID for a joined node's session: {"proof": <JWS by the node key
+ * over purpose "jwt-svid", serial, iat, audience, session, context>}; no
+ * CSR.  See docs/sessions.md.
+ */
+CREATE FUNCTION bc_join.issue_jwt_svid(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_issue_jwt_svid_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.issue_jwt_svid(jsonb) IS
+	'Issues a JWT-SVID (signed by jwt-svid.key) to a joined node''s session from a proof signed by the node key naming its audience; returns the signed response or the one refusal (docs/sessions.md).';
+
+/*
  * Refuse the join under way: raises the uniform refusal (SQLSTATE JR001)
  * carrying refusal ('<attestor>:<reason>') and, once evidence authenticated
  * one, the tenant whose event stream records it.  Never returns.
@@ -1311,6 +1323,14 @@ CREATE FUNCTION bc_join.signed_service_keys() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_signed_service_keys' LANGUAGE C STABLE;
 COMMENT ON FUNCTION bc_join.signed_service_keys() IS
 	'Returns {keys: [JWS...]}: service_keys() without signed, signed by each signing key in key_dir, the rollover agents accept when it is signed by a key they pin and is not older than the set they pin.';
+
+-- The SPIFFE bundle of the trust domain (a JWKS): the node CA roots as
+-- x509-svid keys, jwt-svid.key as the jwt-svid key, spiffe_sequence and
+-- spiffe_refresh_hint.  The gateway serves it at GET /v1/spiffe-bundle.
+CREATE FUNCTION bc_join.spiffe_bundle() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_spiffe_bundle' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.spiffe_bundle() IS
+	'Returns the trust domain''s SPIFFE bundle, {keys, spiffe_sequence, spiffe_refresh_hint}: an x509-svid key (with x5c) for each root of the node CA chain and the jwt-svid key (with its kid) when key_dir has jwt-svid.key; spiffe_sequence is the newest mtime of key_dir.';
 
 /* ------------------------------- events, refusals and the issuance log */
 
@@ -3174,7 +3194,8 @@ GRANT EXECUTE ON FUNCTION public.bc_join(jsonb) TO bc_join_gateway;
 GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
 GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl(),
 	bc_join.audit_anchor(), bc_join.fetch_commands(jsonb), bc_join.complete_command(jsonb),
-	bc_join.site_epoch(jsonb), bc_join.signed_service_keys()
+	bc_join.site_epoch(jsonb), bc_join.signed_service_keys(),
+	bc_join.issue_jwt_svid(jsonb), bc_join.spiffe_bundle()
 	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
@@ -3224,6 +3245,7 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.node_ca_certificate(),
 	bc_join.service_keys(),
 	bc_join.signed_service_keys(),
+	bc_join.spiffe_bundle(),
 	bc_join.add_tpm_ek_root(text),
 	bc_join.remove_tpm_ek_root(text),
 	bc_join.enroll_tpm_ek(text, text, text, text, text, bytea, text),
@@ -3306,7 +3328,8 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.encryption_jwk(),
 	bc_join.node_ca_certificate(),
 	bc_join.service_keys(),
-	bc_join.signed_service_keys()
+	bc_join.signed_service_keys(),
+	bc_join.spiffe_bundle()
 	TO bc_join_tenant_operator;
 GRANT SELECT ON
 	bc_join.tenants, bc_join.sites, bc_join.pools, bc_join.nodes, bc_join.node_certs,

@@ -22,6 +22,7 @@
 #define BC_PATH_JOIN			"/v1/join"		/* bc_join(request) */
 #define BC_PATH_RENEW			"/v1/renew"		/* bc_join.renew(request) */
 #define BC_PATH_SESSION			"/v1/session"	/* bc_join.issue_session(request) */
+#define BC_PATH_JWT_SVID		"/v1/jwt-svid"	/* bc_join.issue_jwt_svid(request) */
 #define BC_PATH_COMMANDS		"/v1/commands"	/* bc_join.fetch_commands(request) */
 #define BC_PATH_COMMANDS_COMPLETE "/v1/commands/complete"	/* bc_join.complete_command(request) */
 #define BC_PATH_SITE_EPOCH		"/v1/site-epoch"	/* bc_join.site_epoch(request) */
@@ -29,6 +30,10 @@
 #define BC_PATH_AUDIT_ANCHOR	"/v1/audit-anchor"
 /* GET: the service keys signed by each signing key (bc_join.signed_service_keys()). */
 #define BC_PATH_SERVICE_KEYS	"/v1/service-keys"
+/* GET: the trust domain's SPIFFE bundle (bc_join.spiffe_bundle()). */
+#define BC_PATH_SPIFFE_BUNDLE	"/v1/spiffe-bundle"
+/* The bundle's spiffe_refresh_hint, seconds. */
+#define BC_SPIFFE_REFRESH_HINT	300
 
 /* ---------------------------------------------------------------- roles */
 
@@ -146,6 +151,7 @@ bc_mac_valid(const char *m)
 /* The "purpose" of a proof: a renewal, a session credential. */
 #define BC_PURPOSE_RENEW		"renew"
 #define BC_PURPOSE_SESSION		"session"
+#define BC_PURPOSE_JWT_SVID		"jwt-svid"
 /* Fetching the node's commands; reporting one's outcome (docs/commands.md). */
 #define BC_PURPOSE_COMMANDS		"commands"
 #define BC_PURPOSE_COMPLETE		"complete"

@@ -132,6 +132,16 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("bc_join.jwt_svid_ttl",
+							"Lifetime of JWT-SVIDs.",
+							"Never beyond the node certificate the JWT-SVID was asked with.",
+							&bc_jwt_svid_ttl,
+							300,
+							60, 3600,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("bc_join.sessions_per_node",
 							"Session identities a node may hold.",
 							"A session or context new to a node beyond this is refused "

@@ -32,6 +32,7 @@ extern char *bc_trust_domain;
 extern int	bc_cert_ttl;
 extern int	bc_clock_offset;
 extern int	bc_session_ttl;
+extern int	bc_jwt_svid_ttl;
 extern int	bc_sessions_per_node;
 extern int	bc_new_sessions_per_minute;
 extern int	bc_join_request_ttl;
@@ -602,6 +603,15 @@ extern Jsonb *bc_node_request_round(Jsonb *jb, const char *who, BcRoundFn round)
 /* The certificate a node request's proof names, locked, live, the proof checked. */
 extern Jsonb *bc_node_request_proven(const char *who, BcJoinRequest *req, const char *proof,
 									 BcProofCert *c);
+/* The "session" and "context" selectors of a verified proof, or the refusal. */
+extern void bc_proof_selectors(const char *who, Jsonb *pj, const char *tenant,
+							   char **session_ref, char **context_ref);
+/* The proof's "caller" claim as recorded (NULL: none), or <who>:malformed-proof. */
+extern char *bc_proof_caller(const char *who, Jsonb *pj, const char *tenant);
+/* The node's session identity for the selectors, reserved within its bounds when new. */
+extern char *bc_reserve_session(const char *who, const char *node_id, const char *tenant,
+								const char *session_ref, const char *context_ref,
+								bool *created);
 /* Check a node's proof for purpose who; returns its verified payload. */
 extern Jsonb *bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof,
 								  const char *serial, bytea *cert_der, const char *node_id,

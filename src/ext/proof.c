@@ -273,7 +273,13 @@ bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof
 	if (strcmp(bc_proof_member(who, pj, "purpose", tenant), who) != 0 ||
 		strcmp(bc_proof_member(who, pj, "serial", tenant), serial) != 0)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
-	/* A request without a CSR (commands) is bound by its purpose and members instead. */
+	/*
+	 * A request without a CSR (commands, jwt-svid) is bound by its purpose
+	 * and members instead; a renewal or a session always has one.
+	 */
+	if (req->csr_der == NULL &&
+		(strcmp(who, BC_PURPOSE_RENEW) == 0 || strcmp(who, BC_PURPOSE_SESSION) == 0))
+		elog(ERROR, "a %s proof is checked without its CSR", who);
 	if (req->csr_der != NULL &&
 		strcmp(bc_proof_member(who, pj, "csrSha256", tenant), req->csr_sha256_b64) != 0)
 		bc_refuse_join(psprintf("%s:csr-binding", who), tenant);

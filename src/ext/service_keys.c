@@ -697,3 +697,116 @@ bc_require_config(void)
 	(void) bc_keys();
 	(void) bc_require_trust_domain();
 }
+
+/*
+ * Append the bundle's x509-svid key of root: its public JWK with "use" and
+ * "x5c" (the standard base64 DER of the certificate).
+ */
+static void
+append_x509_svid_key(StringInfo buf, X509 *root)
+{
+	unsigned char *der = NULL;
+	int			derlen = i2d_X509(root, &der);
+	char	   *b64;
+
+	if (derlen <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("could not encode the node CA root")));
+	b64 = palloc(bc_b64_encoded_len((size_t) derlen) + 1);
+	bc_b64_encode(der, (size_t) derlen, b64);
+	OPENSSL_free(der);
+	append_jwk(buf, X509_get0_pubkey(root), false);
+	buf->len--;					/* reopen the JWK: its members, then ours */
+	buf->data[buf->len] = '\0';
+	bc_json_member(buf, "use", "x509-svid");
+	bc_json_key(buf, "x5c");
+	appendStringInfoChar(buf, '[');
+	appendStringInfo(buf, "\"%s\"", b64);
+	appendStringInfoChar(buf, ']');
+	bc_json_end(buf);
+}
+
+/*
+ * The bundle's sequence: the newest mtime (unix seconds) of key_dir's files
+ * and of the directory itself (a file removed moves only the directory's).
+ */
+static int64
+key_dir_sequence(void)
+{
+	DIR		   *d = opendir(bc_key_dir);
+	struct dirent *de;
+	struct stat st;
+	int64		newest = 0;
+
+	if (d == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("could not read the bc_join key directory: %m")));
+	if (stat(bc_key_dir, &st) == 0)
+		newest = (int64) st.st_mtime;
+	while ((de = readdir(d)) != NULL)
+	{
+		char	   *path;
+
+		if (de->d_name[0] == '.')
+			continue;
+		path = psprintf("%s/%s", bc_key_dir, de->d_name);
+		if (stat(path, &st) == 0 && (int64) st.st_mtime > newest)
+			newest = (int64) st.st_mtime;
+		pfree(path);
+	}
+	closedir(d);
+	return newest;
+}
+
+PG_FUNCTION_INFO_V1(bc_spiffe_bundle);
+
+/*
+ * spiffe_bundle(): the trust domain's SPIFFE bundle (a JWKS): an x509-svid
+ * key for each root of the node CA chain (the last certificate of
+ * node-ca.crt, and of node-ca.previous.crt when that is another root), the
+ * jwt-svid key with its kid (none without jwt-svid.key), spiffe_sequence
+ * (key_dir_sequence) and spiffe_refresh_hint.
+ */
+Datum
+bc_spiffe_bundle(PG_FUNCTION_ARGS)
+{
+	const BcKeys *k = bc_keys();
+	StringInfoData buf;
+
+	(void) bc_require_trust_domain();
+	initStringInfo(&buf);
+	bc_json_begin(&buf);
+	bc_json_key(&buf, "keys");
+	appendStringInfoChar(&buf, '[');
+	append_x509_svid_key(&buf, k->node_ca_anchor);
+	if (k->n_node_ca_previous > 0)
+	{
+		X509	   *prev = k->node_ca_previous[k->n_node_ca_previous - 1];
+
+		if (X509_cmp(prev, k->node_ca_anchor) != 0)
+		{
+			appendStringInfoChar(&buf, ',');
+			append_x509_svid_key(&buf, prev);
+		}
+	}
+	if (k->jwt_svid != NULL)
+	{
+		StringInfoData jwk;
+
+		initStringInfo(&jwk);
+		append_jwk(&jwk, k->jwt_svid, true);
+		jwk.len--;
+		jwk.data[jwk.len] = '\0';
+		bc_json_member(&jwk, "use", "jwt-svid");
+		bc_json_end(&jwk);
+		appendStringInfoChar(&buf, ',');
+		appendStringInfoString(&buf, jwk.data);
+	}
+	appendStringInfoChar(&buf, ']');
+	bc_json_member_int(&buf, "spiffe_sequence", key_dir_sequence());
+	bc_json_member_int(&buf, "spiffe_refresh_hint", BC_SPIFFE_REFRESH_HINT);
+	bc_json_end(&buf);
+	PG_RETURN_JSONB_P(bc_jsonb(buf.data));
+}

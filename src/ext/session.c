@@ -95,11 +95,12 @@ enum
  * The proof's "caller" as recorded: {"pid", "exe", "unit", "cgroup"} with
  * only those members (others are dropped), or NULL when the proof has none.
  * Anything but an object of a pid in [1, 2^22] and strings within their
- * bounds is session:malformed-proof.
+ * bounds is <who>:malformed-proof.
  */
-static char *
-caller_claim(Jsonb *pj, const char *tenant)
+char *
+bc_proof_caller(const char *who, Jsonb *pj, const char *tenant)
 {
+	char	   *malformed = psprintf("%s:malformed-proof", who);
 	static const struct
 	{
 		const char *name;
@@ -115,14 +116,14 @@ caller_claim(Jsonb *pj, const char *tenant)
 	if (c == NULL || c->type == jbvNull)
 		return NULL;
 	if (c->type != jbvBinary || !JsonContainerIsObject(c->val.binary.data))
-		bc_refuse_join("session:malformed-proof", tenant);
+		bc_refuse_join(malformed, tenant);
 	pid = getKeyJsonValueFromContainer(c->val.binary.data, "pid", 3, NULL);
 	if (pid == NULL || pid->type != jbvNumeric)
-		bc_refuse_join("session:malformed-proof", tenant);
+		bc_refuse_join(malformed, tenant);
 	/* the proof scan allowed only whole numbers of at most 15 digits */
 	pid_v = DatumGetInt64(DirectFunctionCall1(numeric_int8, NumericGetDatum(pid->val.numeric)));
 	if (pid_v < 1 || pid_v > CALLER_PID_MAX)
-		bc_refuse_join("session:malformed-proof", tenant);
+		bc_refuse_join(malformed, tenant);
 	initStringInfo(&out);
 	bc_json_begin(&out);
 	bc_json_member_int(&out, "pid", pid_v);
@@ -135,7 +136,7 @@ caller_claim(Jsonb *pj, const char *tenant)
 			continue;
 		if (v->type != jbvString || v->val.string.len > strings[i].max ||
 			memchr(v->val.string.val, '\0', v->val.string.len) != NULL)
-			bc_refuse_join("session:malformed-proof", tenant);
+			bc_refuse_join(malformed, tenant);
 		bc_json_member(&out, strings[i].name, pnstrdup(v->val.string.val, v->val.string.len));
 	}
 	bc_json_end(&out);
@@ -160,14 +161,14 @@ limit_detail(const char *node_id, const char *setting, int limit)
 /*
  * A new session identity for node_id may be reserved: fewer than
  * bc_join.sessions_per_node held, fewer than bc_join.new_sessions_per_minute
- * reserved in the last minute; else session:too-many / session:too-fast,
+ * reserved in the last minute; else <who>:too-many / <who>:too-fast,
  * the event's detail naming the node and the setting.  Requests of one node
  * that run at once each see the others' uncommitted rows as absent, so the
  * cap can be passed by at most the node's requests in flight (bounded by
  * the gateway's pool).
  */
 static void
-check_session_bounds(const char *node_id, const char *tenant)
+check_session_bounds(const char *who, const char *node_id, const char *tenant)
 {
 	Datum		v[4];
 	int64		held;
@@ -182,13 +183,66 @@ check_session_bounds(const char *node_id, const char *tenant)
 	held = bc_spi_int8(Anum_cs_held);
 	recent = bc_spi_int8(Anum_cs_recent);
 	if (held >= bc_sessions_per_node)
-		bc_refuse_join_detail("session:too-many", tenant,
+		bc_refuse_join_detail(psprintf("%s:too-many", who), tenant,
 							  limit_detail(node_id, "bc_join.sessions_per_node",
 										   bc_sessions_per_node));
 	if (recent >= bc_new_sessions_per_minute)
-		bc_refuse_join_detail("session:too-fast", tenant,
+		bc_refuse_join_detail(psprintf("%s:too-fast", who), tenant,
 							  limit_detail(node_id, "bc_join.new_sessions_per_minute",
 										   bc_new_sessions_per_minute));
+}
+
+/*
+ * The session and context selectors of a verified proof ("session", and
+ * "context", optional: ""); <who>:malformed-proof or <who>:malformed-selector.
+ */
+void
+bc_proof_selectors(const char *who, Jsonb *pj, const char *tenant, char **session_ref,
+				   char **context_ref)
+{
+	JsonbValue *ctx;
+
+	*session_ref = bc_proof_member(who, pj, "session", tenant);
+	*context_ref = "";
+	ctx = getKeyJsonValueFromContainer(&pj->root, "context", 7, NULL);
+	if (ctx != NULL && ctx->type == jbvString)
+		*context_ref = pnstrdup(ctx->val.string.val, ctx->val.string.len);
+	else if (ctx != NULL && ctx->type != jbvNull)
+		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
+	if (!bc_selector_valid(*session_ref, 1) || !bc_selector_valid(*context_ref, 0))
+		bc_refuse_join(psprintf("%s:malformed-selector", who), tenant);
+}
+
+/*
+ * The session identity (bc_join.sessions) of node_id for these selectors:
+ * the one reserved before, or one reserved now within the node's bounds
+ * (check_session_bounds, refusals <who>:too-many / <who>:too-fast);
+ * *created tells which.  Session credentials and JWT-SVIDs share it.
+ */
+char *
+bc_reserve_session(const char *who, const char *node_id, const char *tenant,
+				   const char *session_ref, const char *context_ref, bool *created)
+{
+	Datum		v[5];
+	Datum		f[3];
+
+	v[0] = CStringGetTextDatum(bc_new_id("ses"));
+	v[1] = CStringGetTextDatum(node_id);
+	v[2] = CStringGetTextDatum(tenant);
+	v[3] = CStringGetTextDatum(session_ref);
+	v[4] = CStringGetTextDatum(context_ref);
+	f[0] = v[1];
+	f[1] = v[3];
+	f[2] = v[4];
+	if (bc_spi_exec(&find_session, f, NULL, true, 1) != 1)
+	{
+		check_session_bounds(who, node_id, tenant);
+		if (bc_spi_exec(&reserve_session, v, NULL, false, 1) != 1 &&
+			bc_spi_exec(&find_session, f, NULL, true, 1) != 1)	/* reserved by a request that committed meanwhile */
+			elog(ERROR, "session of node %s vanished while reserving it", node_id);
+	}
+	*created = bc_spi_bool(Anum_rs_created);
+	return bc_spi_text_req(Anum_rs_id);
 }
 
 /* The session round: check the node and its proof, reserve the session, issue. */
@@ -204,8 +258,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	int64		remaining;
 	Jsonb	   *pj;
 	char	   *session_ref;
-	char	   *context_ref = "";
-	JsonbValue *ctx;
+	char	   *context_ref;
 	char	   *session_id;
 	bool		created;
 	int			ttl;
@@ -222,37 +275,14 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	pj = bc_check_node_proof(BC_PURPOSE_SESSION, req, proof, serial, c.der, node_id, tenant);
 	bc_require_live_cert(BC_PURPOSE_SESSION, &c);
 
-	session_ref = bc_proof_member("session", pj, "session", tenant);
-	ctx = getKeyJsonValueFromContainer(&pj->root, "context", 7, NULL);
-	if (ctx != NULL && ctx->type == jbvString)
-		context_ref = pnstrdup(ctx->val.string.val, ctx->val.string.len);
-	else if (ctx != NULL && ctx->type != jbvNull)
-		bc_refuse_join("session:malformed-proof", tenant);
-	if (!bc_selector_valid(session_ref, 1) || !bc_selector_valid(context_ref, 0))
-		bc_refuse_join("session:malformed-selector", tenant);
+	bc_proof_selectors(BC_PURPOSE_SESSION, pj, tenant, &session_ref, &context_ref);
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("session:csr-signature", tenant);
-	caller = caller_claim(pj, tenant);
+	caller = bc_proof_caller(BC_PURPOSE_SESSION, pj, tenant);
 
 	/* Reserved when the session first asks, within the node's bounds; the same identity after that. */
-	v[0] = CStringGetTextDatum(bc_new_id("ses"));
-	v[1] = CStringGetTextDatum(node_id);
-	v[2] = CStringGetTextDatum(tenant);
-	v[3] = CStringGetTextDatum(session_ref);
-	v[4] = CStringGetTextDatum(context_ref);
-	{
-		Datum		f[3] = {v[1], v[3], v[4]};
-
-		if (bc_spi_exec(&find_session, f, NULL, true, 1) != 1)
-		{
-			check_session_bounds(node_id, tenant);
-			if (bc_spi_exec(&reserve_session, v, NULL, false, 1) != 1 &&
-				bc_spi_exec(&find_session, f, NULL, true, 1) != 1)	/* reserved by a request that committed meanwhile */
-				elog(ERROR, "session of node %s vanished while reserving it", node_id);
-		}
-	}
-	session_id = bc_spi_text_req(Anum_rs_id);
-	created = bc_spi_bool(Anum_rs_created);
+	session_id = bc_reserve_session(BC_PURPOSE_SESSION, node_id, tenant, session_ref, context_ref,
+									&created);
 
 	ttl = bc_session_ttl;
 	if (remaining < ttl)

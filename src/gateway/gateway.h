@@ -27,6 +27,7 @@ struct gateway
 	struct gw_db_pool *pool;
 	struct gw_crl *crl;			/* the CRL cache (GET /v1/crl) */
 	struct gw_keys *keys;		/* the signed service keys' cache (GET /v1/service-keys) */
+	struct gw_keys *bundle;		/* the SPIFFE bundle's cache (GET /v1/spiffe-bundle) */
 	struct gw_ratelimit *rl;
 	struct gw_metrics metrics;
 

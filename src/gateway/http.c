@@ -45,6 +45,8 @@ static const struct route routes[] = {
 	"SELECT t.r, t.r->>'status' FROM bc_join.renew($1::jsonb) AS t(r)"},
 	{BC_PATH_SESSION, GW_EP_SESSION,
 	"SELECT t.r, t.r->>'status' FROM bc_join.issue_session($1::jsonb) AS t(r)"},
+	{BC_PATH_JWT_SVID, GW_EP_JWT_SVID,
+	"SELECT t.r, t.r->>'status' FROM bc_join.issue_jwt_svid($1::jsonb) AS t(r)"},
 	{BC_PATH_COMMANDS, GW_EP_COMMANDS,
 	"SELECT t.r, t.r->>'status' FROM bc_join.fetch_commands($1::jsonb) AS t(r)"},
 	{BC_PATH_COMMANDS_COMPLETE, GW_EP_COMMANDS_COMPLETE,
@@ -446,6 +448,7 @@ handle_metrics(struct req_ctx *ctx)
 	if (buf == NULL || gw_metrics_render(&ctx->gw->metrics, &g, buf) != 0 ||
 		gw_crl_render_metrics(ctx->gw->crl, buf) != 0 ||
 		gw_keys_render_metrics(ctx->gw->keys, buf) != 0 ||
+		gw_keys_render_metrics(ctx->gw->bundle, buf) != 0 ||
 		gw_db_pool_render_primary(ctx->gw->pool, buf) != 0)
 		goto fail;
 	n = evbuffer_get_length(buf);
@@ -508,6 +511,34 @@ static void
 handle_service_keys(struct req_ctx *ctx)
 {
 	if (gw_keys_get(ctx->gw->keys, keys_ready, ctx) != 0)
+		reply_internal(ctx);
+}
+
+/* The SPIFFE bundle from its cache: 200 with it, or 503. */
+static void
+bundle_ready(const char *doc, size_t len, long max_age, void *arg)
+{
+	struct req_ctx *ctx = arg;
+
+	if (doc == NULL)
+	{
+		reply_unavailable(ctx, GW_OUT_UNAVAILABLE, "no SPIFFE bundle");
+		return;
+	}
+	snprintf(ctx->cache_control, sizeof(ctx->cache_control), "max-age=%ld", max_age);
+	reply(ctx, 200, GW_OUT_ISSUED, "application/json", doc, len, 0);
+}
+
+/*
+ * GET /v1/spiffe-bundle: bc_join.spiffe_bundle(), the trust domain's SPIFFE
+ * bundle (a JWKS with spiffe_sequence and spiffe_refresh_hint) served over
+ * the gateway's TLS (the federation spec's https_web profile), from its
+ * cache (keys_cache.c); rate limited like the relayed calls.
+ */
+static void
+handle_spiffe_bundle(struct req_ctx *ctx)
+{
+	if (gw_keys_get(ctx->gw->bundle, bundle_ready, ctx) != 0)
 		reply_internal(ctx);
 }
 
@@ -635,6 +666,12 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 	{
 		if (route_admitted(ctx, &addr, GW_EP_SERVICE_KEYS, method, EVHTTP_REQ_GET, "GET"))
 			handle_service_keys(ctx);
+		return;
+	}
+	if (path != NULL && strcmp(path, BC_PATH_SPIFFE_BUNDLE) == 0)
+	{
+		if (route_admitted(ctx, &addr, GW_EP_SPIFFE_BUNDLE, method, EVHTTP_REQ_GET, "GET"))
+			handle_spiffe_bundle(ctx);
 		return;
 	}
 	for (size_t i = 0; path != NULL && i < sizeof(get_routes) / sizeof(get_routes[0]); i++)

@@ -16,6 +16,11 @@
  * signatures and its time; a stale one does no harm beyond its age.  A
  * fetch that fails leaves the last copy served while it is younger than
  * GW_KEYS_STALE_MAX (then 503), at most one attempt per --retry-after.
+ *
+ * The SPIFFE bundle (GET /v1/spiffe-bundle, bc_join.spiffe_bundle()) is a
+ * second cache of the same kind with the same bound: a key or node CA
+ * rotation shows in it within --service-keys-max-age.  Each cache names
+ * its document (its metrics: bc_gateway_<name>_...).
  */
 #include "keys_cache.h"
 #include "config.h"
@@ -35,7 +40,6 @@
 /* The largest document accepted from the database. */
 #define GW_KEYS_MAX_SIZE (256 * 1024)
 
-static const char keys_sql[] = "SELECT bc_join.signed_service_keys()::text";
 
 struct waiter
 {
@@ -48,6 +52,9 @@ struct gw_keys
 {
 	struct gw_db_pool *pool;
 	const struct gw_config *cfg;
+	const char *sql;			/* the document's query: one text column */
+	const char *name;			/* service_keys, spiffe_bundle: logs and metrics */
+	const char *path;			/* what it answers */
 	int			closing;
 
 	char	   *doc;			/* the cached copy */
@@ -115,9 +122,9 @@ fetch_done(const struct gw_db_result *r, void *arg)
 	if (r->status != GW_DB_OK)
 		why = r->reason ? r->reason : "database error";
 	else if (r->value == NULL || r->value_len == 0)
-		why = "bc_join.signed_service_keys() returned NULL";
+		why = "the query returned NULL";
 	else if (r->value_len > GW_KEYS_MAX_SIZE)
-		why = "the signed service keys are larger than 256 KiB";
+		why = "the document is larger than 256 KiB";
 	else
 	{
 		char	   *doc = malloc(r->value_len);
@@ -137,16 +144,16 @@ fetch_done(const struct gw_db_result *r, void *arg)
 	{
 		k->fetch_ok++;
 		k->failed_mono = 0;
-		gw_log(GW_LOG_DEBUG, "service keys fetched",
-			   json_pack("{s:I}", "bytes", (json_int_t) k->len));
+		gw_log(GW_LOG_DEBUG, "cached document fetched",
+			   json_pack("{s:s,s:I}", "document", k->name, "bytes", (json_int_t) k->len));
 		limit = (double) k->cfg->service_keys_max_age_s;
 	}
 	else
 	{
 		k->fetch_error++;
 		k->failed_mono = mono_now();
-		gw_log(r->status == GW_DB_OK ? GW_LOG_ERROR : GW_LOG_WARN, "service keys fetch failed",
-			   json_pack("{s:s,s:s?,s:b}", "reason", why, "sqlstate",
+		gw_log(r->status == GW_DB_OK ? GW_LOG_ERROR : GW_LOG_WARN, "cached document fetch failed",
+			   json_pack("{s:s,s:s,s:s?,s:b}", "document", k->name, "reason", why, "sqlstate",
 						 r->status == GW_DB_ERROR ? r->sqlstate : NULL,
 						 "serving_cached", age(k) < GW_KEYS_STALE_MAX));
 		limit = GW_KEYS_STALE_MAX;
@@ -169,7 +176,7 @@ start_fetch(struct gw_keys *k)
 		return;
 	k->fetching = 1;
 	k->fetch_started = mono_now();
-	if (gw_db_submit(k->pool, keys_sql, NULL, fetch_done, k, &why) != 0)
+	if (gw_db_submit(k->pool, k->sql, NULL, fetch_done, k, &why) != 0)
 	{
 		struct gw_db_result r = {.status = GW_DB_UNAVAILABLE, .reason = why};
 
@@ -179,7 +186,8 @@ start_fetch(struct gw_keys *k)
 
 /* A cache fed by pool; see keys_cache.h. */
 struct gw_keys *
-gw_keys_new(struct gw_db_pool *pool, const struct gw_config *cfg)
+gw_keys_new(struct gw_db_pool *pool, const struct gw_config *cfg, const char *sql,
+			const char *name, const char *path)
 {
 	struct gw_keys *k = calloc(1, sizeof(*k));
 
@@ -187,6 +195,9 @@ gw_keys_new(struct gw_db_pool *pool, const struct gw_config *cfg)
 		return NULL;
 	k->pool = pool;
 	k->cfg = cfg;
+	k->sql = sql;
+	k->name = name;
+	k->path = path;
 	TAILQ_INIT(&k->waiters);
 	return k;
 }
@@ -251,23 +262,25 @@ int
 gw_keys_render_metrics(const struct gw_keys *k, struct evbuffer *buf)
 {
 	int			rc = 0;
+	const char *n = k->name;
 
 	rc |= evbuffer_add_printf(buf,
-							  "# HELP bc_gateway_service_keys_fetches_total bc_join.signed_service_keys() calls, by result.\n"
-							  "# TYPE bc_gateway_service_keys_fetches_total counter\n"
-							  "bc_gateway_service_keys_fetches_total{result=\"ok\"} %llu\n"
-							  "bc_gateway_service_keys_fetches_total{result=\"error\"} %llu\n"
-							  "# HELP bc_gateway_service_keys_answers_total GET /v1/service-keys answered from the cache, by result.\n"
-							  "# TYPE bc_gateway_service_keys_answers_total counter\n"
-							  "bc_gateway_service_keys_answers_total{result=\"served\"} %llu\n"
-							  "bc_gateway_service_keys_answers_total{result=\"unavailable\"} %llu\n",
-							  (unsigned long long) k->fetch_ok, (unsigned long long) k->fetch_error,
-							  (unsigned long long) k->served,
-							  (unsigned long long) k->unavailable) < 0;
+							  "# HELP bc_gateway_%s_fetches_total Fetches of the %s document from the database, by result.\n"
+							  "# TYPE bc_gateway_%s_fetches_total counter\n"
+							  "bc_gateway_%s_fetches_total{result=\"ok\"} %llu\n"
+							  "bc_gateway_%s_fetches_total{result=\"error\"} %llu\n"
+							  "# HELP bc_gateway_%s_answers_total GET %s answered from the cache, by result.\n"
+							  "# TYPE bc_gateway_%s_answers_total counter\n"
+							  "bc_gateway_%s_answers_total{result=\"served\"} %llu\n"
+							  "bc_gateway_%s_answers_total{result=\"unavailable\"} %llu\n",
+							  n, n, n, n, (unsigned long long) k->fetch_ok,
+							  n, (unsigned long long) k->fetch_error,
+							  n, k->path, n, n, (unsigned long long) k->served,
+							  n, (unsigned long long) k->unavailable) < 0;
 	if (k->doc != NULL)
 		rc |= evbuffer_add_printf(buf,
-								  "# HELP bc_gateway_service_keys_age_seconds Age of the cached signed service keys.\n"
-								  "# TYPE bc_gateway_service_keys_age_seconds gauge\n"
-								  "bc_gateway_service_keys_age_seconds %.3f\n", age(k)) < 0;
+								  "# HELP bc_gateway_%s_age_seconds Age of the cached %s document.\n"
+								  "# TYPE bc_gateway_%s_age_seconds gauge\n"
+								  "bc_gateway_%s_age_seconds %.3f\n", n, n, n, n, age(k)) < 0;
 	return rc ? -1 : 0;
 }

@@ -1,6 +1,7 @@
 /*
- * keys_cache.h: the signed service keys (GET /v1/service-keys), fetched
- * through the pool at most once per --service-keys-max-age, served from memory.
+ * keys_cache.h: the signed service keys (GET /v1/service-keys) and the
+ * SPIFFE bundle (GET /v1/spiffe-bundle), each fetched through the pool at
+ * most once per --service-keys-max-age, served from memory.
  */
 #ifndef BC_GATEWAY_KEYS_CACHE_H
 #define BC_GATEWAY_KEYS_CACHE_H
@@ -19,8 +20,13 @@ struct gw_keys;
  */
 typedef void (*gw_keys_cb) (const char *doc, size_t len, long max_age, void *arg);
 
-/* A cache fed by pool; NULL when out of memory. */
-struct gw_keys *gw_keys_new(struct gw_db_pool *pool, const struct gw_config *cfg);
+/*
+ * A cache of the document sql (one text column) fed by pool; name
+ * (service_keys, spiffe_bundle) names its metrics, path what it answers.
+ * The strings must outlive the cache.  NULL when out of memory.
+ */
+struct gw_keys *gw_keys_new(struct gw_db_pool *pool, const struct gw_config *cfg,
+							const char *sql, const char *name, const char *path);
 
 /* Stop fetching (before the pool is freed). */
 void		gw_keys_close(struct gw_keys *k);

@@ -144,8 +144,13 @@ main(int argc, char **argv)
 	gw.crl = gw_crl_new(gw.base, gw.pool, &gw.cfg);
 	if (gw.crl == NULL)
 		goto out;
-	gw.keys = gw_keys_new(gw.pool, &gw.cfg);
+	gw.keys = gw_keys_new(gw.pool, &gw.cfg, "SELECT bc_join.signed_service_keys()::text",
+						  "service_keys", BC_PATH_SERVICE_KEYS);
 	if (gw.keys == NULL)
+		goto out;
+	gw.bundle = gw_keys_new(gw.pool, &gw.cfg, "SELECT bc_join.spiffe_bundle()::text",
+							"spiffe_bundle", BC_PATH_SPIFFE_BUNDLE);
+	if (gw.bundle == NULL)
 		goto out;
 	if (gw.cfg.rate > 0)
 	{
@@ -181,9 +186,11 @@ out:
 	/* answer what is still waiting for the database before the connections go */
 	gw_crl_close(gw.crl);
 	gw_keys_close(gw.keys);
+	gw_keys_close(gw.bundle);
 	gw_db_pool_free(gw.pool);
 	gw_crl_free(gw.crl);
 	gw_keys_free(gw.keys);
+	gw_keys_free(gw.bundle);
 	gw_listener_close(&gw);
 	if (gw.http != NULL)
 		evhttp_free(gw.http);

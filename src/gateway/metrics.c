@@ -6,7 +6,7 @@
 #include <event2/buffer.h>
 
 static const char *const endpoint_names[GW_EP_COUNT] = {
-	"join", "renew", "session", "commands", "commands_complete", "site_epoch", "audit_anchor", "service_keys", "other"
+	"join", "renew", "session", "commands", "commands_complete", "site_epoch", "audit_anchor", "service_keys", "jwt_svid", "spiffe_bundle", "other"
 };
 
 static const char *const outcome_names[GW_OUT_COUNT] = {

@@ -16,6 +16,8 @@ enum gw_endpoint
 	GW_EP_SITE_EPOCH,
 	GW_EP_AUDIT_ANCHOR,
 	GW_EP_SERVICE_KEYS,
+	GW_EP_JWT_SVID,
+	GW_EP_SPIFFE_BUNDLE,
 	GW_EP_OTHER,			/* unknown path or method */
 	GW_EP_COUNT
 };
