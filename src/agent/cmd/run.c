@@ -17,6 +17,7 @@
 #include "core/daemon.h"
 #include "core/join_request.h"
 #include "core/linger.h"
+#include "workload/workload.h"
 
 /* Bounds of --max-retry-after, in seconds. */
 #define MAX_RETRY_AFTER_MAX 86400L
@@ -300,6 +301,16 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	else if (o->workload_api != NULL && strcmp(o->workload_api, "off") != 0 &&
 			 o->workload_api[0] != '/')
 		bad = "--workload-api must be an absolute path, or off";
+	else if (o->n_workload_rules > 0)
+	{
+		static char why[1024];
+		bcd_wl_rules *rules = bcd_wl_rules_parse(o->workload_rules, o->n_workload_rules, why,
+												 sizeof(why));
+
+		if (rules == NULL)
+			bad = why;
+		bcd_wl_rules_free(rules);
+	}
 	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
 		bad = "--metrics-file must be an absolute path";
 	else if (o->claims != NULL)

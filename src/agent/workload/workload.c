@@ -1206,9 +1206,15 @@ accept_one(bcd_workload *w, int fd)
 	struct stat st;
 	struct ucred cred;
 	socklen_t	clen = sizeof(cred);
+	int			full;
 
-	if (w->n_conns >= WL_CONNS_MAX || (c = calloc(1, sizeof(*c))) == NULL)
+	pthread_mutex_lock(&w->mu);
+	full = w->n_conns >= WL_CONNS_MAX;
+	pthread_mutex_unlock(&w->mu);
+	if (full || (c = calloc(1, sizeof(*c))) == NULL)
 	{
+		if (full)
+			bcd_log("workload api: %d connections open already; one more closed", WL_CONNS_MAX);
 		close(fd);
 		return;
 	}
