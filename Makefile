@@ -71,6 +71,7 @@ $(OBJS): $(wildcard src/ext/*.h src/common/*.h)
 include mk/host.mk
 include mk/gateway.mk
 include mk/agent.mk
+include mk/workload.mk
 include mk/fuzz.mk
 
 all: host

@@ -31,7 +31,7 @@ FUZZ_AGENT_NAMES = fuzz_sock_line fuzz_verify fuzz_discovery_req fuzz_rollover f
 
 FUZZ_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/fuzz/obj/%.o) build/fuzz/obj/test/fuzz/fuzz_common.o
 FUZZ_GW_OBJS     = $(GW_SRCS:%.c=build/fuzz/obj/%.o)
-FUZZ_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/fuzz/obj/%.o) build/fuzz/obj/build/gen/bcd_units.o
+FUZZ_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/fuzz/obj/%.o) build/fuzz/obj/build/gen/bcd_units.o $(WL_GEN_SRCS:%.c=build/fuzz/obj/%.o)
 
 build/fuzz/obj/src/gateway/%.o build/fuzz/obj/test/fuzz/fuzz_gw_%.o: FUZZ_CPPFLAGS += -Isrc/gateway $(GW_CFLAGS)
 build/fuzz/obj/src/agent/%.o build/fuzz/obj/test/fuzz/fuzz_sock_line.o build/fuzz/obj/test/fuzz/fuzz_verify.o build/fuzz/obj/test/fuzz/fuzz_discovery_req.o build/fuzz/obj/test/fuzz/fuzz_rollover.o build/fuzz/obj/test/fuzz/fuzz_peer.o build/fuzz/obj/test/fuzz/fuzz_producer_output.o: FUZZ_CPPFLAGS += -Isrc/agent
@@ -55,7 +55,7 @@ $(FUZZ_GW_NAMES:%=build/fuzz/%): build/fuzz/%: build/fuzz/obj/test/fuzz/%.o $(FU
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(GW_LIBS) $(HOST_LIBS)
 
 $(FUZZ_AGENT_NAMES:%=build/fuzz/%): build/fuzz/fuzz_%: build/fuzz/obj/test/fuzz/fuzz_%.o $(FUZZ_AGENT_OBJS) $(FUZZ_COMMON_OBJS)
-	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(HOST_LIBS) -lcurl -lm $(shell pkg-config --libs libsystemd) -pthread $(shell pkg-config --libs tss2-esys tss2-tctildr tss2-rc)
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(HOST_LIBS) -lcurl -lm $(shell pkg-config --libs libsystemd) -pthread $(shell pkg-config --libs tss2-esys tss2-tctildr tss2-rc) $(WL_LIBS)
 
 build/fuzz/fuzz_%: build/fuzz/obj/test/fuzz/fuzz_%.o $(FUZZ_COMMON_OBJS)
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(HOST_LIBS)

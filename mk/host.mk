@@ -24,7 +24,7 @@ HOST_PYTHON   ?= /usr/bin/python3
 HOST_COMMON_SRCS = $(sort $(wildcard src/common/*.c))
 # bcd: its subcommands (cmd/), the concerns they run on (core/) and the
 # attestors' producers (producers/); docs/design.md maps the files.
-HOST_AGENT_DIRS  = src/agent/cmd src/agent/core src/agent/producers
+HOST_AGENT_DIRS  = src/agent/cmd src/agent/core src/agent/producers src/agent/workload
 HOST_AGENT_SRCS  = $(sort $(foreach d,$(HOST_AGENT_DIRS),$(wildcard $(d)/*.c)))
 HOST_JOSE_SRCS   = test/tools/jose-tool.c
 HOST_UNIT_SRCS   = $(sort $(wildcard test/unit/test_*.c))

@@ -17,6 +17,7 @@
 #include "core/daemon.h"
 #include "core/join_request.h"
 #include "core/linger.h"
+#include "workload/workload.h"
 
 /* Bounds of --max-retry-after, in seconds. */
 #define MAX_RETRY_AFTER_MAX 86400L
@@ -45,6 +46,7 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
 			  "               [--once] [--renew-now] [--socket PATH]\n"
 			  "               [--max-provisioning N] [--max-queue N] [--metrics-file PATH]\n"
+			  "               [--workload-api PATH|off] [--workload-rule RULE]...\n"
 			  "               [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
 			  "               [--command-timeout S]\n"
 			  "\n"
@@ -90,6 +92,16 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --max-provisioning N provisionings in flight at most (default 4)\n"
 			  "  --max-queue N        callers waiting at most (default 256); beyond: busy\n"
 			  "  --metrics-file PATH  Prometheus text, rewritten atomically on change\n"
+			  "\n"
+			  "The SPIFFE Workload API (docs/agent.md, \"The SPIFFE Workload API\"), the\n"
+			  "daemon only, served with a rule or --workload-api PATH: SVIDs of sessions\n"
+			  "for the callers the rules name:\n"
+			  "  --workload-api PATH  its unix socket (default workload.sock next to the\n"
+			  "                       socket above, made the same way), or off\n"
+			  "  --workload-rule 'SELECTOR[,SELECTOR...]=>session=S[,context=C]'\n"
+			  "                       a caller matching every selector (uid:N, gid:N,\n"
+			  "                       exe:/PATH, unit:NAME.service, cgroup:/PATH) gets the\n"
+			  "                       session S (context C) identity; repeatable (64)\n"
 			  "\n"
 			  "Commands (docs/agent.md, \"Commands\"), the daemon only:\n"
 			  "  --command-handler PREFIX=EXECUTABLE  run EXECUTABLE KIND ID, the payload\n"
@@ -148,6 +160,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"max-provisioning", required_argument, NULL, 'P'},
 		{"max-queue", required_argument, NULL, 'Q'},
 		{"metrics-file", required_argument, NULL, 'M'},
+		{"workload-api", required_argument, NULL, 'w'},
+		{"workload-rule", required_argument, NULL, 'u'},
 		{"command-handler", required_argument, NULL, 'K'},
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
@@ -199,6 +213,14 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
+			case 'w': o->workload_api = optarg; server_opt = 1; break;
+			case 'u':
+				if (o->n_workload_rules >= BCD_WORKLOAD_RULES_MAX)
+					bad = "--workload-rule: 64 at most";
+				else
+					o->workload_rules[o->n_workload_rules++] = optarg;
+				server_opt = 1;
+				break;
 			case 'P':
 				if (parse_number(optarg, 1, MAX_PROVISIONING_MAX, &v) || v != floor(v))
 					bad = "--max-provisioning must be a whole number in [1, 64]";
@@ -274,8 +296,21 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	else if (o->renew_cmd && !o->once)
 		bad = "bcd renew needs --once (the daemon renews by itself)";
 	else if (server_opt && o->once)
-		bad = "--socket, --max-provisioning, --max-queue, --metrics-file and --command-* serve "
-			"the daemon, not --once";
+		bad = "--socket, --max-provisioning, --max-queue, --metrics-file, --workload-* and "
+			"--command-* serve the daemon, not --once";
+	else if (o->workload_api != NULL && strcmp(o->workload_api, "off") != 0 &&
+			 o->workload_api[0] != '/')
+		bad = "--workload-api must be an absolute path, or off";
+	else if (o->n_workload_rules > 0)
+	{
+		static char why[1024];
+		bcd_wl_rules *rules = bcd_wl_rules_parse(o->workload_rules, o->n_workload_rules, why,
+												 sizeof(why));
+
+		if (rules == NULL)
+			bad = why;
+		bcd_wl_rules_free(rules);
+	}
 	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
 		bad = "--metrics-file must be an absolute path";
 	else if (o->claims != NULL)

@@ -14,6 +14,9 @@
 #include "core/transport.h"
 #include "producers/producer.h"
 
+/* --workload-rule, at most. */
+#define BCD_WORKLOAD_RULES_MAX 64
+
 /* Handlers of --command-handler, at most. */
 #define BCD_COMMAND_HANDLERS_MAX 16
 
@@ -51,6 +54,10 @@ typedef struct bcd_run_opts
 	const char *metrics_file;	/* --metrics-file PATH, or NULL */
 	long		max_provisioning;
 	long		max_queue;
+	/* the SPIFFE Workload API (workload/workload.c), the daemon only */
+	const char *workload_api;	/* --workload-api PATH, "off", or NULL for the default */
+	const char *workload_rules[BCD_WORKLOAD_RULES_MAX];	/* --workload-rule, as given */
+	int			n_workload_rules;
 	/* commands (commands.c): handlers, poll interval and a handler's bounds */
 	bcd_command_handler handlers[BCD_COMMAND_HANDLERS_MAX];
 	int			n_handlers;

@@ -43,6 +43,25 @@ const char *bcd_code_name(bcd_code code);
 int			bcd_code_retryable(bcd_code code);
 const char *bcd_outcome_name(bcd_outcome outcome);
 
+struct bcd_job;
+
+/*
+ * A waiter that is not a hook's connection: the Workload API (workload.c)
+ * asks for a provisioning through bcd_server_provision() and is called back
+ * by the I/O thread with the finished job (its result is read, never kept).
+ */
+typedef void (*bcd_job_cb) (void *arg, const struct bcd_job *job);
+
+typedef struct bcd_ext_waiter
+{
+	bcd_job_cb	cb;
+	void	   *arg;
+	char		session[BC_SELECTOR_MAX + 1];
+	char		context[BC_SELECTOR_MAX + 1];
+	bcd_peer	caller;
+	struct bcd_ext_waiter *next;
+} bcd_ext_waiter;
+
 /* One provisioning: a session and context, its waiting callers, its result. */
 typedef struct bcd_job
 {
@@ -51,6 +70,7 @@ typedef struct bcd_job
 	bcd_peer	caller;			/* the caller that started it (its claim in the proof) */
 	struct bcd_conn *waiters;	/* callers waiting for it (sessions.c's) */
 	int			n_waiters;
+	bcd_ext_waiter *ext_waiters;	/* the Workload API's, called back when it is done */
 	int			dispatched;		/* handed to a worker (and how often) */
 	struct bcd_job *next;		/* in the table of jobs */
 	struct bcd_job *qnext;		/* in the I/O queue, the workers' queue or done list */

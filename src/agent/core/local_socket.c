@@ -454,15 +454,7 @@ int
 bcd_socket_listen(const char *path, const char *runtime_dir, int rtfd, int managed,
 				  bcd_listener *l, char *err, size_t errlen)
 {
-	struct sockaddr_un sa;
-	struct stat st;
-	char		buf[sizeof(sa.sun_path) + 32];
-	char	   *dir = NULL;
-	const char *name;
-	mode_t		old_mask;
-	int			fd = -1;
 	int			n;
-	int			rc = BC_EINVAL;
 
 	memset(l, 0, sizeof(*l));
 	l->fd = l->dirfd = -1;
@@ -482,6 +474,30 @@ bcd_socket_listen(const char *path, const char *runtime_dir, int rtfd, int manag
 		l->activated = 1;
 		return take_activated(l, err, errlen);
 	}
+	return bcd_socket_listen_at(path, runtime_dir, rtfd, managed, l, err, errlen);
+}
+
+/*
+ * The same as bcd_socket_listen without socket activation: always bound
+ * here, at path, its directory made or checked as for the hooks' socket
+ * (the Workload API's socket, workload.c).
+ */
+int
+bcd_socket_listen_at(const char *path, const char *runtime_dir, int rtfd, int managed,
+					 bcd_listener *l, char *err, size_t errlen)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	char		buf[sizeof(sa.sun_path) + 32];
+	char	   *dir = NULL;
+	const char *name;
+	mode_t		old_mask;
+	int			fd = -1;
+	int			n;
+	int			rc = BC_EINVAL;
+
+	memset(l, 0, sizeof(*l));
+	l->fd = l->dirfd = -1;
 	dir = strdup(path);
 	if (dir == NULL)
 		return BC_ENOMEM;

@@ -38,6 +38,8 @@ int			bcd_open_trusted_dir(const char *path, const char *what, int *fd_out,
 								 char *err, size_t errlen);
 int			bcd_socket_listen(const char *path, const char *runtime_dir, int rtfd,
 							  int managed, bcd_listener *l, char *err, size_t errlen);
+int			bcd_socket_listen_at(const char *path, const char *runtime_dir, int rtfd,
+								 int managed, bcd_listener *l, char *err, size_t errlen);
 void		bcd_socket_close(bcd_listener *l, const char *path);
 int			bcd_socket_peer_uid(int fd, uid_t *uid);
 int			bcd_socket_connect(const char *path, int *fd_out, char *err, size_t errlen);

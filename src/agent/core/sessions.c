@@ -57,6 +57,7 @@
 #include "core/sessions.h"
 #include "core/signals.h"
 #include "core/workers.h"
+#include "workload/workload.h"
 
 /* Where a connection is. */
 typedef enum conn_state
@@ -121,6 +122,10 @@ struct bcd_server
 	int			metrics_dirty;
 	double		metrics_next;
 	unsigned long metrics_generation;
+	/* the Workload API (workload.c): its server, and its requests for the I/O thread */
+	bcd_workload *workload;
+	pthread_mutex_t ext_mu;
+	bcd_ext_waiter *ext_pending;
 };
 
 /* Seconds a caller has to send its request line, and we to write an answer. */
@@ -351,6 +356,14 @@ complete_job(bcd_server *s, bcd_job *job)
 			answer_error(s, w, job->code, "%s", job->message);
 	}
 	free(seen);
+	while (job->ext_waiters != NULL)
+	{
+		bcd_ext_waiter *x = job->ext_waiters;
+
+		job->ext_waiters = x->next;
+		x->cb(x->arg, job);
+		free(x);
+	}
 	bcd_job_clear_result(job);
 	free(job);
 	dispatch(s);
@@ -603,6 +616,87 @@ accept_all(bcd_server *s)
 	}
 }
 
+/* Call x back at once with a failed provisioning (code, message) and free it. */
+static void
+ext_fail(bcd_ext_waiter *x, bcd_code code, const char *message)
+{
+	bcd_job		job;
+
+	memset(&job, 0, sizeof(job));
+	snprintf(job.session, sizeof(job.session), "%s", x->session);
+	snprintf(job.context, sizeof(job.context), "%s", x->context);
+	job.code = code;
+	job.outcome = BCD_OUTCOME_FAILED;
+	snprintf(job.message, sizeof(job.message), "%s", message);
+	x->cb(x->arg, &job);
+	free(x);
+}
+
+/*
+ * The Workload API's requests (bcd_server_provision): each joins the
+ * provisioning of its (session, context), found or queued, exactly as a
+ * hook's credential request does; refused at once without a usable node
+ * credential.
+ */
+static void
+take_ext(bcd_server *s)
+{
+	bcd_ext_waiter *x;
+	bcd_ext_waiter *next;
+	bcd_node_snapshot node;
+	bcd_job    *job;
+	int			usable;
+
+	pthread_mutex_lock(&s->ext_mu);
+	x = s->ext_pending;
+	s->ext_pending = NULL;
+	pthread_mutex_unlock(&s->ext_mu);
+	if (x == NULL)
+		return;
+	bcd_node_take(s->node, &node);
+	usable = bcd_node_usable(&node);
+	bcd_node_release(&node);
+	for (; x != NULL; x = next)
+	{
+		next = x->next;
+		x->next = NULL;
+		if (!usable)
+		{
+			ext_fail(x, BCD_CODE_NO_NODE_CREDENTIAL, "this host holds no usable node credential");
+			continue;
+		}
+		job = find_or_queue(s, x->session, x->context, &x->caller);
+		if (job == NULL)
+		{
+			ext_fail(x, BCD_CODE_FAILED, "out of memory");
+			continue;
+		}
+		x->next = job->ext_waiters;
+		job->ext_waiters = x;
+	}
+	s->metrics_dirty = 1;
+	dispatch(s);
+}
+
+/* Fail every request the I/O thread has not taken (it is stopped). */
+static void
+drop_ext(bcd_server *s)
+{
+	bcd_ext_waiter *x;
+
+	pthread_mutex_lock(&s->ext_mu);
+	x = s->ext_pending;
+	s->ext_pending = NULL;
+	pthread_mutex_unlock(&s->ext_mu);
+	while (x != NULL)
+	{
+		bcd_ext_waiter *next = x->next;
+
+		ext_fail(x, BCD_CODE_UNAVAILABLE, "bcd is stopping");
+		x = next;
+	}
+}
+
 /* Take the finished provisionings from the workers and complete them. */
 static void
 take_done(bcd_server *s)
@@ -613,6 +707,7 @@ take_done(bcd_server *s)
 
 	while (read(s->wake[0], buf, sizeof(buf)) > 0)
 		;
+	take_ext(s);
 	done = bcd_workers_take_done(s->workers);
 	for (; done != NULL; done = next)
 	{
@@ -729,6 +824,13 @@ io_shutdown(bcd_server *s)
 			w->state = CONN_WRITING;
 			answer_error(s, w, BCD_CODE_UNAVAILABLE, "bcd is stopping; try again");
 		}
+		while (job->ext_waiters != NULL)
+		{
+			bcd_ext_waiter *x = job->ext_waiters;
+
+			job->ext_waiters = x->next;
+			ext_fail(x, BCD_CODE_UNAVAILABLE, "bcd is stopping");
+		}
 		bcd_job_clear_result(job);
 		free(job);
 	}
@@ -774,6 +876,42 @@ wake_io(bcd_server *s)
 	(void) !write(s->wake[1], &c, 1);
 }
 
+/*
+ * Ask for the provisioning of (session, context) on behalf of caller, from
+ * any thread (the Workload API's): cb(arg, job) is called by the I/O thread
+ * when it is done (or at once, failed, when it cannot start); the job and
+ * its result are valid during the call only.  Coalesced with every other
+ * caller of the same key, hooks included.  BC_OK, or BC_ENOMEM (no call).
+ */
+int
+bcd_server_provision(bcd_server *s, const char *session, const char *context,
+					 const bcd_peer *caller, bcd_job_cb cb, void *arg)
+{
+	bcd_ext_waiter *x = calloc(1, sizeof(*x));
+
+	if (x == NULL)
+		return BC_ENOMEM;
+	x->cb = cb;
+	x->arg = arg;
+	snprintf(x->session, sizeof(x->session), "%s", session);
+	snprintf(x->context, sizeof(x->context), "%s", context);
+	if (caller != NULL)
+		x->caller = *caller;
+	pthread_mutex_lock(&s->ext_mu);
+	x->next = s->ext_pending;
+	s->ext_pending = x;
+	pthread_mutex_unlock(&s->ext_mu);
+	wake_io(s);
+	return BC_OK;
+}
+
+/* A snapshot of the published node credential (bcd_node_release it), from any thread. */
+void
+bcd_server_node_take(bcd_server *s, bcd_node_snapshot *out)
+{
+	bcd_node_take(s->node, out);
+}
+
 /* Publish cred as the node credential the server issues with (NULL: none). */
 void
 bcd_server_publish(bcd_server *s, const bcd_credential *cred)
@@ -812,6 +950,7 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 	if (s == NULL)
 		return BC_ENOMEM;
 	s->keys = keys;
+	pthread_mutex_init(&s->ext_mu, NULL);
 	s->sock.fd = s->sock.dirfd = s->wake[0] = s->wake[1] = -1;
 	s->max_provisioning = o->max_provisioning;
 	s->max_queue = o->max_queue;
@@ -836,6 +975,15 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 	if (stat(o->state_dir, &st) == 0)
 		s->own_dirs[1] = (bcd_dir_id) {st.st_dev, st.st_ino};
 	s->n_own_dirs = 2;
+	/* the Workload API: with a rule or a --workload-api PATH (no rule: no identity to give) */
+	if (o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 : o->n_workload_rules > 0)
+	{
+		rc = bcd_workload_start(o, keys, s->socket_path, s->runtime_dir, rtfd, s,
+								&s->workload, err, errlen);
+		if (rc != BC_OK)
+			goto fail;
+		rc = BC_EINVAL;
+	}
 	close(rtfd);
 	rtfd = -1;
 	if (initial != NULL)
@@ -851,6 +999,7 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 		goto fail;
 	}
 	s->io_started = 1;
+	bcd_workload_run(s->workload);
 	*out = s;
 	return BC_OK;
 fail:
@@ -867,6 +1016,7 @@ bcd_server_stop(bcd_server *s)
 	if (s == NULL)
 		return;
 	bcd_stop_now();
+	bcd_workload_stop(s->workload);	/* its threads: no new request after this */
 	bcd_workers_stop(s->workers);
 	atomic_store(&s->stopping, 1);
 	if (s->io_started)
@@ -874,6 +1024,8 @@ bcd_server_stop(bcd_server *s)
 		wake_io(s);
 		pthread_join(s->io_thread, NULL);
 	}
+	drop_ext(s);				/* requests the I/O thread never saw: called back, failed */
+	bcd_workload_free(s->workload);	/* every call back has been made */
 	bcd_workers_free(s->workers);
 	bcd_socket_close(&s->sock, s->socket_path);
 	if (s->wake[0] >= 0)
@@ -884,6 +1036,7 @@ bcd_server_stop(bcd_server *s)
 	free(s->socket_path);
 	free(s->metrics_file);
 	free(s->runtime_dir);
+	pthread_mutex_destroy(&s->ext_mu);
 	free(s);
 }
 

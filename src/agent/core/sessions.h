@@ -11,6 +11,7 @@
 
 #include "core/agent.h"
 #include "core/job.h"
+#include "core/node_credential.h"
 #include "core/peer.h"
 #include "core/store.h"
 
@@ -26,6 +27,9 @@ int			bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 void		bcd_server_publish(bcd_server *s, const bcd_credential *cred);
 void		bcd_server_renewing(bcd_server *s, int on);
 void		bcd_server_stop(bcd_server *s);
+void		bcd_server_node_take(bcd_server *s, bcd_node_snapshot *out);
+int			bcd_server_provision(bcd_server *s, const char *session, const char *context,
+								 const bcd_peer *caller, bcd_job_cb cb, void *arg);
 
 #ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /*

@@ -1,0 +1,313 @@
+/*
+ * rules.c: --workload-rule 'SELECTORS=>session=S[,context=C]': which
+ * caller of the Workload API gets which session identity.
+ *
+ * SELECTORS is one or more of uid:N, gid:N, exe:/ABS/PATH, unit:NAME
+ * (a .service or .scope unit) and cgroup:/PATH, separated by ','; every one
+ * must match (AND).  Each kind at most once in a rule.  Two rules with the
+ * same selectors (in any order) and different targets are refused at start;
+ * a caller that rules with different targets match at call time (e.g.
+ * uid:1000 and exe:/usr/bin/envoy, both true of it) is given no identity.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bc_common.h"
+#include "bc_protocol.h"
+#include "core/delivery.h"
+#include "workload/workload.h"
+
+typedef enum sel_kind
+{
+	SEL_UID,
+	SEL_GID,
+	SEL_EXE,
+	SEL_UNIT,
+	SEL_CGROUP,
+	SEL_KINDS
+} sel_kind;
+
+static const char *const sel_names[SEL_KINDS] = {"uid", "gid", "exe", "unit", "cgroup"};
+
+typedef struct rule
+{
+	int			has[SEL_KINDS];
+	unsigned long id[2];		/* uid, gid */
+	char	   *str[SEL_KINDS];	/* exe, unit, cgroup */
+	char		session[BC_SELECTOR_MAX + 1];
+	char		context[BC_SELECTOR_MAX + 1];
+	const char *text;
+} rule;
+
+struct bcd_wl_rules
+{
+	rule	   *rules;
+	int			n;
+};
+
+static void
+rule_clear(rule *r)
+{
+	for (int k = 0; k < SEL_KINDS; k++)
+		free(r->str[k]);
+	memset(r, 0, sizeof(*r));
+}
+
+/* Parse one selector (len bytes at s) into r; 0 or -1 with err. */
+static int
+parse_selector(rule *r, const char *s, size_t len, char *err, size_t errlen)
+{
+	const char *colon = memchr(s, ':', len);
+	size_t		klen;
+	size_t		vlen;
+	const char *v;
+	int			k;
+	char		num[32];
+	char	   *end;
+
+	if (colon == NULL)
+	{
+		snprintf(err, errlen, "a selector is KIND:VALUE (uid, gid, exe, unit or cgroup)");
+		return -1;
+	}
+	klen = (size_t) (colon - s);
+	v = colon + 1;
+	vlen = len - klen - 1;
+	for (k = 0; k < SEL_KINDS; k++)
+		if (strlen(sel_names[k]) == klen && strncmp(s, sel_names[k], klen) == 0)
+			break;
+	if (k == SEL_KINDS)
+	{
+		snprintf(err, errlen, "unknown selector kind %.*s (uid, gid, exe, unit or cgroup)",
+				 (int) klen, s);
+		return -1;
+	}
+	if (r->has[k])
+	{
+		snprintf(err, errlen, "selector %s given twice in one rule", sel_names[k]);
+		return -1;
+	}
+	if (vlen == 0)
+	{
+		snprintf(err, errlen, "selector %s has no value", sel_names[k]);
+		return -1;
+	}
+	r->has[k] = 1;
+	if (k == SEL_UID || k == SEL_GID)
+	{
+		if (vlen >= sizeof(num) || v[0] < '0' || v[0] > '9')
+		{
+			snprintf(err, errlen, "%s: must be a number", sel_names[k]);
+			return -1;
+		}
+		memcpy(num, v, vlen);
+		num[vlen] = '\0';
+		r->id[k] = strtoul(num, &end, 10);
+		if (*end != '\0' || r->id[k] > 0xfffffffeUL)
+		{
+			snprintf(err, errlen, "%s: must be a number", sel_names[k]);
+			return -1;
+		}
+		return 0;
+	}
+	if ((k == SEL_EXE || k == SEL_CGROUP) && v[0] != '/')
+	{
+		snprintf(err, errlen, "%s: must be an absolute path", sel_names[k]);
+		return -1;
+	}
+	if (k == SEL_UNIT && (vlen < 8 || (strncmp(v + vlen - 8, ".service", 8) != 0 &&
+									   (vlen < 6 || strncmp(v + vlen - 6, ".scope", 6) != 0))))
+	{
+		snprintf(err, errlen, "unit: must name a .service or .scope unit");
+		return -1;
+	}
+	r->str[k] = strndup(v, vlen);
+	if (r->str[k] == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* Parse "session=S[,context=C]" into r. */
+static int
+parse_target(rule *r, const char *t, char *err, size_t errlen)
+{
+	const char *comma = strchr(t, ',');
+	size_t		slen;
+
+	if (strncmp(t, "session=", 8) != 0)
+	{
+		snprintf(err, errlen, "the target is session=S[,context=C]");
+		return -1;
+	}
+	t += 8;
+	slen = comma != NULL ? (size_t) (comma - t) : strlen(t);
+	if (slen > BC_SELECTOR_MAX)
+	{
+		snprintf(err, errlen, "the session is 1 to 128 of A-Z a-z 0-9 . _ : -");
+		return -1;
+	}
+	memcpy(r->session, t, slen);
+	r->session[slen] = '\0';
+	if (comma != NULL)
+	{
+		if (strncmp(comma + 1, "context=", 8) != 0 || strlen(comma + 9) > BC_SELECTOR_MAX)
+		{
+			snprintf(err, errlen, "the target is session=S[,context=C]");
+			return -1;
+		}
+		strcpy(r->context, comma + 9);
+	}
+	if (!bcd_selector_valid(r->session, 1) || !bcd_selector_valid(r->context, 0))
+	{
+		snprintf(err, errlen, "the session (1 to 128) and context (0 to 128) are made of "
+				 "A-Z a-z 0-9 . _ : - only");
+		return -1;
+	}
+	return 0;
+}
+
+static int
+parse_rule(rule *r, const char *text, char *err, size_t errlen)
+{
+	const char *arrow = strstr(text, "=>");
+	const char *p = text;
+
+	memset(r, 0, sizeof(*r));
+	r->text = text;
+	if (arrow == NULL || arrow == text)
+	{
+		snprintf(err, errlen, "a rule is SELECTOR[,SELECTOR...]=>session=S[,context=C]");
+		return -1;
+	}
+	while (p < arrow)
+	{
+		const char *comma = memchr(p, ',', (size_t) (arrow - p));
+		const char *end = comma != NULL ? comma : arrow;
+
+		if (parse_selector(r, p, (size_t) (end - p), err, errlen) != 0)
+			return -1;
+		p = end + 1;
+	}
+	return parse_target(r, arrow + 2, err, errlen);
+}
+
+static int
+same_selectors(const rule *a, const rule *b)
+{
+	for (int k = 0; k < SEL_KINDS; k++)
+	{
+		if (a->has[k] != b->has[k])
+			return 0;
+		if (!a->has[k])
+			continue;
+		if (k == SEL_UID || k == SEL_GID)
+		{
+			if (a->id[k] != b->id[k])
+				return 0;
+		}
+		else if (strcmp(a->str[k], b->str[k]) != 0)
+			return 0;
+	}
+	return 1;
+}
+
+static int
+same_target(const rule *a, const rule *b)
+{
+	return strcmp(a->session, b->session) == 0 && strcmp(a->context, b->context) == 0;
+}
+
+bcd_wl_rules *
+bcd_wl_rules_parse(const char *const *texts, int n, char *err, size_t errlen)
+{
+	bcd_wl_rules *r = calloc(1, sizeof(*r));
+	char		why[512];
+
+	if (r == NULL || (n > 0 && (r->rules = calloc((size_t) n, sizeof(rule))) == NULL))
+	{
+		free(r);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		if (parse_rule(&r->rules[i], texts[i], why, sizeof(why)) != 0)
+		{
+			snprintf(err, errlen, "--workload-rule '%s': %s", texts[i], why);
+			r->n = i + 1;
+			bcd_wl_rules_free(r);
+			return NULL;
+		}
+		r->n = i + 1;
+		for (int j = 0; j < i; j++)
+			if (same_selectors(&r->rules[i], &r->rules[j]) &&
+				!same_target(&r->rules[i], &r->rules[j]))
+			{
+				snprintf(err, errlen, "--workload-rule '%s' and '%s': the same selectors give "
+						 "different sessions or contexts", texts[j], texts[i]);
+				bcd_wl_rules_free(r);
+				return NULL;
+			}
+	}
+	return r;
+}
+
+void
+bcd_wl_rules_free(bcd_wl_rules *r)
+{
+	if (r == NULL)
+		return;
+	for (int i = 0; i < r->n; i++)
+		rule_clear(&r->rules[i]);
+	free(r->rules);
+	free(r);
+}
+
+/* 1 when every selector of r is true of c. */
+static int
+rule_matches(const rule *r, const bcd_wl_caller *c)
+{
+	if (r->has[SEL_UID] && (unsigned long) c->peer.uid != r->id[SEL_UID])
+		return 0;
+	if (r->has[SEL_GID] && (unsigned long) c->gid != r->id[SEL_GID])
+		return 0;
+	/* exe, unit and cgroup: unknown ("") never matches */
+	if (r->has[SEL_EXE] && (c->peer.exe[0] == '\0' || strcmp(c->peer.exe, r->str[SEL_EXE]) != 0))
+		return 0;
+	if (r->has[SEL_UNIT] && (c->peer.unit[0] == '\0' || strcmp(c->peer.unit, r->str[SEL_UNIT]) != 0))
+		return 0;
+	if (r->has[SEL_CGROUP] &&
+		(c->peer.cgroup[0] == '\0' || strcmp(c->peer.cgroup, r->str[SEL_CGROUP]) != 0))
+		return 0;
+	return 1;
+}
+
+int
+bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **session,
+				   const char **context, char *err, size_t errlen)
+{
+	const rule *found = NULL;
+
+	for (int i = 0; r != NULL && i < r->n; i++)
+	{
+		if (!rule_matches(&r->rules[i], c))
+			continue;
+		if (found != NULL && !same_target(found, &r->rules[i]))
+		{
+			snprintf(err, errlen, "rules '%s' and '%s' both match and give different identities",
+					 found->text, r->rules[i].text);
+			return -1;
+		}
+		if (found == NULL)
+			found = &r->rules[i];
+	}
+	if (found == NULL)
+		return 0;
+	*session = found->session;
+	*context = found->context;
+	return 1;
+}

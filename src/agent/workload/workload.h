@@ -1,0 +1,58 @@
+/*
+ * workload.h: bcd's SPIFFE Workload API (docs/agent.md, "The SPIFFE
+ * Workload API"): a gRPC server (libgrpc's C core, protobuf-c) on its own
+ * unix socket, each connection accepted by bcd and attributed by its
+ * SO_PEERCRED (one grpc_server per connection), its callers mapped to a
+ * session and context by --workload-rule, their X509-SVIDs provisioned
+ * through the socket server's coalesced provisionings (sessions.c).
+ */
+#ifndef BCD_WORKLOAD_H
+#define BCD_WORKLOAD_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "core/agent.h"
+#include "core/peer.h"
+#include "core/service_keys.h"
+
+struct bcd_server;
+
+/* The Workload API server of bcd run. */
+typedef struct bcd_workload bcd_workload;
+
+/* Listen (nothing runs yet): BC_OK with *out, or an error in err. */
+int			bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys,
+							   const char *socket_path, const char *runtime_dir, int rtfd,
+							   struct bcd_server *server, bcd_workload **out,
+							   char *err, size_t errlen);
+/* Start its threads (once the socket server's I/O thread runs). */
+void		bcd_workload_run(bcd_workload *w);
+/* Stop its threads: no request is made of the socket server after this. */
+void		bcd_workload_stop(bcd_workload *w);
+/* Free it (after the socket server's I/O thread has stopped). */
+void		bcd_workload_free(bcd_workload *w);
+
+/* ---- rules.c: --workload-rule 'SELECTORS=>session=S[,context=C]' */
+
+/* What a caller is, for the selectors. */
+typedef struct bcd_wl_caller
+{
+	bcd_peer	peer;			/* uid, pid, exe, cgroup, unit */
+	gid_t		gid;
+} bcd_wl_caller;
+
+typedef struct bcd_wl_rules bcd_wl_rules;
+
+/* Parse the rules; NULL with err (a bad rule, or two with the same selectors and targets apart). */
+bcd_wl_rules *bcd_wl_rules_parse(const char *const *rules, int n, char *err, size_t errlen);
+void		bcd_wl_rules_free(bcd_wl_rules *r);
+/*
+ * The (session, context) of caller: 1 with them, 0 when no rule matches,
+ * -1 when rules naming different targets match (ambiguous: why in err).
+ */
+int			bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *caller,
+							   const char **session, const char **context,
+							   char *err, size_t errlen);
+
+#endif							/* BCD_WORKLOAD_H */
