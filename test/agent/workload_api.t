@@ -16,6 +16,7 @@ at test time by grpc_tools.protoc from src/agent/workload/workload.proto
 - no "workload.spiffe.io: true" metadata: INVALID_ARGUMENT; a caller no rule
   names (another executable): PERMISSION_DENIED; a caller two rules with
   different identities name: PERMISSION_DENIED and a log line;
+- bcd renews its node certificate (every few seconds) while the streams are open;
 - the gateway stopped: a new stream still gets the last SVID.
 """
 import calendar
@@ -187,6 +188,9 @@ def body(tap, env):
     import workload_pb2_grpc as pbg
 
     env.psql("ALTER DATABASE agent SET bc_join.session_ttl = 30")
+    # a 60 s node certificate, renewed by the daemon at --renew-at 0.1: bcd renews its
+    # node credential every few seconds while the streams are open
+    env.psql("ALTER DATABASE agent SET bc_join.cert_ttl = 60")
     gw = env.gateway()                  # new connections: the setting in force
     state = os.path.join(env.dir, "state")
     r = env.bcd("run", *env.run_args(state, token_file=env.token_file("w"), extra=["--once"]))
@@ -212,7 +216,8 @@ def body(tap, env):
     daemon = sl.start_daemon(env, "bcd-wl", rt, env.run_args(state, extra=[
         "--workload-rule", "uid:0,exe:%s=>session=wl-web" % me,
         "--workload-rule", "exe:%s=>session=wl-x" % other,
-        "--workload-rule", "uid:0,exe:%s=>session=wl-y,context=c1" % other]))
+        "--workload-rule", "uid:0,exe:%s=>session=wl-y,context=c1" % other,
+        "--renew-at", "0.1"]))
     tap.ok(sl.wait_socket(daemon, sock) and os.path.exists(wsock),
            "bcd serves its socket and the Workload API next to it", daemon.text())
     tap.eq(agentlib.mode(wsock) if os.path.exists(wsock) else None, 0o600,
@@ -257,6 +262,11 @@ def body(tap, env):
            "it arrives before the first one's notAfter (%s), %.1f s after the first" %
            (na1, t2 - t0))
     tap.eq(s2.spiffe_id, s1.spiffe_id, "the same session identity")
+    tap.ok(daemon.text().count("renewed spiffe://") >= 1,
+           "bcd renewed its node certificate while the stream was open, and the stream goes on",
+           daemon.text())
+    ok, out = openssl_verify(env, certs2, roots, "svid2")
+    tap.ok(ok, "openssl verify: the renewed SVID chains to the bundle's roots", out)
     stream.cancel()
 
     # callers no rule names, and callers two rules name differently
@@ -287,6 +297,7 @@ def body(tap, env):
     daemon.stop()
     tap.eq(daemon.rc, 0, "bcd stops cleanly (SIGTERM)", daemon.text())
     env.psql("ALTER DATABASE agent RESET bc_join.session_ttl")
+    env.psql("ALTER DATABASE agent RESET bc_join.cert_ttl")
 
 
 agentlib.main(body)
