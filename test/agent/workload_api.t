@@ -17,7 +17,9 @@ at test time by grpc_tools.protoc from src/agent/workload/workload.proto
   names (another executable): PERMISSION_DENIED; a caller two rules with
   different identities name: PERMISSION_DENIED and a log line;
 - bcd renews its node certificate (every few seconds) while the streams are open;
-- the gateway stopped: a new stream still gets the last SVID.
+- the gateway stopped: a new stream still gets the last SVID;
+- --workload-api-mode 0666 in a shared directory: uid 65534 gets its rule's SVID, root
+  (no rule) PERMISSION_DENIED.
 """
 import calendar
 import os
@@ -42,9 +44,9 @@ sys.path.insert(0, sys.argv[1])
 import grpc, workload_pb2 as pb, workload_pb2_grpc as pbg
 stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + sys.argv[2]))
 try:
-    next(stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=[("workload.spiffe.io", "true")],
-                            timeout=10))
-    print("OK")
+    r = next(stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=[("workload.spiffe.io", "true")],
+                                timeout=30))
+    print("OK " + r.svids[0].spiffe_id)
 except grpc.RpcError as e:
     print(e.code().name)
 '''
@@ -296,6 +298,32 @@ def body(tap, env):
 
     daemon.stop()
     tap.eq(daemon.rc, 0, "bcd stops cleanly (SIGTERM)", daemon.text())
+
+    # --workload-api-mode 0666 in a directory every user reaches: the rules decide by uid
+    env.gateway()
+    shared = os.path.join(env.dir, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o755)
+    wsock2 = os.path.join(shared, "workload.sock")
+    daemon2 = sl.start_daemon(env, "bcd-wl2", rt, env.run_args(state, extra=[
+        "--workload-api", wsock2, "--workload-api-mode", "0666",
+        "--workload-rule", "uid:65534=>session=wl-nobody"]))
+    tap.ok(sl.wait_socket(daemon2, sock) and os.path.exists(wsock2) and
+           agentlib.mode(wsock2) == 0o666, "--workload-api-mode 0666: the socket is 0666",
+           daemon2.text())
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-c", OTHER_CLIENT, py, wsock2],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
+                       env=envv)
+    out = r.stdout.strip() or r.stderr
+    tap.ok(out.startswith("OK spiffe://%s/" % agentlib.TRUST_DOMAIN) and "/session/" in out,
+           "uid 65534 (another user) gets its rule's session SVID", out)
+    r = subprocess.run([me, "-c", OTHER_CLIENT, py, wsock2], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=30, env=envv)
+    tap.eq(r.stdout.strip() or r.stderr, "PERMISSION_DENIED",
+           "root, whom no rule of this daemon names: PERMISSION_DENIED")
+    daemon2.stop()
+    tap.eq(daemon2.rc, 0, "the second bcd stops cleanly", daemon2.text())
     env.psql("ALTER DATABASE agent RESET bc_join.session_ttl")
     env.psql("ALTER DATABASE agent RESET bc_join.cert_ttl")
 

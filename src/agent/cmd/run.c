@@ -98,6 +98,9 @@ run_usage(FILE *stream, int renew_cmd)
 			  "for the callers the rules name:\n"
 			  "  --workload-api PATH  its unix socket (default workload.sock next to the\n"
 			  "                       socket above, made the same way), or off\n"
+			  "  --workload-api-mode MODE  0600 (default: bcd's uid only), 0660 (and its\n"
+			  "                       group) or 0666 (every local user: the rules decide;\n"
+			  "                       put the socket in a directory they can reach)\n"
 			  "  --workload-rule 'SELECTOR[,SELECTOR...]=>session=S[,context=C]'\n"
 			  "                       a caller matching every selector (uid:N, gid:N,\n"
 			  "                       exe:/PATH, unit:NAME.service, cgroup:/PATH) gets the\n"
@@ -162,6 +165,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"metrics-file", required_argument, NULL, 'M'},
 		{"workload-api", required_argument, NULL, 'w'},
 		{"workload-rule", required_argument, NULL, 'u'},
+		{"workload-api-mode", required_argument, NULL, 'X'},
 		{"command-handler", required_argument, NULL, 'K'},
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
@@ -214,6 +218,17 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
 			case 'w': o->workload_api = optarg; server_opt = 1; break;
+			case 'X':
+				server_opt = 1;
+				if (strcmp(optarg, "0600") == 0)
+					o->workload_api_mode = 0600;
+				else if (strcmp(optarg, "0660") == 0)
+					o->workload_api_mode = 0660;
+				else if (strcmp(optarg, "0666") == 0)
+					o->workload_api_mode = 0666;
+				else
+					bad = "--workload-api-mode must be 0600, 0660 or 0666";
+				break;
 			case 'u':
 				if (o->n_workload_rules >= BCD_WORKLOAD_RULES_MAX)
 					bad = "--workload-rule: 64 at most";

@@ -58,6 +58,7 @@ typedef struct bcd_run_opts
 	const char *workload_api;	/* --workload-api PATH, "off", or NULL for the default */
 	const char *workload_rules[BCD_WORKLOAD_RULES_MAX];	/* --workload-rule, as given */
 	int			n_workload_rules;
+	int			workload_api_mode;	/* --workload-api-mode: 0 (0600), 0600, 0660, 0666 */
 	/* commands (commands.c): handlers, poll interval and a handler's bounds */
 	bcd_command_handler handlers[BCD_COMMAND_HANDLERS_MAX];
 	int			n_handlers;

@@ -1344,6 +1344,13 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 							 o->workload_api == NULL && o->socket == NULL, &w->sock,
 							 err, errlen) != BC_OK)
 		goto fail;
+	/* --workload-api-mode: opened to the group or every local user, the rules deciding */
+	if (o->workload_api_mode != 0 && o->workload_api_mode != 0600 &&
+		fchmodat(w->sock.dirfd, strrchr(w->path, '/') + 1, (mode_t) o->workload_api_mode, 0) != 0)
+	{
+		snprintf(err, errlen, "cannot set the mode of %s: %s", w->path, strerror(errno));
+		goto fail;
+	}
 	grpc_init();
 	w->cq = grpc_completion_queue_create_for_next(NULL);
 	w->creds = grpc_insecure_server_credentials_create();
