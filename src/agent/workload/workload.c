@@ -72,6 +72,9 @@
 #define WL_SOCKET_NAME "workload.sock"
 /* Connections open at once, at most; beyond, a new one is closed at once. */
 #define WL_CONNS_MAX 256
+/* What one caller may send in one message, and how many calls it may have open on one connection. */
+#define WL_MESSAGE_MAX (64 * 1024)
+#define WL_STREAMS_MAX 16
 /* Backoff of a failed provisioning, in seconds. */
 #define RETRY_MIN 1.0
 #define RETRY_MAX 30.0
@@ -1232,7 +1235,19 @@ accept_one(bcd_workload *w, int fd)
 	c->caller.gid = cred.gid;
 	c->st_dev = st.st_dev;
 	c->st_ino = st.st_ino;
-	c->server = grpc_server_create(NULL, NULL);
+	{
+		/* a caller's messages are small: 64 KiB at most, 16 calls at once per connection */
+		grpc_arg	args[2];
+		grpc_channel_args cargs = {2, args};
+
+		args[0].type = GRPC_ARG_INTEGER;
+		args[0].key = (char *) GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+		args[0].value.integer = WL_MESSAGE_MAX;
+		args[1].type = GRPC_ARG_INTEGER;
+		args[1].key = (char *) GRPC_ARG_MAX_CONCURRENT_STREAMS;
+		args[1].value.integer = WL_STREAMS_MAX;
+		c->server = grpc_server_create(&cargs, NULL);
+	}
 	grpc_server_register_completion_queue(c->server, w->cq, NULL);
 	grpc_server_start(c->server);
 	pthread_mutex_lock(&w->mu);
