@@ -268,6 +268,10 @@ def body(tap, env):
     sk3 = json.loads(env.psql("SELECT bc_join.service_keys()"))
     tap.eq(kids(sk3), [kids(sk2)[0]], "--retire: only the current key is published")
     tap.ok(wait_renewals(1), "A renews after the retirement", daemon.text()[-2000:])
+    # bcd logs the renewal, then takes up the service's keys (renewal.c): wait for the pins
+    deadline = time.time() + 10
+    while time.time() < deadline and pinned(state) != kids(sk3):
+        time.sleep(0.2)
     tap.eq(pinned(state), kids(sk3), "and pins the current set")
     r = join(env, os.path.join(env.dir, "c"), old_keys_file, extra=["--max-retry-after", "1"])
     tap.ok(r.returncode != 0, "an agent still holding the retired keys only cannot join", r.stdout + r.stderr)
