@@ -18,7 +18,7 @@ OBJS        = $(EXT_SRCS:.c=.o) $(COMMON_SRCS:.c=.o)
 # (copied, as pgvector does); 0.1.0's install script is released and kept as
 # it was; every later version is reached by the upgrade scripts
 # sql/bc_join--A--B.sql (docs/development.md, "Changing the schema").
-DATA        = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
+DATA        = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql sql/$(EXTENSION)--0.3.0.sql $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
 DATA_built  = sql/$(EXTENSION)--$(EXTVERSION).sql
 PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 
@@ -52,6 +52,10 @@ EXTRA_CLEAN = build
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# The library names the SQL version it was built for (src/ext/version.c):
+# rebuilt when default_version moves.
+src/ext/version.o: bc_join.control
 
 # PGXS's pg_regress_installcheck, run through test/installcheck (keys, and the
 # postgres OS user as root).
