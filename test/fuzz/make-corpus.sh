@@ -40,7 +40,7 @@ seed() { printf '%s' "$2" >"$C/$1/$3"; }
 
 # ---- a real join: service keys, a CSR, a sealed token, the answers
 tools/bc-join-keygen "$T/keys" >/dev/null
-port=$((20000 + RANDOM % 20000))
+port=$(tools/pg-throwaway free-port 1)
 export $(tools/pg-throwaway start "$T/pg" "$port" "$T/keys" fuzz.bc-join.local)
 export PGDATABASE=bcj_fuzz
 psql -qAtX -d postgres -c "CREATE DATABASE bcj_fuzz" >/dev/null

@@ -25,7 +25,7 @@ class HAMixin:
         self.db = "bcj"
         self.ha = os.path.join(self.dir, "ha")
         os.makedirs(self.ha)
-        base = free_port()
+        base = free_port(3)
         self.ports = {"node1": base + 1, "node2": base + 2}
         # started first: cleanup stops what a failed or timed-out start left running
         self.started = True

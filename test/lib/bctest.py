@@ -88,16 +88,40 @@ class SharedDb:
         return t, s, self.one("SELECT bc_join.create_pool(%s, %s, %s)", t, s, pool)
 
 
-def free_port():
-    """A TCP port in 20000-60000 that is free on 127.0.0.1 right now."""
+def ephemeral_range():
+    """The kernel's ephemeral port range (net.ipv4.ip_local_port_range): ports an
+    outgoing connection may take at any moment."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(n=1):
+    """A TCP port P with P..P+n-1 free on 127.0.0.1 right now, below the kernel's
+    ephemeral range: a port inside it can be taken by any outgoing connection
+    between this check and the server's bind (a CI run under load lost
+    mitm.py's port that way)."""
+    low = 10000
+    high = ephemeral_range()[0] - n
+    if high <= low + 1000:
+        raise RuntimeError("the ephemeral port range starts at %d: too few ports below it" % (high + n))
     for _ in range(200):
-        port = random.randint(20000, 60000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
+        port = random.randint(low, high)
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port + i))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
     raise RuntimeError("no free port")
 
 

@@ -5,7 +5,7 @@
 # one, and swtpm serves one connection at a time.
 #
 #   tpm-rm.sh start DIR [PID]   make DIR: swtpm_setup --create-ek-cert (its
-#                               local CA under DIR), swtpm on a free TCP port,
+#                               local CA under DIR), swtpm on a free TCP port (below the ephemeral range),
 #                               dbus-daemon --session, tpm2-abrmd --session;
 #                               with PID, all three are stopped once that
 #                               process is gone (a crashed test)
@@ -15,6 +15,7 @@
 # DIR/dbus-address (DBUS_SESSION_BUS_ADDRESS for them), DIR/root.pem and
 # DIR/issuer.pem (swtpm's EK CA: root and intermediate), DIR/port.
 set -euo pipefail
+free_port_cmd="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/pg-throwaway"
 
 cmd="${1:-}"
 dir="${2:-}"
@@ -46,7 +47,7 @@ start() {
   cp "$dir/cfg/var/lib/swtpm-localca/issuercert.pem" "$dir/issuer.pem"
   trap 'stop' ERR
   for try in 1 2 3 4 5 6 7 8; do
-    port=$(( 20000 + (RANDOM % 20000) * 2 ))
+    port=$("$free_port_cmd" free-port 2)
     if swtpm socket --tpm2 --tpmstate dir="$dir/state" \
          --server type=tcp,port=$port,bindaddr=127.0.0.1 \
          --ctrl type=tcp,port=$((port + 1)),bindaddr=127.0.0.1 \

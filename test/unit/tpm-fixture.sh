@@ -35,6 +35,7 @@
 #   quoter.attest/.sig          tpm2_quote by akr, sha256:0-7, -q QUOTE_Q
 #   port                        the swtpm TCP port
 set -euo pipefail
+free_port_cmd="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/pg-throwaway"
 
 QUOTE_Q=000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f
 
@@ -72,7 +73,7 @@ stop() {
 start() {
   local port try
   for try in 1 2 3 4 5 6 7 8; do
-    port=$(( 20000 + (RANDOM % 20000) * 2 ))
+    port=$("$free_port_cmd" free-port 2)
     if swtpm socket --tpm2 --tpmstate dir="$dir/state" \
          --server type=tcp,port=$port,bindaddr=127.0.0.1 \
          --ctrl type=tcp,port=$((port + 1)),bindaddr=127.0.0.1 \
