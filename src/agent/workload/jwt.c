@@ -6,12 +6,14 @@
  * (bc_join.service_keys(): public JWKs with their kid).  FetchJWTBundles
  * serves them as a JWKS; ValidateJWTSVID verifies a token against them
  * (ES256 through src/common's JOSE, i.e. OpenSSL: the kid must name one of
- * them), then exp, aud and sub.  FetchJWTSVID asks the service: POST
- * /v1/jwt-svid {"proof": JWS by the node key over {purpose "jwt-svid",
- * serial, iat, audience, session, context?, caller?}}, the answer verified
- * with the pinned signing key (bcd_node_exchange) and then checked: the
- * proof's SHA-256, the session and context asked for, a SPIFFE ID that is a
- * session of this node.
+ * them), then its subject's trust domain (the Workload API validates a
+ * JWT-SVID with the bundle of its subject's trust domain, and bcd holds one
+ * bundle, its own: any other is refused), exp, nbf and aud.  FetchJWTSVID
+ * asks the service: POST /v1/jwt-svid {"proof": JWS by the node key over
+ * {purpose "jwt-svid", serial, iat, audience, session, context?, caller?}},
+ * the answer verified with the pinned signing key (bcd_node_exchange) and
+ * then checked: the proof's SHA-256, the session and context asked for, a
+ * SPIFFE ID that is a session of this node.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,16 +139,76 @@ aud_has(json_t *aud, const char *audience)
 	return 0;
 }
 
+/* 1 when c may appear in a SPIFFE ID's trust domain (SPIFFE-ID.md 2.1). */
+static int
+td_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
+}
+
+/* 1 when c may appear in a SPIFFE ID's path segment (SPIFFE-ID.md 2.2). */
+static int
+path_char(char c)
+{
+	return td_char(c) || (c >= 'A' && c <= 'Z');
+}
+
+/* The longest SPIFFE ID, and trust domain, the standard allows (SPIFFE-ID.md 2.3). */
+#define SPIFFE_ID_MAX 2048
+#define TRUST_DOMAIN_MAX 255
+
+/* The trust domain of a SPIFFE ID as the standard spells one (jwt.h). */
 int
-bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *token, const char *audience,
-					char **spiffe_id, json_t **claims, char *err, size_t errlen)
+bcd_wl_spiffe_trust_domain(const char *id, char *td, size_t tdlen)
+{
+	const char *p;
+	size_t		n;
+
+	if (id == NULL || strlen(id) > SPIFFE_ID_MAX ||
+		strncmp(id, BC_SPIFFE_SCHEME, strlen(BC_SPIFFE_SCHEME)) != 0)
+		return BC_EINVAL;
+	p = id + strlen(BC_SPIFFE_SCHEME);
+	for (n = 0; p[n] != '\0' && p[n] != '/'; n++)
+		if (!td_char(p[n]))
+			return BC_EINVAL;
+	if (n == 0 || n > TRUST_DOMAIN_MAX || n >= tdlen)
+		return BC_EINVAL;
+	memcpy(td, p, n);
+	td[n] = '\0';
+	/* the path: "/" SEGMENT ..., no segment empty, "." or ".." */
+	for (p += n; *p == '/';)
+	{
+		size_t		len = 0;
+
+		p++;
+		while (p[len] != '\0' && p[len] != '/')
+		{
+			if (!path_char(p[len]))
+				return BC_EINVAL;
+			len++;
+		}
+		if (len == 0 || (len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
+			return BC_EINVAL;
+		p += len;
+	}
+	return *p == '\0' ? BC_OK : BC_EINVAL;
+}
+
+/* ValidateJWTSVID's checks of token for audience (jwt.h). */
+int
+bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *token,
+					const char *audience, char **spiffe_id, json_t **claims, char *err,
+					size_t errlen)
 {
 	char		kid[64];
+	char		td[TRUST_DOMAIN_MAX + 1];
 	unsigned char *payload = NULL;
 	size_t		plen = 0;
 	json_t	   *doc = NULL;
 	json_t	   *exp;
+	json_t	   *nbf;
 	const char *sub;
+	double		now = (double) time(NULL);
 	int			i;
 
 	*spiffe_id = NULL;
@@ -156,9 +218,14 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *token, const char *audience
 		snprintf(err, errlen, "audience must be specified");
 		return BC_EINVAL;
 	}
-	if (token == NULL || bc_jws_header_kid(token, strlen(token), kid, sizeof(kid)) != BC_OK)
+	if (token == NULL || token[0] == '\0')
 	{
-		snprintf(err, errlen, "the token is not a JWS");
+		snprintf(err, errlen, "svid must be specified");
+		return BC_EINVAL;
+	}
+	if (bc_jws_header_kid(token, strlen(token), kid, sizeof(kid)) != BC_OK)
+	{
+		snprintf(err, errlen, "the token is not a JWS with a kid");
 		return BC_EINVAL;
 	}
 	for (i = 0; i < j->n; i++)
@@ -166,7 +233,8 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *token, const char *audience
 			break;
 	if (i == j->n)
 	{
-		snprintf(err, errlen, "the token's kid names no jwt-svid key of the trust domain");
+		snprintf(err, errlen, "the token's kid names no jwt-svid key of trust domain "
+				 BC_SPIFFE_SCHEME "%s", trust_domain);
 		return BC_EINVAL;
 	}
 	if (bc_jws_verify_es256(j->key[i], token, strlen(token), 64 * 1024, &payload, &plen) != BC_OK)
@@ -177,11 +245,22 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *token, const char *audience
 	doc = json_loadb((const char *) payload, plen, JSON_REJECT_DUPLICATES, NULL);
 	free(payload);
 	exp = json_object_get(doc, "exp");
+	nbf = json_object_get(doc, "nbf");
 	sub = bcd_json_str(doc, "sub", NULL);
-	if (!json_is_object(doc) || sub == NULL || strncmp(sub, "spiffe://", 9) != 0)
-		snprintf(err, errlen, "the token has no SPIFFE ID (sub)");
-	else if (!json_is_number(exp) || json_number_value(exp) <= (double) time(NULL))
+	if (!json_is_object(doc) || sub == NULL)
+		snprintf(err, errlen, "the token has no subject (sub)");
+	else if (bcd_wl_spiffe_trust_domain(sub, td, sizeof(td)) != BC_OK)
+		snprintf(err, errlen, "the token's subject (sub) is not a SPIFFE ID");
+	else if (strcmp(td, trust_domain) != 0)
+		snprintf(err, errlen, "the token's subject is in trust domain " BC_SPIFFE_SCHEME "%s; "
+				 "bcd holds the bundle of trust domain " BC_SPIFFE_SCHEME "%s only, so it "
+				 "cannot validate it", td, trust_domain);
+	else if (!json_is_number(exp))
+		snprintf(err, errlen, "the token has no expiry (exp)");
+	else if (json_number_value(exp) <= now)
 		snprintf(err, errlen, "the token has expired");
+	else if (nbf != NULL && (!json_is_number(nbf) || json_number_value(nbf) > now))
+		snprintf(err, errlen, "the token is not valid yet (nbf)");
 	else if (!aud_has(json_object_get(doc, "aud"), audience))
 		snprintf(err, errlen, "the token is not for audience %.200s", audience);
 	else

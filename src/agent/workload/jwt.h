@@ -21,12 +21,20 @@ int			bcd_wl_jwt_keys(const bcd_wl_jwt *j);
 /* Their JWKS, {"keys":[...]} (len bytes, owned by j). */
 const char *bcd_wl_jwt_bundle(const bcd_wl_jwt *j, size_t *len);
 /*
- * Verify token (ES256, its kid one of the keys; exp in the future; aud holds
- * audience; sub a SPIFFE ID): BC_OK with *spiffe_id (malloc) and *claims
- * (the payload), or BC_EINVAL with err.
+ * Verify token as a JWT-SVID of trust_domain (ES256, its kid one of the
+ * keys; sub a SPIFFE ID of trust_domain, the only one bcd holds a bundle
+ * for; exp in the future, nbf (when present) past; aud holds audience):
+ * BC_OK with *spiffe_id (malloc) and *claims (the payload), or BC_EINVAL
+ * with err.
  */
-int			bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *token, const char *audience,
+int			bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain,
+								const char *token, const char *audience,
 								char **spiffe_id, json_t **claims, char *err, size_t errlen);
+/*
+ * The trust domain of id, a SPIFFE ID as the SPIFFE ID standard spells one
+ * (spiffe://TRUST-DOMAIN[/SEGMENT...]), into td: BC_OK, or BC_EINVAL.
+ */
+int			bcd_wl_spiffe_trust_domain(const char *id, char *td, size_t tdlen);
 /*
  * POST /v1/jwt-svid for (session, context) proven by node (blocking): BC_OK
  * with *spiffe_id and *token (malloc), BC_EVERIFY when the service issued

@@ -1045,8 +1045,8 @@ validate_jwt(bcd_workload *w, rpc *r, const ValidateJWTSVIDRequest *req)
 	json_t	   *claims = NULL;
 	char		err[512];
 
-	if (bcd_wl_jwt_validate(w->jwt, req->svid, req->audience, &spiffe_id, &claims, err,
-							sizeof(err)) != BC_OK)
+	if (bcd_wl_jwt_validate(w->jwt, w->trust_domain, req->svid, req->audience, &spiffe_id,
+							&claims, err, sizeof(err)) != BC_OK)
 	{
 		finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, err);
 		return;
