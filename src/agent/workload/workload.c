@@ -600,19 +600,41 @@ x509_svid_response(bcd_workload *w, const ident *id)
 	return pack_to_bb(&resp.base);
 }
 
+/*
+ * The key of a bundle in the bundles maps: the trust domain's SPIFFE ID
+ * (spiffe://example.org), as workload.proto says and SPIRE sends
+ * (malloc()ed, or NULL).
+ */
+static char *
+bundle_key(const bcd_workload *w)
+{
+	size_t		n = strlen(BC_SPIFFE_SCHEME) + strlen(w->trust_domain) + 1;
+	char	   *key = malloc(n);
+
+	if (key != NULL)
+		snprintf(key, n, BC_SPIFFE_SCHEME "%s", w->trust_domain);
+	return key;
+}
+
+/* FetchX509Bundles' message: {spiffe://TD: DER of the root}. */
 static grpc_byte_buffer *
 x509_bundles_response(bcd_workload *w)
 {
 	X509BundlesResponse resp = X509_BUNDLES_RESPONSE__INIT;
 	X509BundlesResponse__BundlesEntry e = X509_BUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
 	X509BundlesResponse__BundlesEntry *es[1] = {&e};
+	grpc_byte_buffer *bb;
 
-	e.key = w->trust_domain;
+	e.key = bundle_key(w);
+	if (e.key == NULL)
+		return NULL;
 	e.value.data = w->bundle;
 	e.value.len = w->bundle_len;
 	resp.n_bundles = 1;
 	resp.bundles = es;
-	return pack_to_bb(&resp.base);
+	bb = pack_to_bb(&resp.base);
+	free(e.key);
+	return bb;
 }
 
 /* the JWT profile, below */
@@ -1061,20 +1083,26 @@ validate_jwt(bcd_workload *w, rpc *r, const ValidateJWTSVIDRequest *req)
 	free(spiffe_id);
 }
 
+/* FetchJWTBundles' message: {spiffe://TD: JWKS of the jwt-svid keys}. */
 static grpc_byte_buffer *
 jwt_bundles_response(bcd_workload *w)
 {
 	JWTBundlesResponse resp = JWTBUNDLES_RESPONSE__INIT;
 	JWTBundlesResponse__BundlesEntry e = JWTBUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
 	JWTBundlesResponse__BundlesEntry *es[1] = {&e};
+	grpc_byte_buffer *bb;
 	size_t		len;
 
-	e.key = w->trust_domain;
+	e.key = bundle_key(w);
+	if (e.key == NULL)
+		return NULL;
 	e.value.data = (uint8_t *) bcd_wl_jwt_bundle(w->jwt, &len);
 	e.value.len = len;
 	resp.n_bundles = 1;
 	resp.bundles = es;
-	return pack_to_bb(&resp.base);
+	bb = pack_to_bb(&resp.base);
+	free(e.key);
+	return bb;
 }
 
 /* ------------------------------------------------------------ the tick */
