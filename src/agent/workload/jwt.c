@@ -8,12 +8,9 @@
  * (ES256 through src/common's JOSE, i.e. OpenSSL: the kid must name one of
  * them), then its subject's trust domain (the Workload API validates a
  * JWT-SVID with the bundle of its subject's trust domain, and bcd holds one
- * bundle, its own: any other is refused), exp, nbf and aud.  FetchJWTSVID
- * asks the service: POST /v1/jwt-svid {"proof": JWS by the node key over
- * {purpose "jwt-svid", serial, iat, audience, session, context?, caller?}},
- * the answer verified with the pinned signing key (bcd_node_exchange) and
- * then checked: the proof's SHA-256, the session and context asked for, a
- * SPIFFE ID that is a session of this node.
+ * bundle, its own: any other is refused), exp, nbf and aud.  The audiences
+ * of a FetchJWTSVID are checked here as the service checks them, before
+ * anything is asked of it; fetching and caching are jwt_svid.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,18 +21,9 @@
 
 #include "bc_common.h"
 #include "bc_protocol.h"
-#include "core/fileio.h"
 #include "core/json.h"
 #include "core/log.h"
-#include "core/proof.h"
 #include "workload/jwt.h"
-
-#ifndef BC_PATH_JWT_SVID
-#define BC_PATH_JWT_SVID "/v1/jwt-svid"
-#endif
-#ifndef BC_PURPOSE_JWT_SVID
-#define BC_PURPOSE_JWT_SVID "jwt-svid"
-#endif
 
 /* jwt-svid keys kept at most. */
 #define JWT_KEYS_MAX 8
@@ -49,6 +37,7 @@ struct bcd_wl_jwt
 	size_t		jwks_len;
 };
 
+/* The jwt-svid keys of the --service-keys file at service_keys_path, or NULL (out of memory). */
 bcd_wl_jwt *
 bcd_wl_jwt_new(const char *service_keys_path)
 {
@@ -100,6 +89,7 @@ fail:
 	return NULL;
 }
 
+/* Free j. */
 void
 bcd_wl_jwt_free(bcd_wl_jwt *j)
 {
@@ -111,6 +101,7 @@ bcd_wl_jwt_free(bcd_wl_jwt *j)
 	free(j);
 }
 
+/* The JWKS of j's keys. */
 const char *
 bcd_wl_jwt_bundle(const bcd_wl_jwt *j, size_t *len)
 {
@@ -118,6 +109,7 @@ bcd_wl_jwt_bundle(const bcd_wl_jwt *j, size_t *len)
 	return j->jwks;
 }
 
+/* How many keys j holds. */
 int
 bcd_wl_jwt_keys(const bcd_wl_jwt *j)
 {
@@ -280,82 +272,65 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 	return BC_EINVAL;
 }
 
-int
-bcd_wl_jwt_fetch(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snapshot *node,
-				 const char *session, const char *context, const bcd_peer *caller,
-				 char *const *audience, size_t n_audience, char **spiffe_id, char **token,
-				 char *err, size_t errlen)
+/* qsort order of audiences. */
+static int
+aud_cmp(const void *a, const void *b)
 {
-	bcd_credential cred;
-	json_t	   *extra = json_object();
-	json_t	   *aud = json_array();
-	json_t	   *who;
-	json_t	   *payload = NULL;
-	json_t	   *req = NULL;
-	char	   *proof = NULL;
-	char	   *body = NULL;
-	char		proof_sha[44];
-	char		want[1024];
-	const char *sid;
-	int			rc = BC_EINVAL;
+	return strcmp((const char *) a, (const char *) b);
+}
 
-	*spiffe_id = *token = NULL;
-	snprintf(err, errlen, "out of memory");
-	if (extra == NULL || aud == NULL)
-		goto out;
-	for (size_t i = 0; i < n_audience; i++)
-		json_array_append_new(aud, json_string(audience[i]));
-	json_object_set(extra, "audience", aud);
-	json_object_set_new(extra, "session", json_string(session));
-	if (context[0] != '\0')
-		json_object_set_new(extra, "context", json_string(context));
-	if ((who = bcd_peer_json(caller)) != NULL)
-		json_object_set_new(extra, "caller", who);
-	memset(&cred, 0, sizeof(cred));
-	cred.key = node->key;
-	cred.spiffe_id = (char *) node->spiffe_id;
-	snprintf(cred.serial, sizeof(cred.serial), "%s", node->serial);
-	proof = bcd_node_proof(&cred, BC_PURPOSE_JWT_SVID, extra);
-	req = proof != NULL ? json_pack("{s:s}", "proof", proof) : NULL;
-	body = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
-	if (body == NULL || bc_sha256_b64url(proof, strlen(proof), proof_sha) != BC_OK)
-		goto out;
-	payload = bcd_node_exchange(http, keys, &cred, BC_PATH_JWT_SVID, body, BC_PURPOSE_JWT_SVID);
-	if (payload == NULL)
+/* A FetchJWTSVID's audiences, checked and sorted (jwt.h). */
+int
+bcd_wl_jwt_audiences(char *const *aud, size_t n, bcd_audiences *out, char *err, size_t errlen)
+{
+	memset(out, 0, sizeof(*out));
+	if (n == 0)
 	{
-		snprintf(err, errlen, "the service issued no JWT-SVID (bcd's log says why)");
-		rc = BC_EVERIFY;
-		goto out;
+		snprintf(err, errlen, "audience must be specified");
+		return BC_EINVAL;
 	}
-	sid = bcd_json_str(payload, "sessionId", NULL);
-	if (strcmp(bcd_json_str(payload, "proofSha256", ""), proof_sha) != 0 ||
-		strcmp(bcd_json_str(payload, "session", ""), session) != 0 ||
-		strcmp(bcd_json_str(payload, "context", ""), context) != 0 || sid == NULL ||
-		!bc_spiffe_session_of(want, sizeof(want), node->spiffe_id, sid) ||
-		strcmp(bcd_json_str(payload, "spiffeId", ""), want) != 0 ||
-		bcd_json_str(payload, "token", NULL) == NULL)
+	if (n > BCD_JWT_AUDIENCES_MAX)
 	{
-		snprintf(err, errlen, "the signed answer is not for this request");
-		bcd_log("workload api: %s: %s; ignored", BC_PATH_JWT_SVID, err);
-		goto out;
+		snprintf(err, errlen, "at most %d audiences may be asked for at once; this request "
+				 "has %zu", BCD_JWT_AUDIENCES_MAX, n);
+		return BC_EINVAL;
 	}
-	*spiffe_id = strdup(want);
-	*token = strdup(bcd_json_str(payload, "token", ""));
-	if (*spiffe_id == NULL || *token == NULL)
+	for (size_t i = 0; i < n; i++)
 	{
-		free(*spiffe_id);
-		free(*token);
-		*spiffe_id = *token = NULL;
-		snprintf(err, errlen, "out of memory");
-		goto out;
+		size_t		len = strlen(aud[i]);
+
+		if (len == 0)
+		{
+			snprintf(err, errlen, "audience %zu is empty", i + 1);
+			return BC_EINVAL;
+		}
+		if (len > BCD_JWT_AUDIENCE_LEN_MAX)
+		{
+			snprintf(err, errlen, "audience %zu is %zu bytes long; at most %d are allowed",
+					 i + 1, len, BCD_JWT_AUDIENCE_LEN_MAX);
+			return BC_EINVAL;
+		}
+		for (size_t k = 0; k < len; k++)
+		{
+			unsigned char c = (unsigned char) aud[i][k];
+
+			if (c < 0x20 || c > 0x7e)
+			{
+				snprintf(err, errlen, "audience %zu has a byte (0x%02x) outside printable "
+						 "ASCII (0x20-0x7e)", i + 1, c);
+				return BC_EINVAL;
+			}
+		}
+		memcpy(out->v[i], aud[i], len + 1);
 	}
-	rc = BC_OK;
-out:
-	json_decref(payload);
-	json_decref(req);
-	json_decref(extra);
-	json_decref(aud);
-	free(proof);
-	free(body);
-	return rc;
+	out->n = (int) n;
+	qsort(out->v, n, sizeof(out->v[0]), aud_cmp);
+	for (int i = 1; i < out->n; i++)
+		if (strcmp(out->v[i - 1], out->v[i]) == 0)
+		{
+			snprintf(err, errlen, "audience \"%.64s\" is given twice", out->v[i]);
+			memset(out, 0, sizeof(*out));
+			return BC_EINVAL;
+		}
+	return BC_OK;
 }
