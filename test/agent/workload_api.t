@@ -12,7 +12,8 @@ at test time by grpc_tools.protoc from src/agent/workload/workload.proto
   `openssl verify` against the bundle's roots; with bc_join.session_ttl 30
   a renewed SVID (another serial) is pushed on the same stream before the
   first one's notAfter;
-- FetchX509Bundles: the trust domain's roots, the same as the SVID's bundle;
+- FetchX509Bundles: the trust domain's roots keyed by spiffe://TD, the same
+  as the SVID's bundle;
 - no "workload.spiffe.io: true" metadata: INVALID_ARGUMENT; a caller no rule
   names (another executable): PERMISSION_DENIED; a caller two rules with
   different identities name: PERMISSION_DENIED and a log line;
@@ -140,7 +141,7 @@ def jwt_checks(tap, env, stub, pb, grpc, spiffe_id):
         return
     tap.eq(svid.spiffe_id, spiffe_id, "FetchJWTSVID: a JWT-SVID of the same session identity")
     b = next(stub.FetchJWTBundles(pb.JWTBundlesRequest(), metadata=HDR, timeout=10))
-    jwks = json.loads(b.bundles[agentlib.TRUST_DOMAIN])
+    jwks = json.loads(b.bundles["spiffe://" + agentlib.TRUST_DOMAIN])
     tap.ok(len(jwks.get("keys", [])) >= 1 and all(k.get("kid") for k in jwks["keys"]),
            "FetchJWTBundles: the trust domain's JWKS of jwt-svid keys, with kids", jwks)
     tok = jws.JWS()
@@ -261,8 +262,8 @@ def body(tap, env):
     tap.ok(ok, "openssl verify: the SVID chains to the bundle's roots", out)
 
     bundles = next(stub.FetchX509Bundles(pb.X509BundlesRequest(), metadata=HDR, timeout=10))
-    tap.eq(dict(bundles.bundles), {agentlib.TRUST_DOMAIN: s1.bundle},
-           "FetchX509Bundles: the trust domain's roots, the SVID's bundle")
+    tap.eq(dict(bundles.bundles), {"spiffe://" + agentlib.TRUST_DOMAIN: s1.bundle},
+           "FetchX509Bundles: the trust domain's roots (keyed by its SPIFFE ID), the SVID's bundle")
 
     second = next(stream)
     t2 = time.time()

@@ -26,7 +26,8 @@ status_usage(FILE *stream)
 		  "\n"
 		  "Prints the numbers of the local bcd as JSON: waiting (callers waiting for a\n"
 		  "credential: the queue depth), queued and inFlight (provisionings), served,\n"
-		  "refused, busy, provisionings, answers by code, and the node credential.\n"
+		  "refused, busy, provisionings, JWT-SVID fetches, answers by code, and the node\n"
+		  "credential.\n"
 		  "--prometheus prints the same as Prometheus text.  Exit status as for\n"
 		  "bcd credential (69: no daemon answers).\n", stream);
 }

@@ -3,7 +3,10 @@
  * socket protocol's words, bc_protocol.h BC_SOCK_*; the metrics labels),
  * whether a caller may ask again, and the release of a job's result.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bc_common.h"
 #include "core/job.h"
@@ -51,15 +54,32 @@ bcd_outcome_name(bcd_outcome outcome)
 	return outcome < BCD_OUTCOME_COUNT ? outcomes[outcome] : "failed";
 }
 
-/* Release a job's result (the key is wiped). */
+/* Release a job's result (the key and the token are wiped). */
 void
 bcd_job_clear_result(bcd_job *job)
 {
 	if (job->key_pem != NULL)
 		bc_free_secret(job->key_pem, job->key_len);
+	if (job->token != NULL)
+		bc_free_secret(job->token, strlen(job->token));
+	job->token = NULL;
+	job->token_ttl = 0;
 	free(job->chain_pem);
 	job->key_pem = NULL;
 	job->key_len = 0;
 	job->chain_pem = NULL;
 	job->chain_len = 0;
+}
+
+/* Set job's result to a failure: code, outcome and a message for the caller. */
+void
+bcd_job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
+{
+	va_list		ap;
+
+	job->code = code;
+	job->outcome = outcome;
+	va_start(ap, fmt);
+	vsnprintf(job->message, sizeof(job->message), fmt, ap);
+	va_end(ap);
 }

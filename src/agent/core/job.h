@@ -1,9 +1,9 @@
 /*
- * job.h: one provisioning of a session credential (bcd_job), its answer
- * code and outcome, and the numbers published about them (bcd_counters):
- * the types the socket server (sessions.c), its workers, provision.c,
- * delivery.c and metrics.c share.  A plain type header, below the
- * orchestrators.
+ * job.h: one provisioning (bcd_job) of a session credential or of a
+ * JWT-SVID, its answer code and outcome, and the numbers published about
+ * them (bcd_counters): the types the socket server (sessions.c), its
+ * workers, provision.c, provision_jwt.c, delivery.c and metrics.c share.
+ * A plain type header, below the orchestrators.
  */
 #ifndef BCD_JOB_H
 #define BCD_JOB_H
@@ -38,6 +38,27 @@ typedef enum bcd_outcome
 	BCD_OUTCOME_COUNT
 } bcd_outcome;
 
+/*
+ * What a provisioning makes.  Both kinds are keyed, queued, coalesced and
+ * run by the same --max-provisioning workers (sessions.c, workers.c).
+ */
+typedef enum bcd_job_kind
+{
+	BCD_JOB_SESSION = 0,		/* a session credential: POST /v1/session (provision.c) */
+	BCD_JOB_JWT_SVID			/* a JWT-SVID for audiences: POST /v1/jwt-svid (provision_jwt.c) */
+} bcd_job_kind;
+
+/* The audiences of a JWT-SVID, bounded as the service bounds them (src/ext/jwt_svid.c). */
+#define BCD_JWT_AUDIENCES_MAX 8
+#define BCD_JWT_AUDIENCE_LEN_MAX 256
+
+/* A JWT-SVID's audiences: 1 to 8 printable ASCII strings, sorted, none twice. */
+typedef struct bcd_audiences
+{
+	int			n;
+	char		v[BCD_JWT_AUDIENCES_MAX][BCD_JWT_AUDIENCE_LEN_MAX + 1];
+} bcd_audiences;
+
 /* job.c */
 const char *bcd_code_name(bcd_code code);
 int			bcd_code_retryable(bcd_code code);
@@ -56,17 +77,21 @@ typedef struct bcd_ext_waiter
 {
 	bcd_job_cb	cb;
 	void	   *arg;
+	bcd_job_kind kind;
+	bcd_audiences audience;		/* BCD_JOB_JWT_SVID */
 	char		session[BC_SELECTOR_MAX + 1];
 	char		context[BC_SELECTOR_MAX + 1];
 	bcd_peer	caller;
 	struct bcd_ext_waiter *next;
 } bcd_ext_waiter;
 
-/* One provisioning: a session and context, its waiting callers, its result. */
+/* One provisioning: its key (kind, session, context, audiences), its waiting callers, its result. */
 typedef struct bcd_job
 {
+	bcd_job_kind kind;
 	char		session[BC_SELECTOR_MAX + 1];
 	char		context[BC_SELECTOR_MAX + 1];
+	bcd_audiences audience;		/* BCD_JOB_JWT_SVID: what the JWT-SVID is for */
 	bcd_peer	caller;			/* the caller that started it (its claim in the proof) */
 	struct bcd_conn *waiters;	/* callers waiting for it (sessions.c's) */
 	int			n_waiters;
@@ -85,10 +110,15 @@ typedef struct bcd_job
 	char		not_after[64];
 	char		serial[41];
 	char		spiffe_id[512];
+	char	   *token;			/* BCD_JOB_JWT_SVID: the JWT-SVID (a bearer token: wiped) */
+	long		token_ttl;		/* its lifetime in seconds (the service's expiresAt - issuedAt) */
 } bcd_job;
 
-/* Release a job's result (the key is wiped; job.c). */
+/* Release a job's result (the key and the token are wiped; job.c). */
 void		bcd_job_clear_result(bcd_job *job);
+/* Set job's result to a failure: code, outcome and a message for the caller (job.c). */
+void		bcd_job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
+			__attribute__((format(printf, 4, 5)));
 
 /* What the published numbers are made of (owned by the I/O thread). */
 typedef struct bcd_counters
@@ -99,7 +129,8 @@ typedef struct bcd_counters
 	long		max_provisioning;
 	long		max_queue;
 	unsigned long answers[BCD_CODE_COUNT];
-	unsigned long provisionings[BCD_OUTCOME_COUNT];
+	unsigned long provisionings[BCD_OUTCOME_COUNT];	/* session credentials */
+	unsigned long jwt_fetches[BCD_OUTCOME_COUNT];	/* JWT-SVIDs */
 } bcd_counters;
 
 #endif							/* BCD_JOB_H */

@@ -34,8 +34,9 @@ bcd_status_json(const bcd_counters *c, const bcd_node_snapshot *node)
 	json_t	   *doc = json_object();
 	json_t	   *answers = json_object();
 	json_t	   *prov = json_object();
+	json_t	   *jwt = json_object();
 	unsigned long total = 0;
-	int			bad = doc == NULL || answers == NULL || prov == NULL;
+	int			bad = doc == NULL || answers == NULL || prov == NULL || jwt == NULL;
 	int			i;
 
 	for (i = 0; !bad && i < BCD_CODE_COUNT; i++)
@@ -46,6 +47,8 @@ bcd_status_json(const bcd_counters *c, const bcd_node_snapshot *node)
 		total += c->provisionings[i];
 		bad |= json_object_set_new(prov, bcd_outcome_name((bcd_outcome) i),
 								   json_integer((json_int_t) c->provisionings[i])) != 0;
+		bad |= json_object_set_new(jwt, bcd_outcome_name((bcd_outcome) i),
+								   json_integer((json_int_t) c->jwt_fetches[i])) != 0;
 	}
 	bad |= json_object_set_new(doc, "ok", json_true()) != 0;
 	bad |= json_object_set_new(doc, "waiting", json_integer(c->waiting)) != 0;
@@ -62,6 +65,7 @@ bcd_status_json(const bcd_counters *c, const bcd_node_snapshot *node)
 	/* json_object_set_new takes answers and prov even when it fails */
 	bad |= json_object_set_new(doc, "answers", answers) != 0;
 	bad |= json_object_set_new(doc, "provisioningOutcomes", prov) != 0;
+	bad |= json_object_set_new(doc, "jwtSvidFetches", jwt) != 0;
 	bad |= json_object_set_new(doc, "nodeCredential", node->present ?
 							   json_pack("{s:b, s:s, s:s, s:s}", "present", 1,
 										 "spiffeId", node->spiffe_id, "serial", node->serial,
@@ -144,6 +148,12 @@ bcd_metrics_text(const bcd_counters *c, const bcd_node_snapshot *node)
 	for (i = 0; i < BCD_OUTCOME_COUNT; i++)
 		bad |= append(&buf, &len, &cap, "bcd_session_provisionings_total{outcome=\"%s\"} %lu\n",
 					  bcd_outcome_name((bcd_outcome) i), c->provisionings[i]);
+	bad |= append(&buf, &len, &cap,
+				  "# HELP bcd_jwt_svid_fetches_total Requests to POST /v1/jwt-svid, by outcome.\n"
+				  "# TYPE bcd_jwt_svid_fetches_total counter\n");
+	for (i = 0; i < BCD_OUTCOME_COUNT; i++)
+		bad |= append(&buf, &len, &cap, "bcd_jwt_svid_fetches_total{outcome=\"%s\"} %lu\n",
+					  bcd_outcome_name((bcd_outcome) i), c->jwt_fetches[i]);
 	bad |= append(&buf, &len, &cap,
 				  "# HELP bcd_node_credential_present 1 when bcd holds a node credential.\n"
 				  "# TYPE bcd_node_credential_present gauge\nbcd_node_credential_present %d\n"

@@ -89,14 +89,18 @@ out:
 
 /*
  * POST body to path and verify the answer's signed payload: the purpose,
- * our node (the SPIFFE ID ends in /node/<nodeId>); NULL (logged) otherwise.
+ * our node (the SPIFFE ID ends in /node/<nodeId>).  The payload with *rc
+ * BCD_RC_OK, or NULL (logged) with *rc and why in err: BCD_RC_REFUSED (the
+ * service refused; its reason is in bc_join.events), BCD_RC_RETRY (no
+ * answer, 429 or 5xx), BCD_RC_STOPPED, or BCD_RC_FAILED (any other status,
+ * an answer not signed by the pinned key or not for this node).
  */
 json_t *
-bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_credential *cred,
-				  const char *path, const char *body, const char *purpose)
+bcd_node_exchange_rc(bcd_http *http, const bcd_service_keys *keys, const bcd_credential *cred,
+					 const char *path, const char *body, const char *purpose, bcd_rc *rc,
+					 char *err, size_t errlen)
 {
 	bcd_http_reply reply;
-	char		err[512];
 	json_t	   *doc = NULL;
 	json_t	   *payload = NULL;
 	unsigned char *pl = NULL;
@@ -106,20 +110,32 @@ bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_creden
 	const char *node;
 	bc_spiffe_parts sp;
 	int			unknown_kid = 0;
-	bcd_rc		rc;
 
 	memset(&reply, 0, sizeof(reply));
-	rc = bcd_http_exchange(http, path, body, &reply, err, sizeof(err));
-	if (rc != BCD_RC_OK)
+	*rc = bcd_http_exchange(http, path, body, &reply, err, errlen);
+	if (*rc != BCD_RC_OK)
 	{
+		if (*rc == BCD_RC_RETRY && reply.status == 0)
+		{
+			char		why[512];
+
+			snprintf(why, sizeof(why), "%s", err);
+			snprintf(err, errlen, "the gateway does not answer (%s)", why);
+		}
+		else if (*rc == BCD_RC_STOPPED)
+			snprintf(err, errlen, "bcd is stopping");
 		bcd_log("%s: %s", path, err);
 		goto out;
 	}
+	*rc = BCD_RC_FAILED;
 	doc = json_loadb(reply.body, reply.len, JSON_REJECT_DUPLICATES, NULL);
 	status = json_string_value(json_object_get(doc, "status"));
 	jws = json_string_value(json_object_get(doc, "response"));
 	if (status != NULL && strcmp(status, BC_STATUS_REFUSED) == 0)
 	{
+		*rc = BCD_RC_REFUSED;
+		snprintf(err, errlen, "the service refused it (the reason is in bc_join.events, "
+				 "security.join.refused)");
 		bcd_log("%s: refused (the reason is in bc_join.events, security.join.refused)", path);
 		goto out;
 	}
@@ -130,6 +146,7 @@ bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_creden
 		(void) bcd_service_keys_verify(keys, jws, strlen(jws), BCD_HTTP_BODY_MAX, &pl, &plen, NULL);
 	if (pl == NULL)
 	{
+		snprintf(err, errlen, "the answer is not signed by the pinned signing key");
 		bcd_log("%s: the answer is not signed by the pinned signing key; ignored", path);
 		goto out;
 	}
@@ -141,13 +158,27 @@ bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_creden
 		node == NULL || !bc_spiffe_parse(cred->spiffe_id, NULL, &sp) || sp.session != NULL ||
 		strlen(node) != sp.node_len || strncmp(sp.node, node, sp.node_len) != 0)
 	{
+		snprintf(err, errlen, "the signed answer is not for this node or request");
 		bcd_log("%s: the signed answer is not for this node or request; ignored", path);
 		json_decref(payload);
 		payload = NULL;
+		goto out;
 	}
+	*rc = BCD_RC_OK;
 out:
 	free(pl);
 	json_decref(doc);
 	bcd_http_reply_free(&reply);
 	return payload;
+}
+
+/* bcd_node_exchange_rc for a caller that needs no reason: the payload or NULL (logged). */
+json_t *
+bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys, const bcd_credential *cred,
+				  const char *path, const char *body, const char *purpose)
+{
+	char		err[512];
+	bcd_rc		rc;
+
+	return bcd_node_exchange_rc(http, keys, cred, path, body, purpose, &rc, err, sizeof(err));
 }

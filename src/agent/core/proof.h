@@ -31,5 +31,13 @@ char	   *bcd_node_proof(const bcd_credential *cred, const char *purpose, json_t 
 json_t	   *bcd_node_exchange(bcd_http *http, const bcd_service_keys *keys,
 							  const bcd_credential *cred, const char *path, const char *body,
 							  const char *purpose);
+/*
+ * The same, saying why there is no payload: *rc BCD_RC_OK (the payload),
+ * BCD_RC_REFUSED, BCD_RC_RETRY, BCD_RC_STOPPED or BCD_RC_FAILED, with a
+ * message for the caller in err.
+ */
+json_t	   *bcd_node_exchange_rc(bcd_http *http, const bcd_service_keys *keys,
+								 const bcd_credential *cred, const char *path, const char *body,
+								 const char *purpose, bcd_rc *rc, char *err, size_t errlen);
 
 #endif							/* BCD_PROOF_H */

@@ -12,7 +12,6 @@
  * <sessionId>, and the session and context asked for.  Only then are the key
  * and chain handed back, for delivery (delivery.c).
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,24 +23,6 @@
 #include "core/proof.h"
 #include "core/provision.h"
 #include "core/verify.h"
-
-/* Set job's result to a failure: code, outcome and a message for the caller. */
-static void
-job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
-	__attribute__((format(printf, 4, 5)));
-
-/* Set job's result to a failure: code, outcome and a message for the caller. */
-static void
-job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
-{
-	va_list		ap;
-
-	job->code = code;
-	job->outcome = outcome;
-	va_start(ap, fmt);
-	vsnprintf(job->message, sizeof(job->message), fmt, ap);
-	va_end(ap);
-}
 
 /* Check that a verified issued answer is for this node, session and context. */
 static int
@@ -78,7 +59,7 @@ take_issued(bcd_job *job, EVP_PKEY *key, bcd_answer *ans)
 {
 	if (bcd_key_pem(key, &job->key_pem, &job->key_len) != BC_OK)
 	{
-		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot encode the session key");
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot encode the session key");
 		return;
 	}
 	job->chain_pem = ans->chain_pem;
@@ -105,15 +86,15 @@ on_answer(bcd_http *http, const bcd_service_keys *keys, const bcd_node_snapshot 
 	rc = bcd_answer_verify_fresh(http, keys, reply->body, reply->len, csr, csr_len, key, &ans,
 								 err, sizeof(err));
 	if (rc == BCD_RC_REFUSED)
-		job_fail(job, BCD_CODE_REFUSED, BCD_OUTCOME_REFUSED,
+		bcd_job_fail(job, BCD_CODE_REFUSED, BCD_OUTCOME_REFUSED,
 				 "the service refused a session credential to this node (%s)", ans.refusal);
 	else if (rc == BCD_RC_DEFERRED)
-		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED,
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED,
 				 "the service answered %s to a session request", ans.status);
 	else if (rc != BCD_RC_OK)
-		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
 	else if (check_session(node, job, &ans, err, sizeof(err)) != BC_OK)
-		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
 	else
 		take_issued(job, key, &ans);
 	bcd_answer_free(&ans);
@@ -151,20 +132,20 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 		bcd_proof_request(node->key, node->serial, BC_PURPOSE_SESSION, extra, csr, csr_len,
 						  &body) != BC_OK)
 	{
-		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot make the key, CSR or proof");
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot make the key, CSR or proof");
 		goto out;
 	}
 	rc = bcd_http_exchange(http, BC_PATH_SESSION, body, &reply, err, sizeof(err));
 	if (rc == BCD_RC_STOPPED)
-		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE, "bcd is stopping");
+		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE, "bcd is stopping");
 	else if (rc == BCD_RC_RETRY && reply.status == 0)
-		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
+		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
 				 "the gateway does not answer (%s); try again later", err);
 	else if (rc == BCD_RC_RETRY)
-		job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
+		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
 				 "the service is unavailable (%s); try again later", err);
 	else if (rc != BCD_RC_OK)
-		job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the gateway answered %s", err);
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the gateway answered %s", err);
 	else
 		on_answer(http, keys, node, job, &reply, key, csr, csr_len);
 out:

@@ -23,6 +23,12 @@
  * spare).  The credential is written into each waiter's directory (once per
  * distinct directory) by the I/O thread before it answers.
  *
+ * JWT-SVIDs.  The Workload API's FetchJWTSVID is a second kind of
+ * provisioning (job.h, bcd_server_fetch_jwt): keyed by (session, context,
+ * sorted audiences), queued in the same FIFO, run by the same workers
+ * (provision_jwt.c), its waiters called back; what it caches and how fast a
+ * caller may ask is the Workload API's (workload/jwt_svid.c).
+ *
  * Bounds.  At most --max-provisioning provisionings run at once; the others
  * wait in a FIFO (queued).  At most --max-queue callers wait for a
  * credential (the queue depth); the next one is answered busy (retryable)
@@ -331,12 +337,15 @@ complete_job(bcd_server *s, bcd_job *job)
 	bcd_dir_id *seen;
 	size_t		n_seen = 0;
 	int			delivering;
+	unsigned long *counted;
 
 	s->counters.in_flight--;
+	counted = job->kind == BCD_JOB_JWT_SVID ? s->counters.jwt_fetches : s->counters.provisionings;
 	if (job->outcome < BCD_OUTCOME_COUNT)
-		s->counters.provisionings[job->outcome]++;
+		counted[job->outcome]++;
 	if (job->dispatched > 1)
-		s->counters.provisionings[BCD_OUTCOME_REFUSED] += (unsigned long) (job->dispatched - 1);
+		counted[BCD_OUTCOME_REFUSED] += (unsigned long) (job->dispatched - 1);
+	s->metrics_dirty = 1;
 	for (p = &s->jobs; *p != NULL; p = &(*p)->next)
 		if (*p == job)
 		{
@@ -369,21 +378,40 @@ complete_job(bcd_server *s, bcd_job *job)
 	dispatch(s);
 }
 
+/* 1 when a and b are the same audiences in the same order. */
+static int
+same_audiences(const bcd_audiences *a, const bcd_audiences *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (int i = 0; i < a->n; i++)
+		if (strcmp(a->v[i], b->v[i]) != 0)
+			return 0;
+	return 1;
+}
+
 /*
- * The provisioning for (session, context): found, or created and queued for
+ * The provisioning of kind for (session, context), and for a JWT-SVID its
+ * audiences (aud, sorted by the caller): found, or created and queued for
  * caller (whose process its request names); NULL on OOM.
  */
 static bcd_job *
-find_or_queue(bcd_server *s, const char *session, const char *context, const bcd_peer *caller)
+find_or_queue(bcd_server *s, bcd_job_kind kind, const char *session, const char *context,
+			  const bcd_audiences *aud, const bcd_peer *caller)
 {
 	bcd_job    *job;
 
 	for (job = s->jobs; job != NULL; job = job->next)
-		if (strcmp(job->session, session) == 0 && strcmp(job->context, context) == 0)
+		if (job->kind == kind && strcmp(job->session, session) == 0 &&
+			strcmp(job->context, context) == 0 &&
+			(kind != BCD_JOB_JWT_SVID || same_audiences(&job->audience, aud)))
 			return job;
 	job = calloc(1, sizeof(*job));
 	if (job == NULL)
 		return NULL;
+	job->kind = kind;
+	if (kind == BCD_JOB_JWT_SVID)
+		job->audience = *aud;
 	snprintf(job->session, sizeof(job->session), "%s", session);
 	snprintf(job->context, sizeof(job->context), "%s", context);
 	job->caller = *caller;
@@ -470,7 +498,7 @@ handle_credential(bcd_server *s, bcd_conn *c, json_t *req)
 	}
 	c->dir_dev = st.st_dev;
 	c->dir_ino = st.st_ino;
-	job = find_or_queue(s, session, context, &c->peer);
+	job = find_or_queue(s, BCD_JOB_SESSION, session, context, NULL, &c->peer);
 	if (job == NULL)
 	{
 		answer_error(s, c, BCD_CODE_FAILED, "out of memory");
@@ -623,6 +651,7 @@ ext_fail(bcd_ext_waiter *x, bcd_code code, const char *message)
 	bcd_job		job;
 
 	memset(&job, 0, sizeof(job));
+	job.kind = x->kind;
 	snprintf(job.session, sizeof(job.session), "%s", x->session);
 	snprintf(job.context, sizeof(job.context), "%s", x->context);
 	job.code = code;
@@ -633,8 +662,8 @@ ext_fail(bcd_ext_waiter *x, bcd_code code, const char *message)
 }
 
 /*
- * The Workload API's requests (bcd_server_provision): each joins the
- * provisioning of its (session, context), found or queued, exactly as a
+ * The Workload API's requests (bcd_server_provision, bcd_server_fetch_jwt):
+ * each joins the provisioning of its key, found or queued, exactly as a
  * hook's credential request does; refused at once without a usable node
  * credential.
  */
@@ -665,7 +694,7 @@ take_ext(bcd_server *s)
 			ext_fail(x, BCD_CODE_NO_NODE_CREDENTIAL, "this host holds no usable node credential");
 			continue;
 		}
-		job = find_or_queue(s, x->session, x->context, &x->caller);
+		job = find_or_queue(s, x->kind, x->session, x->context, &x->audience, &x->caller);
 		if (job == NULL)
 		{
 			ext_fail(x, BCD_CODE_FAILED, "out of memory");
@@ -876,6 +905,32 @@ wake_io(bcd_server *s)
 	(void) !write(s->wake[1], &c, 1);
 }
 
+/* Queue a Workload API's request of kind for the I/O thread (take_ext); BC_OK or BC_ENOMEM. */
+static int
+queue_ext(bcd_server *s, bcd_job_kind kind, const char *session, const char *context,
+		  const bcd_audiences *aud, const bcd_peer *caller, bcd_job_cb cb, void *arg)
+{
+	bcd_ext_waiter *x = calloc(1, sizeof(*x));
+
+	if (x == NULL)
+		return BC_ENOMEM;
+	x->cb = cb;
+	x->arg = arg;
+	x->kind = kind;
+	if (aud != NULL)
+		x->audience = *aud;
+	snprintf(x->session, sizeof(x->session), "%s", session);
+	snprintf(x->context, sizeof(x->context), "%s", context);
+	if (caller != NULL)
+		x->caller = *caller;
+	pthread_mutex_lock(&s->ext_mu);
+	x->next = s->ext_pending;
+	s->ext_pending = x;
+	pthread_mutex_unlock(&s->ext_mu);
+	wake_io(s);
+	return BC_OK;
+}
+
 /*
  * Ask for the provisioning of (session, context) on behalf of caller, from
  * any thread (the Workload API's): cb(arg, job) is called by the I/O thread
@@ -887,22 +942,21 @@ int
 bcd_server_provision(bcd_server *s, const char *session, const char *context,
 					 const bcd_peer *caller, bcd_job_cb cb, void *arg)
 {
-	bcd_ext_waiter *x = calloc(1, sizeof(*x));
+	return queue_ext(s, BCD_JOB_SESSION, session, context, NULL, caller, cb, arg);
+}
 
-	if (x == NULL)
-		return BC_ENOMEM;
-	x->cb = cb;
-	x->arg = arg;
-	snprintf(x->session, sizeof(x->session), "%s", session);
-	snprintf(x->context, sizeof(x->context), "%s", context);
-	if (caller != NULL)
-		x->caller = *caller;
-	pthread_mutex_lock(&s->ext_mu);
-	x->next = s->ext_pending;
-	s->ext_pending = x;
-	pthread_mutex_unlock(&s->ext_mu);
-	wake_io(s);
-	return BC_OK;
+/*
+ * Ask for a JWT-SVID of (session, context) for aud (sorted, checked) on
+ * behalf of caller, from any thread, exactly as bcd_server_provision asks
+ * for a session credential: the same queue and --max-provisioning workers,
+ * coalesced with every request of the same (session, context, audiences);
+ * cb(arg, job) gets job->token, token_ttl and spiffe_id, or the failure.
+ */
+int
+bcd_server_fetch_jwt(bcd_server *s, const char *session, const char *context,
+					 const bcd_audiences *aud, const bcd_peer *caller, bcd_job_cb cb, void *arg)
+{
+	return queue_ext(s, BCD_JOB_JWT_SVID, session, context, aud, caller, cb, arg);
 }
 
 /* A snapshot of the published node credential (bcd_node_release it), from any thread. */

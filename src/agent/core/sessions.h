@@ -30,6 +30,9 @@ void		bcd_server_stop(bcd_server *s);
 void		bcd_server_node_take(bcd_server *s, bcd_node_snapshot *out);
 int			bcd_server_provision(bcd_server *s, const char *session, const char *context,
 								 const bcd_peer *caller, bcd_job_cb cb, void *arg);
+int			bcd_server_fetch_jwt(bcd_server *s, const char *session, const char *context,
+								 const bcd_audiences *aud, const bcd_peer *caller,
+								 bcd_job_cb cb, void *arg);
 
 #ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /*

@@ -1,6 +1,7 @@
 /*
  * workers.c: the socket server's worker threads.  Each has its own HTTPS
- * client; it takes a provisioning from the queue, runs it (provision.c)
+ * client; it takes a provisioning from the queue, runs it (a session
+ * credential: provision.c; a JWT-SVID: provision_jwt.c)
  * with a snapshot of the published node credential (node_credential.c),
  * and hands it back on the done list, waking the I/O thread (sessions.c)
  * through its pipe.  One mutex guards the queue, the done list and the stop
@@ -55,6 +56,16 @@ wake(bcd_workers *w)
 /* The longest a refused provisioning waits for a renewal under way to be published. */
 #define BCD_RENEWAL_WAIT 15.0
 
+/* Run job's kind of provisioning with node: a session credential or a JWT-SVID. */
+static void
+provision(bcd_workers *w, bcd_http *http, const bcd_node_snapshot *node, bcd_job *job)
+{
+	if (job->kind == BCD_JOB_JWT_SVID)
+		bcd_provision_jwt(w->keys, http, node, job);
+	else
+		bcd_provision(w->keys, http, node, job);
+}
+
 /*
  * Run job on a worker: provision, and once more if a renewal replaced the
  * node key meanwhile, or replaces it within BCD_RENEWAL_WAIT s when one is
@@ -77,7 +88,7 @@ run_job(bcd_workers *w, bcd_http *http, bcd_job *job)
 		return;
 	}
 	generation = node.generation;
-	bcd_provision(w->keys, http, &node, job);
+	provision(w, http, &node, job);
 	bcd_node_release(&node);
 	if (job->code != BCD_CODE_REFUSED)
 		return;
@@ -93,7 +104,7 @@ run_job(bcd_workers *w, bcd_http *http, bcd_job *job)
 		pthread_mutex_lock(&w->lock);
 		job->dispatched++;		/* counts the refused attempt (read by the I/O thread) */
 		pthread_mutex_unlock(&w->lock);
-		bcd_provision(w->keys, http, &node, job);
+		provision(w, http, &node, job);
 	}
 	bcd_node_release(&node);
 }

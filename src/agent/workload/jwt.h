@@ -1,4 +1,8 @@
-/* jwt.h: the JWT profile of bcd's Workload API (jwt.c). */
+/*
+ * jwt.h: the JWT profile of bcd's Workload API (jwt.c): the trust domain's
+ * jwt-svid keys, ValidateJWTSVID, and the checks of a FetchJWTSVID's
+ * audiences.  Fetching and caching JWT-SVIDs: jwt_svid.h.
+ */
 #ifndef BCD_WL_JWT_H
 #define BCD_WL_JWT_H
 
@@ -6,10 +10,7 @@
 
 #include <jansson.h>
 
-#include "core/node_credential.h"
-#include "core/peer.h"
-#include "core/service_keys.h"
-#include "core/transport.h"
+#include "core/job.h"
 
 /* The jwt-svid keys of the trust domain (the --service-keys file's jwtKeys). */
 typedef struct bcd_wl_jwt bcd_wl_jwt;
@@ -21,21 +22,26 @@ int			bcd_wl_jwt_keys(const bcd_wl_jwt *j);
 /* Their JWKS, {"keys":[...]} (len bytes, owned by j). */
 const char *bcd_wl_jwt_bundle(const bcd_wl_jwt *j, size_t *len);
 /*
- * Verify token (ES256, its kid one of the keys; exp in the future; aud holds
- * audience; sub a SPIFFE ID): BC_OK with *spiffe_id (malloc) and *claims
- * (the payload), or BC_EINVAL with err.
+ * Verify token as a JWT-SVID of trust_domain (ES256, its kid one of the
+ * keys; sub a SPIFFE ID of trust_domain, the only one bcd holds a bundle
+ * for; exp in the future, nbf (when present) past; aud holds audience):
+ * BC_OK with *spiffe_id (malloc) and *claims (the payload), or BC_EINVAL
+ * with err.
  */
-int			bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *token, const char *audience,
+int			bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain,
+								const char *token, const char *audience,
 								char **spiffe_id, json_t **claims, char *err, size_t errlen);
 /*
- * POST /v1/jwt-svid for (session, context) proven by node (blocking): BC_OK
- * with *spiffe_id and *token (malloc), BC_EVERIFY when the service issued
- * none (logged), another error with err.
+ * The trust domain of id, a SPIFFE ID as the SPIFFE ID standard spells one
+ * (spiffe://TRUST-DOMAIN[/SEGMENT...]), into td: BC_OK, or BC_EINVAL.
  */
-int			bcd_wl_jwt_fetch(const bcd_service_keys *keys, bcd_http *http,
-							 const bcd_node_snapshot *node, const char *session,
-							 const char *context, const bcd_peer *caller,
-							 char *const *audience, size_t n_audience, char **spiffe_id,
-							 char **token, char *err, size_t errlen);
+int			bcd_wl_spiffe_trust_domain(const char *id, char *td, size_t tdlen);
+/*
+ * A FetchJWTSVID's audiences (n of them) checked as the service checks them
+ * (1 to 8, each 1 to 256 printable ASCII bytes, none twice) and sorted into
+ * out: BC_OK, or BC_EINVAL with a message for the caller in err.
+ */
+int			bcd_wl_jwt_audiences(char *const *aud, size_t n, bcd_audiences *out,
+								 char *err, size_t errlen);
 
 #endif							/* BCD_WL_JWT_H */

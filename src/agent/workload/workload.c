@@ -22,7 +22,9 @@
  * kept while streams want it, provisioned again at half of its remaining
  * life and pushed on every open stream; while the gateway is down the last
  * one is still served until it expires, and the provisioning is retried
- * with a backoff (1 s doubling to 30 s).
+ * with a backoff (1 s doubling to 30 s).  A FetchJWTSVID's JWT-SVID is a
+ * provisioning of the socket server too, coalesced, cached for half its
+ * life and rate-limited per uid by jwt_svid.c.
  *
  * Locking.  One mutex (w->mu) guards the connections, calls and
  * identities; the provisioning call-back (the socket server's I/O thread)
@@ -65,6 +67,7 @@
 #include "core/log.h"
 #include "core/sessions.h"
 #include "workload/jwt.h"
+#include "workload/jwt_svid.h"
 #include "workload/workload.h"
 
 #define TICK_MS 100
@@ -188,11 +191,7 @@ struct bcd_workload
 	const bcd_service_keys *keys;
 	bcd_wl_rules *rules;
 	bcd_wl_jwt *jwt;
-	const char *gateway;
-	const char *gateway_ca;
-	int			jwt_threads;	/* FetchJWTSVID requests running */
-	pthread_cond_t jwt_cond;
-	struct jwt_job *jwt_done;
+	bcd_wl_jwt_svids *jwt_svids;	/* FetchJWTSVID's cache, fetches and limits */
 	char	   *trust_domain;
 	unsigned char *bundle;		/* DER of the trust domain's root */
 	size_t		bundle_len;
@@ -600,19 +599,41 @@ x509_svid_response(bcd_workload *w, const ident *id)
 	return pack_to_bb(&resp.base);
 }
 
+/*
+ * The key of a bundle in the bundles maps: the trust domain's SPIFFE ID
+ * (spiffe://example.org), as workload.proto says and SPIRE sends
+ * (malloc()ed, or NULL).
+ */
+static char *
+bundle_key(const bcd_workload *w)
+{
+	size_t		n = strlen(BC_SPIFFE_SCHEME) + strlen(w->trust_domain) + 1;
+	char	   *key = malloc(n);
+
+	if (key != NULL)
+		snprintf(key, n, BC_SPIFFE_SCHEME "%s", w->trust_domain);
+	return key;
+}
+
+/* FetchX509Bundles' message: {spiffe://TD: DER of the root}. */
 static grpc_byte_buffer *
 x509_bundles_response(bcd_workload *w)
 {
 	X509BundlesResponse resp = X509_BUNDLES_RESPONSE__INIT;
 	X509BundlesResponse__BundlesEntry e = X509_BUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
 	X509BundlesResponse__BundlesEntry *es[1] = {&e};
+	grpc_byte_buffer *bb;
 
-	e.key = w->trust_domain;
+	e.key = bundle_key(w);
+	if (e.key == NULL)
+		return NULL;
 	e.value.data = w->bundle;
 	e.value.len = w->bundle_len;
 	resp.n_bundles = 1;
 	resp.bundles = es;
-	return pack_to_bb(&resp.base);
+	bb = pack_to_bb(&resp.base);
+	free(e.key);
+	return bb;
 }
 
 /* the JWT profile, below */
@@ -803,141 +824,77 @@ on_request(bcd_workload *w, rpc *r, int ok)
 
 /* ------------------------------------------------------------ JWT */
 
-/* A FetchJWTSVID being asked of the service (its own thread). */
-typedef struct jwt_job
-{
-	bcd_workload *w;
-	rpc		   *r;				/* held (a pending count) until the job is done */
-	char		session[BC_SELECTOR_MAX + 1];
-	char		context[BC_SELECTOR_MAX + 1];
-	bcd_peer	caller;
-	char	   *want_id;		/* the request's spiffe_id, "" for any */
-	char	  **aud;
-	size_t		n_aud;
-	int			rc;
-	char	   *spiffe_id;
-	char	   *token;
-	char		err[512];
-	struct jwt_job *next;
-} jwt_job;
-
+/* End a FetchJWTSVID: OK with one JWTSVID (spiffe_id, token), else code and message. */
 static void
-jwt_job_free(jwt_job *j)
+jwt_finish(rpc *r, grpc_status_code code, const char *spiffe_id, const char *token,
+		   const char *message)
 {
-	for (size_t i = 0; i < j->n_aud; i++)
-		free(j->aud[i]);
-	free(j->aud);
-	free(j->want_id);
-	free(j->spiffe_id);
-	free(j->token);
-	free(j);
+	JWTSVIDResponse resp = JWTSVIDRESPONSE__INIT;
+	JWTSVID		js = JWTSVID__INIT;
+	JWTSVID    *arr[1] = {&js};
+	grpc_byte_buffer *bb;
+
+	if (code != GRPC_STATUS_OK)
+	{
+		finish(r, 0, NULL, code, message);
+		return;
+	}
+	js.spiffe_id = (char *) spiffe_id;
+	js.svid = (char *) token;
+	resp.n_svids = 1;
+	resp.svids = arr;
+	bb = pack_to_bb(&resp.base);
+	finish(r, 0, bb, bb != NULL ? GRPC_STATUS_OK : GRPC_STATUS_RESOURCE_EXHAUSTED,
+		   bb != NULL ? "" : "out of memory");
 }
 
-static void *
-jwt_main(void *arg)
+/* A FetchJWTSVID that waited for a fetch is answered (jwt_svid.c calls it, under w->mu). */
+static void
+jwt_answered(void *arg, void *waiter, grpc_status_code code, const char *spiffe_id,
+			 const char *token, const char *message)
 {
-	jwt_job    *j = arg;
-	bcd_workload *w = j->w;
-	bcd_node_snapshot node;
-	bcd_http   *http = bcd_http_new(w->gateway, w->gateway_ca, j->err, sizeof(j->err));
+	bcd_workload *w = arg;
+	rpc		   *r = waiter;
 
-	j->rc = BC_EINVAL;
-	bcd_server_node_take(w->server, &node);
-	if (http != NULL && !bcd_node_usable(&node))
-		snprintf(j->err, sizeof(j->err), "this host holds no usable node credential");
-	else if (http != NULL)
-		j->rc = bcd_wl_jwt_fetch(w->keys, http, &node, j->session, j->context, &j->caller,
-								 j->aud, j->n_aud, &j->spiffe_id, &j->token, j->err,
-								 sizeof(j->err));
-	bcd_node_release(&node);
-	bcd_http_free(http);
-	pthread_mutex_lock(&w->mu);
-	j->next = w->jwt_done;
-	w->jwt_done = j;
-	w->jwt_threads--;
-	pthread_cond_broadcast(&w->jwt_cond);
-	pthread_mutex_unlock(&w->mu);
-	return NULL;
+	if (!r->closed)				/* else the caller went away */
+		jwt_finish(r, code, spiffe_id, token, message);
+	rpc_batch_done(w, r);		/* the hold start_jwt_svid took */
 }
 
-/* Answer the finished FetchJWTSVIDs. */
+/* Answer the FetchJWTSVIDs whose fetch has ended (the tick). */
 static void
 jwt_take_done(bcd_workload *w)
 {
-	jwt_job    *j;
-
-	while ((j = w->jwt_done) != NULL)
-	{
-		rpc		   *r = j->r;
-
-		w->jwt_done = j->next;
-		if (r->closed)
-			;					/* the caller went away */
-		else if (j->rc == BC_OK && j->want_id[0] != '\0' && strcmp(j->want_id, j->spiffe_id) != 0)
-			finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, "no identity issued for that SPIFFE ID");
-		else if (j->rc == BC_OK)
-		{
-			JWTSVIDResponse resp = JWTSVIDRESPONSE__INIT;
-			JWTSVID		js = JWTSVID__INIT;
-			JWTSVID    *arr[1] = {&js};
-
-			js.spiffe_id = j->spiffe_id;
-			js.svid = j->token;
-			resp.n_svids = 1;
-			resp.svids = arr;
-			finish(r, 0, pack_to_bb(&resp.base), GRPC_STATUS_OK, "");
-		}
-		else
-			finish(r, 0, NULL, GRPC_STATUS_UNAVAILABLE, j->err);
-		rpc_batch_done(w, r);
-		jwt_job_free(j);
-	}
+	bcd_wl_jwt_svids_answer(w->jwt_svids, jwt_answered, w);
 }
 
+/*
+ * FetchJWTSVID: its audiences checked here (INVALID_ARGUMENT, nothing
+ * asked of anyone), then answered from the cache or refused at once, or
+ * held (a pending count) until its fetch ends (jwt_svid.c).
+ */
 static void
 start_jwt_svid(bcd_workload *w, rpc *r, const JWTSVIDRequest *req)
 {
-	jwt_job    *j = calloc(1, sizeof(*j));
-	pthread_attr_t attr;
-	pthread_t	t;
+	bcd_audiences aud;
+	grpc_status_code code;
+	const char *spiffe_id;
+	const char *token;
+	char		msg[640];
 
-	if (req->n_audience == 0)
+	if (bcd_wl_jwt_audiences(req->audience, req->n_audience, &aud, msg, sizeof(msg)) != BC_OK)
 	{
-		free(j);
-		finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, "audience must be specified");
+		finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, msg);
 		return;
 	}
-	if (j == NULL || (j->aud = calloc(req->n_audience, sizeof(char *))) == NULL ||
-		(j->want_id = strdup(req->spiffe_id != NULL ? req->spiffe_id : "")) == NULL)
-		goto oom;
-	for (size_t i = 0; i < req->n_audience; i++)
+	if (bcd_wl_jwt_svids_fetch(w->jwt_svids, &r->conn->caller.peer, r->id->session,
+							   r->id->context, &aud, req->spiffe_id != NULL ? req->spiffe_id : "",
+							   r, &code, &spiffe_id, &token, msg, sizeof(msg)))
 	{
-		if ((j->aud[i] = strdup(req->audience[i])) == NULL)
-			goto oom;
-		j->n_aud++;
+		r->pending++;			/* held until jwt_answered */
+		return;
 	}
-	j->w = w;
-	j->r = r;
-	snprintf(j->session, sizeof(j->session), "%s", r->id->session);
-	snprintf(j->context, sizeof(j->context), "%s", r->id->context);
-	j->caller = r->conn->caller.peer;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	r->pending++;				/* held until jwt_take_done */
-	w->jwt_threads++;
-	if (pthread_create(&t, &attr, jwt_main, j) != 0)
-	{
-		r->pending--;
-		w->jwt_threads--;
-		pthread_attr_destroy(&attr);
-		goto oom;
-	}
-	pthread_attr_destroy(&attr);
-	return;
-oom:
-	if (j != NULL)
-		jwt_job_free(j);
-	finish(r, 0, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+	jwt_finish(r, code, spiffe_id, token, msg);
 }
 
 /* json as a google.protobuf.Value (malloc()ed, free with protobuf_c_message_free_unpacked). */
@@ -1045,8 +1002,8 @@ validate_jwt(bcd_workload *w, rpc *r, const ValidateJWTSVIDRequest *req)
 	json_t	   *claims = NULL;
 	char		err[512];
 
-	if (bcd_wl_jwt_validate(w->jwt, req->svid, req->audience, &spiffe_id, &claims, err,
-							sizeof(err)) != BC_OK)
+	if (bcd_wl_jwt_validate(w->jwt, w->trust_domain, req->svid, req->audience, &spiffe_id,
+							&claims, err, sizeof(err)) != BC_OK)
 	{
 		finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, err);
 		return;
@@ -1061,20 +1018,26 @@ validate_jwt(bcd_workload *w, rpc *r, const ValidateJWTSVIDRequest *req)
 	free(spiffe_id);
 }
 
+/* FetchJWTBundles' message: {spiffe://TD: JWKS of the jwt-svid keys}. */
 static grpc_byte_buffer *
 jwt_bundles_response(bcd_workload *w)
 {
 	JWTBundlesResponse resp = JWTBUNDLES_RESPONSE__INIT;
 	JWTBundlesResponse__BundlesEntry e = JWTBUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
 	JWTBundlesResponse__BundlesEntry *es[1] = {&e};
+	grpc_byte_buffer *bb;
 	size_t		len;
 
-	e.key = w->trust_domain;
+	e.key = bundle_key(w);
+	if (e.key == NULL)
+		return NULL;
 	e.value.data = (uint8_t *) bcd_wl_jwt_bundle(w->jwt, &len);
 	e.value.len = len;
 	resp.n_bundles = 1;
 	resp.bundles = es;
-	return pack_to_bb(&resp.base);
+	bb = pack_to_bb(&resp.base);
+	free(e.key);
+	return bb;
 }
 
 /* ------------------------------------------------------------ the tick */
@@ -1180,12 +1143,10 @@ cq_main(void *arg)
 			serve_stream(w, r, now);
 		pthread_mutex_unlock(&w->mu);
 	}
-	/* stopping: the JWT requests back (bcd_stop_now aborts their HTTPS), every
-	 * connection's server down, every call freed */
+	/* stopping: the FetchJWTSVIDs waiting answered, every connection's
+	 * server down, every call freed */
 	pthread_mutex_lock(&w->mu);
-	while (w->jwt_threads > 0)
-		pthread_cond_wait(&w->jwt_cond, &w->mu);
-	jwt_take_done(w);
+	bcd_wl_jwt_svids_drain(w->jwt_svids, jwt_answered, w);
 	for (conn *c = w->conns; c != NULL; c = c->next)
 		conn_shutdown(w, c);
 	while (w->conns != NULL)
@@ -1319,9 +1280,6 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 		return BC_ENOMEM;
 	}
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->jwt_cond, NULL);
-	w->gateway = o->gateway;
-	w->gateway_ca = o->gateway_ca;
 	w->sock.fd = w->sock.dirfd = w->stop_pipe[0] = w->stop_pipe[1] = -1;
 	w->server = server;
 	w->keys = keys;
@@ -1329,7 +1287,8 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	if (w->rules == NULL)
 		goto fail;
 	w->jwt = bcd_wl_jwt_new(o->service_keys);
-	if (w->jwt == NULL)
+	w->jwt_svids = bcd_wl_jwt_svids_new(&w->mu, server);
+	if (w->jwt == NULL || w->jwt_svids == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -1445,10 +1404,10 @@ bcd_workload_free(bcd_workload *w)
 	}
 	bcd_wl_rules_free(w->rules);
 	bcd_wl_jwt_free(w->jwt);
+	bcd_wl_jwt_svids_free(w->jwt_svids);
 	free(w->trust_domain);
 	free(w->bundle);
 	free(w->path);
 	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->jwt_cond);
 	free(w);
 }
