@@ -563,11 +563,17 @@ COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
 	'Checks a join token without spending it (secret, revocation, expiry, uses, role, expected claims) and returns {tokenId, tenantId, poolId, siteId, role, allowReclaim}, or refuses ''<attestor>:<reason>''.';
 
 -- Spend one use of a token checked in this transaction (final round only).
+-- In a repeat of a final round (docs/attestors.md, "Repeats") the use was
+-- spent by the certificate asked for again, and everything the attestor
+-- writes is rolled back: nothing is spent.
 CREATE FUNCTION bc_join.spend_join_token(token_id text) RETURNS void
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
 	AS $$
 BEGIN
+	IF bc_join.join_round_csr_sha256(true) IS NOT NULL THEN
+		RETURN;
+	END IF;
 	UPDATE bc_join.join_tokens t SET uses_left = t.uses_left - 1
 		WHERE t.id = spend_join_token.token_id AND t.uses_left > 0;
 	IF NOT FOUND THEN
@@ -577,7 +583,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
-	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
+	'Spends one use of a join token checked in this transaction (final round only; in a repeat of one, nothing: the certificate spent it); returns nothing.';
 
 /* ------------------------------------------------- provisioning tokens */
 
@@ -1028,6 +1034,9 @@ COMMENT ON TABLE bc_join.attestation_uses IS
 
 CREATE INDEX attestation_uses_expires_idx ON bc_join.attestation_uses (expires_at)
 	WHERE expires_at IS NOT NULL;
+-- A repeat of a final round finds the uses its certificate's round spent.
+CREATE INDEX attestation_uses_csr_idx ON bc_join.attestation_uses (csr_sha256)
+	WHERE csr_sha256 IS NOT NULL;
 
 -- A registered attestor's challenge: its notAfter for the CSR it was made
 -- to, recorded at the deferral (a new challenge replaces it) and enforced
