@@ -563,11 +563,17 @@ COMMENT ON FUNCTION bc_join.check_join_token(text, text, jsonb) IS
 	'Checks a join token without spending it (secret, revocation, expiry, uses, role, expected claims) and returns {tokenId, tenantId, poolId, siteId, role, allowReclaim}, or refuses ''<attestor>:<reason>''.';
 
 -- Spend one use of a token checked in this transaction (final round only).
+-- In a repeat of a final round (docs/attestors.md, "Repeats") the use was
+-- spent by the certificate asked for again, and everything the attestor
+-- writes is rolled back: nothing is spent.
 CREATE FUNCTION bc_join.spend_join_token(token_id text) RETURNS void
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
 	AS $$
 BEGIN
+	IF bc_join.join_round_csr_sha256(true) IS NOT NULL THEN
+		RETURN;
+	END IF;
 	UPDATE bc_join.join_tokens t SET uses_left = t.uses_left - 1
 		WHERE t.id = spend_join_token.token_id AND t.uses_left > 0;
 	IF NOT FOUND THEN
@@ -577,7 +583,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION bc_join.spend_join_token(text) IS
-	'Spends one use of a join token checked in this transaction (final round only); returns nothing.';
+	'Spends one use of a join token checked in this transaction (final round only; in a repeat of one, nothing: the certificate spent it); returns nothing.';
 
 /* ------------------------------------------------- provisioning tokens */
 
@@ -1028,6 +1034,9 @@ COMMENT ON TABLE bc_join.attestation_uses IS
 
 CREATE INDEX attestation_uses_expires_idx ON bc_join.attestation_uses (expires_at)
 	WHERE expires_at IS NOT NULL;
+-- A repeat of a final round finds the uses its certificate's round spent.
+CREATE INDEX attestation_uses_csr_idx ON bc_join.attestation_uses (csr_sha256)
+	WHERE csr_sha256 IS NOT NULL;
 
 -- A registered attestor's challenge: its notAfter for the CSR it was made
 -- to, recorded at the deferral (a new challenge replaces it) and enforced
@@ -2112,57 +2121,107 @@ COMMENT ON FUNCTION bc_join.set_tpm_enrollment_mode(text, text) IS
 -- The cloud-iid attestor's configuration (docs/attestors.md, "cloud-iid"):
 -- tables an operator edits in psql, each row checked as it is written.
 
+-- The built-in providers' definitions, as the contract pins them
+-- (ATTESTORS.md, "cloud-iid"): the document format each cloud's evidence
+-- has and the members its account, instance and start are read from.  A
+-- row of cloud_providers named aws, gcp or azure takes these, and nothing
+-- else; any other name is a provider the operator defines in its row.
+CREATE FUNCTION bc_join.cloud_builtin_provider(provider text)
+	RETURNS TABLE (format text, account_member text, instance_member text, started_member text,
+				   require_members text[], issuer text, nonce_member text, uuid_ids boolean)
+	LANGUAGE sql IMMUTABLE STRICT
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+	SELECT b.format, b.account_member, b.instance_member, b.started_member, b.require_members,
+		   b.issuer, b.nonce_member, b.uuid_ids
+	FROM (VALUES
+		('aws', 'aws-pkcs7', 'accountId', 'instanceId', 'pendingTime', ARRAY['region'],
+		 NULL, NULL, false),
+		('gcp', 'gcp-jwt', 'google.compute_engine.project_id', 'google.compute_engine.instance_id',
+		 'google.compute_engine.instance_creation_timestamp', ARRAY[]::text[],
+		 'https://accounts.google.com', NULL, false),
+		('azure', 'azure-pkcs7', 'subscriptionId', 'vmId', NULL, ARRAY[]::text[],
+		 NULL, 'nonce', true)
+	) AS b(name, format, account_member, instance_member, started_member, require_members,
+		   issuer, nonce_member, uuid_ids)
+	WHERE b.name = cloud_builtin_provider.provider $$;
+COMMENT ON FUNCTION bc_join.cloud_builtin_provider(text) IS
+	'Returns the definition of a built-in cloud provider (aws, gcp, azure; no row for any other name): its document format and the members its account, instance and start are read from, as a cloud_providers row of that name holds them.';
+
 -- What each provider's evidence is verified with; nothing is built in or
--- fetched.  aws/certificate: the region's RSA-2048 signing certificate
--- (PEM); azure/root and azure/intermediate: the attested-data signer's
--- roots (trust anchors) and intermediates (PEM); gcp/jwks: Google's JWKS
--- (JSON, {"keys": [...]}).
+-- fetched.  kind, by the provider's format: certificate (aws-pkcs7: the
+-- signing certificates, PEM), root and intermediate (azure-pkcs7: the
+-- signer's trust anchors and intermediates, PEM), jwks (gcp-jwt: the
+-- signing keys, JSON {"keys": [...]}).
 CREATE TABLE bc_join.cloud_trust (
 	id bigserial PRIMARY KEY,
-	provider text NOT NULL CHECK (provider IN ('aws', 'gcp', 'azure')),
-	kind text NOT NULL,
+	provider text NOT NULL CHECK (provider ~ '^[a-z][a-z0-9-]{0,31}$'),
+	kind text NOT NULL CHECK (kind IN ('certificate', 'root', 'intermediate', 'jwks')),
 	material text NOT NULL CHECK (length(material) BETWEEN 1 AND 65536),
 	note text NOT NULL DEFAULT '' CHECK (length(note) <= 200),
 	added_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	added_by text NOT NULL DEFAULT session_user,
-	CHECK ((provider, kind) IN (('aws', 'certificate'), ('azure', 'root'),
-								('azure', 'intermediate'), ('gcp', 'jwks')))
+	added_by text NOT NULL DEFAULT session_user
 );
 COMMENT ON TABLE bc_join.cloud_trust IS
-	'What each cloud provider''s instance identity documents are verified with (AWS region certificates, Azure roots and intermediates, Google''s JWKS); nothing is built in.';
+	'What each cloud provider''s instance identity documents are verified with (AWS region certificates, Azure roots and intermediates, Google''s JWKS, a registered provider''s anchors); nothing is built in.';
 
--- Per provider: whether it is enabled, and its settings.
---   gcp:   audience (required), the JWT's aud is '<audience>#<csrSha256>'
---   azure: domain (required), the signer's dNSName is it or ends in '.<domain>'
---   aws, gcp: max_instance_age, optional (azure has no instance age)
+-- The provider registry: one row per cloud the attestor accepts (a
+-- provider without a row is disabled), built-in or defined here.
+--   format: how its evidence is signed and bound to the CSR
+--     aws-pkcs7    a JSON document beside a PKCS#7 SignedData over it, by a
+--                  configured certificate; binds nothing (a join token)
+--     azure-pkcs7  a PKCS#7 SignedData carrying the JSON document, by a
+--                  signer that chains to a configured root and is named
+--                  under domain; binds the CSR by nonce_member
+--     gcp-jwt      an RS256 JWT by a configured JWKS key, iss = issuer;
+--                  binds the CSR by aud = '<audience>#<csrSha256>'
+--   account_member, instance_member: the signed JSON members (dotted
+--     paths) that name the account and the instance; started_member the
+--     instance's start (aws-pkcs7: RFC 3339; gcp-jwt: Unix seconds);
+--     require_members: members that must be there besides; uuid_ids:
+--     account and instance are UUIDs, compared in lower case
+--   max_instance_age: optional, needs started_member
+-- aws, gcp and azure take their definitions from cloud_builtin_provider().
 CREATE TABLE bc_join.cloud_providers (
-	provider text PRIMARY KEY CHECK (provider IN ('aws', 'gcp', 'azure')),
+	provider text PRIMARY KEY CHECK (provider ~ '^[a-z][a-z0-9-]{0,31}$'),
 	audience text,
 	domain text,
 	max_instance_age interval,
 	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	updated_by text NOT NULL DEFAULT session_user
+	updated_by text NOT NULL DEFAULT session_user,
+	format text NOT NULL CHECK (format IN ('aws-pkcs7', 'azure-pkcs7', 'gcp-jwt')),
+	account_member text NOT NULL,
+	instance_member text NOT NULL,
+	started_member text,
+	require_members text[] NOT NULL DEFAULT '{}'::text[],
+	issuer text,
+	nonce_member text,
+	uuid_ids boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE bc_join.cloud_providers IS
-	'Per cloud provider: whether the cloud-iid attestor accepts it, and its settings.';
+	'The cloud providers the cloud-iid attestor accepts (aws, gcp, azure, or one defined here): the document format, the members its account and instance are read from, and its settings.';
 
 -- Which tenant and pool a cloud account joins: exactly one mapping per
 -- (provider, account).  account: the AWS accountId, the GCP project_id, the
--- Azure subscriptionId in lower case.  allow_unbound (AWS only): admit this
--- account's instances without a sealed join token, within 300 s of
--- pendingTime (AWS binds nothing to the CSR).
+-- Azure subscriptionId in lower case (another provider: its account
+-- member).  allow_unbound (aws-pkcs7 providers only): admit this account's
+-- instances without a sealed join token, within 300 s of their start (such
+-- a document binds nothing to the CSR).  roles: what its machines may join
+-- as (node; site: a site agent of the pool's site).
 CREATE TABLE bc_join.cloud_accounts (
 	id bigserial PRIMARY KEY,
-	provider text NOT NULL CHECK (provider IN ('aws', 'gcp', 'azure')),
+	provider text NOT NULL CHECK (provider ~ '^[a-z][a-z0-9-]{0,31}$'),
 	account text NOT NULL CHECK (length(account) BETWEEN 1 AND 128),
 	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
 	pool_id text NOT NULL REFERENCES bc_join.pools (id),
 	allow_unbound boolean NOT NULL DEFAULT false,
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
-	created_by text NOT NULL DEFAULT session_user
+	created_by text NOT NULL DEFAULT session_user,
+	roles text[] NOT NULL DEFAULT '{node}'::text[]
+		CHECK (cardinality(roles) BETWEEN 1 AND 2 AND roles <@ ARRAY['node', 'site'])
 );
 COMMENT ON TABLE bc_join.cloud_accounts IS
-	'Which tenant and pool a cloud account joins: exactly one mapping per provider and account.';
+	'Which tenant and pool a cloud account joins, and as which roles: exactly one mapping per provider and account.';
 CREATE INDEX cloud_accounts_account_idx ON bc_join.cloud_accounts (provider, account);
 
 -- An optional resolver for accounts without a mapping.
@@ -2181,29 +2240,129 @@ CREATE FUNCTION bc_join.cloud_trust_check() RETURNS trigger
 CREATE TRIGGER cloud_trust_check BEFORE INSERT OR UPDATE ON bc_join.cloud_trust
 	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_trust_check();
 
-CREATE FUNCTION bc_join.cloud_providers_check() RETURNS trigger
-	LANGUAGE plpgsql
+-- The trust material is of a kind its provider's format reads: the
+-- provider is built in or has its row (register it first).  Security
+-- definer: it raises with its own rights whoever edits (an operator).
+CREATE FUNCTION bc_join.cloud_trust_format_check() RETURNS trigger
+	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
 	AS $$
+DECLARE
+	f text;
 BEGIN
-	IF NEW.provider = 'azure' AND NEW.max_instance_age IS NOT NULL THEN
-		PERFORM bc_join.invalid_config('azure has no instance age: max_instance_age must be NULL');
+	SELECT p.format INTO f FROM bc_join.cloud_providers p WHERE p.provider = NEW.provider;
+	IF NOT FOUND THEN
+		SELECT b.format INTO f FROM bc_join.cloud_builtin_provider(NEW.provider) b;
+	END IF;
+	IF f IS NULL THEN
+		PERFORM bc_join.invalid_input(format('cloud provider %s is not registered: insert its row into bc_join.cloud_providers first',
+											 NEW.provider));
+	END IF;
+	IF NOT (f = 'aws-pkcs7' AND NEW.kind = 'certificate'
+			OR f = 'azure-pkcs7' AND NEW.kind IN ('root', 'intermediate')
+			OR f = 'gcp-jwt' AND NEW.kind = 'jwks') THEN
+		PERFORM bc_join.invalid_input(format('%s is a %s provider: its trust material is of kind %s, not %s',
+			NEW.provider, f, CASE f WHEN 'aws-pkcs7' THEN 'certificate' WHEN 'azure-pkcs7' THEN 'root or intermediate'
+							   ELSE 'jwks' END, NEW.kind));
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER cloud_trust_format_check BEFORE INSERT OR UPDATE ON bc_join.cloud_trust
+	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_trust_format_check();
+
+-- A provider's row: a built-in takes its definition (and refuses another);
+-- a defined one is complete and coherent for its format.  Security
+-- definer: it raises with its own rights whoever edits (an operator).
+CREATE FUNCTION bc_join.cloud_providers_check() RETURNS trigger
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	b record;
+	path constant text := '^[A-Za-z0-9_$-]{1,64}(\.[A-Za-z0-9_$-]{1,64}){0,7}$';
+	own text[];
+	m text;
+BEGIN
+	SELECT * INTO b FROM bc_join.cloud_builtin_provider(NEW.provider);
+	IF FOUND THEN
+		IF coalesce(NEW.format, b.format) IS DISTINCT FROM b.format
+		   OR coalesce(NEW.account_member, b.account_member) IS DISTINCT FROM b.account_member
+		   OR coalesce(NEW.instance_member, b.instance_member) IS DISTINCT FROM b.instance_member
+		   OR coalesce(NEW.started_member, b.started_member) IS DISTINCT FROM b.started_member
+		   OR coalesce(NEW.issuer, b.issuer) IS DISTINCT FROM b.issuer
+		   OR coalesce(NEW.nonce_member, b.nonce_member) IS DISTINCT FROM b.nonce_member THEN
+			PERFORM bc_join.invalid_config(format('%s is built in: its format and members are fixed (bc_join.cloud_builtin_provider(%L)); set only audience, domain and max_instance_age',
+												  NEW.provider, NEW.provider));
+		END IF;
+		NEW.format := b.format;
+		NEW.account_member := b.account_member;
+		NEW.instance_member := b.instance_member;
+		NEW.started_member := b.started_member;
+		NEW.require_members := b.require_members;
+		NEW.issuer := b.issuer;
+		NEW.nonce_member := b.nonce_member;
+		NEW.uuid_ids := b.uuid_ids;
+	END IF;
+	IF NEW.format IS NULL OR NEW.format NOT IN ('aws-pkcs7', 'azure-pkcs7', 'gcp-jwt') THEN
+		PERFORM bc_join.invalid_config(format('cloud provider %s needs a format: aws-pkcs7, azure-pkcs7 or gcp-jwt', NEW.provider));
+	END IF;
+	-- the members read from the signed document, each once
+	own := CASE NEW.format WHEN 'azure-pkcs7' THEN ARRAY['timeStamp.createdOn', 'timeStamp.expiresOn']
+						   WHEN 'gcp-jwt' THEN ARRAY['iss', 'aud', 'iat', 'exp'] ELSE ARRAY[]::text[] END;
+	IF NEW.account_member IS NULL OR NEW.instance_member IS NULL THEN
+		PERFORM bc_join.invalid_config(format('cloud provider %s needs an account_member and an instance_member', NEW.provider));
+	END IF;
+	IF NEW.require_members IS NULL OR cardinality(NEW.require_members) > 8 THEN
+		PERFORM bc_join.invalid_config('require_members holds at most 8 members');
+	END IF;
+	FOREACH m IN ARRAY ARRAY[NEW.account_member, NEW.instance_member, NEW.started_member, NEW.nonce_member]
+					   || NEW.require_members LOOP
+		IF m IS NULL THEN
+			CONTINUE;
+		END IF;
+		IF m !~ path THEN
+			PERFORM bc_join.invalid_config(format('%L is no member path: names of letters, digits, _, $ and -, joined by dots (at most 8)', m));
+		END IF;
+		IF m = ANY (own) THEN
+			PERFORM bc_join.invalid_config(format('%L is read by the %s format itself', m, NEW.format));
+		END IF;
+		own := own || m;
+	END LOOP;
+	IF NEW.format = 'azure-pkcs7' AND NEW.started_member IS NOT NULL THEN
+		PERFORM bc_join.invalid_config('an azure-pkcs7 document reads no instance start: started_member must be NULL');
+	END IF;
+	IF NEW.max_instance_age IS NOT NULL AND NEW.started_member IS NULL THEN
+		PERFORM bc_join.invalid_config(format('%s has no instance age (no started_member): max_instance_age must be NULL', NEW.provider));
 	END IF;
 	IF NEW.max_instance_age IS NOT NULL AND NEW.max_instance_age <= interval '0' THEN
 		PERFORM bc_join.invalid_config('max_instance_age must be positive');
 	END IF;
-	IF NEW.provider = 'gcp' AND (NEW.audience IS NULL OR length(NEW.audience) NOT BETWEEN 1 AND 512
-								 OR NEW.audience !~ '^[\x21-\x7e]+$') THEN
-		PERFORM bc_join.invalid_config('gcp needs an audience: 1 to 512 printable ASCII characters, no space');
+	IF NEW.format = 'gcp-jwt' AND (NEW.audience IS NULL OR length(NEW.audience) NOT BETWEEN 1 AND 512
+								   OR NEW.audience !~ '^[\x21-\x7e]+$') THEN
+		PERFORM bc_join.invalid_config(format('%s needs an audience: 1 to 512 printable ASCII characters, no space', NEW.provider));
 	END IF;
-	IF NEW.provider <> 'gcp' AND NEW.audience IS NOT NULL THEN
-		PERFORM bc_join.invalid_config('only gcp has an audience');
+	IF NEW.format <> 'gcp-jwt' AND NEW.audience IS NOT NULL THEN
+		PERFORM bc_join.invalid_config('only a gcp-jwt provider (gcp) has an audience');
 	END IF;
-	IF NEW.provider = 'azure' AND (NEW.domain IS NULL OR NEW.domain !~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$') THEN
-		PERFORM bc_join.invalid_config('azure needs a domain (like metadata.azure.com), lower case');
+	IF NEW.format = 'gcp-jwt' AND (NEW.issuer IS NULL OR length(NEW.issuer) NOT BETWEEN 1 AND 512
+								   OR NEW.issuer !~ '^[\x21-\x7e]+$') THEN
+		PERFORM bc_join.invalid_config(format('%s needs an issuer (the iss its tokens carry): 1 to 512 printable ASCII characters', NEW.provider));
 	END IF;
-	IF NEW.provider <> 'azure' AND NEW.domain IS NOT NULL THEN
-		PERFORM bc_join.invalid_config('only azure has a domain');
+	IF NEW.format <> 'gcp-jwt' AND NEW.issuer IS NOT NULL THEN
+		PERFORM bc_join.invalid_config('only a gcp-jwt provider (gcp) has an issuer');
+	END IF;
+	IF NEW.format = 'azure-pkcs7' AND (NEW.domain IS NULL OR NEW.domain !~ '^[a-z0-9-]+(\.[a-z0-9-]+)+$') THEN
+		PERFORM bc_join.invalid_config(format('%s needs a domain (like metadata.azure.com), lower case', NEW.provider));
+	END IF;
+	IF NEW.format <> 'azure-pkcs7' AND NEW.domain IS NOT NULL THEN
+		PERFORM bc_join.invalid_config('only an azure-pkcs7 provider (azure) has a domain');
+	END IF;
+	IF NEW.format = 'azure-pkcs7' AND NEW.nonce_member IS NULL THEN
+		PERFORM bc_join.invalid_config(format('%s needs a nonce_member (the member that binds the CSR)', NEW.provider));
+	END IF;
+	IF NEW.format <> 'azure-pkcs7' AND NEW.nonce_member IS NOT NULL THEN
+		PERFORM bc_join.invalid_config('only an azure-pkcs7 provider (azure) has a nonce_member');
 	END IF;
 	-- An update records who and when; an insert has both from the column
 	-- defaults, or keeps them as a restore brings them.
@@ -2217,10 +2376,17 @@ $$;
 CREATE TRIGGER cloud_providers_check BEFORE INSERT OR UPDATE ON bc_join.cloud_providers
 	FOR EACH ROW EXECUTE FUNCTION bc_join.cloud_providers_check();
 
+-- An account's row: one mapping, a pool of its tenant, and what its
+-- provider allows (known when the provider is built in or has its row;
+-- a restore brings accounts before providers, and a join checks again).
+-- Security definer: it raises with its own rights whoever edits.
 CREATE FUNCTION bc_join.cloud_accounts_check() RETURNS trigger
-	LANGUAGE plpgsql
+	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
 	AS $$
+DECLARE
+	f text;
+	u boolean;
 BEGIN
 	IF EXISTS (SELECT 1 FROM bc_join.cloud_accounts a
 			   WHERE a.provider = NEW.provider AND a.account = NEW.account AND a.id <> NEW.id) THEN
@@ -2230,14 +2396,19 @@ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM bc_join.pools p WHERE p.id = NEW.pool_id AND p.tenant_id = NEW.tenant_id) THEN
 		PERFORM bc_join.invalid_config(format('pool %s is not a pool of tenant %s', NEW.pool_id, NEW.tenant_id));
 	END IF;
-	IF NEW.allow_unbound AND NEW.provider <> 'aws' THEN
-		PERFORM bc_join.invalid_config('allow_unbound is for aws alone (gcp and azure bind the CSR)');
+	SELECT p.format, p.uuid_ids INTO f, u FROM bc_join.cloud_providers p WHERE p.provider = NEW.provider;
+	IF NOT FOUND THEN
+		SELECT b.format, b.uuid_ids INTO f, u FROM bc_join.cloud_builtin_provider(NEW.provider) b;
+	END IF;
+	IF NEW.allow_unbound AND f IS NOT NULL AND f <> 'aws-pkcs7' THEN
+		PERFORM bc_join.invalid_config(format('allow_unbound is for providers whose documents bind nothing (aws-pkcs7: aws); %s binds the CSR',
+											  NEW.provider));
 	END IF;
 	IF NEW.provider = 'aws' AND NEW.account !~ '^[0-9]{12}$' THEN
 		PERFORM bc_join.invalid_config('an aws account is its 12-digit accountId');
 	END IF;
-	IF NEW.provider = 'azure' AND NEW.account !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
-		PERFORM bc_join.invalid_config('an azure account is its subscriptionId, a lower-case UUID');
+	IF u AND NEW.account !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+		PERFORM bc_join.invalid_config(format('a %s account is a lower-case UUID (its subscriptionId for azure)', NEW.provider));
 	END IF;
 	RETURN NEW;
 END
@@ -2270,13 +2441,18 @@ DECLARE
 	n bigint;
 	node text;
 	tenant text;
+	lower_ids boolean;
 BEGIN
-	IF provider IS NULL OR provider NOT IN ('aws', 'gcp', 'azure') OR account IS NULL OR account = ''
-	   OR instance IS NULL OR instance = '' THEN
-		PERFORM bc_join.invalid_input('reset_cloud_instance needs a provider (aws, gcp, azure), an account and an instance');
+	SELECT p.uuid_ids INTO lower_ids FROM bc_join.cloud_providers p
+		WHERE p.provider = reset_cloud_instance.provider;
+	IF NOT FOUND THEN
+		SELECT x.uuid_ids INTO lower_ids FROM bc_join.cloud_builtin_provider(reset_cloud_instance.provider) x;
 	END IF;
-	IF provider = 'azure' THEN
-		-- the subscription and the VM as the bind holds them: lower case
+	IF lower_ids IS NULL OR account IS NULL OR account = '' OR instance IS NULL OR instance = '' THEN
+		PERFORM bc_join.invalid_input('reset_cloud_instance needs a provider (aws, gcp, azure or one of bc_join.cloud_providers), an account and an instance');
+	END IF;
+	IF lower_ids THEN
+		-- UUIDs (azure's subscription and VM) as the bind holds them: lower case
 		account := lower(account);
 		instance := lower(instance);
 	END IF;
@@ -2308,8 +2484,9 @@ COMMENT ON FUNCTION bc_join.reset_cloud_instance(text, text, text) IS
 	'Lets a cloud instance (provider, account, instance, as the refusal event names them) be admitted once more, reclaiming the node bound to it; audited and evented; returns whether it had been admitted.';
 
 -- Register the function (provider text, account text, context jsonb)
--- RETURNS jsonb ({"tenantId", "poolId"} or NULL) that maps accounts without
--- a row in cloud_accounts; NULL removes it.
+-- RETURNS jsonb ({"tenantId", "poolId", "roles"?} or NULL; roles default
+-- ["node"]) that maps accounts without a row in cloud_accounts; NULL
+-- removes it.
 CREATE FUNCTION bc_join.register_cloud_resolver(resolve regprocedure) RETURNS void
 	LANGUAGE plpgsql
 	SET search_path = pg_catalog, pg_temp
@@ -2330,7 +2507,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION bc_join.register_cloud_resolver(regprocedure) IS
-	'Registers the function (provider text, account text, context jsonb) RETURNS jsonb that maps a cloud account without a cloud_accounts row to {"tenantId", "poolId"} (NULL removes it); superuser only.';
+	'Registers the function (provider text, account text, context jsonb) RETURNS jsonb that maps a cloud account without a cloud_accounts row to {"tenantId", "poolId", "roles"?} (NULL removes it); superuser only.';
 
 /* ----------------------------------------------------------- discovery */
 
@@ -3287,7 +3464,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON bc_join.cloud_trust, bc_join.cloud_provi
 GRANT SELECT ON bc_join.cloud_resolver TO bc_join_operator;
 GRANT USAGE ON SEQUENCE bc_join.cloud_trust_id_seq, bc_join.cloud_accounts_id_seq TO bc_join_operator;
 GRANT EXECUTE ON FUNCTION bc_join.reset_cloud_instance(text, text, text),
-	bc_join.cloud_instance_bind(text, text, text) TO bc_join_operator;
+	bc_join.cloud_instance_bind(text, text, text), bc_join.cloud_builtin_provider(text) TO bc_join_operator;
 
 -- Tenant operators (#31): make them, and see who operates what.
 GRANT EXECUTE ON FUNCTION bc_join.grant_tenant_operator(regrole, text),

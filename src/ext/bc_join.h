@@ -401,6 +401,7 @@ extern int	bc_x509pop_grace;
 extern const BcAttestor bc_cloud_iid_attestor;
 extern const BcAttestor bc_discovery_attestor;
 
+
 /* registry.c: the attestor registered under id, a built-in, or UNSUPPORTED (0A000). */
 extern const BcAttestor *bc_find_attestor(const char *id);
 
@@ -503,6 +504,74 @@ typedef struct BcDocField
 
 /* Read these fields of a JSON object; false when it is no JSON object or a field is duplicated. */
 extern bool bc_doc_fields(const char *data, int len, BcDocField *fields, int n);
+
+/* ----------------------------------------------- attestors/cloud_formats.c */
+
+/*
+ * attestors/cloud_formats.c: the document formats cloud-iid verifies; a
+ * provider of bc_join.cloud_providers names one (attestors/cloud_iid.c).
+ */
+
+/* cloud-iid's evidence members, by index. */
+enum
+{
+	BC_CLOUD_M_PROVIDER,
+	BC_CLOUD_M_DOCUMENT,
+	BC_CLOUD_M_PKCS7,
+	BC_CLOUD_M_TOKEN,
+	BC_CLOUD_M_COUNT
+};
+
+/* What a format's verifier proved about the instance. */
+typedef struct BcCloudIdentity
+{
+	char	   *account;		/* as signed; NULL when absent */
+	char	   *instance;
+	bool		has_started;
+	int64		started;		/* Unix seconds: AWS pendingTime, GCP instance_creation_timestamp */
+} BcCloudIdentity;
+
+struct BcCloudFormat;
+
+/* A provider of the registry: its row of bc_join.cloud_providers, or a built-in's definition. */
+typedef struct BcCloudProvider
+{
+	char	   *name;
+	const struct BcCloudFormat *format;
+	bool		enabled;		/* it has its row */
+	char	   *account_member; /* dotted paths into the signed JSON */
+	char	   *instance_member;
+	char	   *started_member; /* NULL: none */
+	char	  **require;		/* members that must be there besides */
+	int			n_require;
+	char	   *issuer;			/* gcp-jwt */
+	char	   *nonce_member;	/* azure-pkcs7 */
+	bool		uuid_ids;
+	char	   *audience;		/* gcp-jwt */
+	char	   *domain;			/* azure-pkcs7 */
+	bool		has_max_age;
+	int64		max_age;
+} BcCloudProvider;
+
+/* A document format: its evidence members, its verifier, how it binds the CSR. */
+typedef struct BcCloudFormat
+{
+	const char *name;
+	/* the members it takes besides provider (bit per BC_CLOUD_M_*) */
+	int			members;
+	/* checks the evidence (refuses cloud-iid:<reason>); fills the identity as signed */
+	void		(*verify) (const BcJoinRequest *req, BcEvidenceMember *m,
+						   const BcCloudProvider *p, int64 now, BcCloudIdentity *id);
+	/* the refusal for a document without its account or instance */
+	const char *no_identity;
+	/* whether the document binds the CSR (else a join token must) */
+	bool		binds_csr;
+} BcCloudFormat;
+
+/* The format named name (bc_join.cloud_providers.format), or NULL. */
+extern const BcCloudFormat *bc_cloud_format(const char *name);
+/* Whether a provider is defined as its format needs. */
+extern bool bc_cloud_provider_coherent(const BcCloudProvider *p);
 
 /*
  * single_use.c: single-use evidence consumed in the running round; the

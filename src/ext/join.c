@@ -112,15 +112,61 @@ defer(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out, MemoryContext o
 }
 
 /*
+ * The uses the certificate's own round spent: the rows of attestation_uses
+ * recorded with this CSR (the column's default in a join round).  A repeat
+ * deletes them in its subtransaction before the attestor runs, so that
+ * they are out of its sight (a plain INSERT ... ON CONFLICT DO NOTHING
+ * goes in, a SELECT finds nothing), and hands them back as JSON.
+ */
+static BcPlan hide_round_uses = {
+	"WITH gone AS (DELETE FROM bc_join.attestation_uses WHERE csr_sha256 = $1 RETURNING *) "
+	"SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(gone)) FROM gone",
+	1, {BYTEAOID}
+};
+
+/* The hidden uses back as they were (a repeat that keeps its writes: a challenge). */
+static BcPlan restore_round_uses = {
+	"INSERT INTO bc_join.attestation_uses "
+	"SELECT * FROM pg_catalog.jsonb_populate_recordset(NULL::bc_join.attestation_uses, $1)",
+	1, {JSONBOID}
+};
+
+/* Hide the uses of the certificate's round; NULL when it spent none. */
+static Jsonb *
+hide_certificate_uses(const BcJoinRequest *req, MemoryContext cxt)
+{
+	Datum		v = PointerGetDatum(bc_bytea(req->csr_sha256, BC_SHA256_LEN));
+	Datum		d;
+	bool		isnull;
+	Jsonb	   *rows;
+	Jsonb	   *copy;
+
+	if (bc_spi_exec(&hide_round_uses, &v, NULL, false, 1) != 1)
+		return NULL;
+	d = bc_spi_datum(1, &isnull);
+	if (isnull)
+		return NULL;
+	rows = DatumGetJsonbP(d);
+	copy = MemoryContextAlloc(cxt, VARSIZE(rows));
+	memcpy(copy, rows, VARSIZE(rows));
+	return copy;
+}
+
+/*
  * A final round repeated with the CSR of a current certificate: it must
  * present evidence that verifies again, for the same subject as the round
  * that issued, every check as then except that what that round spent is
- * found spent by this very certificate (bc_round_repeat tells the
- * attestors).  It runs in a subtransaction of its own that is rolled back
- * once it verified: a repeat writes nothing of the attestor's and spends
- * nothing; the answer is the certificate again.  Any refusal on the way
- * is join:key-reused, the attestor's reason in the event's detail.  A
- * repeat may be challenged again (the challenge is answered by a repeat);
+ * out of the attestor's sight: the uses recorded with this CSR are
+ * deleted in the repeat's subtransaction before the attestor runs (an
+ * attestor written as the seed's, whose single-use step is a plain INSERT
+ * into attestation_uses, verifies again as in the first round), and the
+ * built-ins are told by bc_round_repeat (a token found spent by the
+ * certificate).  The subtransaction is rolled back once the repeat
+ * verified: a repeat writes nothing of the attestor's and spends nothing,
+ * the hidden uses are back; the answer is the certificate again.  Any
+ * refusal on the way is join:key-reused, the attestor's reason in the
+ * event's detail.  A repeat may be challenged again (the challenge is
+ * answered by a repeat; its rows are kept and the hidden uses restored);
  * it is never deferred for approval.
  */
 static Jsonb *
@@ -137,13 +183,22 @@ repeat_round(const BcAttestor *att, BcJoinRequest *req, MemoryContext outcxt)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
+		Jsonb	   *hidden = hide_certificate_uses(req, cxt);
+
 		run_verify(att, req, &out);
 		if (out.deferred)
 		{
 			if (strcmp(out.kind, "challenge") != 0)
 				bc_refuse_join("join:repeat-approval", NULL);
 			deferral = defer(att, req, &out, outcxt);
-			ReleaseCurrentSubTransaction();		/* the attestor's challenge rows stay */
+			/* the attestor's challenge rows stay, and so do the certificate's uses */
+			if (hidden != NULL)
+			{
+				Datum		v = JsonbPGetDatum(hidden);
+
+				bc_spi_exec(&restore_round_uses, &v, NULL, false, 0);
+			}
+			ReleaseCurrentSubTransaction();
 		}
 		else
 		{

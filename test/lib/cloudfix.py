@@ -13,6 +13,14 @@ from jwcrypto.common import json_encode
 
 AZURE_DOMAIN = "metadata.test.example"
 GCP_AUDIENCE = "https://join.test.example"
+# Two clouds that are none of the three: acmecloud signs Azure's way (a
+# PKCS#7 carrying the document, by a signer under its own root and domain)
+# and names things its own way; jcloud issues RS256 JWTs Google's way with
+# its own issuer and claims.  Each is a provider registered in SQL
+# (bc_join.cloud_providers), no attestor of its own.
+ACME_DOMAIN = "identity.acmecloud.example"
+JCLOUD_ISSUER = "https://id.jcloud.example"
+JCLOUD_AUDIENCE = "https://join.jcloud.example"
 
 
 def b64u(b):
@@ -54,6 +62,65 @@ class Clouds:
         self.gkey = jwk.JWK.generate(kty="RSA", size=2048, kid="g1")
         self.gother = jwk.JWK.generate(kty="RSA", size=2048, kid="g2")
         self.gec = jwk.JWK.generate(kty="EC", crv="P-256", kid="g1")
+
+    # --------------------------------------------------------- acmecloud
+    def acmecloud_ca(self):
+        """acmecloud's own root -> intermediate -> signer (attest.<its domain>)."""
+        p = self.p
+        if os.path.exists(p("acsigner.crt")):
+            return
+        sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p("acroot.key"),
+           "-out", p("acroot.crt"), "-days", "30", "-subj", "/CN=acmecloud test root",
+           "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=keyCertSign,cRLSign")
+        self._issue("acint", "acroot", "/CN=acmecloud test intermediate",
+                    "basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=keyCertSign,cRLSign\n")
+        self._issue("acsigner", "acint", "/CN=attest." + ACME_DOMAIN,
+                    "subjectAltName=DNS:attest.%s\n" % ACME_DOMAIN)
+
+    def acmecloud_register(self, cur):
+        """The operator registers acmecloud: its format, members, domain and anchors."""
+        self.acmecloud_ca()
+        cur.execute("INSERT INTO bc_join.cloud_providers (provider, format, account_member, instance_member, "
+                    "nonce_member, require_members, domain) VALUES ('acmecloud', 'azure-pkcs7', 'tenancy.id', "
+                    "'machine.id', 'binding.nonce', ARRAY['region'], %s)", (ACME_DOMAIN,))
+        cur.execute("INSERT INTO bc_join.cloud_trust (provider, kind, material, note) "
+                    "VALUES ('acmecloud', 'root', %s, 'acmecloud root')", (self.pem("acroot"),))
+        cur.execute("INSERT INTO bc_join.cloud_trust (provider, kind, material, note) "
+                    "VALUES ('acmecloud', 'intermediate', %s, 'acmecloud intermediate')", (self.pem("acint"),))
+
+    def acmecloud_content(self, nonce, tenancy="tenancy-7", machine="m-0042", created=None, expires=None,
+                          drop=()):
+        now = time.time()
+        fmt = lambda t: time.strftime("%m/%d/%y %H:%M:%S -0000", time.gmtime(t))
+        doc = {"binding": {"nonce": nonce}, "region": "north-1",
+               "timeStamp": {"createdOn": fmt(created if created is not None else now - 5),
+                             "expiresOn": fmt(expires if expires is not None else now + 3600)},
+               "tenancy": {"id": tenancy, "name": "acme"}, "machine": {"id": machine, "shape": "s1"}}
+        for k in drop:
+            doc.pop(k, None)
+        return json.dumps(doc).encode()
+
+    def acmecloud_evidence(self, content, signer="acsigner"):
+        return json.dumps({"provider": "acmecloud",
+                           "document": b64u(self.azure_pkcs7(content, signer=signer, bag=(signer,)))})
+
+    # ------------------------------------------------------------ jcloud
+    def jcloud_register(self, cur):
+        """The operator registers jcloud: Google's format, its own issuer, claims and key."""
+        self.jkey = jwk.JWK.generate(kty="RSA", size=2048, kid="j1")
+        cur.execute("INSERT INTO bc_join.cloud_providers (provider, format, account_member, instance_member, "
+                    "started_member, issuer, audience) VALUES ('jcloud', 'gcp-jwt', 'org', 'vm.id', 'vm.born', "
+                    "%s, %s)", (JCLOUD_ISSUER, JCLOUD_AUDIENCE))
+        cur.execute("INSERT INTO bc_join.cloud_trust (provider, kind, material) VALUES ('jcloud', 'jwks', %s)",
+                    (json.dumps({"keys": [json.loads(self.jkey.export_public())]}),))
+
+    def jcloud_token(self, csr_sha256, iss=None, key=None, org="org-9", vm="vm-0001", born=None):
+        now = int(time.time())
+        claims = {"iss": iss or JCLOUD_ISSUER, "aud": JCLOUD_AUDIENCE + "#" + csr_sha256, "iat": now,
+                  "exp": now + 600, "org": org, "vm": {"id": vm, "born": born if born is not None else now - 30}}
+        t = jws.JWS(json.dumps(claims).encode())
+        t.add_signature(key or self.jkey, None, json_encode({"alg": "RS256", "kid": "j1", "typ": "JWT"}))
+        return json.dumps({"provider": "jcloud", "token": t.serialize(compact=True)})
 
     def _issue(self, name, ca, subj, ext):
         p = self.p

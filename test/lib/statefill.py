@@ -231,6 +231,12 @@ class Filler:
         # cloud-iid: an AWS instance admitted once, ever (with a sealed token).
         self.clouds = cloudfix.Clouds(os.path.join(self.scratch, "clouds"))
         self.clouds.configure(self.cur(), self.t1, self.p1)
+        # a cloud registered in SQL (#42, 0.4.0): its row, anchors and an account of two roles
+        if self.one("SELECT to_regprocedure('bc_join.cloud_builtin_provider(text)') IS NOT NULL"):
+            self.clouds.acmecloud_register(self.cur())
+            self.cur().execute("INSERT INTO bc_join.cloud_accounts (provider, account, tenant_id, pool_id, roles) "
+                               "VALUES ('acmecloud', 'tenancy-7', %s, %s, ARRAY['node', 'site'])",
+                               (self.t1, self.p1))
         self.aws_doc = self.clouds.aws_document(instance="i-0fedcba987654321f")
         self.aws_p7 = self.clouds.aws_pkcs7(self.aws_doc)
         ev = os.path.join(self.scratch, "aws-evidence.json")

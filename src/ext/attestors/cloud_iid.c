@@ -2,113 +2,104 @@
  * attestors/cloud_iid.c: the built-in cloud-iid attestor (docs/attestors.md,
  * "cloud-iid"): a cloud machine joins on its cloud's signed word about it.
  *
- * One verifier per provider behind one interface (CloudVerifier): it checks
- * the provider's evidence with the trust material in bc_join.cloud_trust
- * (the OpenSSL work is src/common/cloud.c) and names the instance: provider,
- * account, instance, and when it started.  Then, for every provider: the
- * account maps to one tenant and pool (bc_join.cloud_accounts, or the
- * registered resolver); the optional maximum instance age; the AWS binding
- * (a sealed join token of that tenant and pool, or an account opted in to
- * unbound admission); and the instance admitted once, forever
- * (attestation_uses, in this subtransaction: a refusal after it rolls it
- * back).  An instance an operator reset (bc_join.reset_cloud_instance)
- * reclaims the node bound to it.
+ * The clouds are rows of one registry, bc_join.cloud_providers: aws, gcp
+ * and azure with the definitions the contract pins
+ * (bc_join.cloud_builtin_provider), and any provider an operator defines
+ * there.  A row names one of the document formats cloud-iid verifies
+ * (attestors/cloud_formats.c: aws-pkcs7, azure-pkcs7, gcp-jwt), which fixes
+ * the evidence's members, the trust material, the OpenSSL checks and how
+ * the CSR is bound; the row says which signed members name the account,
+ * the instance and its start.  Nothing tells the providers apart by name.
+ * Then, for every provider: the account maps to one tenant and pool
+ * and the roles it allows (bc_join.cloud_accounts, or the registered
+ * resolver); the optional maximum instance age; the binding of a format
+ * that binds nothing (a sealed join token of that tenant and pool, or an
+ * account opted in to unbound admission); and the instance admitted once,
+ * forever (attestation_uses, in this subtransaction: a refusal after it
+ * rolls it back).  An instance an operator reset
+ * (bc_join.reset_cloud_instance) reclaims the node bound to it.
  */
 #include "bc_join.h"
 
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "commands/trigger.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/formatting.h"
 #include "utils/rel.h"
 
 #include <openssl/x509v3.h>
 
-#define CLOUD "cloud-iid"
+#define CLOUD BC_ATTESTOR_CLOUD_IID
 /* base64url of 16,384 bytes */
 #define CLOUD_B64_MAX 21846
-#define AWS_UNBOUND_SECONDS 300
+#define UNBOUND_SECONDS 300
+/* a provider's name: ^[a-z][a-z0-9-]{0,31}$ (bc_join.cloud_providers) */
+#define PROVIDER_MAX 32
 
-static const char *const cloud_roles[] = {BC_ROLE_NODE, NULL};
+static const char *const cloud_roles[] = {BC_ROLE_NODE, BC_ROLE_SITE, NULL};
 
-/* What a verifier proved about the instance. */
-typedef struct CloudIdentity
-{
-	char	   *account;
-	char	   *instance;
-	bool		has_started;
-	int64		started;		/* AWS pendingTime, GCP instance_creation_timestamp */
-} CloudIdentity;
-
-/* A provider's settings (bc_join.cloud_providers). */
-typedef struct CloudSettings
-{
-	char	   *audience;
-	char	   *domain;
-	bool		has_max_age;
-	int64		max_age;
-} CloudSettings;
-
-/* The evidence members, by index. */
-enum
-{
-	M_PROVIDER,
-	M_DOCUMENT,
-	M_PKCS7,
-	M_TOKEN,
-	M_COUNT
-};
-
-typedef struct CloudVerifier
-{
-	const char *provider;
-	/* the members it takes besides provider (bit per M_*) */
-	int			members;
-	void		(*verify) (const BcJoinRequest *req, BcEvidenceMember *m,
-						   const CloudSettings *set, int64 now, CloudIdentity *id);
-} CloudVerifier;
-
-static BcPlan provider_settings = {
-	"SELECT audience, domain, extract(epoch FROM max_instance_age)::bigint "
-	"FROM bc_join.cloud_providers WHERE provider = $1",
+/*
+ * The provider's row, or the definition of a built-in provider without one
+ * (disabled); nothing for a name neither knows.
+ */
+static BcPlan provider_lookup = {
+	"SELECT p.format, p.account_member, p.instance_member, p.started_member, p.require_members, "
+	"       p.issuer, p.nonce_member, p.uuid_ids, p.audience, p.domain, "
+	"       extract(epoch FROM p.max_instance_age)::bigint, true "
+	"FROM bc_join.cloud_providers p WHERE p.provider = $1 "
+	"UNION ALL "
+	"SELECT b.format, b.account_member, b.instance_member, b.started_member, b.require_members, "
+	"       b.issuer, b.nonce_member, b.uuid_ids, NULL, NULL, NULL, false "
+	"FROM bc_join.cloud_builtin_provider($1) b "
+	"ORDER BY 12 DESC LIMIT 1",
 	1, {TEXTOID}
 };
 
 enum
 {
-	Anum_ps_audience = 1,
-	Anum_ps_domain,
-	Anum_ps_max_age
-};
-
-static BcPlan provider_trust = {
-	"SELECT kind, material FROM bc_join.cloud_trust WHERE provider = $1 ORDER BY id",
-	1, {TEXTOID}
-};
-
-enum
-{
-	Anum_trust_kind = 1,
-	Anum_trust_material
+	Anum_pl_format = 1,
+	Anum_pl_account_member,
+	Anum_pl_instance_member,
+	Anum_pl_started_member,
+	Anum_pl_require_members,
+	Anum_pl_issuer,
+	Anum_pl_nonce_member,
+	Anum_pl_uuid_ids,
+	Anum_pl_audience,
+	Anum_pl_domain,
+	Anum_pl_max_age,
+	Anum_pl_enabled
 };
 
 static BcPlan account_mapping = {
-	"SELECT tenant_id, pool_id, allow_unbound FROM bc_join.cloud_accounts "
+	"SELECT tenant_id, pool_id, allow_unbound, $3 = ANY (roles) FROM bc_join.cloud_accounts "
 	"WHERE provider = $1 AND account = $2 LIMIT 2",
-	2, {TEXTOID, TEXTOID}
+	3, {TEXTOID, TEXTOID, TEXTOID}
 };
 
 enum
 {
 	Anum_am_tenant = 1,
 	Anum_am_pool,
-	Anum_am_allow_unbound
+	Anum_am_allow_unbound,
+	Anum_am_role_allowed
 };
 
 static BcPlan resolver = {
 	"SELECT pg_catalog.to_regprocedure(resolve)::oid, resolve FROM bc_join.cloud_resolver",
 	0, {InvalidOid}
+};
+
+static BcPlan pool_site = {
+	"SELECT site_id FROM bc_join.pools WHERE id = $1",
+	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_psite_site = 1
 };
 
 static BcPlan use_instance = {
@@ -134,325 +125,109 @@ refuse(const char *reason, const char *tenant)
 	bc_refuse_join(psprintf(CLOUD ":%s", reason), tenant);
 }
 
-/* A base64url member decoded (at most 16,384 bytes), or malformed. */
-static bytea *
-member_bytes(const char *b64)
+/* -------------------------------------------------------- for everyone */
+
+/*
+ * The provider the evidence names: its row, or a built-in's definition
+ * (p->enabled false); false when no provider has that name.
+ */
+static bool
+find_provider(const char *name, BcCloudProvider *p)
 {
-	size_t		len = strlen(b64);
-	size_t		n;
-	bytea	   *out = palloc(VARHDRSZ + bc_b64url_decoded_maxlen(len) + 1);
+	Datum		v = CStringGetTextDatum(name);
+	Datum		d;
+	bool		isnull;
+	char	   *format;
+	int			i;
 
-	if (len == 0 ||
-		bc_b64url_decode(b64, len, (unsigned char *) VARDATA(out),
-						 bc_b64url_decoded_maxlen(len), &n) != BC_OK ||
-		n > BC_CLOUD_DOC_MAX)
-		refuse("malformed", NULL);
-	SET_VARSIZE(out, VARHDRSZ + n);
-	return out;
-}
-
-/* The trust material of kind for provider, every row concatenated (NULL: none). */
-static char *
-trust_material(const char *provider, const char *kind)
-{
-	Datum		v = CStringGetTextDatum(provider);
-	StringInfoData buf;
-	uint64		rows;
-	uint64		i;
-
-	initStringInfo(&buf);
-	rows = bc_spi_exec(&provider_trust, &v, NULL, true, 0);
-	for (i = 0; i < rows; i++)
+	memset(p, 0, sizeof(*p));
+	if (bc_spi_exec(&provider_lookup, &v, NULL, true, 1) != 1)
+		return false;
+	p->name = pstrdup(name);
+	format = bc_spi_text_req(Anum_pl_format);
+	p->format = bc_cloud_format(format);
+	if (p->format == NULL)
+		bc_invalid_config("cloud provider %s has the unknown format %s", name, format);
+	p->account_member = bc_spi_text_req(Anum_pl_account_member);
+	p->instance_member = bc_spi_text_req(Anum_pl_instance_member);
+	p->started_member = bc_spi_text(Anum_pl_started_member);
+	d = bc_spi_datum(Anum_pl_require_members, &isnull);
+	if (!isnull)
 	{
-		char	   *k = bc_spi_row_text(i, Anum_trust_kind);
+		Datum	   *elems;
+		bool	   *nulls;
 
-		if (strcmp(k, kind) == 0)
+		deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, &nulls, &p->n_require);
+		p->require = palloc0(sizeof(char *) * (p->n_require + 1));
+		for (i = 0; i < p->n_require; i++)
 		{
-			appendStringInfoString(&buf, bc_spi_row_text(i, Anum_trust_material));
-			appendStringInfoChar(&buf, '\n');
+			if (nulls[i])
+				bc_invalid_config("cloud provider %s requires a NULL member", name);
+			p->require[i] = TextDatumGetCString(elems[i]);
 		}
 	}
-	return buf.len > 0 ? buf.data : NULL;
+	p->issuer = bc_spi_text(Anum_pl_issuer);
+	p->nonce_member = bc_spi_text(Anum_pl_nonce_member);
+	p->uuid_ids = bc_spi_bool(Anum_pl_uuid_ids);
+	p->audience = bc_spi_text(Anum_pl_audience);
+	p->domain = bc_spi_text(Anum_pl_domain);
+	d = bc_spi_datum(Anum_pl_max_age, &isnull);
+	p->has_max_age = !isnull;
+	if (!isnull)
+		p->max_age = DatumGetInt64(d);
+	p->enabled = bc_spi_bool(Anum_pl_enabled);
+	/* what cloud_providers_check holds a row to, should one have gone round it */
+	if (!bc_cloud_provider_coherent(p))
+		bc_invalid_config("cloud provider %s is defined inconsistently for its format %s",
+						  name, p->format->name);
+	return true;
 }
 
-/* The JWKS documents of gcp, one per row. */
-static List *
-trust_documents(const char *provider, const char *kind)
+/* Whether a resolver's answer allows role: its "roles" (default ["node"]). */
+static bool
+resolver_allows(Jsonb *j, const char *role)
 {
-	Datum		v = CStringGetTextDatum(provider);
-	List	   *out = NIL;
-	uint64		rows;
-	uint64		i;
+	JsonbValue *v = getKeyJsonValueFromContainer(&j->root, "roles", 5, NULL);
+	bool		allowed = false;
+	int			n;
+	int			i;
 
-	rows = bc_spi_exec(&provider_trust, &v, NULL, true, 0);
-	for (i = 0; i < rows; i++)
+	if (v == NULL)
+		return strcmp(role, BC_ROLE_NODE) == 0;
+	if (v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data) ||
+		(n = JsonContainerSize(v->val.binary.data)) < 1 || n > 2)
+		bc_invalid_config("the cloud resolver's \"roles\" must be an array of node and site");
+	for (i = 0; i < n; i++)
 	{
-		char	   *k = bc_spi_row_text(i, Anum_trust_kind);
+		JsonbValue *e = getIthJsonbValueFromContainer(v->val.binary.data, i);
+		char	   *r;
 
-		if (strcmp(k, kind) == 0)
-			out = lappend(out, bc_spi_row_text(i, Anum_trust_material));
+		if (e == NULL || e->type != jbvString)
+			bc_invalid_config("the cloud resolver's \"roles\" must be an array of node and site");
+		r = pnstrdup(e->val.string.val, e->val.string.len);
+		if (strcmp(r, BC_ROLE_NODE) != 0 && strcmp(r, BC_ROLE_SITE) != 0)
+			bc_invalid_config("the cloud resolver's \"roles\" must be an array of node and site");
+		if (strcmp(r, role) == 0)
+			allowed = true;
 	}
-	return out;
+	return allowed;
 }
 
 /*
- * Certificates from configured PEM (NULL: none), owned by the current
- * memory context (borrowed: never freed here); INVALID_CONFIG when unreadable.
+ * The tenant and pool the account maps to, and whether it allows the role
+ * asked for: its one row, or the resolver.
  */
-static STACK_OF(X509) *
-cert_stack(const char *pem)
-{
-	STACK_OF(X509) *sk = NULL;
-
-	if (pem == NULL)
-		return NULL;
-	if (bc_cloud_certs_from_pem(pem, strlen(pem), &sk) != BC_OK)
-		bc_invalid_config("cloud-iid trust material that is no PEM certificate is configured");
-	return bc_own_x509_stack(CurrentMemoryContext, &sk);
-}
-
-/* ------------------------------------------------------------------ AWS */
-
-/* AWS: the pkcs7 verified with the configured certificates, its content the document. */
 static void
-aws_verify(const BcJoinRequest *req, BcEvidenceMember *m, const CloudSettings *set,
-		   int64 now, CloudIdentity *id)
+map_account(const BcJoinRequest *req, const char *provider, const BcCloudIdentity *id,
+			char **tenant, char **pool, bool *allow_unbound, bool *role_allowed)
 {
-	bytea	   *document = member_bytes(m[M_DOCUMENT].value);
-	bytea	   *p7 = member_bytes(m[M_PKCS7].value);
-	char	   *pem = trust_material("aws", "certificate");
-	STACK_OF(X509) *certs;
-	unsigned char *content = NULL;
-	size_t		content_len = 0;
-	const char *reason = NULL;
-	int			st;
-	BcDocField	f[] = {
-		{.path = "accountId"}, {.path = "instanceId"}, {.path = "region"}, {.path = "pendingTime"}
-	};
-	int64		started;
-	bool		same;
-
-	if (pem == NULL)
-		refuse("provider-disabled", NULL);
-	certs = cert_stack(pem);
-	st = bc_cloud_aws_verify((const unsigned char *) VARDATA(p7), VARSIZE(p7) - VARHDRSZ,
-							 certs, &content, &content_len, &reason);
-	if (st != BC_OK)
-		refuse(reason ? reason : "bad-signature", NULL);
-	/* Only the signed bytes count, and they must be the document sent. */
-	same = content_len == VARSIZE(document) - VARHDRSZ &&
-		memcmp(content, VARDATA(document), content_len) == 0;
-	if (!same)
-	{
-		bc_free(content);
-		refuse("content-mismatch", NULL);
-	}
-	{
-		char	   *text = pnstrdup((char *) content, content_len);
-
-		bc_free(content);
-		if (!bc_doc_fields(text, content_len, f, lengthof(f)) ||
-			f[0].value == NULL || f[1].value == NULL || f[2].value == NULL || f[3].value == NULL ||
-			f[0].value[0] == '\0' || f[1].value[0] == '\0' ||
-			bc_cloud_parse_rfc3339(f[3].value, &started) != BC_OK)
-			refuse("malformed-document", NULL);
-	}
-	id->account = f[0].value;
-	id->instance = f[1].value;
-	id->has_started = true;
-	id->started = started;
-}
-
-/* ------------------------------------------------------------------ GCP */
-
-/* A JWT segment decoded as text, or malformed-token. */
-static char *
-segment(const char *s, size_t n, size_t cap, size_t *len)
-{
-	unsigned char *buf = palloc(bc_b64url_decoded_maxlen(n) + 1);
-
-	if (n == 0 || bc_b64url_decode(s, n, buf, bc_b64url_decoded_maxlen(n), len) != BC_OK ||
-		*len > cap)
-		refuse("malformed-token", NULL);
-	buf[*len] = '\0';
-	return (char *) buf;
-}
-
-/* GCP: the JWT, RS256 by the one configured key its kid names, and its claims. */
-static void
-gcp_verify(const BcJoinRequest *req, BcEvidenceMember *m, const CloudSettings *set,
-		   int64 now, CloudIdentity *id)
-{
-	const char *jwt = m[M_TOKEN].value;
-	const char *dot1 = strchr(jwt, '.');
-	const char *dot2 = dot1 ? strchr(dot1 + 1, '.') : NULL;
-	char	   *header;
-	char	   *payload;
-	unsigned char *sig;
-	size_t		hlen;
-	size_t		plen;
-	size_t		slen;
-	BcDocField	h[] = {{.path = "alg"}, {.path = "kid"}};
-	BcDocField	c[] = {
-		{.path = "iss"}, {.path = "aud"}, {.path = "iat", .integer = true},
-		{.path = "exp", .integer = true},
-		{.path = "google.compute_engine.project_id"},
-		{.path = "google.compute_engine.instance_id"},
-		{.path = "google.compute_engine.instance_creation_timestamp", .integer = true}
-	};
-	List	   *jwks = trust_documents("gcp", "jwks");
-	ListCell   *lc;
-	EVP_PKEY   *key = NULL;
-	int			matches = 0;
-	int64		iat;
-	int64		exp;
-
-	if (jwks == NIL || set->audience == NULL)
-		refuse("provider-disabled", NULL);
-	if (dot2 == NULL || strchr(dot2 + 1, '.') != NULL)
-		refuse("malformed-token", NULL);
-	header = segment(jwt, dot1 - jwt, 1024, &hlen);
-	if (!bc_doc_fields(header, hlen, h, lengthof(h)))
-		refuse("malformed-token", NULL);
-	/* exactly RS256: never none, HS256 keyed with a public key, ES256, PS256 */
-	if (h[0].value == NULL || strcmp(h[0].value, "RS256") != 0)
-		refuse("wrong-alg", NULL);
-	if (h[1].value == NULL)
-		refuse("unknown-key", NULL);
-	payload = segment(dot1 + 1, dot2 - dot1 - 1, 8192, &plen);
-	sig = (unsigned char *) segment(dot2 + 1, strlen(dot2 + 1), 1024, &slen);
-
-	/*
-	 * Exactly one configured key has this kid, across every row as within
-	 * one, and it is an RSA key.  A key found is the context's at once
-	 * (borrowed here, never freed by hand); a second match anywhere is
-	 * unknown-key, whichever rows hold them.
-	 */
-	foreach(lc, jwks)
-	{
-		const char *doc = (const char *) lfirst(lc);
-		EVP_PKEY   *k = NULL;
-		int			n = 0;
-
-		CHECK_FOR_INTERRUPTS();
-		if (bc_cloud_jwks_rsa_key(doc, strlen(doc), h[1].value, &n, &k) != BC_OK)
-			bc_invalid_config("a gcp JWKS in bc_join.cloud_trust is unreadable");
-		matches += n;
-		if (k != NULL)
-			key = bc_own_pkey(CurrentMemoryContext, &k);
-		if (matches > 1)
-			refuse("unknown-key", NULL);
-	}
-	if (matches != 1 || key == NULL)
-		refuse("unknown-key", NULL);
-	if (bc_cloud_rs256_verify(key, jwt, dot2 - jwt, sig, slen) != BC_OK)
-		refuse("bad-signature", NULL);
-
-	/* The claims: signed, so read as they are. */
-	if (!bc_doc_fields(payload, plen, c, lengthof(c)))
-		refuse("malformed-token", NULL);
-	if (c[0].value == NULL || strcmp(c[0].value, "https://accounts.google.com") != 0)
-		refuse("wrong-issuer", NULL);
-	if (c[1].value == NULL ||
-		strcmp(c[1].value, psprintf("%s#%s", set->audience, req->csr_sha256_b64)) != 0)
-		refuse("wrong-audience", NULL);
-	if (c[2].value == NULL || c[3].value == NULL)
-		refuse("malformed-token", NULL);
-	iat = strtoll(c[2].value, NULL, 10);
-	exp = strtoll(c[3].value, NULL, 10);
-	if (iat > now + 60)
-		refuse("not-yet-valid", NULL);
-	if (now >= exp + 60)
-		refuse("expired", NULL);
-	if (exp - iat > 3600)
-		refuse("lifetime", NULL);
-	if (c[4].value == NULL || c[5].value == NULL || c[4].value[0] == '\0' ||
-		c[5].value[0] == '\0')
-		refuse("no-instance", NULL);
-	id->account = c[4].value;
-	id->instance = c[5].value;
-	if (c[6].value != NULL)
-	{
-		id->has_started = true;
-		id->started = strtoll(c[6].value, NULL, 10);
-	}
-}
-
-/* ---------------------------------------------------------------- Azure */
-
-/* Azure: the attested document's PKCS#7, its signer chained, its content checked. */
-static void
-azure_verify(const BcJoinRequest *req, BcEvidenceMember *m, const CloudSettings *set,
-			 int64 now, CloudIdentity *id)
-{
-	bytea	   *p7 = member_bytes(m[M_DOCUMENT].value);
-	char	   *roots_pem = trust_material("azure", "root");
-	char	   *inter_pem = trust_material("azure", "intermediate");
-	STACK_OF(X509) *roots;
-	STACK_OF(X509) *inter;
-	unsigned char *content = NULL;
-	size_t		content_len = 0;
-	const char *reason = NULL;
-	char		nonce[33];
-	char	   *text;
-	int			st;
-	int			i;
-	BcDocField	f[] = {
-		{.path = "nonce"}, {.path = "timeStamp.createdOn"}, {.path = "timeStamp.expiresOn"},
-		{.path = "vmId"}, {.path = "subscriptionId"}
-	};
-	int64		created;
-	int64		expires;
-
-	if (roots_pem == NULL || set->domain == NULL)
-		refuse("provider-disabled", NULL);
-	roots = cert_stack(roots_pem);
-	inter = cert_stack(inter_pem);
-	st = bc_cloud_azure_verify((const unsigned char *) VARDATA(p7), VARSIZE(p7) - VARHDRSZ,
-							   roots, inter, set->domain, now, &content, &content_len, &reason);
-	if (st != BC_OK)
-		refuse(reason ? reason : "bad-signature", NULL);
-	text = pnstrdup((char *) content, content_len);
-	bc_free(content);
-
-	if (!bc_doc_fields(text, content_len, f, lengthof(f)))
-		refuse("malformed-document", NULL);
-	/* nonce: the first 32 hex digits of SHA-256(CSR DER) */
-	for (i = 0; i < 16; i++)
-		snprintf(nonce + 2 * i, 3, "%02x", req->csr_sha256[i]);
-	if (f[0].value == NULL || strcmp(f[0].value, nonce) != 0)
-		refuse("wrong-nonce", NULL);
-	if (bc_cloud_parse_azure_time(f[1].value, &created) != BC_OK ||
-		bc_cloud_parse_azure_time(f[2].value, &expires) != BC_OK)
-		refuse("malformed-document", NULL);
-	if (created > now + 60)
-		refuse("not-yet-valid", NULL);
-	if (now > expires)
-		refuse("expired", NULL);
-	if (!bc_cloud_is_uuid(f[3].value) || !bc_cloud_is_uuid(f[4].value))
-		refuse("malformed-document", NULL);
-	id->account = asc_tolower(f[4].value, strlen(f[4].value));
-	id->instance = asc_tolower(f[3].value, strlen(f[3].value));
-}
-
-static const CloudVerifier verifiers[] = {
-	{"aws", (1 << M_DOCUMENT) | (1 << M_PKCS7), aws_verify},
-	{"gcp", (1 << M_TOKEN), gcp_verify},
-	{"azure", (1 << M_DOCUMENT), azure_verify},
-};
-
-/* -------------------------------------------------------- for everyone */
-
-/* The tenant and pool the account maps to: its one row, or the resolver. */
-static void
-map_account(const BcJoinRequest *req, const char *provider, const CloudIdentity *id,
-			char **tenant, char **pool, bool *allow_unbound)
-{
-	Datum		v[2];
+	Datum		v[3];
 	uint64		rows;
 
 	v[0] = CStringGetTextDatum(provider);
 	v[1] = CStringGetTextDatum(id->account);
+	v[2] = CStringGetTextDatum(req->role);
 	rows = bc_spi_exec(&account_mapping, v, NULL, true, 2);
 	if (rows > 1)
 		bc_invalid_config("%s account %s is mapped to more than one tenant and pool in bc_join.cloud_accounts",
@@ -462,6 +237,7 @@ map_account(const BcJoinRequest *req, const char *provider, const CloudIdentity 
 		*tenant = bc_spi_text_req(Anum_am_tenant);
 		*pool = bc_spi_text_req(Anum_am_pool);
 		*allow_unbound = bc_spi_bool(Anum_am_allow_unbound);
+		*role_allowed = bc_spi_bool(Anum_am_role_allowed);
 		return;
 	}
 	*allow_unbound = false;
@@ -487,16 +263,18 @@ map_account(const BcJoinRequest *req, const char *provider, const CloudIdentity 
 			*tenant = bc_jsonb_string(j, "tenantId");
 			*pool = bc_jsonb_string(j, "poolId");
 			if (*tenant == NULL || *pool == NULL)
-				bc_invalid_config("the cloud resolver answered something other than {\"tenantId\", \"poolId\"}");
+				bc_invalid_config("the cloud resolver answered something other than {\"tenantId\", \"poolId\", \"roles\"?}");
+			*role_allowed = resolver_allows(j, req->role);
 			return;
 		}
 	}
 	refuse("unknown-account", NULL);
 }
 
-/* {"provider", "account", "instance"} as JSON text. */
+/* {"provider", "account", "instance"} as JSON text, and "admission" or "role" when given. */
 static char *
-instance_json(const char *provider, const CloudIdentity *id, const char *admission)
+instance_json(const char *provider, const BcCloudIdentity *id, const char *admission,
+			  const char *role)
 {
 	StringInfoData b;
 
@@ -507,6 +285,8 @@ instance_json(const char *provider, const CloudIdentity *id, const char *admissi
 	bc_json_member(&b, "instance", id->instance);
 	if (admission != NULL)
 		bc_json_member(&b, "admission", admission);
+	if (role != NULL)
+		bc_json_member(&b, "role", role);
 	bc_json_end(&b);
 	return b.data;
 }
@@ -515,83 +295,94 @@ instance_json(const char *provider, const CloudIdentity *id, const char *admissi
 static void
 cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 {
-	BcEvidenceMember m[M_COUNT] = {
-		{.name = "provider", .required = true, .max = 8},
+	BcEvidenceMember m[BC_CLOUD_M_COUNT] = {
+		{.name = "provider", .required = true, .max = PROVIDER_MAX},
 		{.name = "document", .max = CLOUD_B64_MAX},
 		{.name = "pkcs7", .max = CLOUD_B64_MAX},
 		{.name = "token", .max = 16384},
 	};
 	BcAttestResult *res = &out->result;
-	const CloudVerifier *ver = NULL;
-	CloudSettings set;
-	CloudIdentity id;
+	BcCloudProvider p;
+	BcCloudIdentity id;
 	char	   *tenant;
 	char	   *pool;
+	char	   *site = NULL;
 	bool		allow_unbound;
+	bool		role_allowed;
+	bool		site_agent = strcmp(req->role, BC_ROLE_SITE) == 0;
 	const char *admission = "token";
 	int64		now = bc_timestamp_to_unix(bc_now());
 	StringInfoData bindin;
 	Datum		v[2];
 	char		vn[2] = {' ', 'n'};
-	bool		isnull;
 	int			i;
 
 	bc_evidence_members(CLOUD, req->attestation, m, lengthof(m));
-	for (i = 0; i < (int) lengthof(verifiers); i++)
-		if (strcmp(verifiers[i].provider, m[M_PROVIDER].value) == 0)
-			ver = &verifiers[i];
-	if (ver == NULL)
+	/* A provider nobody defined is no provider: malformed, like a member too many. */
+	if (!find_provider(m[BC_CLOUD_M_PROVIDER].value, &p))
 		refuse("malformed", NULL);
-	for (i = M_DOCUMENT; i < M_COUNT; i++)
-		if ((m[i].value != NULL) != ((ver->members & (1 << i)) != 0))
+	for (i = BC_CLOUD_M_DOCUMENT; i < BC_CLOUD_M_COUNT; i++)
+		if ((m[i].value != NULL) != ((p.format->members & (1 << i)) != 0))
 			refuse("malformed", NULL);
 
 	/* The provider is enabled: it has a row in cloud_providers. */
-	memset(&set, 0, sizeof(set));
-	v[0] = CStringGetTextDatum(ver->provider);
-	if (bc_spi_exec(&provider_settings, v, NULL, true, 1) != 1)
+	if (!p.enabled)
 		refuse("provider-disabled", NULL);
-	set.audience = bc_spi_text(Anum_ps_audience);
-	set.domain = bc_spi_text(Anum_ps_domain);
-	{
-		Datum		d = bc_spi_datum(Anum_ps_max_age, &isnull);
-
-		set.has_max_age = !isnull;
-		if (!isnull)
-			set.max_age = DatumGetInt64(d);
-	}
-	if (strcmp(ver->provider, "azure") == 0 && set.has_max_age)
-		bc_invalid_config("azure has no instance age, but bc_join.cloud_providers sets max_instance_age for it");
+	if (p.has_max_age && p.started_member == NULL)
+		bc_invalid_config("%s has no instance age, but bc_join.cloud_providers sets max_instance_age for it",
+						  p.name);
 
 	memset(&id, 0, sizeof(id));
-	ver->verify(req, m, &set, now, &id);
+	p.format->verify(req, m, &p, now, &id);
 
-	/* The account's tenant and pool. */
-	map_account(req, ver->provider, &id, &tenant, &pool, &allow_unbound);
+	/* The instance's names, as signed (UUIDs in lower case). */
+	if (id.account == NULL || id.instance == NULL || id.account[0] == '\0' || id.instance[0] == '\0')
+		refuse(p.format->no_identity, NULL);
+	if (p.uuid_ids)
+	{
+		if (!bc_cloud_is_uuid(id.account) || !bc_cloud_is_uuid(id.instance))
+			refuse(p.format->no_identity, NULL);
+		id.account = asc_tolower(id.account, strlen(id.account));
+		id.instance = asc_tolower(id.instance, strlen(id.instance));
+	}
+
+	/* The account's tenant and pool, and the roles it allows. */
+	map_account(req, p.name, &id, &tenant, &pool, &allow_unbound, &role_allowed);
+	if (!role_allowed)
+		bc_refuse_join_detail(CLOUD ":role", tenant, instance_json(p.name, &id, NULL, req->role));
+	if (site_agent)
+	{
+		/* a site agent joins the site of the account's pool, never a pool */
+		v[0] = CStringGetTextDatum(pool);
+		if (bc_spi_exec(&pool_site, v, NULL, true, 1) != 1)
+			bc_invalid_config("the pool %s of %s account %s does not exist", pool, p.name, id.account);
+		site = bc_spi_text_req(Anum_psite_site);
+	}
 
 	/* An optional maximum instance age. */
-	if (set.has_max_age && (!id.has_started || now - id.started > set.max_age))
+	if (p.has_max_age && (!id.has_started || now - id.started > p.max_age))
 		refuse("too-old", tenant);
 
-	/* A sealed join token binds the CSR (AWS needs one unless opted in). */
+	/* A sealed join token binds the CSR (a format that binds nothing needs one unless opted in). */
 	if (req->token != NULL)
 	{
 		BcToken		tok;
 
 		bc_check_join_token(CLOUD, req->token, req->role, req->claims, &tok);
-		if (strcmp(tok.tenant_id, tenant) != 0 || tok.pool_id == NULL ||
-			strcmp(tok.pool_id, pool) != 0)
+		if (strcmp(tok.tenant_id, tenant) != 0 ||
+			(site_agent ? tok.pool_id != NULL || tok.site_id == NULL || strcmp(tok.site_id, site) != 0
+			 : tok.pool_id == NULL || strcmp(tok.pool_id, pool) != 0))
 			refuse("token-mismatch", tenant);
 		res->token_id = tok.token_id;
 		res->spend_token = true;
 		res->expect_checked = true;
 		res->allow_reclaim = tok.allow_reclaim;
 	}
-	else if (strcmp(ver->provider, "aws") == 0)
+	else if (!p.format->binds_csr)
 	{
 		if (!allow_unbound)
 			refuse("no-token", tenant);
-		if (now - id.started > AWS_UNBOUND_SECONDS)
+		if (!id.has_started || now - id.started > UNBOUND_SECONDS)
 			refuse("unbound-stale", tenant);
 		admission = "aws-unbound";
 	}
@@ -600,7 +391,7 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 
 	/* bind = SHA-256(provider 0x00 account 0x00 instance) */
 	initStringInfo(&bindin);
-	appendStringInfoString(&bindin, ver->provider);
+	appendStringInfoString(&bindin, p.name);
 	appendStringInfoChar(&bindin, '\0');
 	appendBinaryStringInfo(&bindin, id.account, strlen(id.account));
 	appendStringInfoChar(&bindin, '\0');
@@ -622,12 +413,15 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 	/* Once, forever (a repeat finds it spent by the certificate it asks for). */
 	if (bc_spi_exec(&use_instance, v, vn, false, 0) != 1 && !bc_spent_by_repeat(CLOUD, res->bind))
 		bc_refuse_join_detail(CLOUD ":already-admitted", tenant,
-							  instance_json(ver->provider, &id, NULL));
+							  instance_json(p.name, &id, NULL, NULL));
 
 	res->tenant_id = tenant;
-	res->pool_id = pool;
+	if (site_agent)
+		res->site_id = site;
+	else
+		res->pool_id = pool;
 	res->role = pstrdup(req->role);
-	res->joined_detail = instance_json(ver->provider, &id, admission);
+	res->joined_detail = instance_json(p.name, &id, admission, NULL);
 }
 
 const BcAttestor bc_cloud_iid_attestor = {
@@ -664,7 +458,7 @@ bc_cloud_trust_check(PG_FUNCTION_ARGS)
 
 		ok = bc_cloud_jwks_check(material, strlen(material), &rsa) == BC_OK && rsa > 0;
 		if (!ok)
-			bc_invalid_input("gcp trust material must be a JWKS ({\"keys\": [...]}) with at least one RSA key (2048 to 8192 bits), every key with a kid");
+			bc_invalid_input("jwks trust material (gcp-jwt providers) must be a JWKS ({\"keys\": [...]}) with at least one RSA key (2048 to 8192 bits), every key with a kid");
 	}
 	else
 	{
@@ -680,7 +474,7 @@ bc_cloud_trust_check(PG_FUNCTION_ARGS)
 		if (!ok)
 			bc_invalid_input("%s trust material must be one or more PEM certificates and nothing else", kind);
 		if (strcmp(kind, "root") == 0 && !self_signed)
-			bc_invalid_input("an azure root must be self-signed (add other CA certificates as intermediate)");
+			bc_invalid_input("a root (azure-pkcs7 providers) must be self-signed (add other CA certificates as intermediate)");
 	}
 	PG_RETURN_POINTER(tup);
 }
