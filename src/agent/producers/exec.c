@@ -15,9 +15,9 @@
  * variables only (PATH, LC_ALL, BCD_PRODUCER_API_VERSION, BCD_ATTESTOR,
  * BCD_ROUND), in its own process group, cwd /, stdin the request object,
  * stdout the answer object (at most BCD_EXEC_OUTPUT_MAX bytes), stderr kept
- * up to BCD_EXEC_STDERR_MAX bytes for the log.  Its answer is what it wrote
- * by the time it exited, whoever still holds its stdout (a setsid() child
- * is logged and left running).  After --producer-timeout (default 30 s) or
+ * up to BCD_EXEC_STDERR_MAX bytes for the log.  Its answer is taken when it
+ * has exited and its JSON object is complete, whoever still holds its
+ * stdout (a setsid() child is logged and left running).  After --producer-timeout (default 30 s) or
  * more output than that, its process group is killed; so is what it left
  * in its process group when it exits.
  *
@@ -573,6 +573,27 @@ read_stderr(bcd_child *c, exec_run *r)
 }
 
 /*
+ * Whether r's stdout is a JSON text begun and not ended yet (jansson's
+ * premature end of input), what a producer's child may still be writing.
+ */
+static int
+answer_unfinished(const exec_run *r)
+{
+	json_error_t jerr;
+	json_t	   *doc;
+
+	if (r->out_len == 0)
+		return 0;
+	doc = json_loadb(r->out, r->out_len, JSON_DISABLE_EOF_CHECK, &jerr);
+	if (doc != NULL)
+	{
+		json_decref(doc);
+		return 0;
+	}
+	return json_error_code(&jerr) == json_error_premature_end_of_input;
+}
+
+/*
  * The process other than bcd that holds the pipe fd leads to (the write end
  * of the producer's stdout or stderr), from /proc: its pid, or -1.
  */
@@ -620,10 +641,12 @@ pipe_holder(int fd)
 
 /*
  * Run the file open at fd (path: its name, argv[0]) with input on its
- * stdin (see the top of this file); r filled.  Its answer is what it wrote
- * on stdout by the time it exited: a process it left holding the pipe
- * (a setsid() child) delays nothing (r->left_running).  BC_OK when it ran
- * (whatever its exit), else BC_ENOMEM.
+ * stdin (see the top of this file); r filled.  Its answer is taken when it
+ * has exited and its JSON object is complete: what it wrote on stdout by
+ * its exit, and, after an exit 0 with the object begun and not ended, what
+ * follows until it ends; never waiting for the end of the pipe, which a
+ * process it left (a setsid() child) may hold (r->left_running).  BC_OK
+ * when it ran (whatever its exit), else BC_ENOMEM.
  */
 static int
 run_producer(int fd, const char *path, double timeout, const char *attestor, int round,
@@ -739,6 +762,21 @@ run_producer(int fd, const char *path, double timeout, const char *attestor, int
 			;
 		while (c.err >= 0 && dropped < STDERR_DRAIN_MAX && (got = read_stderr(&c, r)) > 0)
 			dropped += (size_t) got;
+		/* exit 0 with its JSON begun and not ended: the rest from whoever holds the pipe */
+		while (c.out >= 0 && !r->too_big && WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0 &&
+			   answer_unfinished(r) && bcd_now_ms() / 1000.0 < deadline && !bcd_stop_requested())
+		{
+			struct pollfd pfd[2] = {{.fd = c.out, .events = POLLIN},
+			{.fd = c.err, .events = POLLIN}};
+			double		left = deadline - bcd_now_ms() / 1000.0;
+
+			if (poll(pfd, 2, left > 0.2 ? 200 : (int) (left * 1000) + 1) <= 0)
+				continue;
+			if (pfd[0].revents != 0)
+				(void) read_stdout(&c, r, cap);
+			if (c.err >= 0 && pfd[1].revents != 0)
+				(void) read_stderr(&c, r);
+		}
 		/* what it left in its process group, and whoever still holds its pipes */
 		kill(-c.pid, SIGKILL);
 		if (c.out >= 0 || c.err >= 0)
