@@ -944,7 +944,9 @@ answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out, c
 }
 
 static const bcd_producer_option options[] = {
-	{"producer", "PATH", "run the executable PATH (no shell, a clean\n"
+	{"producer", "PATH", "run the executable PATH (absolute; it and every\n"
+	 "directory above it writable by root or bcd's user\n"
+	 "only; opened once, at the start; no shell, a clean\n"
 	 "environment) for the evidence of a custom --attestor\n"
 	 "ID, a JSON object in and out (docs/agent.md,\n"
 	 "\"Writing a producer\"); the token, if given, is\n"
