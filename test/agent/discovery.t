@@ -25,7 +25,11 @@ the handshake or request-line deadline (3 s); an eleventh address opening ten
 connections keeps four, the other six closed at once (--per-source).  A
 ramdisk whose "site agent" accepts the TCP connection and never answers says
 that the TLS handshake did not finish in time, not that the agent is not a
-node of the node CA (#26.7).
+node of the node CA (#26.7).  Eighty idle sockets from twenty addresses
+(four each, within --per-source, more than --max-connections 64 in all)
+leave a real request served at once: beyond the budget of connections
+without their request (48), the oldest are closed first, and that is logged
+(#42.7).
 """
 import json
 import os
@@ -349,6 +353,38 @@ def body(tap, env):
            {k: sorted(v)[:3] + sorted(v)[-3:] for k, v in lives.items()})
     tap.ok("over --per-source 4" in srv.text(), "serve-discovery logs the connections it closed over the limits",
            srv.text()[-1500:])
+
+    # 80 idle sockets from 20 addresses (4 each: within --per-source; 80 > --max-connections 64)
+    idle = [socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.%d" % (2 + i // 4), 0))
+            for i in range(80)]
+    time.sleep(0.5)                     # all accepted, the oldest closed to make room for the newest
+    t0 = time.time()
+    try:
+        a = ask(port, json.dumps({"csr": csr64, "mac": "aa:bb:cc:00:00:09"}).encode() + b"\n")
+    except (OSError, ValueError) as e:
+        a = str(e)
+    waited = time.time() - t0
+    tap.ok(isinstance(a, dict) and "assertion" in a and waited < 2,
+           "80 idle sockets from 20 addresses: a real request is served (in %.2f s)" % waited, (a, waited))
+    time.sleep(0.2)
+    closed = []
+    for i, c in enumerate(idle):
+        c.setblocking(False)
+        try:
+            if c.recv(1) == b"":
+                closed.append(i)
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed.append(i)
+    for c in idle:
+        c.close()
+    # 48 without their request at most (three quarters of 64): the 81st connection in all (the real
+    # one) leaves 81 - 48 = 33 of the idle ones closed, the oldest
+    tap.eq(closed, list(range(33)), "the idle sockets closed to make room are the oldest (81 - 48 of them), "
+           "the 47 newest still open")
+    tap.ok("that had not sent their request, the longest waiting first, to make room" in srv.text(),
+           "serve-discovery logs the connections it closed to make room", srv.text()[-1500:])
 
     # A "site agent" whose certificate is not of the node CA.
     fake_key, fake_crt = env.server_cert("fake-site", env.ca_key, env.ca)

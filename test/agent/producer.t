@@ -22,12 +22,26 @@ CSR, and stops cleanly on SIGTERM; one that says "never" (78) ends the join
 (another producer's option, a producer of another command); bcd run --help
 lists each producer's options under its name; bcd ramdisk --attestor ID
 --producer PATH joins a custom ramdisk attestor.
+
+The producer held to ssh's and sudo's rules for their helpers (#42.7): a
+relative or missing --producer is a usage error naming it (exit 64); one
+writable by its group or others, owned by another user, or under a
+world-writable directory (/tmp among them) is refused (exit 64, saying
+which component and why); the file is opened once and run by descriptor, so
+a symlink swapped under the path after bcd started does not change what
+runs; the answer is taken when the producer has exited and its JSON object
+is complete, though a setsid() child it left still holds its stdout (logged
+with its pid, left running), the child's end of the object included;
+an exit 0 with an invalid answer logs the last line of its stderr.
 """
 import base64
 import hashlib
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -153,8 +167,23 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 VENDOR, TAG, RECORD, MODE = %(vendor)r, %(tag)r, %(record)r, %(mode)r
-fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))   # one of them is the listing's own
+fds = {}
+for fd in os.listdir("/proc/self/fd"):                        # the listing's own is closed by now
+    try:
+        fds[fd] = os.readlink("/proc/self/fd/" + fd)
+    except OSError:
+        pass
 req = json.load(sys.stdin)
+if MODE == "setsid":
+    if os.fork() == 0:                                          # a daemon left behind, holding stdout
+        os.setsid()
+        with open(RECORD + ".daemon", "w") as f:
+            f.write(str(os.getpid()))
+        import time
+        time.sleep(120)
+        os._exit(0)
+    while not os.path.exists(RECORD + ".daemon"):
+        pass
 with open(RECORD, "a") as f:
     f.write(json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "fds": fds, "input": req}) + "\n")
 if MODE == "flaky-round2" and req["round"] == 2 and not os.path.exists(RECORD + ".failed"):
@@ -174,14 +203,29 @@ elif req["attestor"] == "acme-chal":
                            "sig": sign(b64d(req["challenge"]) + csr_hash)}).encode()
 else:
     evidence = json.dumps({"assetTag": TAG, "sig": sign(TAG.encode() + csr_hash)}).encode()
-json.dump({"apiVersion": req["apiVersion"], "attestation": b64e(evidence),
-           "claims": {"serial": TAG}}, sys.stdout)
+answer = json.dumps({"apiVersion": req["apiVersion"], "attestation": b64e(evidence),
+                     "claims": {"serial": TAG}})
+if MODE == "setsid-late":                                       # it exits; its daemon ends the answer
+    sys.stdout.write(answer[:20])
+    sys.stdout.flush()
+    if os.fork() == 0:
+        os.setsid()
+        with open(RECORD + ".daemon", "w") as f:
+            f.write(str(os.getpid()))
+        import time
+        time.sleep(0.5)
+        os.write(1, answer[20:].encode())
+        time.sleep(120)
+        os._exit(0)
+    sys.exit(0)
+sys.stdout.write(answer)
 '''
 
 # Producers that fail, one way each (the record shows each run's CSR).
 BROKEN = {
     "hang": "import time; time.sleep(120)",
-    "garbage": "print('this is not JSON {')",
+    "garbage": "sys.stderr.write('acme-tool 2.1 starting\\nthe vendor token answered garbage\\n'); "
+               "print('this is not JSON {')",
     "megabytes": "sys.stdout.write('x' * (8 << 20))",
     "nonzero": "sys.stderr.write('the vendor service is down\\n'); sys.exit(3)",
     "killed": "import signal; os.kill(os.getpid(), signal.SIGKILL)",
@@ -195,12 +239,23 @@ BROKEN_SAYS = {
     "killed": "was killed by signal 9",
     "not-now": "cannot make the evidence now (exit 75); its stderr: the asset database is busy",
 }
+# and then the last line of its stderr, as docs/agent.md promises (#42.7)
+BROKEN_ALSO = {"garbage": "; its stderr: the vendor token answered garbage"}
 BROKEN_HEAD = r'''#!/usr/bin/python3
 import json, os, sys
 req = json.load(sys.stdin)
 with open(%(record)r, "a") as f:
     f.write(json.dumps({"pid": os.getpid(), "input": req}) + "\n")
 '''
+
+
+def kill(pid):
+    """SIGKILL pid (0: none) if it is still there."""
+    try:
+        if pid > 0:
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def write_exe(path, text):
@@ -223,7 +278,24 @@ def b64d(s):
     return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
 
 
+def trusted_dir():
+    """A directory for the producers that only root can change, every directory
+    above it too (/run): bcd refuses one under /tmp, where env.dir is."""
+    d = tempfile.mkdtemp(prefix="bcj-producers-", dir="/run")
+    os.chmod(d, 0o755)
+    return d
+
+
 def body(tap, env):
+    """The script, its producers in a trusted directory."""
+    pdir = trusted_dir()
+    try:
+        script(tap, env, pdir)
+    finally:
+        shutil.rmtree(pdir, ignore_errors=True)
+
+
+def script(tap, env, pdir):
     """The script."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
@@ -240,7 +312,7 @@ def body(tap, env):
 
     def producer(name, tag, mode="ok"):
         rec = os.path.join(env.dir, "record-%s.jsonl" % name)
-        exe = write_exe(os.path.join(env.dir, "producer-%s.py" % name),
+        exe = write_exe(os.path.join(pdir, "producer-%s.py" % name),
                         PRODUCER % {"vendor": vendor, "tag": tag, "record": rec, "mode": mode})
         return exe, rec
 
@@ -270,8 +342,10 @@ def body(tap, env):
     tap.ok(run1["env"].get("BCD_ATTESTOR") == "acme-asset" and run1["env"].get("BCD_ROUND") == "1"
            and run1["env"].get("BCD_PRODUCER_API_VERSION") == API and run1["cwd"] == "/",
            "BCD_ATTESTOR, BCD_ROUND and BCD_PRODUCER_API_VERSION say what it runs for; cwd /", run1)
-    tap.ok(run1.get("fds", [])[:3] == [0, 1, 2] and len(run1.get("fds", [])) <= 4,
-           "no file descriptor of bcd's is open in it beyond stdin, stdout and stderr", run1.get("fds"))
+    fds = run1.get("fds", {})
+    tap.ok(sorted(fds) == ["0", "1", "2", "3"] and fds["3"] == exe42,
+           "no file descriptor of bcd's is open in it beyond stdin, stdout, stderr and 3, the script "
+           "itself for its interpreter (it was run by descriptor)", fds)
     inp = run1["input"]
     tap.eq(sorted(inp), ["apiVersion", "attestor", "claims", "csr", "csrSha256", "csrSpkiSha256", "role",
                          "round", "serviceKeys"], "its input has the documented members (no challenge in round 1)")
@@ -327,7 +401,7 @@ def body(tap, env):
         tagf = os.path.join(env.dir, "tag-" + lang)
         with open(tagf, "w") as f:
             f.write(tag + "\n")
-        exe = write_exe(os.path.join(env.dir, "doc-producer-" + lang),
+        exe = write_exe(os.path.join(pdir, "doc-producer-" + lang),
                         text.replace("/etc/acme/vendor.key", vendor).replace("/etc/acme/asset-tag", tagf))
         r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-doc-" + lang),
                                          extra=["--attestor", "acme-asset", "--producer", exe, "--once"]))
@@ -337,7 +411,7 @@ def body(tap, env):
     # -- refusals, each a second host: exit 2, the one refusal, no node made --------------
     before = nodes()
     # a replayed proof: host B's evidence, captured, sent by another host (another CSR)
-    replay = write_exe(os.path.join(env.dir, "producer-replay.py"), r'''#!/usr/bin/python3
+    replay = write_exe(os.path.join(pdir, "producer-replay.py"), r'''#!/usr/bin/python3
 import json, sys
 req = json.load(sys.stdin)
 with open(%r) as f:
@@ -412,7 +486,7 @@ with open(%r) as f:
     daemons = {}
     for name, code in BROKEN.items():
         rec = os.path.join(env.dir, "record-%s.jsonl" % name)
-        exe = write_exe(os.path.join(env.dir, "broken-%s.py" % name),
+        exe = write_exe(os.path.join(pdir, "broken-%s.py" % name),
                         BROKEN_HEAD % {"record": rec} + code + "\n")
         daemons[name] = (env.bcd_bg("run", *env.run_args(
             os.path.join(env.dir, "state-" + name),
@@ -421,6 +495,10 @@ with open(%r) as f:
     for name, (p, rec) in daemons.items():
         says = BROKEN_SAYS[name]
         tap.ok(p.wait_log(says, timeout=60, count=2), "%s: logged clearly, twice (%s)" % (name, says), p.text())
+        if name in BROKEN_ALSO:
+            tap.ok(any(says in line and BROKEN_ALSO[name] in line for line in p.text().splitlines()),
+                   "%s: exit 0 with an invalid answer: the reason and the last line of its stderr (%s)"
+                   % (name, BROKEN_ALSO[name]), p.text())
         tap.ok("trying again in" in p.text() and p.proc.poll() is None,
                "%s: backed off, and bcd keeps running" % name, p.text())
         runs = records(rec)
@@ -437,7 +515,7 @@ with open(%r) as f:
     tap.ok(os.path.exists(os.path.join(env.dir, "state-hang", "join", "node.key")),
            "the join's key is still in the state directory")
 
-    never = write_exe(os.path.join(env.dir, "broken-never.py"),
+    never = write_exe(os.path.join(pdir, "broken-never.py"),
                       "#!/usr/bin/python3\nimport sys\nsys.stderr.write('no asset tag in this machine\\n')\n"
                       "sys.exit(78)\n")
     r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-never"),
@@ -449,10 +527,7 @@ with open(%r) as f:
     st = os.path.join(env.dir, "state-usage")
     for extra, what, needle in [
         (["--producer", exe42], "--producer without --attestor", "needs --attestor"),
-        (["--attestor", "acme-asset", "--producer", "producer-a.py"], "a relative --producer", "absolute"),
         (["--attestor", "tpm", "--producer", exe42], "--producer for a built-in attestor", "own producer"),
-        (["--attestor", "acme-asset", "--producer", os.path.join(env.dir, "vendor.key")],
-         "a --producer that is not executable", "not an executable"),
         (["--attestor", "acme-asset", "--producer", exe42, "--producer-timeout", "0"],
          "--producer-timeout 0", "[1, 600]"),
     ]:
@@ -466,6 +541,121 @@ with open(%r) as f:
     ]:
         r = env.bcd("run", *env.run_args(st, extra=extra + ["--once"]))
         tap.ok(r.returncode == 64 and needle in r.stderr, "%s: a usage error that says so" % what, r.stderr)
+
+    # -- the producer held to the rules ssh and sudo apply to their helpers (#42.7) -----------
+    ran = os.path.join(env.dir, "refused-ran")
+    refused = "#!/bin/sh\ntouch %s\nexit 75\n" % ran
+    plain = os.path.join(pdir, "not-executable")
+    with open(plain, "w") as f:
+        f.write(refused)
+    os.chmod(plain, 0o600)
+    gw = write_exe(os.path.join(pdir, "group-writable"), refused)
+    os.chmod(gw, 0o770)
+    ow = write_exe(os.path.join(pdir, "others-writable"), refused)
+    os.chmod(ow, 0o702)
+    theirs = write_exe(os.path.join(pdir, "owned-by-nobody"), refused)
+    os.chown(theirs, 65534, 65534)
+    wwd = os.path.join(pdir, "world-writable")
+    os.mkdir(wwd)
+    os.chmod(wwd, 0o777)
+    in_wwd = write_exe(os.path.join(wwd, "producer"), refused)
+    via = os.path.join(pdir, "link-to-world-writable")
+    os.symlink(in_wwd, via)
+    in_tmp = write_exe(os.path.join(env.dir, "producer-under-tmp"), refused)
+    missing = os.path.join(pdir, "no-such-producer")
+    uid = os.geteuid()
+    for path, what, needle in [
+        ("producer-a.py", "a relative --producer", "--producer producer-a.py must be an absolute path"),
+        (missing, "a missing --producer", "--producer %s does not exist" % missing),
+        (plain, "a --producer that is not executable", "--producer %s is not an executable file" % plain),
+        (gw, "a producer its group may write", "--producer %s is refused: %s is writable by its group "
+         "(mode 0770)" % (gw, gw)),
+        (ow, "a producer others may write", "--producer %s is refused: %s is writable by others (mode 0702)"
+         % (ow, ow)),
+        (theirs, "a producer owned by another user", "--producer %s is refused: %s is owned by uid 65534, "
+         "neither root nor bcd's user (uid %d)" % (theirs, theirs, uid)),
+        (in_wwd, "a producer in a world-writable directory", "--producer %s is refused: %s is writable by "
+         "others (mode 0777)" % (in_wwd, wwd)),
+        (via, "a symlink to a producer in a world-writable directory (the real path is checked)",
+         "--producer %s is refused: %s is writable by others (mode 0777)" % (via, wwd)),
+        (in_tmp, "a producer under /tmp", "--producer %s is refused: /tmp is writable by others (mode 1777)"
+         % in_tmp),
+    ]:
+        r = env.bcd("run", *env.run_args(st, extra=["--attestor", "acme-asset", "--producer", path, "--once"]))
+        tap.ok(r.returncode == 64 and needle in r.stderr, "%s: exit 64, naming it and why" % what, r.stderr)
+    r = env.bcd("join-request", "--service-keys", env.service_keys, "--attestor", "acme-asset",
+                "--producer", in_wwd, "--out-dir", os.path.join(env.dir, "refused-dir"))
+    tap.ok(r.returncode == 64 and "is writable by others" in r.stderr,
+           "bcd join-request --producer holds it to the same rules", r.stderr)
+    tap.ok(not os.path.exists(ran), "no refused producer ran")
+
+    # the file opened once and run by that descriptor: a symlink swapped after the start, and the
+    # file itself replaced, change nothing of what runs
+    runs_at = os.path.join(env.dir, "swap-runs")
+    prod_a = write_exe(os.path.join(pdir, "swap-a"), "#!/bin/sh\necho a >> %s\necho 'not now' >&2\nexit 75\n"
+                       % runs_at)
+    prod_b = write_exe(os.path.join(pdir, "swap-b"), "#!/bin/sh\necho b >> %s\nexit 75\n" % runs_at)
+    current = os.path.join(pdir, "current")
+    os.symlink(prod_a, current)
+
+    def swap_runs():
+        with open(runs_at) if os.path.exists(runs_at) else open(os.devnull) as f:
+            return f.read().split()
+
+    d = env.bcd_bg("run", *env.run_args(os.path.join(env.dir, "state-swap"), extra=[
+        "--attestor", "acme-asset", "--producer", current, "--max-retry-after", "1"]))
+    deadline = time.time() + 30
+    while not swap_runs() and time.time() < deadline and d.proc.poll() is None:
+        time.sleep(0.05)
+    os.symlink(prod_b, current + ".new")
+    os.rename(current + ".new", current)              # the link now names B ...
+    shutil.copy(prod_b, prod_a + ".new")
+    os.rename(prod_a + ".new", prod_a)                # ... and so does A's path
+    while len(swap_runs()) < 2 and time.time() < deadline and d.proc.poll() is None:
+        time.sleep(0.05)
+    d.stop()
+    tap.ok(len(swap_runs()) >= 2 and set(swap_runs()) == {"a"},
+           "a symlink swapped after bcd started (and the file replaced) does not change what runs: "
+           "the file opened at the start ran every time", (swap_runs(), d.text()[-800:]))
+
+    # a producer that leaves a setsid() child holding its stdout: its answer taken when it exits
+    env.psql("INSERT INTO public.plg_acme_assets VALUES ('ASSET-0046', '%s', '%s')" % (env.tenant, env.pool))
+    exe46, rec46 = producer("setsid", "ASSET-0046", "setsid")
+    t0 = time.time()
+    r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-setsid"), extra=[
+        "--attestor", "acme-asset", "--producer", exe46, "--producer-timeout", "30", "--once"]), timeout=15)
+    took = time.time() - t0
+    try:
+        with open(rec46 + ".daemon") as f:
+            left = int(f.read())
+    except (OSError, ValueError):
+        left = 0
+    tap.ok(r.returncode == 0 and "/node/node_" in r.stdout and took < 10,
+           "a producer that exits leaving a setsid() child holding its stdout: its answer taken as it "
+           "exited, joined in %.1f s" % took, r.stdout + r.stderr)
+    tap.ok(left > 0 and ("exited leaving pid %d, outside its process group" % left) in r.stderr
+           and "left running" in r.stderr, "and that child is logged, by pid, as left running", r.stderr)
+    tap.ok(left > 0 and os.path.exists("/proc/%d" % left), "it is still running (out of bcd's reach)")
+    kill(left)
+    # one that exits 0 with its answer begun, which that child ends half a second later
+    env.psql("INSERT INTO public.plg_acme_assets VALUES ('ASSET-0047', '%s', '%s')" % (env.tenant, env.pool))
+    exe47, rec47 = producer("setsid-late", "ASSET-0047", "setsid-late")
+    t0 = time.time()
+    r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-setsid-late"), extra=[
+        "--attestor", "acme-asset", "--producer", exe47, "--producer-timeout", "30", "--once"]), timeout=15)
+    took = time.time() - t0
+    try:
+        with open(rec47 + ".daemon") as f:
+            left = int(f.read())
+    except (OSError, ValueError):
+        left = 0
+    tap.ok(r.returncode == 0 and "/node/node_" in r.stdout and took < 10 and "no valid answer" not in r.stderr
+           and ("exited leaving pid %d" % left) in r.stderr,
+           "a producer that exits 0 with its JSON begun, the rest written by its setsid() child: the "
+           "answer taken once the object is complete, not at the end of the pipe (%.1f s)" % took,
+           r.stdout + r.stderr)
+    kill(left)
+
     h = env.bcd("run", "--help")
     text = h.stdout
     sect = text[text.find("Producers:"):] if "Producers:" in text else ""

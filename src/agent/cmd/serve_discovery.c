@@ -31,7 +31,10 @@ serve_usage(FILE *stream)
 		  "  --max-connections N  connections served at once (default 64, [1, 1024])\n"
 		  "  --per-source N    of them from one source address (default 4, [1, 1024])\n"
 		  "Each connection must finish its TLS handshake within 3 s, send its line\n"
-		  "within 3 s more, and is done within 10 s; one over the limits is closed.\n"
+		  "within 3 s more, and is done within 10 s; one over --per-source is closed.\n"
+		  "At most three quarters of the connections may be without their whole\n"
+		  "line: beyond that, or with every slot taken, the one waiting longest is\n"
+		  "closed to make room.\n"
 		  "Runs until SIGTERM or SIGINT (exit 0).\n", stream);
 }
 /* Parse a bound in [1, 1024]; -1 otherwise. */

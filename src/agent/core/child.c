@@ -3,7 +3,9 @@
  * with no signal blocked, SIGPIPE at its default, in its own process group,
  * its stdin and stdout (and stderr: on the stdout pipe or its own) on pipes
  * whose other ends only bcd holds (O_CLOEXEC); the caller's setup runs last,
- * then the exec.  Its exit is polled every 10 ms up to the deadline; a child
+ * then the exec: of a path, or of a descriptor bcd opened and checked
+ * (bcd_child_spawn_fd: what was checked is what runs, whatever the path
+ * names by then).  Its exit is polled every 10 ms up to the deadline; a child
  * not reaped by then is killed (SIGKILL) with its process group and reaped.
  */
 #include <errno.h>
@@ -29,15 +31,30 @@ bcd_child_close(int *fd)
 }
 
 /*
- * Fork and exec path with argv (envp: its whole environment, NULL: ours),
- * on pipes: c filled.  own_stderr: stderr on a pipe of its own (c->err),
- * else on stdout's.  setup (NULL: none) runs in the child before the exec.
- * BC_OK, or BC_EINVAL with errno when a pipe or the fork failed (nothing is
- * left open then).
+ * In the child: exec by the descriptor at 3 (close-on-exec).  A script
+ * (#!) is run by its interpreter from /dev/fd/3, which the kernel refuses
+ * (ENOENT) while 3 is close-on-exec; then once more with 3 left open to
+ * the interpreter, as sudo does with its fdexec.
  */
-int
-bcd_child_spawn(bcd_child *c, const char *path, char *const argv[], char *const envp[],
-				int own_stderr, bcd_child_setup setup, void *arg)
+static void
+exec_fd3(char *const argv[], char *const envp[])
+{
+	fexecve(3, argv, envp);
+	if (errno == ENOENT && fcntl(3, F_SETFD, 0) == 0)
+		fexecve(3, argv, envp);
+}
+
+/*
+ * Fork and exec path, or the descriptor exec_fd when it is not -1, with
+ * argv (envp: its whole environment, NULL: ours), on pipes: c filled.
+ * own_stderr: stderr on a pipe of its own (c->err), else on stdout's.
+ * setup (NULL: none) runs in the child before the exec (exec_fd is then
+ * descriptor 3, close-on-exec; setup must leave it).  BC_OK, or BC_EINVAL
+ * with errno when a pipe or the fork failed (nothing is left open then).
+ */
+static int
+spawn(bcd_child *c, const char *path, int exec_fd, char *const argv[], char *const envp[],
+	  int own_stderr, bcd_child_setup setup, void *arg)
 {
 	int			in[2] = {-1, -1};
 	int			out[2] = {-1, -1};
@@ -56,6 +73,7 @@ bcd_child_spawn(bcd_child *c, const char *path, char *const argv[], char *const 
 	{
 		/* the child: async-signal-safe calls only (bcd has threads) */
 		sigset_t	none;
+		static char *const no_env[] = {NULL};
 
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
@@ -64,9 +82,14 @@ bcd_child_spawn(bcd_child *c, const char *path, char *const argv[], char *const 
 		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 ||
 			dup2(own_stderr ? errp[1] : out[1], 2) < 0)
 			_exit(127);
+		if (exec_fd >= 0 && (exec_fd == 3 ? fcntl(3, F_SETFD, FD_CLOEXEC) :
+							 dup3(exec_fd, 3, O_CLOEXEC)) < 0)
+			_exit(127);
 		if (setup != NULL && setup(arg) != 0)
 			_exit(127);
-		if (envp != NULL)
+		if (exec_fd >= 0)
+			exec_fd3(argv, envp != NULL ? envp : no_env);
+		else if (envp != NULL)
 			execve(path, argv, envp);
 		else
 			execv(path, argv);
@@ -91,6 +114,22 @@ failed:
 	}
 	errno = saved;
 	return BC_EINVAL;
+}
+
+/* Fork and exec path (see spawn). */
+int
+bcd_child_spawn(bcd_child *c, const char *path, char *const argv[], char *const envp[],
+				int own_stderr, bcd_child_setup setup, void *arg)
+{
+	return spawn(c, path, -1, argv, envp, own_stderr, setup, arg);
+}
+
+/* Fork and exec the file open at fd (see spawn; fd is 3 in the child). */
+int
+bcd_child_spawn_fd(bcd_child *c, int fd, char *const argv[], char *const envp[],
+				   int own_stderr, bcd_child_setup setup, void *arg)
+{
+	return spawn(c, NULL, fd, argv, envp, own_stderr, setup, arg);
 }
 
 /*

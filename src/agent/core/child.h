@@ -21,8 +21,9 @@ typedef struct bcd_child
 } bcd_child;
 
 /*
- * Run in the child after its stdin, stdout and stderr are set, just before
- * the exec: 0, else the child exits 127.
+ * Run in the child after its stdin, stdout and stderr are set (and, for
+ * bcd_child_spawn_fd, the file to run at descriptor 3), just before the
+ * exec: 0, else the child exits 127.
  */
 typedef int (*bcd_child_setup) (void *arg);
 
@@ -34,6 +35,9 @@ typedef int (*bcd_child_setup) (void *arg);
 int			bcd_child_spawn(bcd_child *c, const char *path, char *const argv[],
 							char *const envp[], int own_stderr,
 							bcd_child_setup setup, void *arg);
+int			bcd_child_spawn_fd(bcd_child *c, int fd, char *const argv[],
+							   char *const envp[], int own_stderr,
+							   bcd_child_setup setup, void *arg);
 int			bcd_child_wait(bcd_child *c, double deadline, int stoppable, int *status);
 void		bcd_child_end(bcd_child *c, int reaped, int *status);
 void		bcd_child_close(int *fd);

@@ -18,7 +18,13 @@
  * three idle sockets used to stop PXE provisioning):
  *   - at most --max-connections (default BCD_SITE_MAX_CONNECTIONS, 64) at
  *     once and --per-source (default BCD_SITE_PER_SOURCE, 4) from one source
- *     address; one more is closed at once;
+ *     address; one more from that address is closed at once;
+ *   - of them, at most three quarters (pending_budget) that have not sent
+ *     their whole request line yet: a new connection beyond that budget, or
+ *     finding every slot taken, closes the one of them that has waited
+ *     longest, and takes its place (issue 42.7: 20 addresses with 4 idle
+ *     sockets each used to fill every slot); only when every slot holds a
+ *     request being answered is it closed at once;
  *   - the TLS handshake must be done within HANDSHAKE_MS (3 s) of the
  *     accept, the request line (16 KiB at most) in within LINE_MS (3 s) of
  *     the handshake, and the whole connection within TOTAL_TIMEOUT (10 s, the
@@ -28,7 +34,8 @@
  *   - at most GATEWAY_CLIENTS (4) gateway round trips at once, one HTTPS
  *     client each, reused.
  * So an idle or slow client holds one slot of its source's for at most
- * 3 s (6 s with a handshake), and others are answered meanwhile.
+ * 3 s (6 s with a handshake), and less as soon as newer ones need the room;
+ * others are answered meanwhile.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -74,6 +81,8 @@
 #define TURNED_AWAY_LOG_S 10
 /* Stack of a connection's thread. */
 #define CONN_STACK (256 * 1024)
+/* Milliseconds a new connection waits for the slot of the one closed to make room. */
+#define EVICT_WAIT_MS 1000
 
 /* The node credential and the TLS context made from it, shared by connections. */
 typedef struct served_cred
@@ -84,13 +93,16 @@ typedef struct served_cred
 	long long	loaded_ms;
 } served_cred;
 
-/* One connection being served: its slot in the table. */
+/* One connection being served: its slot in the table (under server.mu). */
 typedef struct conn_slot
 {
 	int			fd;				/* -1: free */
 	char		source[NI_MAXHOST];
 	char		peer[NI_MAXHOST + NI_MAXSERV + 4];
 	struct server *s;
+	long long	accepted_ms;
+	int			pending;		/* its request line not all in yet */
+	int			evicted;		/* shut down to make room for a newer one */
 } conn_slot;
 
 typedef struct server
@@ -102,6 +114,7 @@ typedef struct server
 	bcd_service_keys keys;
 	int			max_conns;
 	int			per_source;
+	int			pending_budget; /* of max_conns, without their request line */
 
 	pthread_mutex_t mu;			/* guards everything below */
 	pthread_cond_t changed;		/* a slot freed, a gateway client returned */
@@ -116,6 +129,9 @@ typedef struct server
 	unsigned long turned_away;	/* over --max-connections or --per-source */
 	unsigned long turned_away_logged;
 	time_t		turned_away_at;
+	unsigned long evicted;		/* pending ones closed to make room */
+	unsigned long evicted_logged;
+	time_t		evicted_at;
 } server;
 
 /* A listening socket on "host:port" ("[v6]:port"); -1 (err set) otherwise. */
@@ -454,10 +470,41 @@ drain(SSL *ssl, int fd, long long deadline)
 	}
 }
 
+/*
+ * The slot's request line is all in: it is no longer pending (a newer
+ * connection cannot close it any more).  1 when it was closed to make room
+ * meanwhile.
+ */
+static int
+slot_started(server *s, conn_slot *slot)
+{
+	int			evicted;
+
+	pthread_mutex_lock(&s->mu);
+	slot->pending = 0;
+	evicted = slot->evicted;
+	pthread_mutex_unlock(&s->mu);
+	return evicted;
+}
+
+/* Whether the slot was closed to make room for a newer connection (counted, not logged each). */
+static int
+slot_evicted(server *s, conn_slot *slot)
+{
+	int			evicted;
+
+	pthread_mutex_lock(&s->mu);
+	evicted = slot->evicted;
+	pthread_mutex_unlock(&s->mu);
+	return evicted;
+}
+
 /* One connection: TLS, one request line, one answer (the slot's thread). */
 static void
-serve_one(server *s, int fd, const char *peer)
+serve_one(server *s, conn_slot *slot)
 {
+	int			fd = slot->fd;
+	const char *peer = slot->peer;
 	long long	start = bcd_now_ms();
 	long long	deadline = start + TOTAL_TIMEOUT * 1000LL;
 	long long	line_deadline;
@@ -497,13 +544,16 @@ serve_one(server *s, int fd, const char *peer)
 	{
 		if (bcd_ssl_wait(ssl, fd, r, start + HANDSHAKE_MS) != 0)
 		{
-			bcd_log("discovery: %s: dropped: TLS handshake failed or not done within %d s",
-					peer, HANDSHAKE_MS / 1000);
+			if (!slot_evicted(s, slot))
+				bcd_log("discovery: %s: dropped: TLS handshake failed or not done within %d s",
+						peer, HANDSHAKE_MS / 1000);
 			goto out;
 		}
 	}
 	line_deadline = bcd_now_ms() + LINE_MS;
 	n = read_line(ssl, fd, line, BCD_DISCOVERY_LINE_MAX, line_deadline);
+	if ((n >= 0 ? slot_started(s, slot) : slot_evicted(s, slot)) != 0)
+		goto out;
 	if (n < 0 || bcd_discovery_parse_request(line, (size_t) n, &csr, &csr_len, mac) != BC_OK)
 	{
 		pthread_mutex_lock(&s->mu);
@@ -557,7 +607,7 @@ conn_main(void *arg)
 	conn_slot  *slot = arg;
 	server	   *s = slot->s;
 
-	serve_one(s, slot->fd, slot->peer);
+	serve_one(s, slot);
 	pthread_mutex_lock(&s->mu);
 	close(slot->fd);			/* under the lock: the stop never shuts down a reused fd */
 	slot->fd = -1;
@@ -569,46 +619,117 @@ conn_main(void *arg)
 }
 
 /*
- * Take a connection from source: a free slot when it is within
- * --max-connections and --per-source (under s->mu), else NULL and the
- * connection is turned away.
+ * Close the pending connection that has waited longest, to make room (under
+ * s->mu): its thread sees its socket shut down and frees the slot.  0 when
+ * there was one, -1 when none is pending.
+ */
+static int
+evict_oldest_pending(server *s)
+{
+	conn_slot  *oldest = NULL;
+
+	for (int i = 0; i < s->max_conns; i++)
+	{
+		conn_slot  *c = &s->slots[i];
+
+		if (c->fd >= 0 && c->pending && !c->evicted &&
+			(oldest == NULL || c->accepted_ms < oldest->accepted_ms))
+			oldest = c;
+	}
+	if (oldest == NULL)
+		return -1;
+	oldest->evicted = 1;
+	(void) shutdown(oldest->fd, SHUT_RDWR);
+	s->evicted++;
+	return 0;
+}
+
+/*
+ * Take a slot for a connection from source (under s->mu): within
+ * --per-source, making room within the pending budget and the table by
+ * closing the pending connection that has waited longest (and waiting up to
+ * EVICT_WAIT_MS for its slot); NULL when the connection is to be turned away.
  */
 static conn_slot *
 slot_take(server *s, const char *source)
 {
-	conn_slot  *free_slot = NULL;
-	int			same = 0;
-	int			i;
+	long long	until = bcd_now_ms() + EVICT_WAIT_MS;
+	int			made_room = 0;
 
-	for (i = 0; i < s->max_conns; i++)
+	for (;;)
 	{
-		if (s->slots[i].fd < 0)
+		conn_slot  *free_slot = NULL;
+		int			same = 0;
+		int			pending = 0;
+		struct timespec ts;
+
+		for (int i = 0; i < s->max_conns; i++)
 		{
-			if (free_slot == NULL)
-				free_slot = &s->slots[i];
+			conn_slot  *c = &s->slots[i];
+
+			if (c->fd < 0)
+			{
+				if (free_slot == NULL)
+					free_slot = c;
+				continue;
+			}
+			if (strcmp(c->source, source) == 0)
+				same++;
+			if (c->pending && !c->evicted)
+				pending++;
 		}
-		else if (strcmp(s->slots[i].source, source) == 0)
-			same++;
+		if (same >= s->per_source)
+			return NULL;
+		/* the budget of connections without their request: the new one counts */
+		if (!made_room && pending >= s->pending_budget)
+			made_room = evict_oldest_pending(s) == 0;
+		if (free_slot != NULL)
+			return free_slot;
+		/* every slot taken: room made by the oldest pending one, or none to be had */
+		if (!made_room && evict_oldest_pending(s) != 0)
+			return NULL;
+		made_room = 1;
+		if (bcd_now_ms() >= until || bcd_stop_requested())
+			return NULL;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L)
+		{
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		(void) pthread_cond_timedwait(&s->changed, &s->mu, &ts);
 	}
-	if (same >= s->per_source)
-		return NULL;
-	return free_slot;
 }
 
-/* Log the connections turned away, at most once every TURNED_AWAY_LOG_S (under s->mu). */
+/*
+ * Log the connections turned away and those closed to make room, each at
+ * most once every TURNED_AWAY_LOG_S (under s->mu).
+ */
 static void
 log_turned_away(server *s, int force)
 {
 	time_t		now = time(NULL);
 
-	if (s->turned_away == s->turned_away_logged ||
-		(!force && now - s->turned_away_at < TURNED_AWAY_LOG_S))
-		return;
-	bcd_log("discovery: closed %lu connection(s) at once: over --per-source %d from one "
-			"address or --max-connections %d in all (%lu since the start)",
-			s->turned_away - s->turned_away_logged, s->per_source, s->max_conns, s->turned_away);
-	s->turned_away_logged = s->turned_away;
-	s->turned_away_at = now;
+	if (s->turned_away != s->turned_away_logged &&
+		(force || now - s->turned_away_at >= TURNED_AWAY_LOG_S))
+	{
+		bcd_log("discovery: closed %lu connection(s) at once: over --per-source %d from one "
+				"address or --max-connections %d in all (%lu since the start)",
+				s->turned_away - s->turned_away_logged, s->per_source, s->max_conns,
+				s->turned_away);
+		s->turned_away_logged = s->turned_away;
+		s->turned_away_at = now;
+	}
+	if (s->evicted != s->evicted_logged && (force || now - s->evicted_at >= TURNED_AWAY_LOG_S))
+	{
+		bcd_log("discovery: closed %lu connection(s) that had not sent their request, the "
+				"longest waiting first, to make room for newer ones (at most %d of "
+				"--max-connections %d without their request; %lu since the start)",
+				s->evicted - s->evicted_logged, s->pending_budget, s->max_conns, s->evicted);
+		s->evicted_logged = s->evicted;
+		s->evicted_at = now;
+	}
 }
 
 /* Serve fd from peer (source: its address) on a thread of its own, or close it. */
@@ -626,6 +747,9 @@ dispatch(server *s, int fd, const char *source, const char *peer)
 	{
 		slot->fd = fd;
 		slot->s = s;
+		slot->accepted_ms = bcd_now_ms();
+		slot->pending = 1;
+		slot->evicted = 0;
 		snprintf(slot->source, sizeof(slot->source), "%s", source);
 		snprintf(slot->peer, sizeof(slot->peer), "%s", peer);
 		s->active++;
@@ -644,10 +768,8 @@ dispatch(server *s, int fd, const char *source, const char *peer)
 		}
 	}
 	else
-	{
 		s->turned_away++;
-		log_turned_away(s, 0);
-	}
+	log_turned_away(s, 0);
 	pthread_mutex_unlock(&s->mu);
 	if (!ok)
 		close(fd);
@@ -690,6 +812,7 @@ bcd_site_server_run(const bcd_site_server_opts *o)
 	s.gateway_ca = o->gateway_ca;
 	s.max_conns = o->max_conns;
 	s.per_source = o->per_source;
+	s.pending_budget = o->max_conns - o->max_conns / 4;
 	bcd_signals_block();
 	signal(SIGPIPE, SIG_IGN);	/* a client gone mid-answer is not our end */
 	if (bcd_service_keys_load(o->service_keys, &s.keys, err, sizeof(err)) != BC_OK)
@@ -726,7 +849,8 @@ bcd_site_server_run(const bcd_site_server_opts *o)
 		goto out;
 	}
 	bcd_log("discovery: listening on %s for ramdisks (assertions of %ld s; %d connections "
-			"at once, %d per source)", o->listen, s.ttl, s.max_conns, s.per_source);
+			"at once, %d per source, %d of them without their request)", o->listen, s.ttl,
+			s.max_conns, s.per_source, s.pending_budget);
 	while (!bcd_stop_requested())
 	{
 		struct pollfd pfd = {lfd, POLLIN, 0};
@@ -763,7 +887,8 @@ bcd_site_server_run(const bcd_site_server_opts *o)
 	lfd = -1;
 	drain_connections(&s);
 	bcd_log("discovery: stopped by a signal (%lu assertions signed, %lu requests refused, "
-			"%lu connections over the limits closed)", s.served, s.refused, s.turned_away);
+			"%lu connections over the limits closed, %lu closed to make room)", s.served,
+			s.refused, s.turned_away, s.evicted);
 	rc = BCD_RC_OK;
 out:
 	if (lfd >= 0)

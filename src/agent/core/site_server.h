@@ -21,7 +21,8 @@ typedef struct bcd_site_server_opts
 	const char *gateway_ca;
 	const char *listen;			/* HOST:PORT, [v6]:PORT */
 	long		ttl;			/* seconds of each assertion */
-	int			max_conns;		/* connections served at once */
+	int			max_conns;		/* connections served at once (three quarters of them,
+								 * at most, without their request line yet) */
 	int			per_source;		/* of them from one source address */
 } bcd_site_server_opts;
 

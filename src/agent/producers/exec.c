@@ -2,14 +2,24 @@
  * exec.c: the external producer (exec.h), the evidence of a custom attestor
  * made by an executable the operator names with --producer PATH.
  *
+ * The file is opened once, when the options are checked (open_producer):
+ * PATH must be absolute, and it and every directory above it (each real
+ * component, symbolic links followed from the directory that holds them)
+ * owned by root or bcd's user and writable by neither group nor others, as
+ * ssh and sudo hold their helpers; it is checked on the descriptor, and
+ * that descriptor is what every round runs (fexecve), so a file or link
+ * swapped under PATH later is not what runs.
+ *
  * Each round that needs evidence (round 1, and round 2 with the service's
- * challenge) runs PATH once: execve() with argv [PATH] and an environment of
- * the documented variables only (PATH, LC_ALL, BCD_PRODUCER_API_VERSION,
- * BCD_ATTESTOR, BCD_ROUND), in its own process group, cwd /, stdin the
- * request object, stdout the answer object (at most BCD_EXEC_OUTPUT_MAX
- * bytes), stderr kept up to BCD_EXEC_STDERR_MAX bytes for the log.  After
- * --producer-timeout (default 30 s) or more output than that, its process
- * group is killed; so is what it left behind when it exits.
+ * challenge) runs it once: argv [PATH] and an environment of the documented
+ * variables only (PATH, LC_ALL, BCD_PRODUCER_API_VERSION, BCD_ATTESTOR,
+ * BCD_ROUND), in its own process group, cwd /, stdin the request object,
+ * stdout the answer object (at most BCD_EXEC_OUTPUT_MAX bytes), stderr kept
+ * up to BCD_EXEC_STDERR_MAX bytes for the log.  Its answer is taken when it
+ * has exited and its JSON object is complete, whoever still holds its
+ * stdout (a setsid() child is logged and left running).  After --producer-timeout (default 30 s) or
+ * more output than that, its process group is killed; so is what it left
+ * in its process group when it exits.
  *
  * What comes of it: exit 0 and a valid answer: the evidence.  Exit 78
  * (EX_CONFIG): it never can on this machine; the join fails (final).
@@ -20,13 +30,17 @@
  * The join token, when there is one, is sealed by bcd (join_token.c) as for
  * every attestor: the producer never sees it.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/pidfd.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -38,16 +52,21 @@
 #include "bc_protocol.h"
 #include "core/child.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/signals.h"
 #include "producers/exec.h"
 #include "producers/producer.h"
 
-/* Its own state: --producer PATH, --producer-timeout S. */
+/* Its own state: --producer PATH (and the file opened), --producer-timeout S. */
 static struct
 {
 	const char *path;
+	int			fd;				/* PATH opened and checked (O_PATH), what runs */
 	double		timeout;
-} st = {NULL, BCD_EXEC_TIMEOUT_DEFAULT};
+} st = {NULL, -1, BCD_EXEC_TIMEOUT_DEFAULT};
+
+/* Symbolic links followed in --producer PATH at most (as the kernel's ELOOP). */
+#define LINKS_MAX 40
 
 /* ------------------------------------------------------------ the answer */
 
@@ -239,7 +258,243 @@ out:
 	return text;
 }
 
+/* --------------------------------------------------------------- the file */
+
+/*
+ * Whether sb (of the component at real, "" for /) is one bcd trusts: owned
+ * by root or bcd's user, writable by neither group nor others; 0, else -1
+ * with err saying which and why.
+ */
+static int
+check_owner_mode(const char *path, const char *real, const struct stat *sb, char *err,
+				 size_t errlen)
+{
+	uid_t		me = geteuid();
+
+	if (sb->st_uid != 0 && sb->st_uid != me)
+	{
+		snprintf(err, errlen, "--producer %s is refused: %s is owned by uid %u, neither root nor "
+				 "bcd's user (uid %u)", path, real[0] != '\0' ? real : "/",
+				 (unsigned) sb->st_uid, (unsigned) me);
+		return -1;
+	}
+	if ((sb->st_mode & (S_IWGRP | S_IWOTH)) != 0)
+	{
+		snprintf(err, errlen, "--producer %s is refused: %s is writable by %s (mode %04o); "
+				 "the producer and every directory above it must be writable by root or "
+				 "bcd's user only", path, real[0] != '\0' ? real : "/",
+				 (sb->st_mode & S_IWOTH) != 0 ? "others" : "its group",
+				 (unsigned) (sb->st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Open the producer at the absolute path as ssh and sudo treat their
+ * helpers: resolved one component at a time from / (O_PATH|O_NOFOLLOW), each
+ * directory reached and the file itself checked on its descriptor
+ * (check_owner_mode), a symbolic link followed from the directory it is in
+ * (already checked), so every real component is checked; the file must be
+ * a regular file bcd's user may execute.  Its descriptor (O_PATH,
+ * close-on-exec, at least 3), or -1 with err naming the path and why.
+ */
+static int
+open_producer(const char *path, char *err, size_t errlen)
+{
+	char		todo[2 * PATH_MAX];	/* what is left to resolve */
+	char		real[PATH_MAX];	/* the real path resolved so far ("" for /) */
+	char		target[PATH_MAX];
+	char		name[NAME_MAX + 1];
+	const char *p;
+	struct stat sb;
+	int			dir;
+	int			fd = -1;
+	int			links = 0;
+
+	if (path[0] != '/')
+	{
+		snprintf(err, errlen, "--producer %s must be an absolute path (it is run without a "
+				 "shell or PATH)", path);
+		return -1;
+	}
+	if (strlen(path) >= PATH_MAX)
+	{
+		snprintf(err, errlen, "--producer is longer than %d bytes", PATH_MAX - 1);
+		return -1;
+	}
+	snprintf(todo, sizeof(todo), "%s", path);
+	real[0] = '\0';
+	dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0 || fstat(dir, &sb) != 0)
+	{
+		snprintf(err, errlen, "--producer %s: cannot open / (%s)", path, strerror(errno));
+		goto fail;
+	}
+	if (check_owner_mode(path, real, &sb, err, errlen) != 0)
+		goto fail;
+	p = todo;
+	for (;;)
+	{
+		size_t		n;
+		size_t		rl;
+		int			last;
+		int			slash;
+
+		while (*p == '/')
+			p++;
+		n = strcspn(p, "/");
+		if (n == 0 || n > NAME_MAX)
+		{
+			snprintf(err, errlen, n == 0 ? "--producer %s is not a regular file" :
+					 "--producer %s has a name over NAME_MAX bytes", path);
+			goto fail;
+		}
+		memcpy(name, p, n);
+		name[n] = '\0';
+		p += n;
+		slash = *p == '/';
+		while (*p == '/')
+			p++;
+		last = *p == '\0';
+		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		{
+			if (last)
+			{
+				snprintf(err, errlen, "--producer %s is not a regular file", path);
+				goto fail;
+			}
+			if (name[1] == '.')
+			{
+				char	   *cut = strrchr(real, '/');
+
+				fd = openat(dir, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+				if (fd < 0 || fstat(fd, &sb) != 0)
+				{
+					snprintf(err, errlen, "--producer %s cannot be resolved (%s)", path,
+							 strerror(errno));
+					goto fail;
+				}
+				if (cut != NULL)
+					*cut = '\0';
+				if (check_owner_mode(path, real, &sb, err, errlen) != 0)
+					goto fail;
+				close(dir);
+				dir = fd;
+				fd = -1;
+			}
+			continue;
+		}
+		rl = strlen(real);
+		if (rl + 1 + n >= sizeof(real))
+		{
+			snprintf(err, errlen, "--producer %s resolves to a path over %d bytes", path,
+					 PATH_MAX - 1);
+			goto fail;
+		}
+		real[rl] = '/';
+		memcpy(real + rl + 1, name, n + 1);
+		fd = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &sb) != 0)
+		{
+			if (errno == ENOENT)
+				snprintf(err, errlen, "--producer %s does not exist (no %s)", path, real);
+			else
+				snprintf(err, errlen, "--producer %s cannot be opened at %s (%s)", path, real,
+						 strerror(errno));
+			goto fail;
+		}
+		if (S_ISLNK(sb.st_mode))
+		{
+			/* its directory is checked: only root or bcd's user can have made it */
+			ssize_t		tl = readlinkat(fd, "", target, sizeof(target));
+			char		rest[2 * PATH_MAX];
+
+			close(fd);
+			fd = -1;
+			if (++links > LINKS_MAX || tl <= 0 || (size_t) tl >= sizeof(target) ||
+				(size_t) tl + 1 + strlen(p) >= sizeof(rest))
+			{
+				snprintf(err, errlen, "--producer %s cannot be resolved (%s at %s)", path,
+						 links > LINKS_MAX ? "too many symbolic links" : "a link too long", real);
+				goto fail;
+			}
+			target[tl] = '\0';
+			snprintf(rest, sizeof(rest), "%s%s%s", target, slash ? "/" : "", p);
+			memcpy(todo, rest, strlen(rest) + 1);
+			p = todo;
+			real[rl] = '\0';	/* back in the link's directory */
+			if (target[0] == '/')
+			{
+				close(dir);
+				real[0] = '\0';
+				dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+				if (dir < 0)
+				{
+					snprintf(err, errlen, "--producer %s: cannot open / (%s)", path,
+							 strerror(errno));
+					goto fail;
+				}
+			}
+			continue;
+		}
+		if (check_owner_mode(path, real, &sb, err, errlen) != 0)
+			goto fail;
+		if (S_ISDIR(sb.st_mode) && !last)
+		{
+			close(dir);
+			dir = fd;
+			fd = -1;
+			continue;
+		}
+		if (!last || slash)
+		{
+			snprintf(err, errlen, "--producer %s cannot be resolved (%s is not a directory)",
+					 path, real);
+			goto fail;
+		}
+		break;
+	}
+	if (!S_ISREG(sb.st_mode))
+	{
+		snprintf(err, errlen, "--producer %s is not a regular file (%s)", path, real);
+		goto fail;
+	}
+	if (faccessat(fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) != 0)
+	{
+		snprintf(err, errlen, "--producer %s is not an executable file (%s)", path, real);
+		goto fail;
+	}
+	close(dir);
+	if (fd < 3)
+	{
+		/* never 0, 1 or 2: the child's stdin, stdout and stderr are set over them */
+		int			high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+
+		close(fd);
+		fd = high;
+		if (fd < 0)
+		{
+			snprintf(err, errlen, "--producer %s: %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	return fd;
+
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (dir >= 0)
+		close(dir);
+	return -1;
+}
+
 /* ------------------------------------------------------------ the process */
+
+/* Milliseconds to wait, once it exited, for what it left in its process group to die. */
+#define LEFT_BEHIND_MS 200
+/* Bytes of stderr read and dropped in one drain beyond what is kept. */
+#define STDERR_DRAIN_MAX (64 * 1024)
 
 /* What became of one run. */
 typedef struct exec_run
@@ -253,23 +508,148 @@ typedef struct exec_run
 	int			too_big;
 	int			stopped;		/* SIGTERM/SIGINT arrived meanwhile */
 	int			spawn_errno;	/* the fork/pipe failed */
+	pid_t		left_running;	/* it exited, this process it left (out of its process
+								 * group) still holds its stdout or stderr; -1: one
+								 * not found; 0: none */
 } exec_run;
 
-/* In the producer's child: every other descriptor closed, cwd /. */
+/* In the producer's child: every other descriptor closed (3 is the file to run), cwd /. */
 static int
 producer_setup(void *arg)
 {
 	(void) arg;
-	close_range(3, ~0U, 0);
+	close_range(4, ~0U, 0);
 	return chdir("/") != 0 ? -1 : 0;
 }
 
 /*
- * Run path with input on its stdin (see the top of this file); r filled.
- * BC_OK when it ran (whatever its exit), else BC_ENOMEM / BC_EINVAL.
+ * One read of the producer's stdout into r (cap: the bound and one byte):
+ * > 0 bytes read (r->too_big once at cap), 0 at its end (closed then), -1
+ * nothing now.
+ */
+static ssize_t
+read_stdout(bcd_child *c, exec_run *r, size_t cap)
+{
+	ssize_t		got = read(c->out, r->out + r->out_len, cap - r->out_len);
+
+	if (got > 0)
+	{
+		r->out_len += (size_t) got;
+		if (r->out_len >= cap)
+			r->too_big = 1;
+		return got;
+	}
+	if (got == 0 || (errno != EINTR && errno != EAGAIN))
+	{
+		bcd_child_close(&c->out);
+		return 0;
+	}
+	return -1;
+}
+
+/* One read of its stderr: the first BCD_EXEC_STDERR_MAX bytes kept (as read_stdout). */
+static ssize_t
+read_stderr(bcd_child *c, exec_run *r)
+{
+	char		junk[4096];
+	ssize_t		got;
+
+	if (r->err_len < BCD_EXEC_STDERR_MAX)
+		got = read(c->err, r->errtext + r->err_len, BCD_EXEC_STDERR_MAX - r->err_len);
+	else
+		got = read(c->err, junk, sizeof(junk));
+	if (got > 0)
+	{
+		if (r->err_len < BCD_EXEC_STDERR_MAX)
+			r->err_len += (size_t) got;
+		return got;
+	}
+	if (got == 0 || (errno != EINTR && errno != EAGAIN))
+	{
+		bcd_child_close(&c->err);
+		return 0;
+	}
+	return -1;
+}
+
+/*
+ * Whether r's stdout is a JSON text begun and not ended yet (jansson's
+ * premature end of input), what a producer's child may still be writing.
  */
 static int
-run_producer(const char *path, double timeout, const char *attestor, int round,
+answer_unfinished(const exec_run *r)
+{
+	json_error_t jerr;
+	json_t	   *doc;
+
+	if (r->out_len == 0)
+		return 0;
+	doc = json_loadb(r->out, r->out_len, JSON_DISABLE_EOF_CHECK, &jerr);
+	if (doc != NULL)
+	{
+		json_decref(doc);
+		return 0;
+	}
+	return json_error_code(&jerr) == json_error_premature_end_of_input;
+}
+
+/*
+ * The process other than bcd that holds the pipe fd leads to (the write end
+ * of the producer's stdout or stderr), from /proc: its pid, or -1.
+ */
+static pid_t
+pipe_holder(int fd)
+{
+	char		want[64];
+	char		link[64];
+	char		path[96];
+	struct stat sb;
+	DIR		   *proc;
+	struct dirent *de;
+	pid_t		me = getpid();
+	pid_t		found = -1;
+
+	if (fstat(fd, &sb) != 0 || (proc = opendir("/proc")) == NULL)
+		return -1;
+	snprintf(want, sizeof(want), "pipe:[%llu]", (unsigned long long) sb.st_ino);
+	while (found < 0 && (de = readdir(proc)) != NULL)
+	{
+		char	   *end;
+		long		pid = strtol(de->d_name, &end, 10);
+		DIR		   *fds;
+		struct dirent *fe;
+
+		if (*end != '\0' || pid <= 0 || pid == me)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/fd", pid);
+		if ((fds = opendir(path)) == NULL)
+			continue;
+		while (found < 0 && (fe = readdir(fds)) != NULL)
+		{
+			ssize_t		n;
+
+			snprintf(path, sizeof(path), "/proc/%ld/fd/%.20s", pid, fe->d_name);
+			n = readlink(path, link, sizeof(link) - 1);
+			if (n > 0 && (link[n] = '\0', strcmp(link, want) == 0))
+				found = (pid_t) pid;
+		}
+		closedir(fds);
+	}
+	closedir(proc);
+	return found;
+}
+
+/*
+ * Run the file open at fd (path: its name, argv[0]) with input on its
+ * stdin (see the top of this file); r filled.  Its answer is taken when it
+ * has exited and its JSON object is complete: what it wrote on stdout by
+ * its exit, and, after an exit 0 with the object begun and not ended, what
+ * follows until it ends; never waiting for the end of the pipe, which a
+ * process it left (a setsid() child) may hold (r->left_running).  BC_OK
+ * when it ran (whatever its exit), else BC_ENOMEM.
+ */
+static int
+run_producer(int fd, const char *path, double timeout, const char *attestor, int round,
 			 const char *input, exec_run *r)
 {
 	bcd_child	c;
@@ -283,6 +663,7 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 	double		deadline = bcd_now_ms() / 1000.0 + timeout;
 	void		(*old_pipe) (int);
 	int			reaped = 0;
+	int			pidfd;
 
 	memset(r, 0, sizeof(*r));
 	r->out = malloc(cap + 1);
@@ -298,20 +679,25 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 	envp[5] = NULL;
 	argv[0] = (char *) path;
 	argv[1] = NULL;
-	if (bcd_child_spawn(&c, path, argv, envp, 1, producer_setup, NULL) != BC_OK)
+	if (bcd_child_spawn_fd(&c, fd, argv, envp, 1, producer_setup, NULL) != BC_OK)
 	{
 		r->spawn_errno = errno;
 		return BC_OK;
 	}
+	/* its exit wakes the poll (Linux 5.3); else the poll looks every 10 ms */
+	pidfd = (int) pidfd_open(c.pid, 0);
 	(void) fcntl(c.in, F_SETFL, fcntl(c.in, F_GETFL) | O_NONBLOCK);
+	(void) fcntl(c.out, F_SETFL, fcntl(c.out, F_GETFL) | O_NONBLOCK);
+	(void) fcntl(c.err, F_SETFL, fcntl(c.err, F_GETFL) | O_NONBLOCK);
 	old_pipe = signal(SIGPIPE, SIG_IGN);
-	while (c.out >= 0 || c.err >= 0)
+	while (!reaped)
 	{
-		struct pollfd pfd[3];
+		struct pollfd pfd[4];
 		int			n = 0;
 		int			i_out = -1,
 					i_err = -1,
-					i_in = -1;
+					i_in = -1,
+					i_pid = -1;
 		double		left = deadline - bcd_now_ms() / 1000.0;
 		int			slice;
 
@@ -325,7 +711,7 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 			r->timed_out = 1;
 			break;
 		}
-		slice = left > 0.2 ? 200 : (int) (left * 1000) + 1;
+		slice = pidfd < 0 ? 10 : left > 0.2 ? 200 : (int) (left * 1000) + 1;
 		if (c.out >= 0)
 		{
 			pfd[n] = (struct pollfd) {.fd = c.out, .events = POLLIN};
@@ -341,7 +727,12 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 			pfd[n] = (struct pollfd) {.fd = c.in, .events = POLLOUT};
 			i_in = n++;
 		}
-		if (poll(pfd, (nfds_t) n, slice) <= 0)
+		if (pidfd >= 0)
+		{
+			pfd[n] = (struct pollfd) {.fd = pidfd, .events = POLLIN};
+			i_pid = n++;
+		}
+		if (poll(pfd, (nfds_t) n, slice) < 0)
 			continue;
 		if (i_in >= 0 && pfd[i_in].revents != 0)
 		{
@@ -352,49 +743,72 @@ run_producer(const char *path, double timeout, const char *attestor, int round,
 			if ((w < 0 && errno != EAGAIN && errno != EINTR) || in_off == in_len)
 				bcd_child_close(&c.in);	/* all written, or it closed its stdin */
 		}
-		if (i_out >= 0 && pfd[i_out].revents != 0)
-		{
-			ssize_t		got = read(c.out, r->out + r->out_len, cap - r->out_len);
-
-			if (got > 0)
-				r->out_len += (size_t) got;
-			if (r->out_len >= cap)
-			{
-				r->too_big = 1;
-				break;
-			}
-			if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
-				bcd_child_close(&c.out);
-		}
+		if (i_out >= 0 && pfd[i_out].revents != 0 && read_stdout(&c, r, cap) > 0 && r->too_big)
+			break;
 		if (i_err >= 0 && pfd[i_err].revents != 0)
-		{
-			char		junk[4096];
-			ssize_t		got;
-
-			if (r->err_len < BCD_EXEC_STDERR_MAX)
-				got = read(c.err, r->errtext + r->err_len, BCD_EXEC_STDERR_MAX - r->err_len);
-			else
-				got = read(c.err, junk, sizeof(junk));
-			if (got > 0 && r->err_len < BCD_EXEC_STDERR_MAX)
-				r->err_len += (size_t) got;
-			if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
-				bcd_child_close(&c.err);
-		}
+			(void) read_stderr(&c, r);
+		if ((i_pid < 0 || pfd[i_pid].revents != 0) &&
+			waitpid(c.pid, &r->status, WNOHANG) == c.pid)
+			reaped = 1;
 	}
 	bcd_child_close(&c.in);
-	signal(SIGPIPE, old_pipe);
-	/* Its output closed: the exit, within the same deadline. */
-	if (!r->timed_out && !r->too_big && !r->stopped)
-	{
-		int			w = bcd_child_wait(&c, deadline, 1, &r->status);
-
-		reaped = w == BCD_CHILD_EXITED;
-		r->timed_out = w == BCD_CHILD_TIMED_OUT;
-		r->stopped = w == BCD_CHILD_STOPPED;
-	}
-	/* Its process group, whatever it left behind; it too when not reaped. */
 	if (reaped)
+	{
+		size_t		dropped = 0;
+		ssize_t		got;
+
+		/* what it wrote before it exited is in the pipes: the answer as it left it */
+		while (c.out >= 0 && !r->too_big && read_stdout(&c, r, cap) > 0)
+			;
+		while (c.err >= 0 && dropped < STDERR_DRAIN_MAX && (got = read_stderr(&c, r)) > 0)
+			dropped += (size_t) got;
+		/* exit 0 with its JSON begun and not ended: the rest from whoever holds the pipe */
+		while (c.out >= 0 && !r->too_big && WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0 &&
+			   answer_unfinished(r) && bcd_now_ms() / 1000.0 < deadline && !bcd_stop_requested())
+		{
+			struct pollfd pfd[2] = {{.fd = c.out, .events = POLLIN},
+			{.fd = c.err, .events = POLLIN}};
+			double		left = deadline - bcd_now_ms() / 1000.0;
+
+			if (poll(pfd, 2, left > 0.2 ? 200 : (int) (left * 1000) + 1) <= 0)
+				continue;
+			if (pfd[0].revents != 0)
+				(void) read_stdout(&c, r, cap);
+			if (c.err >= 0 && pfd[1].revents != 0)
+				(void) read_stderr(&c, r);
+		}
+		/* what it left in its process group, and whoever still holds its pipes */
 		kill(-c.pid, SIGKILL);
+		if (c.out >= 0 || c.err >= 0)
+		{
+			double		until = bcd_now_ms() / 1000.0 + LEFT_BEHIND_MS / 1000.0;
+
+			while ((c.out >= 0 || c.err >= 0) && bcd_now_ms() / 1000.0 < until)
+			{
+				struct pollfd pfd[2] = {{.fd = c.out, .events = POLLIN},
+				{.fd = c.err, .events = POLLIN}};
+				char		junk[4096];
+
+				if (poll(pfd, 2, 20) <= 0)
+					continue;
+				for (int i = 0; i < 2; i++)
+				{
+					int		   *end = i == 0 ? &c.out : &c.err;
+
+					if (*end >= 0 && pfd[i].revents != 0 &&
+						((got = read(*end, junk, sizeof(junk))) == 0 ||
+						 (got < 0 && errno != EAGAIN && errno != EINTR)))
+						bcd_child_close(end);
+				}
+			}
+			if (c.out >= 0 || c.err >= 0)
+				r->left_running = pipe_holder(c.out >= 0 ? c.out : c.err);
+		}
+	}
+	signal(SIGPIPE, old_pipe);
+	if (pidfd >= 0)
+		close(pidfd);
+	/* not reaped (a timeout, too much output, a stop): its process group and it killed */
 	bcd_child_end(&c, reaped, &r->status);
 	r->out[r->out_len] = '\0';
 	r->errtext[r->err_len] = '\0';
@@ -450,13 +864,21 @@ exec_round(const bcd_producer_input *in, int round, const char *challenge, bcd_e
 		snprintf(err, errlen, "cannot build the producer's input");
 		return BC_ENOMEM;
 	}
-	rc = run_producer(st.path, st.timeout, in->attestor, round, input, &r);
+	rc = run_producer(st.fd, st.path, st.timeout, in->attestor, round, input, &r);
 	free(input);
 	if (rc != BC_OK)
 	{
 		snprintf(err, errlen, "cannot run the producer %s (out of memory)", st.path);
 		return BCD_PRODUCER_RETRY;
 	}
+	if (r.left_running > 0)
+		bcd_log("the producer %s exited leaving pid %ld, outside its process group (a setsid() "
+				"child?), holding its stdout or stderr open: left running; its answer was taken "
+				"as it stood when it exited", st.path, (long) r.left_running);
+	else if (r.left_running < 0)
+		bcd_log("the producer %s exited leaving a process outside its process group (a "
+				"setsid() child?) holding its stdout or stderr open: left running; its answer "
+				"was taken as it stood when it exited", st.path);
 	stderr_tail(&r, tail, sizeof(tail));
 	rc = BCD_PRODUCER_RETRY;
 	if (r.spawn_errno != 0)
@@ -490,7 +912,7 @@ exec_round(const bcd_producer_input *in, int round, const char *challenge, bcd_e
 				 WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, tail);
 	else if (bcd_exec_output_parse(r.out, r.out_len, &out->attestation, &out->claims, why,
 								   sizeof(why)) != BC_OK)
-		snprintf(err, errlen, "the producer %s wrote no valid answer: %s", st.path, why);
+		snprintf(err, errlen, "the producer %s wrote no valid answer: %s%s", st.path, why, tail);
 	else
 		rc = BC_OK;
 	free(r.out);
@@ -522,7 +944,9 @@ answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out, c
 }
 
 static const bcd_producer_option options[] = {
-	{"producer", "PATH", "run the executable PATH (no shell, a clean\n"
+	{"producer", "PATH", "run the executable PATH (absolute; it and every\n"
+	 "directory above it writable by root or bcd's user\n"
+	 "only; opened once, at the start; no shell, a clean\n"
 	 "environment) for the evidence of a custom --attestor\n"
 	 "ID, a JSON object in and out (docs/agent.md,\n"
 	 "\"Writing a producer\"); the token, if given, is\n"
@@ -548,19 +972,23 @@ set_option(const char *name, const char *arg)
 	return NULL;
 }
 
-/* It serves the join of a custom attestor: PATH is one to execve. */
+/*
+ * It serves the join of a custom attestor: PATH opened and checked once
+ * (open_producer), the descriptor that every round runs.
+ */
 static const char *
 configure(const bcd_producer_setup *setup)
 {
+	static char why[PATH_MAX + 512];
+
 	if (st.path == NULL)
 		return "--producer-timeout is for --producer";
 	if (!setup->attestor_set)
 		return "--producer needs --attestor ID (the custom attestor it makes the evidence of)";
-	if (st.path[0] != '/')
-		return "--producer must be an absolute path (it is run without a shell or PATH)";
-	if (access(st.path, X_OK) != 0)
-		return "--producer is not an executable file";
-	return NULL;
+	if (st.fd >= 0)
+		close(st.fd);
+	st.fd = open_producer(st.path, why, sizeof(why));
+	return st.fd < 0 ? why : NULL;
 }
 
 /* Set --producer and --producer-timeout (bcd join-request, its own parser; producer.h). */

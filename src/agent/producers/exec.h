@@ -3,8 +3,11 @@
  * executable that makes the evidence of a custom attestor (docs/agent.md,
  * "Writing a producer"; the protocol, docs/protocol.md "The producer exec
  * protocol").  bcd runs it like a Kubernetes exec credential plugin or a git
- * credential helper: execve() (no shell), a clean environment, one JSON
- * object on stdin, one JSON object on stdout, bounded in size and time.
+ * credential helper: no shell, a clean environment, one JSON object on
+ * stdin, one JSON object on stdout, bounded in size and time; and holds it
+ * to the trust rules ssh and sudo apply to their helpers: opened once by an
+ * absolute path whose every component only root or bcd's user can change,
+ * checked and run by that descriptor.
  */
 #ifndef BCD_PRODUCER_EXEC_H
 #define BCD_PRODUCER_EXEC_H
@@ -42,7 +45,8 @@ int			bcd_exec_output_parse(const char *buf, size_t len, char **attestation,
 
 /*
  * bcd join-request's --producer PATH and --producer-timeout S (either may
- * be NULL) for attestor: NULL when they can serve, else the usage error.
+ * be NULL) for attestor: NULL when they can serve (PATH opened and
+ * checked), else the usage error (naming PATH and what is wrong with it).
  */
 const char *bcd_exec_producer_set(const char *path, const char *timeout, const char *attestor,
 								  int attestor_set);
