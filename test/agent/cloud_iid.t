@@ -10,10 +10,14 @@ Azure the attested document for the nonce asked.  bcd run --once
 --attestor cloud-iid --cloud aws|gcp|azure --metadata-url joins each through
 the real gateway; the same instance with a wiped state directory is refused
 (exit 2, cloud-iid:already-admitted) until bc_join.reset_cloud_instance, then
-comes back as the same node; a --metadata-url to another host or over https
-is refused (the metadata mode of core/transport.c is plain HTTP to the
+comes back as the same node; a cloud an operator registered in SQL only
+(acmecloud: Azure's document format with its own root, domain and member
+names, test/lib/cloudfix.py) joins with --cloud acmecloud --cloud-protocol
+azure, and without --cloud-protocol or --metadata-url bcd says what is
+missing; a --metadata-url to another host or over https is refused (the metadata mode of core/transport.c is plain HTTP to the
 metadata service's own address only); usage errors are legible.
 """
+import base64
 import json
 import os
 import sys
@@ -87,6 +91,32 @@ def stand_in(cl):
     return srv, "http://127.0.0.1:%d" % srv.server_address[1], seen
 
 
+def acme_stand_in(cl):
+    """acmecloud's metadata service: Azure's protocol, acmecloud's own document and signer."""
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            u = urllib.parse.urlsplit(self.path)
+            q = urllib.parse.parse_qs(u.query)
+            if u.path != "/metadata/attested/document" or self.headers.get("Metadata") != "true":
+                body = b""
+                self.send_response(404)
+            else:
+                content = cl.acmecloud_content(q.get("nonce", [""])[0], machine="m-agent-1")
+                body = json.dumps({"encoding": "pkcs7", "signature": base64.b64encode(
+                    cl.azure_pkcs7(content, signer="acsigner", bag=("acsigner",))).decode()}).encode()
+                self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = Metadata(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, "http://127.0.0.1:%d" % srv.server_address[1]
+
+
 def body(tap, env):
     """The script."""
     cl = cloudfix.Clouds(os.path.join(env.dir, "clouds"))
@@ -144,6 +174,30 @@ def body(tap, env):
             "--attestor", "cloud-iid", "--cloud", "aws", "--metadata-url", url, "--once"]))
         tap.ok(r.returncode == 2 and last_refusal() == "cloud-iid:already-admitted",
                "aws: the same instance again is refused too", r.stderr)
+
+        # -- a fourth cloud, registered in SQL only, joined by bcd run with its protocol named
+        cl.acmecloud_register(db.cursor())
+        db.cursor().execute("INSERT INTO bc_join.cloud_accounts (provider, account, tenant_id, pool_id) "
+                            "VALUES ('acmecloud', 'tenancy-7', %s, %s)", (env.tenant, env.pool))
+        asrv, aurl = acme_stand_in(cl)
+        try:
+            acme = ["--attestor", "cloud-iid", "--cloud", "acmecloud", "--once"]
+            u = env.bcd("run", *env.run_args(os.path.join(env.dir, "acme-u1"), extra=acme + ["--metadata-url", aurl]))
+            tap.ok(u.returncode == 64 and "--cloud-protocol" in u.stderr,
+                   "a registered cloud without --cloud-protocol: bcd says it needs one (exit 64)", u.stderr)
+            u = env.bcd("run", *env.run_args(os.path.join(env.dir, "acme-u2"), extra=acme + ["--cloud-protocol", "azure"]))
+            tap.ok(u.returncode == 64 and "--metadata-url" in u.stderr,
+                   "and without --metadata-url: it needs that too (exit 64)", u.stderr)
+            r = env.bcd("run", *env.run_args(os.path.join(env.dir, "state-acme"), extra=acme + [
+                "--cloud-protocol", "azure", "--metadata-url", aurl]))
+            tap.ok(r.returncode == 0 and "/node/node_" in r.stdout,
+                   "acmecloud: bcd run --cloud acmecloud --cloud-protocol azure joins through the gateway",
+                   r.stdout + r.stderr)
+            tap.eq(env.psql("SELECT payload->'detail'->>'provider' || ' ' || (payload->'detail'->>'instance') "
+                            "FROM bc_join.events WHERE type = 'node.joined' ORDER BY id DESC LIMIT 1"),
+                   "acmecloud m-agent-1", "node.joined names the registered provider and its instance")
+        finally:
+            asrv.shutdown()
 
         # -- plain HTTP, unpinned, only to the metadata service's own address (or the loopback)
         n_seen = len(seen)

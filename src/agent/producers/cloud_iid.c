@@ -13,6 +13,11 @@
  *   azure  /metadata/attested/document?api-version=2025-04-07&nonce=<n>,
  *          n = the first 32 hex digits of SHA-256(CSR DER).
  *
+ * A cloud an operator registered in SQL (bc_join.cloud_providers, one of the
+ * three document formats) is --cloud NAME --cloud-protocol aws|gcp|azure
+ * --metadata-url URL: its metadata service answers as that cloud's does, the
+ * evidence is that cloud's with "provider": NAME.
+ *
  * Every request goes through core/transport.c's metadata mode (plain HTTP
  * to the metadata service's own address only, 10 s, 64 KiB at most).  It
  * answers no challenge.
@@ -29,10 +34,11 @@
 #include "core/transport.h"
 #include "producers/producer.h"
 
-/* Its own state: --cloud, --metadata-url, --cloud-audience. */
+/* Its own state: --cloud, --cloud-protocol, --metadata-url, --cloud-audience. */
 static struct
 {
 	const char *cloud;
+	const char *protocol;		/* aws, gcp or azure: --cloud-protocol, else --cloud */
 	const char *metadata_url;
 	const char *cloud_audience;
 } st;
@@ -209,15 +215,21 @@ azure(const bcd_producer_input *in, bcd_http *h, json_t *ev, char *err, size_t e
 }
 
 static const bcd_producer_option options[] = {
-	{"cloud", "CLOUD", "aws, gcp or azure; the evidence is the cloud's\n"
-	 "signed word from its metadata service (aws also\n"
-	 "sends the token, sealed, if given)"},
+	{"cloud", "CLOUD", "aws, gcp or azure, or a cloud registered in SQL\n"
+	 "(bc_join.cloud_providers); the evidence is the\n"
+	 "cloud's signed word from its metadata service\n"
+	 "(aws also sends the token, sealed, if given)"},
+	{"cloud-protocol", "P", "a registered cloud: aws, gcp or azure, the\n"
+	 "protocol its metadata service answers in (its\n"
+	 "format in bc_join.cloud_providers: aws-pkcs7,\n"
+	 "gcp-jwt or azure-pkcs7)"},
 	{"metadata-url", "URL", "the metadata service (default the cloud's own:\n"
 	 "http://169.254.169.254, gcp\n"
-	 "http://metadata.google.internal)"},
-	{"cloud-audience", "A", "gcp: the audience the service is configured with\n"
-	 "(bc_join.cloud_providers); the token asks for\n"
-	 "A#<csrSha256>"},
+	 "http://metadata.google.internal; required for a\n"
+	 "registered cloud)"},
+	{"cloud-audience", "A", "gcp (or --cloud-protocol gcp): the audience the\n"
+	 "service is configured with (bc_join.cloud_providers);\n"
+	 "the token asks for A#<csrSha256>"},
 	{NULL, NULL, NULL}
 };
 
@@ -226,6 +238,8 @@ set_option(const char *name, const char *arg)
 {
 	if (strcmp(name, "cloud") == 0)
 		st.cloud = arg;
+	else if (strcmp(name, "cloud-protocol") == 0)
+		st.protocol = arg;
 	else if (strcmp(name, "metadata-url") == 0)
 		st.metadata_url = arg;
 	else if (strcmp(name, "cloud-audience") == 0)
@@ -233,18 +247,55 @@ set_option(const char *name, const char *arg)
 	return NULL;
 }
 
+/* 1 when p is one of the three protocols (and built-in providers) bcd speaks. */
+static int
+builtin(const char *p)
+{
+	return p != NULL && (strcmp(p, "aws") == 0 || strcmp(p, "gcp") == 0 || strcmp(p, "azure") == 0);
+}
+
+/* 1 when name can be a provider's name (bc_join.cloud_providers: [a-z0-9-], 1 to 32). */
+static int
+provider_name_valid(const char *name)
+{
+	size_t		n = strlen(name);
+
+	if (n == 0 || n > 32)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+			  name[i] == '-'))
+			return 0;
+	return 1;
+}
+
 /* It serves the join: a cloud it knows, what that cloud needs. */
 static const char *
 configure(const bcd_producer_setup *setup)
 {
 	(void) setup;
-	if (st.cloud == NULL || (strcmp(st.cloud, "aws") != 0 && strcmp(st.cloud, "gcp") != 0 &&
-							 strcmp(st.cloud, "azure") != 0))
-		return "--attestor cloud-iid needs --cloud aws, gcp or azure";
-	if (strcmp(st.cloud, "gcp") == 0 && (st.cloud_audience == NULL || st.cloud_audience[0] == '\0'))
-		return "--cloud gcp needs --cloud-audience (the audience bc_join.cloud_providers names)";
-	if (st.cloud_audience != NULL && strcmp(st.cloud, "gcp") != 0)
-		return "--cloud-audience is for --cloud gcp";
+	if (st.cloud == NULL)
+		return "--attestor cloud-iid needs --cloud aws, gcp or azure (or a cloud registered in SQL "
+			"with --cloud-protocol)";
+	if (!provider_name_valid(st.cloud))
+		return "--cloud is aws, gcp, azure or a registered provider's name (a-z, 0-9 and -, "
+			"at most 32)";
+	if (st.protocol != NULL && !builtin(st.protocol))
+		return "--cloud-protocol must be aws, gcp or azure";
+	if (builtin(st.cloud) && st.protocol != NULL && strcmp(st.protocol, st.cloud) != 0)
+		return "--cloud-protocol is for a registered cloud; aws, gcp and azure speak their own";
+	if (!builtin(st.cloud) && st.protocol == NULL)
+		return "--cloud NAME, a cloud registered in SQL, needs --cloud-protocol aws, gcp or azure "
+			"(how its metadata service answers)";
+	if (!builtin(st.cloud) && st.metadata_url == NULL)
+		return "--cloud NAME, a cloud registered in SQL, needs --metadata-url (its metadata service)";
+	if (st.protocol == NULL)
+		st.protocol = st.cloud;
+	if (strcmp(st.protocol, "gcp") == 0 && (st.cloud_audience == NULL || st.cloud_audience[0] == '\0'))
+		return "--cloud gcp (or --cloud-protocol gcp) needs --cloud-audience (the audience "
+			"bc_join.cloud_providers names)";
+	if (st.cloud_audience != NULL && strcmp(st.protocol, "gcp") != 0)
+		return "--cloud-audience is for --cloud gcp (or --cloud-protocol gcp)";
 	if (st.metadata_url != NULL && strncmp(st.metadata_url, "http://", 7) != 0 &&
 		strncmp(st.metadata_url, "https://", 8) != 0)
 		return "--metadata-url must be an http:// or https:// URL";
@@ -256,19 +307,20 @@ static int
 produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errlen)
 {
 	const char *cloud = st.cloud;
+	const char *proto = st.protocol != NULL ? st.protocol : st.cloud;
 	const char *base;
 	bcd_http   *h = NULL;
 	json_t	   *ev;
 	char	   *text = NULL;
 	int			rc;
 
-	if (cloud == NULL)
+	if (cloud == NULL || proto == NULL)
 	{
 		snprintf(err, errlen, "the cloud-iid attestor needs --cloud aws, gcp or azure");
 		return BC_EINVAL;
 	}
 	base = st.metadata_url != NULL ? st.metadata_url :
-		strcmp(cloud, "gcp") == 0 ? "http://metadata.google.internal" : "http://169.254.169.254";
+		strcmp(proto, "gcp") == 0 ? "http://metadata.google.internal" : "http://169.254.169.254";
 	if (in->token != NULL || in->token_file != NULL)
 	{
 		rc = bcd_seal_token(in, out, err, errlen);
@@ -281,16 +333,16 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 		bcd_evidence_free(out);
 		return BC_ENOMEM;
 	}
-	if (strcmp(cloud, "aws") != 0 && strcmp(cloud, "gcp") != 0 && strcmp(cloud, "azure") != 0)
+	if (!builtin(proto))
 	{
-		snprintf(err, errlen, "--cloud must be aws, gcp or azure");
+		snprintf(err, errlen, "--cloud-protocol must be aws, gcp or azure");
 		rc = BC_EINVAL;
 	}
 	else if ((h = bcd_http_new_metadata(base, err, errlen)) == NULL)
 		rc = BC_EINVAL;
-	else if (strcmp(cloud, "aws") == 0)
+	else if (strcmp(proto, "aws") == 0)
 		rc = aws(h, ev, err, errlen);
-	else if (strcmp(cloud, "gcp") == 0)
+	else if (strcmp(proto, "gcp") == 0)
 		rc = gcp(in, h, ev, err, errlen);
 	else
 		rc = azure(in, h, ev, err, errlen);
