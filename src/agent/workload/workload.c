@@ -1592,8 +1592,10 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	grpc_init();
 	w->cq = grpc_completion_queue_create_for_next(NULL);
 	w->creds = grpc_insecure_server_credentials_create();
-	bcd_log("workload api: %d rule(s), trust domain %s, %d jwt-svid key(s)", o->n_workload_rules,
-			w->trust_domain, bcd_wl_jwt_keys(w->jwt));
+	bcd_log("workload api: %d rule(s), trust domain %s, %d jwt-svid key(s); callers bound by %s",
+			o->n_workload_rules, w->trust_domain, bcd_wl_jwt_keys(w->jwt),
+			bcd_wl_bind_pidfd_used() ? "pidfd (SO_PEERPIDFD)" :
+			"/proc start time (no SO_PEERPIDFD)");
 	*out = w;
 	return BC_OK;
 fail:
