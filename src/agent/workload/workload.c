@@ -1443,18 +1443,18 @@ accept_one(bcd_workload *w, int fd)
 	c->st_ino = st.st_ino;
 	m = bcd_wl_rules_match(w->rules, &c->caller, &session, &context, &bind, why, sizeof(why));
 	c->ruled = m > 0;
-	c->bind_ok = bcd_wl_bind_open(fd, &c->caller.peer, &c->bind, why, sizeof(why)) == BC_OK;
 	pthread_mutex_lock(&w->mu);
 	over = over_share(w, cred.uid, c->ruled);
 	pthread_mutex_unlock(&w->mu);
 	if (over != NULL)
 	{
 		log_over_share(w, cred.uid, over);
-		bcd_wl_bind_close(&c->bind);
 		close(fd);
 		free(c);
 		return;
 	}
+	/* the process and its end of the connection, for the checks of its calls (attest.c) */
+	c->bind_ok = bcd_wl_bind_open(fd, &c->caller.peer, &c->bind, why, sizeof(why)) == BC_OK;
 	{
 		/* a caller's messages are small: 64 KiB at most, 16 calls at once per connection */
 		grpc_arg	args[2];
