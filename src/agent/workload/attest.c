@@ -7,7 +7,8 @@
  * child it forked (or a process it handed the descriptor to) reads the
  * answers; its pid can be another process's by the time /proc is read.  So
  * for callers that a rule with an exe:, unit: or cgroup: selector answers,
- * bcd checks, at every call and before any secret is sent:
+ * bcd checks, at every SVID call (FetchX509SVID, FetchJWTSVID) and before any
+ * secret is sent:
  * - the connecting process is alive: its pidfd (SO_PEERPIDFD, Linux 6.5 and
  *   later) has not signalled an exit; its start time (/proc/PID/stat) is
  *   the one read at accept (without a pidfd, the only check of a reused pid,

@@ -3,8 +3,8 @@
  * its connection (docs/security.md, "Workload attestation").  At accept bcd
  * takes, beside what peer.c reads, a pidfd of the connecting process
  * (SO_PEERPIDFD, where the kernel has it) and the inode of the caller's end
- * of the socket (sock_diag); at every call that a rule with an exe:, unit:
- * or cgroup: selector answers, and before any secret is sent on it, it
+ * of the socket (sock_diag); at every SVID call that a rule with an exe:,
+ * unit: or cgroup: selector answers, and before any secret is sent on it, it
  * checks that the process is still the one seen at accept and that it alone
  * holds its end.
  */

@@ -782,7 +782,9 @@ resolve(bcd_workload *w, rpc *r, const char *method)
 		return -1;
 	}
 	r->bind = bind;
-	if (rpc_bound(r, &now, why, sizeof(why)) != 0)
+	/* the calls that get a secret: bound now, and again before it is sent */
+	if ((r->method == M_X509_SVID || r->method == M_JWT_SVID) &&
+		rpc_bound(r, &now, why, sizeof(why)) != 0)
 	{
 		log_refusal(w, &now, method, why);
 		finish(r, 1, NULL, GRPC_STATUS_PERMISSION_DENIED, "no identity issued");
