@@ -24,7 +24,10 @@ uid:0.  The attacker is uid 65534 (setpriv), as in workload_api.t.
   once; all but uid 65533's share are closed at once, the rest after the
   5 s deadline for a first call;
 - 40 refused calls of uid 65532 are logged as at most 5 lines an interval
-  and summary lines that count the rest exactly.
+  and summary lines that count the rest exactly;
+- bcd in a user namespace that maps root alone (as systemd's PrivateUsers=
+  maps only the user and root): a uid:65534 rule does not serve uid 65533,
+  which the kernel shows it as 65534, the overflow uid.
 """
 import json
 import os
@@ -471,6 +474,28 @@ def body(tap, env):
     tap.eq(ok, {"OK": 2}, "without a pidfd: PY-ALLOWED is served")
     daemon2.stop()
     tap.eq(daemon2.rc, 0, "the second bcd stops cleanly", daemon2.text()[-2000:])
+
+    # bcd in a user namespace of its own that maps root alone (systemd's PrivateUsers= maps
+    # the user and root): every other uid reaches it as the overflow uid 65534
+    if subprocess.run(["unshare", "-Ur", "true"]).returncode != 0:
+        tap.skip("a uid: selector never matches the overflow uid", "unshare -Ur fails here")
+        return
+    cmd = ["unshare", "-Ur", env.bcd_bin, "run"] + env.run_args(state, extra=[
+        "--workload-api", wsock, "--workload-api-mode", "0666",
+        "--workload-rule", "uid:%d=>session=wl-nobody" % NOBODY,
+        "--workload-rule", "uid:0=>session=wl-root"])
+    daemon3 = sl.Proc(env, "bcd-attest3", cmd, sl.bcd_env(env, rt))
+    env.procs.append(daemon3)
+    tap.ok(daemon3.wait_log("never match uid: or gid:", 30) and os.path.exists(wsock),
+           "bcd in a user namespace mapping root alone says uid 65534 stands for every other user",
+           daemon3.text())
+    got = run_json(as_uid(65533, [SYS_PY, "-c", CLIENT, py, wsock, "2"]))
+    tap.eq(got, {"PERMISSION_DENIED": 2},
+           "uid 65533, which that bcd sees as 65534: refused by the uid:65534 rule")
+    got = run_json([sys.executable, "-c", CLIENT, py, wsock, "1"], timeout=60)
+    tap.eq(got, {"OK": 1}, "root, mapped: its uid:0 rule serves it")
+    daemon3.stop()
+    tap.eq(daemon3.rc, 0, "the third bcd stops cleanly", daemon3.text()[-2000:])
 
 
 agentlib.main(body)

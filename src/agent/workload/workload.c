@@ -1591,6 +1591,15 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 		snprintf(err, errlen, "cannot set the mode of %s: %s", w->path, strerror(errno));
 		goto fail;
 	}
+	{
+		unsigned long ou;
+		unsigned long og;
+
+		if (bcd_wl_rules_unmapped(w->rules, &ou, &og))
+			bcd_log("workload api: bcd's user namespace does not map every user: uid %ld and "
+					"gid %ld stand for every unmapped one and never match uid: or gid:",
+					ou == ULONG_MAX ? -1L : (long) ou, og == ULONG_MAX ? -1L : (long) og);
+	}
 	grpc_init();
 	w->cq = grpc_completion_queue_create_for_next(NULL);
 	w->creds = grpc_insecure_server_credentials_create();

@@ -60,4 +60,10 @@ int			bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *caller,
 							   const char **session, const char **context, int *bind,
 							   char *err, size_t errlen);
 
+/*
+ * 1 when bcd's user namespace does not map every id: *uid and *gid are the
+ * ids the kernel shows for the unmapped ones (never matched by uid:/gid:).
+ */
+int			bcd_wl_rules_unmapped(const bcd_wl_rules *r, unsigned long *uid, unsigned long *gid);
+
 #endif							/* BCD_WORKLOAD_H */
