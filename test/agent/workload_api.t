@@ -232,7 +232,9 @@ def body(tap, env):
         "--workload-rule", "exe:%s=>session=wl-x" % other,
         "--workload-rule", "uid:0,exe:%s=>session=wl-y,context=c1" % other,
         "--renew-at", "0.1"]))
-    tap.ok(sl.wait_socket(daemon, sock) and os.path.exists(wsock),
+    # (bcd logs "listening on" for bcd.sock, then makes workload.sock and logs "workload api:")
+    tap.ok(sl.wait_socket(daemon, sock) and daemon.wait_log("workload api:", 10) and
+           os.path.exists(wsock),
            "bcd serves its socket and the Workload API next to it", daemon.text())
     tap.eq(agentlib.mode(wsock) if os.path.exists(wsock) else None, 0o600,
            "workload.sock is 0600 (its directory 0700, as bcd.sock's)")
@@ -320,7 +322,8 @@ def body(tap, env):
     daemon2 = sl.start_daemon(env, "bcd-wl2", rt, env.run_args(state, extra=[
         "--workload-api", wsock2, "--workload-api-mode", "0666",
         "--workload-rule", "uid:65534=>session=wl-nobody"]))
-    tap.ok(sl.wait_socket(daemon2, sock) and os.path.exists(wsock2) and
+    tap.ok(sl.wait_socket(daemon2, sock) and daemon2.wait_log("workload api:", 10) and
+           os.path.exists(wsock2) and
            agentlib.mode(wsock2) == 0o666, "--workload-api-mode 0666: the socket is 0666",
            daemon2.text())
     r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",

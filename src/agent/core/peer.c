@@ -1,23 +1,34 @@
 /*
  * peer.c: the process at the other end of a local socket connection.
  *
- * SO_PEERCRED gives the uid (the peer check) and the pid the kernel saw at
- * connect().  For that pid, /proc gives the executable (readlink of
- * /proc/PID/exe, which names the file even when the process lies in argv)
- * and the cgroup (/proc/PID/cgroup, its "0::" line on cgroup v2), whose
- * last .service or .scope component is the systemd unit.  All of it is
- * read with bounded reads of files the kernel writes, never parsed beyond
- * finding one line.  What it is worth (docs/sessions.md, "Who asked"): the
- * uid is the kernel's and is enforced; the rest is a record, not a check: a
- * process of the same uid can exec the same binary, run in the same unit, or
- * exit so that its pid is reused before /proc is read.
+ * SO_PEERCRED gives the uid and gid (the peer check) and the pid the kernel
+ * saw at connect().  For that pid, /proc gives:
+ * - the executable: readlink of /proc/PID/exe names it (a record for logs
+ *   and claims: the path as the caller's mount namespace shows it), and
+ *   stat() of /proc/PID/exe gives the file itself (device and inode, the
+ *   kernel resolving the link to what the process runs, in any namespace);
+ * - its mount namespace (/proc/PID/ns/mnt) against bcd's own;
+ * - the cgroup (/proc/PID/cgroup, its "0::" line on cgroup v2) and the
+ *   systemd unit, which is systemd's own answer (libsystemd's
+ *   sd_pid_get_unit: the first unit below the slices, so a process anywhere
+ *   in user@UID.service's delegated subtree is in user@UID.service, whatever
+ *   it names its own cgroups);
+ * - its start time (/proc/PID/stat), read before and after the rest: a pid
+ *   reused meanwhile leaves the exe, cgroup and unit unknown.
+ * All of it is read with bounded reads of files the kernel writes.  What it
+ * is worth: docs/security.md, "Workload attestation"; for the hooks' socket
+ * it is a record, not a check (docs/sessions.md, "Who asked").
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <systemd/sd-login.h>
 
 #include "bc_common.h"
 #include "core/peer.h"
@@ -31,11 +42,13 @@ printable(char *s)
 			*s = '?';
 }
 
-/* Copy src into dst (len bytes), marking a cut with "...". */
-static void
+/* Copy src into dst (len bytes), marking a cut with "..."; 1 when cut. */
+static int
 copy_cut(char *dst, size_t len, const char *src, size_t n)
 {
-	if (n < len)
+	int			cut = n >= len;
+
+	if (!cut)
 	{
 		memcpy(dst, src, n);
 		dst[n] = '\0';
@@ -46,36 +59,10 @@ copy_cut(char *dst, size_t len, const char *src, size_t n)
 		memcpy(dst + len - 4, "...", 4);
 	}
 	printable(dst);
+	return cut;
 }
 
-void
-bcd_peer_unit_of(const char *cgroup, char *unit, size_t len)
-{
-	const char *p = cgroup;
-	const char *best = NULL;
-	size_t		best_n = 0;
-
-	unit[0] = '\0';
-	while (*p != '\0')
-	{
-		const char *end = strchr(p, '/');
-		size_t		n = end != NULL ? (size_t) (end - p) : strlen(p);
-
-		if ((n > 8 && memcmp(p + n - 8, ".service", 8) == 0) ||
-			(n > 6 && memcmp(p + n - 6, ".scope", 6) == 0))
-		{
-			best = p;
-			best_n = n;
-		}
-		p += n;
-		if (*p == '/')
-			p++;
-	}
-	if (best != NULL)
-		copy_cut(unit, len, best, best_n);
-}
-
-void
+int
 bcd_peer_cgroup_of(const char *text, size_t n, char *out, size_t len)
 {
 	const char *line = text;
@@ -92,31 +79,113 @@ bcd_peer_cgroup_of(const char *text, size_t n, char *out, size_t len)
 		{
 			const char *nul = memchr(line + 3, '\0', ln - 3);
 
-			copy_cut(out, len, line + 3, nul != NULL ? (size_t) (nul - line - 3) : ln - 3);
-			return;
+			return copy_cut(out, len, line + 3, nul != NULL ? (size_t) (nul - line - 3) : ln - 3);
 		}
 		line += ln + 1;
 	}
+	return 0;
 }
 
-/* The cgroup v2 path of pid into out ("" when unknown). */
-static void
-read_cgroup(pid_t pid, char *out, size_t len)
+/* Read /proc/PID/NAME (at most len - 1 bytes) into buf, NUL-terminated: its length, or -1. */
+static ssize_t
+read_proc(pid_t pid, const char *name, char *buf, size_t len)
 {
 	char		path[64];
-	char		buf[4096];
 	ssize_t		n;
 	int			fd;
 
-	out[0] = '\0';
-	snprintf(path, sizeof(path), "/proc/%ld/cgroup", (long) pid);
+	snprintf(path, sizeof(path), "/proc/%ld/%s", (long) pid, name);
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		return;
-	n = read(fd, buf, sizeof(buf));
+		return -1;
+	n = read(fd, buf, len - 1);
 	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
+}
+
+int
+bcd_peer_start_time(pid_t pid, unsigned long long *start)
+{
+	char		buf[1024];
+	ssize_t		n = read_proc(pid, "stat", buf, sizeof(buf));
+	const char *p;
+	char	   *end;
+
+	*start = 0;
+	/* "PID (COMM) S ..." where COMM may hold anything: fields count from the last ')' */
+	if (n <= 0 || (p = strrchr(buf, ')')) == NULL)
+		return -1;
+	p++;
+	/* starttime is field 22; field 3 (the state) follows ") " */
+	for (int field = 3; field < 22; field++)
+	{
+		p = strchr(p + 1, ' ');
+		if (p == NULL)
+			return -1;
+	}
+	errno = 0;
+	*start = strtoull(p + 1, &end, 10);
+	if (errno != 0 || end == p + 1 || *start == 0)
+	{
+		*start = 0;
+		return -1;
+	}
+	return 0;
+}
+
+/* The process's view of pid: everything but pid, uid and gid, read again. */
+static void
+read_process(bcd_peer *p)
+{
+	char		path[64];
+	char		exe[BCD_PEER_EXE_MAX + 1];
+	char		buf[4096];
+	char	   *unit = NULL;
+	struct stat st;
+	struct stat self;
+	unsigned long long again;
+	ssize_t		n;
+
+	p->start = 0;
+	p->exe[0] = p->cgroup[0] = p->unit[0] = '\0';
+	p->exe_known = p->mnt_known = p->mnt_same = p->cgroup_cut = 0;
+	if (p->pid == 0 || bcd_peer_start_time(p->pid, &p->start) != 0)
+		return;
+	snprintf(path, sizeof(path), "/proc/%ld/exe", (long) p->pid);
+	n = readlink(path, exe, sizeof(exe));
 	if (n > 0)
-		bcd_peer_cgroup_of(buf, (size_t) n, out, len);
+		copy_cut(p->exe, sizeof(p->exe), exe, (size_t) n);
+	if (stat(path, &st) == 0)
+	{
+		p->exe_known = 1;
+		p->exe_dev = st.st_dev;
+		p->exe_ino = st.st_ino;
+	}
+	snprintf(path, sizeof(path), "/proc/%ld/ns/mnt", (long) p->pid);
+	if (stat(path, &st) == 0 && stat("/proc/self/ns/mnt", &self) == 0)
+	{
+		p->mnt_known = 1;
+		p->mnt_same = st.st_dev == self.st_dev && st.st_ino == self.st_ino;
+	}
+	n = read_proc(p->pid, "cgroup", buf, sizeof(buf));
+	if (n > 0)
+		p->cgroup_cut = bcd_peer_cgroup_of(buf, (size_t) n, p->cgroup, sizeof(p->cgroup));
+	if (sd_pid_get_unit(p->pid, &unit) >= 0 && unit != NULL)
+	{
+		if (copy_cut(p->unit, sizeof(p->unit), unit, strlen(unit)))
+			p->unit[0] = '\0';	/* longer than any unit name: none */
+		free(unit);
+	}
+	/* another process behind the same pid by now: nothing of it is taken */
+	if (bcd_peer_start_time(p->pid, &again) != 0 || again != p->start)
+	{
+		p->start = 0;
+		p->exe[0] = p->cgroup[0] = p->unit[0] = '\0';
+		p->exe_known = p->mnt_known = p->mnt_same = p->cgroup_cut = 0;
+	}
 }
 
 int
@@ -124,24 +193,21 @@ bcd_peer_read(int fd, bcd_peer *p)
 {
 	struct ucred cred;
 	socklen_t	clen = sizeof(cred);
-	char		path[64];
-	char		exe[BCD_PEER_EXE_MAX + 1];
-	ssize_t		n;
 
 	memset(p, 0, sizeof(*p));
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 || clen != sizeof(cred))
 		return BC_EINVAL;
 	p->uid = cred.uid;
+	p->gid = cred.gid;
 	p->pid = cred.pid > 0 ? cred.pid : 0;
-	if (p->pid == 0)
-		return BC_OK;
-	snprintf(path, sizeof(path), "/proc/%ld/exe", (long) p->pid);
-	n = readlink(path, exe, sizeof(exe));
-	if (n > 0)
-		copy_cut(p->exe, sizeof(p->exe), exe, (size_t) n);
-	read_cgroup(p->pid, p->cgroup, sizeof(p->cgroup));
-	bcd_peer_unit_of(p->cgroup, p->unit, sizeof(p->unit));
+	read_process(p);
 	return BC_OK;
+}
+
+void
+bcd_peer_refresh(bcd_peer *p)
+{
+	read_process(p);
 }
 
 void
@@ -150,8 +216,10 @@ bcd_peer_describe(const bcd_peer *p, char *buf, size_t len)
 	if (p->pid == 0)
 		snprintf(buf, len, "pid unknown");
 	else
-		snprintf(buf, len, "pid %ld (exe %s, unit %s)", (long) p->pid,
-				 p->exe[0] ? p->exe : "?", p->unit[0] ? p->unit : "none");
+		snprintf(buf, len, "pid %ld (exe %s%s, unit %s)", (long) p->pid,
+				 p->exe[0] ? p->exe : "?",
+				 p->mnt_known && !p->mnt_same ? " in another mount namespace" : "",
+				 p->unit[0] ? p->unit : "none");
 }
 
 json_t *

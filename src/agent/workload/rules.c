@@ -8,10 +8,21 @@
  * same selectors (in any order) and different targets are refused at start;
  * a caller that rules with different targets match at call time (e.g.
  * uid:1000 and exe:/usr/bin/envoy, both true of it) is given no identity.
+ *
+ * What each selector is true of (docs/agent.md, "The SPIFFE Workload API"):
+ * uid and gid are SO_PEERCRED's; exe:PATH is a process running the file
+ * PATH names in bcd's own view now (device and inode of /proc/PID/exe
+ * against stat(PATH) at the match, so a replaced file is followed), in
+ * bcd's own mount namespace; unit: is the unit systemd's rules put it in
+ * (sd_pid_get_unit, peer.c); cgroup: its whole cgroup v2 path.  A rule with
+ * exe:, unit: or cgroup: also binds the caller to its connection
+ * (attest.c): bcd_wl_rules_match says so.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bc_common.h"
 #include "bc_protocol.h"
@@ -44,7 +55,44 @@ struct bcd_wl_rules
 {
 	rule	   *rules;
 	int			n;
+	/* the ids the kernel shows for every unmapped one, when bcd's user namespace maps not all */
+	unsigned long overflow[2];	/* uid, gid; ULONG_MAX when every id is mapped */
 };
+
+/*
+ * The id SO_PEERCRED shows for any id that bcd's user namespace does not
+ * map (the kernel's overflowuid or overflowgid), or ULONG_MAX when the
+ * namespace maps every id (the initial one: "0 0 4294967295").  Under a
+ * user namespace of its own (systemd's PrivateUsers=) every other user is
+ * that one id, so a uid: or gid: selector must never match it.
+ */
+static unsigned long
+overflow_id(const char *map, const char *overflow)
+{
+	char		buf[256];
+	unsigned long a,
+				b,
+				c;
+	unsigned long v = ULONG_MAX;
+	FILE	   *f = fopen(map, "re");
+	int			all = 0;
+
+	if (f != NULL)
+	{
+		all = fgets(buf, sizeof(buf), f) != NULL &&
+			sscanf(buf, "%lu %lu %lu", &a, &b, &c) == 3 && a == 0 && b == 0 && c == 4294967295UL &&
+			fgets(buf, sizeof(buf), f) == NULL;
+		fclose(f);
+	}
+	if (f == NULL || all)
+		return ULONG_MAX;		/* no user namespaces, or the initial one */
+	f = fopen(overflow, "re");
+	if (f == NULL || fscanf(f, "%lu", &v) != 1)
+		v = 65534;				/* the kernel's default */
+	if (f != NULL)
+		fclose(f);
+	return v;
+}
 
 static void
 rule_clear(rule *r)
@@ -233,6 +281,8 @@ bcd_wl_rules_parse(const char *const *texts, int n, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
+	r->overflow[SEL_UID] = overflow_id("/proc/self/uid_map", "/proc/sys/kernel/overflowuid");
+	r->overflow[SEL_GID] = overflow_id("/proc/self/gid_map", "/proc/sys/kernel/overflowgid");
 	for (int i = 0; i < n; i++)
 	{
 		if (parse_rule(&r->rules[i], texts[i], why, sizeof(why)) != 0)
@@ -267,47 +317,76 @@ bcd_wl_rules_free(bcd_wl_rules *r)
 	free(r);
 }
 
-/* 1 when every selector of r is true of c. */
+/* 1 when every selector of r is true of c (rs: the rules, for the unmapped ids). */
 static int
-rule_matches(const rule *r, const bcd_wl_caller *c)
+rule_matches(const bcd_wl_rules *rs, const rule *r, const bcd_wl_caller *c)
 {
-	if (r->has[SEL_UID] && (unsigned long) c->peer.uid != r->id[SEL_UID])
+	const bcd_peer *p = &c->peer;
+
+	/* an unmapped id is any of the ids bcd's namespace does not map: never a match */
+	if (r->has[SEL_UID] && ((unsigned long) p->uid != r->id[SEL_UID] ||
+							(unsigned long) p->uid == rs->overflow[SEL_UID]))
 		return 0;
-	if (r->has[SEL_GID] && (unsigned long) c->gid != r->id[SEL_GID])
+	if (r->has[SEL_GID] && ((unsigned long) c->gid != r->id[SEL_GID] ||
+							(unsigned long) c->gid == rs->overflow[SEL_GID]))
 		return 0;
-	/* exe, unit and cgroup: unknown ("") never matches */
-	if (r->has[SEL_EXE] && (c->peer.exe[0] == '\0' || strcmp(c->peer.exe, r->str[SEL_EXE]) != 0))
-		return 0;
-	if (r->has[SEL_UNIT] && (c->peer.unit[0] == '\0' || strcmp(c->peer.unit, r->str[SEL_UNIT]) != 0))
+	/* exe, unit and cgroup: unknown never matches */
+	if (r->has[SEL_EXE])
+	{
+		struct stat st;
+
+		/* the file the process runs, the file PATH names in bcd's view now, one namespace */
+		if (!p->exe_known || !p->mnt_known || !p->mnt_same || stat(r->str[SEL_EXE], &st) != 0 ||
+			st.st_dev != p->exe_dev || st.st_ino != p->exe_ino)
+			return 0;
+	}
+	if (r->has[SEL_UNIT] && (p->unit[0] == '\0' || strcmp(p->unit, r->str[SEL_UNIT]) != 0))
 		return 0;
 	if (r->has[SEL_CGROUP] &&
-		(c->peer.cgroup[0] == '\0' || strcmp(c->peer.cgroup, r->str[SEL_CGROUP]) != 0))
+		(p->cgroup[0] == '\0' || p->cgroup_cut || strcmp(p->cgroup, r->str[SEL_CGROUP]) != 0))
 		return 0;
 	return 1;
 }
 
 int
 bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **session,
-				   const char **context, char *err, size_t errlen)
+				   const char **context, int *bind, char *err, size_t errlen)
 {
 	const rule *found = NULL;
+	int			need = BCD_WL_RULE_BIND | BCD_WL_RULE_EXE;
 
 	for (int i = 0; r != NULL && i < r->n; i++)
 	{
-		if (!rule_matches(&r->rules[i], c))
+		const rule *x = &r->rules[i];
+
+		if (!rule_matches(r, x, c))
 			continue;
-		if (found != NULL && !same_target(found, &r->rules[i]))
+		if (found != NULL && !same_target(found, x))
 		{
 			snprintf(err, errlen, "rules '%s' and '%s' both match and give different identities",
-					 found->text, r->rules[i].text);
+					 found->text, x->text);
 			return -1;
 		}
 		if (found == NULL)
-			found = &r->rules[i];
+			found = x;
+		/* what the caller must hold to: the least any matching rule asks */
+		if (!x->has[SEL_EXE] && !x->has[SEL_UNIT] && !x->has[SEL_CGROUP])
+			need = 0;
+		else if (!x->has[SEL_EXE])
+			need &= ~BCD_WL_RULE_EXE;
 	}
 	if (found == NULL)
 		return 0;
 	*session = found->session;
 	*context = found->context;
+	*bind = need;
 	return 1;
+}
+
+int
+bcd_wl_rules_unmapped(const bcd_wl_rules *r, unsigned long *uid, unsigned long *gid)
+{
+	*uid = r->overflow[SEL_UID];
+	*gid = r->overflow[SEL_GID];
+	return r->overflow[SEL_UID] != ULONG_MAX || r->overflow[SEL_GID] != ULONG_MAX;
 }

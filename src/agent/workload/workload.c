@@ -66,15 +66,30 @@
 #include "core/local_socket.h"
 #include "core/log.h"
 #include "core/sessions.h"
+#include "workload/attest.h"
 #include "workload/jwt.h"
 #include "workload/jwt_svid.h"
+#include "workload/refusals.h"
 #include "workload/workload.h"
 
 #define TICK_MS 100
 #define SECURITY_HEADER "workload.spiffe.io"
 #define WL_SOCKET_NAME "workload.sock"
-/* Connections open at once, at most; beyond, a new one is closed at once. */
+/*
+ * Connections open at once, at most; beyond, a new one is closed at once.
+ * One uid holds WL_CONNS_PER_UID of them at most, and callers that no rule
+ * matches (they can only ever be refused) WL_RULELESS_MAX together and
+ * WL_RULELESS_PER_UID per uid: callers with a rule always find a slot that
+ * no caller without one can take.
+ */
 #define WL_CONNS_MAX 256
+#define WL_CONNS_PER_UID 64
+#define WL_RULELESS_MAX 32
+#define WL_RULELESS_PER_UID 8
+/* A connection with no call open is closed: before its first call after, after one after */
+#define WL_FIRST_CALL_SECONDS 5.0
+#define WL_IDLE_SECONDS 60.0
+#define WL_IDLE_RULELESS_SECONDS 5.0
 /* What one caller may send in one message, and how many calls it may have open on one connection. */
 #define WL_MESSAGE_MAX (64 * 1024)
 #define WL_STREAMS_MAX 16
@@ -149,6 +164,8 @@ typedef struct rpc
 	int			streaming;
 	int			send_in_flight;
 	int			finished;		/* a status was sent */
+	int			bind;			/* BCD_WL_RULE_*: what its rule asks of the caller */
+	int			counted;		/* a call: counted in its connection's calls */
 	unsigned long sent_gen;		/* the identity's SVID last sent */
 	int			sent_once;		/* bundles: sent */
 	grpc_slice	status_details;
@@ -170,7 +187,14 @@ typedef struct conn
 	dev_t		st_dev;
 	ino_t		st_ino;
 	int			shutting_down;
-	bcd_wl_caller caller;
+	bcd_wl_caller caller;		/* as read at accept */
+	bcd_wl_bind bind;			/* the connecting process and its end (attest.c) */
+	int			bind_ok;		/* bind was taken: the process was there at accept */
+	int			ruled;			/* a rule matched it at accept */
+	int			calls;			/* calls open */
+	int			had_call;
+	double		idle_since;		/* monotonic: accepted, or its last call ended */
+	struct bcd_workload *w;
 	struct tag	t_shutdown;
 	struct conn *next;
 } conn;
@@ -200,6 +224,11 @@ struct bcd_workload
 	int			next_conn_id;
 	rpc		   *rpcs;
 	ident	   *idents;
+	bcd_wl_refusals *refusals;	/* the refusals' log, rate-limited */
+	unsigned long idle_closed;	/* idle connections closed, not yet told */
+	double		idle_logged;	/* monotonic: told last */
+	unsigned long over_share;	/* connections closed over a share, not yet told */
+	double		share_logged;
 };
 
 static double
@@ -208,6 +237,15 @@ now_real(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double
+now_mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double) ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
@@ -433,6 +471,7 @@ conn_unref(bcd_workload *w, conn *c)
 			break;
 		}
 	w->n_conns--;
+	bcd_wl_bind_close(&c->bind);
 	free(c);
 }
 
@@ -449,6 +488,8 @@ rpc_free(bcd_workload *w, rpc *r)
 		}
 	if (r->streaming && r->method == M_X509_SVID && r->id != NULL)
 		r->id->streams--;
+	if (r->counted && --r->conn->calls == 0)
+		r->conn->idle_since = now_mono();
 	if (r->call != NULL)
 		grpc_call_unref(r->call);
 	grpc_call_details_destroy(&r->details);
@@ -478,6 +519,63 @@ conn_shutdown(bcd_workload *w, conn *c)
 	c->shutting_down = 1;
 	grpc_server_shutdown_and_notify(c->server, w->cq, &c->t_shutdown);
 	grpc_server_cancel_all_calls(c->server);
+}
+
+/* ------------------------------------------------------------ binding */
+
+static const char *const method_names[] = {
+	"a call", "FetchX509SVID", "FetchX509Bundles", "FetchJWTSVID", "FetchJWTBundles",
+	"ValidateJWTSVID"
+};
+
+/* A refusal of caller cl: logged in full, or counted for the uid's summary (refusals.c). */
+static void
+log_refusal(bcd_workload *w, const bcd_wl_caller *cl, const char *what, const char *why)
+{
+	char		who[BCD_PEER_EXE_MAX + BCD_PEER_UNIT_MAX + 96];
+
+	if (!bcd_wl_refusals_take(w->refusals, cl->peer.uid, now_mono()))
+		return;
+	bcd_peer_describe(&cl->peer, who, sizeof(who));
+	bcd_log("workload api: %s by uid %ld gid %ld, %s: no identity (%s)", what,
+			(long) cl->peer.uid, (long) cl->gid, who, why);
+}
+
+/*
+ * Is r's caller still the process that connected, alone holding its end
+ * (attest.c), as its rule asks (r->bind)?  0, or -1 with why; now is the
+ * caller as /proc shows it now.
+ */
+static int
+rpc_bound(rpc *r, bcd_wl_caller *now, char *why, size_t len)
+{
+	conn	   *c = r->conn;
+
+	*now = c->caller;
+	bcd_peer_refresh(&now->peer);
+	if (!(r->bind & BCD_WL_RULE_BIND))
+		return 0;
+	if (!c->bind_ok)
+	{
+		snprintf(why, len, "the connecting process was gone at accept");
+		return -1;
+	}
+	return bcd_wl_bind_check(&c->bind, &c->caller.peer, &now->peer,
+							 (r->bind & BCD_WL_RULE_EXE) ? BCD_WL_BIND_CLOEXEC : 0, why, len);
+}
+
+/* Before a secret goes to r's caller: 0 when it may, else -1 having logged and closed the connection. */
+static int
+secret_may_go(rpc *r)
+{
+	bcd_wl_caller now;
+	char		why[512];
+
+	if (rpc_bound(r, &now, why, sizeof(why)) == 0)
+		return 0;
+	log_refusal(r->conn->w, &now, method_names[r->method], why);
+	conn_shutdown(r->conn->w, r->conn);
+	return -1;
 }
 
 /* ------------------------------------------------------------ calls */
@@ -535,6 +633,14 @@ finish(rpc *r, int send_initial_md, grpc_byte_buffer *msg, grpc_status_code code
 		if (msg != NULL)
 			grpc_byte_buffer_destroy(msg);
 		return;
+	}
+	if (msg != NULL && code == GRPC_STATUS_OK &&
+		(r->method == M_JWT_SVID || r->method == M_X509_SVID) && secret_may_go(r) != 0)
+	{
+		grpc_byte_buffer_destroy(msg);
+		msg = NULL;
+		code = GRPC_STATUS_PERMISSION_DENIED;
+		details = "no identity issued";
 	}
 	r->finished = 1;
 	r->streaming = 0;
@@ -653,6 +759,11 @@ serve_stream(bcd_workload *w, rpc *r, double now)
 
 		if (id->gen != 0 && id->gen != r->sent_gen && id->not_after > now)
 		{
+			if (secret_may_go(r) != 0)
+			{
+				finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, "no identity issued");
+				return;
+			}
 			r->sent_gen = id->gen;
 			push(r, x509_svid_response(w, id));
 		}
@@ -669,27 +780,39 @@ serve_stream(bcd_workload *w, rpc *r, double now)
 	}
 }
 
-/* Resolve r's caller to an identity; 0, or -1 having refused the call. */
+/*
+ * Resolve r's caller to an identity (as /proc shows it now; bound to its
+ * connection when its rule asks): 0, or -1 having refused the call.
+ */
 static int
 resolve(bcd_workload *w, rpc *r, const char *method)
 {
 	const char *session;
 	const char *context;
 	char		why[768];
-	char		who[BCD_PEER_EXE_MAX + BCD_PEER_UNIT_MAX + 64];
-	int			m = bcd_wl_rules_match(w->rules, &r->conn->caller, &session, &context, why,
-									   sizeof(why));
+	bcd_wl_caller now = r->conn->caller;
+	int			bind = 0;
+	int			m;
 
-	bcd_peer_describe(&r->conn->caller.peer, who, sizeof(who));
+	bcd_peer_refresh(&now.peer);
+	m = bcd_wl_rules_match(w->rules, &now, &session, &context, &bind, why, sizeof(why));
 	if (m <= 0)
 	{
-		bcd_log("workload api: %s by uid %ld gid %ld, %s: no identity (%s)", method,
-				(long) r->conn->caller.peer.uid, (long) r->conn->caller.gid, who,
-				m < 0 ? why : "no --workload-rule matches");
+		log_refusal(w, &now, method, m < 0 ? why : "no --workload-rule matches");
 		finish(r, 1, NULL, GRPC_STATUS_PERMISSION_DENIED, "no identity issued");
 		return -1;
 	}
-	r->id = ident_get(w, session, context, &r->conn->caller.peer);
+	r->bind = bind;
+	/* the calls that get a secret: bound now, and again before it is sent */
+	if ((r->method == M_X509_SVID || r->method == M_JWT_SVID) &&
+		rpc_bound(r, &now, why, sizeof(why)) != 0)
+	{
+		log_refusal(w, &now, method, why);
+		finish(r, 1, NULL, GRPC_STATUS_PERMISSION_DENIED, "no identity issued");
+		conn_shutdown(w, r->conn);
+		return -1;
+	}
+	r->id = ident_get(w, session, context, &now.peer);
 	if (r->id == NULL)
 	{
 		finish(r, 1, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -712,6 +835,9 @@ on_new_call(bcd_workload *w, rpc *r, int ok)
 		rpc_free(w, r);
 		return;
 	}
+	r->counted = 1;
+	c->calls++;
+	c->had_call = 1;
 	if (!c->shutting_down)
 		rpc_request(w, c);
 	mlen = GRPC_SLICE_LENGTH(r->details.method);
@@ -1062,9 +1188,13 @@ provision_due(bcd_workload *w, double now)
 	}
 }
 
+/* Close the connections gRPC has closed, and those idle past their deadline. */
 static void
 reap(bcd_workload *w)
 {
+	double		now = now_mono();
+	int			idle = 0;
+
 	for (conn *c = w->conns; c != NULL; c = c->next)
 	{
 		struct stat st;
@@ -1073,6 +1203,23 @@ reap(bcd_workload *w)
 			continue;
 		if (fstat(c->fd, &st) != 0 || st.st_ino != c->st_ino || st.st_dev != c->st_dev)
 			conn_shutdown(w, c);
+		else if (c->calls == 0 &&
+				 now - c->idle_since >= (!c->had_call ? WL_FIRST_CALL_SECONDS :
+										 c->ruled ? WL_IDLE_SECONDS : WL_IDLE_RULELESS_SECONDS))
+		{
+			idle++;
+			conn_shutdown(w, c);
+		}
+	}
+	/* told at most once per interval */
+	w->idle_closed += idle;
+	if (w->idle_closed > 0 && now - w->idle_logged >= BCD_WL_REFUSALS_INTERVAL)
+	{
+		bcd_log("workload api: %lu idle connection(s) closed (no call within %.0f s of "
+				"connecting, or none open for %.0f s, %.0f s without a rule)", w->idle_closed,
+				WL_FIRST_CALL_SECONDS, WL_IDLE_SECONDS, WL_IDLE_RULELESS_SECONDS);
+		w->idle_closed = 0;
+		w->idle_logged = now;
 	}
 }
 
@@ -1138,6 +1285,7 @@ cq_main(void *arg)
 		now = now_real();
 		jwt_take_done(w);
 		reap(w);
+		bcd_wl_refusals_tick(w->refusals, now_mono());
 		provision_due(w, now);
 		for (rpc *r = w->rpcs; r != NULL; r = r->next)
 			serve_stream(w, r, now);
@@ -1163,6 +1311,54 @@ cq_main(void *arg)
 
 /* ------------------------------------------------------------ accept */
 
+/*
+ * May a connection of uid (ruled: a rule matches it) have a slot?  NULL, or
+ * which share it is over.  Under w->mu.
+ */
+static const char *
+over_share(bcd_workload *w, uid_t uid, int ruled)
+{
+	int			all = 0;
+	int			of_uid = 0;
+	int			ruleless = 0;
+	int			ruleless_of_uid = 0;
+
+	for (conn *c = w->conns; c != NULL; c = c->next)
+	{
+		all++;
+		of_uid += c->caller.peer.uid == uid;
+		ruleless += !c->ruled;
+		ruleless_of_uid += !c->ruled && c->caller.peer.uid == uid;
+	}
+	if (all >= WL_CONNS_MAX)
+		return "every connection slot is taken";
+	if (of_uid >= WL_CONNS_PER_UID)
+		return "its uid holds its share of the connection slots already";
+	if (ruled == 0 && ruleless >= WL_RULELESS_MAX)
+		return "the slots for callers no rule matches are taken";
+	if (ruled == 0 && ruleless_of_uid >= WL_RULELESS_PER_UID)
+		return "its uid holds its share of the slots for callers no rule matches";
+	return NULL;
+}
+
+/* A connection closed over a share: told once per interval, with the count. */
+static void
+log_over_share(bcd_workload *w, uid_t uid, const char *why)
+{
+	double		now = now_mono();
+
+	pthread_mutex_lock(&w->mu);
+	w->over_share++;
+	if (now - w->share_logged >= BCD_WL_REFUSALS_INTERVAL)
+	{
+		bcd_log("workload api: %lu connection(s) closed at once in the last %.0f s; the last "
+				"of uid %ld: %s", w->over_share, BCD_WL_REFUSALS_INTERVAL, (long) uid, why);
+		w->over_share = 0;
+		w->share_logged = now;
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
 static void
 accept_one(bcd_workload *w, int fd)
 {
@@ -1170,32 +1366,58 @@ accept_one(bcd_workload *w, int fd)
 	struct stat st;
 	struct ucred cred;
 	socklen_t	clen = sizeof(cred);
-	int			full;
+	const char *session;
+	const char *context;
+	const char *over;
+	char		why[512];
+	int			bind = 0;
+	int			m;
 
-	pthread_mutex_lock(&w->mu);
-	full = w->n_conns >= WL_CONNS_MAX;
-	pthread_mutex_unlock(&w->mu);
-	if (full || (c = calloc(1, sizeof(*c))) == NULL)
+	/* the cheap check first: the kernel's uid against the slots */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 || clen != sizeof(cred))
 	{
-		if (full)
-			bcd_log("workload api: %d connections open already; one more closed", WL_CONNS_MAX);
+		close(fd);
+		return;
+	}
+	pthread_mutex_lock(&w->mu);
+	over = over_share(w, cred.uid, -1);
+	pthread_mutex_unlock(&w->mu);
+	if (over != NULL || (c = calloc(1, sizeof(*c))) == NULL)
+	{
+		if (over != NULL)
+			log_over_share(w, cred.uid, over);
 		close(fd);
 		return;
 	}
 	c->fd = fd;
 	c->refs = 1;
+	c->w = w;
+	c->bind.pidfd = -1;
 	tag_init(&c->t_shutdown, TAG_SHUTDOWN, c);
 	/* the caller, read before gRPC has the connection */
-	if (bcd_peer_read(fd, &c->caller.peer) != BC_OK ||
-		getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 || fstat(fd, &st) != 0)
+	if (bcd_peer_read(fd, &c->caller.peer) != BC_OK || fstat(fd, &st) != 0)
 	{
 		close(fd);
 		free(c);
 		return;
 	}
-	c->caller.gid = cred.gid;
+	c->caller.gid = c->caller.peer.gid;
 	c->st_dev = st.st_dev;
 	c->st_ino = st.st_ino;
+	m = bcd_wl_rules_match(w->rules, &c->caller, &session, &context, &bind, why, sizeof(why));
+	c->ruled = m > 0;
+	pthread_mutex_lock(&w->mu);
+	over = over_share(w, cred.uid, c->ruled);
+	pthread_mutex_unlock(&w->mu);
+	if (over != NULL)
+	{
+		log_over_share(w, cred.uid, over);
+		close(fd);
+		free(c);
+		return;
+	}
+	/* the process and its end of the connection, for the checks of its calls (attest.c) */
+	c->bind_ok = bcd_wl_bind_open(fd, &c->caller.peer, &c->bind, why, sizeof(why)) == BC_OK;
 	{
 		/* a caller's messages are small: 64 KiB at most, 16 calls at once per connection */
 		grpc_arg	args[2];
@@ -1213,6 +1435,7 @@ accept_one(bcd_workload *w, int fd)
 	grpc_server_start(c->server);
 	pthread_mutex_lock(&w->mu);
 	c->id = ++w->next_conn_id;
+	c->idle_since = now_mono();
 	/* gRPC owns fd from here (the creds are insecure: the only kind it takes) */
 	grpc_server_add_channel_from_fd(c->server, fd, w->creds);
 	c->next = w->conns;
@@ -1283,6 +1506,8 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	w->sock.fd = w->sock.dirfd = w->stop_pipe[0] = w->stop_pipe[1] = -1;
 	w->server = server;
 	w->keys = keys;
+	w->refusals = bcd_wl_refusals_new();
+	w->idle_logged = w->share_logged = -BCD_WL_REFUSALS_INTERVAL;
 	w->rules = bcd_wl_rules_parse(o->workload_rules, o->n_workload_rules, err, errlen);
 	if (w->rules == NULL)
 		goto fail;
@@ -1325,11 +1550,22 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 		snprintf(err, errlen, "cannot set the mode of %s: %s", w->path, strerror(errno));
 		goto fail;
 	}
+	{
+		unsigned long ou;
+		unsigned long og;
+
+		if (bcd_wl_rules_unmapped(w->rules, &ou, &og))
+			bcd_log("workload api: bcd's user namespace does not map every user: uid %ld and "
+					"gid %ld stand for every unmapped one and never match uid: or gid:",
+					ou == ULONG_MAX ? -1L : (long) ou, og == ULONG_MAX ? -1L : (long) og);
+	}
 	grpc_init();
 	w->cq = grpc_completion_queue_create_for_next(NULL);
 	w->creds = grpc_insecure_server_credentials_create();
-	bcd_log("workload api: %d rule(s), trust domain %s, %d jwt-svid key(s)", o->n_workload_rules,
-			w->trust_domain, bcd_wl_jwt_keys(w->jwt));
+	bcd_log("workload api: %d rule(s), trust domain %s, %d jwt-svid key(s); callers bound by %s",
+			o->n_workload_rules, w->trust_domain, bcd_wl_jwt_keys(w->jwt),
+			bcd_wl_bind_pidfd_used() ? "pidfd (SO_PEERPIDFD)" :
+			"/proc start time (no SO_PEERPIDFD)");
 	*out = w;
 	return BC_OK;
 fail:
@@ -1403,6 +1639,7 @@ bcd_workload_free(bcd_workload *w)
 		free(id);
 	}
 	bcd_wl_rules_free(w->rules);
+	bcd_wl_refusals_free(w->refusals);
 	bcd_wl_jwt_free(w->jwt);
 	bcd_wl_jwt_svids_free(w->jwt_svids);
 	free(w->trust_domain);

@@ -42,17 +42,28 @@ typedef struct bcd_wl_caller
 	gid_t		gid;
 } bcd_wl_caller;
 
+/* What a match asks of the caller (bcd_wl_rules_match's *bind). */
+#define BCD_WL_RULE_BIND 1		/* bound to its connection: exe:, unit: or cgroup: (attest.c) */
+#define BCD_WL_RULE_EXE 2		/* ... by an exe: selector: close-on-exec too */
+
 typedef struct bcd_wl_rules bcd_wl_rules;
 
 /* Parse the rules; NULL with err (a bad rule, or two with the same selectors and targets apart). */
 bcd_wl_rules *bcd_wl_rules_parse(const char *const *rules, int n, char *err, size_t errlen);
 void		bcd_wl_rules_free(bcd_wl_rules *r);
 /*
- * The (session, context) of caller: 1 with them, 0 when no rule matches,
- * -1 when rules naming different targets match (ambiguous: why in err).
+ * The (session, context) of caller: 1 with them and *bind (BCD_WL_RULE_*:
+ * what the least demanding matching rule asks), 0 when no rule matches, -1
+ * when rules naming different targets match (ambiguous: why in err).
  */
 int			bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *caller,
-							   const char **session, const char **context,
+							   const char **session, const char **context, int *bind,
 							   char *err, size_t errlen);
+
+/*
+ * 1 when bcd's user namespace does not map every id: *uid and *gid are the
+ * ids the kernel shows for the unmapped ones (never matched by uid:/gid:).
+ */
+int			bcd_wl_rules_unmapped(const bcd_wl_rules *r, unsigned long *uid, unsigned long *gid);
 
 #endif							/* BCD_WORKLOAD_H */
