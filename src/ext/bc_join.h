@@ -159,6 +159,14 @@ extern const BcKeys *bc_keys(void);
 extern void bc_keys_reset(void);
 /* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
 extern void bc_require_config(void);
+/*
+ * A private key's own operation failed (BC_EKEY: its TPM or token away):
+ * INVALID_CONFIG naming what failed, never a refusal; this backend loads
+ * its keys and its TPM provider and PKCS#11 engine anew at its next use.
+ */
+extern void bc_key_failed(const char *what, EVP_PKEY *key, int status) pg_attribute_noreturn();
+/* True for the statuses a requester's input causes (a refusal, not a fault of ours). */
+extern bool bc_status_is_input(int status);
 
 /* ---------------------------------------------------------------- hwkeys.c */
 
@@ -177,6 +185,12 @@ extern char *bc_pkcs11_module;
 extern BcKeyKind bc_hw_key_kind(const char *path);
 /* The private P-256 key at path, from the file or the hardware it names; NULL and err. */
 extern EVP_PKEY *bc_hw_load_private(const char *path, BcKeyKind *kind, char *err, size_t errlen);
+/* Unload the tpm2 provider and finish the PKCS#11 engine (no key of theirs may be left). */
+extern void bc_hw_reset(void);
+/* True when key runs in an engine (a pkcs11: key of libp11's). */
+extern bool bc_hw_key_in_engine(const EVP_PKEY *key);
+/* Forget which keys the engine handed out (every key was freed). */
+extern void bc_hw_forget_keys(void);
 
 /* ------------------------------------------------------------------- spi.c */
 
