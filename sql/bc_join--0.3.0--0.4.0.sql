@@ -149,3 +149,27 @@ CREATE TRIGGER restore_root BEFORE INSERT ON bc_join.tenants
 REVOKE ALL ON FUNCTION bc_join.tenants_restore_root() FROM PUBLIC;
 -- Every row of tenants is dumped now, the root's too.
 SELECT pg_catalog.pg_extension_config_dump('bc_join.tenants', '');
+
+/* ------------ #42.8: check_evidence(), evidence checked as a join would, nothing written */
+
+/*
+ * The operator's diagnostic (#42.8): evidence captured from a machine (a
+ * cloud's signed document, TPM evidence, ...) verified by the attestor's own
+ * code, as a join round verifies it, at the time `at` (default: now), in a
+ * subtransaction always rolled back: nothing is admitted, written or spent,
+ * and no refusal is recorded.  csr: the DER CSR the evidence was made for,
+ * when there is one (checks that bind the evidence to it are listed as
+ * unchecked without it); no sealed join token is taken (checks a token
+ * satisfies are listed as unchecked).  The platform operator's alone: it
+ * reads every tenant's configuration.
+ */
+CREATE FUNCTION bc_join.check_evidence(attestor text, evidence bytea, at timestamptz DEFAULT NULL,
+									   csr bytea DEFAULT NULL, role text DEFAULT 'node')
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_check_evidence_sql'
+	LANGUAGE C VOLATILE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.check_evidence(text, bytea, timestamptz, bytea, text) IS
+	'Verifies an attestor''s evidence bytes as a join round would, at the time at (default now; the CSR it was made for if given), admitting, writing and spending nothing; returns {ok, attestor, at, outcome (result, challenge, approval, refused), refusal, result, read (what the attestor read: account, instance, EK, AK ...), unchecked (what needs the CSR or a token)}.';
+REVOKE ALL ON FUNCTION bc_join.check_evidence(text, bytea, timestamptz, bytea, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.check_evidence(text, bytea, timestamptz, bytea, text) TO bc_join_operator;

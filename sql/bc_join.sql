@@ -1304,6 +1304,26 @@ COMMENT ON FUNCTION public.bc_join(jsonb) IS
 	'Runs one join round of a JoinRequest in this transaction (attestor, node, certificate, bindings, events, audit) and returns {"status", "response"}: the signed result or deferral, or the one uniform refusal.';
 
 /*
+ * The operator's diagnostic (#42.8): evidence captured from a machine (a
+ * cloud's signed document, TPM evidence, ...) verified by the attestor's own
+ * code, as a join round verifies it, at the time `at` (default: now), in a
+ * subtransaction always rolled back: nothing is admitted, written or spent,
+ * and no refusal is recorded.  csr: the DER CSR the evidence was made for,
+ * when there is one (checks that bind the evidence to it are listed as
+ * unchecked without it); no sealed join token is taken (checks a token
+ * satisfies are listed as unchecked).  The platform operator's alone: it
+ * reads every tenant's configuration.
+ */
+CREATE FUNCTION bc_join.check_evidence(attestor text, evidence bytea, at timestamptz DEFAULT NULL,
+									   csr bytea DEFAULT NULL, role text DEFAULT 'node')
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_check_evidence_sql'
+	LANGUAGE C VOLATILE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.check_evidence(text, bytea, timestamptz, bytea, text) IS
+	'Verifies an attestor''s evidence bytes as a join round would, at the time at (default now; the CSR it was made for if given), admitting, writing and spending nothing; returns {ok, attestor, at, outcome (result, challenge, approval, refused), refusal, result, read (what the attestor read: account, instance, EK, AK ...), unchecked (what needs the CSR or a token)}.';
+
+/*
  * Renew a node certificate: {"csr": <new key's CSR>, "proof": <JWS by the
  * current key over purpose, serial, csrSha256, iat>}.  Answers like a join:
  * the signed "issued" response or the one refusal.  See docs/protocol.md.
@@ -3285,6 +3305,7 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.audit_log_problems(integer),
 	bc_join.request_channel(text),
 	bc_join.rotate_request_channel(text),
+	bc_join.check_evidence(text, bytea, timestamptz, bytea, text),
 	bc_join.audit_anchor(),
 	bc_join.audit_anchor_payload(text),
 	bc_join.audit_anchor_problems(text),

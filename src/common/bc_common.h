@@ -560,7 +560,10 @@ int			bc_cloud_aws_verify(const unsigned char *p7, size_t n, STACK_OF(X509) *cer
  * matches to the SignerInfo (never the bag's first), chain-verified at
  * at_unix with purpose ANY to roots through intermediates (nothing else,
  * nothing fetched), with a dNSName equal to domain or ending in "." domain;
- * then PKCS7_verify(p7, {signer}, NULL, NULL, out, NOINTERN | NOVERIFY).
+ * then PKCS7_verify(p7, {signer}, NULL, NULL, out, NOINTERN | NOVERIFY).  A
+ * chain that verifies but for the time (the signer or a CA expired, or not
+ * yet valid, at at_unix) is refused "signer-expired" ("signer-not-yet-valid")
+ * once the signature verified: a genuine document, only old.
  */
 int			bc_cloud_azure_verify(const unsigned char *p7, size_t n, STACK_OF(X509) *roots,
 								  STACK_OF(X509) *intermediates, const char *domain,

@@ -46,6 +46,9 @@ extern const char *bc_require_trust_domain(void);
 
 /* The service clock (compute_now()) as a TimestampTz. */
 extern TimestampTz bc_now(void);
+/* check_evidence() (check.c): the service clock reads at until bc_clock_unfix(). */
+extern void bc_clock_fix(TimestampTz at);
+extern void bc_clock_unfix(void);
 extern int64 bc_timestamp_to_unix(TimestampTz t);
 /* Random identifier: prefix '_' 32 hex digits. */
 extern char *bc_new_id(const char *prefix);
@@ -726,6 +729,23 @@ extern Jsonb *bc_deferral_response(const BcJoinRequest *req, const BcOutcome *ou
 
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);
+
+/* ----------------------------------------------------------------- check.c */
+
+/*
+ * bc_join.check_evidence(): a join round's verification at a given time,
+ * writing nothing.  Outside one, bc_check_no_csr and bc_check_no_token are
+ * false and bc_check_note does nothing; in one, the two say (and note) that
+ * a binding to the CSR or a check a token would satisfy is not made for
+ * want of it, and the verifier goes on.
+ */
+extern bool bc_checking(void);
+extern bool bc_check_no_csr(const char *what);
+extern bool bc_check_no_token(const char *what);
+extern void bc_check_note(const char *key, const char *value);
+
+/* join.c: a join round's verification alone (the role, the sealed token, the attestor's verify). */
+extern void bc_join_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out);
 
 /* ----------------------------------------------------------------- round.c */
 

@@ -107,6 +107,15 @@ run_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out)
 		bc_custom_attestor_verify(att, req, out);
 }
 
+/* A join round's verification alone (check.c): the role, the sealed token, the attestor's verify. */
+void
+bc_join_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out)
+{
+	if (!role_admitted(att, req->role))
+		bc_refuse_join(psprintf("%s:role-not-admitted", att->id), NULL);
+	run_verify(att, req, out);
+}
+
 /*
  * A deferral of the running round: validated, the CSR's signature, and for
  * a registered attestor's challenge its notAfter recorded (a later final

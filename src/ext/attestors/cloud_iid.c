@@ -22,6 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/formatting.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include <openssl/x509v3.h>
 
@@ -354,7 +355,8 @@ gcp_verify(const BcJoinRequest *req, BcEvidenceMember *m, const CloudSettings *s
 	if (c[0].value == NULL || strcmp(c[0].value, "https://accounts.google.com") != 0)
 		refuse("wrong-issuer", NULL);
 	if (c[1].value == NULL ||
-		strcmp(c[1].value, psprintf("%s#%s", set->audience, req->csr_sha256_b64)) != 0)
+		(strcmp(c[1].value, psprintf("%s#%s", set->audience, req->csr_sha256_b64)) != 0 &&
+		 !bc_check_no_csr("the audience is <audience>#<csrSha256>")))
 		refuse("wrong-audience", NULL);
 	if (c[2].value == NULL || c[3].value == NULL)
 		refuse("malformed-token", NULL);
@@ -420,7 +422,8 @@ azure_verify(const BcJoinRequest *req, BcEvidenceMember *m, const CloudSettings 
 	/* nonce: the first 32 hex digits of SHA-256(CSR DER) */
 	for (i = 0; i < 16; i++)
 		snprintf(nonce + 2 * i, 3, "%02x", req->csr_sha256[i]);
-	if (f[0].value == NULL || strcmp(f[0].value, nonce) != 0)
+	if (f[0].value == NULL ||
+		(strcmp(f[0].value, nonce) != 0 && !bc_check_no_csr("the nonce is the CSR's")))
 		refuse("wrong-nonce", NULL);
 	if (bc_cloud_parse_azure_time(f[1].value, &created) != BC_OK ||
 		bc_cloud_parse_azure_time(f[2].value, &expires) != BC_OK)
@@ -565,6 +568,11 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 
 	memset(&id, 0, sizeof(id));
 	ver->verify(req, m, &set, now, &id);
+	bc_check_note("provider", ver->provider);
+	bc_check_note("account", id.account);
+	bc_check_note("instance", id.instance);
+	if (id.has_started)
+		bc_check_note("started", bc_rfc3339(time_t_to_timestamptz((pg_time_t) id.started)));
 
 	/* The account's tenant and pool. */
 	map_account(req, ver->provider, &id, &tenant, &pool, &allow_unbound);
@@ -589,11 +597,16 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 	}
 	else if (strcmp(ver->provider, "aws") == 0)
 	{
-		if (!allow_unbound)
-			refuse("no-token", tenant);
-		if (now - id.started > AWS_UNBOUND_SECONDS)
-			refuse("unbound-stale", tenant);
-		admission = "aws-unbound";
+		if (!allow_unbound && bc_check_no_token("a sealed join token of the account's tenant and pool"))
+			admission = "token";
+		else
+		{
+			if (!allow_unbound)
+				refuse("no-token", tenant);
+			if (now - id.started > AWS_UNBOUND_SECONDS)
+				refuse("unbound-stale", tenant);
+			admission = "aws-unbound";
+		}
 	}
 	else
 		admission = "bound";
