@@ -215,14 +215,14 @@ bc_check_evidence_sql(PG_FUNCTION_ARGS)
 	att = bc_find_attestor(req.attestor);
 
 	memset(&out, 0, sizeof(out));
-	checking = true;
-	check_no_csr = req.csr == NULL;
-	check_cxt = callcxt;
 	check_read = makeStringInfo();
 	check_unchecked = makeStringInfo();
-	bc_clock_fix(at);
 	PG_TRY();
 	{
+		checking = true;
+		check_no_csr = req.csr == NULL;
+		check_cxt = callcxt;
+		bc_clock_fix(at);
 		BeginInternalSubTransaction(NULL);
 		MemoryContextSwitchTo(callcxt);
 		PG_TRY();
