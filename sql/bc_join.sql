@@ -176,12 +176,44 @@ COMMENT ON FUNCTION bc_join.invalid_config(text) IS
 CREATE TABLE bc_join.tenants (
 	id text PRIMARY KEY,
 	name text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
-	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	-- the NOTIFY channel of the tenant's waiting join requests (#42.7): random, so
+	-- that no one who cannot read this row can name it (LISTEN needs no grant)
+	request_channel text NOT NULL DEFAULT bc_join.new_id('bc_join_requests')
 );
 COMMENT ON TABLE bc_join.tenants IS
-	'The tenants; the tenant root exists from the start and receives the refusals no evidence authenticated.';
+	'The tenants; the tenant root exists from the start and receives the refusals no evidence authenticated; request_channel is the random NOTIFY channel of the tenant''s waiting join requests.';
 -- The root tenant receives refusal events that no evidence authenticated.
 INSERT INTO bc_join.tenants (id, name) VALUES ('root', 'root');
+
+/*
+ * The root tenant's row in a dump (#42.8): pg_dump keeps every row of
+ * tenants, the root's too, and a restore's CREATE EXTENSION has made its own
+ * root row already.  The dumped row replaces it, every column as it was
+ * (created_at, request_channel), instead of conflicting: an INSERT of 'root'
+ * while a root row exists updates that row and inserts nothing.  Only the
+ * extension's owner and the superuser insert into tenants directly (every
+ * other tenant comes from create_tenant(), with a new id).  A new column of
+ * tenants goes here too (test/tap/dump_restore.t compares every column).
+ */
+CREATE FUNCTION bc_join.tenants_restore_root() RETURNS trigger
+	LANGUAGE plpgsql
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF NEW.id = 'root' AND EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = 'root') THEN
+		UPDATE bc_join.tenants t
+			SET name = NEW.name, created_at = NEW.created_at, request_channel = NEW.request_channel
+			WHERE t.id = 'root';
+		RETURN NULL;
+	END IF;
+	RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION bc_join.tenants_restore_root() IS
+	'Internal trigger: an INSERT of the root tenant while one exists (a restore after CREATE EXTENSION made its own) replaces that row''s columns and inserts nothing.';
+CREATE TRIGGER restore_root BEFORE INSERT ON bc_join.tenants
+	FOR EACH ROW WHEN (NEW.id = 'root') EXECUTE FUNCTION bc_join.tenants_restore_root();
 
 CREATE TABLE bc_join.sites (
 	id text PRIMARY KEY,
@@ -771,7 +803,8 @@ CREATE INDEX join_requests_pending_tenant_idx ON bc_join.join_requests (tenant_i
 
 /*
  * Record a join request waiting for an operator, for the CSR of context, and
- * tell watchers: NOTIFY bc_join_requests_<tenant id> (no payload: "look"), and a
+ * tell watchers: NOTIFY on the tenant's request_channel (no payload: "look";
+ * bc_join.request_channel(tenant) names it to the tenant's operators), and a
  * join_request.pending event in the tenant's stream.  Returns the id.  At
  * most bc_join.pending_requests_per_token requests wait for one token (the
  * tokenId of detail, which the attestor checked) and
@@ -821,18 +854,52 @@ BEGIN
 		VALUES (create_join_request.tenant_id, 'join_request.pending',
 				jsonb_build_object('requestId', rid, 'attestor', create_join_request.attestor,
 								   'role', context->>'role', 'csrSha256', context->>'csrSha256'));
-	-- told on the tenant's own channel only, bc_join_requests_<tenant id>
-	-- (LISTEN needs no grant: a channel every tenant's requests reach would
-	-- tell any role when another tenant's request began waiting); a channel
-	-- name is at most 63 bytes, and bc_join's tenant ids are far shorter
-	IF octet_length(create_join_request.tenant_id) <= 46 THEN
-		PERFORM pg_notify('bc_join_requests_' || create_join_request.tenant_id, '');
-	END IF;
+	-- told on the tenant's own channel only, its random request_channel
+	-- (LISTEN needs no grant: a channel every tenant's requests reach, or one
+	-- named after the tenant's id, which every certificate of the tenant
+	-- shows, would tell any role that can log in when the tenant's requests
+	-- begin waiting)
+	PERFORM pg_notify(t.request_channel, '') FROM bc_join.tenants t
+		WHERE t.id = create_join_request.tenant_id;
 	RETURN rid;
 END
 $$;
 COMMENT ON FUNCTION bc_join.create_join_request(text, text, jsonb, jsonb) IS
-	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies the tenant''s channel bc_join_requests_<tenant id> and its event stream, and returns the request id.';
+	'Records a join request for the CSR of context that waits for an operator (refused beyond bc_join.pending_requests_per_token for detail''s tokenId, or bc_join.pending_requests_per_tenant), notifies the tenant''s random request_channel and its event stream, and returns the request id.';
+
+-- The NOTIFY channel of a tenant's waiting join requests, for its operators.
+CREATE FUNCTION bc_join.request_channel(tenant_id text) RETURNS text
+	LANGUAGE plpgsql STABLE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	PERFORM bc_join.check_tenant(request_channel.tenant_id, 'tenant');
+	RETURN (SELECT t.request_channel FROM bc_join.tenants t WHERE t.id = request_channel.tenant_id);
+END
+$$;
+COMMENT ON FUNCTION bc_join.request_channel(text) IS
+	'Returns the random channel on which the tenant''s waiting join requests are notified (LISTEN on it); to the tenant''s operators and the platform operator only.';
+
+-- A new channel for a tenant's requests (after an operator of it was revoked).
+CREATE FUNCTION bc_join.rotate_request_channel(tenant_id text) RETURNS text
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	chan text := bc_join.new_id('bc_join_requests');
+BEGIN
+	PERFORM bc_join.check_tenant(rotate_request_channel.tenant_id, 'tenant');
+	UPDATE bc_join.tenants t SET request_channel = chan WHERE t.id = rotate_request_channel.tenant_id;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('the tenant does not exist');
+	END IF;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('tenant.request_channel.rotate', rotate_request_channel.tenant_id, '{}');
+	RETURN chan;
+END
+$$;
+COMMENT ON FUNCTION bc_join.rotate_request_channel(text) IS
+	'Gives the tenant a new random request channel and returns it (the old one is told nothing more): after revoking one of its operators, who knew the old one; audited.';
 
 /*
  * Consume an approved join request in the round that issues: it must be
@@ -1244,6 +1311,26 @@ CREATE FUNCTION public.bc_join(request jsonb) RETURNS jsonb
 	SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION public.bc_join(jsonb) IS
 	'Runs one join round of a JoinRequest in this transaction (attestor, node, certificate, bindings, events, audit) and returns {"status", "response"}: the signed result or deferral, or the one uniform refusal.';
+
+/*
+ * The operator's diagnostic (#42.8): evidence captured from a machine (a
+ * cloud's signed document, TPM evidence, ...) verified by the attestor's own
+ * code, as a join round verifies it, at the time `at` (default: now), in a
+ * subtransaction always rolled back: nothing is admitted, written or spent,
+ * and no refusal is recorded.  csr: the DER CSR the evidence was made for,
+ * when there is one (checks that bind the evidence to it are listed as
+ * unchecked without it); no sealed join token is taken (checks a token
+ * satisfies are listed as unchecked).  The platform operator's alone: it
+ * reads every tenant's configuration.
+ */
+CREATE FUNCTION bc_join.check_evidence(attestor text, evidence bytea, at timestamptz DEFAULT NULL,
+									   csr bytea DEFAULT NULL, role text DEFAULT 'node')
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_check_evidence_sql'
+	LANGUAGE C VOLATILE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.check_evidence(text, bytea, timestamptz, bytea, text) IS
+	'Verifies an attestor''s evidence bytes as a join round would, at the time at (default now; the CSR it was made for if given), admitting, writing and spending nothing; returns {ok, attestor, at, outcome (result, challenge, approval, refused), refusal, result, read (what the attestor read: account, instance, EK, AK ...), unchecked (what needs the CSR or a token)}.';
 
 /*
  * Renew a node certificate: {"csr": <new key's CSR>, "proof": <JWS by the
@@ -3316,11 +3403,13 @@ ALTER VIEW bc_join.command_status SET (security_invoker = true);
 -- dump without them (pg_dump leaves out an extension's tables unless they
 -- are marked) would restore a CA that forgot every node, certificate, token,
 -- use of evidence and row of its issuance log.  The rows the install script
--- writes itself (the root tenant, the built-in command kinds) are left out,
--- so that a restore does not insert them twice; so is nothing else.  Every
+-- writes itself are left out (the built-in command kinds), so that a restore
+-- does not insert them twice; so is nothing else.  The root tenant's row is
+-- kept (its created_at and request_channel as they were) and replaces the
+-- one the restore's CREATE EXTENSION made (tenants_restore_root()).  Every
 -- table of the schema is marked (test: sql/regress_backup.sql), and every
 -- sequence the tables draw from.
-SELECT pg_catalog.pg_extension_config_dump('bc_join.tenants', 'WHERE id <> ''root''');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.tenants', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.sites', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.pools', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.nodes', '');
@@ -3391,6 +3480,9 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.verify_audit_log(),
 	bc_join.verify_audit_log(text),
 	bc_join.audit_log_problems(integer),
+	bc_join.request_channel(text),
+	bc_join.rotate_request_channel(text),
+	bc_join.check_evidence(text, bytea, timestamptz, bytea, text),
 	bc_join.audit_anchor(),
 	bc_join.audit_anchor_payload(text),
 	bc_join.audit_anchor_problems(text),
@@ -3492,6 +3584,8 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.revoke_provisioning_token(text),
 	bc_join.approve_join_request(text),
 	bc_join.reject_join_request(text, text),
+	bc_join.request_channel(text),
+	bc_join.rotate_request_channel(text),
 	bc_join.revoke_certificate(text, text),
 	bc_join.revoke_node(text, text),
 	bc_join.retire_node(text),

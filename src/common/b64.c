@@ -38,6 +38,8 @@ bc_status_str(int status)
 			return "input or output too large";
 		case BC_EUNSUPPORTED:
 			return "unsupported algorithm or key type";
+		case BC_EKEY:
+			return "the private key's operation failed in its provider or engine";
 		default:
 			return "unknown error";
 	}

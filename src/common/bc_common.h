@@ -27,7 +27,11 @@ typedef enum bc_status
 	BC_ECRYPTO = -3,		/* OpenSSL failed for a reason not caused by input */
 	BC_ENOMEM = -4,
 	BC_ETOOBIG = -5,		/* input or output over its bound */
-	BC_EUNSUPPORTED = -6	/* an algorithm or key type we do not accept */
+	BC_EUNSUPPORTED = -6,	/* an algorithm or key type we do not accept */
+	BC_EKEY = -7			/* a private key we hold cannot be used: its own operation
+							 * (sign, derive) or a question to it failed in its provider
+							 * or engine; never the input's doing (a TPM or a PKCS#11
+							 * token that went away); OpenSSL's queue kept */
 } bc_status;
 
 /* A short, static, lower-case description of a status. */
@@ -104,6 +108,17 @@ int			bc_pkey_is_p256(const EVP_PKEY *key);
  * prefers the default one (EVP_set_default_properties "?provider=default").
  */
 const char *bc_pkey_sign_props(const EVP_PKEY *key, char *buf, size_t buflen);
+
+/*
+ * The library context a key held by another provider lives in, and its
+ * operations run in: NULL (OpenSSL's default context) unless a process set
+ * one with bc_set_key_libctx.  The server keeps its TPM keys in a context of
+ * their own (src/ext/hwkeys.c), so that freeing it closes the tpm2
+ * provider's TPM connection, which tpm2-tss cannot use again after a
+ * transport failure; bcd sets none.
+ */
+void		bc_set_key_libctx(OSSL_LIB_CTX *libctx);
+OSSL_LIB_CTX *bc_pkey_libctx(const EVP_PKEY *key);
 
 /*
  * Read a PEM key from path.  want_private: 1 reads a private key (PKCS#8 or
@@ -545,7 +560,10 @@ int			bc_cloud_aws_verify(const unsigned char *p7, size_t n, STACK_OF(X509) *cer
  * matches to the SignerInfo (never the bag's first), chain-verified at
  * at_unix with purpose ANY to roots through intermediates (nothing else,
  * nothing fetched), with a dNSName equal to domain or ending in "." domain;
- * then PKCS7_verify(p7, {signer}, NULL, NULL, out, NOINTERN | NOVERIFY).
+ * then PKCS7_verify(p7, {signer}, NULL, NULL, out, NOINTERN | NOVERIFY).  A
+ * chain that verifies but for the time (the signer or a CA expired, or not
+ * yet valid, at at_unix) is refused "signer-expired" ("signer-not-yet-valid")
+ * once the signature verified: a genuine document, only old.
  */
 int			bc_cloud_azure_verify(const unsigned char *p7, size_t n, STACK_OF(X509) *roots,
 								  STACK_OF(X509) *intermediates, const char *domain,

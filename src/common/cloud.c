@@ -322,15 +322,27 @@ dns_name_under(X509 *cert, const char *domain)
 	return found;
 }
 
-/* The signer chains at at_unix, purpose ANY, to roots through intermediates. */
+/* How the signer's chain verified (chains()). */
+enum chain_result
+{
+	CHAIN_OK,
+	CHAIN_EXPIRED,				/* verifies but for the time: a certificate expired */
+	CHAIN_NOT_YET_VALID,		/* verifies but for the time: a certificate not yet valid */
+	CHAIN_BAD
+};
+
+/* One X509_verify_cert of signer to roots through intermediates, purpose ANY; its error. */
 static int
-chains(X509 *signer, STACK_OF(X509) *roots, STACK_OF(X509) *intermediates, int64_t at_unix)
+verify_chain(X509 *signer, STACK_OF(X509) *roots, STACK_OF(X509) *intermediates,
+			 int64_t at_unix, int no_time, int *error)
 {
 	X509_STORE *store = X509_STORE_new();
 	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+	X509_VERIFY_PARAM *param;
 	int			ok = 0;
 	int			i;
 
+	*error = X509_V_ERR_UNSPECIFIED;
 	if (store == NULL || ctx == NULL)
 		goto out;
 	for (i = 0; i < sk_X509_num(roots); i++)
@@ -340,13 +352,39 @@ chains(X509 *signer, STACK_OF(X509) *roots, STACK_OF(X509) *intermediates, int64
 		goto out;
 	if (X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_ANY) != 1)
 		goto out;
-	X509_VERIFY_PARAM_set_time(X509_STORE_CTX_get0_param(ctx), (time_t) at_unix);
+	/* A time set (X509_V_FLAG_USE_CHECK_TIME) would win over NO_CHECK_TIME. */
+	param = X509_STORE_CTX_get0_param(ctx);
+	if (no_time)
+		X509_VERIFY_PARAM_set_flags(param, X509_V_FLAG_NO_CHECK_TIME);
+	else
+		X509_VERIFY_PARAM_set_time(param, (time_t) at_unix);
 	ok = X509_verify_cert(ctx) == 1;
+	*error = X509_STORE_CTX_get_error(ctx);
 out:
 	ERR_clear_error();
 	X509_STORE_CTX_free(ctx);
 	X509_STORE_free(store);
 	return ok;
+}
+
+/*
+ * The signer chains at at_unix, purpose ANY, to roots through intermediates
+ * (CHAIN_OK); or it would but for the time, a certificate of the chain
+ * expired or not yet valid then (CHAIN_EXPIRED, CHAIN_NOT_YET_VALID: the
+ * same chain verifies with X509_V_FLAG_NO_CHECK_TIME); or it does not.
+ */
+static enum chain_result
+chains(X509 *signer, STACK_OF(X509) *roots, STACK_OF(X509) *intermediates, int64_t at_unix)
+{
+	int			error;
+	int			ignored;
+
+	if (verify_chain(signer, roots, intermediates, at_unix, 0, &error))
+		return CHAIN_OK;
+	if ((error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) &&
+		verify_chain(signer, roots, intermediates, at_unix, 1, &ignored))
+		return error == X509_V_ERR_CERT_HAS_EXPIRED ? CHAIN_EXPIRED : CHAIN_NOT_YET_VALID;
+	return CHAIN_BAD;
 }
 
 /* Azure (bc_common.h). */
@@ -359,6 +397,7 @@ bc_cloud_azure_verify(const unsigned char *der, size_t n, STACK_OF(X509) *roots,
 	STACK_OF(X509) *signers = NULL;
 	STACK_OF(X509) *one = NULL;
 	X509	   *signer;
+	enum chain_result chain = CHAIN_BAD;
 	int			rc;
 
 	*content = NULL;
@@ -375,8 +414,9 @@ bc_cloud_azure_verify(const unsigned char *der, size_t n, STACK_OF(X509) *roots,
 		goto out;
 	}
 	signer = sk_X509_value(signers, 0);
-	if (roots == NULL || sk_X509_num(roots) == 0 ||
-		!chains(signer, roots, intermediates, at_unix))
+	if (roots != NULL && sk_X509_num(roots) > 0)
+		chain = chains(signer, roots, intermediates, at_unix);
+	if (chain == CHAIN_BAD)
 	{
 		*reason = "untrusted-signer";
 		rc = BC_EVERIFY;
@@ -395,6 +435,21 @@ bc_cloud_azure_verify(const unsigned char *der, size_t n, STACK_OF(X509) *roots,
 		goto out;
 	}
 	rc = verify_content(p7, one, content, content_len, reason);
+
+	/*
+	 * A chain that verifies but for the time, its signature good: a genuine
+	 * document whose signer (or a CA above it) had expired, or was not yet
+	 * valid, at at_unix; told apart from a tampered one (bad-signature) and
+	 * from a signer that does not chain at all (untrusted-signer).
+	 */
+	if (rc == BC_OK && chain != CHAIN_OK)
+	{
+		free(*content);
+		*content = NULL;
+		*content_len = 0;
+		*reason = chain == CHAIN_EXPIRED ? "signer-expired" : "signer-not-yet-valid";
+		rc = BC_EVERIFY;
+	}
 out:
 	ERR_clear_error();
 	sk_X509_free(one);

@@ -129,12 +129,15 @@ bc_crl_build(X509 *ca, EVP_PKEY *ca_key, const bc_crl_entry *entries, size_t n,
 		if (!add_entry(crl, &entries[i]))
 			goto out;
 	}
+	if (X509_CRL_sort(crl) != 1 || (md = EVP_MD_CTX_new()) == NULL)
+		goto out;
 	/* In the key's own provider when it has one (a TPM's): bc_pkey_sign_props. */
-	if (X509_CRL_sort(crl) != 1 || (md = EVP_MD_CTX_new()) == NULL ||
-		EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL,
+	rc = BC_EKEY;
+	if (EVP_DigestSignInit_ex(md, NULL, "SHA256", bc_pkey_libctx(ca_key),
 							  bc_pkey_sign_props(ca_key, props, sizeof(props)), ca_key, NULL) != 1 ||
 		X509_CRL_sign_ctx(crl, md) <= 0)
 		goto out;
+	rc = BC_ECRYPTO;
 	len = i2d_X509_CRL(crl, &der);
 	if (len <= 0)
 		goto out;
@@ -148,7 +151,7 @@ bc_crl_build(X509 *ca, EVP_PKEY *ca_key, const bc_crl_entry *entries, size_t n,
 	*der_len = (size_t) len;
 	rc = BC_OK;
 out:
-	if (rc != BC_OK)
+	if (rc != BC_OK && rc != BC_EKEY)
 		ERR_clear_error();
 	OPENSSL_free(der);
 	EVP_MD_CTX_free(md);

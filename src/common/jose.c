@@ -168,15 +168,19 @@ es256_sign(EVP_PKEY *key, const char *data, size_t n,
 	if (md == NULL)
 	{
 		md = EVP_MD_CTX_new();
-		if (md == NULL ||
-			EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL,
+		if (md == NULL)
+			goto out;
+		rc = BC_EKEY;
+		if (EVP_DigestSignInit_ex(md, NULL, "SHA256", bc_pkey_libctx(key),
 								  bc_pkey_sign_props(key, props, sizeof(props)),
 								  key, NULL) != 1)
 			goto out;
 	}
 	/* One call: the buffer holds any P-256 ECDSA signature (no size query). */
+	rc = BC_EKEY;
 	if (EVP_DigestSign(md, der, &der_len, (const unsigned char *) data, n) != 1)
 		goto out;
+	rc = BC_ECRYPTO;
 	p = der;
 	esig = d2i_ECDSA_SIG(NULL, &p, (long) der_len);
 	if (esig == NULL)
@@ -239,8 +243,9 @@ bc_jws_sign_es256_typ(EVP_PKEY *key, const char *kid, const char *typ,
 	size_t		total;
 	size_t		used;
 	unsigned char sig[ES256_SIG_LEN];
-	int			rc = BC_EUNSUPPORTED;
+	int			rc = BC_EKEY;
 
+	/* The signer's own key: a key in a TPM may not even say its curve while the TPM is away. */
 	*jws_out = NULL;
 	if (!bc_pkey_is_p256(key))
 		goto out;
@@ -443,13 +448,17 @@ out:
 	return rc;
 }
 
-/* ECDH shared secret of priv and peer (both P-256, peer checked on the curve when built) into z. */
+/*
+ * ECDH shared secret of priv and peer (both P-256, peer checked on the curve
+ * when built) into z.  A valid peer cannot make it fail: a failure is the
+ * private key's provider or engine (BC_EKEY).
+ */
 static int
 ecdh_p256(EVP_PKEY *priv, EVP_PKEY *peer, unsigned char z[32])
 {
 	EVP_PKEY_CTX *ctx = NULL;
 	size_t		z_len = 32;
-	int			rc = BC_ECRYPTO;
+	int			rc = BC_EKEY;
 
 	EVP_PKEY_CTX *cached = bc_ossl_cache_derive_ctx(priv);
 	char		props[64];
@@ -458,7 +467,8 @@ ecdh_p256(EVP_PKEY *priv, EVP_PKEY *peer, unsigned char z[32])
 	if (ctx == NULL)
 	{
 		/* A key in a provider of its own (a TPM's) derives there. */
-		ctx = EVP_PKEY_CTX_new_from_pkey(NULL, priv, bc_pkey_sign_props(priv, props, sizeof(props)));
+		ctx = EVP_PKEY_CTX_new_from_pkey(bc_pkey_libctx(priv), priv,
+										 bc_pkey_sign_props(priv, props, sizeof(props)));
 		if (ctx == NULL || EVP_PKEY_derive_init(ctx) != 1)
 			goto out;
 	}
@@ -732,7 +742,8 @@ bc_jwe_open(EVP_PKEY *recipient_priv, const char *jwe, size_t n,
 	*pt_len = 0;
 	OPENSSL_cleanse(z, sizeof(z));
 	OPENSSL_cleanse(cek, sizeof(cek));
-	rc = BC_EUNSUPPORTED;
+	/* Our own key (not the input): a TPM's may not say its curve while the TPM is away. */
+	rc = BC_EKEY;
 	if (!bc_pkey_is_p256(recipient_priv))
 		goto out;
 	rc = BC_ETOOBIG;

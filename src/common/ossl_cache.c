@@ -141,7 +141,7 @@ bc_ossl_cache_sign_ctx(EVP_PKEY *key)
 	{
 		k->sign = EVP_MD_CTX_new();
 		if (k->sign == NULL ||
-			EVP_DigestSignInit_ex(k->sign, NULL, "SHA256", NULL,
+			EVP_DigestSignInit_ex(k->sign, NULL, "SHA256", bc_pkey_libctx(key),
 								  bc_pkey_sign_props(key, props, sizeof(props)),
 								  key, NULL) != 1)
 		{
@@ -174,7 +174,7 @@ bc_ossl_cache_derive_ctx(EVP_PKEY *priv)
 	if (k->derive == NULL)
 	{
 		/* A key in a provider of its own (a TPM's) derives there. */
-		k->derive = EVP_PKEY_CTX_new_from_pkey(NULL, priv,
+		k->derive = EVP_PKEY_CTX_new_from_pkey(bc_pkey_libctx(priv), priv,
 											   bc_pkey_sign_props(priv, props, sizeof(props)));
 		if (k->derive == NULL || EVP_PKEY_derive_init(k->derive) != 1)
 		{

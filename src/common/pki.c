@@ -84,7 +84,7 @@ sign_req_in_provider(X509_REQ *req, EVP_PKEY *key, const char *props)
 
 	tbs_len = i2d_re_X509_REQ_tbs(req, &tbs);
 	if (md == NULL || tbs_len <= 0 ||
-		EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL, props, key, NULL) != 1 ||
+		EVP_DigestSignInit_ex(md, NULL, "SHA256", bc_pkey_libctx(key), props, key, NULL) != 1 ||
 		EVP_DigestSign(md, sig, &sig_len, tbs, (size_t) tbs_len) != 1)
 		goto out;
 	X509_REQ_get0_signature(req, &psig, &palg);
@@ -352,9 +352,10 @@ check_issue_params(const bc_cert_params *p)
 		(p->subject_key == NULL && p->subject_csr == NULL) ||
 		(p->n_uris > 0 && p->uris == NULL))
 		return BC_EINVAL;
-	if ((p->subject_key != NULL && !bc_pkey_is_p256(p->subject_key)) ||
-		!bc_pkey_is_p256(p->ca_key))
+	if (p->subject_key != NULL && !bc_pkey_is_p256(p->subject_key))
 		return BC_EUNSUPPORTED;
+	if (!bc_pkey_is_p256(p->ca_key))
+		return BC_EKEY;			/* the CA key's provider does not answer (bc_common.h) */
 	/* An empty subject needs a subjectAltName (RFC 5280 4.1.2.6). */
 	if (p->subject_cn == NULL && p->n_uris == 0)
 		return BC_EINVAL;
@@ -687,15 +688,19 @@ bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
 	tbs_len = ASN1_item_i2d((const ASN1_VALUE *) &tbs, &tbs_der, ASN1_ITEM_rptr(BC_TBS));
 	if (tbs_len <= 0)
 		goto out;
+	/* From here the CA key's own operation: its provider or engine (a TPM's, a token's). */
+	rc = BC_EKEY;
 	sign_ctx = bc_ossl_cache_sign_ctx(p->ca_key);
 	if (sign_ctx == NULL &&
 		((sign_ctx = EVP_MD_CTX_new()) == NULL ||
-		 EVP_DigestSignInit_ex(sign_ctx, NULL, "SHA256", NULL,
+		 EVP_DigestSignInit_ex(sign_ctx, NULL, "SHA256", bc_pkey_libctx(p->ca_key),
 							   bc_pkey_sign_props(p->ca_key, props, sizeof(props)),
 							   p->ca_key, NULL) != 1))
 		goto out;
-	if (EVP_DigestSign(sign_ctx, sig, &sig_len, tbs_der, (size_t) tbs_len) != 1 ||
-		ASN1_BIT_STRING_set(cert.signature, sig, (int) sig_len) != 1)
+	if (EVP_DigestSign(sign_ctx, sig, &sig_len, tbs_der, (size_t) tbs_len) != 1)
+		goto out;
+	rc = BC_ECRYPTO;
+	if (ASN1_BIT_STRING_set(cert.signature, sig, (int) sig_len) != 1)
 		goto out;
 	/* No unused bits, as ASN1_item_sign sets them. */
 	cert.signature->flags &= ~(ASN1_STRING_FLAG_BITS_LEFT | 0x07);
@@ -712,7 +717,7 @@ bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
 	len = ASN1_item_i2d((const ASN1_VALUE *) &cert, &der, ASN1_ITEM_rptr(BC_CERT));
 	rc = der_copy(der, len, der_out, der_len);
 out:
-	if (rc != BC_OK)
+	if (rc != BC_OK && rc != BC_EKEY)
 		ERR_clear_error();
 	OPENSSL_cleanse(sig, sizeof(sig));
 	OPENSSL_free(der);

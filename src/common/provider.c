@@ -11,6 +11,25 @@
 
 #include "bc_common.h"
 
+/* Where keys of a provider of their own live: NULL (the default library context) unless set. */
+static OSSL_LIB_CTX *key_libctx = NULL;
+
+/* The library context of keys held by another provider (bc_common.h). */
+void
+bc_set_key_libctx(OSSL_LIB_CTX *libctx)
+{
+	key_libctx = libctx;
+}
+
+/* The library context key's operations run in (bc_common.h). */
+OSSL_LIB_CTX *
+bc_pkey_libctx(const EVP_PKEY *key)
+{
+	char		props[64];
+
+	return bc_pkey_sign_props(key, props, sizeof(props)) != NULL ? key_libctx : NULL;
+}
+
 /* The property query that signs with key (bc_common.h). */
 const char *
 bc_pkey_sign_props(const EVP_PKEY *key, char *buf, size_t buflen)

@@ -222,8 +222,10 @@ bc_seal_state_p256(EVP_PKEY *key, const char *context,
 	int			rc;
 
 	*state_out = NULL;
-	if (!bc_pkey_is_p256(key) || !context_ok(context) || (pt == NULL && n > 0))
+	if (!context_ok(context) || (pt == NULL && n > 0))
 		return BC_EINVAL;
+	if (!bc_pkey_is_p256(key))
+		return BC_EKEY;			/* the key's provider does not answer (bc_common.h) */
 	if (n > BC_STATE_MAX)
 		return BC_ETOOBIG;
 	rc = bc_jwe_seal(key, STATE_JWE_MEMBER, context, pt, n, &jwe);
@@ -250,8 +252,10 @@ bc_open_state_p256(EVP_PKEY *priv, const char *context,
 
 	*pt_out = NULL;
 	*pt_len = 0;
-	if (!bc_pkey_is_p256(priv) || !context_ok(context) || state == NULL)
+	if (!context_ok(context) || state == NULL)
 		return BC_EINVAL;
+	if (!bc_pkey_is_p256(priv))
+		return BC_EKEY;			/* the key's provider does not answer (bc_common.h) */
 	if (n > BC_STATE_MAX)
 		return BC_ETOOBIG;
 	rc = bc_jwe_open(priv, state, n, BC_STATE_MAX, STATE_JWE_MEMBER, &hdr_value,

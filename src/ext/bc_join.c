@@ -4,6 +4,7 @@
 #include "bc_join.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
@@ -57,10 +58,24 @@ bc_trust_domain_check(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-/* Define the settings; every one is superuser-only. */
+/*
+ * Define the settings; every one is superuser-only.  Only from
+ * shared_preload_libraries: two settings are PGC_POSTMASTER and the
+ * statistics live in shared memory, so a library loaded later (CREATE
+ * EXTENSION, a call in a server started without it) stops here with one
+ * ERROR that says what to do, before anything is defined (a later load
+ * tries again from the start), as pg_stat_statements tells its callers.
+ */
 void
 _PG_init(void)
 {
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("bc_join must be loaded via \"shared_preload_libraries\""),
+				 errdetail("INVALID_CONFIG: the server was started without bc_join in shared_preload_libraries."),
+				 errhint("Add bc_join to shared_preload_libraries in postgresql.conf and restart the server.")));
+
 	DefineCustomStringVariable("bc_join.key_dir",
 							   "Directory holding the JoinService keys.",
 							   "signing.key, encryption.key, node-ca.crt, node-ca.key and "

@@ -46,6 +46,9 @@ extern const char *bc_require_trust_domain(void);
 
 /* The service clock (compute_now()) as a TimestampTz. */
 extern TimestampTz bc_now(void);
+/* check_evidence() (check.c): the service clock reads at until bc_clock_unfix(). */
+extern void bc_clock_fix(TimestampTz at);
+extern void bc_clock_unfix(void);
 extern int64 bc_timestamp_to_unix(TimestampTz t);
 /* Random identifier: prefix '_' 32 hex digits. */
 extern char *bc_new_id(const char *prefix);
@@ -159,6 +162,14 @@ extern const BcKeys *bc_keys(void);
 extern void bc_keys_reset(void);
 /* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
 extern void bc_require_config(void);
+/*
+ * A private key's own operation failed (BC_EKEY: its TPM or token away):
+ * INVALID_CONFIG naming what failed, never a refusal; this backend loads
+ * its keys and its TPM provider and PKCS#11 engine anew at its next use.
+ */
+extern void bc_key_failed(const char *what, EVP_PKEY *key, int status) pg_attribute_noreturn();
+/* True for the statuses a requester's input causes (a refusal, not a fault of ours). */
+extern bool bc_status_is_input(int status);
 
 /* ---------------------------------------------------------------- hwkeys.c */
 
@@ -177,6 +188,12 @@ extern char *bc_pkcs11_module;
 extern BcKeyKind bc_hw_key_kind(const char *path);
 /* The private P-256 key at path, from the file or the hardware it names; NULL and err. */
 extern EVP_PKEY *bc_hw_load_private(const char *path, BcKeyKind *kind, char *err, size_t errlen);
+/* Unload the tpm2 provider and finish the PKCS#11 engine (no key of theirs may be left). */
+extern void bc_hw_reset(void);
+/* True when key runs in an engine (a pkcs11: key of libp11's). */
+extern bool bc_hw_key_in_engine(const EVP_PKEY *key);
+/* Forget which keys the engine handed out (every key was freed). */
+extern void bc_hw_forget_keys(void);
 
 /* ------------------------------------------------------------------- spi.c */
 
@@ -781,6 +798,23 @@ extern Jsonb *bc_deferral_response(const BcJoinRequest *req, const BcOutcome *ou
 
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);
+
+/* ----------------------------------------------------------------- check.c */
+
+/*
+ * bc_join.check_evidence(): a join round's verification at a given time,
+ * writing nothing.  Outside one, bc_check_no_csr and bc_check_no_token are
+ * false and bc_check_note does nothing; in one, the two say (and note) that
+ * a binding to the CSR or a check a token would satisfy is not made for
+ * want of it, and the verifier goes on.
+ */
+extern bool bc_checking(void);
+extern bool bc_check_no_csr(const char *what);
+extern bool bc_check_no_token(const char *what);
+extern void bc_check_note(const char *key, const char *value);
+
+/* join.c: a join round's verification alone (the role, the sealed token, the attestor's verify). */
+extern void bc_join_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out);
 
 /* ----------------------------------------------------------------- round.c */
 

@@ -180,9 +180,7 @@ bc_challenge_seal(const char *attestor, TimestampTz not_after,
 	if (st == BC_ETOOBIG)
 		bc_invalid_input("a challenge state is over %d characters sealed", BC_STATE_MAX);
 	if (st != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not seal a challenge state")));
+		bc_key_failed("seal a challenge state with challenge.key", k->challenge_pkey, st);
 	round_sealed = true;
 	round_sealed_not_after = not_after;
 	return bc_take_cstring(state);
@@ -221,6 +219,9 @@ bc_challenge_open(const char *attestor, const char *state, const char *tenant,
 		st = bc_open_state_p256(k->challenge_pkey, STATE_CONTEXT, state, strlen(state), &pt, &n);
 	else
 		st = bc_open_state(k->challenge32, STATE_CONTEXT, state, strlen(state), &pt, &n);
+	/* A state that does not open is the requester's; challenge.key failing is not. */
+	if (st != BC_OK && !bc_status_is_input(st))
+		bc_key_failed("open a challenge state with challenge.key", k->challenge_pkey, st);
 	if (st != BC_OK)
 		bc_refuse_join(mismatch, tenant);
 

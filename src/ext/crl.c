@@ -83,9 +83,6 @@ bc_crl(PG_FUNCTION_ARGS)
 					  now + bc_crl_validity, (uint64_t) now, &der, &len);
 	SPI_finish();
 	if (st != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not build the CRL"),
-				 bc_errdetail_openssl(bc_status_str(st))));
+		bc_key_failed("sign the CRL with node-ca.key", keys->node_ca_key, st);
 	PG_RETURN_BYTEA_P(bc_take_bytea(der, len, false));
 }

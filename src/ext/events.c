@@ -113,10 +113,7 @@ bc_audit_anchor(PG_FUNCTION_ARGS)
 						   payload.len, &jws);
 	SPI_finish();
 	if (st != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not sign the audit anchor"),
-				 bc_errdetail_openssl(bc_status_str(st))));
+		bc_key_failed("sign the audit anchor with signing.key", keys->signing, st);
 	PG_RETURN_TEXT_P(cstring_to_text(bc_take_cstring(jws)));
 }
 

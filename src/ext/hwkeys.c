@@ -17,7 +17,10 @@
  * no OSSL_STORE loader, so ENGINE_load_private_key is the one call OpenSSL
  * 3.0 offers there.  Whatever the kind, the result is an EVP_PKEY the rest
  * of the extension signs and derives with unchanged (bc_pkey_sign_props
- * names a key's provider; an engine's key runs the engine's methods).
+ * names a key's provider, bc_pkey_libctx its library context; an engine's
+ * key runs the engine's methods).  When a key's own operation fails (the
+ * hardware went away: bc_key_failed), bc_hw_reset lets go of both, and the
+ * keys are loaded anew at the next use.
  */
 #define OPENSSL_SUPPRESS_DEPRECATED 1	/* ENGINE: see above */
 
@@ -33,10 +36,29 @@
 #include <openssl/provider.h>
 #include <openssl/store.h>
 
-/* Loaded for the backend's lifetime once a hardware key is first read. */
+/*
+ * Loaded once a hardware key is first read, until bc_hw_reset: the TPM's
+ * keys live in a library context of their own (hw_libctx, with the default
+ * and tpm2 providers), so that freeing it really closes the provider's ESAPI
+ * context.  tpm2-tss leaves an ESAPI context unusable after a transport
+ * failure (ESYS "called in bad sequence"), and OpenSSL 3.0 keeps a provider
+ * of the default context alive while its methods are cached, however often
+ * it is unloaded: the context's teardown is the one way back.
+ */
+static OSSL_LIB_CTX *hw_libctx = NULL;
 static OSSL_PROVIDER *prov_default = NULL;
 static OSSL_PROVIDER *prov_tpm2 = NULL;
 static ENGINE *pkcs11_engine = NULL;
+
+/*
+ * The keys libp11's engine handed out (they do not name their engine:
+ * libp11 sets EC methods, not EVP_PKEY_set1_engine), so that a failing key
+ * is known for one of them (bc_hw_key_in_engine).  A key directory holds
+ * at most a dozen private keys; bc_hw_reset forgets them.
+ */
+#define HW_ENGINE_KEYS_MAX 32
+static const EVP_PKEY *engine_keys[HW_ENGINE_KEYS_MAX];
+static int	n_engine_keys = 0;
 
 /* A key file or reference is small; more is not a key. */
 #define HW_FILE_MAX 16384
@@ -53,7 +75,11 @@ set_err(char *err, size_t errlen, const char *what)
 		snprintf(err, errlen, "%s", what);
 }
 
-/* The tpm2 provider, beside the default one (preferred for everything but TPM keys). */
+/*
+ * The tpm2 provider, beside the default one (preferred for everything but
+ * TPM keys), in hw_libctx; every key of the TPM is used there
+ * (bc_pkey_libctx).
+ */
 static bool
 tpm2_provider(char *err, size_t errlen)
 {
@@ -65,21 +91,27 @@ tpm2_provider(char *err, size_t errlen)
 		snprintf(err, errlen, "cannot set TPM2OPENSSL_TCTI");
 		return false;
 	}
-	if (prov_default == NULL && (prov_default = OSSL_PROVIDER_load(NULL, "default")) == NULL)
+	if (hw_libctx == NULL && (hw_libctx = OSSL_LIB_CTX_new()) == NULL)
+	{
+		set_err(err, errlen, "cannot make an OpenSSL library context");
+		return false;
+	}
+	if (prov_default == NULL && (prov_default = OSSL_PROVIDER_load(hw_libctx, "default")) == NULL)
 	{
 		set_err(err, errlen, "cannot load OpenSSL's default provider");
 		return false;
 	}
-	if ((prov_tpm2 = OSSL_PROVIDER_load(NULL, "tpm2")) == NULL)
+	if ((prov_tpm2 = OSSL_PROVIDER_load(hw_libctx, "tpm2")) == NULL)
 	{
 		set_err(err, errlen, "cannot load the tpm2 provider (tpm2-openssl; bc_join.tpm_tcti names the TPM)");
 		return false;
 	}
-	if (EVP_set_default_properties(NULL, "?provider=default") != 1)
+	if (EVP_set_default_properties(hw_libctx, "?provider=default") != 1)
 	{
 		set_err(err, errlen, "cannot prefer the default provider");
 		return false;
 	}
+	bc_set_key_libctx(hw_libctx);
 	return true;
 }
 
@@ -114,14 +146,66 @@ pkcs11_eng(char *err, size_t errlen)
 	return true;
 }
 
-/* The one key an OSSL_STORE URI names. */
+/*
+ * Let go of the hardware: hw_libctx freed (the tpm2 provider torn down, its
+ * ESAPI context and TCTI connection closed) and libp11's engine finished
+ * (the PKCS#11 module finalised), so that the next key loaded opens them
+ * anew.  After a key of theirs failed (bc_key_failed): the ESAPI context is
+ * unusable after a transport failure, a TPM reset loses every object the
+ * provider loaded, a token that went away its sessions.  Every key they
+ * made is freed first (bc_keys_reset).
+ */
+void
+bc_hw_reset(void)
+{
+	if (hw_libctx != NULL)
+	{
+		bc_set_key_libctx(NULL);
+		if (prov_tpm2 != NULL)
+			(void) OSSL_PROVIDER_unload(prov_tpm2);
+		if (prov_default != NULL)
+			(void) OSSL_PROVIDER_unload(prov_default);
+		OSSL_LIB_CTX_free(hw_libctx);
+		hw_libctx = NULL;
+		prov_tpm2 = NULL;
+		prov_default = NULL;
+	}
+	if (pkcs11_engine != NULL)
+	{
+		(void) ENGINE_finish(pkcs11_engine);
+		pkcs11_engine = NULL;
+	}
+	n_engine_keys = 0;
+	ERR_clear_error();
+}
+
+/* Forget the engine's keys (every key was freed: bc_keys_reset). */
+void
+bc_hw_forget_keys(void)
+{
+	n_engine_keys = 0;
+}
+
+/* True when key runs in an engine (a pkcs11: key of libp11's). */
+bool
+bc_hw_key_in_engine(const EVP_PKEY *key)
+{
+	int			i;
+
+	for (i = 0; key != NULL && i < n_engine_keys; i++)
+		if (engine_keys[i] == key)
+			return true;
+	return false;
+}
+
+/* The one key an OSSL_STORE URI names, opened in libctx (NULL: OpenSSL's default). */
 static EVP_PKEY *
-store_load(const char *uri, const char *propq, char *err, size_t errlen)
+store_load(const char *uri, OSSL_LIB_CTX *libctx, const char *propq, char *err, size_t errlen)
 {
 	OSSL_STORE_CTX *ctx;
 	EVP_PKEY   *key = NULL;
 
-	ctx = OSSL_STORE_open_ex(uri, NULL, propq, NULL, NULL, NULL, NULL, NULL);
+	ctx = OSSL_STORE_open_ex(uri, libctx, propq, NULL, NULL, NULL, NULL, NULL);
 	if (ctx == NULL)
 	{
 		set_err(err, errlen, "cannot open the key");
@@ -222,7 +306,7 @@ bc_hw_load_private(const char *path, BcKeyKind *kind_out, char *err, size_t errl
 	{
 		kind = BC_KEY_TPM_HANDLE;
 		if (tpm2_provider(err, errlen))
-			key = store_load(ref, "?provider=tpm2", err, errlen);
+			key = store_load(ref, hw_libctx, "?provider=tpm2", err, errlen);
 	}
 	else if (one_line_ref(buf, n, "pkcs11:", ref, sizeof(ref)))
 	{
@@ -232,15 +316,20 @@ bc_hw_load_private(const char *path, BcKeyKind *kind_out, char *err, size_t errl
 			key = ENGINE_load_private_key(pkcs11_engine, ref, NULL, NULL);
 			if (key == NULL)
 				set_err(err, errlen, "the token has no such key (or the PIN is wrong)");
+			else if (!bc_hw_key_in_engine(key) && n_engine_keys < HW_ENGINE_KEYS_MAX)
+				engine_keys[n_engine_keys++] = key;
 		}
 	}
 	else
 	{
+		OSSL_LIB_CTX *libctx = NULL;
+
 		if (strstr(buf, "-----BEGIN TSS2 PRIVATE KEY-----") != NULL)
 		{
 			kind = BC_KEY_TPM_FILE;
 			if (!tpm2_provider(err, errlen))
 				goto out;
+			libctx = hw_libctx;
 		}
 		else if (strstr(buf, "-----BEGIN ") == NULL)
 		{
@@ -248,7 +337,7 @@ bc_hw_load_private(const char *path, BcKeyKind *kind_out, char *err, size_t errl
 			snprintf(err, errlen, "no PEM private key in file");
 			goto out;
 		}
-		key = store_load(path, NULL, err, errlen);
+		key = store_load(path, libctx, NULL, err, errlen);
 	}
 	if (key != NULL && !bc_pkey_is_p256(key))
 	{

@@ -45,6 +45,7 @@ open_sealed_token(BcJoinRequest *req, const char *attestor)
 	int			st;
 	bool		same;
 	const BcKeys *keys = bc_keys();
+	EVP_PKEY   *key = NULL;
 	int			i;
 
 	/*
@@ -54,8 +55,19 @@ open_sealed_token(BcJoinRequest *req, const char *attestor)
 	 */
 	st = BC_EVERIFY;
 	for (i = 0; i < keys->n_encryption && st == BC_EVERIFY; i++)
-		st = bc_jwe_open(keys->encryption_set[i], req->sealed_token, strlen(req->sealed_token),
+	{
+		key = keys->encryption_set[i];
+		st = bc_jwe_open(key, req->sealed_token, strlen(req->sealed_token),
 						 BC_TOKEN_MAX, "csrSha256", &bound, &pt, &ptlen);
+	}
+
+	/*
+	 * A seal that does not authenticate (the tag, BC_EVERIFY) or does not
+	 * parse is the requester's: refused.  The encryption key failing in
+	 * its own ECDH (a TPM or token away) is not: never a refusal.
+	 */
+	if (st != BC_OK && !bc_status_is_input(st))
+		bc_key_failed("open a sealed token with encryption.key", key, st);
 	if (st != BC_OK)
 		bc_refuse_join(psprintf("%s:%s", attestor,
 								st == BC_EVERIFY ? "unsealable" : "malformed-seal"), NULL);
@@ -93,6 +105,15 @@ run_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out)
 		att->verify(req, out);
 	else
 		bc_custom_attestor_verify(att, req, out);
+}
+
+/* A join round's verification alone (check.c): the role, the sealed token, the attestor's verify. */
+void
+bc_join_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out)
+{
+	if (!role_admitted(att, req->role))
+		bc_refuse_join(psprintf("%s:role-not-admitted", att->id), NULL);
+	run_verify(att, req, out);
 }
 
 /*

@@ -124,10 +124,7 @@ jwt_svid_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	st = bc_jws_sign_es256_typ(keys->jwt_svid, keys->jwt_svid_kid, "JWT",
 							   (unsigned char *) claims.data, claims.len, &token);
 	if (st != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not sign the JWT-SVID"),
-				 bc_errdetail_openssl(bc_status_str(st))));
+		bc_key_failed("sign the JWT-SVID with jwt-svid.key", keys->jwt_svid, st);
 	token = bc_take_cstring(token);
 	bc_node_seen(c.node_id, false);
 

@@ -61,10 +61,7 @@ bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
 	/* Built from templates, encoded once (pki.c): no X509 object. */
 	st = bc_cert_issue_der(&p, serial, &der, &der_len);
 	if (st != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not issue a node certificate"),
-				 bc_errdetail_openssl(bc_status_str(st))));
+		bc_key_failed("issue a node certificate with node-ca.key", keys->node_ca_key, st);
 	out->leaf_der_len = der_len;
 	out->leaf_der = (unsigned char *) VARDATA(bc_take_bytea(der, der_len, false));
 

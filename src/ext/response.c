@@ -20,10 +20,7 @@ bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt)
 	st = bc_jws_sign_es256(keys->signing, keys->signing_kid,
 						   (unsigned char *) payload->data, payload->len, &jws);
 	if (st != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not sign the join response"),
-				 bc_errdetail_openssl(bc_status_str(st))));
+		bc_key_failed("sign the join response with signing.key", keys->signing, st);
 	old = MemoryContextSwitchTo(outcxt);
 	jws = bc_take_cstring(jws);
 	/* {"status", "response"} built as jsonb directly: no JSON text to parse back */

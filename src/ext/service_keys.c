@@ -29,6 +29,8 @@
 
 static BcKeys keys;
 static bool keys_loaded = false;
+/* A key failed in its own operation: load everything anew at the next use. */
+static bool keys_failed = false;
 
 /* What the keys were loaded from: the directory's identity and times. */
 static struct stat keys_dir_stat;
@@ -66,9 +68,59 @@ bc_keys_reset(void)
 		X509_free(keys.node_ca_previous[i]);
 	free(keys.node_ca_pem);
 	free(keys.node_ca_chain_b64);
+	bc_hw_forget_keys();
 	OPENSSL_cleanse(&keys, sizeof(keys));
 	keys_loaded = false;
 	keys_checked_lxid = InvalidLocalTransactionId;
+}
+
+/* True for the statuses a requester's input causes (bc_join.h). */
+bool
+bc_status_is_input(int status)
+{
+	return status == BC_EINVAL || status == BC_EVERIFY || status == BC_ETOOBIG ||
+		status == BC_EUNSUPPORTED;
+}
+
+/*
+ * A private key of key_dir failed in its own operation (bc_join.h): for a
+ * key in a TPM or a PKCS#11 token, the hardware did not answer (stopped,
+ * unplugged, its daemon gone).  Never a refusal: the caller's request was
+ * not the cause, so it is INVALID_CONFIG (the gateway's 500, which bcd
+ * retries) and nothing is recorded or spent (the round rolls back).
+ *
+ * Then the backend must get a working key again once the hardware is back.
+ * A TPM's keys are let go with their library context at the next use and
+ * loaded anew (bc_hw_reset).  A PKCS#11 token's cannot be: libp11 keeps
+ * every key object it handed out, with its object handle, for the life of
+ * the process, and the module does not enumerate its slots again in the
+ * same process (SoftHSM2: "General Error"), so the backend ends (FATAL,
+ * the same SQLSTATE, the transaction rolled back first) and the client's
+ * next connection loads the keys in a new backend.
+ */
+void
+bc_key_failed(const char *what, EVP_PKEY *key, int status)
+{
+	char		ossl[512];
+	bool		engine = bc_hw_key_in_engine(key);
+
+	bc_ossl_errors(ossl, sizeof(ossl));
+	keys_failed = true;
+	if (status != BC_EKEY && !engine)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not %s", what),
+				 errdetail("%s%s%s.", bc_status_str(status), ossl[0] ? ": " : "", ossl)));
+	ereport(engine ? FATAL : ERROR,
+			(errcode(ERRCODE_BC_INVALID_CONFIG),
+			 errmsg("a bc_join key could not %s", what),
+			 errdetail("INVALID_CONFIG: the key's own operation failed in its %s%s%s. "
+					   "A key in a TPM or a PKCS#11 token fails so while the hardware is unreachable; %s",
+					   engine ? "PKCS#11 engine" : "provider", ossl[0] ? ": " : "", ossl,
+					   engine ? "this backend ends (its PKCS#11 module cannot open the token again), "
+					   "and a new connection loads the keys anew." :
+					   "this backend loads its keys again at its next use.")));
+	pg_unreachable();
 }
 
 /* Why a load failed: kept until it is raised (after the retries). */
@@ -421,6 +473,18 @@ bc_keys(void)
 	struct stat after;
 	int			attempt;
 
+	/*
+	 * After a key's operation failed, nothing of the hardware is trusted to
+	 * work again as it is: the keys are freed, the provider and engine let
+	 * go, and everything is loaded anew (a load while the hardware is still
+	 * away is INVALID_CONFIG, as for a new backend).
+	 */
+	if (keys_failed)
+	{
+		bc_keys_reset();
+		bc_hw_reset();
+		keys_failed = false;
+	}
 	if (keys_loaded)
 	{
 		if (MyProc == NULL || BC_MY_LXID == keys_checked_lxid)
@@ -611,10 +675,10 @@ sign_doc(EVP_PKEY *key, const char *kid, const char *doc)
 {
 	char	   *jws = NULL;
 
-	if (bc_jws_sign_es256(key, kid, (unsigned char *) doc, strlen(doc), &jws) != BC_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_BC_INVALID_CONFIG),
-				 errmsg("could not sign the service keys")));
+	int			st = bc_jws_sign_es256(key, kid, (unsigned char *) doc, strlen(doc), &jws);
+
+	if (st != BC_OK)
+		bc_key_failed("sign the service keys with signing.key", key, st);
 	return bc_take_cstring(jws);
 }
 

@@ -8,12 +8,33 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 
-/* The service clock: transaction start plus bc_join.clock_offset. */
+/* A fixed service clock (check_evidence()'s "at"), when set. */
+static bool clock_fixed = false;
+static TimestampTz clock_at = 0;
+
+/* The service clock: transaction start plus bc_join.clock_offset (or a check's fixed time). */
 TimestampTz
 bc_now(void)
 {
+	if (clock_fixed)
+		return clock_at;
 	return GetCurrentTransactionStartTimestamp() +
 		(TimestampTz) bc_clock_offset * USECS_PER_SEC;
+}
+
+/* Fix the service clock at at (check_evidence()), until bc_clock_unfix(). */
+void
+bc_clock_fix(TimestampTz at)
+{
+	clock_at = at;
+	clock_fixed = true;
+}
+
+/* The service clock runs again. */
+void
+bc_clock_unfix(void)
+{
+	clock_fixed = false;
 }
 
 /* Seconds since the Unix epoch. */

@@ -153,12 +153,14 @@ class ClusterEnv:
         self.pgport = free_port()
         self.started = False
 
-    def start_cluster(self, tenant):
-        """Keys, the cluster, the database, the extension, a tenant with a
-        site and a pool, service-keys.json, and gw_login (bc_join_gateway,
-        which the extension grants what the gateway needs)."""
-        subprocess.run([os.path.join(TOP, "tools/bc-join-keygen"), self.keys],
-                       check=True, stdout=subprocess.DEVNULL)
+    def start_cluster(self, tenant, make_keys=True):
+        """Keys (unless the caller made self.keys), the cluster, the database,
+        the extension, a tenant with a site and a pool, service-keys.json, and
+        gw_login (bc_join_gateway, which the extension grants what the gateway
+        needs)."""
+        if make_keys:
+            subprocess.run([os.path.join(TOP, "tools/bc-join-keygen"), self.keys],
+                           check=True, stdout=subprocess.DEVNULL)
         self.pg_start()
         self.started = True
         self.psql("CREATE DATABASE %s" % self.db, db="postgres")

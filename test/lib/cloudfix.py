@@ -53,6 +53,10 @@ class Clouds:
                     "subjectAltName=DNS:eastus.%s\nextendedKeyUsage=serverAuth,clientAuth\n" % AZURE_DOMAIN)
         self._issue("wrongdom", "int", "/CN=eastus.metadata.elsewhere.example",
                     "subjectAltName=DNS:eastus.metadata.elsewhere.example,DNS:x%s\n" % AZURE_DOMAIN)
+        # a genuine signer valid for one day only: expired once the service clock is 2 days on
+        self._issue("daysigner", "int", "/CN=westus." + AZURE_DOMAIN,
+                    "subjectAltName=DNS:westus.%s\nextendedKeyUsage=serverAuth,clientAuth\n" % AZURE_DOMAIN,
+                    days=1)
         sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", p("azevil.key"),
            "-out", p("azevil.crt"), "-days", "30", "-subj", "/CN=eastus." + AZURE_DOMAIN,
            "-addext", "subjectAltName=DNS:eastus." + AZURE_DOMAIN)
@@ -122,14 +126,14 @@ class Clouds:
         t.add_signature(key or self.jkey, None, json_encode({"alg": "RS256", "kid": "j1", "typ": "JWT"}))
         return json.dumps({"provider": "jcloud", "token": t.serialize(compact=True)})
 
-    def _issue(self, name, ca, subj, ext):
+    def _issue(self, name, ca, subj, ext, days=30):
         p = self.p
         with open(p(name + ".ext"), "w") as f:
             f.write(ext)
         sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", p(name + ".key"),
            "-out", p(name + ".csr"), "-subj", subj)
         sh("openssl", "x509", "-req", "-in", p(name + ".csr"), "-CA", p(ca + ".crt"),
-           "-CAkey", p(ca + ".key"), "-CAcreateserial", "-days", "30", "-out", p(name + ".crt"),
+           "-CAkey", p(ca + ".key"), "-CAcreateserial", "-days", str(days), "-out", p(name + ".crt"),
            "-extfile", p(name + ".ext"))
 
     def pem(self, name):

@@ -427,8 +427,8 @@ class Filler:
         return [r[0] for r in c.fetchall()]
 
     def snapshot(self, dbname=None):
-        """Every row of every bc_join table as text, table by table (the root
-        tenant's creation time aside: a restore's install script writes it)."""
+        """Every row of every bc_join table as text, table by table, the root
+        tenant's too (its created_at and request_channel kept by the dump)."""
         conn = self.connect(dbname)
         c = conn.cursor()
         c.execute("SET search_path = pg_catalog")   # regprocedure and the like print qualified
@@ -439,11 +439,7 @@ class Filler:
             order = ORDER.get(t, ", ".join(str(i + 1) for i in range(len(cols))))
             c.execute("SELECT %s FROM bc_join.%s ORDER BY %s" % (
                 ", ".join("%s::text" % psycopg2.extensions.quote_ident(x, c) for x in cols), t, order))
-            rows = c.fetchall()
-            if t == "tenants":
-                ci = cols.index("created_at")
-                rows = [tuple(v if (j != ci or r[0] != "root") else "-" for j, v in enumerate(r)) for r in rows]
-            snap[t] = (cols, rows)
+            snap[t] = (cols, c.fetchall())
         c.execute("SELECT sequence_name, last_value FROM (SELECT sequencename AS sequence_name, last_value "
                   "FROM pg_sequences WHERE schemaname = 'bc_join') s ORDER BY 1")
         snap[":sequences"] = ([], c.fetchall())

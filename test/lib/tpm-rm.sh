@@ -10,6 +10,11 @@
 #                               with PID, all three are stopped once that
 #                               process is gone (a crashed test)
 #   tpm-rm.sh stop DIR          stop them
+#   tpm-rm.sh pause DIR         stop swtpm alone, as a TPM that goes away: tpm2-abrmd
+#                               stays and answers every command with a transport error
+#   tpm-rm.sh resume DIR        swtpm again on its port with its state (a TPM reset:
+#                               what was loaded is gone, the keys' seeds are not); the
+#                               dictionary-attack count the unorderly stop added is cleared
 #
 # Files: DIR/tcti (the TCTI string for bcd --tcti and tpm2-tools -T),
 # DIR/dbus-address (DBUS_SESSION_BUS_ADDRESS for them), DIR/root.pem and
@@ -19,7 +24,7 @@ free_port_cmd="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/pg-thro
 
 cmd="${1:-}"
 dir="${2:-}"
-[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { sed -n '2,21p' "$0" >&2; exit 2; }
 
 stop() {
   local f
@@ -29,6 +34,41 @@ stop() {
       rm -f "$dir/$f"
     fi
   done
+}
+
+# swtpm on DIR/port with DIR/state, in the background (its pid in DIR/swtpm.pid).
+swtpm_on() {
+  swtpm socket --tpm2 --tpmstate dir="$dir/state" \
+    --server type=tcp,port=$1,bindaddr=127.0.0.1 \
+    --ctrl type=tcp,port=$(($1 + 1)),bindaddr=127.0.0.1 \
+    --flags not-need-init,startup-clear --daemon --pid file="$dir/swtpm.pid" \
+    --log file="$dir/swtpm.log" 2>>"$dir/swtpm.err"
+}
+
+# pause: the watcher (start DIR PID) stops everything once swtpm.pid is gone, so
+# the file stays; resume: a TPM stopped without TPM2_Shutdown counts one
+# dictionary-attack failure when it starts again (swtpm locks out after 3), which
+# a real outage would too; the test TPM's lockout authorization is empty.
+pause() {
+  if [ -f "$dir/swtpm.pid" ]; then kill "$(cat "$dir/swtpm.pid")" 2>/dev/null || true; fi
+  for _ in $(seq 50); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$(cat "$dir/port")") 2>/dev/null || return 0
+    sleep 0.1
+  done
+  echo "tpm-rm: swtpm does not stop" >&2; return 1
+}
+
+resume() {
+  local tcti
+  swtpm_on "$(cat "$dir/port")" || { echo "tpm-rm: swtpm did not start again" >&2; exit 1; }
+  tcti=$(cat "$dir/tcti")
+  export DBUS_SESSION_BUS_ADDRESS
+  DBUS_SESSION_BUS_ADDRESS=$(cat "$dir/dbus-address")
+  for _ in $(seq 100); do
+    tpm2_dictionarylockout -T "$tcti" --clear-lockout >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "tpm-rm: the TPM does not answer again" >&2; exit 1
 }
 
 start() {
@@ -48,11 +88,7 @@ start() {
   trap 'stop' ERR
   for try in 1 2 3 4 5 6 7 8; do
     port=$("$free_port_cmd" free-port 2)
-    if swtpm socket --tpm2 --tpmstate dir="$dir/state" \
-         --server type=tcp,port=$port,bindaddr=127.0.0.1 \
-         --ctrl type=tcp,port=$((port + 1)),bindaddr=127.0.0.1 \
-         --flags not-need-init,startup-clear --daemon --pid file="$dir/swtpm.pid" \
-         --log file="$dir/swtpm.log" 2>>"$dir/swtpm.err"; then
+    if swtpm_on "$port"; then
       break
     fi
     port=""
@@ -83,5 +119,7 @@ start() {
 case "$cmd" in
   start) watch="${3:-}"; start ;;
   stop) stop ;;
-  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+  pause) pause ;;
+  resume) resume ;;
+  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
 esac

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # approval.t: a join request that starts waiting is announced with NOTIFY on
-# its tenant's channel bc_join_requests_<tenant id>, so a tool can watch;
-# nothing is announced for a request that is rolled back, and nothing on a
-# channel every tenant shares (0.1.0's bc_join_requests).  LISTEN needs no
-# grant, so the payloads carry nothing (no request id, serial or node id): a
-# role with LOGIN and nothing else listens on these and bc_join_crl and
-# learns only that something changed.  Needs the environment test/run-all sets (PGHOST,
-# PGPORT, BCJ_*).
+# its tenant's request channel (bc_join.request_channel(tenant): random, in
+# the tenant's row), so a tool can watch; nothing is announced for a request
+# that is rolled back, nothing on a channel every tenant shares (0.1.0's
+# bc_join_requests) nor on one named after the tenant's id (0.2.0's and
+# 0.3.0's bc_join_requests_<tenant id>: the id is in every certificate).
+# LISTEN needs no grant, so the payloads carry nothing (no request id,
+# serial or node id): a role with LOGIN and nothing else listens on those and
+# bc_join_crl, learns only that something changed, and cannot learn the
+# tenant's channel (request_channel() and the tenants table refuse it).  A
+# rotated channel is told, the old one no more.  Needs the environment
+# test/run-all sets (PGHOST, PGPORT, BCJ_*).
 set -u
 n=0 failed=0
 ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'"; failed=$((failed + 1)); fi; }
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d bcj_approval "$@"; }
 
-echo "1..9"
+echo "1..15"
 S="$BCJ_SCRATCH/approval"
 rm -rf "$S"; mkdir -p "$S"
 psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS bcj_approval" -c "CREATE DATABASE bcj_approval" >/dev/null
@@ -53,7 +57,14 @@ node2=$(sql -c "SELECT c.node_id FROM bc_join.node_certs c WHERE c.serial <> '$s
 psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP ROLE IF EXISTS bcj_listener" \
   -c "CREATE ROLE bcj_listener LOGIN" >/dev/null
 ok "$(sql -c "SELECT has_schema_privilege('bcj_listener', 'bc_join', 'USAGE')")" f "the listener has no right on the schema"
-# It listens while one request waits, another is rolled back, a certificate is revoked, a node retired.
+ok "$(psql -qAtX -U bcj_listener -d bcj_approval -c "SELECT bc_join.request_channel('$tenant')" 2>&1 | grep -c 'permission denied')" 1 \
+  "the listener cannot ask for the tenant's request channel"
+chan=$(sql -c "SELECT bc_join.request_channel('$tenant')")
+ok "$(grep -cE '^bc_join_requests_[0-9a-f]{32}$' <<<"$chan")$(grep -c -- "$tenant" <<<"$chan")" 10 \
+  "an operator's: bc_join_requests_ and 32 random hex digits, not the tenant's id"
+# The stranger listens on every name it could derive while one request waits,
+# another is rolled back, a certificate is revoked, a node retired; the
+# tenant's operator listens on its channel.
 psql -X -U bcj_listener -d bcj_approval -v chan="bc_join_requests_$tenant" >"$S/watch.out" 2>&1 <<'SQL' &
 LISTEN bc_join_requests;
 LISTEN :"chan";
@@ -62,6 +73,12 @@ SELECT pg_sleep(3);
 SELECT 1;
 SQL
 watcher=$!
+psql -X -d bcj_approval -v chan="$chan" >"$S/op.out" 2>&1 <<'SQL' &
+LISTEN :"chan";
+SELECT pg_sleep(3);
+SELECT 1;
+SQL
+opwatcher=$!
 sleep 0.5
 status=$(sql -v req="$req" <<'SQL'
 SELECT bc_join(:'req')->>'status';
@@ -74,15 +91,17 @@ ROLLBACK;
 SQL
 sql -c "SELECT bc_join.revoke_certificate('$serial1', 'keyCompromise')" >/dev/null
 sql -c "SELECT bc_join.retire_node('$node2')" >/dev/null
-wait "$watcher"
+wait "$watcher" "$opwatcher"
 
 rid=$(sql -c "SELECT id FROM bc_join.join_requests WHERE state = 'pending'")
 ok "$status" pending "the join waits for approval"
-ok "$(grep -c "Asynchronous notification \"bc_join_requests_$tenant\"" "$S/watch.out")" 1 "exactly one notification of a waiting request reached the watcher, on its tenant's channel"
+ok "$(grep -c "Asynchronous notification \"$chan\"" "$S/op.out") $(grep -c 'Asynchronous notification' "$S/op.out")" "1 1" \
+  "exactly one notification of a waiting request reached the operator, on its tenant's request channel"
+ok "$(grep -c "Asynchronous notification \"bc_join_requests_$tenant\"" "$S/watch.out")" 0 "nothing on bc_join_requests_<tenant id>, a name any stranger derives"
 ok "$(grep -c 'Asynchronous notification "bc_join_requests"' "$S/watch.out")" 0 "nothing on a channel every tenant's requests would reach"
 ok "$(grep -c 'Asynchronous notification "bc_join_crl"' "$S/watch.out")" 2 "one of the revocation and one of the retirement"
 ok "$(grep -c 'with payload' "$S/watch.out")" 0 "no notification carries a payload"
-# The tenant's id is in the name of the channel the listener chose itself;
+# The tenant's id is in the name of a channel the listener chose itself;
 # anything else it was told must not name one.
 told=$(sed "s/\"bc_join_requests_$tenant\"/\"bc_join_requests_<its tenant>\"/" "$S/watch.out")
 leaks=0
@@ -92,5 +111,25 @@ done
 ok "$leaks" 0 "the listener saw no request id, serial, node id or tenant id (but in the channel it named)"
 ok "$(grep -c 'ERROR' "$S/watch.out")" 0 "LISTEN took no grant"
 ok "$(sql -c "SELECT count(*) FROM bc_join.join_requests")" 1 "the rolled-back request left nothing"
+ok "$(psql -qAtX -U bcj_listener -d bcj_approval -c "SELECT request_channel FROM bc_join.tenants" 2>&1 | grep -c 'permission denied')" 1 \
+  "nor can it read the channel from the tenants table"
+
+# Rotated (after an operator of the tenant was revoked): the new channel is told, the old no more.
+new=$(sql -c "SELECT bc_join.rotate_request_channel('$tenant')")
+psql -X -d bcj_approval -v old="$chan" -v new="$new" >"$S/rot.out" 2>&1 <<'SQL' &
+LISTEN :"old";
+LISTEN :"new";
+SELECT pg_sleep(2);
+SELECT 1;
+SQL
+rotwatcher=$!
+sleep 0.5
+third=$("$BCJ_BCD" join-request --service-keys "$BCJ_SERVICE_KEYS" --attestor approve-me --out-dir "$S/t")
+sql -v req="$third" >/dev/null <<<"SELECT bc_join(:'req')"
+wait "$rotwatcher"
+ok "$(grep -c "Asynchronous notification \"$new\"" "$S/rot.out") $(grep -c "Asynchronous notification \"$chan\"" "$S/rot.out") $(sql -c "SELECT bc_join.request_channel('$tenant') = '$new'")" "1 0 t" \
+  "rotate_request_channel(): a new random channel is told, the old one is not"
+ok "$(sql -c "SELECT count(*) FROM bc_join.audit_log WHERE action = 'tenant.request_channel.rotate' AND tenant_id = '$tenant'")" 1 \
+  "the rotation is in the audit log"
 psql -qAtX -d postgres -c "DROP ROLE bcj_listener" >/dev/null
 [ "$failed" -eq 0 ]

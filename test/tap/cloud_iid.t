@@ -270,6 +270,22 @@ refused(request(cl.azure_evidence(cl.azure_pkcs7(content, signer="wrongdom", bag
 for md in ("md5", "sha1", "sha384"):
     refused(request(cl.azure_evidence(cl.azure_pkcs7(content, md=md)), d), "digest-algorithm",
             "azure: a PKCS#7 digest %s (openssl smime -md %s)" % (md, md))
+# A genuine document whose signer expired (valid one day; the service clock two days on) is
+# told apart: signer-expired, not untrusted-signer; the same tampered is bad-signature, and
+# an expired signer that does not chain at all is still untrusted-signer.
+c.execute("SET bc_join.clock_offset = 172800")
+old_doc = cl.azure_pkcs7(content, signer="daysigner", bag=("other", "daysigner"))
+refused(request(cl.azure_evidence(old_doc), d), "signer-expired",
+        "azure: a genuine document whose signer has expired")
+tampered = bytearray(old_doc)
+tampered[tampered.index(b'"nonce"') + 10] ^= 1
+refused(request(cl.azure_evidence(bytes(tampered)), d), "bad-signature",
+        "azure: the same with its content changed is tampered, not expired")
+refused(request(cl.azure_evidence(cl.azure_pkcs7(content, signer="azevil", bag=("azevil",))), d),
+        "untrusted-signer", "azure: a signer that does not chain, whatever its time")
+refused(request(cl.azure_evidence(cl.azure_pkcs7(content)), d), "expired",
+        "azure: a current signer's document two days old is the document expired")
+c.execute("RESET bc_join.clock_offset")
 bad = bytearray(cl.azure_pkcs7(content))
 bad[-1] ^= 1
 refused(request(cl.azure_evidence(bytes(bad)), d), "bad-signature", "azure: a bad signature")
@@ -328,6 +344,85 @@ ok(one("SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part(%s, '.',
    one("SELECT count(*) FROM bc_join.audit_log") - log0)
 ok(one("SELECT count(*) FROM bc_join.events WHERE type = 'security.join.refused' "
        "AND payload::text LIKE '%%BEGIN%%'") == 0, "no refusal event carries evidence")
+
+# ---------------------------------------------------------- check_evidence()
+# Evidence checked as a join checks it, at a given time, nothing written: real documents
+# (test/lib/captured: an AWS rsa2048 answer and AWS's ap-southeast-2 certificate, Azure's
+# documented sample) and the stand-ins.
+cap = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib", "captured")
+aws_doc = open(os.path.join(cap, "aws-identity-document.json"), "rb").read()
+aws_p7 = base64.b64decode(open(os.path.join(cap, "aws-identity-rsa2048.b64")).read())
+aws_ev = cl.aws_evidence(aws_doc, aws_p7)
+c.execute("INSERT INTO bc_join.cloud_trust (provider, kind, material, note) VALUES ('aws', 'certificate', %s, "
+          "'ap-southeast-2')", (open(os.path.join(cap, "aws-ap-southeast-2-rsa2048.crt")).read(),))
+c.execute("INSERT INTO bc_join.cloud_accounts (provider, account, tenant_id, pool_id) "
+          "VALUES ('aws', '189292791360', %s, %s)", (t, p))
+def check(evidence, at=None, csr=None):
+    return one("SELECT bc_join.check_evidence('cloud-iid', convert_to(%s, 'UTF8'), %s, %s)",
+               evidence, at, csr)
+def written():
+    return [one("SELECT count(*) FROM bc_join.%s" % x) for x in ("attestation_uses", "nodes", "events",
+                                                                 "audit_log", "node_bindings")]
+before = written()
+r = check(aws_ev, "2026-02-16T00:39:27Z")
+ok(r["ok"] and r["outcome"] == "result" and r["result"]["tenantId"] == t and
+   r["read"] == {"provider": "aws", "account": "189292791360", "instance": "i-0c5541936caf78c12",
+                 "started": "2026-02-16T00:38:27Z"} and
+   r["unchecked"] == ["a sealed join token of the account's tenant and pool (no sealed join token given)"],
+   "check_evidence: a real AWS rsa2048 answer (BER, AWS's signed attributes) verifies with AWS's "
+   "ap-southeast-2 certificate; account and instance read, the token it would need named unchecked", r)
+c.execute("UPDATE bc_join.cloud_accounts SET allow_unbound = true WHERE account = '189292791360'")
+r1 = check(aws_ev, "2026-02-16T00:39:27Z")
+r2 = check(aws_ev)
+ok(r1["ok"] and r1["unchecked"] == [] and r1["result"]["detail"]["admission"] == "aws-unbound" and
+   not r2["ok"] and r2["refusal"] == "cloud-iid:unbound-stale",
+   "check_evidence at a given time: the same account opted in to unbound admission is admitted a minute "
+   "after pendingTime, refused unbound-stale now", (r1, r2))
+c.execute("UPDATE bc_join.cloud_accounts SET allow_unbound = false WHERE account = '189292791360'")
+ok(check(cl.aws_evidence(aws_doc.replace(b"t4g.small", b"t4g.large"), aws_p7), "2026-02-16T00:39:27Z")["refusal"]
+   == "cloud-iid:content-mismatch", "check_evidence: the real document changed is content-mismatch")
+bad = bytearray(aws_p7)
+bad[-300] ^= 1
+ok(check(cl.aws_evidence(aws_doc, bytes(bad)), "2026-02-16T00:39:27Z")["refusal"] == "cloud-iid:bad-signature",
+   "check_evidence: its signature changed is bad-signature")
+az_sample = base64.b64decode(open(os.path.join(cap, "azure-attested-sample.b64")).read())
+r = check(cl.azure_evidence(az_sample), "2018-11-20T22:08:00Z")
+ok(r["refusal"] == "cloud-iid:untrusted-signer",
+   "check_evidence: Azure's documented sample, its self-signed signer not configured: untrusted-signer", r)
+sample_signer = subprocess.run(["openssl", "pkcs7", "-inform", "DER", "-print_certs"], input=az_sample,
+                               capture_output=True, check=True).stdout.decode()
+c.execute("INSERT INTO bc_join.cloud_trust (provider, kind, material, note) VALUES ('azure', 'root', %s, "
+          "'the documented sample''s signer') RETURNING id", (sample_signer,))
+sample_row = c.fetchone()[0]
+r1 = check(cl.azure_evidence(az_sample), "2018-11-20T22:08:00Z")
+r2 = check(cl.azure_evidence(az_sample))
+ok(r1["refusal"] == r2["refusal"] == "cloud-iid:wrong-domain",
+   "check_evidence: with its signer configured, the sample passes the envelope and the chain (in 2018, and "
+   "but for the time now) and stops at wrong-domain: its signer names the domain in its CN alone", (r1, r2))
+c.execute("DELETE FROM bc_join.cloud_trust WHERE id = %s", (sample_row,))
+# The stand-in Azure document of d (made for its CSR): without the CSR the nonce is unchecked.
+def csr_der_of(req):
+    s = json.loads(req)["csr"]
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+csr_der = csr_der_of(request('{"provider":"aws"}', "az-check"))
+h, nonce = csr_of("az-check")
+doc = cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce, vm="11111111-2222-4333-8444-555555555555")))
+r1 = check(doc)
+r2 = check(doc, None, psycopg2.Binary(csr_der))
+ok(r1["ok"] and r1["unchecked"] == ["the nonce is the CSR's (no CSR given)"] and
+   r2["ok"] and r2["unchecked"] == [] and r2["read"]["instance"] == "11111111-2222-4333-8444-555555555555",
+   "check_evidence: a bound document without its CSR names the nonce unchecked; with it, everything is checked",
+   (r1, r2))
+r = check(doc, None, psycopg2.Binary(csr_der_of(request('{"provider":"aws"}'))))
+ok(r["refusal"] == "cloud-iid:wrong-nonce", "check_evidence: with another CSR, wrong-nonce", r)
+old_doc = cl.azure_evidence(cl.azure_pkcs7(cl.azure_content(nonce, vm="66666666-7777-4888-8999-aaaaaaaaaaaa"),
+                                           signer="daysigner", bag=("daysigner",)))
+r1 = check(old_doc, None, psycopg2.Binary(csr_der))
+r2 = check(old_doc, one("SELECT now() + interval '2 days'"), psycopg2.Binary(csr_der))
+ok(r1["ok"] and r2["refusal"] == "cloud-iid:signer-expired",
+   "check_evidence at a given time: a document whose signer expires tomorrow passes now, is signer-expired "
+   "two days on", (r1, r2))
+ok(written() == before, "check_evidence wrote nothing: no use, node, event, audit row or binding", (before, written()))
 
 c.execute("DELETE FROM bc_join.cloud_providers WHERE provider = 'azure'")
 refused(request(cl.azure_evidence(good), "az3"), "provider-disabled", "azure: a provider not configured")

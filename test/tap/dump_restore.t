@@ -9,7 +9,9 @@ retention-pruned rows, the 16 audit chains, a published anchor, an operator
 of one tenant: its regrole restored by name, the role made first).  Then
 pg_dump -Fc restored with pg_restore into a new cluster with the same key
 directory, pg_dump | psql, and pg_dumpall | psql into a third cluster: every
-row of every table is equal, table by table, and the restored service
+row of every table is equal, table by table (the root tenant's too: its
+created_at and request channel as they were, not made anew by the restore's
+CREATE EXTENSION), and the restored service
 answers as the original would (statefill's checks: the audit chains and
 the anchor, a renewal, a token's remaining uses, the AWS instance refused as
 used, the pending request approved and completed, the CRL, the queued
@@ -59,6 +61,7 @@ try:
     filler = statefill.Filler("bcj", a, os.path.join(work, "fill"), bcd, service_keys, note=tap.note)
     filler.fill()
     before = filler.snapshot()
+    root = filler.one("SELECT row(created_at, request_channel)::text FROM bc_join.tenants WHERE id = 'root'")
     tap.note("filled: " + ", ".join("%s %d" % (t, len(r)) for t, (_, r) in sorted(before.items())
                                     if r and not t.startswith(":")))
     ok(len([t for t, (_, r) in before.items() if r and not t.startswith(":")]) >= 25,
@@ -91,6 +94,8 @@ try:
     filler.pgenv = b
     after = filler.snapshot()
     statefill.Filler.compare(tap, before, after, "pg_restore")
+    eq(filler.one("SELECT row(created_at, request_channel)::text FROM bc_join.tenants WHERE id = 'root'"), root,
+       "pg_restore: the root tenant's created_at and request channel as they were")
     got = filler.one("SELECT bc_join.verify_audit_log(%s)", later_anchor)
     eq(got, False, "an anchor published after the backup: verify_audit_log(anchor) is false on the restore")
     c = filler.cur()

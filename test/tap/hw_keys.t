@@ -14,7 +14,28 @@ keys in the same hardware and the server takes them up; a persistent TPM key
 by handle: reference works.  The key directories copied where that TPM and
 that token are not (another swtpm, another token with the same label and
 PIN): every key of them is refused (INVALID_CONFIG), one at a time.
-Its own clusters (bctest.ClusterEnv).
+
+Outages (issue 42 item 6: a hardware outage is never a refusal), behind the
+real gateway (one database connection, so the backend that loaded the keys
+meets the outage) and bcd run: swtpm stops (tpm-rm.sh pause; tpm2-abrmd
+stays and answers every command with a transport error).  Backends that
+loaded the keys get INVALID_CONFIG (F0000), never a refusal, from opening a
+challenge state sealed before, signing the CRL, signing the service keys,
+loading the keys again; bcd's join with a valid token gets HTTP 500 and asks
+again (403 would be final), no security.join.refused is written, the token's
+use is not spent; swtpm comes back (a TPM reset, tpm-rm.sh resume) and bcd
+joins through the same backend, which loaded its keys anew (in a fresh
+library context: tpm2-tss cannot use an ESAPI context after a transport
+failure).  Then the same with the PKCS#11 directory and the token's
+directory made unreadable (chmod 000: SoftHSM2 answers
+CKR_OBJECT_HANDLE_INVALID for the keys it handed out, as for a token that
+went away): HTTP 500, no refusal, nothing spent; the backend whose token key
+failed ends (libp11 keeps its objects for the life of the process) and bcd
+joins through the gateway's next connection once the directory is readable.
+Without the fix the TPM's failing ECDH was the refusal
+join-token:malformed-seal and bcd gave up (exit 2).
+Its own clusters (bctest.ClusterEnv), the TLS CA, gateway and bcd processes
+of test/agent/agentlib.py.
 """
 import base64
 import json
@@ -27,7 +48,9 @@ import psycopg2
 from jwcrypto import jwk, jws
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "agent"))
 from bctest import TOP, ClusterEnv, free_port, run  # noqa: E402
+import agentlib  # noqa: E402
 
 DB = "bcj_hw"
 BCD = os.environ.get("BCJ_BCD", os.path.join(TOP, "build/bcd"))
@@ -53,9 +76,15 @@ def as_pg(cmd, envv=None, check=True):
     return r
 
 
-class HwEnv(ClusterEnv):
+class HwEnv(agentlib.Env):
+    """bctest's cluster, with agentlib's TLS CA, gateway and bcd processes."""
+
     def __init__(self):
-        super().__init__("bcj-hw.", DB, "hw.bc-join.local")
+        ClusterEnv.__init__(self, "bcj-hw.", DB, "hw.bc-join.local")
+        self.procs = []
+        self.bcd_bin = BCD
+        self.gw_bin = os.environ.get("BCJ_GATEWAY", os.path.join(TOP, "build/bc-gateway"))
+        self.nbcd = 0
         self.hw = os.path.join(self.dir, "hw")
         self.tpms = []
         self.other_pg = None
@@ -84,6 +113,10 @@ class HwEnv(ClusterEnv):
         return conf
 
     def stop_processes(self):
+        agentlib.Env.stop_processes(self)
+        tokens = os.path.join(self.hw, "hsm", "tokens")
+        if os.path.isdir(tokens):
+            os.chmod(tokens, 0o700)
         if self.other_pg:
             subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "stop", self.other_pg], check=False)
         for d in self.tpms:
@@ -452,6 +485,129 @@ def body(tap, env):
                                                           (got[2][:90] if got else "loaded")), got)
     c2.close()
     conn.close()
+    outages(tap, env, token, bcd_request)
+
+
+def outages(tap, env, token, bcd_request):
+    """A hardware outage is never a refusal (see the head of the file)."""
+    env.psql("CREATE ROLE gw_login LOGIN IN ROLE bc_join_gateway")
+    env.conninfo = "host=%s port=%d dbname=%s user=gw_login" % (os.path.join(env.pg, "sock"), env.pgport, DB)
+    env.make_tls()
+    env.gateway("--db-pool", "1")
+    tpmdir = os.path.join(env.hw, "tpm")
+
+    def connect(key_dir):
+        c = psycopg2.connect(host=env.pgenv["PGHOST"], port=env.pgenv["PGPORT"],
+                             user=env.pgenv["PGUSER"], dbname=DB)
+        c.autocommit = True
+        c.cursor().execute("SET bc_join.key_dir = %s", (key_dir,))
+        return c
+
+    def one(c, sql, *args):
+        k = c.cursor()
+        k.execute(sql, args)
+        return k.fetchone()[0]
+
+    def raised(c, sql, *args):
+        try:
+            one(c, sql, *args)
+            return None
+        except psycopg2.Error as e:
+            return e.pgcode
+
+    su = connect(env.kd["file"])
+
+    def refusals():
+        return one(su, "SELECT count(*) FROM bc_join.events WHERE type = 'security.join.refused'")
+
+    def uses_left(path):
+        with open(path) as f:
+            return one(su, "SELECT uses_left FROM bc_join.join_tokens WHERE id = %s", f.read().split(".")[0])
+
+    def gw_backend():
+        return one(su, "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE usename = 'gw_login'")
+
+    def gateway_keys(kind):
+        """The gateway's backends take kind's directory up (ALTER SYSTEM, reload); its service keys."""
+        env.psql("ALTER SYSTEM SET bc_join.key_dir = '%s'" % env.kd[kind], db="postgres")
+        env.psql("SELECT pg_reload_conf()", db="postgres")
+        path = os.path.join(env.dir, "outage-%s.json" % kind)
+        with open(path, "w") as f:
+            f.write(json.dumps(one(su, "SELECT bc_join.service_keys()")) + "\n")
+        env.service_keys = path
+        return path
+
+    def bcd_join(name):
+        tok = os.path.join(env.dir, "token-" + name)
+        with open(tok, "w") as f:
+            f.write(token() + "\n")
+        os.chmod(tok, 0o600)
+        return env.bcd_bg("run", *env.run_args(os.path.join(env.dir, "state-" + name), token_file=tok,
+                                              extra=["--once"])), tok
+
+    # -- TPM ------------------------------------------------------------------------------
+    su.cursor().execute("SET bc_join.key_dir = %s", (env.kd["tpm"],))
+    keys_file = gateway_keys("tpm")
+    bcd, _ = bcd_join("tpm-up")
+    rc, out = bcd.wait(90)
+    tap.ok(rc == 0 and out.startswith("spiffe://"), "outage: bcd joins through the gateway, keys in the TPM",
+           bcd.text())
+    backend = gw_backend()
+    sealreq = bcd_request(keys_file, "outage-seal", "--attestor", "hwseal")
+    r1 = one(su, "SELECT bc_join(%s::jsonb)", sealreq)
+    state = json.loads(b64u_decode(r1["response"].split(".")[1])).get("challenge") \
+        if r1.get("status") == "challenge" else None
+    # Two more sessions whose backends hold the keys: one key operation each below.
+    others = [connect(env.kd["tpm"]) for _ in range(2)]
+    for c in others:
+        one(c, "SELECT bc_join.service_keys() IS NOT NULL")
+    before = refusals()
+
+    as_pg(["bash", RM, "pause", tpmdir])
+    tap.eq(raised(su, "SELECT bc_join(%s::jsonb || jsonb_build_object('attestation', %s::text))", sealreq, state),
+           "F0000", "swtpm stopped: opening a challenge state sealed before (challenge.key) is INVALID_CONFIG, "
+           "not a refusal")
+    tap.eq(raised(others[0], "SELECT bc_join.crl()"), "F0000", "signing the CRL (node-ca.key) is INVALID_CONFIG")
+    tap.eq(raised(others[1], "SELECT bc_join.signed_service_keys()"), "F0000",
+           "signing the service keys (signing.key) is INVALID_CONFIG")
+    tap.eq(raised(others[1], "SELECT bc_join.crl()"), "F0000",
+           "and the backend's next call, loading the keys while the TPM is away, is INVALID_CONFIG too")
+    bcd, tok = bcd_join("tpm-down")
+    tap.ok(bcd.wait_log("HTTP 500", 30, count=2),
+           "a valid join while the TPM is away: HTTP 500, and bcd asks again (a 403 would be final)", bcd.text())
+    tap.eq((refusals(), uses_left(tok)), (before, 1), "no security.join.refused written, the token's use not spent")
+    as_pg(["bash", RM, "resume", tpmdir])
+    rc, out = bcd.wait(90)
+    tap.ok(rc == 0 and out.startswith("spiffe://") and uses_left(tok) == 0,
+           "swtpm back (a TPM reset): bcd joins, its token spent", bcd.text())
+    tap.eq(gw_backend(), backend, "through the same backend: it loaded its keys anew where it was")
+    tap.eq(one(su, "SELECT bc_join(%s::jsonb || jsonb_build_object('attestation', %s::text))->>'status'",
+               sealreq, state), "issued", "the state sealed before the outage opens after it")
+
+    # -- PKCS#11 ------------------------------------------------------------------------
+    su.cursor().execute("SET bc_join.key_dir = %s", (env.kd["pkcs11"],))
+    gateway_keys("pkcs11")
+    bcd, _ = bcd_join("p11-up")
+    rc, out = bcd.wait(90)
+    tap.ok(rc == 0 and out.startswith("spiffe://"), "outage: bcd joins through the gateway, keys in the token",
+           bcd.text())
+    backend = gw_backend()
+    tokens = os.path.join(env.hw, "hsm", "tokens")
+    os.chmod(tokens, 0)
+    bcd, tok = bcd_join("p11-down")
+    tap.ok(bcd.wait_log("HTTP 500", 30, count=2),
+           "the token's directory unreadable: HTTP 500, and bcd asks again", bcd.text())
+    tap.eq((refusals(), uses_left(tok)), (before, 1), "no security.join.refused written, the token's use not spent")
+    os.chmod(tokens, 0o700)
+    rc, out = bcd.wait(90)
+    tap.ok(rc == 0 and out.startswith("spiffe://") and uses_left(tok) == 0,
+           "the token back: bcd joins, its token spent", bcd.text())
+    now = gw_backend()
+    tap.ok(now not in (None, backend),
+           "through a new backend: the one whose token key failed ended (%s, now %s)" % (backend, now))
+    tap.eq(refusals(), before, "no refusal was written all along")
+    for c in others + [su]:
+        c.close()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ sql() { psql -qAtX -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 # as(role, statement...): run as that login role, the last line of output or the error
 as() { local r=$1; shift; attempts=$((attempts + 1)); psql -qAtX -v VERBOSITY=terse -U "$r" -d "$db" "$@" 2>&1 | sed -e 's/^psql:[^:]*:[0-9]*: //' | tail -1; }
 
-echo "1..22"
+echo "1..24"
 S="$BCJ_SCRATCH/tenant_operators"
 rm -rf "$S"; mkdir -p "$S"
 psql -qAtX -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" \
@@ -75,11 +75,18 @@ got=$(as top_a -c "GRANT bc_join_tenant_operator TO top_b" | sed 's/permission d
 ok "$got" 'ERROR:  must have admin option on role "bc_join_tenant_operator"' \
   "it cannot hand the group role on"
 
-# LISTEN: the tenant's own channel; another tenant's request never reaches it
+# LISTEN: the tenant's own request channel, which it asks for; another
+# tenant's request never reaches it, on no channel it could name
 csr() { printf '%s' "$1" | openssl dgst -sha256 -binary | basenc --base64url | tr -d '='; }
+cha=$(as top_a -c "SELECT bc_join.request_channel('$ta')")
+ok "$(grep -cE '^bc_join_requests_[0-9a-f]{32}$' <<<"$cha")" 1 "request_channel(): its tenant's random channel"
+ok "$(as top_a -c "SELECT bc_join.request_channel('$tb')")" 'ERROR:  no tenant with this id in the tenants you operate' \
+  "but not tenant B's"
 attempts=$((attempts + 1))
 psql -X -U top_a -d "$db" >"$S/watch.out" 2>&1 <<SQL &
+LISTEN $cha;
 LISTEN bc_join_requests_$ta;
+LISTEN bc_join_requests_$tb;
 LISTEN bc_join_requests;
 SELECT pg_sleep(3);
 SELECT 1;
@@ -89,8 +96,8 @@ sleep 0.7
 sql -c "SELECT bc_join.create_join_request('$tb', 'approve-me', jsonb_build_object('role', 'node', 'csrSha256', '$(csr b)'))" >/dev/null
 sql -c "SELECT bc_join.create_join_request('$ta', 'approve-me', jsonb_build_object('role', 'node', 'csrSha256', '$(csr a)'))" >/dev/null
 wait "$watcher"
-ok "$(grep -c "Asynchronous notification \"bc_join_requests_$ta\"" "$S/watch.out")" 1 "its tenant's request: told on bc_join_requests_<its tenant>"
-ok "$(grep -c "Asynchronous notification" "$S/watch.out")" 1 "and nothing of tenant B's (whose id it cannot read), on no channel (0.1.0's bc_join_requests either)"
+ok "$(grep -c "Asynchronous notification \"$cha\"" "$S/watch.out")" 1 "its tenant's request: told on its request channel"
+ok "$(grep -c "Asynchronous notification" "$S/watch.out")" 1 "and nothing of tenant B's, on no channel (bc_join_requests_<tenant id>, 0.1.0's bc_join_requests)"
 ok "$(grep -c "with payload" "$S/watch.out")" 0 "no payload"
 ok "$(grep -c ERROR "$S/watch.out")" 0 "LISTEN took no grant"
 ok "$(as top_a -c "SELECT count(*) FROM bc_join.pending_join_requests")" 1 "pending_join_requests: its tenant's request alone"

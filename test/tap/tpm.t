@@ -64,7 +64,7 @@ refused() {
   ok "$st $(last_refusal)" "refused $reason" "$what"
 }
 
-echo "1..81"
+echo "1..86"
 
 # ------------------------------------------------------------ a full join
 csr1="$F/node1.csr"
@@ -155,6 +155,9 @@ for m in ekPub:100 ekPub:200 ekCert:200 ekCert:600 akPub:40 akPub:70 nodeKeyPub:
   flips+="$(send "$S/flip.req") "
 done
 ok "$flips" "$(printf 'refused %.0s' $(seq 13))" "a flipped bit anywhere in each round-1 structure is refused"
+# (kept for check_evidence() below: the join's own reason for a flipped certify signature)
+py join "$csr3" $(r1 3) --flip certifySignature:30 "${tkr[@]}" >"$S/chkflip.req"
+joined=$(send "$S/chkflip.req") reason=$(last_refusal)
 
 # ------------------------------------------------------- round 2 refusals
 csr2="$F/node2.csr"
@@ -323,5 +326,36 @@ answer "$S/ja.req.resp" ecc256 "$csr5" sha256:0,1,2,3,4,5,6,7 "$S/ja"
 py join "$csr5" $(m5p) $(r2 "$S/ja") --token "$tokB" --service-keys "$BCJ_SERVICE_KEYS" >"$S/jab.req"
 ok "$(send "$S/jab.req") $(payload "$S/jab.req.resp" tenantId)" "issued $B" "and is admitted in tenant B"
 ok "$(sql -c "SELECT count(*) FROM bc_join.events WHERE type = 'node.joined' AND payload->>'attestor' = 'tpm'")" 5 "five tpm joins in all (two of them reclaims)"
+
+# ------------------------------------------------------- check_evidence()
+# Round-1 evidence a machine made (node 1's: the RSA EK with its certificate), checked as a
+# join checks it, at a given time, nothing written; without the token the tenant is unchecked.
+member() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+written() { sql -c "SELECT (SELECT count(*) FROM bc_join.attestation_uses) || ' ' || (SELECT count(*) FROM bc_join.events) || ' ' || (SELECT count(*) FROM bc_join.join_requests) || ' ' || (SELECT count(*) FROM bc_join.nodes)"; }
+check() {  # REQUEST_FILE AT|'' CSR?(yes|no) FIELD...: check_evidence's answer, the fields asked for
+  local req="$1" at="$2" withcsr="$3"; shift 3
+  sql -v att="$(member "$req" attestation)" -v csr="$(member "$req" csr)" -v at="$at" -v w="$withcsr" <<'SQL' | /usr/bin/python3 -c '
+import json, sys
+a = json.load(sys.stdin)
+print(" ".join(json.dumps(a.get(k) if "." not in k else a.get(k.split(".")[0], {}).get(k.split(".")[1]))
+               for k in sys.argv[1:]))' "$@"
+SELECT bc_join.check_evidence('tpm', bc_join.b64url_decode(:'att'), nullif(:'at', '')::timestamptz,
+                              CASE WHEN :'w' = 'yes' THEN bc_join.b64url_decode(:'csr') END);
+SQL
+}
+w0=$(written)
+akurn="urn:bc:tpm-ak:sha256:$akhex"
+ekhash=$(sha256sum "$F/ekr.der" | cut -c1-64)
+ok "$(check "$S/j1.req" '' yes ok outcome read.ekTrust read.ekSha256 read.akStatement unchecked)" \
+   "true \"challenge\" \"certificate\" \"$ekhash\" \"$akurn\" [\"the tenant, from a token (the EK is not enrolled) (no sealed join token given)\"]" \
+   "check_evidence: round-1 evidence with its CSR verifies (the EK chained by its certificate, the AK's statement read), the tenant named unchecked without the token"
+ok "$(check "$S/j1.req" '' no ok unchecked)" \
+   "true [\"nodeKeyPub is the CSR's key (no CSR given)\", \"the tenant, from a token (the EK is not enrolled) (no sealed join token given)\"]" \
+   "without the CSR, the node key's equality with the CSR's key is named unchecked too"
+ok "$(check "$S/j1.req" '2000-01-01T00:00:00Z' yes ok refusal)" 'false "tpm:ek-chain"' \
+   "at a time before the EK certificate was valid: refused tpm:ek-chain"
+ok "$(check "$S/chkflip.req" '' yes refusal)" "\"$reason\"" \
+   "a flipped certify signature: the refusal the join gave it ($joined $reason)"
+ok "$(written)" "$w0" "check_evidence wrote nothing (uses of evidence, events, join requests, nodes as they were)"
 
 [ "$failed" -eq 0 ]

@@ -295,7 +295,8 @@ gcp_jwt_verify(const BcJoinRequest *req, BcEvidenceMember *m, const BcCloudProvi
 	if (c[0].value == NULL || strcmp(c[0].value, p->issuer) != 0)
 		refuse("wrong-issuer");
 	if (c[1].value == NULL ||
-		strcmp(c[1].value, psprintf("%s#%s", p->audience, req->csr_sha256_b64)) != 0)
+		(strcmp(c[1].value, psprintf("%s#%s", p->audience, req->csr_sha256_b64)) != 0 &&
+		 !bc_check_no_csr("the audience is <audience>#<csrSha256>")))
 		refuse("wrong-audience");
 	if (c[2].value == NULL || c[3].value == NULL)
 		refuse("malformed-token");
@@ -366,7 +367,8 @@ azure_pkcs7_verify(const BcJoinRequest *req, BcEvidenceMember *m, const BcCloudP
 	/* nonce: the first 32 hex digits of SHA-256(CSR DER) */
 	for (i = 0; i < 16; i++)
 		snprintf(nonce + 2 * i, 3, "%02x", req->csr_sha256[i]);
-	if (f[0].value == NULL || strcmp(f[0].value, nonce) != 0)
+	if (f[0].value == NULL ||
+		(strcmp(f[0].value, nonce) != 0 && !bc_check_no_csr("the nonce is the CSR's")))
 		refuse("wrong-nonce");
 	if (bc_cloud_parse_azure_time(f[1].value, &created) != BC_OK ||
 		bc_cloud_parse_azure_time(f[2].value, &expires) != BC_OK)

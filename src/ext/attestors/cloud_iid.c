@@ -28,6 +28,7 @@
 #include "utils/builtins.h"
 #include "utils/formatting.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include <openssl/x509v3.h>
 
@@ -334,6 +335,11 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 
 	memset(&id, 0, sizeof(id));
 	p.format->verify(req, m, &p, now, &id);
+	bc_check_note("provider", p.name);
+	bc_check_note("account", id.account);
+	bc_check_note("instance", id.instance);
+	if (id.has_started)
+		bc_check_note("started", bc_rfc3339(time_t_to_timestamptz((pg_time_t) id.started)));
 
 	/* The instance's names, as signed (UUIDs in lower case). */
 	if (id.account == NULL || id.instance == NULL || id.account[0] == '\0' || id.instance[0] == '\0')
@@ -380,11 +386,16 @@ cloud_iid_verify(const BcJoinRequest *req, BcOutcome *out)
 	}
 	else if (!p.format->binds_csr)
 	{
-		if (!allow_unbound)
-			refuse("no-token", tenant);
-		if (!id.has_started || now - id.started > UNBOUND_SECONDS)
-			refuse("unbound-stale", tenant);
-		admission = "aws-unbound";
+		if (!allow_unbound && bc_check_no_token("a sealed join token of the account's tenant and pool"))
+			admission = "token";
+		else
+		{
+			if (!allow_unbound)
+				refuse("no-token", tenant);
+			if (!id.has_started || now - id.started > UNBOUND_SECONDS)
+				refuse("unbound-stale", tenant);
+			admission = "aws-unbound";
+		}
 	}
 	else
 		admission = "bound";

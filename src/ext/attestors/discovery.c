@@ -214,7 +214,8 @@ discovery_verify(const BcJoinRequest *req, BcOutcome *out)
 	if (bc_spi_exec(&agent_site, v, NULL, true, 1) != 1 || bc_spi_text(Anum_as_site) == NULL ||
 		strcmp(bc_spi_text(Anum_as_site), site) != 0 || strcmp(member_str(pj, "siteId", tenant), site) != 0)
 		bc_refuse_join("discovery:site-mismatch", tenant);
-	if (strcmp(member_str(pj, "csrSha256", tenant), req->csr_sha256_b64) != 0)
+	if (strcmp(member_str(pj, "csrSha256", tenant), req->csr_sha256_b64) != 0 &&
+		!bc_check_no_csr("the assertion's csrSha256 is the CSR's"))
 		bc_refuse_join("discovery:csr-binding", tenant);
 	mac = member_str(pj, "mac", tenant);
 	if (!bc_mac_valid(mac))

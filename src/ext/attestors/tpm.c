@@ -173,6 +173,8 @@ tpm_refuse(const char *prefix, const char *reason, const char *tenant)
 	bc_refuse_join(psprintf("%s%s", prefix, reason), tenant);
 }
 
+static char *ak_statement(const TpmCertified *c);
+
 /*
  * Parse akPub, nodeKeyPub, certifyInfo, certifySignature and run checks 2
  * to 4 of docs/protocol.md, "The tpm attestor, round by round": the AK, the certification by it of the node key,
@@ -199,8 +201,14 @@ check_certified(const char *prefix, const BcJoinRequest *req, const unsigned cha
 		tpm_refuse(prefix, reason, tenant);
 	if (bc_tpm_check_node_key(&c->node, &reason) != BC_OK)
 		tpm_refuse(prefix, reason, tenant);
-	if (bc_tpm_node_key_matches(&c->node, bc_csr_pubkey(req->csr), &reason) != BC_OK)
-		tpm_refuse(prefix, reason, tenant);
+	if ((req->csr == NULL && bc_check_no_csr("nodeKeyPub is the CSR's key")) ||
+		bc_tpm_node_key_matches(&c->node, bc_csr_pubkey(req->csr), &reason) == BC_OK)
+	{
+		if (bc_checking())
+			bc_check_note("akStatement", ak_statement(c));
+		return;
+	}
+	tpm_refuse(prefix, reason, tenant);
 }
 
 /* BC_TPM_AK_URN_PREFIX "sha256:" <lower-case hex of the AK Name's digest>. */
@@ -276,7 +284,7 @@ find_enrollment(const unsigned char bind[BC_SHA256_LEN], TpmEnrollment *e)
 
 /*
  * Check an EK certificate against the roots and intermediates added with
- * add_tpm_ek_root, now.  BC_OK, or BC_EVERIFY with the reason.
+ * add_tpm_ek_root, at the service clock.  BC_OK, or BC_EVERIFY with the reason.
  */
 static int
 check_ek_cert(const unsigned char *der, size_t n, const bc_tpm_public *ek,
@@ -311,7 +319,8 @@ check_ek_cert(const unsigned char *der, size_t n, const bc_tpm_public *ek,
 		else
 			inter[n_inter++] = x;
 	}
-	return bc_tpm_check_ek_cert(cert, ek, roots, n_roots, inter, n_inter, 0, reason);
+	return bc_tpm_check_ek_cert(cert, ek, roots, n_roots, inter, n_inter,
+								bc_timestamp_to_unix(bc_now()), reason);
 }
 
 /* ------------------------------------------------------------ PCR policy */
@@ -830,12 +839,20 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 	if (bc_tpm_ek_spki_sha256(&ek, bind) != BC_OK)
 		bc_refuse_join("tpm:ek-type", NULL);
 	find_enrollment(bind, &enr);
+	bc_check_note("ekSha256", hex_of(bind, BC_SHA256_LEN));
 	if (enr.found)
+	{
 		trusted = true;
+		bc_check_note("ekTrust", "enrolled");
+		bc_check_note("ekTenant", enr.tenant_id);
+	}
 	else if (ev.has[F_EK_CERT])
 	{
 		if (check_ek_cert(ev.bin[F_EK_CERT], ev.len[F_EK_CERT], &ek, &reason) == BC_OK)
+		{
 			trusted = true;
+			bc_check_note("ekTrust", "certificate");
+		}
 		else if (strcmp(reason, "ek-chain") == 0)
 			untrusted_reason = reason;	/* may still wait for an operator */
 		else
@@ -893,10 +910,11 @@ tpm_verify(const BcJoinRequest *req, BcOutcome *out)
 		pool = tok.pool_id;
 		site = tok.site_id;
 	}
-	else
+	else if (round2 || !bc_check_no_token("the tenant, from a token (the EK is not enrolled)"))
 		bc_refuse_join("tpm:no-tenant", NULL);
 
 	/* A bound EK reclaims its own node, in its tenant (and pool), and as a token allows. */
+	if (tenant != NULL)
 	{
 		Datum		v = PointerGetDatum(bc_bytea(bind, BC_SHA256_LEN));
 

@@ -418,7 +418,8 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 		refusal = WHO ":malformed";
 	else if (strcmp(ps[P_PURPOSE].value, "x509pop") != 0)
 		refusal = WHO ":purpose";
-	else if (strcmp(ps[P_CSR_SHA256].value, req->csr_sha256_b64) != 0)
+	else if (strcmp(ps[P_CSR_SHA256].value, req->csr_sha256_b64) != 0 &&
+			 !bc_check_no_csr("the payload's csrSha256 is the CSR's"))
 		refusal = WHO ":csr-binding";
 	else if ((iat = strtoll(ps[P_IAT].value, NULL, 10)) < now - bc_x509pop_window ||
 			 iat > now + bc_x509pop_window)
