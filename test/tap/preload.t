@@ -16,7 +16,7 @@ echo "1..9"
 top=$(cd "$(dirname "$0")/../.." && pwd)
 S="$BCJ_SCRATCH/preload"
 rm -rf "$S"; mkdir -p "$S"; chmod 0755 "$S"
-port=$("$top/tools/pg-throwaway" free-port 1 20000 32000)
+port=$("$top/tools/pg-throwaway" free-port 1)
 env_line=$("$top/tools/pg-throwaway" start "$S/pg" "$port" "$BCJ_KEY_DIR" test.bc-join.local) || { echo "Bail out! no cluster"; exit 1; }
 trap '"$top/tools/pg-throwaway" stop "$S/pg"' EXIT
 export $env_line
