@@ -671,7 +671,7 @@ with open(%r) as f:
             under[name].append(line.split()[0])
     tap.eq({k: v for k, v in under.items() if v},
            {"provisioned": ["--node-id"], "tpm": ["--tcti", "--tpm-ek", "--tpm-pcrs"],
-            "cloud-iid": ["--cloud", "--metadata-url", "--cloud-audience"],
+            "cloud-iid": ["--cloud", "--cloud-protocol", "--metadata-url", "--cloud-audience"],
             "any other ID": ["--producer", "--producer-timeout"]},
            "bcd run --help lists each producer's options under its name", sect)
     h = env.bcd("ramdisk", "--help")
