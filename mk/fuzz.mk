@@ -16,8 +16,8 @@ FUZZ_LLVM     ?= $(or $(shell tools/debian-release 2>/dev/null | sed -n "s/.*llv
 FUZZ_CC       ?= clang-$(FUZZ_LLVM)
 FUZZ_CFLAGS   ?= -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE
 FUZZ_SAN       = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-# BC_TEST_BUILD: the fuzz entry points of the programs (gw_http_fuzz_*,
-# bcd_sessions_fuzz_line) and src/common's test-only functions are in this build only.
+# BC_TEST_BUILD: the fuzz entry points of the programs (bcd_sessions_fuzz_line)
+# and src/common's test-only functions are in this build only.
 FUZZ_CPPFLAGS  = -Isrc/common -Itest/fuzz -MMD -MP $(shell pkg-config --cflags tss2-mu) \
 	-DBC_FUZZ_DIR='"$(CURDIR)/test/fuzz"' -DBC_TEST_BUILD
 

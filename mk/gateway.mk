@@ -5,6 +5,11 @@
 #   make gateway        build/bc-gateway
 #   make gateway-test   build/asan/bc-gateway (ASan + UBSan), then the TAP
 #                       scripts test/gateway/*.t through prove
+#
+# The gateway's cmocka unit tests (test/unit/test_gw_*.c: the route table,
+# the document cache's freshness decision, the status mapping, the rate
+# limiter and the client address) are part of make unit and make unit-asan
+# (mk/host.mk); they link every gateway object but main.o.
 
 GW_SRCS      = $(sort $(wildcard src/gateway/*.c))
 GW_OBJS      = $(GW_SRCS:%.c=build/obj/%.o)
@@ -19,6 +24,23 @@ GW_TESTS     = $(sort $(wildcard test/gateway/*.t))
 gateway: build/bc-gateway
 
 $(GW_OBJS) $(GW_ASAN_OBJS): HOST_CPPFLAGS += $(GW_CFLAGS)
+
+GW_UNIT_NAMES      = $(basename $(notdir $(wildcard test/unit/test_gw_*.c)))
+GW_TEST_OBJS       = $(filter-out %/main.o,$(GW_SRCS:%.c=build/testobj/%.o))
+GW_ASAN_TEST_OBJS  = $(filter-out %/main.o,$(GW_SRCS:%.c=build/asan/testobj/%.o))
+
+$(GW_TEST_OBJS) $(GW_ASAN_TEST_OBJS): HOST_CPPFLAGS += $(GW_CFLAGS)
+$(GW_UNIT_NAMES:%=build/testobj/test/unit/%.o) $(GW_UNIT_NAMES:%=build/asan/testobj/test/unit/%.o): \
+	HOST_CPPFLAGS += -Isrc/gateway $(GW_CFLAGS)
+
+# Static pattern rules: they take these binaries from mk/host.mk's build/unit/%.
+$(GW_UNIT_NAMES:%=build/unit/%): build/unit/%: build/testobj/test/unit/%.o $(GW_TEST_OBJS)
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_TEST_LIBS) $(GW_LIBS)
+
+$(GW_UNIT_NAMES:%=build/asan/unit/%): build/asan/unit/%: build/asan/testobj/test/unit/%.o $(GW_ASAN_TEST_OBJS)
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(HOST_TEST_LIBS) $(GW_LIBS)
 
 build/bc-gateway: $(GW_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_LDFLAGS) -o $@ $^ $(GW_LIBS)

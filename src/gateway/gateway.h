@@ -6,15 +6,15 @@
 
 #include "config.h"
 #include "metrics.h"
+#include "routes.h"
 
 struct event;
 struct evconnlistener;
 struct event_base;
 struct evhttp;
 struct evhttp_bound_socket;
-struct gw_crl;
 struct gw_db_pool;
-struct gw_keys;
+struct gw_doc_cache;
 struct gw_ratelimit;
 
 struct gateway
@@ -25,9 +25,7 @@ struct gateway
 	struct evhttp_bound_socket *bound;
 	SSL_CTX    *ssl_ctx;
 	struct gw_db_pool *pool;
-	struct gw_crl *crl;			/* the CRL cache (GET /v1/crl) */
-	struct gw_keys *keys;		/* the signed service keys' cache (GET /v1/service-keys) */
-	struct gw_keys *bundle;		/* the SPIFFE bundle's cache (GET /v1/spiffe-bundle) */
+	struct gw_doc_cache *docs[GW_ROUTES_MAX];	/* a document route's cache, by row (routes.c) */
 	struct gw_ratelimit *rl;
 	struct gw_metrics metrics;
 

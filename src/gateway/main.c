@@ -8,14 +8,14 @@
  */
 #include "config.h"
 #include "conn.h"
-#include "crl.h"
-#include "keys_cache.h"
 #include "db_pool.h"
+#include "doc_cache.h"
 #include "gateway.h"
 #include "http.h"
 #include "listener.h"
 #include "log.h"
 #include "ratelimit.h"
+#include "routes.h"
 #include "tls.h"
 
 #include <netinet/in.h>
@@ -141,17 +141,12 @@ main(int argc, char **argv)
 	gw.pool = gw_db_pool_new(gw.base, &gw.cfg);
 	if (gw.pool == NULL)
 		goto out;
-	gw.crl = gw_crl_new(gw.base, gw.pool, &gw.cfg);
-	if (gw.crl == NULL)
-		goto out;
-	gw.keys = gw_keys_new(gw.pool, &gw.cfg, "SELECT bc_join.signed_service_keys()::text",
-						  "service_keys", BC_PATH_SERVICE_KEYS);
-	if (gw.keys == NULL)
-		goto out;
-	gw.bundle = gw_keys_new(gw.pool, &gw.cfg, "SELECT bc_join.spiffe_bundle()::text",
-							"spiffe_bundle", BC_PATH_SPIFFE_BUNDLE);
-	if (gw.bundle == NULL)
-		goto out;
+	/* a cache for each document route */
+	for (size_t i = 0; i < gw_nroutes; i++)
+		if (gw_routes[i].doc != NULL &&
+			(gw.docs[i] = gw_doc_cache_new(gw.base, gw.pool, &gw.cfg, gw_routes[i].doc,
+										   gw_routes[i].path)) == NULL)
+			goto out;
 	if (gw.cfg.rate > 0)
 	{
 		gw.rl = gw_ratelimit_new(gw.cfg.rate, gw.cfg.burst, gw.cfg.rate_table);
@@ -184,13 +179,11 @@ main(int argc, char **argv)
 
 out:
 	/* answer what is still waiting for the database before the connections go */
-	gw_crl_close(gw.crl);
-	gw_keys_close(gw.keys);
-	gw_keys_close(gw.bundle);
+	for (size_t i = 0; i < gw_nroutes; i++)
+		gw_doc_cache_close(gw.docs[i]);
 	gw_db_pool_free(gw.pool);
-	gw_crl_free(gw.crl);
-	gw_keys_free(gw.keys);
-	gw_keys_free(gw.bundle);
+	for (size_t i = 0; i < gw_nroutes; i++)
+		gw_doc_cache_free(gw.docs[i]);
 	gw_listener_close(&gw);
 	if (gw.http != NULL)
 		evhttp_free(gw.http);

@@ -5,10 +5,6 @@
 
 #include <event2/buffer.h>
 
-static const char *const endpoint_names[GW_EP_COUNT] = {
-	"join", "renew", "session", "commands", "commands_complete", "site_epoch", "audit_anchor", "service_keys", "jwt_svid", "spiffe_bundle", "other"
-};
-
 static const char *const outcome_names[GW_OUT_COUNT] = {
 	BC_STATUS_ISSUED, BC_STATUS_PENDING, BC_STATUS_CHALLENGE, BC_STATUS_REFUSED, "invalid",
 	"unsupported",
@@ -28,11 +24,14 @@ static const char *const bucket_labels[GW_HIST_BUCKETS] = {
 	"1", "2.5", "5", "10"
 };
 
-/* The label value of an endpoint. */
-const char *
-gw_endpoint_name(enum gw_endpoint ep)
+/* Whether requests on endpoint are counted (a row marked GW_ROUTE_OBSERVED, or "other"). */
+static int
+counted(int endpoint)
 {
-	return (ep >= 0 && ep < GW_EP_COUNT) ? endpoint_names[ep] : "other";
+	if (endpoint == GW_ENDPOINT_OTHER)
+		return 1;
+	return endpoint >= 0 && (size_t) endpoint < gw_nroutes &&
+		(gw_routes[endpoint].limits & GW_ROUTE_OBSERVED) != 0;
 }
 
 /* The label value of an outcome. */
@@ -44,10 +43,9 @@ gw_outcome_name(enum gw_outcome out)
 
 /* Count one finished request that took seconds. */
 void
-gw_metrics_observe(struct gw_metrics *m, enum gw_endpoint ep,
-				   enum gw_outcome out, double seconds)
+gw_metrics_observe(struct gw_metrics *m, int ep, enum gw_outcome out, double seconds)
 {
-	if (ep < 0 || ep >= GW_EP_COUNT || out < 0 || out >= GW_OUT_COUNT)
+	if (!counted(ep) || out < 0 || out >= GW_OUT_COUNT)
 		return;
 	m->requests[ep][out]++;
 	m->hist_count[ep]++;
@@ -70,35 +68,38 @@ gw_metrics_render(const struct gw_metrics *m, const struct gw_gauges *g,
 	rc |= evbuffer_add_printf(buf,
 							  "# HELP bc_gateway_requests_total Requests answered, by endpoint and outcome.\n"
 							  "# TYPE bc_gateway_requests_total counter\n") < 0;
-	for (int e = 0; e < GW_EP_COUNT; e++)
-		for (int o = 0; o < GW_OUT_COUNT; o++)
+	for (int e = 0; e < GW_ENDPOINTS; e++)
+		for (int o = 0; o < GW_OUT_COUNT && counted(e); o++)
 			rc |= evbuffer_add_printf(buf,
 									  "bc_gateway_requests_total{endpoint=\"%s\",outcome=\"%s\"} %llu\n",
-									  endpoint_names[e], outcome_names[o],
+									  gw_endpoint_name(e), outcome_names[o],
 									  (unsigned long long) m->requests[e][o]) < 0;
 
 	rc |= evbuffer_add_printf(buf,
 							  "# HELP bc_gateway_request_duration_seconds Time from dispatch to response, by endpoint.\n"
 							  "# TYPE bc_gateway_request_duration_seconds histogram\n") < 0;
-	for (int e = 0; e < GW_EP_COUNT; e++)
+	for (int e = 0; e < GW_ENDPOINTS; e++)
 	{
+		const char *name = gw_endpoint_name(e);
 		uint64_t	cum = 0;
 
+		if (!counted(e))
+			continue;
 		for (int b = 0; b < GW_HIST_BUCKETS; b++)
 		{
 			cum += m->hist[e][b];
 			rc |= evbuffer_add_printf(buf,
 									  "bc_gateway_request_duration_seconds_bucket{endpoint=\"%s\",le=\"%s\"} %llu\n",
-									  endpoint_names[e], bucket_labels[b],
+									  name, bucket_labels[b],
 									  (unsigned long long) cum) < 0;
 		}
 		rc |= evbuffer_add_printf(buf,
 								  "bc_gateway_request_duration_seconds_bucket{endpoint=\"%s\",le=\"+Inf\"} %llu\n"
 								  "bc_gateway_request_duration_seconds_sum{endpoint=\"%s\"} %.6f\n"
 								  "bc_gateway_request_duration_seconds_count{endpoint=\"%s\"} %llu\n",
-								  endpoint_names[e], (unsigned long long) m->hist_count[e],
-								  endpoint_names[e], m->hist_sum[e],
-								  endpoint_names[e], (unsigned long long) m->hist_count[e]) < 0;
+								  name, (unsigned long long) m->hist_count[e],
+								  name, m->hist_sum[e],
+								  name, (unsigned long long) m->hist_count[e]) < 0;
 	}
 
 	rc |= evbuffer_add_printf(buf,

@@ -4,23 +4,9 @@
 
 #include <stdint.h>
 
-struct evbuffer;
+#include "routes.h"
 
-enum gw_endpoint
-{
-	GW_EP_JOIN = 0,
-	GW_EP_RENEW,
-	GW_EP_SESSION,
-	GW_EP_COMMANDS,
-	GW_EP_COMMANDS_COMPLETE,
-	GW_EP_SITE_EPOCH,
-	GW_EP_AUDIT_ANCHOR,
-	GW_EP_SERVICE_KEYS,
-	GW_EP_JWT_SVID,
-	GW_EP_SPIFFE_BUNDLE,
-	GW_EP_OTHER,			/* unknown path or method */
-	GW_EP_COUNT
-};
+struct evbuffer;
 
 enum gw_outcome
 {
@@ -58,26 +44,30 @@ struct gw_gauges
 	unsigned	max_connections;
 };
 
+/* Per endpoint: a route table row (routes.h), or GW_ENDPOINT_OTHER. */
+#define GW_ENDPOINTS (GW_ROUTES_MAX + 1)
+
 struct gw_metrics
 {
-	uint64_t	requests[GW_EP_COUNT][GW_OUT_COUNT];
-	uint64_t	hist[GW_EP_COUNT][GW_HIST_BUCKETS];	/* cumulative at render time */
-	uint64_t	hist_count[GW_EP_COUNT];
-	double		hist_sum[GW_EP_COUNT];
+	uint64_t	requests[GW_ENDPOINTS][GW_OUT_COUNT];
+	uint64_t	hist[GW_ENDPOINTS][GW_HIST_BUCKETS];	/* cumulative at render time */
+	uint64_t	hist_count[GW_ENDPOINTS];
+	double		hist_sum[GW_ENDPOINTS];
 	uint64_t	accept_paused[GW_PAUSE_COUNT];	/* times accepting was paused */
 };
-
-/* The label value of an endpoint. */
-const char *gw_endpoint_name(enum gw_endpoint ep);
 
 /* The label value of an outcome. */
 const char *gw_outcome_name(enum gw_outcome out);
 
-/* Count one finished request that took seconds. */
-void		gw_metrics_observe(struct gw_metrics *m, enum gw_endpoint ep,
+/* Count one finished request on endpoint (routes.h) that took seconds. */
+void		gw_metrics_observe(struct gw_metrics *m, int endpoint,
 							   enum gw_outcome out, double seconds);
 
-/* Append the Prometheus text exposition to buf; 0 on success. */
+/*
+ * Append the Prometheus text exposition to buf: the requests of every
+ * endpoint counted (the route table's rows marked GW_ROUTE_OBSERVED, in its
+ * order, then "other"), then the gauges; 0 on success.
+ */
 int			gw_metrics_render(const struct gw_metrics *m, const struct gw_gauges *g,
 							  struct evbuffer *buf);
 

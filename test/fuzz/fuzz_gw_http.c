@@ -11,8 +11,28 @@
 
 #include "config.h"
 #include "metrics.h"
-#include "http.h"
+#include "relay.h"
 #include "fuzz_common.h"
+
+/* The client message of a database error: the 400's, else none (as relay.c answers). */
+static int
+db_error(const char *ss, const char *server_msg, int *outcome, const char **message)
+{
+	int			code = gw_http_status_for_sqlstate(ss, outcome);
+
+	*message = code == 400 ? gw_http_invalid_input_message(ss, server_msg) : NULL;
+	return code;
+}
+
+/* 0 when a body is relayed, else the HTTP status it is refused with (checked by length, then whole). */
+static int
+body_status(const char *body, size_t n)
+{
+	int			http;
+
+	return gw_http_body_refusal(NULL, n, &http) != NULL ||
+		gw_http_body_refusal(body, n, &http) != NULL ? http : 0;
+}
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -26,7 +46,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int			body;
 
 	/* a body: relayed exactly when 1..65536 bytes without a NUL */
-	body = gw_http_fuzz_body((const char *) data, size);
+	body = body_status((const char *) data, size);
 	if (size == 0 || memchr(data, '\0', size) != NULL)
 		BC_FUZZ_ASSERT(body == 400);
 	else if (size > GW_MAX_BODY)
@@ -46,7 +66,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(msg, data + 1 + sl, size - 1 - sl);
 	msg[size - 1 - sl] = '\0';
 
-	code = gw_http_fuzz_db_error((data[0] & 0x80) ? NULL : ss, msg, &outcome, &client);
+	code = db_error((data[0] & 0x80) ? NULL : ss, msg, &outcome, &client);
 	BC_FUZZ_ASSERT(code == 400 || code == 404 || code == 500 || code == 503);
 	if ((data[0] & 0x80) || strlen(ss) != 5)
 		BC_FUZZ_ASSERT(code == 500);

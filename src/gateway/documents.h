@@ -1,0 +1,19 @@
+/*
+ * documents.h: the documents the gateway serves from its caches
+ * (doc_cache.c): their queries, freshness rules and checks.
+ */
+#ifndef BC_GATEWAY_DOCUMENTS_H
+#define BC_GATEWAY_DOCUMENTS_H
+
+#include "doc_cache.h"
+
+/* GET /v1/crl: the node CA's CRL (DER), LISTEN bc_join_crl plus nextUpdate. */
+extern const struct gw_doc_spec gw_doc_crl;
+
+/* GET /v1/service-keys: bc_join.signed_service_keys(), at most --service-keys-max-age old. */
+extern const struct gw_doc_spec gw_doc_service_keys;
+
+/* GET /v1/spiffe-bundle: bc_join.spiffe_bundle(), at most --service-keys-max-age old. */
+extern const struct gw_doc_spec gw_doc_spiffe_bundle;
+
+#endif

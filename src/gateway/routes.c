@@ -1,0 +1,106 @@
+/*
+ * routes.c: the gateway's one route table.
+ *
+ * Every path the gateway answers is a row here; dispatch (http.c), the 405's
+ * Allow header, the endpoint of the metrics and logs, the rate limit and the
+ * Cache-Control all come from it.  A relayed POST is one row with its
+ * statement; a cached document is one row naming its document (documents.c).
+ * The order of the rows is the order of the endpoints and of the documents'
+ * metrics in /metrics.
+ */
+#include "routes.h"
+#include "documents.h"
+
+#include "bc_protocol.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Relayed statements: column 0 the function's result, relayed as is; column 1 its status, for the mapping. */
+#define RELAY(fn) "SELECT t.r, t.r->>'status' FROM " fn "($1::jsonb) AS t(r)"
+
+/* Rate limited and counted: what a client on the Internet calls. */
+#define API (GW_ROUTE_RATE_LIMITED | GW_ROUTE_OBSERVED)
+
+const struct gw_route gw_routes[] = {
+	/* probes and public data: never rate limited, not counted, logged at debug */
+	{"GET", "/healthz", "healthz", GW_ROUTE_HEALTH, NULL, NULL, 0, NULL},
+	{"GET", "/metrics", "metrics", GW_ROUTE_METRICS, NULL, NULL, 0, NULL},
+	{"GET", "/v1/crl", "crl", GW_ROUTE_DOCUMENT, NULL, &gw_doc_crl, 0, NULL},
+
+	{"POST", BC_PATH_JOIN, "join", GW_ROUTE_RELAY, RELAY("public.bc_join"), NULL, API, NULL},
+	{"POST", BC_PATH_RENEW, "renew", GW_ROUTE_RELAY, RELAY("bc_join.renew"), NULL, API, NULL},
+	{"POST", BC_PATH_SESSION, "session", GW_ROUTE_RELAY, RELAY("bc_join.issue_session"), NULL, API, NULL},
+	{"POST", BC_PATH_COMMANDS, "commands", GW_ROUTE_RELAY, RELAY("bc_join.fetch_commands"), NULL, API, NULL},
+	{"POST", BC_PATH_COMMANDS_COMPLETE, "commands_complete", GW_ROUTE_RELAY,
+	RELAY("bc_join.complete_command"), NULL, API, NULL},
+	{"POST", BC_PATH_SITE_EPOCH, "site_epoch", GW_ROUTE_RELAY, RELAY("bc_join.site_epoch"), NULL, API, NULL},
+
+	/*
+	 * {"anchor": <the JWS of bc_join.audit_anchor()>}, so an outsider can keep
+	 * anchors and later detect a rewritten issuance log (tools/bc-audit-verify
+	 * --anchor); cacheable for a minute.  The parameter is unused ("").
+	 */
+	{"GET", BC_PATH_AUDIT_ANCHOR, "audit_anchor", GW_ROUTE_QUERY,
+		"SELECT jsonb_build_object('anchor', bc_join.audit_anchor())::text, 'issued' "
+		"WHERE $1::text IS NOT NULL", NULL, API, "max-age=60"},
+
+	{"GET", BC_PATH_SERVICE_KEYS, "service_keys", GW_ROUTE_DOCUMENT, NULL, &gw_doc_service_keys, API, NULL},
+	{"POST", BC_PATH_JWT_SVID, "jwt_svid", GW_ROUTE_RELAY, RELAY("bc_join.issue_jwt_svid"), NULL, API, NULL},
+	{"GET", BC_PATH_SPIFFE_BUNDLE, "spiffe_bundle", GW_ROUTE_DOCUMENT, NULL, &gw_doc_spiffe_bundle, API, NULL},
+};
+
+const size_t gw_nroutes = sizeof(gw_routes) / sizeof(gw_routes[0]);
+
+_Static_assert(sizeof(gw_routes) / sizeof(gw_routes[0]) <= GW_ROUTES_MAX,
+			   "more routes than GW_ROUTES_MAX");
+
+/* The route of a request; see routes.h. */
+int
+gw_route_match(const char *method, const char *path, const struct gw_route **route,
+			   char *allow, size_t allow_len)
+{
+	size_t		used = 0;
+
+	*route = NULL;
+	if (allow_len > 0)
+		allow[0] = '\0';
+	if (path == NULL)
+		return 404;
+	for (size_t i = 0; i < gw_nroutes; i++)
+	{
+		const struct gw_route *r = &gw_routes[i];
+
+		if (strcmp(r->path, path) != 0)
+			continue;
+		if (method != NULL && strcmp(r->method, method) == 0)
+		{
+			*route = r;
+			return 200;
+		}
+		if (*route == NULL)
+			*route = r;
+		if (used < allow_len)
+		{
+			int			n = snprintf(allow + used, allow_len - used, "%s%s",
+									 used > 0 ? ", " : "", r->method);
+
+			used = n < 0 ? allow_len : used + (size_t) n;
+		}
+	}
+	return *route != NULL ? 405 : 404;
+}
+
+/* The endpoint of a row; see routes.h. */
+int
+gw_route_endpoint(const struct gw_route *route)
+{
+	return route != NULL ? (int) (route - gw_routes) : GW_ENDPOINT_OTHER;
+}
+
+/* The label of an endpoint; see routes.h. */
+const char *
+gw_endpoint_name(int endpoint)
+{
+	return endpoint >= 0 && (size_t) endpoint < gw_nroutes ? gw_routes[endpoint].endpoint : "other";
+}
