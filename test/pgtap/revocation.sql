@@ -23,8 +23,7 @@ SELECT plan(39);
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
+\ir lib/fixture.sql
 CREATE FUNCTION pg_temp.leaf_pem(r jsonb) RETURNS text LANGUAGE sql AS $$
 	SELECT '-----BEGIN CERTIFICATE-----' || E'\n' || (pg_temp.payload(r)->'certificateChain'->>0) || E'\n'
 		   || '-----END CERTIFICATE-----' $$;
