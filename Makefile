@@ -15,10 +15,12 @@ EXT_SRCS    = $(sort $(wildcard src/ext/*.c src/ext/attestors/*.c))
 OBJS        = $(EXT_SRCS:.c=.o) $(COMMON_SRCS:.c=.o)
 
 # sql/bc_join.sql is the source of the current version's install script
-# (copied, as pgvector does); 0.1.0's install script is released and kept as
-# it was; every later version is reached by the upgrade scripts
-# sql/bc_join--A--B.sql (docs/development.md, "Changing the schema").
-DATA        = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql sql/$(EXTENSION)--0.3.0.sql $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
+# (copied, as pgvector does); every version is reached from an older one by
+# the upgrade scripts sql/bc_join--A--B.sql; the released versions' install
+# scripts are kept as they were released in sql/released/ (the bases of the
+# upgrade checks, and of databases created at those versions), frozen by
+# sql/released.sha256 (docs/development.md, "Changing the schema").
+DATA        = $(sort $(wildcard sql/released/$(EXTENSION)--*.sql)) $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
 DATA_built  = sql/$(EXTENSION)--$(EXTVERSION).sql
 PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 
@@ -28,14 +30,16 @@ PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 # regression.diffs under build/installcheck/.  One suite: REGRESS=regress_admin.
 # make installcheck BCJ_REGRESS_RUNNING=1: against the running server that the
 # PG* environment names instead (what test/run-all does, with its REGRESS_OPTS).
-REGRESS      = $(sort $(basename $(notdir $(wildcard sql/regress_*.sql))))
+# The suites are test/regress/sql/regress_*.sql with their outputs in
+# test/regress/expected/ (pg_regress --inputdir=test/regress).
+REGRESS      = $(sort $(basename $(notdir $(wildcard test/regress/sql/regress_*.sql))))
 BCJ_REGRESS_DIR = $(CURDIR)/build/installcheck
 ifeq ($(BCJ_REGRESS_RUNNING),)
-REGRESS_OPTS = --inputdir=. --load-extension=bc_join --outputdir=$(BCJ_REGRESS_DIR) \
+REGRESS_OPTS = --load-extension=bc_join --outputdir=$(BCJ_REGRESS_DIR) \
 	--temp-instance=$(BCJ_REGRESS_DIR)/instance \
 	--temp-config=$(CURDIR)/test/regress.conf --temp-config=$(BCJ_REGRESS_DIR)/keys.conf
 else
-REGRESS_OPTS = --inputdir=. --load-extension=bc_join
+REGRESS_OPTS = --load-extension=bc_join
 endif
 
 PG_CPPFLAGS = -Isrc/common -Isrc/ext -DBC_EXTVERSION='"$(EXTVERSION)"'
@@ -60,7 +64,7 @@ src/ext/version.o: bc_join.control
 # PGXS's pg_regress_installcheck, run through test/installcheck (keys, and the
 # postgres OS user as root).
 pg_regress_installcheck = $(CURDIR)/test/installcheck $(BCJ_REGRESS_DIR) \
-	$(top_builddir)/src/test/regress/pg_regress --inputdir=$(srcdir) --bindir='$(bindir)' \
+	$(top_builddir)/src/test/regress/pg_regress --inputdir=$(srcdir)/test/regress --bindir='$(bindir)' \
 	$(pg_regress_locale_flags) $(EXTRA_REGRESS_OPTS)
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql bc_join.control
