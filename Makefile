@@ -1,7 +1,12 @@
-# bc_join: the PostgreSQL extension (PGXS) plus the host programs (bcd, tools).
+# bc_join: the PostgreSQL extension (PGXS) plus the host programs (bcd,
+# bc-gateway, tools).
 #
-#   make                build the extension and the host programs
+#   make                build the extension (as pgvector's and pg_cron's make does)
 #   make install        install the extension into the PostgreSQL found by pg_config
+#   make programs       build the host programs: build/bcd, build/bc-gateway,
+#                       build/jose-tool (gRPC, protobuf-c, curl, systemd, TSS, libevent, libpq)
+#   make world          both
+#   make installcheck   the pg_regress suites (needs build/bcd: built if missing)
 #   make check-all      every test (what .ci/run and the README run); see test/run-all
 
 EXTENSION   = bc_join
@@ -82,8 +87,19 @@ include mk/agent.mk
 include mk/workload.mk
 include mk/fuzz.mk
 
-all: host
-all: gateway
+# `make` is PGXS's `all`: the extension alone.  The programs are built once,
+# not once per PostgreSQL major (debian/rules); the test targets build what
+# they run (mk/*.mk).
+.PHONY: programs world
+programs: host gateway
+world: all programs
+
+# regress_input makes its requests with bcd: build/bcd, unless the caller
+# names one in BCJ_BCD (test/installcheck takes BCJ_BCD, else build/asan/bcd,
+# else build/bcd).
+ifeq ($(filter environment command%,$(origin BCJ_BCD)),)
+installcheck: build/bcd
+endif
 
 .PHONY: check-all
 check-all:
