@@ -52,6 +52,7 @@ bc_round_subxact(BcJoinRequest *req, BcRoundFn body, void *arg, const char *who,
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
+
 	memset(end, 0, sizeof(*end));
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
