@@ -1,7 +1,12 @@
-# bc_join: the PostgreSQL extension (PGXS) plus the host programs (bcd, tools).
+# bc_join: the PostgreSQL extension (PGXS) plus the host programs (bcd,
+# bc-gateway, tools).
 #
-#   make                build the extension and the host programs
+#   make                build the extension (as pgvector's and pg_cron's make does)
 #   make install        install the extension into the PostgreSQL found by pg_config
+#   make programs       build the host programs: build/bcd, build/bc-gateway,
+#                       build/jose-tool (gRPC, protobuf-c, curl, systemd, TSS, libevent, libpq)
+#   make world          both
+#   make installcheck   the pg_regress suites (needs build/bcd: built if missing)
 #   make check-all      every test (what .ci/run and the README run); see test/run-all
 
 EXTENSION   = bc_join
@@ -15,10 +20,12 @@ EXT_SRCS    = $(sort $(wildcard src/ext/*.c src/ext/attestors/*.c))
 OBJS        = $(EXT_SRCS:.c=.o) $(COMMON_SRCS:.c=.o)
 
 # sql/bc_join.sql is the source of the current version's install script
-# (copied, as pgvector does); 0.1.0's install script is released and kept as
-# it was; every later version is reached by the upgrade scripts
-# sql/bc_join--A--B.sql (docs/development.md, "Changing the schema").
-DATA        = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql sql/$(EXTENSION)--0.3.0.sql $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
+# (copied, as pgvector does); every version is reached from an older one by
+# the upgrade scripts sql/bc_join--A--B.sql; the released versions' install
+# scripts are kept as they were released in sql/released/ (the bases of the
+# upgrade checks, and of databases created at those versions), frozen by
+# sql/released.sha256 (docs/development.md, "Changing the schema").
+DATA        = $(sort $(wildcard sql/released/$(EXTENSION)--*.sql)) $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
 DATA_built  = sql/$(EXTENSION)--$(EXTVERSION).sql
 PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 
@@ -28,14 +35,16 @@ PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 # regression.diffs under build/installcheck/.  One suite: REGRESS=regress_admin.
 # make installcheck BCJ_REGRESS_RUNNING=1: against the running server that the
 # PG* environment names instead (what test/run-all does, with its REGRESS_OPTS).
-REGRESS      = $(sort $(basename $(notdir $(wildcard sql/regress_*.sql))))
+# The suites are test/regress/sql/regress_*.sql with their outputs in
+# test/regress/expected/ (pg_regress --inputdir=test/regress).
+REGRESS      = $(sort $(basename $(notdir $(wildcard test/regress/sql/regress_*.sql))))
 BCJ_REGRESS_DIR = $(CURDIR)/build/installcheck
 ifeq ($(BCJ_REGRESS_RUNNING),)
-REGRESS_OPTS = --inputdir=. --load-extension=bc_join --outputdir=$(BCJ_REGRESS_DIR) \
+REGRESS_OPTS = --load-extension=bc_join --outputdir=$(BCJ_REGRESS_DIR) \
 	--temp-instance=$(BCJ_REGRESS_DIR)/instance \
 	--temp-config=$(CURDIR)/test/regress.conf --temp-config=$(BCJ_REGRESS_DIR)/keys.conf
 else
-REGRESS_OPTS = --inputdir=. --load-extension=bc_join
+REGRESS_OPTS = --load-extension=bc_join
 endif
 
 PG_CPPFLAGS = -Isrc/common -Isrc/ext -DBC_EXTVERSION='"$(EXTVERSION)"'
@@ -60,7 +69,7 @@ src/ext/version.o: bc_join.control
 # PGXS's pg_regress_installcheck, run through test/installcheck (keys, and the
 # postgres OS user as root).
 pg_regress_installcheck = $(CURDIR)/test/installcheck $(BCJ_REGRESS_DIR) \
-	$(top_builddir)/src/test/regress/pg_regress --inputdir=$(srcdir) --bindir='$(bindir)' \
+	$(top_builddir)/src/test/regress/pg_regress --inputdir=$(srcdir)/test/regress --bindir='$(bindir)' \
 	$(pg_regress_locale_flags) $(EXTRA_REGRESS_OPTS)
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql bc_join.control
@@ -78,8 +87,19 @@ include mk/agent.mk
 include mk/workload.mk
 include mk/fuzz.mk
 
-all: host
-all: gateway
+# `make` is PGXS's `all`: the extension alone.  The programs are built once,
+# not once per PostgreSQL major (debian/rules); the test targets build what
+# they run (mk/*.mk).
+.PHONY: programs world
+programs: host gateway
+world: all programs
+
+# regress_input makes its requests with bcd: build/bcd, unless the caller
+# names one in BCJ_BCD (test/installcheck takes BCJ_BCD, else build/asan/bcd,
+# else build/bcd).
+ifeq ($(filter environment command%,$(origin BCJ_BCD)),)
+installcheck: build/bcd
+endif
 
 .PHONY: check-all
 check-all:

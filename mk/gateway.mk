@@ -50,12 +50,12 @@ build/asan/bc-gateway: $(GW_ASAN_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(GW_LIBS)
 
 # The tests join through the real agent (bcd) against the installed extension
-# (make install).  The agent is not rebuilt here: build it with `make` (or
-# point BCJ_BCD at one), so work in progress on the agent cannot break or
+# (make install).  The agent is not rebuilt here: build it with `make programs`
+# (or point BCJ_BCD at one), so work in progress on the agent cannot break or
 # delete what the gateway's tests use.
 BCJ_BCD ?= $(firstword $(wildcard $(CURDIR)/build/bcd $(CURDIR)/build/asan/bcd))
 
 gateway-test: build/asan/bc-gateway
 	@test -n "$(BCJ_BCD)" && test -x "$(BCJ_BCD)" || \
-		{ echo "gateway-test: no bcd; run make first (or set BCJ_BCD)"; exit 1; }
+		{ echo "gateway-test: no bcd; run make programs first (or set BCJ_BCD)"; exit 1; }
 	BCJ_GATEWAY=$(CURDIR)/build/asan/bc-gateway BCJ_BCD=$(BCJ_BCD) prove --timer $(GW_TESTS)

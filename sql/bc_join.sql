@@ -3407,8 +3407,8 @@ ALTER VIEW bc_join.command_status SET (security_invoker = true);
 -- does not insert them twice; so is nothing else.  The root tenant's row is
 -- kept (its created_at and request_channel as they were) and replaces the
 -- one the restore's CREATE EXTENSION made (tenants_restore_root()).  Every
--- table of the schema is marked (test: sql/regress_backup.sql), and every
--- sequence the tables draw from.
+-- table of the schema is marked (test: test/regress/sql/regress_backup.sql),
+-- and every sequence the tables draw from.
 SELECT pg_catalog.pg_extension_config_dump('bc_join.tenants', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.sites', '');
 SELECT pg_catalog.pg_extension_config_dump('bc_join.pools', '');

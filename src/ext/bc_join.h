@@ -818,6 +818,25 @@ extern void bc_join_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome 
 
 /* ----------------------------------------------------------------- round.c */
 
+/*
+ * How a body run by bc_round_subxact ended: its answer (NULL: it only
+ * verified, or raised), a JR001 refusal's reason and tenant, or any other
+ * error, rolled back, for the caller to raise again (ReThrowError).
+ */
+typedef struct BcRoundEnd
+{
+	Jsonb	   *answer;
+	char	   *refusal;
+	char	   *tenant;
+	ErrorData  *error;
+} BcRoundEnd;
+
+/*
+ * Run body in an internal subtransaction: released when it answers, rolled
+ * back when it answers NULL or raises; req->token wiped however it ends.
+ */
+extern void bc_round_subxact(BcJoinRequest *req, BcRoundFn body, void *arg, const char *who,
+							 MemoryContext outcxt, BcRoundEnd *end);
 /* One round in a subtransaction: a JR001 refusal is recorded and answered. */
 extern Jsonb *bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg,
 						   const char *who, MemoryContext outcxt);

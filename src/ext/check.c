@@ -24,13 +24,11 @@
  */
 #include "bc_join.h"
 
-#include "access/xact.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 
 /* The running check: its memory (the call's), what is absent, what was read and left out. */
 static bool checking = false;
@@ -156,6 +154,23 @@ verify_round(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out)
 		bc_refuse_join("join:csr-signature", out->deferred ? NULL : out->result.tenant_id);
 }
 
+/* What check_round verifies with: the attestor, and where its outcome goes. */
+typedef struct CheckCall
+{
+	const BcAttestor *att;
+	BcOutcome  *out;
+} CheckCall;
+
+/* The check's round for bc_round_subxact: verified, it answers NULL (rolled back all the same). */
+static Jsonb *
+check_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
+{
+	CheckCall  *c = (CheckCall *) arg;
+
+	verify_round(c->att, req, c->out);
+	return NULL;
+}
+
 PG_FUNCTION_INFO_V1(bc_check_evidence_sql);
 
 /*
@@ -167,10 +182,11 @@ Datum
 bc_check_evidence_sql(PG_FUNCTION_ARGS)
 {
 	MemoryContext callcxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
 	BcJoinRequest req;
 	const BcAttestor *att;
 	BcOutcome	out;
+	CheckCall	c = {NULL, &out};
+	BcRoundEnd	end;
 	TimestampTz at;
 	bytea	   *evidence;
 	char	   *volatile refusal = NULL;
@@ -213,6 +229,7 @@ bc_check_evidence_sql(PG_FUNCTION_ARGS)
 	bc_require_primary();
 	bc_spi_connect();
 	att = bc_find_attestor(req.attestor);
+	c.att = att;
 
 	memset(&out, 0, sizeof(out));
 	check_read = makeStringInfo();
@@ -223,38 +240,11 @@ bc_check_evidence_sql(PG_FUNCTION_ARGS)
 		check_no_csr = req.csr == NULL;
 		check_cxt = callcxt;
 		bc_clock_fix(at);
-		BeginInternalSubTransaction(NULL);
 		MemoryContextSwitchTo(callcxt);
-		PG_TRY();
-		{
-			verify_round(att, &req, &out);
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-			char	   *r;
-			char	   *t;
-
-			MemoryContextSwitchTo(callcxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(callcxt);
-			CurrentResourceOwner = owner;
-			if (edata->sqlerrcode != ERRCODE_BC_JOIN_REFUSED)
-				ReThrowError(edata);
-			if (!bc_take_refusal(&r, &t))
-				r = psprintf("%s:refused", att->id);
-			refusal = r;
-		}
-		PG_END_TRY();
-		if (refusal == NULL)
-		{
-			/* Verified: everything the attestor wrote is rolled back all the same. */
-			RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(callcxt);
-			CurrentResourceOwner = owner;
-		}
+		bc_round_subxact(&req, check_round, &c, att->id, callcxt, &end);
+		if (end.error != NULL)
+			ReThrowError(end.error);
+		refusal = end.refusal;
 	}
 	PG_FINALLY();
 	{

@@ -12,11 +12,8 @@
  */
 #include "bc_join.h"
 
-#include "access/xact.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
-#include "utils/memutils.h"
-#include "utils/resowner.h"
 
 /* 1 when role is one the attestor may admit. */
 static bool
@@ -174,6 +171,44 @@ hide_certificate_uses(const BcJoinRequest *req, MemoryContext cxt)
 }
 
 /*
+ * The repeat's verification, in its own subtransaction (repeat_round): the
+ * certificate's uses hidden, the attestor run again; a challenge is
+ * answered (kept: the attestor's challenge rows and the hidden uses back),
+ * a verification answers NULL (rolled back: nothing it wrote stays).
+ */
+static Jsonb *
+repeat_verify(BcJoinRequest *req, void *arg, MemoryContext outcxt)
+{
+	const BcAttestor *att = (const BcAttestor *) arg;
+	Jsonb	   *hidden = hide_certificate_uses(req, CurrentMemoryContext);
+	BcOutcome	out;
+	Jsonb	   *deferral;
+
+	memset(&out, 0, sizeof(out));
+	run_verify(att, req, &out);
+	if (out.deferred)
+	{
+		if (strcmp(out.kind, "challenge") != 0)
+			bc_refuse_join("join:repeat-approval", NULL);
+		deferral = defer(att, req, &out, outcxt);
+		/* the attestor's challenge rows stay, and so do the certificate's uses */
+		if (hidden != NULL)
+		{
+			Datum		v = JsonbPGetDatum(hidden);
+
+			bc_spi_exec(&restore_round_uses, &v, NULL, false, 0);
+		}
+		return deferral;
+	}
+	if (att->verify == NULL)
+		bc_challenge_deadline_check(att->id, out.result.tenant_id);
+	bc_validate_repeat(req, &out.result);
+	if (bc_csr_verify_pop(req->csr) != BC_OK)
+		bc_refuse_join("join:csr-signature", NULL);
+	return NULL;				/* verified: nothing it wrote stays */
+}
+
+/*
  * A final round repeated with the CSR of a current certificate: it must
  * present evidence that verifies again, for the same subject as the round
  * that issued, every check as then except that what that round spent is
@@ -193,74 +228,24 @@ hide_certificate_uses(const BcJoinRequest *req, MemoryContext cxt)
 static Jsonb *
 repeat_round(const BcAttestor *att, BcJoinRequest *req, MemoryContext outcxt)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	BcOutcome	out;
-	Jsonb	   *volatile deferral = NULL;
+	BcRoundEnd	end;
+	StringInfoData detail;
 
-	memset(&out, 0, sizeof(out));
 	bc_join_round_repeat(req);
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
+	bc_round_subxact(req, repeat_verify, (void *) att, att->id, outcxt, &end);
+	if (end.error != NULL)
+		ReThrowError(end.error);
+	if (end.refusal != NULL)
 	{
-		Jsonb	   *hidden = hide_certificate_uses(req, cxt);
-
-		run_verify(att, req, &out);
-		if (out.deferred)
-		{
-			if (strcmp(out.kind, "challenge") != 0)
-				bc_refuse_join("join:repeat-approval", NULL);
-			deferral = defer(att, req, &out, outcxt);
-			/* the attestor's challenge rows stay, and so do the certificate's uses */
-			if (hidden != NULL)
-			{
-				Datum		v = JsonbPGetDatum(hidden);
-
-				bc_spi_exec(&restore_round_uses, &v, NULL, false, 0);
-			}
-			ReleaseCurrentSubTransaction();
-		}
-		else
-		{
-			if (att->verify == NULL)
-				bc_challenge_deadline_check(att->id, out.result.tenant_id);
-			bc_validate_repeat(req, &out.result);
-			if (bc_csr_verify_pop(req->csr) != BC_OK)
-				bc_refuse_join("join:csr-signature", NULL);
-			RollbackAndReleaseCurrentSubTransaction();	/* verified: nothing it wrote stays */
-		}
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-		char	   *r;
-		char	   *t;
-		StringInfoData detail;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != ERRCODE_BC_JOIN_REFUSED)
-			ReThrowError(edata);
-		if (!bc_take_refusal(&r, &t))
-			r = psprintf("%s:refused", att->id);
 		initStringInfo(&detail);
 		bc_json_begin(&detail);
 		bc_json_member(&detail, "repeatOf", req->repeat->serial_hex);
-		bc_json_member(&detail, "refusal", r);
+		bc_json_member(&detail, "refusal", end.refusal);
 		bc_json_end(&detail);
-		bc_refuse_join_detail("join:key-reused", t, detail.data);
+		bc_refuse_join_detail("join:key-reused", end.tenant, detail.data);
 	}
-	PG_END_TRY();
-
-	if (deferral != NULL)
-		return deferral;
+	if (end.answer != NULL)
+		return end.answer;
 	return bc_repeat_response(req, outcxt);
 }
 

@@ -3,8 +3,11 @@
  * (join.c), the requests proven by the node key (proof.c: renewals,
  * sessions; commands.c; the site epoch).  A refusal (JR001) rolls the
  * subtransaction back and becomes a security.join.refused event and the one
- * refusal; any other error rolls it back and is raised.  Below the join and
- * the attestors: it calls the round it is given, nothing that picks one.
+ * refusal; any other error rolls it back and is raised.  The one
+ * subtransaction runner (bc_round_subxact) serves these rounds, a join's
+ * repeat (join.c) and check_evidence's round (check.c), and wipes the
+ * opened sealed token however the round ends.  Below the join and the
+ * attestors: it calls the round it is given, nothing that picks one.
  */
 #include "bc_join.h"
 
@@ -35,32 +38,33 @@ outcome_of(Jsonb *response, bool refused)
 }
 
 /*
- * A round inside a subtransaction; a refusal (JR001) rolls it back, becomes
- * a security.join.refused event and the one answer.  who names the refuser
- * when the refusal carried no reason.
+ * Run body in an internal subtransaction and end it: released when the
+ * body answers (its writes stay), rolled back when it answers NULL (it only
+ * verified: nothing it wrote stays) or raises.  A JR001 refusal becomes
+ * end->refusal (who names the refuser when it carried no reason) and its
+ * tenant; any other error is copied to end->error, which the caller raises
+ * again.  However the subtransaction ends, the sealed token the body opened
+ * (req->token) is wiped.  Memory and resource owner are the caller's after.
  */
-Jsonb *
-bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg, const char *who,
-			 MemoryContext outcxt)
+void
+bc_round_subxact(BcJoinRequest *req, BcRoundFn body, void *arg, const char *who,
+				 MemoryContext outcxt, BcRoundEnd *end)
 {
-	MemoryContext spicxt = CurrentMemoryContext;
+	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
-	Jsonb	   *volatile response = NULL;
-	char	   *volatile refusal = NULL;
-	char	   *volatile refused_tenant = NULL;
-	instr_time	start;
-	instr_time	elapsed;
 
-	INSTR_TIME_SET_CURRENT(start);
+	memset(end, 0, sizeof(*end));
 	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(spicxt);
+	MemoryContextSwitchTo(cxt);
 
 	PG_TRY();
 	{
-		response = round(req, arg, outcxt);
-
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(spicxt);
+		end->answer = body(req, arg, outcxt);
+		if (end->answer != NULL)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = oldowner;
 	}
 	PG_CATCH();
@@ -70,43 +74,74 @@ bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg, const char *who,
 		char	   *t;
 		bool		had_refusal;
 
-		MemoryContextSwitchTo(spicxt);
+		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
 
 		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(spicxt);
+		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = oldowner;
 
-		/* Only the refusal is answered; any other error fails the join. */
+		end->answer = NULL;
 		had_refusal = bc_take_refusal(&r, &t);
 		if (edata->sqlerrcode != ERRCODE_BC_JOIN_REFUSED)
+			end->error = edata;
+		else
 		{
-			INSTR_TIME_SET_CURRENT(elapsed);
-			INSTR_TIME_SUBTRACT(elapsed, start);
-			bc_stats_record(who, BC_OUTCOME_ERROR, INSTR_TIME_GET_MILLISEC(elapsed));
-			ReThrowError(edata);
+			end->refusal = had_refusal ? r : psprintf("%s:refused", who);
+			end->tenant = had_refusal ? t : NULL;
 		}
-		if (!had_refusal)
-			r = psprintf("%s:refused", who);
-		refusal = r;
-		refused_tenant = t;
 	}
 	PG_END_TRY();
 
-	if (refusal != NULL)
+	if (req->token != NULL)
+	{
+		OPENSSL_cleanse(req->token, strlen(req->token));
+		req->token = NULL;
+	}
+}
+
+/*
+ * A round inside a subtransaction; a refusal (JR001) rolls it back, becomes
+ * a security.join.refused event and the one answer.  who names the refuser
+ * when the refusal carried no reason.
+ */
+Jsonb *
+bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg, const char *who,
+			 MemoryContext outcxt)
+{
+	BcRoundEnd	end;
+	Jsonb	   *response;
+	instr_time	start;
+	instr_time	elapsed;
+
+	INSTR_TIME_SET_CURRENT(start);
+	bc_round_subxact(req, round, arg, who, outcxt, &end);
+	if (end.error != NULL)
+	{
+		/* Only the refusal is answered; any other error fails the round. */
+		INSTR_TIME_SET_CURRENT(elapsed);
+		INSTR_TIME_SUBTRACT(elapsed, start);
+		bc_stats_record(who, BC_OUTCOME_ERROR, INSTR_TIME_GET_MILLISEC(elapsed));
+		ReThrowError(end.error);
+	}
+	if (end.refusal != NULL)
 	{
 		MemoryContext old;
 
-		bc_record_refusal(refusal, refused_tenant, req);
+		bc_record_refusal(end.refusal, end.tenant, req);
 		old = MemoryContextSwitchTo(outcxt);
 		response = bc_refusal_response();
 		MemoryContextSwitchTo(old);
 	}
+	else
+	{
+		/* a round answers: NULL would have rolled back what it wrote */
+		Assert(end.answer != NULL);
+		response = end.answer;
+	}
 	INSTR_TIME_SET_CURRENT(elapsed);
 	INSTR_TIME_SUBTRACT(elapsed, start);
-	bc_stats_record(who, outcome_of(response, refusal != NULL), INSTR_TIME_GET_MILLISEC(elapsed));
-	if (req->token != NULL)
-		OPENSSL_cleanse(req->token, strlen(req->token));
+	bc_stats_record(who, outcome_of(response, end.refusal != NULL), INSTR_TIME_GET_MILLISEC(elapsed));
 	return response;
 }

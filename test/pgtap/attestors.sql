@@ -12,7 +12,6 @@
 \set d :scratch/pgtap_attestors
 \set mk `rm -rf :d && mkdir -p :d && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out :d/vendor.key 2>/dev/null`
 \set vendorpub `openssl pkey -in :d/vendor.key -pubout`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(60);
@@ -21,10 +20,7 @@ SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'assets') AS pool \gset
 
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
-CREATE FUNCTION pg_temp.count_nodes() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM bc_join.nodes $$;
+\ir lib/fixture.sql
 
 ------------------------------------------------------------ the acme-asset attestor
 CREATE TABLE public.plg_acme_assets (asset_tag text PRIMARY KEY, tenant_id text NOT NULL, pool_id text NOT NULL);

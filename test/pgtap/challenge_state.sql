@@ -12,7 +12,6 @@
 \getenv scratch BCJ_SCRATCH
 \set d :scratch/pgtap_challenge_state
 \set mk `rm -rf :d && mkdir -p :d`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(14);
@@ -23,11 +22,7 @@ SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
 CREATE TABLE public.plg_sealer_target (tenant_id text, pool_id text, bad_not_after boolean DEFAULT false);
 INSERT INTO public.plg_sealer_target VALUES (:'tenant', :'pool');
 
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT payload->>'refusal' FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
+\ir lib/fixture.sql
 
 -- Round 1 seals a nonce; the agent answers with the state; round 2 opens it.
 CREATE FUNCTION public.sealer_verify(evidence jsonb, context jsonb) RETURNS jsonb
@@ -73,17 +68,17 @@ SELECT convert_from(bc_join.b64url_decode(:'state'), 'UTF8') AS inner \gset
 SELECT bc_join.b64url_encode(convert_to(overlay(:'inner' placing
 		CASE WHEN substr(:'inner', 60, 1) = 'A' THEN 'B' ELSE 'A' END FROM 60 FOR 1), 'UTF8')) AS tampered \gset
 SELECT is(bc_join(:'req'::jsonb || jsonb_build_object('attestation', :'tampered')), :'refused'::jsonb, 'a tampered state is refused');
-SELECT is(pg_temp.last_refusal(), 'sealer:state-mismatch', '... sealer:state-mismatch');
+SELECT is(pg_temp.last_reason(), 'sealer:state-mismatch', '... sealer:state-mismatch');
 
 -- For another CSR.
 \set oreq `:bcd join-request --service-keys :keys --attestor sealer --out-dir :d/o`
 SELECT is(bc_join(:'oreq'::jsonb || jsonb_build_object('attestation', :'state')), :'refused'::jsonb, 'a state answered for another CSR is refused');
-SELECT is(pg_temp.last_refusal(), 'sealer:state-mismatch', '... sealer:state-mismatch');
+SELECT is(pg_temp.last_reason(), 'sealer:state-mismatch', '... sealer:state-mismatch');
 
 -- After notAfter.
 SET bc_join.clock_offset = 180;
 SELECT is(bc_join(:'req'::jsonb || jsonb_build_object('attestation', :'state')), :'refused'::jsonb, 'an answer after notAfter is refused');
-SELECT is(pg_temp.last_refusal(), 'sealer:challenge-expired', '... sealer:challenge-expired');
+SELECT is(pg_temp.last_reason(), 'sealer:challenge-expired', '... sealer:challenge-expired');
 RESET bc_join.clock_offset;
 
 -- Another attestor cannot open it.

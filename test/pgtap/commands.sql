@@ -20,11 +20,7 @@ SELECT plan(42);
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
+\ir lib/fixture.sql
 CREATE FUNCTION pg_temp.now_s() RETURNS bigint LANGUAGE sql AS $$
 	SELECT extract(epoch FROM bc_join.compute_now())::bigint $$;
 -- The payload of a fetch proof for serial (purpose commands).

@@ -10,7 +10,6 @@
 \getenv scratch BCJ_SCRATCH
 \set d :scratch/pgtap_deferrals
 \set mk `rm -rf :d && mkdir -p :d`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(60);
@@ -19,15 +18,9 @@ SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
 
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
--- The signed payload of a response (the agent verifies it; here we read it).
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
+\ir lib/fixture.sql
 CREATE FUNCTION pg_temp.csr_sha256(req jsonb) RETURNS text LANGUAGE sql AS $$
 	SELECT bc_join.b64url_encode(sha256(bc_join.b64url_decode(req->>'csr'))) $$;
-CREATE FUNCTION pg_temp.count_nodes() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM bc_join.nodes $$;
 
 -- An operator who is not a superuser.
 CREATE ROLE pgtap_operator IN ROLE bc_join_operator;

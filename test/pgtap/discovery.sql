@@ -18,7 +18,6 @@
 \set mac1 'aa:bb:cc:00:00:01'
 \set mac2 'aa:bb:cc:00:00:02'
 \set mac3 'aa:bb:cc:00:00:03'
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(81);
@@ -27,11 +26,7 @@ SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_site(:'tenant', 'dc-2') AS site2 \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
+\ir lib/fixture.sql
 CREATE FUNCTION pg_temp.rtok() RETURNS text LANGUAGE sql AS $$
 	SELECT bc_join.create_join_token(current_setting('t.tenant'), current_setting('t.pool'), role => 'ramdisk') $$;
 SELECT set_config('t.tenant', :'tenant', true), set_config('t.pool', :'pool', true) \gset

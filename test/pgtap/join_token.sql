@@ -11,7 +11,6 @@
 \getenv ca BCJ_NODE_CA
 \set d :scratch/pgtap_join
 \set mk `mkdir -p :d`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(80);
@@ -31,9 +30,7 @@ CREATE FUNCTION pg_temp.nothing_written() RETURNS boolean LANGUAGE sql AS $$
 	   AND (SELECT count(*) FROM bc_join.node_certs) = c.certs
 	   AND (SELECT count(*) FROM bc_join.events WHERE type = 'node.joined') = c.joined
 	FROM counts c $$;
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
+\ir lib/fixture.sql
 CREATE FUNCTION pg_temp.uses_left(tok text) RETURNS integer LANGUAGE sql AS $$
 	SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part(tok, '.', 1) $$;
 

@@ -12,7 +12,6 @@
 \getenv ca BCJ_NODE_CA
 \set d :scratch/pgtap_jwt_svid
 \set mk `rm -rf :d && mkdir -p :d`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 \set jwtjwk `:josetool jwk :keydir/jwt-svid.key`
 \set jwtkid `:josetool thumbprint :keydir/jwt-svid.key`
 -- the root: the last certificate of node-ca.crt, DER in standard base64
@@ -26,13 +25,9 @@ SELECT plan(44);
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
+\ir lib/fixture.sql
 CREATE FUNCTION pg_temp.part(jws text, n int) RETURNS text LANGUAGE sql AS $$
 	SELECT convert_from(bc_join.b64url_decode(split_part(jws, '.', n)), 'UTF8') $$;
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
 CREATE FUNCTION pg_temp.pp(serial text, aud jsonb, session text, skew int DEFAULT 0,
 						   purpose text DEFAULT 'jwt-svid', context text DEFAULT NULL)
 RETURNS text LANGUAGE sql AS $$

@@ -11,7 +11,6 @@
 \getenv josetool BCJ_JOSE_TOOL
 \set d :scratch/pgtap_renew
 \set mk `rm -rf :d && mkdir -p :d`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(52);
@@ -20,11 +19,7 @@ SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
 
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
+\ir lib/fixture.sql
 -- The proof payload for renewing serial with the CSR of req, iat offset by skew seconds.
 CREATE FUNCTION pg_temp.proof_payload(serial text, req jsonb, skew int DEFAULT 0) RETURNS text LANGUAGE sql AS $$
 	SELECT jsonb_build_object('purpose', 'renew', 'serial', serial,

@@ -11,7 +11,6 @@
 \getenv scratch BCJ_SCRATCH
 \set d :scratch/pgtap_results
 \set mk `rm -rf :d && mkdir -p :d`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(72);
@@ -52,15 +51,10 @@ CREATE FUNCTION pg_temp.j_own(req jsonb, result jsonb) RETURNS jsonb LANGUAGE sq
 -- The same with a fresh CSR of req's role.
 CREATE FUNCTION pg_temp.j(req jsonb, result jsonb) RETURNS jsonb LANGUAGE sql AS $$
 	SELECT pg_temp.j_own(req || jsonb_build_object('csr', pg_temp.fresh_csr(req->>'role')), result) $$;
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT payload->>'refusal' FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
+\ir lib/fixture.sql
 CREATE FUNCTION pg_temp.refused_as(req jsonb, result jsonb, reason text) RETURNS text LANGUAGE sql AS $$
 	SELECT CASE WHEN pg_temp.j(req, result) = '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'::jsonb
-				THEN pg_temp.last_refusal() ELSE 'admitted' END $$;
-CREATE FUNCTION pg_temp.count_nodes() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM bc_join.nodes $$;
+				THEN pg_temp.last_reason() ELSE 'admitted' END $$;
 
 SELECT jsonb_build_object('tenantId', :'tenant', 'role', 'node', 'poolId', :'pool') AS base \gset
 
@@ -249,7 +243,7 @@ SELECT is((SELECT count(*) FROM bc_join.audit_log
 SELECT bc_join.register_attestor('rules2', '1', ARRAY['node'], 'public.rules_verify(jsonb,jsonb)');
 SELECT is(pg_temp.j_own(:'nreq'::jsonb || '{"attestor":"rules2"}', :'base'), :'refused'::jsonb,
 		  'the same CSR through another attestor is refused');
-SELECT is(pg_temp.last_refusal(), 'join:key-reused', 'as key-reused');
+SELECT is(pg_temp.last_reason(), 'join:key-reused', 'as key-reused');
 -- bindings are per attestor: rules2's result with rules' bind is no match
 SELECT bc_join.b64url_encode(sha256('per-attestor'::bytea)) AS pbind \gset
 SELECT pg_temp.payload(pg_temp.j(:'nreq', :'base'::jsonb || jsonb_build_object('bind', :'pbind')))->>'nodeId' AS pb1 \gset

@@ -22,8 +22,7 @@ SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
 
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
+\ir lib/fixture.sql
 -- a synthetic node certificate: issued and expiring days ago (negative: in the past)
 CREATE FUNCTION pg_temp.cert(node text, issued_days numeric, expires_days numeric, revoked boolean DEFAULT false)
 RETURNS text LANGUAGE sql AS $$

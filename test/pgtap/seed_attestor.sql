@@ -15,7 +15,6 @@
 \set d :scratch/pgtap_seed_attestor
 \set mk `rm -rf :d && mkdir -p :d && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out :d/vendor.key 2>/dev/null`
 \set vendorpub `openssl pkey -in :d/vendor.key -pubout`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(32);
@@ -24,11 +23,7 @@ SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'assets') AS pool \gset
 
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT payload->>'refusal' FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
+\ir lib/fixture.sql
 -- What a join leaves behind: nodes, certificates, generations, node.joined events, uses.
 CREATE FUNCTION pg_temp.footprint() RETURNS text LANGUAGE sql AS $$
 	SELECT (SELECT count(*) FROM bc_join.nodes) || ' nodes, ' ||
@@ -130,14 +125,14 @@ SELECT is((SELECT count(*) FROM bc_join.audit_log WHERE action = 'node.join.repe
 -- vendor signed the first CSR, so the signature fails before any use.
 \set req2 `test/tools/acme-proof :bcd :keys :d/m2 ASSET-0042 :d/vendor.key :d/m1`
 SELECT is(bc_join(:'req2'), :'refused'::jsonb, 'another CSR with the same proof: the one refusal');
-SELECT is(pg_temp.last_refusal(), 'acme-asset:bad-signature',
+SELECT is(pg_temp.last_reason(), 'acme-asset:bad-signature',
 		  'refused acme-asset:bad-signature (the proof is bound to the first CSR)');
 -- ... and with a fresh valid proof for the same asset: outside a repeat of
 -- the certificate's own round the use is in sight, so the attestor's
 -- plain INSERT finds it and refuses.
 \set req3 `test/tools/acme-proof :bcd :keys :d/m3 ASSET-0042 :d/vendor.key`
 SELECT is(bc_join(:'req3'), :'refused'::jsonb, 'another CSR with a fresh proof for the same asset: the one refusal');
-SELECT is(pg_temp.last_refusal(), 'acme-asset:reused', 'refused acme-asset:reused');
+SELECT is(pg_temp.last_reason(), 'acme-asset:reused', 'refused acme-asset:reused');
 -- The first CSR with a proof made for it again (same asset): a repeat, answered.
 \set req1c `test/tools/acme-proof :bcd :keys :d/m1 ASSET-0042 :d/vendor.key`
 SELECT is(pg_temp.payload(bc_join(:'req1c'))->>'serial', pg_temp.payload(:'resp1')->>'serial',
@@ -214,7 +209,7 @@ SELECT is(pg_temp.footprint(), :'fp3', 'seed-token: nothing spent twice');
 SELECT is(uses_left, 0, 'seed-token: the token spent once') FROM bc_join.join_tokens WHERE id = split_part(:'tk1', '.', 1);
 \set treq2 `:bcd join-request --service-keys :keys --attestor seed-token --token :'tk2' --out-dir :d/t`
 SELECT is(bc_join(:'treq2'), :'refused'::jsonb, 'seed-token: the same CSR with another valid token: the one refusal');
-SELECT is(pg_temp.last_refusal(), 'join:key-reused', 'refused join:key-reused (another token is another subject)');
+SELECT is(pg_temp.last_reason(), 'join:key-reused', 'refused join:key-reused (another token is another subject)');
 SELECT is(uses_left, 1, 'seed-token: and that token is not spent') FROM bc_join.join_tokens WHERE id = split_part(:'tk2', '.', 1);
 
 SELECT * FROM finish();

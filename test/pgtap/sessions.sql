@@ -11,7 +11,6 @@
 \getenv ca BCJ_NODE_CA
 \set d :scratch/pgtap_sessions
 \set mk `rm -rf :d && mkdir -p :d`
-\set refused '{"status":"refused","error":{"code":"ACCESS_DENIED","message":"Join refused"}}'
 
 BEGIN;
 SELECT plan(43);
@@ -19,11 +18,7 @@ SELECT plan(43);
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
 SELECT bc_join.create_pool(:'tenant', :'site', 'workers') AS pool \gset
-CREATE FUNCTION pg_temp.payload(r jsonb) RETURNS jsonb LANGUAGE sql AS $$
-	SELECT convert_from(bc_join.b64url_decode(split_part(r->>'response', '.', 2)), 'UTF8')::jsonb $$;
-CREATE FUNCTION pg_temp.last_refusal() RETURNS text LANGUAGE sql AS $$
-	SELECT tenant_id || ' ' || (payload->>'refusal') FROM bc_join.events
-	WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1 $$;
+\ir lib/fixture.sql
 CREATE FUNCTION pg_temp.pp(serial text, req jsonb, session text, context text DEFAULT NULL, skew int DEFAULT 0)
 RETURNS text LANGUAGE sql AS $$
 	SELECT jsonb_strip_nulls(jsonb_build_object('purpose', 'session', 'serial', serial,

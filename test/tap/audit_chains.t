@@ -15,8 +15,7 @@
 #   tools/bc-audit-verify: the log is behind it).
 # Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
 set -u
-n=0 failed=0
-ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'" >&2; failed=$((failed + 1)); fi; }
+. "$(dirname "$0")/../lib/tap.sh"
 DB=bcj_audit_chains
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
 TOP=$(cd "$(dirname "$0")/../.." && pwd)

@@ -6,8 +6,7 @@
 # under load once lost mitm.py's port that way), and is free when picked.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-n=0; bad=0
-ok() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; bad=$((bad + 1)); fi; }
+. test/lib/tap.sh
 read -r eph_low eph_high </proc/sys/net/ipv4/ip_local_port_range
 
 # tools/pg-throwaway free-port (run-all's cluster, the demo, tpm-rm.sh's swtpm)
@@ -16,7 +15,7 @@ for _ in $(seq 20); do
   p=$(tools/pg-throwaway free-port 2) || { worst=99999; break; }
   [ $((p + 1)) -gt "$worst" ] && worst=$((p + 1))
 done
-ok "$([ "$worst" -lt "$eph_low" ]; echo $?)" "pg-throwaway free-port 2: 20 picks, all below $eph_low (highest $worst)"
+ok_rc "$([ "$worst" -lt "$eph_low" ]; echo $?)" "pg-throwaway free-port 2: 20 picks, all below $eph_low (highest $worst)"
 
 # bctest.free_port (every Python suite: clusters, gateways, mitm.py, HA)
 out=$(/usr/bin/python3 - <<'PY'
@@ -26,7 +25,7 @@ import bctest
 print(max(bctest.free_port(3) + 2 for _ in range(300)))
 PY
 )
-ok "$([ -n "$out" ] && [ "$out" -lt "$eph_low" ]; echo $?)" "bctest.free_port(3): 300 picks, all below $eph_low (highest $out)"
+ok_rc "$([ -n "$out" ] && [ "$out" -lt "$eph_low" ]; echo $?)" "bctest.free_port(3): 300 picks, all below $eph_low (highest $out)"
 
 # a taken port is never returned: hold one and ask for it many times over a range of one
 held=$(/usr/bin/python3 - <<'PY'
@@ -42,12 +41,12 @@ got = [bctest.free_port() for _ in range(50)]
 print("taken" if p in got else "never")
 PY
 )
-ok "$([ "$held" = never ]; echo $?)" "a port something listens on is never picked"
+ok_rc "$([ "$held" = never ]; echo $?)" "a port something listens on is never picked"
 
 # no suite picks its own port in the ephemeral range any more
 left=$(grep -rnE 'randint\((2|3|4|5)[0-9]{4}, *[0-9]{5}\)|RANDOM % 20000|free-port [0-9]+ [0-9]+ [0-9]+' \
   test tools --include='*.py' --include='*.t' --include='*.sh' --include='run-all' --include='demo' 2>/dev/null | grep -v free_port.t)
-ok "$([ -z "$left" ]; echo $?)" "no suite picks a port by a range of its own${left:+: $left}"
+ok_rc "$([ -z "$left" ]; echo $?)" "no suite picks a port by a range of its own${left:+: $left}"
 
 echo "1..$n"
-[ "$bad" = 0 ]
+[ "$failed" = 0 ]

@@ -7,8 +7,7 @@
 # same cluster restarted with it preloaded creates the extension. A cluster
 # of its own (tools/pg-throwaway, then restarted preloading plpgsql alone).
 set -u
-n=0 failed=0
-ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'"; failed=$((failed + 1)); fi; }
+. "$(dirname "$0")/../lib/tap.sh"
 has() { n=$((n + 1)); if grep -q -- "$2" <<<"$1"; then echo "ok $n - $3"; else echo "not ok $n - $3"; sed 's/^/#   /' <<<"$1"; failed=$((failed + 1)); fi; }
 lacks() { n=$((n + 1)); if grep -q -- "$2" <<<"$1"; then echo "not ok $n - $3"; sed 's/^/#   /' <<<"$1"; failed=$((failed + 1)); else echo "ok $n - $3"; fi; }
 

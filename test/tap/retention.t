@@ -5,8 +5,7 @@
 # returns at once without it, and takes it once the holder commits.
 # Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
 set -u
-n=0 failed=0
-ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'"; failed=$((failed + 1)); fi; }
+. "$(dirname "$0")/../lib/tap.sh"
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d bcj_retention "$@"; }
 
 echo "1..5"

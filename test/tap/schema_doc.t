@@ -10,8 +10,7 @@
 # (PGHOST, PGPORT, BCJ_*).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
-n=0 failed=0
-ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'"; failed=$((failed + 1)); fi; }
+. "$(dirname "$0")/../lib/tap.sh"
 
 echo "1..4"
 S="$BCJ_SCRATCH/schema_doc"

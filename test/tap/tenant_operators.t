@@ -9,8 +9,8 @@
 # tenant's own channel, one of another tenant never reaches it.  Counts its
 # attempts (docs/security.md).  Needs the environment test/run-all sets.
 set -u
-n=0 failed=0 attempts=0
-ok() { n=$((n + 1)); if [ "$1" = "$2" ]; then echo "ok $n - $3"; else echo "not ok $n - $3"; echo "#   got '$1', expected '$2'" >&2; failed=$((failed + 1)); fi; }
+attempts=0
+. "$(dirname "$0")/../lib/tap.sh"
 db=bcj_tenant_ops
 sql() { psql -qAtX -v ON_ERROR_STOP=1 -d "$db" "$@"; }
 # as(role, statement...): run as that login role, the last line of output or the error
