@@ -23,9 +23,10 @@ OBJS        = $(EXT_SRCS:.c=.o) $(COMMON_SRCS:.c=.o)
 # (copied, as pgvector does); every version is reached from an older one by
 # the upgrade scripts sql/bc_join--A--B.sql; the released versions' install
 # scripts are kept as they were released in sql/released/ (the bases of the
-# upgrade checks, and of databases created at those versions), frozen by
+# upgrade checks, and of databases created at those versions), 0.1.0's at
+# sql/bc_join--0.1.0.sql, the path the contract names, frozen by
 # sql/released.sha256 (docs/development.md, "Changing the schema").
-DATA        = $(sort $(wildcard sql/released/$(EXTENSION)--*.sql)) $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
+DATA        = sql/$(EXTENSION)--0.1.0.sql $(sort $(wildcard sql/released/$(EXTENSION)--*.sql)) $(sort $(wildcard sql/$(EXTENSION)--*--*.sql))
 DATA_built  = sql/$(EXTENSION)--$(EXTVERSION).sql
 PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 
