@@ -51,8 +51,12 @@ int			bcd_peer_read(int fd, bcd_peer *p);
  */
 void		bcd_peer_refresh(bcd_peer *p);
 
-/* The most of /proc/PID/maps bcd_peer_maps_exec reads before it gives up. */
-#define BCD_PEER_MAPS_MAX (1024 * 1024)
+/*
+ * The most of /proc/PID/maps bcd_peer_maps_exec reads before it gives up:
+ * a program's own executable is mapped among its first few mappings, and a
+ * caller that is refused may ask again at once.
+ */
+#define BCD_PEER_MAPS_MAX (64 * 1024)
 
 /*
  * Does pid map the file (dev, ino) executable: a mapping with 'x' of that

@@ -378,7 +378,7 @@ rule_matches(const bcd_wl_rules *rs, const rule *r, const bcd_wl_caller *c, char
 			snprintf(note, notelen, mapped == 0 ?
 					 "exe:%s: /proc/PID/exe names it but the process does not map it "
 					 "executable (its executable was set, not run: prctl PR_SET_MM)" :
-					 "exe:%s: cannot read /proc/PID/maps (or it is over 1 MiB before a "
+					 "exe:%s: cannot read /proc/PID/maps (or it is over 64 KiB before a "
 					 "mapping of it)", r->str[SEL_EXE]);
 			return 0;
 		}
