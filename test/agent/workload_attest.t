@@ -631,6 +631,8 @@ def body(tap, env):
     if not os.access(os.path.join(UNIFIED, "cgroup.procs"), os.W_OK):
         tap.skip("workload attestation", "no writable cgroup v2 hierarchy at " + UNIFIED)
         return
+    if not tap.ok(os.access(ATTACK, os.X_OK), "%s is built (make build/wl-attack)" % ATTACK):
+        return
     py = gen_stubs(env)
     # a session lives 30 s: renewed every 15 s while a stream wants it (F5, F6)
     env.psql("ALTER DATABASE agent SET bc_join.session_ttl = 30")
