@@ -23,11 +23,19 @@ build/bcd build/asan/bcd: HOST_LIBS += $(shell pkg-config --libs tss2-esys tss2-
 build/tpm-check: build/obj/test/tools/tpm-check.o $(HOST_COMMON_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)
 
+# wl-attack (test/tools/wl-attack.c): what test/agent/workload_attest.t does
+# to the Workload API that Python cannot (an exe masquerade by prctl, a
+# thread holding a connection unseen, descriptor and connection floods).
+# No sanitizer: it remaps its own executable.
+build/wl-attack: build/obj/test/tools/wl-attack.o
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^
+
 # The tests run the sanitizer build of bcd through the real gateway against
 # the installed extension (make && make install first).
-agent-test: build/asan/bcd build/bc-gateway build/tpm-check
+agent-test: build/asan/bcd build/bc-gateway build/tpm-check build/wl-attack
 	BCJ_BCD=$(CURDIR)/build/asan/bcd BCJ_GATEWAY=$(CURDIR)/build/bc-gateway \
-	BCJ_TPM_CHECK=$(CURDIR)/build/tpm-check prove --timer $(AGENT_TESTS)
+	BCJ_TPM_CHECK=$(CURDIR)/build/tpm-check BCJ_WL_ATTACK=$(CURDIR)/build/wl-attack \
+	prove --timer $(AGENT_TESTS)
 
 # bcd setup (src/agent/cmd/setup.c) writes and compares bcd's user units: the
 # files in src/agent/systemd, compiled in as C strings (one source for the

@@ -5,7 +5,8 @@ Through the real gateway and one bcd daemon (--max-provisioning 2, the socket 06
 that uid 65534 reaches it too), with a gRPC client made at test time from
 src/agent/workload/workload.proto:
 - malformed audiences (none, 9, a duplicate, an empty one, 257 bytes, a control
-  character, DEL) are INVALID_ARGUMENT with a message naming what is wrong, and
+  character, DEL, a NUL byte, which protobuf-c would cut the string at: "svc-a\0evil"
+  asked as "svc-a") are INVALID_ARGUMENT with a message naming what is wrong, and
   nothing reaches the service (no jwt-svid proof spent); 8 audiences of 256
   printable bytes are issued;
 - 1,000 concurrent FetchJWTSVID for one audience over 16 connections: every call
@@ -21,7 +22,9 @@ src/agent/workload/workload.proto:
 - ValidateJWTSVID of tokens minted (python3-jwcrypto) with the jwt-svid key of the
   test's key directory: sub in this trust domain verifies; sub in another trust
   domain, in one whose name merely starts with ours, or not a SPIFFE ID: refused
-  INVALID_ARGUMENT saying so; an expired token and an unknown kid: refused;
+  INVALID_ARGUMENT saying so; an expired token and an unknown kid: refused; a valid
+  token's request with a NUL in its audience or after its token, or with its audience
+  given twice (the last one valid): INVALID_ARGUMENT, never validated as another;
 - FetchX509Bundles and FetchJWTBundles keyed by the trust domain's SPIFFE ID
   (spiffe://agent.bc-join.test); X509SVID.bundle still the root's DER;
 - the service refusing (bc_join.sessions_per_node reached) is UNAVAILABLE with a
@@ -149,6 +152,8 @@ def audience_checks(tap, env, grpc, stub, pb):
         ("a newline", ["svc\nx"], "printable"),
         ("DEL (0x7f)", ["svc\x7f"], "printable"),
         ("a non-ASCII letter", ["caf\u00e9"], "printable"),
+        ("a NUL byte (U+0000) inside", ["svc-a\x00evil"], "NUL"),
+        ("two audiences alike up to a NUL", ["svc-b\x00x", "svc-b\x00y"], "NUL"),
     )
     for name, aud, word in cases:
         code, det = call(grpc, stub.FetchJWTSVID, pb.JWTSVIDRequest(audience=aud))
@@ -250,7 +255,7 @@ def rate_checks(tap, env, grpc, pb, pbg, py, wsock):
     tap.eq(code, "OK", "the first uid is served again a second later (its bucket refilled)", det)
 
 
-def validate_checks(tap, env, grpc, stub, pb, spiffe_id):
+def validate_checks(tap, env, grpc, stub, pb, spiffe_id, channel):
     """ValidateJWTSVID of minted tokens: the trust domain, exp and kid decide."""
     from jwcrypto import jwk
     with open(os.path.join(env.keys, "jwt-svid.key"), "rb") as f:
@@ -271,6 +276,22 @@ def validate_checks(tap, env, grpc, stub, pb, spiffe_id):
     code, r = validate(spiffe_id)
     tap.ok(code == "OK" and r.spiffe_id == spiffe_id,
            "a token minted with the jwt-svid key for this trust domain validates", (code, r))
+    # the same valid token, asked in a request that protobuf-c would read as another
+    tok = mint(key, kid, {"sub": spiffe_id, "aud": ["svc-v"], "exp": now + 300, "iat": now})
+    raw = channel.unary_unary("/SpiffeWorkloadAPI/ValidateJWTSVID",
+                              request_serializer=lambda b: b,
+                              response_deserializer=pb.ValidateJWTSVIDResponse.FromString)
+    twice = pb.ValidateJWTSVIDRequest(audience="other", svid=tok).SerializeToString() + \
+        pb.ValidateJWTSVIDRequest(audience="svc-v").SerializeToString()
+    for name, req in (
+            ("its audience with a NUL after it (svc-v\\0evil)",
+             pb.ValidateJWTSVIDRequest(audience="svc-v\x00evil", svid=tok).SerializeToString()),
+            ("a NUL and more after the token",
+             pb.ValidateJWTSVIDRequest(audience="svc-v", svid=tok + "\x00junk").SerializeToString()),
+            ("its audience given twice, the last one valid", twice)):
+        code, det = call(grpc, raw, req)
+        tap.ok(code == "INVALID_ARGUMENT" and "malformed request" in str(det),
+               "ValidateJWTSVID of a valid token with %s: INVALID_ARGUMENT" % name, (code, det))
     for name, sub, word in (
             ("in another trust domain", "spiffe://other.td" + rest, "trust domain"),
             ("in a trust domain whose name starts with ours", TD_ID + ".evil" + rest, "trust domain"),
@@ -323,8 +344,9 @@ def body(tap, env):
         "--workload-rule", "uid:65533=>session=wl-late"]))
     tap.ok(sl.wait_socket(daemon, sock) and os.path.exists(wsock), "bcd serves the Workload API",
            daemon.text())
-    stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel(
-        "unix://" + wsock, options=[("grpc.use_local_subchannel_pool", 1)]))
+    channel = grpc.insecure_channel("unix://" + wsock,
+                                    options=[("grpc.use_local_subchannel_pool", 1)])
+    stub = pbg.SpiffeWorkloadAPIStub(channel)
 
     svid = next(stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=HDR, timeout=60)).svids[0]
     spiffe_id = svid.spiffe_id
@@ -368,7 +390,7 @@ def body(tap, env):
     rate_checks(tap, env, grpc, pb, pbg, py, wsock)
 
     # -- ValidateJWTSVID (item 5) ---------------------------------------------------------
-    validate_checks(tap, env, grpc, stub, pb, spiffe_id)
+    validate_checks(tap, env, grpc, stub, pb, spiffe_id, channel)
 
     # -- the service refuses, the gateway is down (item 7) ----------------------------------
     n_before = issued(env)

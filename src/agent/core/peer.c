@@ -7,7 +7,8 @@
  *   and claims: the path as the caller's mount namespace shows it), and
  *   stat() of /proc/PID/exe gives the file itself (device and inode, the
  *   kernel resolving the link to what the process runs, in any namespace);
- * - its mount namespace (/proc/PID/ns/mnt) against bcd's own;
+ * - its mount and user namespaces (/proc/PID/ns/mnt, /proc/PID/ns/user)
+ *   against bcd's own;
  * - the cgroup (/proc/PID/cgroup, its "0::" line on cgroup v2) and the
  *   systemd unit, which is systemd's own answer (libsystemd's
  *   sd_pid_get_unit: the first unit below the slices, so a process anywhere
@@ -15,6 +16,8 @@
  *   it names its own cgroups);
  * - its start time (/proc/PID/stat), read before and after the rest: a pid
  *   reused meanwhile leaves the exe, cgroup and unit unknown.
+ * - on demand, whether it maps a file executable (/proc/PID/maps, read up to
+ *   a bound: bcd_peer_maps_exec, for exe: rules).
  * All of it is read with bounded reads of files the kernel writes.  What it
  * is worth: docs/security.md, "Workload attestation"; for the hooks' socket
  * it is a record, not a check (docs/sessions.md, "Who asked").
@@ -26,6 +29,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <systemd/sd-login.h>
@@ -152,6 +156,7 @@ read_process(bcd_peer *p)
 	p->start = 0;
 	p->exe[0] = p->cgroup[0] = p->unit[0] = '\0';
 	p->exe_known = p->mnt_known = p->mnt_same = p->cgroup_cut = 0;
+	p->userns_known = p->userns_same = 0;
 	if (p->pid == 0 || bcd_peer_start_time(p->pid, &p->start) != 0)
 		return;
 	snprintf(path, sizeof(path), "/proc/%ld/exe", (long) p->pid);
@@ -170,6 +175,12 @@ read_process(bcd_peer *p)
 		p->mnt_known = 1;
 		p->mnt_same = st.st_dev == self.st_dev && st.st_ino == self.st_ino;
 	}
+	snprintf(path, sizeof(path), "/proc/%ld/ns/user", (long) p->pid);
+	if (stat(path, &st) == 0 && stat("/proc/self/ns/user", &self) == 0)
+	{
+		p->userns_known = 1;
+		p->userns_same = st.st_dev == self.st_dev && st.st_ino == self.st_ino;
+	}
 	n = read_proc(p->pid, "cgroup", buf, sizeof(buf));
 	if (n > 0)
 		p->cgroup_cut = bcd_peer_cgroup_of(buf, (size_t) n, p->cgroup, sizeof(p->cgroup));
@@ -185,7 +196,92 @@ read_process(bcd_peer *p)
 		p->start = 0;
 		p->exe[0] = p->cgroup[0] = p->unit[0] = '\0';
 		p->exe_known = p->mnt_known = p->mnt_same = p->cgroup_cut = 0;
+		p->userns_known = p->userns_same = 0;
 	}
+}
+
+/*
+ * Is the maps line (NUL-terminated) an executable mapping of (dev, ino) in
+ * pid?  The line names the inode and its device; the device is confirmed
+ * by stat() of /proc/PID/map_files/START-END, the file itself as the
+ * kernel resolves it (as for /proc/PID/exe), or, where bcd may not follow
+ * map_files (it needs CAP_SYS_ADMIN), by the line's major:minor.
+ */
+static int
+maps_line_is(pid_t pid, const char *line, dev_t dev, ino_t ino)
+{
+	unsigned long start,
+				end,
+				off,
+				inode;
+	unsigned int maj,
+				min;
+	char		perms[5];
+	char		path[96];
+	struct stat st;
+
+	if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu", &start, &end, perms, &off, &maj, &min,
+			   &inode) != 7 || perms[2] != 'x' || (ino_t) inode != ino || inode == 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%ld/map_files/%lx-%lx", (long) pid, start, end);
+	if (stat(path, &st) == 0)
+		return st.st_dev == dev && st.st_ino == ino;
+	if (errno != EPERM && errno != EACCES)
+		return 0;
+	return makedev(maj, min) == dev;
+}
+
+int
+bcd_peer_maps_exec(pid_t pid, dev_t dev, ino_t ino)
+{
+	char		path[64];
+	char		buf[16384];
+	size_t		have = 0;
+	size_t		total = 0;
+	int			skip = 0;		/* in a line longer than buf: no mapping of a file */
+	int			found = 0;
+	int			fd;
+
+	snprintf(path, sizeof(path), "/proc/%ld/maps", (long) pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		return -1;
+	while (!found && total < BCD_PEER_MAPS_MAX)
+	{
+		ssize_t		n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		char	   *line = buf;
+		char	   *nl;
+
+		if (n < 0)
+		{
+			close(fd);
+			return -1;
+		}
+		if (n == 0)
+			break;
+		have += (size_t) n;
+		total += (size_t) n;
+		buf[have] = '\0';
+		while (!found && (nl = memchr(line, '\n', have - (size_t) (line - buf))) != NULL)
+		{
+			*nl = '\0';
+			if (!skip)
+				found = maps_line_is(pid, line, dev, ino);
+			skip = 0;
+			line = nl + 1;
+		}
+		/* keep the unfinished line, unless it fills the buffer */
+		have -= (size_t) (line - buf);
+		if (have == sizeof(buf) - 1)
+		{
+			skip = 1;
+			have = 0;
+		}
+		memmove(buf, line, have);
+	}
+	close(fd);
+	if (found)
+		return 1;
+	return total >= BCD_PEER_MAPS_MAX ? -1 : 0;
 }
 
 int
@@ -216,9 +312,10 @@ bcd_peer_describe(const bcd_peer *p, char *buf, size_t len)
 	if (p->pid == 0)
 		snprintf(buf, len, "pid unknown");
 	else
-		snprintf(buf, len, "pid %ld (exe %s%s, unit %s)", (long) p->pid,
+		snprintf(buf, len, "pid %ld (exe %s%s%s, unit %s)", (long) p->pid,
 				 p->exe[0] ? p->exe : "?",
 				 p->mnt_known && !p->mnt_same ? " in another mount namespace" : "",
+				 p->userns_known && !p->userns_same ? " in another user namespace" : "",
 				 p->unit[0] ? p->unit : "none");
 }
 

@@ -29,6 +29,8 @@ typedef struct bcd_peer
 	ino_t		exe_ino;
 	int			mnt_known;		/* mnt_same: /proc/PID/ns/mnt is bcd's own mount namespace */
 	int			mnt_same;
+	int			userns_known;	/* userns_same: /proc/PID/ns/user is bcd's own user namespace */
+	int			userns_same;
 	char		cgroup[BCD_PEER_CGROUP_MAX];	/* the cgroup v2 path, "" when unknown */
 	int			cgroup_cut;		/* the path was longer than the buffer: never matched */
 	char		unit[BCD_PEER_UNIT_MAX];	/* the unit systemd's rules give it (sd_pid_get_unit), "" when none */
@@ -48,6 +50,21 @@ int			bcd_peer_read(int fd, bcd_peer *p);
  * at a call, compared with the one taken at accept.
  */
 void		bcd_peer_refresh(bcd_peer *p);
+
+/*
+ * The most of /proc/PID/maps bcd_peer_maps_exec reads before it gives up:
+ * a program's own executable is mapped among its first few mappings, and a
+ * caller that is refused may ask again at once.
+ */
+#define BCD_PEER_MAPS_MAX (64 * 1024)
+
+/*
+ * Does pid map the file (dev, ino) executable: a mapping with 'x' of that
+ * file in /proc/PID/maps (read up to BCD_PEER_MAPS_MAX bytes, stopping at
+ * the first)?  1; 0 when it does not; -1 when its maps cannot be read or
+ * are longer than the bound before such a mapping.
+ */
+int			bcd_peer_maps_exec(pid_t pid, dev_t dev, ino_t ino);
 
 /* /proc/PID/stat's starttime of pid into *start: 0, or -1 when unreadable. */
 int			bcd_peer_start_time(pid_t pid, unsigned long long *start);

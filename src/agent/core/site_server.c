@@ -35,7 +35,10 @@
  *     client each, reused.
  * So an idle or slow client holds one slot of its source's for at most
  * 3 s (6 s with a handshake), and less as soon as newer ones need the room;
- * others are answered meanwhile.
+ * others are answered meanwhile.  What comes to nothing (a handshake not
+ * done, a request refused) is logged one line each for the first
+ * FAILED_LOGGED of every TURNED_AWAY_LOG_S, then counted in one line: a
+ * stranger churning connections does not flood the log.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -79,6 +82,8 @@
 #define CRED_REUSE_MS 1000
 /* Seconds between two log lines about connections turned away. */
 #define TURNED_AWAY_LOG_S 10
+/* Connections that came to nothing logged one by one in each TURNED_AWAY_LOG_S. */
+#define FAILED_LOGGED 5
 /* Stack of a connection's thread. */
 #define CONN_STACK (256 * 1024)
 /* Milliseconds a new connection waits for the slot of the one closed to make room. */
@@ -132,6 +137,10 @@ typedef struct server
 	unsigned long evicted;		/* pending ones closed to make room */
 	unsigned long evicted_logged;
 	time_t		evicted_at;
+	/* connections dropped (handshake) or refused (request) in this interval */
+	time_t		failed_since;	/* the interval began (0: none yet) */
+	unsigned long failed_full;	/* logged one by one */
+	unsigned long failed_counted;	/* only counted, told at the interval's end */
 } server;
 
 /* A listening socket on "host:port" ("[v6]:port"); -1 (err set) otherwise. */
@@ -499,6 +508,44 @@ slot_evicted(server *s, conn_slot *slot)
 	return evicted;
 }
 
+/*
+ * Tell the connections that came to nothing and were only counted, once the
+ * interval is over (or force: at the end).  Under s->mu.
+ */
+static void
+log_failed_summary(server *s, time_t now, int force)
+{
+	if (s->failed_since == 0 || (!force && now - s->failed_since < TURNED_AWAY_LOG_S))
+		return;
+	if (s->failed_counted > 0)
+		bcd_log("discovery: %lu more connection(s) dropped in the TLS handshake or refused "
+				"in the last %ld s (the first %d logged one by one)", s->failed_counted,
+				(long) (now - s->failed_since), FAILED_LOGGED);
+	s->failed_since = 0;
+	s->failed_full = 0;
+	s->failed_counted = 0;
+}
+
+/* A connection came to nothing: 1 when it is to be logged in full, 0 when only counted. */
+static int
+failed_take(server *s)
+{
+	time_t		now = time(NULL);
+	int			full;
+
+	pthread_mutex_lock(&s->mu);
+	log_failed_summary(s, now, 0);
+	if (s->failed_since == 0)
+		s->failed_since = now;
+	full = s->failed_full < FAILED_LOGGED;
+	if (full)
+		s->failed_full++;
+	else
+		s->failed_counted++;
+	pthread_mutex_unlock(&s->mu);
+	return full;
+}
+
 /* One connection: TLS, one request line, one answer (the slot's thread). */
 static void
 serve_one(server *s, conn_slot *slot)
@@ -544,7 +591,7 @@ serve_one(server *s, conn_slot *slot)
 	{
 		if (bcd_ssl_wait(ssl, fd, r, start + HANDSHAKE_MS) != 0)
 		{
-			if (!slot_evicted(s, slot))
+			if (!slot_evicted(s, slot) && failed_take(s))
 				bcd_log("discovery: %s: dropped: TLS handshake failed or not done within %d s",
 						peer, HANDSHAKE_MS / 1000);
 			goto out;
@@ -559,9 +606,10 @@ serve_one(server *s, conn_slot *slot)
 		pthread_mutex_lock(&s->mu);
 		s->refused++;
 		pthread_mutex_unlock(&s->mu);
-		bcd_log("discovery: %s: refused %s", peer, n == -2 ? "a request line over 16 KiB" :
-				n == -1 ? "a request line not sent whole within 3 s of the handshake" :
-				"a request that is not {\"csr\",\"mac\"} with a valid CSR and MAC");
+		if (failed_take(s))
+			bcd_log("discovery: %s: refused %s", peer, n == -2 ? "a request line over 16 KiB" :
+					n == -1 ? "a request line not sent whole within 3 s of the handshake" :
+					"a request that is not {\"csr\",\"mac\"} with a valid CSR and MAC");
 		answer(ssl, fd, deadline, "error", BCD_DISCOVERY_BAD_REQUEST);
 		/* the rest of an over-long line, briefly, so the client reads the answer, not a reset */
 		if (n == -2)
@@ -730,6 +778,7 @@ log_turned_away(server *s, int force)
 		s->evicted_logged = s->evicted;
 		s->evicted_at = now;
 	}
+	log_failed_summary(s, now, force);
 }
 
 /* Serve fd from peer (source: its address) on a thread of its own, or close it. */

@@ -17,12 +17,24 @@
  * - it holds the caller's end of the connection (the peer of bcd's end, by
  *   sock_diag's UDIAG_SHOW_PEER) in its descriptor table, with close-on-exec
  *   set for an exe: rule (a descriptor that outlived an exec was opened by
- *   the code that ran before it), and no other process does (every
- *   /proc/PID/fd bcd may read).
+ *   the code that ran before it), and no other process of the caller's uid
+ *   does.
+ * Which tables are read: those of the connecting process and of every
+ * process whose owner (the uid of /proc/PID, its effective uid) is the
+ * caller's: a process of another uid holds the connection only when the
+ * caller gave it (as it may give its key away); a child the caller forked
+ * to hold it has the caller's uid.  For a caller of uid 0, its own
+ * process's alone: any root process may take a connection of another.  Of each, its own table (/proc/PID/fd)
+ * and the table of every thread that has one of its own (a thread made
+ * without CLONE_FILES; or every thread, when the leader thread has exited
+ * and /proc/PID/fd shows nothing): kcmp(KCMP_FILES) tells which.  At most
+ * BCD_WL_SCAN_MAX descriptors are read in one check; a caller whose uid
+ * holds more is refused (logged): a uid with no rule cannot make bcd read
+ * its descriptors at all.
  * What no check here sees: a descriptor in flight (sent with SCM_RIGHTS and
- * not yet received) is in no table; processes whose /proc/PID/fd bcd may
- * not read (other uids, when bcd is not root).  docs/security.md says what
- * that leaves open.
+ * not yet received) is in no table; processes of other uids; processes
+ * whose /proc/PID/fd bcd may not read (other uids, when bcd is not root).
+ * docs/security.md says what that leaves open.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -33,8 +45,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <linux/kcmp.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
@@ -188,17 +202,17 @@ bcd_wl_bind_close(bcd_wl_bind *b)
 	b->pidfd = -1;
 }
 
-/* Is descriptor NAME of pid close-on-exec (/proc/PID/fdinfo/NAME)?  1, 0, or -1 when unreadable. */
+/* Is descriptor NAME of the table at /proc/TASK (a process or a task) close-on-exec?  1, 0, or -1 when unreadable. */
 static int
-fd_cloexec(pid_t pid, const char *name)
+fd_cloexec(const char *task, const char *name)
 {
-	char		path[64 + 256];
+	char		path[128 + 256];
 	char		buf[512];
 	ssize_t		n;
 	const char *f;
 	int			fd;
 
-	snprintf(path, sizeof(path), "/proc/%ld/fdinfo/%s", (long) pid, name);
+	snprintf(path, sizeof(path), "/proc/%s/fdinfo/%s", task, name);
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return -1;
 	n = read(fd, buf, sizeof(buf) - 1);
@@ -211,21 +225,156 @@ fd_cloexec(pid_t pid, const char *name)
 	return (strtoul(f + 7, NULL, 8) & O_CLOEXEC) != 0;
 }
 
+/* One check's scan: what it looks for, what it found, what it may still read. */
+typedef struct scan
+{
+	pid_t		pid;			/* the connecting process */
+	char		want[64];		/* "socket:[INO]" */
+	int			need_cloexec;
+	long		budget;			/* descriptors it may still read */
+	int			own;			/* pid holds it */
+	int			own_read;		/* pid's table could be read */
+	char	   *why;
+	size_t		len;
+} scan;
+
 /*
- * Which processes hold socket:[ino]: 0 when pid holds it (close-on-exec when
- * need_cloexec) and no other process bcd may read does; -1 with why.
+ * Read the descriptor table at /proc/TASK/fd (of process p): 0, or -1 with
+ * s->why (another holder, no close-on-exec, over the budget); 1 when it
+ * cannot be read.
  */
 static int
-scan_holders(pid_t pid, ino_t ino, int need_cloexec, char *why, size_t len)
+scan_table(scan *s, long p, const char *task)
 {
-	char		want[64];
-	DIR		   *proc = opendir("/proc");
-	struct dirent *e;
-	int			own = 0;
-	int			own_read = 0;
+	char		path[128];
+	DIR		   *fds;
+	struct dirent *f;
+	int			dfd;
 	int			rc = 0;
 
-	snprintf(want, sizeof(want), "socket:[%lu]", (unsigned long) ino);
+	snprintf(path, sizeof(path), "/proc/%s/fd", task);
+	if ((dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return 1;				/* gone, or not ours to read */
+	if ((fds = fdopendir(dfd)) == NULL)
+	{
+		close(dfd);
+		return 1;
+	}
+	if (p == (long) s->pid)
+		s->own_read = 1;
+	while (rc == 0 && (f = readdir(fds)) != NULL)
+	{
+		char		link[64];
+		ssize_t		n;
+
+		if (f->d_name[0] == '.')
+			continue;
+		if (--s->budget < 0)
+		{
+			snprintf(s->why, s->len, "the processes of its uid hold more than %d descriptors: "
+					 "bcd reads at most that many to bind a caller to its connection",
+					 BCD_WL_SCAN_MAX);
+			rc = -1;
+			break;
+		}
+		n = readlinkat(dirfd(fds), f->d_name, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (strcmp(link, s->want) != 0)
+			continue;
+		if (p != (long) s->pid)
+		{
+			snprintf(s->why, s->len, "its connection is also held by pid %ld", p);
+			rc = -1;
+			break;
+		}
+		s->own = 1;
+		if (s->need_cloexec && fd_cloexec(task, f->d_name) != 1)
+		{
+			snprintf(s->why, s->len, "it holds its connection without close-on-exec "
+					 "(descriptor %s: it may have outlived an exec)", f->d_name);
+			rc = -1;
+			break;
+		}
+	}
+	closedir(fds);
+	return rc;
+}
+
+/* kcmp(KCMP_FILES): 0 when tasks a and b share one descriptor table. */
+static long
+same_table(long a, long b)
+{
+	return syscall(SYS_kcmp, (pid_t) a, (pid_t) b, KCMP_FILES, 0UL, 0UL);
+}
+
+/*
+ * Read every descriptor table of process p: its own (/proc/P/fd) and every
+ * thread's that is not the leader's (nor one already read).  0, or -1 with
+ * s->why.
+ */
+static int
+scan_process(scan *s, long p)
+{
+	char		task[64];
+	long		seen[16];
+	int			nseen = 0;
+	DIR		   *tasks;
+	struct dirent *t;
+	int			rc;
+
+	snprintf(task, sizeof(task), "%ld", p);
+	if ((rc = scan_table(s, p, task)) < 0)
+		return -1;
+	snprintf(task, sizeof(task), "/proc/%ld/task", p);
+	if ((tasks = opendir(task)) == NULL)
+		return 0;
+	rc = 0;
+	while (rc == 0 && (t = readdir(tasks)) != NULL)
+	{
+		char	   *end;
+		long		tid = strtol(t->d_name, &end, 10);
+		int			known = 0;
+
+		if (t->d_name[0] < '1' || t->d_name[0] > '9' || *end != '\0' || tid == p)
+			continue;
+		/* the leader's table, read above (an exited leader has none: never the same) */
+		if (same_table(p, tid) == 0)
+			continue;
+		for (int i = 0; i < nseen && !known; i++)
+			known = same_table(seen[i], tid) == 0;
+		if (known)
+			continue;
+		snprintf(task, sizeof(task), "%ld/task/%ld", p, tid);
+		rc = scan_table(s, p, task) < 0 ? -1 : 0;
+		if (nseen < (int) (sizeof(seen) / sizeof(seen[0])))
+			seen[nseen++] = tid;
+	}
+	closedir(tasks);
+	return rc;
+}
+
+/*
+ * Which processes hold socket:[ino]: 0 when pid holds it (close-on-exec when
+ * need_cloexec) and no other process of uid does (uid 0: pid's alone read);
+ * -1 with why.
+ */
+static int
+scan_holders(pid_t pid, uid_t uid, ino_t ino, int need_cloexec, char *why, size_t len)
+{
+	DIR		   *proc = opendir("/proc");
+	struct dirent *e;
+	scan		s;
+	int			rc = 0;
+
+	memset(&s, 0, sizeof(s));
+	s.pid = pid;
+	s.need_cloexec = need_cloexec;
+	s.budget = BCD_WL_SCAN_MAX;
+	s.why = why;
+	s.len = len;
+	snprintf(s.want, sizeof(s.want), "socket:[%lu]", (unsigned long) ino);
 	if (proc == NULL)
 	{
 		snprintf(why, len, "cannot read /proc: %s", strerror(errno));
@@ -235,61 +384,24 @@ scan_holders(pid_t pid, ino_t ino, int need_cloexec, char *why, size_t len)
 	{
 		char	   *end;
 		long		p = strtol(e->d_name, &end, 10);
-		char		path[64];
-		int			dfd;
-		DIR		   *fds;
-		struct dirent *f;
+		struct stat st;
 
 		if (e->d_name[0] < '1' || e->d_name[0] > '9' || *end != '\0')
 			continue;
-		snprintf(path, sizeof(path), "/proc/%ld/fd", p);
-		if ((dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-			continue;			/* gone, or not ours to read */
-		if ((fds = fdopendir(dfd)) == NULL)
-		{
-			close(dfd);
+		/* the connecting process, and the processes of the caller's uid (but root) */
+		if (p != (long) pid &&
+			(uid == 0 || fstatat(dirfd(proc), e->d_name, &st, 0) != 0 || st.st_uid != uid))
 			continue;
-		}
-		if (p == (long) pid)
-			own_read = 1;
-		while ((f = readdir(fds)) != NULL)
-		{
-			char		link[64];
-			ssize_t		n;
-
-			if (f->d_name[0] == '.')
-				continue;
-			n = readlinkat(dirfd(fds), f->d_name, link, sizeof(link) - 1);
-			if (n <= 0)
-				continue;
-			link[n] = '\0';
-			if (strcmp(link, want) != 0)
-				continue;
-			if (p != (long) pid)
-			{
-				snprintf(why, len, "its connection is also held by pid %ld", p);
-				rc = -1;
-				break;
-			}
-			own = 1;
-			if (need_cloexec && fd_cloexec(pid, f->d_name) != 1)
-			{
-				snprintf(why, len, "it holds its connection without close-on-exec "
-						 "(descriptor %s: it may have outlived an exec)", f->d_name);
-				rc = -1;
-				break;
-			}
-		}
-		closedir(fds);
+		rc = scan_process(&s, p);
 	}
 	closedir(proc);
-	if (rc == 0 && !own_read)
+	if (rc == 0 && !s.own_read)
 	{
 		snprintf(why, len, "cannot read /proc/%ld/fd (bcd must run as root, or as the caller's "
 				 "user, to bind it to its connection)", (long) pid);
 		rc = -1;
 	}
-	else if (rc == 0 && !own)
+	else if (rc == 0 && !s.own)
 	{
 		snprintf(why, len, "pid %ld no longer holds its connection", (long) pid);
 		rc = -1;
@@ -330,7 +442,8 @@ bcd_wl_bind_check(const bcd_wl_bind *b, const bcd_peer *accept, const bcd_peer *
 		snprintf(why, len, "the caller's end of its connection is unknown (sock_diag)");
 		return -1;
 	}
-	if (scan_holders(accept->pid, b->peer_ino, flags & BCD_WL_BIND_CLOEXEC, why, len) != 0)
+	if (scan_holders(accept->pid, accept->uid, b->peer_ino, flags & BCD_WL_BIND_CLOEXEC,
+					 why, len) != 0)
 		return -1;
 	/* and the pid was that process all along the scan */
 	if ((b->pidfd >= 0 && !pidfd_alive(b->pidfd)) ||

@@ -22,6 +22,9 @@ typedef struct bcd_wl_bind
 	ino_t		peer_ino;		/* the caller's end of the connection, 0 when unknown */
 } bcd_wl_bind;
 
+/* Descriptors one check reads at most (the caller's uid's processes'); beyond, it is refused. */
+#define BCD_WL_SCAN_MAX 65536
+
 /* What a check asks beyond the process and its connection being those of accept. */
 #define BCD_WL_BIND_CLOEXEC 1	/* its descriptor closes on exec (an exe: rule) */
 
@@ -39,9 +42,9 @@ void		bcd_wl_bind_close(bcd_wl_bind *b);
 /*
  * At a call: is the caller (accept: what was read at accept; now: read
  * again just before, bcd_peer_refresh) the same process, alive, running the
- * same file, the only holder of its end of the connection (with
- * close-on-exec set when flags has BCD_WL_BIND_CLOEXEC)?  0, or -1 with the
- * reason in why.
+ * same file, the only holder of its end of the connection among the
+ * processes of its uid (with close-on-exec set when flags has
+ * BCD_WL_BIND_CLOEXEC)?  0, or -1 with the reason in why.
  */
 int			bcd_wl_bind_check(const bcd_wl_bind *b, const bcd_peer *accept,
 							  const bcd_peer *now, int flags, char *why, size_t len);

@@ -13,7 +13,9 @@
  * uid and gid are SO_PEERCRED's; exe:PATH is a process running the file
  * PATH names in bcd's own view now (device and inode of /proc/PID/exe
  * against stat(PATH) at the match, so a replaced file is followed), in
- * bcd's own mount namespace; unit: is the unit systemd's rules put it in
+ * bcd's own mount and user namespaces, that maps that file executable
+ * (/proc/PID/maps: a process that made /proc/PID/exe name a file with
+ * prctl(PR_SET_MM) runs code from elsewhere); unit: is the unit systemd's rules put it in
  * (sd_pid_get_unit, peer.c); cgroup: its whole cgroup v2 path.  A rule with
  * exe:, unit: or cgroup: also binds the caller to its connection
  * (attest.c): bcd_wl_rules_match says so.
@@ -27,6 +29,7 @@
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "core/delivery.h"
+#include "core/log.h"
 #include "workload/workload.h"
 
 typedef enum sel_kind
@@ -317,9 +320,14 @@ bcd_wl_rules_free(bcd_wl_rules *r)
 	free(r);
 }
 
-/* 1 when every selector of r is true of c (rs: the rules, for the unmapped ids). */
+/*
+ * 1 when every selector of r is true of c (rs: the rules, for the unmapped
+ * ids).  When the process names r's exe: file but is not running it as
+ * bcd sees it, note says why (for the log; left alone otherwise).
+ */
 static int
-rule_matches(const bcd_wl_rules *rs, const rule *r, const bcd_wl_caller *c)
+rule_matches(const bcd_wl_rules *rs, const rule *r, const bcd_wl_caller *c, char *note,
+			 size_t notelen)
 {
 	const bcd_peer *p = &c->peer;
 
@@ -331,21 +339,88 @@ rule_matches(const bcd_wl_rules *rs, const rule *r, const bcd_wl_caller *c)
 							(unsigned long) c->gid == rs->overflow[SEL_GID]))
 		return 0;
 	/* exe, unit and cgroup: unknown never matches */
-	if (r->has[SEL_EXE])
-	{
-		struct stat st;
-
-		/* the file the process runs, the file PATH names in bcd's view now, one namespace */
-		if (!p->exe_known || !p->mnt_known || !p->mnt_same || stat(r->str[SEL_EXE], &st) != 0 ||
-			st.st_dev != p->exe_dev || st.st_ino != p->exe_ino)
-			return 0;
-	}
 	if (r->has[SEL_UNIT] && (p->unit[0] == '\0' || strcmp(p->unit, r->str[SEL_UNIT]) != 0))
 		return 0;
 	if (r->has[SEL_CGROUP] &&
 		(p->cgroup[0] == '\0' || p->cgroup_cut || strcmp(p->cgroup, r->str[SEL_CGROUP]) != 0))
 		return 0;
+	if (r->has[SEL_EXE])
+	{
+		struct stat st;
+		int			mapped;
+
+		/* the file the process runs is the file PATH names in bcd's view now */
+		if (!p->exe_known || stat(r->str[SEL_EXE], &st) != 0 ||
+			st.st_dev != p->exe_dev || st.st_ino != p->exe_ino)
+			return 0;
+		/*
+		 * in bcd's namespaces: in another mount namespace its view of every
+		 * path may be its own; in a user namespace of its own a process may
+		 * set its /proc/PID/exe to any file it can read (prctl PR_SET_MM_MAP)
+		 */
+		if (!p->mnt_known || !p->mnt_same)
+		{
+			snprintf(note, notelen, "exe:%s: the process is in another mount namespace than "
+					 "bcd's", r->str[SEL_EXE]);
+			return 0;
+		}
+		if (!p->userns_known || !p->userns_same)
+		{
+			snprintf(note, notelen, "exe:%s: the process is in another user namespace than "
+					 "bcd's, where it may name any file it can read as its executable",
+					 r->str[SEL_EXE]);
+			return 0;
+		}
+		/* and runs code of that file: a masquerade runs it from anonymous memory */
+		mapped = bcd_peer_maps_exec(p->pid, p->exe_dev, p->exe_ino);
+		if (mapped != 1)
+		{
+			snprintf(note, notelen, mapped == 0 ?
+					 "exe:%s: /proc/PID/exe names it but the process does not map it "
+					 "executable (its executable was set, not run: prctl PR_SET_MM)" :
+					 "exe:%s: cannot read /proc/PID/maps (or it is over 64 KiB before a "
+					 "mapping of it)", r->str[SEL_EXE]);
+			return 0;
+		}
+	}
 	return 1;
+}
+
+int
+bcd_wl_rules_may_match_ids(const bcd_wl_rules *r, uid_t uid, gid_t gid)
+{
+	for (int i = 0; r != NULL && i < r->n; i++)
+	{
+		const rule *x = &r->rules[i];
+
+		if (x->has[SEL_UID] && ((unsigned long) uid != x->id[SEL_UID] ||
+								(unsigned long) uid == r->overflow[SEL_UID]))
+			continue;
+		if (x->has[SEL_GID] && ((unsigned long) gid != x->id[SEL_GID] ||
+								(unsigned long) gid == r->overflow[SEL_GID]))
+			continue;
+		return 1;
+	}
+	return 0;
+}
+
+void
+bcd_wl_rules_warn(const bcd_wl_rules *r, int mode)
+{
+	if ((mode & 077) == 0)
+		return;
+	for (int i = 0; r != NULL && i < r->n; i++)
+	{
+		const rule *x = &r->rules[i];
+
+		if (x->has[SEL_EXE] && !x->has[SEL_UID] && !x->has[SEL_GID] && !x->has[SEL_UNIT])
+			bcd_log("workload api: warning: rule '%s' selects by exe: without uid:, gid: or "
+					"unit: on a socket other users may connect to (mode %04o): exe: is no "
+					"boundary between users who may read %s (a process in a user namespace of "
+					"its own may name it as its executable, and any process may map it); "
+					"pair it with uid:, gid: or unit: (docs/security.md, \"Workload "
+					"attestation\")", x->text, (unsigned int) mode, x->str[SEL_EXE]);
+	}
 }
 
 int
@@ -355,11 +430,13 @@ bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **s
 	const rule *found = NULL;
 	int			need = BCD_WL_RULE_BIND | BCD_WL_RULE_EXE;
 
+	if (errlen > 0)
+		err[0] = '\0';
 	for (int i = 0; r != NULL && i < r->n; i++)
 	{
 		const rule *x = &r->rules[i];
 
-		if (!rule_matches(r, x, c))
+		if (!rule_matches(r, x, c, err, errlen))
 			continue;
 		if (found != NULL && !same_target(found, x))
 		{
@@ -377,6 +454,8 @@ bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **s
 	}
 	if (found == NULL)
 		return 0;
+	if (errlen > 0)
+		err[0] = '\0';			/* a rule matched: no near miss to tell */
 	*session = found->session;
 	*context = found->context;
 	*bind = need;

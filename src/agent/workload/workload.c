@@ -4,9 +4,10 @@
  *
  * The socket.  bcd makes it exactly as its hooks' socket (local_socket.c:
  * 0600 in a 0700 directory of its own, by default workload.sock next to
- * bcd.sock) and accepts every connection itself, in its accept thread: the
- * caller's SO_PEERCRED and /proc/PID (peer.c) are read before gRPC sees the
- * connection.  Each accepted fd then gets a grpc_server of its own
+ * bcd.sock) and accepts every connection itself (accept.c: accept threads
+ * that drop at once what can get nothing, and a connection thread that
+ * calls accept_one): the caller's SO_PEERCRED and /proc/PID (peer.c) are
+ * read before gRPC sees the connection.  Each accepted fd then gets a grpc_server of its own
  * (grpc_server_add_channel_from_fd); every call is requested on that server
  * with a tag pointing at the connection, so a call is attributed to the
  * credentials of its own connection by construction (grpc_call_get_peer
@@ -34,7 +35,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -66,6 +66,7 @@
 #include "core/local_socket.h"
 #include "core/log.h"
 #include "core/sessions.h"
+#include "workload/accept.h"
 #include "workload/attest.h"
 #include "workload/jwt.h"
 #include "workload/jwt_svid.h"
@@ -86,6 +87,7 @@
 #define WL_CONNS_PER_UID 64
 #define WL_RULELESS_MAX 32
 #define WL_RULELESS_PER_UID 8
+/* How connections are accepted, and closed at once before anything of them is read: accept.c. */
 /* A connection with no call open is closed: before its first call after, after one after */
 #define WL_FIRST_CALL_SECONDS 5.0
 #define WL_IDLE_SECONDS 60.0
@@ -206,9 +208,8 @@ struct bcd_workload
 	grpc_server_credentials *creds;
 	bcd_listener sock;
 	char	   *path;
-	int			stop_pipe[2];
 	atomic_int	stopping;
-	pthread_t	accept_thread;
+	bcd_wl_acceptor *acceptor;	/* its accept threads and connection thread (accept.c) */
 	pthread_t	cq_thread;
 	int			running;
 	struct bcd_server *server;
@@ -227,8 +228,12 @@ struct bcd_workload
 	bcd_wl_refusals *refusals;	/* the refusals' log, rate-limited */
 	unsigned long idle_closed;	/* idle connections closed, not yet told */
 	double		idle_logged;	/* monotonic: told last */
-	unsigned long over_share;	/* connections closed over a share, not yet told */
-	double		share_logged;
+	/* connections closed at once over a share (the connection thread), under closed_mu */
+	pthread_mutex_t closed_mu;
+	unsigned long over_share;	/* not yet told */
+	uid_t		over_uid;		/* the last of them: its uid and why */
+	const char *over_why;
+	double		share_logged;	/* monotonic: the connections closed at once told last */
 };
 
 static double
@@ -456,6 +461,19 @@ has_security_header(const grpc_metadata_array *md)
 
 /* ------------------------------------------------------------ lifetimes */
 
+/*
+ * r's stream ends (sent its status, failed, closed, freed): an X509-SVID
+ * stream no longer counts among its identity's open streams, which keep
+ * its SVID provisioned.  Once only.
+ */
+static void
+stream_stop(rpc *r)
+{
+	if (r->streaming && r->method == M_X509_SVID && r->id != NULL)
+		r->id->streams--;
+	r->streaming = 0;
+}
+
 static void
 conn_unref(bcd_workload *w, conn *c)
 {
@@ -486,8 +504,7 @@ rpc_free(bcd_workload *w, rpc *r)
 			*pp = r->next;
 			break;
 		}
-	if (r->streaming && r->method == M_X509_SVID && r->id != NULL)
-		r->id->streams--;
+	stream_stop(r);
 	if (r->counted && --r->conn->calls == 0)
 		r->conn->idle_since = now_mono();
 	if (r->call != NULL)
@@ -542,17 +559,15 @@ log_refusal(bcd_workload *w, const bcd_wl_caller *cl, const char *what, const ch
 }
 
 /*
- * Is r's caller still the process that connected, alone holding its end
- * (attest.c), as its rule asks (r->bind)?  0, or -1 with why; now is the
- * caller as /proc shows it now.
+ * Is r's caller (now: as /proc shows it now) still the process that
+ * connected, alone holding its end (attest.c), as its rule asks (r->bind)?
+ * 0, or -1 with why.
  */
 static int
-rpc_bound(rpc *r, bcd_wl_caller *now, char *why, size_t len)
+rpc_bound(rpc *r, const bcd_wl_caller *now, char *why, size_t len)
 {
 	conn	   *c = r->conn;
 
-	*now = c->caller;
-	bcd_peer_refresh(&now->peer);
 	if (!(r->bind & BCD_WL_RULE_BIND))
 		return 0;
 	if (!c->bind_ok)
@@ -564,17 +579,43 @@ rpc_bound(rpc *r, bcd_wl_caller *now, char *why, size_t len)
 							 (r->bind & BCD_WL_RULE_EXE) ? BCD_WL_BIND_CLOEXEC : 0, why, len);
 }
 
-/* Before a secret goes to r's caller: 0 when it may, else -1 having logged and closed the connection. */
+/*
+ * Before a secret goes to r's caller: is it, as /proc shows it now, still
+ * one a rule gives r's identity (it may have left its unit or cgroup since
+ * the call began), and bound to its connection as that rule asks?  0 when
+ * the secret may go; else -1 having logged why, and closed the connection
+ * when the caller is no longer the process that holds it alone.
+ */
 static int
 secret_may_go(rpc *r)
 {
-	bcd_wl_caller now;
-	char		why[512];
+	bcd_workload *w = r->conn->w;
+	bcd_wl_caller now = r->conn->caller;
+	const char *session = NULL;
+	const char *context = NULL;
+	char		why[768];
+	int			bind = 0;
+	int			m;
 
+	why[0] = '\0';
+	bcd_peer_refresh(&now.peer);
+	m = r->id == NULL ? 0 :
+		bcd_wl_rules_match(w->rules, &now, &session, &context, &bind, why, sizeof(why));
+	if (m <= 0 || strcmp(session, r->id->session) != 0 || strcmp(context, r->id->context) != 0)
+	{
+		if (m > 0)
+			snprintf(why, sizeof(why), "a rule gives it another identity now (session %s), "
+					 "not the one of its call (session %s)", session, r->id->session);
+		else if (m == 0 && why[0] == '\0')
+			snprintf(why, sizeof(why), "no --workload-rule matches it any more");
+		log_refusal(w, &now, method_names[r->method], why);
+		return -1;
+	}
+	r->bind = bind;
 	if (rpc_bound(r, &now, why, sizeof(why)) == 0)
 		return 0;
-	log_refusal(r->conn->w, &now, method_names[r->method], why);
-	conn_shutdown(r->conn->w, r->conn);
+	log_refusal(w, &now, method_names[r->method], why);
+	conn_shutdown(w, r->conn);
 	return -1;
 }
 
@@ -643,7 +684,7 @@ finish(rpc *r, int send_initial_md, grpc_byte_buffer *msg, grpc_status_code code
 		details = "no identity issued";
 	}
 	r->finished = 1;
-	r->streaming = 0;
+	stream_stop(r);
 	memset(ops, 0, sizeof(ops));
 	if (send_initial_md)
 	{
@@ -742,6 +783,9 @@ x509_bundles_response(bcd_workload *w)
 	return bb;
 }
 
+/* the summary of connections closed at once, below */
+static void tell_closed(bcd_workload *w, double now);
+
 /* the JWT profile, below */
 static grpc_byte_buffer *jwt_bundles_response(bcd_workload *w);
 static void start_jwt_svid(bcd_workload *w, rpc *r, const JWTSVIDRequest *req);
@@ -798,7 +842,7 @@ resolve(bcd_workload *w, rpc *r, const char *method)
 	m = bcd_wl_rules_match(w->rules, &now, &session, &context, &bind, why, sizeof(why));
 	if (m <= 0)
 	{
-		log_refusal(w, &now, method, m < 0 ? why : "no --workload-rule matches");
+		log_refusal(w, &now, method, m < 0 || why[0] != '\0' ? why : "no --workload-rule matches");
 		finish(r, 1, NULL, GRPC_STATUS_PERMISSION_DENIED, "no identity issued");
 		return -1;
 	}
@@ -922,6 +966,21 @@ on_request(bcd_workload *w, rpc *r, int ok)
 	if (req == NULL)
 	{
 		finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, "malformed request");
+		return;
+	}
+	/*
+	 * Requests with strings: protobuf-c keeps a string as a C string, cut at
+	 * its first NUL ("svc-a\0evil" would be asked for as "svc-a"), and keeps
+	 * the last of a singular field given twice.  Packed again, such a
+	 * request is shorter than its bytes: refused, never read as another.
+	 */
+	if ((r->method == M_JWT_SVID || r->method == M_VALIDATE_JWT) &&
+		protobuf_c_message_get_packed_size(req) != len)
+	{
+		protobuf_c_message_free_unpacked(req, NULL);
+		finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT,
+			   "malformed request: a string holds a NUL byte (U+0000), or a field is given "
+			   "twice or not in protobuf's canonical encoding");
 		return;
 	}
 	switch (r->method)
@@ -1240,12 +1299,8 @@ handle_event(bcd_workload *w, grpc_event ev)
 			break;
 		case TAG_SEND_MSG:
 			r->send_in_flight = 0;
-			if (!ev.success && r->streaming)
-			{
-				r->streaming = 0;
-				if (r->method == M_X509_SVID && r->id != NULL)
-					r->id->streams--;
-			}
+			if (!ev.success)
+				stream_stop(r);
 			rpc_batch_done(w, r);
 			break;
 		case TAG_STATUS:
@@ -1253,9 +1308,7 @@ handle_event(bcd_workload *w, grpc_event ev)
 			break;
 		case TAG_CLOSE:
 			r->closed = 1;
-			if (r->streaming && r->method == M_X509_SVID && r->id != NULL)
-				r->id->streams--;
-			r->streaming = 0;
+			stream_stop(r);
 			rpc_batch_done(w, r);
 			break;
 		case TAG_SHUTDOWN:
@@ -1285,6 +1338,12 @@ cq_main(void *arg)
 		now = now_real();
 		jwt_take_done(w);
 		reap(w);
+		/* the connections closed at once, told once per interval */
+		if (pthread_mutex_trylock(&w->closed_mu) == 0)
+		{
+			tell_closed(w, now_mono());
+			pthread_mutex_unlock(&w->closed_mu);
+		}
 		bcd_wl_refusals_tick(w->refusals, now_mono());
 		provision_due(w, now);
 		for (rpc *r = w->rpcs; r != NULL; r = r->next)
@@ -1341,51 +1400,85 @@ over_share(bcd_workload *w, uid_t uid, int ruled)
 	return NULL;
 }
 
-/* A connection closed over a share: told once per interval, with the count. */
+/*
+ * Tell the connections closed at once since the last time, at most once per
+ * interval, in one line: those their callers had closed already, those over
+ * a rate or a share of the waiting ones (the accept threads), and those over
+ * a share of the connection slots (the last one's uid and why).  Under
+ * closed_mu.
+ */
+static void
+tell_closed(bcd_workload *w, double now)
+{
+	unsigned long early;
+	unsigned long rate;
+	unsigned long queue;
+	char		line[1024];
+	size_t		n = 0;
+
+	if (w->acceptor == NULL || now - w->share_logged < BCD_WL_REFUSALS_INTERVAL)
+		return;
+	bcd_wl_acceptor_counts(w->acceptor, &early, &rate, &queue);
+	if (early + rate + queue + w->over_share == 0)
+		return;
+	if (early > 0)
+		n += (size_t) snprintf(line + n, sizeof(line) - n, ", %lu closed by their callers "
+							   "before bcd read them", early);
+	if (rate > 0 && n < sizeof(line))
+		n += (size_t) snprintf(line + n, sizeof(line) - n, ", %lu of a uid no rule matched "
+							   "lately over its rate (%.0f a second)", rate, BCD_WL_RULELESS_RATE);
+	if (queue > 0 && n < sizeof(line))
+		n += (size_t) snprintf(line + n, sizeof(line) - n, ", %lu of a uid with %d accepted "
+							   "connections waiting to be read already (or %d of all)", queue,
+							   BCD_WL_ACCEPT_QUEUE_PER_UID, BCD_WL_ACCEPT_QUEUE);
+	if (w->over_share > 0 && n < sizeof(line))
+		snprintf(line + n, sizeof(line) - n, ", %lu over a share of the connection slots (the "
+				 "last of uid %ld: %s)", w->over_share, (long) w->over_uid, w->over_why);
+	bcd_log("workload api: %lu connection(s) closed at once in the last %.0f s%s",
+			early + rate + queue + w->over_share, BCD_WL_REFUSALS_INTERVAL, line);
+	w->share_logged = now;
+	w->over_share = 0;
+}
+
+/* A connection closed over a share: counted, told by tell_closed. */
 static void
 log_over_share(bcd_workload *w, uid_t uid, const char *why)
 {
-	double		now = now_mono();
-
-	pthread_mutex_lock(&w->mu);
+	pthread_mutex_lock(&w->closed_mu);
 	w->over_share++;
-	if (now - w->share_logged >= BCD_WL_REFUSALS_INTERVAL)
-	{
-		bcd_log("workload api: %lu connection(s) closed at once in the last %.0f s; the last "
-				"of uid %ld: %s", w->over_share, BCD_WL_REFUSALS_INTERVAL, (long) uid, why);
-		w->over_share = 0;
-		w->share_logged = now;
-	}
-	pthread_mutex_unlock(&w->mu);
+	w->over_uid = uid;
+	w->over_why = why;
+	tell_closed(w, now_mono());
+	pthread_mutex_unlock(&w->closed_mu);
 }
 
+/*
+ * A connection accepted (it: its fd and SO_PEERCRED, handed over by an
+ * accept thread; the connection thread, accept.c): its shares of the
+ * slots, then what /proc says of it, the rules, and its grpc_server.
+ */
 static void
-accept_one(bcd_workload *w, int fd)
+accept_one(void *arg, const bcd_wl_accepted *it)
 {
+	bcd_workload *w = arg;
 	conn	   *c;
 	struct stat st;
-	struct ucred cred;
-	socklen_t	clen = sizeof(cred);
 	const char *session;
 	const char *context;
-	const char *over;
+	const char *over = NULL;
 	char		why[512];
+	int			fd = it->fd;
 	int			bind = 0;
 	int			m;
 
-	/* the cheap check first: the kernel's uid against the slots */
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 || clen != sizeof(cred))
-	{
-		close(fd);
-		return;
-	}
+	/* its uid's shares (of callers no rule matches, when known to be one), nothing read yet */
 	pthread_mutex_lock(&w->mu);
-	over = over_share(w, cred.uid, -1);
+	over = over_share(w, it->uid, it->ruleless ? 0 : -1);
 	pthread_mutex_unlock(&w->mu);
 	if (over != NULL || (c = calloc(1, sizeof(*c))) == NULL)
 	{
 		if (over != NULL)
-			log_over_share(w, cred.uid, over);
+			log_over_share(w, it->uid, over);
 		close(fd);
 		return;
 	}
@@ -1406,12 +1499,13 @@ accept_one(bcd_workload *w, int fd)
 	c->st_ino = st.st_ino;
 	m = bcd_wl_rules_match(w->rules, &c->caller, &session, &context, &bind, why, sizeof(why));
 	c->ruled = m > 0;
+	bcd_wl_acceptor_seen(w->acceptor, it->uid, c->ruled);
 	pthread_mutex_lock(&w->mu);
-	over = over_share(w, cred.uid, c->ruled);
+	over = over_share(w, it->uid, c->ruled);
 	pthread_mutex_unlock(&w->mu);
 	if (over != NULL)
 	{
-		log_over_share(w, cred.uid, over);
+		log_over_share(w, it->uid, over);
 		close(fd);
 		free(c);
 		return;
@@ -1443,30 +1537,6 @@ accept_one(bcd_workload *w, int fd)
 	w->n_conns++;
 	rpc_request(w, c);
 	pthread_mutex_unlock(&w->mu);
-}
-
-static void *
-accept_main(void *arg)
-{
-	bcd_workload *w = arg;
-
-	while (!atomic_load(&w->stopping))
-	{
-		struct pollfd pfd[2] = {{w->sock.fd, POLLIN, 0}, {w->stop_pipe[0], POLLIN, 0}};
-		int			fd;
-
-		if (poll(pfd, 2, -1) < 0)
-			continue;
-		if (pfd[1].revents != 0)
-			break;
-		if (pfd[0].revents == 0)
-			continue;
-		while ((fd = accept4(w->sock.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0)
-			accept_one(w, fd);
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-			bcd_log("workload api: accept: %s", strerror(errno));
-	}
-	return NULL;
 }
 
 /* ------------------------------------------------------------ its life */
@@ -1503,7 +1573,8 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 		return BC_ENOMEM;
 	}
 	pthread_mutex_init(&w->mu, NULL);
-	w->sock.fd = w->sock.dirfd = w->stop_pipe[0] = w->stop_pipe[1] = -1;
+	pthread_mutex_init(&w->closed_mu, NULL);
+	w->sock.fd = w->sock.dirfd = -1;
 	w->server = server;
 	w->keys = keys;
 	w->refusals = bcd_wl_refusals_new();
@@ -1538,11 +1609,15 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 		snprintf(err, errlen, "--workload-api must be an absolute path (or off)");
 		goto fail;
 	}
-	if (pipe2(w->stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0 ||
-		bcd_socket_listen_at(w->path, runtime_dir, rtfd,
+	if (bcd_socket_listen_at(w->path, runtime_dir, rtfd,
 							 o->workload_api == NULL && o->socket == NULL, &w->sock,
 							 err, errlen) != BC_OK)
 		goto fail;
+	if ((w->acceptor = bcd_wl_acceptor_new(w->sock.fd, w->rules, accept_one, w)) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
 	/* --workload-api-mode: opened to the group or every local user, the rules deciding */
 	if (o->workload_api_mode != 0 && o->workload_api_mode != 0600 &&
 		fchmodat(w->sock.dirfd, strrchr(w->path, '/') + 1, (mode_t) o->workload_api_mode, 0) != 0)
@@ -1550,6 +1625,7 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 		snprintf(err, errlen, "cannot set the mode of %s: %s", w->path, strerror(errno));
 		goto fail;
 	}
+	bcd_wl_rules_warn(w->rules, o->workload_api_mode != 0 ? o->workload_api_mode : 0600);
 	{
 		unsigned long ou;
 		unsigned long og;
@@ -1583,26 +1659,19 @@ bcd_workload_run(bcd_workload *w)
 		bcd_log("workload api: cannot start its thread; not serving");
 		return;
 	}
-	if (pthread_create(&w->accept_thread, NULL, accept_main, w) != 0)
-	{
-		bcd_log("workload api: cannot start its thread; not serving");
-		atomic_store(&w->stopping, 1);
-		pthread_join(w->cq_thread, NULL);
-		return;
-	}
 	w->running = 1;
+	if (bcd_wl_acceptor_start(w->acceptor) != BC_OK)
+		bcd_workload_stop(w);
 }
 
 void
 bcd_workload_stop(bcd_workload *w)
 {
-	char		c = 1;
-
 	if (w == NULL || !w->running)
 		return;
+	/* no connection is added after this; then the calls and connections end */
+	bcd_wl_acceptor_stop(w->acceptor);
 	atomic_store(&w->stopping, 1);
-	(void) !write(w->stop_pipe[1], &c, 1);
-	pthread_join(w->accept_thread, NULL);
 	pthread_join(w->cq_thread, NULL);
 	w->running = 0;
 }
@@ -1625,12 +1694,9 @@ bcd_workload_free(bcd_workload *w)
 		grpc_server_credentials_release(w->creds);
 		grpc_shutdown();
 	}
+	bcd_wl_acceptor_free(w->acceptor);
 	if (w->path != NULL)
 		bcd_socket_close(&w->sock, w->path);
-	if (w->stop_pipe[0] >= 0)
-		close(w->stop_pipe[0]);
-	if (w->stop_pipe[1] >= 0)
-		close(w->stop_pipe[1]);
 	while ((id = w->idents) != NULL)
 	{
 		w->idents = id->next;
@@ -1646,5 +1712,6 @@ bcd_workload_free(bcd_workload *w)
 	free(w->bundle);
 	free(w->path);
 	pthread_mutex_destroy(&w->mu);
+	pthread_mutex_destroy(&w->closed_mu);
 	free(w);
 }

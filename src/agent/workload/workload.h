@@ -53,12 +53,27 @@ bcd_wl_rules *bcd_wl_rules_parse(const char *const *rules, int n, char *err, siz
 void		bcd_wl_rules_free(bcd_wl_rules *r);
 /*
  * The (session, context) of caller: 1 with them and *bind (BCD_WL_RULE_*:
- * what the least demanding matching rule asks), 0 when no rule matches, -1
- * when rules naming different targets match (ambiguous: why in err).
+ * what the least demanding matching rule asks), 0 when no rule matches
+ * (err "" or, when the caller names an exe: rule's file without running
+ * it as bcd sees it, why), -1 when rules naming different targets match
+ * (ambiguous: why in err).
  */
 int			bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *caller,
 							   const char **session, const char **context, int *bind,
 							   char *err, size_t errlen);
+
+/*
+ * 0 when no rule can ever match a caller of uid and gid (each names another
+ * uid or gid): such a caller is known to get nothing before /proc is read.
+ */
+int			bcd_wl_rules_may_match_ids(const bcd_wl_rules *r, uid_t uid, gid_t gid);
+
+/*
+ * At start, for a socket of mode (other users may connect when it opens
+ * group or other bits): log a warning for every rule that selects by exe:
+ * without uid:, gid: or unit:.
+ */
+void		bcd_wl_rules_warn(const bcd_wl_rules *r, int mode);
 
 /*
  * 1 when bcd's user namespace does not map every id: *uid and *gid are the
