@@ -248,3 +248,27 @@ def csr_sha256(request_json):
     csr = base64.urlsafe_b64decode(request_json["csr"] + "=" * (-len(request_json["csr"]) % 4))
     h = hashlib.sha256(csr).digest()
     return b64u(h), h.hex()[:32]
+
+
+class Requests:
+    """JoinRequests made by the real agent command (bcd join-request
+    --attestation-file), each from the key and CSR kept in scratch/d."""
+
+    def __init__(self, bcd, service_keys, scratch):
+        self.bcd, self.keys, self.scratch, self.n = bcd, service_keys, scratch, 0
+
+    def request(self, evidence, d=None, token=None, role=None):
+        """A JoinRequest for evidence from the key and CSR kept in d (new when None)."""
+        if d is None:
+            self.n += 1
+            d = "r%d" % self.n
+        f = os.path.join(self.scratch, d + ".json")
+        with open(f, "w") as fh:
+            fh.write(evidence)
+        args = [self.bcd, "join-request", "--service-keys", self.keys, "--attestor", "cloud-iid",
+                "--attestation-file", f, "--out-dir", os.path.join(self.scratch, d)]
+        if token:
+            args += ["--token", token]
+        if role:
+            args += ["--role", role]
+        return subprocess.run(args, capture_output=True, text=True, check=True).stdout

@@ -27,20 +27,7 @@ t2, s2, p2 = sdb.tenant('other', 'vms')
 cl = cloudfix.Clouds(os.path.join(scratch, "ca"))
 cl.configure(c, t, p)
 
-n = [0]
-def request(evidence, d=None, token=None):
-    """A JoinRequest for evidence from the key and CSR kept in d (new when None)."""
-    if d is None:
-        n[0] += 1
-        d = "r%d" % n[0]
-    f = os.path.join(scratch, d + ".json")
-    with open(f, "w") as fh:
-        fh.write(evidence)
-    args = [bcd, "join-request", "--service-keys", keys, "--attestor", "cloud-iid",
-            "--attestation-file", f, "--out-dir", os.path.join(scratch, d)]
-    if token:
-        args += ["--token", token]
-    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+request = cloudfix.Requests(bcd, keys, scratch).request
 def csr_of(d):
     """(csrSha256, Azure nonce) of the CSR kept in d, made by a first request."""
     return cloudfix.csr_sha256(json.loads(request('{"provider":"aws"}', d)))

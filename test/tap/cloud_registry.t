@@ -30,23 +30,10 @@ t, s, p = sdb.tenant('clouds', 'vms')
 cl = cloudfix.Clouds(os.path.join(scratch, "ca"))
 cl.configure(c, t, p)
 
-n = [0]
-def request(evidence, d=None, role=None):
-    """A JoinRequest for evidence from the key and CSR kept in d (new when None)."""
-    if d is None:
-        n[0] += 1
-        d = "r%d" % n[0]
-    f = os.path.join(scratch, d + ".json")
-    with open(f, "w") as fh:
-        fh.write(evidence)
-    args = [bcd, "join-request", "--service-keys", keys, "--attestor", "cloud-iid",
-            "--attestation-file", f, "--out-dir", os.path.join(scratch, d)]
-    if role:
-        args += ["--role", role]
-    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+request = cloudfix.Requests(bcd, keys, scratch).request
 def csr_of(d, role=None):
     """(csrSha256, nonce) of the CSR kept in d, made by a first request."""
-    return cloudfix.csr_sha256(json.loads(request('{"provider":"aws"}', d, role)))
+    return cloudfix.csr_sha256(json.loads(request('{"provider":"aws"}', d, role=role)))
 def join(req):
     c.execute("SELECT bc_join(%s::jsonb)", (req,))
     return c.fetchone()[0]
@@ -178,29 +165,29 @@ refused(request(cl.jcloud_token(h, vm="vm-2", born=0), "j2"), "too-old",
         "jcloud: an instance born long ago, by its own started member")
 
 # ----------------------------------------------------------------- roles
-h, nonce = csr_of("site1", "site")
+h, nonce = csr_of("site1", role="site")
 site_ev = cl.acmecloud_evidence(cl.acmecloud_content(nonce, machine="edge-1"))
-got = refused(request(site_ev, "site1", "site"), "role", "acmecloud: a site agent of an account that allows node only")
+got = refused(request(site_ev, "site1", role="site"), "role", "acmecloud: a site agent of an account that allows node only")
 eq(got.get("detail"), {"provider": "acmecloud", "account": "tenancy-7", "instance": "edge-1", "role": "site"},
    "the refusal names the account and the role asked for")
 ok(one("SELECT tenant_id FROM bc_join.events WHERE type = 'security.join.refused' ORDER BY id DESC LIMIT 1") == t,
    "in the account's tenant")
 c.execute("UPDATE bc_join.cloud_accounts SET roles = ARRAY['node', 'site'] WHERE provider = 'acmecloud'")
-r = join(request(site_ev, "site1", "site"))
+r = join(request(site_ev, "site1", role="site"))
 ok(r.get("status") == "issued" and payload(r)["role"] == "site", "acmecloud: allowed, the site agent joins", r)
 eq(one("SELECT array[role, site_id, coalesce(pool_id, '-')] FROM bc_join.nodes WHERE id = %s",
        payload(r)["nodeId"]), ["site", s, "-"], "as a site agent of the pool's site, in no pool")
-h, _ = csr_of("site2", "site")
-refused(request(cl.gcp_evidence(cl.gcp_token(h, instance="8000000000000000001")), "site2", "site"), "role",
+h, _ = csr_of("site2", role="site")
+refused(request(cl.gcp_evidence(cl.gcp_token(h, instance="8000000000000000001")), "site2", role="site"), "role",
         "gcp (built in): a site agent of a project that allows node only")
 c.execute("UPDATE bc_join.cloud_accounts SET roles = ARRAY['site'] WHERE provider = 'gcp'")
-r = join(request(cl.gcp_evidence(cl.gcp_token(h, instance="8000000000000000001")), "site2", "site"))
+r = join(request(cl.gcp_evidence(cl.gcp_token(h, instance="8000000000000000001")), "site2", role="site"))
 ok(r.get("status") == "issued" and payload(r)["role"] == "site", "gcp: roles {site}: the site agent joins", r)
 h, _ = csr_of("site3")
 refused(request(cl.gcp_evidence(cl.gcp_token(h, instance="8000000000000000002")), "site3"), "role",
         "gcp: and a node of that project is refused")
 h, _ = csr_of("rd", "ramdisk")
-refused(request(cl.gcp_evidence(cl.gcp_token(h, instance="8000000000000000003")), "rd", "ramdisk"),
+refused(request(cl.gcp_evidence(cl.gcp_token(h, instance="8000000000000000003")), "rd", role="ramdisk"),
         "role-not-admitted", "a ramdisk is never a cloud instance")
 
 # the resolver answers roles for accounts without a row
@@ -214,7 +201,7 @@ h, nonce = csr_of("res1")
 refused(request(cl.acmecloud_evidence(cl.acmecloud_content(nonce, tenancy="tenancy-r", machine="r-1")), "res1"),
         "role", "a resolved account whose answer allows site only: a node is refused")
 h, nonce = csr_of("res2", "site")
-r = join(request(cl.acmecloud_evidence(cl.acmecloud_content(nonce, tenancy="tenancy-r", machine="r-2")), "res2", "site"))
+r = join(request(cl.acmecloud_evidence(cl.acmecloud_content(nonce, tenancy="tenancy-r", machine="r-2")), "res2", role="site"))
 ok(r.get("status") == "issued" and payload(r)["role"] == "site", "and a site agent joins", r)
 
 c.execute("DROP ROLE cloud_registry_op")
