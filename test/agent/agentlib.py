@@ -233,3 +233,18 @@ def main(body):
         env.make_tls()
         env.gateway()
     run(Env(), setup, body)
+
+
+def workload_stubs(env):
+    """The Python gRPC stubs of bcd's src/agent/workload/workload.proto, made by
+    Debian's grpc_tools.protoc in env.dir/py (readable by every uid, for
+    clients run as another user); that directory."""
+    proto_dir = os.path.join(TOP, "src", "agent", "workload")
+    wkt = "/usr/lib/python3/dist-packages/grpc_tools/_proto"
+    out = os.path.join(env.dir, "py")
+    os.makedirs(out)
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", proto_dir, "-I", wkt,
+                    "--python_out", out, "--grpc_python_out", out, "workload.proto"], check=True)
+    os.chmod(env.dir, 0o755)
+    os.chmod(out, 0o755)
+    return out

@@ -33,9 +33,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agentlib  # noqa: E402
 import sessionlib as sl  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_DIR = os.path.join(HERE, "..", "..", "src", "agent", "workload")
-WKT = "/usr/lib/python3/dist-packages/grpc_tools/_proto"
 HDR = [("workload.spiffe.io", "true")]
 
 # A client for another executable (a copy of python): status code name of one FetchX509SVID.
@@ -54,14 +51,8 @@ except grpc.RpcError as e:
 
 
 def gen_stubs(env):
-    """The Python stubs of our workload.proto in env.dir/py; that directory."""
-    out = os.path.join(env.dir, "py")
-    os.makedirs(out)
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_DIR, "-I", WKT,
-                    "--python_out", out, "--grpc_python_out", out, "workload.proto"], check=True)
-    os.chmod(env.dir, 0o755)
-    os.chmod(out, 0o755)
-    return out
+    """The workload.proto stubs (agentlib.workload_stubs)."""
+    return agentlib.workload_stubs(env)
 
 
 def svid_checks(tap, svid, label):

@@ -62,9 +62,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agentlib  # noqa: E402
 import sessionlib as sl  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_DIR = os.path.join(HERE, "..", "..", "src", "agent", "workload")
-WKT = "/usr/lib/python3/dist-packages/grpc_tools/_proto"
 UNIFIED = "/sys/fs/cgroup/unified"
 ATTACK = os.environ.get("BCJ_WL_ATTACK", os.path.join(agentlib.TOP, "build/wl-attack"))
 ATTACK_COPY = []   # wl-attack copied where every uid may run it (body)
@@ -304,14 +301,8 @@ except grpc.RpcError as e:
 
 
 def gen_stubs(env):
-    """The Python stubs of workload.proto in env.dir/py (readable by every uid)."""
-    out = os.path.join(env.dir, "py")
-    os.makedirs(out)
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_DIR, "-I", WKT,
-                    "--python_out", out, "--grpc_python_out", out, "workload.proto"], check=True)
-    os.chmod(env.dir, 0o755)
-    os.chmod(out, 0o755)
-    return out
+    """The workload.proto stubs (agentlib.workload_stubs)."""
+    return agentlib.workload_stubs(env)
 
 
 def capture_request(env, py):

@@ -49,8 +49,6 @@ import agentlib  # noqa: E402
 import sessionlib as sl  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_DIR = os.path.join(HERE, "..", "..", "src", "agent", "workload")
-WKT = "/usr/lib/python3/dist-packages/grpc_tools/_proto"
 HDR = [("workload.spiffe.io", "true")]
 TD_ID = "spiffe://" + agentlib.TRUST_DOMAIN
 # The flood's connections: 16 calls at once on each (bcd's bound), the rest queued by the client.
@@ -82,13 +80,8 @@ def run_as(uid, py, wsock, *auds):
 
 
 def gen_stubs(env):
-    """The Python stubs of our workload.proto in env.dir/py; that directory."""
-    out = os.path.join(env.dir, "py")
-    os.makedirs(out)
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_DIR, "-I", WKT,
-                    "--python_out", out, "--grpc_python_out", out, "workload.proto"], check=True)
-    os.chmod(out, 0o755)
-    return out
+    """The workload.proto stubs (agentlib.workload_stubs)."""
+    return agentlib.workload_stubs(env)
 
 
 def call(grpc, fn, req, timeout=30):
