@@ -20,7 +20,22 @@
 # DIR/dbus-address (DBUS_SESSION_BUS_ADDRESS for them), DIR/root.pem and
 # DIR/issuer.pem (swtpm's EK CA: root and intermediate), DIR/port.
 set -euo pipefail
-free_port_cmd="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/pg-throwaway"
+
+# A port P with P and P+1 free, below the kernel's ephemeral range (what
+# tools/pg-throwaway free-port does; this script runs as the postgres OS user,
+# which may not reach the repository's tools/ when it lives under /root).
+free_pair() {
+  local eph_low p
+  read -r eph_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || eph_low=32768
+  for _ in $(seq 200); do
+    p=$((10000 + RANDOM % (eph_low - 10002)))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
+       ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 1))") 2>/dev/null; then
+      echo "$p"; return 0
+    fi
+  done
+  return 1
+}
 
 cmd="${1:-}"
 dir="${2:-}"
@@ -87,7 +102,7 @@ start() {
   cp "$dir/cfg/var/lib/swtpm-localca/issuercert.pem" "$dir/issuer.pem"
   trap 'stop' ERR
   for try in 1 2 3 4 5 6 7 8; do
-    port=$("$free_port_cmd" free-port 2)
+    port=$(free_pair)
     if swtpm_on "$port"; then
       break
     fi
