@@ -465,7 +465,7 @@ handle_credential(bcd_server *s, bcd_conn *c, json_t *req)
 					 "\"session\":S,\"context\":C (optional),\"dir\":DIR}, strings only");
 		return;
 	}
-	if (!bcd_selector_valid(session, 1) || !bcd_selector_valid(context, 0))
+	if (!bc_selector_valid(session, 1) || !bc_selector_valid(context, 0))
 	{
 		answer_error(s, c, BCD_CODE_BAD_REQUEST, "the session (1 to 128) and context (0 to 128) "
 					 "are made of A-Z a-z 0-9 . _ : - only");

@@ -123,13 +123,6 @@ struct bcd_wl_jwt_svids
 	char		refused_why[256];
 };
 
-/* Seconds of the monotonic clock. */
-static double
-now_mono(void)
-{
-	return (double) bcd_now_ms() / 1000.0;
-}
-
 /* Wipe and free a token. */
 static void
 token_free(char *t)
@@ -148,7 +141,7 @@ bcd_wl_jwt_svids_new(pthread_mutex_t *mu, struct bcd_server *server)
 		return NULL;
 	c->mu = mu;
 	c->server = server;
-	c->refused_logged = now_mono() - JWT_LOG_INTERVAL;
+	c->refused_logged = bcd_now_s() - JWT_LOG_INTERVAL;
 	return c;
 }
 
@@ -350,7 +343,7 @@ on_fetched(void *arg, const bcd_job *job)
 {
 	entry	   *e = arg;
 	bcd_wl_jwt_svids *c = e->c;
-	double		now = now_mono();
+	double		now = bcd_now_s();
 	char	   *token = job->code == BCD_CODE_OK && job->token != NULL && job->token_ttl > 0 ?
 		strdup(job->token) : NULL;
 	double		kept = (double) job->token_ttl / 2;
@@ -394,7 +387,7 @@ bcd_wl_jwt_svids_fetch(bcd_wl_jwt_svids *c, const bcd_peer *caller, const char *
 					   void *w, grpc_status_code *code, const char **spiffe_id,
 					   const char **token, char *msg, size_t msglen)
 {
-	double		now = now_mono();
+	double		now = bcd_now_s();
 	entry	   *e = entry_find(c, session, context, aud);
 	bcd_node_snapshot node;
 	bucket	   *b;
@@ -517,7 +510,7 @@ waiter_done(bcd_wl_jwt_svids *c, waiter *x)
 void
 bcd_wl_jwt_svids_answer(bcd_wl_jwt_svids *c, bcd_wl_jwt_answer_fn fn, void *arg)
 {
-	double		now = now_mono();
+	double		now = bcd_now_s();
 
 	for (entry *e = c->entries; e != NULL; e = e->next)
 	{

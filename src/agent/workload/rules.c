@@ -212,7 +212,7 @@ parse_target(rule *r, const char *t, char *err, size_t errlen)
 		}
 		strcpy(r->context, comma + 9);
 	}
-	if (!bcd_selector_valid(r->session, 1) || !bcd_selector_valid(r->context, 0))
+	if (!bc_selector_valid(r->session, 1) || !bc_selector_valid(r->context, 0))
 	{
 		snprintf(err, errlen, "the session (1 to 128) and context (0 to 128) are made of "
 				 "A-Z a-z 0-9 . _ : - only");

@@ -63,6 +63,7 @@
 #include "workload.pb-c.h"
 
 #include "bc_common.h"
+#include "core/clock.h"
 #include "core/local_socket.h"
 #include "core/log.h"
 #include "core/sessions.h"
@@ -236,39 +237,11 @@ struct bcd_workload
 	double		share_logged;	/* monotonic: the connections closed at once told last */
 };
 
-static double
-now_real(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double) ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double
-now_mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void
 tag_init(struct tag *t, enum tag_kind k, void *obj)
 {
 	t->kind = k;
 	t->obj = obj;
-}
-
-static void
-free_secret(unsigned char *p, size_t n)
-{
-	if (p != NULL)
-	{
-		OPENSSL_cleanse(p, n);
-		free(p);
-	}
 }
 
 /* ------------------------------------------------------------ identities */
@@ -339,7 +312,7 @@ on_provisioned(void *arg, const bcd_job *job)
 	unsigned char *key = NULL;
 	int			key_len = 0;
 	double		not_after = 0;
-	double		now = now_real();
+	double		now = bcd_now_real();
 	int			ok = job->code == BCD_CODE_OK;
 
 	if (ok)
@@ -371,7 +344,7 @@ on_provisioned(void *arg, const bcd_job *job)
 	if (ok)
 	{
 		free(id->chain);
-		free_secret(id->key, id->key_len);
+		bc_free_secret(id->key, id->key_len);
 		id->chain = chain;
 		id->chain_len = chain_len;
 		id->key = malloc((size_t) key_len);
@@ -506,7 +479,7 @@ rpc_free(bcd_workload *w, rpc *r)
 		}
 	stream_stop(r);
 	if (r->counted && --r->conn->calls == 0)
-		r->conn->idle_since = now_mono();
+		r->conn->idle_since = bcd_now_s();
 	if (r->call != NULL)
 		grpc_call_unref(r->call);
 	grpc_call_details_destroy(&r->details);
@@ -551,7 +524,7 @@ log_refusal(bcd_workload *w, const bcd_wl_caller *cl, const char *what, const ch
 {
 	char		who[BCD_PEER_EXE_MAX + BCD_PEER_UNIT_MAX + 96];
 
-	if (!bcd_wl_refusals_take(w->refusals, cl->peer.uid, now_mono()))
+	if (!bcd_wl_refusals_take(w->refusals, cl->peer.uid, bcd_now_s()))
 		return;
 	bcd_peer_describe(&cl->peer, who, sizeof(who));
 	bcd_log("workload api: %s by uid %ld gid %ld, %s: no identity (%s)", what,
@@ -988,12 +961,12 @@ on_request(bcd_workload *w, rpc *r, int ok)
 		case M_X509_SVID:
 			r->streaming = 1;
 			r->id->streams++;
-			serve_stream(w, r, now_real());
+			serve_stream(w, r, bcd_now_real());
 			break;
 		case M_X509_BUNDLES:
 		case M_JWT_BUNDLES:
 			r->streaming = 1;
-			serve_stream(w, r, now_real());
+			serve_stream(w, r, bcd_now_real());
 			break;
 		case M_JWT_SVID:
 			start_jwt_svid(w, r, (const JWTSVIDRequest *) req);
@@ -1251,7 +1224,7 @@ provision_due(bcd_workload *w, double now)
 static void
 reap(bcd_workload *w)
 {
-	double		now = now_mono();
+	double		now = bcd_now_s();
 	int			idle = 0;
 
 	for (conn *c = w->conns; c != NULL; c = c->next)
@@ -1335,16 +1308,16 @@ cq_main(void *arg)
 			handle_event(w, ev);
 			ev = grpc_completion_queue_next(w->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
 		}
-		now = now_real();
+		now = bcd_now_real();
 		jwt_take_done(w);
 		reap(w);
 		/* the connections closed at once, told once per interval */
 		if (pthread_mutex_trylock(&w->closed_mu) == 0)
 		{
-			tell_closed(w, now_mono());
+			tell_closed(w, bcd_now_s());
 			pthread_mutex_unlock(&w->closed_mu);
 		}
-		bcd_wl_refusals_tick(w->refusals, now_mono());
+		bcd_wl_refusals_tick(w->refusals, bcd_now_s());
 		provision_due(w, now);
 		for (rpc *r = w->rpcs; r != NULL; r = r->next)
 			serve_stream(w, r, now);
@@ -1448,7 +1421,7 @@ log_over_share(bcd_workload *w, uid_t uid, const char *why)
 	w->over_share++;
 	w->over_uid = uid;
 	w->over_why = why;
-	tell_closed(w, now_mono());
+	tell_closed(w, bcd_now_s());
 	pthread_mutex_unlock(&w->closed_mu);
 }
 
@@ -1529,7 +1502,7 @@ accept_one(void *arg, const bcd_wl_accepted *it)
 	grpc_server_start(c->server);
 	pthread_mutex_lock(&w->mu);
 	c->id = ++w->next_conn_id;
-	c->idle_since = now_mono();
+	c->idle_since = bcd_now_s();
 	/* gRPC owns fd from here (the creds are insecure: the only kind it takes) */
 	grpc_server_add_channel_from_fd(c->server, fd, w->creds);
 	c->next = w->conns;
@@ -1701,7 +1674,7 @@ bcd_workload_free(bcd_workload *w)
 	{
 		w->idents = id->next;
 		free(id->chain);
-		free_secret(id->key, id->key_len);
+		bc_free_secret(id->key, id->key_len);
 		free(id);
 	}
 	bcd_wl_rules_free(w->rules);
