@@ -1,7 +1,8 @@
 /*
  * job.c: the names of a provisioning's answer codes and outcomes (the
  * socket protocol's words, bc_protocol.h BC_SOCK_*; the metrics labels),
- * whether a caller may ask again, and the release of a job's result.
+ * whether a caller may ask again, a job's making, its references and the
+ * release of its result.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,6 +70,46 @@ bcd_job_clear_result(bcd_job *job)
 	job->key_len = 0;
 	job->chain_pem = NULL;
 	job->chain_len = 0;
+}
+
+/* A new job of kind for (session, context[, aud]) asked by caller, one reference held; NULL on OOM. */
+bcd_job *
+bcd_job_new(bcd_job_kind kind, const char *session, const char *context,
+			const bcd_audiences *aud, const bcd_peer *caller)
+{
+	bcd_job    *job = calloc(1, sizeof(*job));
+
+	if (job == NULL)
+		return NULL;
+	job->kind = kind;
+	if (kind == BCD_JOB_JWT_SVID && aud != NULL)
+		job->audience = *aud;
+	snprintf(job->session, sizeof(job->session), "%s", session);
+	snprintf(job->context, sizeof(job->context), "%s", context);
+	if (caller != NULL)
+		job->caller = *caller;
+	atomic_init(&job->refs, 1);
+	return job;
+}
+
+/* Another reference to a finished job (its result is read only from now on). */
+const bcd_job *
+bcd_job_hold(const bcd_job *job)
+{
+	atomic_fetch_add(&((bcd_job *) job)->refs, 1);
+	return job;
+}
+
+/* Drop a reference; the last one releases the result (the key and the token wiped) and the job. */
+void
+bcd_job_release(const bcd_job *job)
+{
+	bcd_job    *j = (bcd_job *) job;
+
+	if (j == NULL || atomic_fetch_sub(&j->refs, 1) != 1)
+		return;
+	bcd_job_clear_result(j);
+	free(j);
 }
 
 /* Set job's result to a failure: code, outcome and a message for the caller. */

@@ -1,6 +1,6 @@
 /*
  * provision.c: one provisioning of a session credential through POST
- * /v1/session (bc_join.issue_session), run by a worker of the socket server.
+ * /v1/session (bc_join.issue_session), run by a worker of the provisioner.
  *
  * A fresh P-256 key is generated for it, here and now (never in advance,
  * never kept spare), with its CSR; the request is proven by the node's

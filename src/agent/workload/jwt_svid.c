@@ -2,8 +2,8 @@
  * jwt_svid.c: the JWT-SVIDs bcd's FetchJWTSVID answers (docs/agent.md,
  * "JWT-SVIDs: caching, limits, errors"; docs/security.md).
  *
- * Fetching.  A JWT-SVID is a kind of provisioning of the socket server
- * (bcd_server_fetch_jwt; core/provision_jwt.c): queued in its FIFO, run by
+ * Fetching.  A JWT-SVID is a kind of provisioning of the provisioner
+ * (bcd_provisioner_ask; core/provision_jwt.c): queued in its FIFO, run by
  * its --max-provisioning workers and their HTTPS clients, so however many
  * calls come no thread and no gateway connection is added for them.
  *
@@ -33,7 +33,7 @@
  * most every JWT_LOG_INTERVAL seconds.
  *
  * Locking.  Every function runs under the Workload API's mutex; the
- * provisioning call-back (the socket server's I/O thread) takes it to store
+ * provisioning call-back (the provisioner's thread) takes it to store
  * a result, and the completion-queue thread answers the waiters on its next
  * tick (bcd_wl_jwt_svids_answer).
  */
@@ -45,7 +45,6 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/node_credential.h"
-#include "core/sessions.h"
 #include "workload/jwt_svid.h"
 
 /* Keys kept, fetches in flight, calls waiting (in all and of one uid), uids with a bucket. */
@@ -109,7 +108,7 @@ typedef struct bucket
 struct bcd_wl_jwt_svids
 {
 	pthread_mutex_t *mu;
-	struct bcd_server *server;
+	bcd_provisioner *prov;
 	entry	   *entries;
 	int			n_entries;
 	int			n_fetches;
@@ -131,16 +130,16 @@ token_free(char *t)
 		bc_free_secret(t, strlen(t));
 }
 
-/* The JWT-SVIDs of a Workload API whose mutex is mu, fetched by server's workers. */
+/* The JWT-SVIDs of a Workload API whose mutex is mu, fetched by prov's workers. */
 bcd_wl_jwt_svids *
-bcd_wl_jwt_svids_new(pthread_mutex_t *mu, struct bcd_server *server)
+bcd_wl_jwt_svids_new(pthread_mutex_t *mu, bcd_provisioner *prov)
 {
 	bcd_wl_jwt_svids *c = calloc(1, sizeof(*c));
 
 	if (c == NULL)
 		return NULL;
 	c->mu = mu;
-	c->server = server;
+	c->prov = prov;
 	c->refused_logged = bcd_now_s() - JWT_LOG_INTERVAL;
 	return c;
 }
@@ -337,7 +336,7 @@ answer_token(const entry *e, double now, int fresh, const char *want_id,
 	return 1;
 }
 
-/* A fetch has ended (the socket server's I/O thread): keep its JWT-SVID or its failure. */
+/* A fetch has ended (the provisioner's thread): keep its JWT-SVID or its failure. */
 static void
 on_fetched(void *arg, const bcd_job *job)
 {
@@ -403,7 +402,7 @@ bcd_wl_jwt_svids_fetch(bcd_wl_jwt_svids *c, const bcd_peer *caller, const char *
 	}
 	if (e != NULL && e->token != NULL)
 	{
-		bcd_server_node_take(c->server, &node);
+		bcd_provisioner_node_take(c->prov, &node);
 		if (!of_node(e->spiffe_id, &node))
 		{
 			token_free(e->token);
@@ -465,7 +464,8 @@ bcd_wl_jwt_svids_fetch(bcd_wl_jwt_svids *c, const bcd_peer *caller, const char *
 			return 0;
 		}
 		e->last_used = now;
-		if (bcd_server_fetch_jwt(c->server, session, context, aud, caller, on_fetched, e) != BC_OK)
+		if (bcd_provisioner_ask(c->prov, BCD_JOB_JWT_SVID, session, context, aud, caller,
+								on_fetched, e) != BC_OK)
 		{
 			exhausted(c, caller->uid, now, code, msg, msglen, "out of memory");
 			return 0;

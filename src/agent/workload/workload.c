@@ -18,17 +18,17 @@
  * true" (else INVALID_ARGUMENT); its caller must match a --workload-rule
  * (else PERMISSION_DENIED: no identity issued), which names the session and
  * context of its identity.  An identity's X509-SVID is a session credential
- * provisioned through the socket server (bcd_server_provision: coalesced
+ * provisioned through the provisioner (bcd_provisioner_ask: coalesced
  * with the hooks' requests, at most one in flight per (session, context)),
  * kept while streams want it, provisioned again at half of its remaining
  * life and pushed on every open stream; while the gateway is down the last
  * one is still served until it expires, and the provisioning is retried
  * with a backoff (1 s doubling to 30 s).  A FetchJWTSVID's JWT-SVID is a
- * provisioning of the socket server too, coalesced, cached for half its
+ * provisioning of the provisioner too, coalesced, cached for half its
  * life and rate-limited per uid by jwt_svid.c.
  *
  * Locking.  One mutex (w->mu) guards the connections, calls and
- * identities; the provisioning call-back (the socket server's I/O thread)
+ * identities; the provisioning call-back (the provisioner's thread)
  * takes it too.  No grpc_* call made under it calls back into this file:
  * completions only come out of the completion queue.
  */
@@ -66,7 +66,6 @@
 #include "core/clock.h"
 #include "core/local_socket.h"
 #include "core/log.h"
-#include "core/sessions.h"
 #include "workload/accept.h"
 #include "workload/attest.h"
 #include "workload/jwt.h"
@@ -213,7 +212,7 @@ struct bcd_workload
 	bcd_wl_acceptor *acceptor;	/* its accept threads and connection thread (accept.c) */
 	pthread_t	cq_thread;
 	int			running;
-	struct bcd_server *server;
+	bcd_provisioner *prov;
 	const bcd_service_keys *keys;
 	bcd_wl_rules *rules;
 	bcd_wl_jwt *jwt;
@@ -296,7 +295,7 @@ asn1_time_real(const ASN1_TIME *t)
 }
 
 /*
- * A provisioning is done (the socket server's I/O thread): take its key and
+ * A provisioning is done (the provisioner's thread): take its key and
  * chain as the identity's new SVID, or schedule a retry.
  */
 static void
@@ -1211,8 +1210,8 @@ provision_due(bcd_workload *w, double now)
 		if (id->gen != 0 && now < id->renew_at)
 			continue;
 		id->in_flight = 1;
-		if (bcd_server_provision(w->server, id->session, id->context, &id->caller,
-								 on_provisioned, id) != BC_OK)
+		if (bcd_provisioner_ask(w->prov, BCD_JOB_SESSION, id->session, id->context, NULL,
+								&id->caller, on_provisioned, id) != BC_OK)
 		{
 			id->in_flight = 0;
 			id->next_try = now + RETRY_MIN;
@@ -1532,7 +1531,7 @@ default_path(const char *socket_path)
 
 int
 bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const char *socket_path,
-				   const char *runtime_dir, int rtfd, struct bcd_server *server,
+				   const char *runtime_dir, int rtfd, bcd_provisioner *prov,
 				   bcd_workload **out, char *err, size_t errlen)
 {
 	bcd_workload *w = calloc(1, sizeof(*w));
@@ -1548,7 +1547,7 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_mutex_init(&w->closed_mu, NULL);
 	w->sock.fd = w->sock.dirfd = -1;
-	w->server = server;
+	w->prov = prov;
 	w->keys = keys;
 	w->refusals = bcd_wl_refusals_new();
 	w->idle_logged = w->share_logged = -BCD_WL_REFUSALS_INTERVAL;
@@ -1556,7 +1555,7 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	if (w->rules == NULL)
 		goto fail;
 	w->jwt = bcd_wl_jwt_new(o->service_keys);
-	w->jwt_svids = bcd_wl_jwt_svids_new(&w->mu, server);
+	w->jwt_svids = bcd_wl_jwt_svids_new(&w->mu, prov);
 	if (w->jwt == NULL || w->jwt_svids == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
