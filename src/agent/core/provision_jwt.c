@@ -2,7 +2,7 @@
  * provision_jwt.c: one provisioning of a JWT-SVID through POST
  * /v1/jwt-svid (bc_join.issue_jwt_svid), run by a worker of the
  * provisioner exactly as a session credential is (workers.c): the Workload
- * API asks for it (workload/jwt_svid.c), coalesced by (session, context,
+ * API asks for it (workload/jwt_svids.c), coalesced by (session, context,
  * audiences) with every other caller of that key (provisioner.c).
  *
  * The request is {"proof": JWS by the node key over {purpose "jwt-svid",

@@ -30,7 +30,7 @@
 #include "bc_protocol.h"
 #include "core/delivery.h"
 #include "core/log.h"
-#include "workload/workload.h"
+#include "workload/rules.h"
 
 typedef enum sel_kind
 {

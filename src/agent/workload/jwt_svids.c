@@ -1,5 +1,5 @@
 /*
- * jwt_svid.c: the JWT-SVIDs bcd's FetchJWTSVID answers (docs/agent.md,
+ * jwt_svids.c: the JWT-SVIDs bcd's FetchJWTSVID answers (docs/agent.md,
  * "JWT-SVIDs: caching, limits, errors"; docs/security.md).
  *
  * Fetching.  A JWT-SVID is a kind of provisioning of the provisioner
@@ -45,7 +45,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/node_credential.h"
-#include "workload/jwt_svid.h"
+#include "workload/jwt_svids.h"
 
 /* Keys kept, fetches in flight, calls waiting (in all and of one uid), uids with a bucket. */
 #define JWT_ENTRIES_MAX 1024
@@ -379,7 +379,7 @@ on_fetched(void *arg, const bcd_job *job)
 				job->context, job->spiffe_id, job->audience.n, kept, job->token_ttl);
 }
 
-/* FetchJWTSVID: answered now from the cache (or refused), or kept waiting for a fetch (jwt_svid.h). */
+/* FetchJWTSVID: answered now from the cache (or refused), or kept waiting for a fetch (jwt_svids.h). */
 int
 bcd_wl_jwt_svids_fetch(bcd_wl_jwt_svids *c, const bcd_peer *caller, const char *session,
 					   const char *context, const bcd_audiences *aud, const char *want_id,

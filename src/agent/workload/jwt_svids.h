@@ -1,5 +1,5 @@
 /*
- * jwt_svid.h: the JWT-SVIDs FetchJWTSVID answers (jwt_svid.c), bounded:
+ * jwt_svids.h: the JWT-SVIDs FetchJWTSVID answers (jwt_svids.c), bounded:
  * fetched as provisionings of the provisioner (its queue and
  * --max-provisioning workers, bcd_provisioner_ask), one fetch per
  * (session, context, audiences) at a time with every caller of that key
@@ -7,8 +7,8 @@
  * uid for the fetches it starts, and RESOURCE_EXHAUSTED past any bound.
  * Every function is called with the Workload API's mutex held.
  */
-#ifndef BCD_WL_JWT_SVID_H
-#define BCD_WL_JWT_SVID_H
+#ifndef BCD_WL_JWT_SVIDS_H
+#define BCD_WL_JWT_SVIDS_H
 
 #include <pthread.h>
 #include <stddef.h>
@@ -49,4 +49,4 @@ void		bcd_wl_jwt_svids_answer(bcd_wl_jwt_svids *c, bcd_wl_jwt_answer_fn fn, void
 /* Stopping: answer every waiter UNAVAILABLE now; later fetches answer no one. */
 void		bcd_wl_jwt_svids_drain(bcd_wl_jwt_svids *c, bcd_wl_jwt_answer_fn fn, void *arg);
 
-#endif							/* BCD_WL_JWT_SVID_H */
+#endif							/* BCD_WL_JWT_SVIDS_H */
