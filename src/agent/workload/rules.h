@@ -24,8 +24,27 @@ typedef struct bcd_wl_caller
 
 typedef struct bcd_wl_rules bcd_wl_rules;
 
-/* Parse the rules; NULL with err (a bad rule, or two with the same selectors and targets apart). */
+/*
+ * Parse the rules for bcd's own user namespace (its unmapped ids read from
+ * /proc): NULL with err (a bad rule, or two with the same selectors and
+ * targets apart).
+ */
 bcd_wl_rules *bcd_wl_rules_parse(const char *const *rules, int n, char *err, size_t errlen);
+/*
+ * The same for a user namespace whose unmapped ids show as overflow_uid
+ * and overflow_gid (ULONG_MAX: every id is mapped), which uid: and gid:
+ * never match.
+ */
+bcd_wl_rules *bcd_wl_rules_parse_ns(const char *const *rules, int n, unsigned long overflow_uid,
+									unsigned long overflow_gid, char *err, size_t errlen);
+/*
+ * The id a user namespace shows for the ids it does not map: map is the
+ * start of its uid_map (or gid_map) text, NULL when unreadable (no user
+ * namespaces: ULONG_MAX); overflow the text of the kernel's overflowuid
+ * (or gid), NULL when unreadable (65534).  ULONG_MAX when every id is
+ * mapped ("0 0 4294967295", alone).
+ */
+unsigned long bcd_wl_overflow_id(const char *map, const char *overflow);
 void		bcd_wl_rules_free(bcd_wl_rules *r);
 /*
  * The (session, context) of caller: 1 with them and *bind (BCD_WL_RULE_*:
