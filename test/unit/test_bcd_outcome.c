@@ -102,10 +102,10 @@ test_codes_on_the_wire(void **state)
 	assert_string_equal(bcd_code_name(BCD_CODE_BAD_DIR), "bad-dir");
 	assert_string_equal(bcd_code_name((bcd_code) 99), BC_SOCK_FAILED);
 	assert_int_equal(bcd_code_retryable((bcd_code) 99), 0);
-	/* the metrics' outcome labels */
-	assert_string_equal(bcd_outcome_name(BCD_OUTCOME_ISSUED), "issued");
-	assert_string_equal(bcd_outcome_name(BCD_OUTCOME_UNAVAILABLE), "unavailable");
-	assert_string_equal(bcd_outcome_name((bcd_outcome) 99), "failed");
+	/* the results' labels in the metrics (outcome="...") */
+	assert_string_equal(bcd_job_result_name(BCD_RESULT_ISSUED), "issued");
+	assert_string_equal(bcd_job_result_name(BCD_RESULT_UNAVAILABLE), "unavailable");
+	assert_string_equal(bcd_job_result_name((bcd_job_result) 99), "failed");
 }
 
 int

@@ -1,5 +1,5 @@
 /*
- * job.c: the names of a provisioning's answer codes and outcomes (the
+ * job.c: the names of a provisioning's answer codes and results (the
  * socket protocol's words, bc_protocol.h BC_SOCK_*; the metrics labels),
  * whether a caller may ask again, a job's making, its references and the
  * release of its result.
@@ -29,8 +29,8 @@ static const struct
 	{BC_SOCK_FAILED, 0},
 };
 
-/* The provisioning outcomes, in bcd_outcome order. */
-static const char *const outcomes[BCD_OUTCOME_COUNT] = {
+/* The provisioning results (the metrics' outcome labels), in bcd_job_result order. */
+static const char *const results[BCD_RESULT_COUNT] = {
 	"issued", "refused", "unavailable", "failed"
 };
 
@@ -48,11 +48,11 @@ bcd_code_retryable(bcd_code code)
 	return code < BCD_CODE_COUNT && codes[code].retryable;
 }
 
-/* The metrics label of a provisioning outcome. */
+/* The metrics' outcome label of a provisioning's result. */
 const char *
-bcd_outcome_name(bcd_outcome outcome)
+bcd_job_result_name(bcd_job_result result)
 {
-	return outcome < BCD_OUTCOME_COUNT ? outcomes[outcome] : "failed";
+	return result < BCD_RESULT_COUNT ? results[result] : "failed";
 }
 
 /* Release a job's result (the key and the token are wiped). */
@@ -112,14 +112,14 @@ bcd_job_release(const bcd_job *job)
 	free(j);
 }
 
-/* Set job's result to a failure: code, outcome and a message for the caller. */
+/* Set job's result to a failure: code, result and a message for the caller. */
 void
-bcd_job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
+bcd_job_fail(bcd_job *job, bcd_code code, bcd_job_result result, const char *fmt,...)
 {
 	va_list		ap;
 
 	job->code = code;
-	job->outcome = outcome;
+	job->result = result;
 	va_start(ap, fmt);
 	vsnprintf(job->message, sizeof(job->message), fmt, ap);
 	va_end(ap);

@@ -1,6 +1,6 @@
 /*
  * job.h: one provisioning (bcd_job) of a session credential or of a
- * JWT-SVID, its answer code and outcome, and the numbers published about
+ * JWT-SVID, its answer code and result, and the numbers published about
  * them (bcd_counters): the types the provisioner (provisioner.c), its
  * workers, provision.c, provision_jwt.c, its clients (the hooks' socket
  * server, the Workload API), delivery.c and metrics.c share.  A plain type
@@ -30,15 +30,18 @@ typedef enum bcd_code
 	BCD_CODE_COUNT
 } bcd_code;
 
-/* How one provisioning (one POST /v1/session) ended, for the metrics. */
-typedef enum bcd_outcome
+/*
+ * How one provisioning (one POST /v1/session or /v1/jwt-svid) ended: the
+ * metrics' outcome label (the process's outcomes are bcd_rc, outcome.h).
+ */
+typedef enum bcd_job_result
 {
-	BCD_OUTCOME_ISSUED = 0,
-	BCD_OUTCOME_REFUSED,
-	BCD_OUTCOME_UNAVAILABLE,
-	BCD_OUTCOME_FAILED,
-	BCD_OUTCOME_COUNT
-} bcd_outcome;
+	BCD_RESULT_ISSUED = 0,
+	BCD_RESULT_REFUSED,
+	BCD_RESULT_UNAVAILABLE,
+	BCD_RESULT_FAILED,
+	BCD_RESULT_COUNT
+} bcd_job_result;
 
 /*
  * What a provisioning makes.  Both kinds are keyed, queued, coalesced and
@@ -64,7 +67,7 @@ typedef struct bcd_audiences
 /* job.c */
 const char *bcd_code_name(bcd_code code);
 int			bcd_code_retryable(bcd_code code);
-const char *bcd_outcome_name(bcd_outcome outcome);
+const char *bcd_job_result_name(bcd_job_result result);
 
 struct bcd_job;
 
@@ -99,7 +102,7 @@ typedef struct bcd_job
 	struct bcd_job *qnext;		/* in the provisioner's queue, the workers' queue or done list */
 	/* the result, written by the worker that ran it */
 	bcd_code	code;
-	bcd_outcome outcome;
+	bcd_job_result result;	/* how it ended, for the metrics */
 	char		message[512];
 	char	   *key_pem;		/* secret: bc_free_secret */
 	size_t		key_len;
@@ -121,8 +124,8 @@ const bcd_job *bcd_job_hold(const bcd_job *job);
 void		bcd_job_release(const bcd_job *job);
 /* Release a job's result (the key and the token are wiped; job.c). */
 void		bcd_job_clear_result(bcd_job *job);
-/* Set job's result to a failure: code, outcome and a message for the caller (job.c). */
-void		bcd_job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
+/* Set job's result to a failure: code, result and a message for the caller (job.c). */
+void		bcd_job_fail(bcd_job *job, bcd_code code, bcd_job_result result, const char *fmt,...)
 			__attribute__((format(printf, 4, 5)));
 
 /*
@@ -137,8 +140,8 @@ typedef struct bcd_counters
 	long		max_provisioning;
 	long		max_queue;
 	unsigned long answers[BCD_CODE_COUNT];
-	unsigned long provisionings[BCD_OUTCOME_COUNT];	/* session credentials */
-	unsigned long jwt_fetches[BCD_OUTCOME_COUNT];	/* JWT-SVIDs */
+	unsigned long provisionings[BCD_RESULT_COUNT];	/* session credentials */
+	unsigned long jwt_fetches[BCD_RESULT_COUNT];	/* JWT-SVIDs */
 } bcd_counters;
 
 #endif							/* BCD_JOB_H */

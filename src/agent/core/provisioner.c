@@ -141,10 +141,10 @@ complete(bcd_provisioner *p, bcd_job *job)
 	pthread_mutex_lock(&p->mu);
 	p->counters.in_flight--;
 	counted = job->kind == BCD_JOB_JWT_SVID ? p->counters.jwt_fetches : p->counters.provisionings;
-	if (job->outcome < BCD_OUTCOME_COUNT)
-		counted[job->outcome]++;
+	if (job->result < BCD_RESULT_COUNT)
+		counted[job->result]++;
 	if (job->dispatched > 1)
-		counted[BCD_OUTCOME_REFUSED] += (unsigned long) (job->dispatched - 1);
+		counted[BCD_RESULT_REFUSED] += (unsigned long) (job->dispatched - 1);
 	unlink_job(p, job);
 	dispatch(p);
 	pthread_mutex_unlock(&p->mu);
@@ -241,7 +241,7 @@ failed_job(bcd_job_kind kind, const char *session, const char *context,
 	bcd_job    *job = bcd_job_new(kind, session, context, aud, NULL);
 
 	if (job != NULL)
-		bcd_job_fail(job, code, BCD_OUTCOME_FAILED, "%s", message);
+		bcd_job_fail(job, code, BCD_RESULT_FAILED, "%s", message);
 	return job;
 }
 
@@ -385,7 +385,7 @@ bcd_provisioner_stop(bcd_provisioner *p)
 	{
 		next = jobs->next;
 		bcd_job_clear_result(jobs);
-		bcd_job_fail(jobs, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_FAILED, "bcd is stopping");
+		bcd_job_fail(jobs, BCD_CODE_UNAVAILABLE, BCD_RESULT_FAILED, "bcd is stopping");
 		call_back(jobs);
 	}
 }

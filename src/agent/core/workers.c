@@ -79,7 +79,7 @@ run_job(bcd_workers *w, bcd_http *http, bcd_job *job)
 	unsigned long generation;
 
 	bcd_node_take(w->node, &node);
-	job->outcome = BCD_OUTCOME_COUNT;
+	job->result = BCD_RESULT_COUNT;
 	if (!bcd_node_usable(&node))
 	{
 		job->code = BCD_CODE_NO_NODE_CREDENTIAL;
