@@ -261,9 +261,11 @@ start_services(bcd_agent *a, bcd_services *svc)
 }
 
 /*
- * Stop what the daemon serves, clients first (nothing asked of the
- * provisioner after), then the provisioner (every client still waiting
- * called back), then free them all.
+ * Stop what the daemon serves: the Workload API's threads, the
+ * provisioner's workers (a request in flight aborted, its caller answered),
+ * the hooks' I/O thread (the hooks still waiting answered unavailable);
+ * nothing is asked of the provisioner after that: then its thread (every
+ * client still waiting called back), then free them all.
  */
 static void
 stop_services(bcd_agent *a, bcd_services *svc)
@@ -272,6 +274,7 @@ stop_services(bcd_agent *a, bcd_services *svc)
 		return;
 	bcd_stop_now();
 	bcd_workload_stop(svc->workload);
+	bcd_provisioner_stop_workers(a->provisioner);
 	bcd_hook_server_stop(svc->hooks);
 	bcd_provisioner_stop(a->provisioner);
 	bcd_workload_free(svc->workload);

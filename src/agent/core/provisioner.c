@@ -345,6 +345,14 @@ bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 	return BC_OK;
 }
 
+/* Stop the workers (an HTTPS request in flight aborted); the thread calls back what they finished. */
+void
+bcd_provisioner_stop_workers(bcd_provisioner *p)
+{
+	if (p != NULL)
+		bcd_workers_stop(p->workers);
+}
+
 /*
  * Stop: the workers (an HTTPS request in flight aborted), then the thread;
  * every provisioning not called back yet (queued, running, or done and not

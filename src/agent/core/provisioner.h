@@ -31,9 +31,14 @@ bcd_provisioner *bcd_provisioner_new(const bcd_run_opts *o, const bcd_service_ke
 /* Start its workers (one HTTPS client each) and its thread: BC_OK, or an error in err. */
 int			bcd_provisioner_start(bcd_provisioner *p, char *err, size_t errlen);
 /*
- * Stop (bcd_stop_now first aborts a request in flight): the workers, then
- * its thread; every client still waiting is called back, unavailable (bcd
- * is stopping).  No call back after this; an ask is refused.
+ * Stop the workers (bcd_stop_now first aborts a request in flight); what
+ * they finished is still called back by the provisioner's thread.
+ */
+void		bcd_provisioner_stop_workers(bcd_provisioner *p);
+/*
+ * Stop: the workers, then its thread; every client still waiting is called
+ * back, unavailable (bcd is stopping).  No call back after this; an ask is
+ * refused.
  */
 void		bcd_provisioner_stop(bcd_provisioner *p);
 /* Free it (stopped first). */
