@@ -34,6 +34,18 @@ static const char *const results[BCD_RESULT_COUNT] = {
 	"issued", "refused", "unavailable", "failed"
 };
 
+/* 1 when a and b are the same audiences in the same order. */
+int
+bcd_audiences_equal(const bcd_audiences *a, const bcd_audiences *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (int i = 0; i < a->n; i++)
+		if (strcmp(a->v[i], b->v[i]) != 0)
+			return 0;
+	return 1;
+}
+
 /* The protocol name of an answer code. */
 const char *
 bcd_code_name(bcd_code code)

@@ -65,6 +65,8 @@ typedef struct bcd_audiences
 } bcd_audiences;
 
 /* job.c */
+/* 1 when a and b are the same audiences in the same order (both sorted: the same set). */
+int			bcd_audiences_equal(const bcd_audiences *a, const bcd_audiences *b);
 const char *bcd_code_name(bcd_code code);
 int			bcd_code_retryable(bcd_code code);
 const char *bcd_job_result_name(bcd_job_result result);

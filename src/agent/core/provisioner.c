@@ -245,18 +245,6 @@ failed_job(bcd_job_kind kind, const char *session, const char *context,
 	return job;
 }
 
-/* 1 when a and b are the same audiences in the same order. */
-static int
-same_audiences(const bcd_audiences *a, const bcd_audiences *b)
-{
-	if (a->n != b->n)
-		return 0;
-	for (int i = 0; i < a->n; i++)
-		if (strcmp(a->v[i], b->v[i]) != 0)
-			return 0;
-	return 1;
-}
-
 /*
  * The provisioning of kind for (session, context[, aud]): found, or created
  * and queued for caller; NULL on OOM (under mu).
@@ -270,7 +258,7 @@ find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const 
 	for (job = p->jobs; job != NULL; job = job->next)
 		if (job->kind == kind && strcmp(job->session, session) == 0 &&
 			strcmp(job->context, context) == 0 &&
-			(kind != BCD_JOB_JWT_SVID || same_audiences(&job->audience, aud)))
+			(kind != BCD_JOB_JWT_SVID || bcd_audiences_equal(&job->audience, aud)))
 			return job;
 	job = bcd_job_new(kind, session, context, aud, caller);
 	if (job == NULL)

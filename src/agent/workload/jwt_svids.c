@@ -176,18 +176,6 @@ bcd_wl_jwt_svids_free(bcd_wl_jwt_svids *c)
 	free(c);
 }
 
-/* 1 when a and b are the same sorted audiences. */
-static int
-same_aud(const bcd_audiences *a, const bcd_audiences *b)
-{
-	if (a->n != b->n)
-		return 0;
-	for (int i = 0; i < a->n; i++)
-		if (strcmp(a->v[i], b->v[i]) != 0)
-			return 0;
-	return 1;
-}
-
 /* The entry of (session, context, aud), or NULL. */
 static entry *
 entry_find(bcd_wl_jwt_svids *c, const char *session, const char *context,
@@ -195,7 +183,7 @@ entry_find(bcd_wl_jwt_svids *c, const char *session, const char *context,
 {
 	for (entry *e = c->entries; e != NULL; e = e->next)
 		if (strcmp(e->session, session) == 0 && strcmp(e->context, context) == 0 &&
-			same_aud(&e->aud, aud))
+			bcd_audiences_equal(&e->aud, aud))
 			return e;
 	return NULL;
 }
