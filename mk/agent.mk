@@ -5,6 +5,11 @@
 #
 #   make agent-test   build/asan/bcd (ASan + UBSan), the gateway, then the
 #                     TAP scripts test/agent/*.t through prove
+#
+# bcd's cmocka unit tests (test/unit/test_bcd_*.c: the Workload API's rule
+# matcher, the exit statuses, the back-off, the refusals' summary) are part
+# of make unit and make unit-asan (mk/host.mk); they link the agent's
+# objects they test (BCD_UNIT_SRCS), built with BC_TEST_BUILD.
 
 AGENT_TESTS = $(sort $(wildcard test/agent/*.t))
 
@@ -17,6 +22,29 @@ build/bcd build/asan/bcd: HOST_LIBS += -lcurl -lm $(shell pkg-config --libs libs
 # node key lives in the TPM through Debian's tpm2-openssl provider (loaded at
 # run time, nothing to link).
 build/bcd build/asan/bcd: HOST_LIBS += $(shell pkg-config --libs tss2-esys tss2-tctildr tss2-rc)
+
+# The agent's files the unit tests reach, and what they link.
+BCD_UNIT_NAMES     = $(basename $(notdir $(wildcard test/unit/test_bcd_*.c)))
+BCD_UNIT_SRCS      = src/agent/core/backoff.c src/agent/core/clock.c src/agent/core/job.c \
+	src/agent/core/log.c src/agent/core/outcome.c src/agent/core/peer.c \
+	src/agent/workload/refusals.c src/agent/workload/rules.c
+BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lm -pthread
+BCD_TEST_OBJS      = $(BCD_UNIT_SRCS:%.c=build/testobj/%.o)
+BCD_ASAN_TEST_OBJS = $(BCD_UNIT_SRCS:%.c=build/asan/testobj/%.o)
+
+$(BCD_TEST_OBJS) $(BCD_ASAN_TEST_OBJS) $(BCD_UNIT_NAMES:%=build/testobj/test/unit/%.o) \
+	$(BCD_UNIT_NAMES:%=build/asan/testobj/test/unit/%.o): HOST_CPPFLAGS += -Isrc/agent
+
+# Static pattern rules: they take these binaries from mk/host.mk's build/unit/%.
+$(BCD_UNIT_NAMES:%=build/unit/%): build/unit/%: build/testobj/test/unit/%.o $(BCD_TEST_OBJS) \
+	$(HOST_TEST_COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_TEST_LIBS) $(HOST_LIBS) $(BCD_UNIT_LIBS)
+
+$(BCD_UNIT_NAMES:%=build/asan/unit/%): build/asan/unit/%: build/asan/testobj/test/unit/%.o \
+	$(BCD_ASAN_TEST_OBJS) $(HOST_ASAN_TEST_COMMON_OBJS)
+	@mkdir -p $(dir $@)
+	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(HOST_TEST_LIBS) $(HOST_LIBS) $(BCD_UNIT_LIBS)
 
 # tpm-check (test/tools/tpm-check.c): what bcd's tpm producer makes, checked
 # with the common library's TPM checks, for test/agent/tpm.t.

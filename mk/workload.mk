@@ -19,8 +19,11 @@ $(WL_GEN_SRCS) $(WL_GEN_HDRS) &: $(WL_PROTO) mk/workload.mk
 	@mkdir -p $(WL_GEN_DIR)
 	protoc-c -Isrc/agent/workload -I$(WL_WKT) --c_out=$(WL_GEN_DIR) workload.proto google/protobuf/struct.proto
 
-WL_OBJS      = $(filter %/src/agent/workload/workload.o %/src/agent/workload/rules.o %/src/agent/workload/jwt.o,\
-	$(HOST_AGENT_OBJS) $(HOST_ASAN_AGENT_OBJS) $(HOST_AGENT_SRCS:%.c=build/fuzz/obj/%.o))
+# every object of src/agent/workload/ (internal.h includes the messages)
+WL_SRCS      = $(filter src/agent/workload/%,$(HOST_AGENT_SRCS))
+WL_OBJS      = $(WL_SRCS:%.c=build/obj/%.o) $(WL_SRCS:%.c=build/asan/obj/%.o) \
+	$(WL_SRCS:%.c=build/fuzz/obj/%.o) $(WL_SRCS:%.c=build/testobj/%.o) \
+	$(WL_SRCS:%.c=build/asan/testobj/%.o)
 # generated code: its own flags (not -Werror), unless HOST_CFLAGS comes from the
 # command line (debian/rules); protoc-c 1.4.1's output is clean under -Wall -Wextra -Werror
 WL_GEN_OBJS  = $(WL_GEN_SRCS:%.c=build/obj/%.o)

@@ -1,15 +1,16 @@
 /*
  * fuzz_discovery_req.c: the request line a ramdisk (anyone on the
  * provisioning network) sends bcd serve-discovery, parsed by
- * bcd_discovery_parse_request (core/discovery.c).  Accepted means: a
- * verifying CSR and a valid MAC came out; refused leaves nothing to free.
+ * bcd_discovery_parse_request (core/discovery_assertion.c).  Accepted
+ * means: a verifying CSR and a valid MAC came out; refused leaves nothing
+ * to free.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bc_common.h"
 #include "bc_protocol.h"
-#include "core/discovery.h"
+#include "core/discovery_assertion.h"
 #include "fuzz_common.h"
 
 int

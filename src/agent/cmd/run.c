@@ -17,7 +17,7 @@
 #include "core/daemon.h"
 #include "core/join_request.h"
 #include "core/linger.h"
-#include "workload/workload.h"
+#include "workload/rules.h"
 
 /* Bounds of --max-retry-after, in seconds. */
 #define MAX_RETRY_AFTER_MAX 86400L

@@ -2,7 +2,7 @@
  * serve_discovery.c: `bcd serve-discovery`, the site agent's endpoint on the
  * provisioning network for PXE-booted ramdisks (bcd ramdisk): its command
  * line.  The server itself, its bounds and its deadlines are
- * core/site_server.c's; core/discovery.h has the protocol.
+ * core/site_server.c's; core/discovery_assertion.h has the protocol.
  */
 #include <getopt.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 
 #include "bc_common.h"
 #include "cmd/cmd.h"
-#include "core/discovery.h"
+#include "core/discovery_assertion.h"
 #include "core/fileio.h"
 #include "core/service_keys.h"
 #include "core/store.h"

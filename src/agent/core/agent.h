@@ -2,8 +2,8 @@
  * agent.h: what bcd run's parts share once its command line is read: the
  * options (bcd_run_opts, with the command handlers) and the state the join
  * loop, renewal and the command poll share (bcd_agent).  A plain type
- * header: the orchestrators (daemon.h, join_loop.h, sessions.h) include it,
- * never the other way round.
+ * header: the orchestrators (daemon.h, join_loop.h, sessions.h,
+ * provisioner.h) include it, never the other way round.
  */
 #ifndef BCD_AGENT_H
 #define BCD_AGENT_H
@@ -49,7 +49,7 @@ typedef struct bcd_run_opts
 	int			allow_linger;	/* --allow-linger: warn, do not refuse */
 	int			renew_now;
 	int			renew_cmd;		/* invoked as `bcd renew` */
-	/* the local socket (sessions.c), bcd run without --once only */
+	/* the hooks' socket (sessions.c) and the provisioner (provisioner.c), bcd run without --once only */
 	const char *socket;			/* --socket PATH, or NULL for the default */
 	const char *metrics_file;	/* --metrics-file PATH, or NULL */
 	long		max_provisioning;
@@ -71,8 +71,8 @@ typedef struct bcd_run_opts
 	int			memory_only;
 } bcd_run_opts;
 
-/* The socket server of bcd run (sessions.h). */
-struct bcd_server;
+/* The provisioner of bcd run (provisioner.h). */
+struct bcd_provisioner;
 
 /* The daemon's state shared by the join loop and renewal. */
 typedef struct bcd_agent
@@ -81,7 +81,8 @@ typedef struct bcd_agent
 	bcd_service_keys keys;
 	bcd_http   *http;
 	bcd_backoff backoff;
-	struct bcd_server *server;	/* NULL with --once and for bcd renew */
+	struct bcd_provisioner *provisioner;	/* the node credential published to it; NULL with
+											 * --once, for bcd renew and bcd ramdisk */
 } bcd_agent;
 
 #endif							/* BCD_AGENT_H */

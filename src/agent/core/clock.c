@@ -1,6 +1,6 @@
 /*
- * clock.c: the agent's one monotonic clock (clock.h): clock_gettime in
- * milliseconds; every deadline and wait of bcd is measured on it.
+ * clock.c: the agent's clocks (clock.h): clock_gettime, monotonic for every
+ * deadline and wait of bcd, real-time for certificates' times.
  */
 #include <stdint.h>
 #include <time.h>
@@ -15,4 +15,24 @@ bcd_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Seconds of the monotonic clock. */
+double
+bcd_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Seconds of the real-time clock. */
+double
+bcd_now_real(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double) ts.tv_sec + ts.tv_nsec / 1e9;
 }

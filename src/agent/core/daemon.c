@@ -1,9 +1,10 @@
 /*
  * daemon.c: the life of `bcd run` (and `bcd renew`) once its command line
- * is read: load the pinned keys, take the state directory's lock, serve the
- * local socket (sessions.c), then load or join (join_loop.c) and renew
- * (renewal.c), joining again when the certificate expired, until SIGTERM or
- * SIGINT.
+ * is read: load the pinned keys, take the state directory's lock, compose
+ * what it serves (the provisioner, provisioner.c, handed to its two
+ * clients: the hooks' socket server, sessions.c, and the SPIFFE Workload
+ * API, workload/), then load or join (join_loop.c) and renew (renewal.c),
+ * joining again when the certificate expired, until SIGTERM or SIGINT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,12 +16,22 @@
 #include "core/clock.h"
 #include "core/commands.h"
 #include "core/daemon.h"
+#include "core/delivery.h"
 #include "core/join_loop.h"
 #include "core/log.h"
+#include "core/provisioner.h"
 #include "core/renewal.h"
 #include "core/sessions.h"
 #include "core/signals.h"
 #include "core/store.h"
+#include "workload/workload.h"
+
+/* The provisioner's two clients while bcd run serves (its provisioner is bcd_agent's). */
+typedef struct bcd_services
+{
+	bcd_hook_server *hooks;		/* the hooks' socket (sessions.c) */
+	bcd_workload *workload;		/* the SPIFFE Workload API, when asked for (workload/) */
+} bcd_services;
 
 /*
  * An expired credential (or one whose renewal was refused once it expired):
@@ -147,11 +158,11 @@ run_agent(bcd_agent *a)
 	for (;;)
 	{
 		if (force_join)
-			bcd_server_publish(a->server, NULL);
+			bcd_provisioner_publish(a->provisioner, NULL);
 		rc = credential_or_join(a, &cred, force_join);
 		if (rc != BCD_RC_OK)
 			return rc;
-		bcd_server_publish(a->server, &cred);
+		bcd_provisioner_publish(a->provisioner, &cred);
 		force_join = 0;
 		if (o->once && !renew_now)
 		{
@@ -169,11 +180,11 @@ run_agent(bcd_agent *a)
 			rc = wait_serving_commands(a, &cred, delay) ? BCD_RC_STOPPED : BCD_RC_OK;
 			if (rc == BCD_RC_OK)
 			{
-				bcd_server_renewing(a->server, 1);
+				bcd_provisioner_renewing(a->provisioner, 1);
 				rc = bcd_renew_until_done(a, &cred);
 				if (rc == BCD_RC_OK)
-					bcd_server_publish(a->server, &cred);
-				bcd_server_renewing(a->server, 0);
+					bcd_provisioner_publish(a->provisioner, &cred);
+				bcd_provisioner_renewing(a->provisioner, 0);
 			}
 			if (rc == BCD_RC_OK && o->once)
 			{
@@ -189,44 +200,102 @@ run_agent(bcd_agent *a)
 	}
 }
 
+/* 1 when bcd run serves the Workload API: a rule, or a --workload-api PATH (not off). */
+static int
+workload_wanted(const bcd_run_opts *o)
+{
+	return o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 :
+		o->n_workload_rules > 0;
+}
+
 /*
- * Start the socket server of the daemon, with the stored credential already
- * published when it is valid: a hook that socket activation started bcd for
- * must not be told there is no credential while the store is being read.
+ * Compose what the daemon serves: the provisioner, with the stored
+ * credential already published when it is valid (a hook that socket
+ * activation started bcd for must not be told there is no credential while
+ * the store is being read), handed to the hooks' socket server and the
+ * Workload API; both listen before anything runs, then the provisioner's
+ * workers, the hooks' I/O thread and the Workload API's threads start.
  */
 static int
-start_server(bcd_agent *a)
+start_services(bcd_agent *a, bcd_services *svc)
 {
+	const bcd_run_opts *o = a->opts;
 	bcd_credential cred;
 	char		err[1024];
+	char	   *runtime_dir;
+	int			rtfd = -1;
 	int			have;
-	int			rc;
+	int			rc = BC_ENOMEM;
 
-	have = bcd_store_load(a->opts->state_dir, &a->keys, &cred, err, sizeof(err)) == BC_OK;
+	have = bcd_store_load(o->state_dir, &a->keys, &cred, err, sizeof(err)) == BC_OK;
 	if (have && (int64_t) time(NULL) >= cred.not_after)
 	{
 		bcd_credential_free(&cred);
 		have = 0;
 	}
-	rc = bcd_server_start(a->opts, &a->keys, have ? &cred : NULL, &a->server, err, sizeof(err));
+	a->provisioner = bcd_provisioner_new(o, &a->keys, have ? &cred : NULL);
 	if (have)
 		bcd_credential_free(&cred);
-	if (rc != BC_OK)
+	runtime_dir = bcd_runtime_dir();
+	snprintf(err, sizeof(err), "out of memory");
+	if (a->provisioner != NULL && runtime_dir != NULL)
+		rc = bcd_runtime_dir_open(runtime_dir, &rtfd, err, sizeof(err));
+	if (rc == BC_OK)
+		rc = bcd_hook_server_listen(o, a->provisioner, runtime_dir, rtfd, &svc->hooks,
+									err, sizeof(err));
+	if (rc == BC_OK && workload_wanted(o))
+		rc = bcd_workload_start(o, &a->keys, bcd_hook_server_path(svc->hooks), runtime_dir,
+								rtfd, a->provisioner, &svc->workload, err, sizeof(err));
+	if (rtfd >= 0)
+		close(rtfd);
+	free(runtime_dir);
+	if (rc == BC_OK)
+		rc = bcd_provisioner_start(a->provisioner, err, sizeof(err));
+	if (rc == BC_OK)
+		rc = bcd_hook_server_run(svc->hooks, err, sizeof(err));
+	if (rc == BC_OK)
+		bcd_workload_run(svc->workload);
+	else
 		bcd_log("cannot serve the local socket: %s", err);
 	return rc;
 }
 
-/* The daemon: load the pinned keys, lock DIR, serve the socket, run (daemon.h). */
+/*
+ * Stop what the daemon serves: the Workload API's threads, the
+ * provisioner's workers (a request in flight aborted, its caller answered),
+ * the hooks' I/O thread (the hooks still waiting answered unavailable);
+ * nothing is asked of the provisioner after that: then its thread (every
+ * client still waiting called back), then free them all.
+ */
+static void
+stop_services(bcd_agent *a, bcd_services *svc)
+{
+	if (a->provisioner == NULL)
+		return;
+	bcd_stop_now();
+	bcd_workload_stop(svc->workload);
+	bcd_provisioner_stop_workers(a->provisioner);
+	bcd_hook_server_stop(svc->hooks);
+	bcd_provisioner_stop(a->provisioner);
+	bcd_workload_free(svc->workload);
+	bcd_hook_server_free(svc->hooks);
+	bcd_provisioner_free(a->provisioner);
+	a->provisioner = NULL;
+}
+
+/* The daemon: load the pinned keys, lock DIR, compose and serve, run (daemon.h). */
 bcd_rc
 bcd_daemon_run(const bcd_run_opts *opts)
 {
 	bcd_agent	agent;
+	bcd_services services;
 	char		err[1024];
 	int			lock_fd = -1;
 	int			started = 0;
 	bcd_rc		rc;
 
 	memset(&agent, 0, sizeof(agent));
+	memset(&services, 0, sizeof(services));
 	agent.opts = opts;
 	bcd_signals_block();
 	rc = BCD_RC_FAILED;
@@ -271,13 +340,13 @@ bcd_daemon_run(const bcd_run_opts *opts)
 	/* The service's current keys (a next key staged meanwhile); a failure is only logged. */
 	if (!opts->once)
 		(void) bcd_service_keys_refresh(agent.http, &agent.keys);
-	if (!opts->once && !opts->memory_only && start_server(&agent) != BC_OK)
+	if (!opts->once && !opts->memory_only && start_services(&agent, &services) != BC_OK)
 		goto out;
 	rc = run_agent(&agent);
 	if (rc == BCD_RC_STOPPED)
 		bcd_log("stopped by a signal");
 out:
-	bcd_server_stop(agent.server);
+	stop_services(&agent, &services);
 	bcd_http_free(agent.http);
 	bcd_service_keys_free(&agent.keys);
 	if (started && opts->producer->stop != NULL)

@@ -43,17 +43,6 @@
 #include "core/fileio.h"
 #include "core/local_socket.h"
 
-/*
- * 1 when s is a selector (bc_protocol.h): BC_SELECTOR_CHARS only, at most
- * BC_SELECTOR_MAX of them, at least BC_SESSION_MIN when required (a session)
- * and BC_CONTEXT_MIN otherwise (a context).
- */
-int
-bcd_selector_valid(const char *s, int required)
-{
-	return bc_selector_valid(s, required);
-}
-
 /* The runtime directory deliveries go under (malloc()ed, no trailing '/'). */
 char *
 bcd_runtime_dir(void)

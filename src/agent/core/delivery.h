@@ -1,6 +1,6 @@
 /*
- * delivery.h: the runtime directory, the selectors, and the delivery of a
- * session credential into the directory a caller names.
+ * delivery.h: the runtime directory, and the delivery of a session
+ * credential into the directory a caller names.
  */
 #ifndef BCD_DELIVERY_H
 #define BCD_DELIVERY_H
@@ -19,6 +19,5 @@ int			bcd_delivery_open(const char *runtime_dir, const bcd_dir_id *own, int n_ow
 							  const char *path, int *dirfd, char **norm, char *err, size_t errlen);
 int			bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job,
 							   char **key_path, char **cert_path, char *err, size_t errlen);
-int			bcd_selector_valid(const char *s, int required);
 
 #endif							/* BCD_DELIVERY_H */

@@ -1,13 +1,15 @@
 /*
  * job.h: one provisioning (bcd_job) of a session credential or of a
- * JWT-SVID, its answer code and outcome, and the numbers published about
- * them (bcd_counters): the types the socket server (sessions.c), its
- * workers, provision.c, provision_jwt.c, delivery.c and metrics.c share.
- * A plain type header, below the orchestrators.
+ * JWT-SVID, its answer code and result, and the numbers published about
+ * them (bcd_counters): the types the provisioner (provisioner.c), its
+ * workers, provision.c, provision_jwt.c, its clients (the hooks' socket
+ * server, the Workload API), delivery.c and metrics.c share.  A plain type
+ * header, below the orchestrators.
  */
 #ifndef BCD_JOB_H
 #define BCD_JOB_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "bc_protocol.h"
@@ -28,19 +30,22 @@ typedef enum bcd_code
 	BCD_CODE_COUNT
 } bcd_code;
 
-/* How one provisioning (one POST /v1/session) ended, for the metrics. */
-typedef enum bcd_outcome
+/*
+ * How one provisioning (one POST /v1/session or /v1/jwt-svid) ended: the
+ * metrics' outcome label (the process's outcomes are bcd_rc, outcome.h).
+ */
+typedef enum bcd_job_result
 {
-	BCD_OUTCOME_ISSUED = 0,
-	BCD_OUTCOME_REFUSED,
-	BCD_OUTCOME_UNAVAILABLE,
-	BCD_OUTCOME_FAILED,
-	BCD_OUTCOME_COUNT
-} bcd_outcome;
+	BCD_RESULT_ISSUED = 0,
+	BCD_RESULT_REFUSED,
+	BCD_RESULT_UNAVAILABLE,
+	BCD_RESULT_FAILED,
+	BCD_RESULT_COUNT
+} bcd_job_result;
 
 /*
  * What a provisioning makes.  Both kinds are keyed, queued, coalesced and
- * run by the same --max-provisioning workers (sessions.c, workers.c).
+ * run by the same --max-provisioning workers (provisioner.c, workers.c).
  */
 typedef enum bcd_job_kind
 {
@@ -60,32 +65,31 @@ typedef struct bcd_audiences
 } bcd_audiences;
 
 /* job.c */
+/* 1 when a and b are the same audiences in the same order (both sorted: the same set). */
+int			bcd_audiences_equal(const bcd_audiences *a, const bcd_audiences *b);
 const char *bcd_code_name(bcd_code code);
 int			bcd_code_retryable(bcd_code code);
-const char *bcd_outcome_name(bcd_outcome outcome);
+const char *bcd_job_result_name(bcd_job_result result);
 
 struct bcd_job;
 
 /*
- * A waiter that is not a hook's connection: the Workload API (workload.c)
- * asks for a provisioning through bcd_server_provision() and is called back
- * by the I/O thread with the finished job (its result is read, never kept).
+ * How a client of the provisioner (provisioner.h: the hooks' socket server,
+ * the Workload API) is told that a provisioning it asked for ended: called
+ * on the provisioner's thread with the finished job, whose result is valid
+ * during the call only (bcd_job_hold keeps it longer).
  */
 typedef void (*bcd_job_cb) (void *arg, const struct bcd_job *job);
 
-typedef struct bcd_ext_waiter
+/* One client waiting for a provisioning. */
+typedef struct bcd_job_waiter
 {
 	bcd_job_cb	cb;
 	void	   *arg;
-	bcd_job_kind kind;
-	bcd_audiences audience;		/* BCD_JOB_JWT_SVID */
-	char		session[BC_SELECTOR_MAX + 1];
-	char		context[BC_SELECTOR_MAX + 1];
-	bcd_peer	caller;
-	struct bcd_ext_waiter *next;
-} bcd_ext_waiter;
+	struct bcd_job_waiter *next;
+} bcd_job_waiter;
 
-/* One provisioning: its key (kind, session, context, audiences), its waiting callers, its result. */
+/* One provisioning: its key (kind, session, context, audiences), its waiters, its result. */
 typedef struct bcd_job
 {
 	bcd_job_kind kind;
@@ -93,15 +97,14 @@ typedef struct bcd_job
 	char		context[BC_SELECTOR_MAX + 1];
 	bcd_audiences audience;		/* BCD_JOB_JWT_SVID: what the JWT-SVID is for */
 	bcd_peer	caller;			/* the caller that started it (its claim in the proof) */
-	struct bcd_conn *waiters;	/* callers waiting for it (sessions.c's) */
-	int			n_waiters;
-	bcd_ext_waiter *ext_waiters;	/* the Workload API's, called back when it is done */
+	bcd_job_waiter *waiters;	/* the clients waiting for it, called back when it ends */
 	int			dispatched;		/* handed to a worker (and how often) */
-	struct bcd_job *next;		/* in the table of jobs */
-	struct bcd_job *qnext;		/* in the I/O queue, the workers' queue or done list */
+	atomic_int	refs;			/* the provisioner's, and bcd_job_hold's */
+	struct bcd_job *next;		/* in the provisioner's table of jobs */
+	struct bcd_job *qnext;		/* in the provisioner's queue, the workers' queue or done list */
 	/* the result, written by the worker that ran it */
 	bcd_code	code;
-	bcd_outcome outcome;
+	bcd_job_result result;	/* how it ended, for the metrics */
 	char		message[512];
 	char	   *key_pem;		/* secret: bc_free_secret */
 	size_t		key_len;
@@ -114,13 +117,23 @@ typedef struct bcd_job
 	long		token_ttl;		/* its lifetime in seconds (the service's expiresAt - issuedAt) */
 } bcd_job;
 
+/* A new job of kind for (session, context[, aud]) asked by caller, one reference held; NULL on OOM (job.c). */
+bcd_job    *bcd_job_new(bcd_job_kind kind, const char *session, const char *context,
+						const bcd_audiences *aud, const bcd_peer *caller);
+/* Another reference to a finished job, from any thread (job.c). */
+const bcd_job *bcd_job_hold(const bcd_job *job);
+/* Drop a reference; the last one releases the result (wiped) and the job (job.c). */
+void		bcd_job_release(const bcd_job *job);
 /* Release a job's result (the key and the token are wiped; job.c). */
 void		bcd_job_clear_result(bcd_job *job);
-/* Set job's result to a failure: code, outcome and a message for the caller (job.c). */
-void		bcd_job_fail(bcd_job *job, bcd_code code, bcd_outcome outcome, const char *fmt,...)
+/* Set job's result to a failure: code, result and a message for the caller (job.c). */
+void		bcd_job_fail(bcd_job *job, bcd_code code, bcd_job_result result, const char *fmt,...)
 			__attribute__((format(printf, 4, 5)));
 
-/* What the published numbers are made of (owned by the I/O thread). */
+/*
+ * What the published numbers are made of: the hooks' socket server's
+ * (waiting, max_queue, answers) and the provisioner's (the rest).
+ */
 typedef struct bcd_counters
 {
 	long		waiting;		/* callers waiting for a credential: the queue depth */
@@ -129,8 +142,8 @@ typedef struct bcd_counters
 	long		max_provisioning;
 	long		max_queue;
 	unsigned long answers[BCD_CODE_COUNT];
-	unsigned long provisionings[BCD_OUTCOME_COUNT];	/* session credentials */
-	unsigned long jwt_fetches[BCD_OUTCOME_COUNT];	/* JWT-SVIDs */
+	unsigned long provisionings[BCD_RESULT_COUNT];	/* session credentials */
+	unsigned long jwt_fetches[BCD_RESULT_COUNT];	/* JWT-SVIDs */
 } bcd_counters;
 
 #endif							/* BCD_JOB_H */

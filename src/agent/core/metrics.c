@@ -42,12 +42,12 @@ bcd_status_json(const bcd_counters *c, const bcd_node_snapshot *node)
 	for (i = 0; !bad && i < BCD_CODE_COUNT; i++)
 		bad |= json_object_set_new(answers, bcd_code_name((bcd_code) i),
 								   json_integer((json_int_t) c->answers[i])) != 0;
-	for (i = 0; !bad && i < BCD_OUTCOME_COUNT; i++)
+	for (i = 0; !bad && i < BCD_RESULT_COUNT; i++)
 	{
 		total += c->provisionings[i];
-		bad |= json_object_set_new(prov, bcd_outcome_name((bcd_outcome) i),
+		bad |= json_object_set_new(prov, bcd_job_result_name((bcd_job_result) i),
 								   json_integer((json_int_t) c->provisionings[i])) != 0;
-		bad |= json_object_set_new(jwt, bcd_outcome_name((bcd_outcome) i),
+		bad |= json_object_set_new(jwt, bcd_job_result_name((bcd_job_result) i),
 								   json_integer((json_int_t) c->jwt_fetches[i])) != 0;
 	}
 	bad |= json_object_set_new(doc, "ok", json_true()) != 0;
@@ -145,15 +145,15 @@ bcd_metrics_text(const bcd_counters *c, const bcd_node_snapshot *node)
 	bad |= append(&buf, &len, &cap,
 				  "# HELP bcd_session_provisionings_total Requests to POST /v1/session, by outcome.\n"
 				  "# TYPE bcd_session_provisionings_total counter\n");
-	for (i = 0; i < BCD_OUTCOME_COUNT; i++)
+	for (i = 0; i < BCD_RESULT_COUNT; i++)
 		bad |= append(&buf, &len, &cap, "bcd_session_provisionings_total{outcome=\"%s\"} %lu\n",
-					  bcd_outcome_name((bcd_outcome) i), c->provisionings[i]);
+					  bcd_job_result_name((bcd_job_result) i), c->provisionings[i]);
 	bad |= append(&buf, &len, &cap,
 				  "# HELP bcd_jwt_svid_fetches_total Requests to POST /v1/jwt-svid, by outcome.\n"
 				  "# TYPE bcd_jwt_svid_fetches_total counter\n");
-	for (i = 0; i < BCD_OUTCOME_COUNT; i++)
+	for (i = 0; i < BCD_RESULT_COUNT; i++)
 		bad |= append(&buf, &len, &cap, "bcd_jwt_svid_fetches_total{outcome=\"%s\"} %lu\n",
-					  bcd_outcome_name((bcd_outcome) i), c->jwt_fetches[i]);
+					  bcd_job_result_name((bcd_job_result) i), c->jwt_fetches[i]);
 	bad |= append(&buf, &len, &cap,
 				  "# HELP bcd_node_credential_present 1 when bcd holds a node credential.\n"
 				  "# TYPE bcd_node_credential_present gauge\nbcd_node_credential_present %d\n"

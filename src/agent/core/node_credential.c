@@ -1,6 +1,6 @@
 /*
- * node_credential.c: the node credential published to the socket server's
- * threads (node_credential.h): one mutex, one snapshot, the key referenced.
+ * node_credential.c: the node credential published to the provisioner's
+ * threads and clients (node_credential.h): one mutex, one snapshot, the key referenced.
  */
 #include <pthread.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /*
- * node_credential.h: the node credential as the socket server's threads see
- * it: the main thread publishes it after a load, a join or a renewal; the
- * I/O thread and the workers take a snapshot that holds a reference to the
- * key, so a renewal never frees a key in use.
+ * node_credential.h: the node credential as the provisioner's threads and
+ * clients see it (provisioner.c): the main thread publishes it after a
+ * load, a join or a renewal; the others take a snapshot that holds a
+ * reference to the key, so a renewal never frees a key in use.
  */
 #ifndef BCD_NODE_CREDENTIAL_H
 #define BCD_NODE_CREDENTIAL_H

@@ -1,6 +1,6 @@
 /*
  * provision.c: one provisioning of a session credential through POST
- * /v1/session (bc_join.issue_session), run by a worker of the socket server.
+ * /v1/session (bc_join.issue_session), run by a worker of the provisioner.
  *
  * A fresh P-256 key is generated for it, here and now (never in advance,
  * never kept spare), with its CSR; the request is proven by the node's
@@ -59,7 +59,7 @@ take_issued(bcd_job *job, EVP_PKEY *key, bcd_answer *ans)
 {
 	if (bcd_key_pem(key, &job->key_pem, &job->key_len) != BC_OK)
 	{
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot encode the session key");
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "cannot encode the session key");
 		return;
 	}
 	job->chain_pem = ans->chain_pem;
@@ -69,7 +69,7 @@ take_issued(bcd_job *job, EVP_PKEY *key, bcd_answer *ans)
 	snprintf(job->serial, sizeof(job->serial), "%s", ans->serial);
 	snprintf(job->spiffe_id, sizeof(job->spiffe_id), "%s", ans->spiffe_id);
 	job->code = BCD_CODE_OK;
-	job->outcome = BCD_OUTCOME_ISSUED;
+	job->result = BCD_RESULT_ISSUED;
 	job->message[0] = '\0';
 }
 
@@ -86,15 +86,15 @@ on_answer(bcd_http *http, const bcd_service_keys *keys, const bcd_node_snapshot 
 	rc = bcd_answer_verify_fresh(http, keys, reply->body, reply->len, csr, csr_len, key, &ans,
 								 err, sizeof(err));
 	if (rc == BCD_RC_REFUSED)
-		bcd_job_fail(job, BCD_CODE_REFUSED, BCD_OUTCOME_REFUSED,
+		bcd_job_fail(job, BCD_CODE_REFUSED, BCD_RESULT_REFUSED,
 				 "the service refused a session credential to this node (%s)", ans.refusal);
 	else if (rc == BCD_RC_DEFERRED)
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED,
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED,
 				 "the service answered %s to a session request", ans.status);
 	else if (rc != BCD_RC_OK)
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "the answer does not verify: %s", err);
 	else if (check_session(node, job, &ans, err, sizeof(err)) != BC_OK)
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the answer does not verify: %s", err);
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "the answer does not verify: %s", err);
 	else
 		take_issued(job, key, &ans);
 	bcd_answer_free(&ans);
@@ -132,20 +132,20 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 		bcd_proof_request(node->key, node->serial, BC_PURPOSE_SESSION, extra, csr, csr_len,
 						  &body) != BC_OK)
 	{
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot make the key, CSR or proof");
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "cannot make the key, CSR or proof");
 		goto out;
 	}
 	rc = bcd_http_exchange(http, BC_PATH_SESSION, body, &reply, err, sizeof(err));
 	if (rc == BCD_RC_STOPPED)
-		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE, "bcd is stopping");
+		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_RESULT_UNAVAILABLE, "bcd is stopping");
 	else if (rc == BCD_RC_RETRY && reply.status == 0)
-		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
+		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_RESULT_UNAVAILABLE,
 				 "the gateway does not answer (%s); try again later", err);
 	else if (rc == BCD_RC_RETRY)
-		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
+		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_RESULT_UNAVAILABLE,
 				 "the service is unavailable (%s); try again later", err);
 	else if (rc != BCD_RC_OK)
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "the gateway answered %s", err);
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "the gateway answered %s", err);
 	else
 		on_answer(http, keys, node, job, &reply, key, csr, csr_len);
 out:

@@ -1,9 +1,9 @@
 /*
  * provision_jwt.c: one provisioning of a JWT-SVID through POST
- * /v1/jwt-svid (bc_join.issue_jwt_svid), run by a worker of the socket
- * server exactly as a session credential is (workers.c): the Workload API
- * asks for it (workload/jwt_svid.c), coalesced by (session, context,
- * audiences) with every other caller of that key (sessions.c).
+ * /v1/jwt-svid (bc_join.issue_jwt_svid), run by a worker of the
+ * provisioner exactly as a session credential is (workers.c): the Workload
+ * API asks for it (workload/jwt_svids.c), coalesced by (session, context,
+ * audiences) with every other caller of that key (provisioner.c).
  *
  * The request is {"proof": JWS by the node key over {purpose "jwt-svid",
  * serial, iat, audience, session, context?, caller?}} (proof.c); the answer
@@ -78,20 +78,20 @@ take_answer(const bcd_node_snapshot *node, bcd_job *job, json_t *payload, const 
 		bc_cloud_parse_rfc3339(expires, &exp_at) != BC_OK ||
 		bc_cloud_parse_rfc3339(issued, &iat) != BC_OK || exp_at <= iat)
 	{
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED,
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED,
 					 "the service's signed answer is not for this request; bcd ignored it");
 		return;
 	}
 	job->token = strdup(token);
 	if (job->token == NULL)
 	{
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "out of memory");
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "out of memory");
 		return;
 	}
 	job->token_ttl = (long) (exp_at - iat);
 	memcpy(job->spiffe_id, want, sizeof(job->spiffe_id));
 	job->code = BCD_CODE_OK;
-	job->outcome = BCD_OUTCOME_ISSUED;
+	job->result = BCD_RESULT_ISSUED;
 	job->message[0] = '\0';
 }
 
@@ -126,7 +126,7 @@ bcd_provision_jwt(const bcd_service_keys *keys, bcd_http *http, const bcd_node_s
 	body = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
 	if (body == NULL || bc_sha256_b64url(proof, strlen(proof), proof_sha) != BC_OK)
 	{
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "cannot make the proof");
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "cannot make the proof");
 		goto out;
 	}
 	payload = bcd_node_exchange_rc(http, keys, &cred, BC_PATH_JWT_SVID, body,
@@ -134,18 +134,18 @@ bcd_provision_jwt(const bcd_service_keys *keys, bcd_http *http, const bcd_node_s
 	if (rc == BCD_RC_OK)
 		take_answer(node, job, payload, proof_sha);
 	else if (rc == BCD_RC_STOPPED)
-		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE, "bcd is stopping");
+		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_RESULT_UNAVAILABLE, "bcd is stopping");
 	else if (rc == BCD_RC_RETRY)
-		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_OUTCOME_UNAVAILABLE,
+		bcd_job_fail(job, BCD_CODE_UNAVAILABLE, BCD_RESULT_UNAVAILABLE,
 					 "no JWT-SVID: %s; try again later", err);
 	else if (rc == BCD_RC_REFUSED)
-		bcd_job_fail(job, BCD_CODE_REFUSED, BCD_OUTCOME_REFUSED,
+		bcd_job_fail(job, BCD_CODE_REFUSED, BCD_RESULT_REFUSED,
 					 "no JWT-SVID: the service refused this node a JWT-SVID for session %s "
 					 "(not something the caller can fix: the node may be revoked or past its "
 					 "bc_join.sessions_per_node or new_sessions_per_minute; the reason is in "
 					 "bc_join.events, security.join.refused)", job->session);
 	else
-		bcd_job_fail(job, BCD_CODE_FAILED, BCD_OUTCOME_FAILED, "no JWT-SVID: %s", err);
+		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "no JWT-SVID: %s", err);
 out:
 	if (job->code == BCD_CODE_OK)
 		bcd_log("session %s%s%s: JWT-SVID of %s for %d audience(s), valid %ld s",

@@ -1,43 +1,35 @@
 /*
- * sessions.c: the socket server of `bcd run`: hooks ask it for session
- * credentials, one JSON request line and one JSON answer line per
- * connection (docs/sessions.md, "The host side").
+ * sessions.c: the hooks' socket server of `bcd run`: hooks ask it for
+ * session credentials, one JSON request line and one JSON answer line per
+ * connection (docs/sessions.md, "The host side").  It is a client of the
+ * provisioner (provisioner.c), which the daemon hands it, as it hands it
+ * to the Workload API.
  *
- * Threads.  The join loop and renewal keep the main thread.  One I/O thread
- * owns the socket and every connection (poll(), non-blocking sockets), the
- * table of provisionings and all the counters, so none of those needs a
- * lock.  --max-provisioning worker threads, each with its own HTTPS client,
- * run provisionings (provision.c, workers.c).  The two sides meet in the
- * workers' queue and their list of finished provisionings (the I/O thread
- * is woken through a pipe), and in the published node credential (the main
- * thread publishes it after a join, a load or a renewal; the others
- * take a snapshot, the key referenced: node_credential.c).  The server's
- * state is this file's own; the workers' is workers.c's.
+ * Threads.  One I/O thread owns the socket and every connection (poll(),
+ * non-blocking sockets), the hooks waiting for each provisioning and the
+ * server's own numbers, so none of those needs a lock.  It asks the
+ * provisioner for a provisioning once per key that hooks wait for; the
+ * provisioner's thread calls back with the finished provisioning, which is
+ * held and handed to the I/O thread (a list under a mutex, and its pipe).
  *
- * Coalescing.  A provisioning is keyed by (session, context).  The first
- * caller creates it; every caller for the same key that arrives while it is
- * queued or running waits on it, and all of them get its one result: one
- * POST /v1/session however many hooks ask at once.  A result lives only as
- * long as that: the next caller after it is answered starts a new
+ * Coalescing.  Hooks asking for the same (session, context) while a
+ * provisioning of it is asked for and not yet answered wait on it, and all
+ * of them get its one result; the provisioner joins it with the Workload
+ * API's asks of the same key.  The credential is written into each
+ * waiter's directory (once per distinct directory) by the I/O thread before
+ * it answers.  The next hook after they are answered starts a new
  * provisioning (a new key, a new certificate; nothing is cached or kept
- * spare).  The credential is written into each waiter's directory (once per
- * distinct directory) by the I/O thread before it answers.
+ * spare).
  *
- * JWT-SVIDs.  The Workload API's FetchJWTSVID is a second kind of
- * provisioning (job.h, bcd_server_fetch_jwt): keyed by (session, context,
- * sorted audiences), queued in the same FIFO, run by the same workers
- * (provision_jwt.c), its waiters called back; what it caches and how fast a
- * caller may ask is the Workload API's (workload/jwt_svid.c).
- *
- * Bounds.  At most --max-provisioning provisionings run at once; the others
- * wait in a FIFO (queued).  At most --max-queue callers wait for a
- * credential (the queue depth); the next one is answered busy (retryable)
- * at once.  At most --max-queue + 64 connections are open; beyond that a
- * connection is answered busy and closed.  A request line is at most 8 KiB
- * and must arrive within 5 s of the connection; a longer one is answered
+ * Bounds.  At most --max-queue callers wait for a credential (the queue
+ * depth); the next one is answered busy (retryable) at once.  At most
+ * --max-queue + 64 connections are open; beyond that a connection is
+ * answered busy and closed.  A request line is at most 8 KiB and must
+ * arrive within 5 s of the connection; a longer one is answered
  * bad-request, and what the caller still sends is read (1 MiB and 5 s at
  * most) before the connection is closed, so that it reads the answer rather
- * than a reset.
+ * than a reset.  How many provisionings run at once is the provisioner's
+ * bound (--max-provisioning).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -59,11 +51,7 @@
 #include "core/local_socket.h"
 #include "core/log.h"
 #include "core/metrics.h"
-#include "core/node_credential.h"
 #include "core/sessions.h"
-#include "core/signals.h"
-#include "core/workers.h"
-#include "workload/workload.h"
 
 /* Where a connection is. */
 typedef enum conn_state
@@ -97,41 +85,54 @@ typedef struct bcd_conn
 	int			drain;			/* once answered, read the rest before closing */
 	size_t		drained;		/* bytes read and discarded since */
 	struct bcd_conn *next;		/* every connection */
-	struct bcd_conn *wnext;		/* the waiters of one provisioning */
+	struct bcd_conn *wnext;		/* the hooks waiting for one provisioning */
 } bcd_conn;
 
-/* The socket server of bcd run. */
-struct bcd_server
+/*
+ * The hooks waiting for the provisioning of one (session, context), asked
+ * of the provisioner once.  In the I/O thread's table from the ask until
+ * the I/O thread has answered its hooks; job is set (held) by the
+ * provisioner's call-back, which also puts it on the done list.
+ */
+typedef struct hook_wait
 {
-	const bcd_service_keys *keys;
+	char		session[BC_SELECTOR_MAX + 1];
+	char		context[BC_SELECTOR_MAX + 1];
+	bcd_conn   *conns;			/* the hooks waiting (the I/O thread's) */
+	int			n_conns;
+	const bcd_job *job;			/* the finished provisioning, held */
+	struct bcd_hook_server *s;
+	struct hook_wait *next;		/* in the table */
+	struct hook_wait *dnext;	/* in the done list */
+} hook_wait;
+
+/* The hooks' socket server of bcd run. */
+struct bcd_hook_server
+{
+	bcd_provisioner *prov;		/* what it asks for credentials (the daemon's) */
 	char	   *socket_path;
 	char	   *metrics_file;
 	char	   *runtime_dir;
 	bcd_listener sock;
 	bcd_dir_id	own_dirs[2];	/* the socket's and the state directory: never a delivery's */
 	int			n_own_dirs;
-	int			wake[2];		/* the I/O thread's pipe: a job is done, a credential published */
-	long		max_provisioning;
+	int			wake[2];		/* the I/O thread's pipe: a provisioning ended, a number changed */
 	long		max_queue;
-	bcd_published_node *node;	/* the node credential, published by the main thread */
-	bcd_workers *workers;
 	pthread_t	io_thread;
 	int			io_started;
+	int			io_stopped;		/* it ran, and stopped */
 	atomic_int	stopping;
+	/* the provisionings ended, handed over by the provisioner's call-back */
+	pthread_mutex_t done_mu;
+	hook_wait  *done;
 	/* the I/O thread's */
 	bcd_conn   *conns;
 	long		n_conns;
-	bcd_job    *jobs;
-	bcd_job    *fifo_head;
-	bcd_job    *fifo_tail;
-	bcd_counters counters;
+	hook_wait  *waits;
+	bcd_counters counters;		/* waiting, max_queue, answers (the provisioner has the rest) */
 	int			metrics_dirty;
 	double		metrics_next;
-	unsigned long metrics_generation;
-	/* the Workload API (workload.c): its server, and its requests for the I/O thread */
-	bcd_workload *workload;
-	pthread_mutex_t ext_mu;
-	bcd_ext_waiter *ext_pending;
+	unsigned long prov_changes;	/* the provisioner's changes written in the metrics file */
 };
 
 /* Seconds a caller has to send its request line, and we to write an answer. */
@@ -144,7 +145,7 @@ struct bcd_server
 
 /* Close and free a connection, taking it out of the list. */
 static void
-conn_close(bcd_server *s, bcd_conn *c)
+conn_close(bcd_hook_server *s, bcd_conn *c)
 {
 	bcd_conn  **p;
 
@@ -172,7 +173,7 @@ conn_close(bcd_server *s, bcd_conn *c)
  * discarded, BCD_SOCK_DRAIN_MAX bytes and READ_TIMEOUT at most.
  */
 static void
-conn_flush(bcd_server *s, bcd_conn *c)
+conn_flush(bcd_hook_server *s, bcd_conn *c)
 {
 	while (c->out_off < c->out_len)
 	{
@@ -199,7 +200,7 @@ conn_flush(bcd_server *s, bcd_conn *c)
 
 /* Read and discard what c still sends; close it at EOF, on error or past the bound. */
 static void
-conn_drain(bcd_server *s, bcd_conn *c)
+conn_drain(bcd_hook_server *s, bcd_conn *c)
 {
 	for (;;)
 	{
@@ -217,7 +218,7 @@ conn_drain(bcd_server *s, bcd_conn *c)
 
 /* Answer c with doc (taken) as one line; c may be closed when this returns. */
 static void
-answer_doc(bcd_server *s, bcd_conn *c, json_t *doc)
+answer_doc(bcd_hook_server *s, bcd_conn *c, json_t *doc)
 {
 	char	   *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
 	char	   *grown;
@@ -250,12 +251,12 @@ answer_doc(bcd_server *s, bcd_conn *c, json_t *doc)
 
 /* Answer c with an error: {"ok":false,"error":code,"message":...,"retryable":...}. */
 static void
-answer_error(bcd_server *s, bcd_conn *c, bcd_code code, const char *fmt,...)
+answer_error(bcd_hook_server *s, bcd_conn *c, bcd_code code, const char *fmt,...)
 	__attribute__((format(printf, 4, 5)));
 
 /* Answer c with an error: {"ok":false,"error":code,"message":...,"retryable":...}. */
 static void
-answer_error(bcd_server *s, bcd_conn *c, bcd_code code, const char *fmt,...)
+answer_error(bcd_hook_server *s, bcd_conn *c, bcd_code code, const char *fmt,...)
 {
 	char		message[768];
 	va_list		ap;
@@ -268,29 +269,20 @@ answer_error(bcd_server *s, bcd_conn *c, bcd_code code, const char *fmt,...)
 							   "message", message, "retryable", bcd_code_retryable(code)));
 }
 
-/* ------------------------------------------------------------ provisioning */
-
-/* Hand queued provisionings to the workers while fewer than --max-provisioning run. */
+/* Wake the I/O thread (a byte in its pipe; a full pipe already wakes it). */
 static void
-dispatch(bcd_server *s)
+wake_io(bcd_hook_server *s)
 {
-	bcd_job    *job;
+	char		c = 1;
 
-	while (s->fifo_head != NULL && s->counters.in_flight < s->max_provisioning)
-	{
-		job = s->fifo_head;
-		s->fifo_head = job->qnext;
-		if (s->fifo_head == NULL)
-			s->fifo_tail = NULL;
-		s->counters.queued--;
-		s->counters.in_flight++;
-		bcd_workers_submit(s->workers, job);
-	}
+	(void) !write(s->wake[1], &c, 1);
 }
+
+/* ------------------------------------------------------------ provisioning */
 
 /* Deliver job's credential to waiter w (written once per directory in seen) and answer it. */
 static void
-deliver_to(bcd_server *s, bcd_job *job, bcd_conn *w, bcd_dir_id *seen, size_t *n_seen)
+deliver_to(bcd_hook_server *s, const bcd_job *job, bcd_conn *w, bcd_dir_id *seen, size_t *n_seen)
 {
 	char	   *key_path = NULL;
 	char	   *cert_path = NULL;
@@ -327,34 +319,33 @@ deliver_to(bcd_server *s, bcd_job *job, bcd_conn *w, bcd_dir_id *seen, size_t *n
 	free(cert_path);
 }
 
-/* A finished provisioning: count it, answer its waiters, forget it. */
+/* Take hw out of the I/O thread's table. */
 static void
-complete_job(bcd_server *s, bcd_job *job)
+wait_unlink(bcd_hook_server *s, hook_wait *hw)
 {
-	bcd_job   **p;
+	for (hook_wait **pp = &s->waits; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == hw)
+		{
+			*pp = hw->next;
+			break;
+		}
+}
+
+/* A provisioning hooks waited for has ended: answer them, forget it. */
+static void
+complete_wait(bcd_hook_server *s, hook_wait *hw)
+{
+	const bcd_job *job = hw->job;
 	bcd_conn   *w;
 	bcd_conn   *next;
 	bcd_dir_id *seen;
 	size_t		n_seen = 0;
-	int			delivering;
-	unsigned long *counted;
+	int			delivering = job->code == BCD_CODE_OK;
 
-	s->counters.in_flight--;
-	counted = job->kind == BCD_JOB_JWT_SVID ? s->counters.jwt_fetches : s->counters.provisionings;
-	if (job->outcome < BCD_OUTCOME_COUNT)
-		counted[job->outcome]++;
-	if (job->dispatched > 1)
-		counted[BCD_OUTCOME_REFUSED] += (unsigned long) (job->dispatched - 1);
+	wait_unlink(s, hw);
 	s->metrics_dirty = 1;
-	for (p = &s->jobs; *p != NULL; p = &(*p)->next)
-		if (*p == job)
-		{
-			*p = job->next;
-			break;
-		}
-	delivering = job->code == BCD_CODE_OK;
-	seen = delivering ? calloc((size_t) job->n_waiters, sizeof(*seen)) : NULL;
-	for (w = job->waiters; w != NULL; w = next)
+	seen = delivering ? calloc((size_t) hw->n_conns, sizeof(*seen)) : NULL;
+	for (w = hw->conns; w != NULL; w = next)
 	{
 		next = w->wnext;
 		s->counters.waiting--;
@@ -365,65 +356,69 @@ complete_job(bcd_server *s, bcd_job *job)
 			answer_error(s, w, job->code, "%s", job->message);
 	}
 	free(seen);
-	while (job->ext_waiters != NULL)
-	{
-		bcd_ext_waiter *x = job->ext_waiters;
-
-		job->ext_waiters = x->next;
-		x->cb(x->arg, job);
-		free(x);
-	}
-	bcd_job_clear_result(job);
-	free(job);
-	dispatch(s);
-}
-
-/* 1 when a and b are the same audiences in the same order. */
-static int
-same_audiences(const bcd_audiences *a, const bcd_audiences *b)
-{
-	if (a->n != b->n)
-		return 0;
-	for (int i = 0; i < a->n; i++)
-		if (strcmp(a->v[i], b->v[i]) != 0)
-			return 0;
-	return 1;
+	bcd_job_release(job);
+	free(hw);
 }
 
 /*
- * The provisioning of kind for (session, context), and for a JWT-SVID its
- * audiences (aud, sorted by the caller): found, or created and queued for
- * caller (whose process its request names); NULL on OOM.
+ * The provisioner's call-back (its thread): hold the finished provisioning
+ * and hand hw to the I/O thread.
  */
-static bcd_job *
-find_or_queue(bcd_server *s, bcd_job_kind kind, const char *session, const char *context,
-			  const bcd_audiences *aud, const bcd_peer *caller)
+static void
+on_provisioned(void *arg, const bcd_job *job)
 {
-	bcd_job    *job;
+	hook_wait  *hw = arg;
+	bcd_hook_server *s = hw->s;
 
-	for (job = s->jobs; job != NULL; job = job->next)
-		if (job->kind == kind && strcmp(job->session, session) == 0 &&
-			strcmp(job->context, context) == 0 &&
-			(kind != BCD_JOB_JWT_SVID || same_audiences(&job->audience, aud)))
-			return job;
-	job = calloc(1, sizeof(*job));
-	if (job == NULL)
+	hw->job = bcd_job_hold(job);
+	pthread_mutex_lock(&s->done_mu);
+	hw->dnext = s->done;
+	s->done = hw;
+	pthread_mutex_unlock(&s->done_mu);
+	wake_io(s);
+}
+
+/*
+ * The hooks waiting for (session, context): found (until the I/O thread
+ * has answered them, even once their provisioning ended), or made and
+ * asked of the provisioner on behalf of caller; NULL when out of memory.
+ */
+static hook_wait *
+find_or_ask(bcd_hook_server *s, const char *session, const char *context, const bcd_peer *caller)
+{
+	hook_wait  *hw;
+
+	for (hw = s->waits; hw != NULL; hw = hw->next)
+		if (strcmp(hw->session, session) == 0 && strcmp(hw->context, context) == 0)
+			return hw;
+	hw = calloc(1, sizeof(*hw));
+	if (hw == NULL)
 		return NULL;
-	job->kind = kind;
-	if (kind == BCD_JOB_JWT_SVID)
-		job->audience = *aud;
-	snprintf(job->session, sizeof(job->session), "%s", session);
-	snprintf(job->context, sizeof(job->context), "%s", context);
-	job->caller = *caller;
-	job->next = s->jobs;
-	s->jobs = job;
-	if (s->fifo_tail != NULL)
-		s->fifo_tail->qnext = job;
-	else
-		s->fifo_head = job;
-	s->fifo_tail = job;
-	s->counters.queued++;
-	return job;
+	snprintf(hw->session, sizeof(hw->session), "%s", session);
+	snprintf(hw->context, sizeof(hw->context), "%s", context);
+	hw->s = s;
+	if (bcd_provisioner_ask(s->prov, BCD_JOB_SESSION, session, context, NULL, caller,
+							on_provisioned, hw) != BC_OK)
+	{
+		free(hw);
+		return NULL;
+	}
+	hw->next = s->waits;
+	s->waits = hw;
+	return hw;
+}
+
+/*
+ * The published numbers, the server's and the provisioner's, into c, and
+ * the node credential into node (bcd_node_release it); how often the
+ * provisioner's changed.
+ */
+static unsigned long
+numbers(bcd_hook_server *s, bcd_counters *c, bcd_node_snapshot *node)
+{
+	*c = s->counters;
+	bcd_provisioner_node_take(s->prov, node);
+	return bcd_provisioner_numbers(s->prov, c);
 }
 
 /* The string member name of req: NULL when absent, *bad when not a string. */
@@ -439,7 +434,7 @@ req_string(json_t *req, const char *name, int *bad)
 
 /* {"op":"credential","session","context","dir"}: refuse, or wait for a provisioning. */
 static void
-handle_credential(bcd_server *s, bcd_conn *c, json_t *req)
+handle_credential(bcd_hook_server *s, bcd_conn *c, json_t *req)
 {
 	const char *key;
 	json_t	   *value;
@@ -450,7 +445,7 @@ handle_credential(bcd_server *s, bcd_conn *c, json_t *req)
 	bcd_node_snapshot node;
 	char		err[768];
 	struct stat st;
-	bcd_job    *job;
+	hook_wait  *hw;
 	int			usable;
 
 	json_object_foreach(req, key, value)
@@ -465,13 +460,13 @@ handle_credential(bcd_server *s, bcd_conn *c, json_t *req)
 					 "\"session\":S,\"context\":C (optional),\"dir\":DIR}, strings only");
 		return;
 	}
-	if (!bcd_selector_valid(session, 1) || !bcd_selector_valid(context, 0))
+	if (!bc_selector_valid(session, 1) || !bc_selector_valid(context, 0))
 	{
 		answer_error(s, c, BCD_CODE_BAD_REQUEST, "the session (1 to 128) and context (0 to 128) "
 					 "are made of A-Z a-z 0-9 . _ : - only");
 		return;
 	}
-	bcd_node_take(s->node, &node);
+	bcd_provisioner_node_take(s->prov, &node);
 	usable = bcd_node_usable(&node);
 	if (!usable && node.present)
 		snprintf(err, sizeof(err), "the node certificate of this host expired at %s; bcd is "
@@ -498,29 +493,29 @@ handle_credential(bcd_server *s, bcd_conn *c, json_t *req)
 	}
 	c->dir_dev = st.st_dev;
 	c->dir_ino = st.st_ino;
-	job = find_or_queue(s, BCD_JOB_SESSION, session, context, NULL, &c->peer);
-	if (job == NULL)
+	hw = find_or_ask(s, session, context, &c->peer);
+	if (hw == NULL)
 	{
 		answer_error(s, c, BCD_CODE_FAILED, "out of memory");
 		return;
 	}
 	c->state = CONN_WAITING;
-	c->wnext = job->waiters;
-	job->waiters = c;
-	job->n_waiters++;
+	c->wnext = hw->conns;
+	hw->conns = c;
+	hw->n_conns++;
 	s->counters.waiting++;
 	s->metrics_dirty = 1;
-	dispatch(s);
 }
 
 /* One request line of c (NUL-terminated in c->in): dispatch on its op. */
 static void
-handle_request(bcd_server *s, bcd_conn *c)
+handle_request(bcd_hook_server *s, bcd_conn *c)
 {
 	json_error_t jerr;
 	json_t	   *req = json_loadb(c->in, c->in_len, JSON_REJECT_DUPLICATES, &jerr);
 	json_t	   *op = json_object_get(req, "op");
 	bcd_node_snapshot node;
+	bcd_counters counters;
 	char	   *text;
 
 	if (!json_is_object(req) || !json_is_string(op))
@@ -530,12 +525,12 @@ handle_request(bcd_server *s, bcd_conn *c)
 	else if (strcmp(json_string_value(op), BC_SOCK_OP_STATUS) == 0 ||
 			 strcmp(json_string_value(op), BC_SOCK_OP_METRICS) == 0)
 	{
-		bcd_node_take(s->node, &node);
+		numbers(s, &counters, &node);
 		if (strcmp(json_string_value(op), BC_SOCK_OP_STATUS) == 0)
-			answer_doc(s, c, bcd_status_json(&s->counters, &node));
+			answer_doc(s, c, bcd_status_json(&counters, &node));
 		else
 		{
-			text = bcd_metrics_text(&s->counters, &node);
+			text = bcd_metrics_text(&counters, &node);
 			answer_doc(s, c, text != NULL ? json_pack("{s:b, s:s}", "ok", 1, "metrics", text) : NULL);
 			free(text);
 		}
@@ -548,7 +543,7 @@ handle_request(bcd_server *s, bcd_conn *c)
 
 /* Read from c; handle its request once the line (or EOF) is in. */
 static void
-conn_read(bcd_server *s, bcd_conn *c)
+conn_read(bcd_hook_server *s, bcd_conn *c)
 {
 	ssize_t		n;
 	char	   *nl;
@@ -581,7 +576,7 @@ conn_read(bcd_server *s, bcd_conn *c)
 
 /* Answer a connection over the bound busy, best effort, and close it at once. */
 static void
-reject_now(bcd_server *s, int fd)
+reject_now(bcd_hook_server *s, int fd)
 {
 	static const char line[] = "{\"ok\":false,\"error\":\"busy\",\"message\":\"too many "
 		"connections; try again shortly\",\"retryable\":true}\n";
@@ -594,7 +589,7 @@ reject_now(bcd_server *s, int fd)
 
 /* Accept every pending connection; check its peer (SO_PEERCRED) and its count. */
 static void
-accept_all(bcd_server *s)
+accept_all(bcd_hook_server *s)
 {
 	bcd_conn   *c;
 	int			fd;
@@ -644,124 +639,48 @@ accept_all(bcd_server *s)
 	}
 }
 
-/* Call x back at once with a failed provisioning (code, message) and free it. */
+
+/* Take the provisionings the provisioner has called back for, and answer their hooks. */
 static void
-ext_fail(bcd_ext_waiter *x, bcd_code code, const char *message)
+take_done(bcd_hook_server *s)
 {
-	bcd_job		job;
-
-	memset(&job, 0, sizeof(job));
-	job.kind = x->kind;
-	snprintf(job.session, sizeof(job.session), "%s", x->session);
-	snprintf(job.context, sizeof(job.context), "%s", x->context);
-	job.code = code;
-	job.outcome = BCD_OUTCOME_FAILED;
-	snprintf(job.message, sizeof(job.message), "%s", message);
-	x->cb(x->arg, &job);
-	free(x);
-}
-
-/*
- * The Workload API's requests (bcd_server_provision, bcd_server_fetch_jwt):
- * each joins the provisioning of its key, found or queued, exactly as a
- * hook's credential request does; refused at once without a usable node
- * credential.
- */
-static void
-take_ext(bcd_server *s)
-{
-	bcd_ext_waiter *x;
-	bcd_ext_waiter *next;
-	bcd_node_snapshot node;
-	bcd_job    *job;
-	int			usable;
-
-	pthread_mutex_lock(&s->ext_mu);
-	x = s->ext_pending;
-	s->ext_pending = NULL;
-	pthread_mutex_unlock(&s->ext_mu);
-	if (x == NULL)
-		return;
-	bcd_node_take(s->node, &node);
-	usable = bcd_node_usable(&node);
-	bcd_node_release(&node);
-	for (; x != NULL; x = next)
-	{
-		next = x->next;
-		x->next = NULL;
-		if (!usable)
-		{
-			ext_fail(x, BCD_CODE_NO_NODE_CREDENTIAL, "this host holds no usable node credential");
-			continue;
-		}
-		job = find_or_queue(s, x->kind, x->session, x->context, &x->audience, &x->caller);
-		if (job == NULL)
-		{
-			ext_fail(x, BCD_CODE_FAILED, "out of memory");
-			continue;
-		}
-		x->next = job->ext_waiters;
-		job->ext_waiters = x;
-	}
-	s->metrics_dirty = 1;
-	dispatch(s);
-}
-
-/* Fail every request the I/O thread has not taken (it is stopped). */
-static void
-drop_ext(bcd_server *s)
-{
-	bcd_ext_waiter *x;
-
-	pthread_mutex_lock(&s->ext_mu);
-	x = s->ext_pending;
-	s->ext_pending = NULL;
-	pthread_mutex_unlock(&s->ext_mu);
-	while (x != NULL)
-	{
-		bcd_ext_waiter *next = x->next;
-
-		ext_fail(x, BCD_CODE_UNAVAILABLE, "bcd is stopping");
-		x = next;
-	}
-}
-
-/* Take the finished provisionings from the workers and complete them. */
-static void
-take_done(bcd_server *s)
-{
-	bcd_job    *done;
-	bcd_job    *next;
+	hook_wait  *done;
+	hook_wait  *next;
 	char		buf[64];
 
 	while (read(s->wake[0], buf, sizeof(buf)) > 0)
 		;
-	take_ext(s);
-	done = bcd_workers_take_done(s->workers);
+	pthread_mutex_lock(&s->done_mu);
+	done = s->done;
+	s->done = NULL;
+	pthread_mutex_unlock(&s->done_mu);
 	for (; done != NULL; done = next)
 	{
-		next = done->qnext;
-		complete_job(s, done);
+		next = done->dnext;
+		complete_wait(s, done);
 	}
 }
 
+
 /* Rewrite --metrics-file when a number changed and the last write is old enough. */
 static void
-write_metrics(bcd_server *s, int force)
+write_metrics(bcd_hook_server *s, int force)
 {
 	bcd_node_snapshot node;
+	bcd_counters counters;
+	unsigned long changes;
 
 	if (s->metrics_file == NULL)
 		return;
-	bcd_node_take(s->node, &node);
-	if (node.generation != s->metrics_generation)
+	changes = numbers(s, &counters, &node);
+	if (changes != s->prov_changes)
 		s->metrics_dirty = 1;
 	if (s->metrics_dirty && (force || bcd_now_ms() / 1000.0 >= s->metrics_next))
 	{
-		if (bcd_metrics_write(s->metrics_file, &s->counters, &node) != BC_OK)
+		if (bcd_metrics_write(s->metrics_file, &counters, &node) != BC_OK)
 			bcd_log("cannot write the metrics file %s", s->metrics_file);
 		s->metrics_dirty = 0;
-		s->metrics_generation = node.generation;
+		s->prov_changes = changes;
 		s->metrics_next = bcd_now_ms() / 1000.0 + METRICS_INTERVAL;
 	}
 	bcd_node_release(&node);
@@ -769,7 +688,7 @@ write_metrics(bcd_server *s, int force)
 
 /* Close connections past their deadline (a request not sent in time: bad-request). */
 static void
-expire(bcd_server *s, double now)
+expire(bcd_hook_server *s, double now)
 {
 	bcd_conn   *c;
 	bcd_conn   *next;
@@ -788,7 +707,7 @@ expire(bcd_server *s, double now)
 
 /* One round of the I/O loop: poll, then act on what is ready. */
 static void
-io_round(bcd_server *s, struct pollfd *pfd, bcd_conn **pc, size_t slots)
+io_round(bcd_hook_server *s, struct pollfd *pfd, bcd_conn **pc, size_t slots)
 {
 	double		now = bcd_now_ms() / 1000.0;
 	double		wait = 1.0;
@@ -836,35 +755,27 @@ io_round(bcd_server *s, struct pollfd *pfd, bcd_conn **pc, size_t slots)
 	write_metrics(s, 0);
 }
 
-/* Answer everyone still waiting that bcd is stopping; free every connection and job. */
+/*
+ * Answer every hook still waiting that bcd is stopping, and close every
+ * connection.  What they waited for stays in the table: the provisioner
+ * calls back for it until it stops (bcd_hook_server_free releases it).
+ */
 static void
-io_shutdown(bcd_server *s)
+io_shutdown(bcd_hook_server *s)
 {
-	bcd_job    *job;
 	bcd_conn   *w;
 
-	while ((job = s->jobs) != NULL)
+	for (hook_wait *hw = s->waits; hw != NULL; hw = hw->next)
 	{
-		s->jobs = job->next;
-		while ((w = job->waiters) != NULL)
+		while ((w = hw->conns) != NULL)
 		{
-			job->waiters = w->wnext;
+			hw->conns = w->wnext;
 			s->counters.waiting--;
 			w->state = CONN_WRITING;
 			answer_error(s, w, BCD_CODE_UNAVAILABLE, "bcd is stopping; try again");
 		}
-		while (job->ext_waiters != NULL)
-		{
-			bcd_ext_waiter *x = job->ext_waiters;
-
-			job->ext_waiters = x->next;
-			ext_fail(x, BCD_CODE_UNAVAILABLE, "bcd is stopping");
-		}
-		bcd_job_clear_result(job);
-		free(job);
+		hw->n_conns = 0;
 	}
-	s->counters.queued = 0;
-	s->counters.in_flight = 0;
 	while (s->conns != NULL)
 		conn_close(s, s->conns);
 	write_metrics(s, 1);
@@ -874,7 +785,7 @@ io_shutdown(bcd_server *s)
 static void *
 io_main(void *arg)
 {
-	bcd_server *s = arg;
+	bcd_hook_server *s = arg;
 	size_t		slots = (size_t) (s->max_queue + BCD_EXTRA_CONNS + 8);
 	struct pollfd *pfd = calloc(slots, sizeof(*pfd));
 	bcd_conn  **pc = calloc(slots, sizeof(*pc));
@@ -894,132 +805,47 @@ io_main(void *arg)
 	return NULL;
 }
 
+
 /* ------------------------------------------------------------ its life */
 
-/* Wake the I/O thread (a byte in its pipe; a full pipe already wakes it). */
+/* The provisioner's watch (any thread): a number or the node credential changed. */
 static void
-wake_io(bcd_server *s)
+on_change(void *arg)
 {
-	char		c = 1;
-
-	(void) !write(s->wake[1], &c, 1);
-}
-
-/* Queue a Workload API's request of kind for the I/O thread (take_ext); BC_OK or BC_ENOMEM. */
-static int
-queue_ext(bcd_server *s, bcd_job_kind kind, const char *session, const char *context,
-		  const bcd_audiences *aud, const bcd_peer *caller, bcd_job_cb cb, void *arg)
-{
-	bcd_ext_waiter *x = calloc(1, sizeof(*x));
-
-	if (x == NULL)
-		return BC_ENOMEM;
-	x->cb = cb;
-	x->arg = arg;
-	x->kind = kind;
-	if (aud != NULL)
-		x->audience = *aud;
-	snprintf(x->session, sizeof(x->session), "%s", session);
-	snprintf(x->context, sizeof(x->context), "%s", context);
-	if (caller != NULL)
-		x->caller = *caller;
-	pthread_mutex_lock(&s->ext_mu);
-	x->next = s->ext_pending;
-	s->ext_pending = x;
-	pthread_mutex_unlock(&s->ext_mu);
-	wake_io(s);
-	return BC_OK;
+	wake_io(arg);
 }
 
 /*
- * Ask for the provisioning of (session, context) on behalf of caller, from
- * any thread (the Workload API's): cb(arg, job) is called by the I/O thread
- * when it is done (or at once, failed, when it cannot start); the job and
- * its result are valid during the call only.  Coalesced with every other
- * caller of the same key, hooks included.  BC_OK, or BC_ENOMEM (no call).
+ * Make the hooks' socket server of bcd run, a client of prov: the socket
+ * (local_socket.c) in runtime_dir (rtfd open on it), listening; nothing
+ * runs yet.  BC_OK with *out, or an error in err (the socket could not be
+ * made safely, ...) and nothing left behind.
  */
 int
-bcd_server_provision(bcd_server *s, const char *session, const char *context,
-					 const bcd_peer *caller, bcd_job_cb cb, void *arg)
+bcd_hook_server_listen(const bcd_run_opts *o, bcd_provisioner *prov, const char *runtime_dir,
+					   int rtfd, bcd_hook_server **out, char *err, size_t errlen)
 {
-	return queue_ext(s, BCD_JOB_SESSION, session, context, NULL, caller, cb, arg);
-}
-
-/*
- * Ask for a JWT-SVID of (session, context) for aud (sorted, checked) on
- * behalf of caller, from any thread, exactly as bcd_server_provision asks
- * for a session credential: the same queue and --max-provisioning workers,
- * coalesced with every request of the same (session, context, audiences);
- * cb(arg, job) gets job->token, token_ttl and spiffe_id, or the failure.
- */
-int
-bcd_server_fetch_jwt(bcd_server *s, const char *session, const char *context,
-					 const bcd_audiences *aud, const bcd_peer *caller, bcd_job_cb cb, void *arg)
-{
-	return queue_ext(s, BCD_JOB_JWT_SVID, session, context, aud, caller, cb, arg);
-}
-
-/* A snapshot of the published node credential (bcd_node_release it), from any thread. */
-void
-bcd_server_node_take(bcd_server *s, bcd_node_snapshot *out)
-{
-	bcd_node_take(s->node, out);
-}
-
-/* Publish cred as the node credential the server issues with (NULL: none). */
-void
-bcd_server_publish(bcd_server *s, const bcd_credential *cred)
-{
-	if (s == NULL)
-		return;
-	bcd_node_publish(s->node, cred);
-	wake_io(s);
-}
-
-/* The main thread starts (on 1) or ends (on 0) a renewal (node_credential.c). */
-void
-bcd_server_renewing(bcd_server *s, int on)
-{
-	if (s != NULL)
-		bcd_node_renewing(s->node, on);
-}
-
-/*
- * Start the socket server of bcd run: the socket (local_socket.c), initial
- * (when not NULL) published before any caller is read, the workers (one
- * HTTPS client each), then the I/O thread.  BC_OK with *out, or an error in
- * err (the socket could not be made safely, ...) and nothing left behind.
- */
-int
-bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
-				 const bcd_credential *initial, bcd_server **out, char *err, size_t errlen)
-{
-	bcd_server *s = calloc(1, sizeof(*s));
+	bcd_hook_server *s = calloc(1, sizeof(*s));
 	struct stat st;
-	int			rtfd = -1;
 	int			rc = BC_ENOMEM;
 
 	*out = NULL;
 	snprintf(err, errlen, "out of memory");
 	if (s == NULL)
 		return BC_ENOMEM;
-	s->keys = keys;
-	pthread_mutex_init(&s->ext_mu, NULL);
+	s->prov = prov;
+	pthread_mutex_init(&s->done_mu, NULL);
 	s->sock.fd = s->sock.dirfd = s->wake[0] = s->wake[1] = -1;
-	s->max_provisioning = o->max_provisioning;
 	s->max_queue = o->max_queue;
-	s->counters.max_provisioning = o->max_provisioning;
 	s->counters.max_queue = o->max_queue;
-	s->runtime_dir = bcd_runtime_dir();
-	s->node = bcd_node_new();
-	if (s->runtime_dir == NULL || s->node == NULL ||
+	s->runtime_dir = strdup(runtime_dir);
+	if (s->runtime_dir == NULL ||
 		(o->metrics_file != NULL && (s->metrics_file = strdup(o->metrics_file)) == NULL))
 		goto fail;
 	rc = BC_EINVAL;
 	if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0)
 		goto fail;
-	if (bcd_runtime_dir_open(s->runtime_dir, &rtfd, err, errlen) != BC_OK ||
-		bcd_socket_daemon_path(o->socket, o->state_dir, &s->socket_path, err, errlen) != BC_OK ||
+	if (bcd_socket_daemon_path(o->socket, o->state_dir, &s->socket_path, err, errlen) != BC_OK ||
 		bcd_socket_listen(s->socket_path, s->runtime_dir, rtfd, o->socket == NULL, &s->sock,
 						  err, errlen) != BC_OK)
 		goto fail;
@@ -1029,68 +855,73 @@ bcd_server_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 	if (stat(o->state_dir, &st) == 0)
 		s->own_dirs[1] = (bcd_dir_id) {st.st_dev, st.st_ino};
 	s->n_own_dirs = 2;
-	/* the Workload API: with a rule or a --workload-api PATH (no rule: no identity to give) */
-	if (o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 : o->n_workload_rules > 0)
-	{
-		rc = bcd_workload_start(o, keys, s->socket_path, s->runtime_dir, rtfd, s,
-								&s->workload, err, errlen);
-		if (rc != BC_OK)
-			goto fail;
-		rc = BC_EINVAL;
-	}
-	close(rtfd);
-	rtfd = -1;
-	if (initial != NULL)
-		bcd_node_publish(s->node, initial);
-	rc = bcd_workers_start(s->max_provisioning, o->gateway, o->gateway_ca, keys, s->node,
-						   s->wake[1], &s->workers, err, errlen);
-	if (rc != BC_OK)
-		goto fail;
-	rc = BC_EINVAL;
-	if (pthread_create(&s->io_thread, NULL, io_main, s) != 0)
-	{
-		snprintf(err, errlen, "cannot start the socket thread");
-		goto fail;
-	}
-	s->io_started = 1;
-	bcd_workload_run(s->workload);
+	bcd_provisioner_watch(prov, on_change, s);
 	*out = s;
 	return BC_OK;
 fail:
-	if (rtfd >= 0)
-		close(rtfd);
-	bcd_server_stop(s);
+	bcd_hook_server_free(s);
 	return rc;
 }
 
-/* Stop the server: the workers (an HTTPS request in flight is aborted), then the I/O thread. */
-void
-bcd_server_stop(bcd_server *s)
+/* The path of its socket. */
+const char *
+bcd_hook_server_path(const bcd_hook_server *s)
 {
+	return s->socket_path;
+}
+
+/* Start its I/O thread: BC_OK, or an error in err. */
+int
+bcd_hook_server_run(bcd_hook_server *s, char *err, size_t errlen)
+{
+	if (pthread_create(&s->io_thread, NULL, io_main, s) != 0)
+	{
+		snprintf(err, errlen, "cannot start the socket thread");
+		return BC_EINVAL;
+	}
+	s->io_started = 1;
+	return BC_OK;
+}
+
+/* Stop its I/O thread: every hook still waiting answered; nothing asked of the provisioner after. */
+void
+bcd_hook_server_stop(bcd_hook_server *s)
+{
+	if (s == NULL || !s->io_started)
+		return;
+	atomic_store(&s->stopping, 1);
+	wake_io(s);
+	pthread_join(s->io_thread, NULL);
+	s->io_started = 0;
+	s->io_stopped = 1;
+}
+
+/* Free it, once the provisioner has stopped (no call back comes any more). */
+void
+bcd_hook_server_free(bcd_hook_server *s)
+{
+	hook_wait  *hw;
+
 	if (s == NULL)
 		return;
-	bcd_stop_now();
-	bcd_workload_stop(s->workload);	/* its threads: no new request after this */
-	bcd_workers_stop(s->workers);
-	atomic_store(&s->stopping, 1);
-	if (s->io_started)
+	bcd_hook_server_stop(s);
+	if (s->io_stopped)
+		write_metrics(s, 1);	/* the provisioner's numbers once it stopped */
+	while ((hw = s->waits) != NULL)
 	{
-		wake_io(s);
-		pthread_join(s->io_thread, NULL);
+		s->waits = hw->next;
+		bcd_job_release(hw->job);
+		free(hw);
 	}
-	drop_ext(s);				/* requests the I/O thread never saw: called back, failed */
-	bcd_workload_free(s->workload);	/* every call back has been made */
-	bcd_workers_free(s->workers);
 	bcd_socket_close(&s->sock, s->socket_path);
 	if (s->wake[0] >= 0)
 		close(s->wake[0]);
 	if (s->wake[1] >= 0)
 		close(s->wake[1]);
-	bcd_node_free(s->node);
 	free(s->socket_path);
 	free(s->metrics_file);
 	free(s->runtime_dir);
-	pthread_mutex_destroy(&s->ext_mu);
+	pthread_mutex_destroy(&s->done_mu);
 	free(s);
 }
 
@@ -1099,15 +930,16 @@ bcd_server_stop(bcd_server *s)
  * Fuzz entry point (test/fuzz/fuzz_sock_line.c), not used by bcd: what a
  * caller sends on a connection (data, n bytes, then EOF) read and answered
  * by conn_read() and handle_request() exactly as the I/O thread does, by a
- * server that holds no node credential and runs no worker (so a valid
- * credential request ends at no-node-credential).  The answer line is
- * written into answer (NUL-terminated, truncated to cap); returns its
+ * server whose provisioner holds no node credential and runs no worker (so
+ * a valid credential request ends at no-node-credential).  The answer line
+ * is written into answer (NUL-terminated, truncated to cap); returns its
  * length, or -1 when there was no answer or the connection could not be made.
  */
 long
 bcd_sessions_fuzz_line(const unsigned char *data, size_t n, char *answer, size_t cap)
 {
-	bcd_server	s;
+	bcd_hook_server s;
+	bcd_run_opts o;
 	bcd_conn   *c;
 	int			sv[2];
 	size_t		off = 0;
@@ -1123,14 +955,17 @@ bcd_sessions_fuzz_line(const unsigned char *data, size_t n, char *answer, size_t
 		off += (size_t) got;
 	(void) shutdown(sv[1], SHUT_WR);
 	memset(&s, 0, sizeof(s));
+	memset(&o, 0, sizeof(o));
+	o.max_provisioning = 1;
+	o.max_queue = 1;
 	s.max_queue = 1;
 	s.wake[0] = s.wake[1] = -1;
-	s.node = bcd_node_new();
+	s.prov = bcd_provisioner_new(&o, NULL, NULL);
 	c = calloc(1, sizeof(*c));
-	if (s.node == NULL || c == NULL)
+	if (s.prov == NULL || c == NULL)
 	{
 		free(c);
-		bcd_node_free(s.node);
+		bcd_provisioner_free(s.prov);
 		close(sv[0]);
 		close(sv[1]);
 		return -1;
@@ -1149,7 +984,7 @@ bcd_sessions_fuzz_line(const unsigned char *data, size_t n, char *answer, size_t
 		len += got;
 	answer[len] = '\0';
 	close(sv[1]);
-	bcd_node_free(s.node);
+	bcd_provisioner_free(s.prov);
 	return len > 0 ? len : -1;
 }
 #endif							/* BC_TEST_BUILD */

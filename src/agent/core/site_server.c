@@ -2,8 +2,8 @@
  * site_server.c: the site agent's TLS server (site_server.h), what `bcd
  * serve-discovery` (cmd/serve_discovery.c) runs on the provisioning network:
  * a PXE-booted ramdisk (bcd ramdisk) asks it for the discovery assertion of
- * its MAC, bound to the CSR of the key it made in memory (core/discovery.h
- * has the protocol).
+ * its MAC, bound to the CSR of the key it made in memory
+ * (core/discovery_assertion.h has the protocol).
  *
  * Next to the site agent's bcd run, on its state directory (read, never
  * locked or written: the credential is read again at most a second after
@@ -61,7 +61,7 @@
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "core/clock.h"
-#include "core/discovery.h"
+#include "core/discovery_assertion.h"
 #include "core/log.h"
 #include "core/proof.h"
 #include "core/service_keys.h"

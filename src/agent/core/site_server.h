@@ -1,7 +1,7 @@
 /*
  * site_server.h: the site agent's TLS server for PXE-booted ramdisks, what
  * `bcd serve-discovery` runs (site_server.c has its bounds and deadlines;
- * core/discovery.h the protocol).
+ * core/discovery_assertion.h the protocol).
  */
 #ifndef BCD_SITE_SERVER_H
 #define BCD_SITE_SERVER_H

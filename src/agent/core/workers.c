@@ -1,10 +1,10 @@
 /*
- * workers.c: the socket server's worker threads.  Each has its own HTTPS
+ * workers.c: the provisioner's worker threads.  Each has its own HTTPS
  * client; it takes a provisioning from the queue, runs it (a session
  * credential: provision.c; a JWT-SVID: provision_jwt.c)
  * with a snapshot of the published node credential (node_credential.c),
- * and hands it back on the done list, waking the I/O thread (sessions.c)
- * through its pipe.  One mutex guards the queue, the done list and the stop
+ * and hands it back on the done list, waking the provisioner's thread
+ * (provisioner.c) through its pipe.  One mutex guards the queue, the done list and the stop
  * flag; the state is this file's own.
  */
 #include <pthread.h>
@@ -44,7 +44,7 @@ typedef struct worker_arg
 	bcd_http   *http;
 } worker_arg;
 
-/* Wake the I/O thread (a byte in its pipe; a full pipe already wakes it). */
+/* Wake the provisioner's thread (a byte in its pipe; a full pipe already wakes it). */
 static void
 wake(bcd_workers *w)
 {
@@ -79,7 +79,7 @@ run_job(bcd_workers *w, bcd_http *http, bcd_job *job)
 	unsigned long generation;
 
 	bcd_node_take(w->node, &node);
-	job->outcome = BCD_OUTCOME_COUNT;
+	job->result = BCD_RESULT_COUNT;
 	if (!bcd_node_usable(&node))
 	{
 		job->code = BCD_CODE_NO_NODE_CREDENTIAL;
@@ -102,14 +102,14 @@ run_job(bcd_workers *w, bcd_http *http, bcd_job *job)
 		job->code = BCD_CODE_OK;
 		job->message[0] = '\0';
 		pthread_mutex_lock(&w->lock);
-		job->dispatched++;		/* counts the refused attempt (read by the I/O thread) */
+		job->dispatched++;		/* counts the refused attempt (read by the provisioner) */
 		pthread_mutex_unlock(&w->lock);
 		provision(w, http, &node, job);
 	}
 	bcd_node_release(&node);
 }
 
-/* A worker: take a provisioning, run it, hand it back to the I/O thread. */
+/* A worker: take a provisioning, run it, hand it back to the provisioner's thread. */
 static void *
 worker_main(void *arg)
 {
@@ -225,7 +225,7 @@ bcd_workers_take_done(bcd_workers *w)
 
 /*
  * Stop and join the workers (bcd_stop_now first aborts a request in
- * flight).  The queue stays usable, so the I/O thread may still submit and
+ * flight).  The queue stays usable, so the provisioner may still submit and
  * take until it stops too; then bcd_workers_free.
  */
 void

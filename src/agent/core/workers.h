@@ -1,5 +1,5 @@
 /*
- * workers.h: the socket server's --max-provisioning worker threads, each
+ * workers.h: the provisioner's --max-provisioning worker threads, each
  * with its own HTTPS client, running provisionings (provision.c) taken from
  * a queue and handed back on a done list.
  */

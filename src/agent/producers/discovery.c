@@ -5,13 +5,13 @@
  * core/site_server.c) at every round, so a long wait for an operator's
  * approval never outlives the assertion.
  *
- * The request (core/discovery.h): TLS to --site-agent HOST:PORT, whose peer
- * must present a certificate that verifies against the pinned node CA (the
- * site agent's node certificate: it names no host, so no host name is
- * checked; the service decides whether its signer is a site agent of the
- * token's site), one line {"csr","mac"} out, one line back.  No answer, a
- * failed handshake or {"error":"unavailable"}: BCD_PRODUCER_RETRY.  It
- * answers no challenge.
+ * The request (core/discovery_assertion.h): TLS to --site-agent HOST:PORT,
+ * whose peer must present a certificate that verifies against the pinned
+ * node CA (the site agent's node certificate: it names no host, so no host
+ * name is checked; the service decides whether its signer is a site agent
+ * of the token's site), one line {"csr","mac"} out, one line back.  No
+ * answer, a failed handshake or {"error":"unavailable"}: BCD_PRODUCER_RETRY.
+ * It answers no challenge.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +31,7 @@
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "core/clock.h"
-#include "core/discovery.h"
+#include "core/discovery_assertion.h"
 #include "producers/producer.h"
 
 /* Its own state: --site-agent, --mac. */

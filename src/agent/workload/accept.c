@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "bc_common.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "workload/accept.h"
 
@@ -83,16 +84,6 @@ struct bcd_wl_acceptor
 	atomic_ulong over_queue;	/* of a uid with its share of the waiting ones, or none left */
 	atomic_int	nice_told;		/* the accept threads' priority could not be raised: told */
 };
-
-/* Monotonic seconds. */
-static double
-now_mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* The last time u was seen. */
 static double
@@ -238,7 +229,7 @@ accept_batch(bcd_wl_acceptor *a)
 			live[i] = getsockopt(b[i].fd, SOL_SOCKET, SO_PEERCRED, &cred[i], &clen) == 0 &&
 				clen == sizeof(cred[i]);
 	}
-	now = now_mono();
+	now = bcd_now_s();
 	pthread_mutex_lock(&a->mu);
 	for (int i = 0; i < n; i++)
 		if (live[i] && queue_take(a, b[i].fd, cred[i].uid, cred[i].gid, now))
@@ -393,7 +384,7 @@ bcd_wl_acceptor_free(bcd_wl_acceptor *a)
 void
 bcd_wl_acceptor_seen(bcd_wl_acceptor *a, uid_t uid, int ruled)
 {
-	double		now = now_mono();
+	double		now = bcd_now_s();
 
 	pthread_mutex_lock(&a->mu);
 	if (ruled)

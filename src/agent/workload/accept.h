@@ -10,7 +10,7 @@
 
 #include <sys/types.h>
 
-#include "workload/workload.h"
+#include "workload/rules.h"
 
 /*
  * A uid known to get nothing (no rule can match its ids, or its

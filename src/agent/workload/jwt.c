@@ -10,7 +10,7 @@
  * JWT-SVID with the bundle of its subject's trust domain, and bcd holds one
  * bundle, its own: any other is refused), exp, nbf and aud.  The audiences
  * of a FetchJWTSVID are checked here as the service checks them, before
- * anything is asked of it; fetching and caching are jwt_svid.c's.
+ * anything is asked of it; fetching and caching are jwt_svids.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /*
  * jwt.h: the JWT profile of bcd's Workload API (jwt.c): the trust domain's
  * jwt-svid keys, ValidateJWTSVID, and the checks of a FetchJWTSVID's
- * audiences.  Fetching and caching JWT-SVIDs: jwt_svid.h.
+ * audiences.  Fetching and caching JWT-SVIDs: jwt_svids.h.
  */
 #ifndef BCD_WL_JWT_H
 #define BCD_WL_JWT_H

@@ -34,6 +34,7 @@ struct bcd_wl_refusals
 	unsigned long other;		/* refusals of uids beyond the table, counted */
 };
 
+/* An empty log of refusals, or NULL. */
 bcd_wl_refusals *
 bcd_wl_refusals_new(void)
 {
@@ -44,6 +45,7 @@ bcd_wl_refusals_new(void)
 	return r;
 }
 
+/* Free it. */
 void
 bcd_wl_refusals_free(bcd_wl_refusals *r)
 {
@@ -53,6 +55,7 @@ bcd_wl_refusals_free(bcd_wl_refusals *r)
 	free(r);
 }
 
+/* A refusal of uid at now: 1 to log it in full, 0 counted (refusals.h). */
 int
 bcd_wl_refusals_take(bcd_wl_refusals *r, uid_t uid, double now)
 {
@@ -85,6 +88,7 @@ bcd_wl_refusals_take(bcd_wl_refusals *r, uid_t uid, double now)
 	return full;
 }
 
+/* At an interval's end: one summary line per uid with refusals counted (refusals.h). */
 void
 bcd_wl_refusals_tick(bcd_wl_refusals *r, double now)
 {

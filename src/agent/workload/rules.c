@@ -30,7 +30,7 @@
 #include "bc_protocol.h"
 #include "core/delivery.h"
 #include "core/log.h"
-#include "workload/workload.h"
+#include "workload/rules.h"
 
 typedef enum sel_kind
 {
@@ -67,36 +67,58 @@ struct bcd_wl_rules
  * map (the kernel's overflowuid or overflowgid), or ULONG_MAX when the
  * namespace maps every id (the initial one: "0 0 4294967295").  Under a
  * user namespace of its own (systemd's PrivateUsers=) every other user is
- * that one id, so a uid: or gid: selector must never match it.
+ * that one id, so a uid: or gid: selector must never match it.  map is
+ * the start of /proc/self/uid_map (or gid_map), NULL when it cannot be read
+ * (no user namespaces); overflow that of /proc/sys/kernel/overflowuid (or
+ * gid), NULL when unreadable (the kernel's default, 65534).
  */
-static unsigned long
-overflow_id(const char *map, const char *overflow)
+unsigned long
+bcd_wl_overflow_id(const char *map, const char *overflow)
 {
-	char		buf[256];
 	unsigned long a,
 				b,
 				c;
-	unsigned long v = ULONG_MAX;
-	FILE	   *f = fopen(map, "re");
-	int			all = 0;
+	unsigned long v;
+	const char *nl;
 
-	if (f != NULL)
-	{
-		all = fgets(buf, sizeof(buf), f) != NULL &&
-			sscanf(buf, "%lu %lu %lu", &a, &b, &c) == 3 && a == 0 && b == 0 && c == 4294967295UL &&
-			fgets(buf, sizeof(buf), f) == NULL;
-		fclose(f);
-	}
-	if (f == NULL || all)
-		return ULONG_MAX;		/* no user namespaces, or the initial one */
-	f = fopen(overflow, "re");
-	if (f == NULL || fscanf(f, "%lu", &v) != 1)
+	if (map == NULL)
+		return ULONG_MAX;		/* no user namespaces */
+	nl = strchr(map, '\n');
+	if (sscanf(map, "%lu %lu %lu", &a, &b, &c) == 3 && a == 0 && b == 0 && c == 4294967295UL &&
+		(nl == NULL || nl[1] == '\0'))
+		return ULONG_MAX;		/* the initial one */
+	if (overflow == NULL || sscanf(overflow, "%lu", &v) != 1)
 		v = 65534;				/* the kernel's default */
-	if (f != NULL)
-		fclose(f);
 	return v;
 }
 
+/* The start of the text of path (len - 1 bytes at most) in buf; NULL when it cannot be read. */
+static const char *
+read_start(const char *path, char *buf, size_t len)
+{
+	FILE	   *f = fopen(path, "re");
+	size_t		n;
+
+	if (f == NULL)
+		return NULL;
+	n = fread(buf, 1, len - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* The overflow id of bcd's user namespace for uids (map, overflow: /proc's files) or gids. */
+static unsigned long
+overflow_id(const char *map, const char *overflow)
+{
+	char		mbuf[256];
+	char		obuf[32];
+
+	return bcd_wl_overflow_id(read_start(map, mbuf, sizeof(mbuf)),
+							  read_start(overflow, obuf, sizeof(obuf)));
+}
+
+/* Free what a rule holds and zero it. */
 static void
 rule_clear(rule *r)
 {
@@ -212,7 +234,7 @@ parse_target(rule *r, const char *t, char *err, size_t errlen)
 		}
 		strcpy(r->context, comma + 9);
 	}
-	if (!bcd_selector_valid(r->session, 1) || !bcd_selector_valid(r->context, 0))
+	if (!bc_selector_valid(r->session, 1) || !bc_selector_valid(r->context, 0))
 	{
 		snprintf(err, errlen, "the session (1 to 128) and context (0 to 128) are made of "
 				 "A-Z a-z 0-9 . _ : - only");
@@ -221,6 +243,7 @@ parse_target(rule *r, const char *t, char *err, size_t errlen)
 	return 0;
 }
 
+/* Parse one rule, "SELECTOR[,SELECTOR...]=>session=S[,context=C]", into r; 0 or -1 with err. */
 static int
 parse_rule(rule *r, const char *text, char *err, size_t errlen)
 {
@@ -246,6 +269,7 @@ parse_rule(rule *r, const char *text, char *err, size_t errlen)
 	return parse_target(r, arrow + 2, err, errlen);
 }
 
+/* 1 when a and b have the same selectors (in any order). */
 static int
 same_selectors(const rule *a, const rule *b)
 {
@@ -266,14 +290,27 @@ same_selectors(const rule *a, const rule *b)
 	return 1;
 }
 
+/* 1 when a and b name the same session and context. */
 static int
 same_target(const rule *a, const rule *b)
 {
 	return strcmp(a->session, b->session) == 0 && strcmp(a->context, b->context) == 0;
 }
 
+/* Parse the rules for bcd's own user namespace (rules.h). */
 bcd_wl_rules *
 bcd_wl_rules_parse(const char *const *texts, int n, char *err, size_t errlen)
+{
+	return bcd_wl_rules_parse_ns(texts, n,
+								 overflow_id("/proc/self/uid_map", "/proc/sys/kernel/overflowuid"),
+								 overflow_id("/proc/self/gid_map", "/proc/sys/kernel/overflowgid"),
+								 err, errlen);
+}
+
+/* Parse the rules for a user namespace whose unmapped ids show as overflow_uid and overflow_gid (rules.h). */
+bcd_wl_rules *
+bcd_wl_rules_parse_ns(const char *const *texts, int n, unsigned long overflow_uid,
+					  unsigned long overflow_gid, char *err, size_t errlen)
 {
 	bcd_wl_rules *r = calloc(1, sizeof(*r));
 	char		why[512];
@@ -284,8 +321,8 @@ bcd_wl_rules_parse(const char *const *texts, int n, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	r->overflow[SEL_UID] = overflow_id("/proc/self/uid_map", "/proc/sys/kernel/overflowuid");
-	r->overflow[SEL_GID] = overflow_id("/proc/self/gid_map", "/proc/sys/kernel/overflowgid");
+	r->overflow[SEL_UID] = overflow_uid;
+	r->overflow[SEL_GID] = overflow_gid;
 	for (int i = 0; i < n; i++)
 	{
 		if (parse_rule(&r->rules[i], texts[i], why, sizeof(why)) != 0)
@@ -309,6 +346,7 @@ bcd_wl_rules_parse(const char *const *texts, int n, char *err, size_t errlen)
 	return r;
 }
 
+/* Free the rules. */
 void
 bcd_wl_rules_free(bcd_wl_rules *r)
 {
@@ -386,6 +424,7 @@ rule_matches(const bcd_wl_rules *rs, const rule *r, const bcd_wl_caller *c, char
 	return 1;
 }
 
+/* 0 when no rule can match a caller of uid and gid (rules.h). */
 int
 bcd_wl_rules_may_match_ids(const bcd_wl_rules *r, uid_t uid, gid_t gid)
 {
@@ -404,6 +443,7 @@ bcd_wl_rules_may_match_ids(const bcd_wl_rules *r, uid_t uid, gid_t gid)
 	return 0;
 }
 
+/* Warn of every exe:-only rule on a socket other users may reach (rules.h). */
 void
 bcd_wl_rules_warn(const bcd_wl_rules *r, int mode)
 {
@@ -423,6 +463,7 @@ bcd_wl_rules_warn(const bcd_wl_rules *r, int mode)
 	}
 }
 
+/* The identity the rules give caller c, and what it must hold to (rules.h). */
 int
 bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **session,
 				   const char **context, int *bind, char *err, size_t errlen)
@@ -462,6 +503,7 @@ bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **s
 	return 1;
 }
 
+/* The ids the kernel shows for unmapped ones; 1 when some are (rules.h). */
 int
 bcd_wl_rules_unmapped(const bcd_wl_rules *r, unsigned long *uid, unsigned long *gid)
 {

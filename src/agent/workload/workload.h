@@ -3,20 +3,18 @@
  * Workload API"): a gRPC server (libgrpc's C core, protobuf-c) on its own
  * unix socket, each connection accepted by bcd and attributed by its
  * SO_PEERCRED (one grpc_server per connection), its callers mapped to a
- * session and context by --workload-rule, their X509-SVIDs provisioned
- * through the socket server's coalesced provisionings (sessions.c).
+ * session and context by --workload-rule, their X509-SVIDs and JWT-SVIDs
+ * provisioned through the provisioner's coalesced provisionings
+ * (core/provisioner.c), which the daemon hands it.
  */
 #ifndef BCD_WORKLOAD_H
 #define BCD_WORKLOAD_H
 
 #include <stddef.h>
-#include <sys/types.h>
 
 #include "core/agent.h"
-#include "core/peer.h"
+#include "core/provisioner.h"
 #include "core/service_keys.h"
-
-struct bcd_server;
 
 /* The Workload API server of bcd run. */
 typedef struct bcd_workload bcd_workload;
@@ -24,61 +22,13 @@ typedef struct bcd_workload bcd_workload;
 /* Listen (nothing runs yet): BC_OK with *out, or an error in err. */
 int			bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 							   const char *socket_path, const char *runtime_dir, int rtfd,
-							   struct bcd_server *server, bcd_workload **out,
+							   bcd_provisioner *prov, bcd_workload **out,
 							   char *err, size_t errlen);
-/* Start its threads (once the socket server's I/O thread runs). */
+/* Start its threads (once the provisioner runs). */
 void		bcd_workload_run(bcd_workload *w);
-/* Stop its threads: no request is made of the socket server after this. */
+/* Stop its threads: nothing is asked of the provisioner after this. */
 void		bcd_workload_stop(bcd_workload *w);
-/* Free it (after the socket server's I/O thread has stopped). */
+/* Free it (after the provisioner has stopped: every call back has been made). */
 void		bcd_workload_free(bcd_workload *w);
-
-/* ---- rules.c: --workload-rule 'SELECTORS=>session=S[,context=C]' */
-
-/* What a caller is, for the selectors. */
-typedef struct bcd_wl_caller
-{
-	bcd_peer	peer;			/* uid, pid, exe, cgroup, unit */
-	gid_t		gid;
-} bcd_wl_caller;
-
-/* What a match asks of the caller (bcd_wl_rules_match's *bind). */
-#define BCD_WL_RULE_BIND 1		/* bound to its connection: exe:, unit: or cgroup: (attest.c) */
-#define BCD_WL_RULE_EXE 2		/* ... by an exe: selector: close-on-exec too */
-
-typedef struct bcd_wl_rules bcd_wl_rules;
-
-/* Parse the rules; NULL with err (a bad rule, or two with the same selectors and targets apart). */
-bcd_wl_rules *bcd_wl_rules_parse(const char *const *rules, int n, char *err, size_t errlen);
-void		bcd_wl_rules_free(bcd_wl_rules *r);
-/*
- * The (session, context) of caller: 1 with them and *bind (BCD_WL_RULE_*:
- * what the least demanding matching rule asks), 0 when no rule matches
- * (err "" or, when the caller names an exe: rule's file without running
- * it as bcd sees it, why), -1 when rules naming different targets match
- * (ambiguous: why in err).
- */
-int			bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *caller,
-							   const char **session, const char **context, int *bind,
-							   char *err, size_t errlen);
-
-/*
- * 0 when no rule can ever match a caller of uid and gid (each names another
- * uid or gid): such a caller is known to get nothing before /proc is read.
- */
-int			bcd_wl_rules_may_match_ids(const bcd_wl_rules *r, uid_t uid, gid_t gid);
-
-/*
- * At start, for a socket of mode (other users may connect when it opens
- * group or other bits): log a warning for every rule that selects by exe:
- * without uid:, gid: or unit:.
- */
-void		bcd_wl_rules_warn(const bcd_wl_rules *r, int mode);
-
-/*
- * 1 when bcd's user namespace does not map every id: *uid and *gid are the
- * ids the kernel shows for the unmapped ones (never matched by uid:/gid:).
- */
-int			bcd_wl_rules_unmapped(const bcd_wl_rules *r, unsigned long *uid, unsigned long *gid);
 
 #endif							/* BCD_WORKLOAD_H */

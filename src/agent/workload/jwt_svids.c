@@ -1,9 +1,9 @@
 /*
- * jwt_svid.c: the JWT-SVIDs bcd's FetchJWTSVID answers (docs/agent.md,
+ * jwt_svids.c: the JWT-SVIDs bcd's FetchJWTSVID answers (docs/agent.md,
  * "JWT-SVIDs: caching, limits, errors"; docs/security.md).
  *
- * Fetching.  A JWT-SVID is a kind of provisioning of the socket server
- * (bcd_server_fetch_jwt; core/provision_jwt.c): queued in its FIFO, run by
+ * Fetching.  A JWT-SVID is a kind of provisioning of the provisioner
+ * (bcd_provisioner_ask; core/provision_jwt.c): queued in its FIFO, run by
  * its --max-provisioning workers and their HTTPS clients, so however many
  * calls come no thread and no gateway connection is added for them.
  *
@@ -33,7 +33,7 @@
  * most every JWT_LOG_INTERVAL seconds.
  *
  * Locking.  Every function runs under the Workload API's mutex; the
- * provisioning call-back (the socket server's I/O thread) takes it to store
+ * provisioning call-back (the provisioner's thread) takes it to store
  * a result, and the completion-queue thread answers the waiters on its next
  * tick (bcd_wl_jwt_svids_answer).
  */
@@ -45,8 +45,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/node_credential.h"
-#include "core/sessions.h"
-#include "workload/jwt_svid.h"
+#include "workload/jwt_svids.h"
 
 /* Keys kept, fetches in flight, calls waiting (in all and of one uid), uids with a bucket. */
 #define JWT_ENTRIES_MAX 1024
@@ -109,7 +108,7 @@ typedef struct bucket
 struct bcd_wl_jwt_svids
 {
 	pthread_mutex_t *mu;
-	struct bcd_server *server;
+	bcd_provisioner *prov;
 	entry	   *entries;
 	int			n_entries;
 	int			n_fetches;
@@ -123,13 +122,6 @@ struct bcd_wl_jwt_svids
 	char		refused_why[256];
 };
 
-/* Seconds of the monotonic clock. */
-static double
-now_mono(void)
-{
-	return (double) bcd_now_ms() / 1000.0;
-}
-
 /* Wipe and free a token. */
 static void
 token_free(char *t)
@@ -138,17 +130,17 @@ token_free(char *t)
 		bc_free_secret(t, strlen(t));
 }
 
-/* The JWT-SVIDs of a Workload API whose mutex is mu, fetched by server's workers. */
+/* The JWT-SVIDs of a Workload API whose mutex is mu, fetched by prov's workers. */
 bcd_wl_jwt_svids *
-bcd_wl_jwt_svids_new(pthread_mutex_t *mu, struct bcd_server *server)
+bcd_wl_jwt_svids_new(pthread_mutex_t *mu, bcd_provisioner *prov)
 {
 	bcd_wl_jwt_svids *c = calloc(1, sizeof(*c));
 
 	if (c == NULL)
 		return NULL;
 	c->mu = mu;
-	c->server = server;
-	c->refused_logged = now_mono() - JWT_LOG_INTERVAL;
+	c->prov = prov;
+	c->refused_logged = bcd_now_s() - JWT_LOG_INTERVAL;
 	return c;
 }
 
@@ -184,18 +176,6 @@ bcd_wl_jwt_svids_free(bcd_wl_jwt_svids *c)
 	free(c);
 }
 
-/* 1 when a and b are the same sorted audiences. */
-static int
-same_aud(const bcd_audiences *a, const bcd_audiences *b)
-{
-	if (a->n != b->n)
-		return 0;
-	for (int i = 0; i < a->n; i++)
-		if (strcmp(a->v[i], b->v[i]) != 0)
-			return 0;
-	return 1;
-}
-
 /* The entry of (session, context, aud), or NULL. */
 static entry *
 entry_find(bcd_wl_jwt_svids *c, const char *session, const char *context,
@@ -203,7 +183,7 @@ entry_find(bcd_wl_jwt_svids *c, const char *session, const char *context,
 {
 	for (entry *e = c->entries; e != NULL; e = e->next)
 		if (strcmp(e->session, session) == 0 && strcmp(e->context, context) == 0 &&
-			same_aud(&e->aud, aud))
+			bcd_audiences_equal(&e->aud, aud))
 			return e;
 	return NULL;
 }
@@ -344,13 +324,13 @@ answer_token(const entry *e, double now, int fresh, const char *want_id,
 	return 1;
 }
 
-/* A fetch has ended (the socket server's I/O thread): keep its JWT-SVID or its failure. */
+/* A fetch has ended (the provisioner's thread): keep its JWT-SVID or its failure. */
 static void
 on_fetched(void *arg, const bcd_job *job)
 {
 	entry	   *e = arg;
 	bcd_wl_jwt_svids *c = e->c;
-	double		now = now_mono();
+	double		now = bcd_now_s();
 	char	   *token = job->code == BCD_CODE_OK && job->token != NULL && job->token_ttl > 0 ?
 		strdup(job->token) : NULL;
 	double		kept = (double) job->token_ttl / 2;
@@ -387,14 +367,14 @@ on_fetched(void *arg, const bcd_job *job)
 				job->context, job->spiffe_id, job->audience.n, kept, job->token_ttl);
 }
 
-/* FetchJWTSVID: answered now from the cache (or refused), or kept waiting for a fetch (jwt_svid.h). */
+/* FetchJWTSVID: answered now from the cache (or refused), or kept waiting for a fetch (jwt_svids.h). */
 int
 bcd_wl_jwt_svids_fetch(bcd_wl_jwt_svids *c, const bcd_peer *caller, const char *session,
 					   const char *context, const bcd_audiences *aud, const char *want_id,
 					   void *w, grpc_status_code *code, const char **spiffe_id,
 					   const char **token, char *msg, size_t msglen)
 {
-	double		now = now_mono();
+	double		now = bcd_now_s();
 	entry	   *e = entry_find(c, session, context, aud);
 	bcd_node_snapshot node;
 	bucket	   *b;
@@ -410,7 +390,7 @@ bcd_wl_jwt_svids_fetch(bcd_wl_jwt_svids *c, const bcd_peer *caller, const char *
 	}
 	if (e != NULL && e->token != NULL)
 	{
-		bcd_server_node_take(c->server, &node);
+		bcd_provisioner_node_take(c->prov, &node);
 		if (!of_node(e->spiffe_id, &node))
 		{
 			token_free(e->token);
@@ -472,7 +452,8 @@ bcd_wl_jwt_svids_fetch(bcd_wl_jwt_svids *c, const bcd_peer *caller, const char *
 			return 0;
 		}
 		e->last_used = now;
-		if (bcd_server_fetch_jwt(c->server, session, context, aud, caller, on_fetched, e) != BC_OK)
+		if (bcd_provisioner_ask(c->prov, BCD_JOB_JWT_SVID, session, context, aud, caller,
+								on_fetched, e) != BC_OK)
 		{
 			exhausted(c, caller->uid, now, code, msg, msglen, "out of memory");
 			return 0;
@@ -517,7 +498,7 @@ waiter_done(bcd_wl_jwt_svids *c, waiter *x)
 void
 bcd_wl_jwt_svids_answer(bcd_wl_jwt_svids *c, bcd_wl_jwt_answer_fn fn, void *arg)
 {
-	double		now = now_mono();
+	double		now = bcd_now_s();
 
 	for (entry *e = c->entries; e != NULL; e = e->next)
 	{

@@ -1,14 +1,14 @@
 /*
- * jwt_svid.h: the JWT-SVIDs FetchJWTSVID answers (jwt_svid.c), bounded:
- * fetched as provisionings of the socket server (its queue and
- * --max-provisioning workers, bcd_server_fetch_jwt), one fetch per
+ * jwt_svids.h: the JWT-SVIDs FetchJWTSVID answers (jwt_svids.c), bounded:
+ * fetched as provisionings of the provisioner (its queue and
+ * --max-provisioning workers, bcd_provisioner_ask), one fetch per
  * (session, context, audiences) at a time with every caller of that key
  * waiting on it, kept until half their life, a token bucket per caller's
  * uid for the fetches it starts, and RESOURCE_EXHAUSTED past any bound.
  * Every function is called with the Workload API's mutex held.
  */
-#ifndef BCD_WL_JWT_SVID_H
-#define BCD_WL_JWT_SVID_H
+#ifndef BCD_WL_JWT_SVIDS_H
+#define BCD_WL_JWT_SVIDS_H
 
 #include <pthread.h>
 #include <stddef.h>
@@ -17,8 +17,7 @@
 
 #include "core/job.h"
 #include "core/peer.h"
-
-struct bcd_server;
+#include "core/provisioner.h"
 
 /* The JWT-SVIDs of one Workload API. */
 typedef struct bcd_wl_jwt_svids bcd_wl_jwt_svids;
@@ -28,9 +27,9 @@ typedef void (*bcd_wl_jwt_answer_fn) (void *arg, void *waiter, grpc_status_code 
 									  const char *spiffe_id, const char *token,
 									  const char *message);
 
-/* mu: the Workload API's (the provisioning call-back takes it); server: whose workers fetch. */
-bcd_wl_jwt_svids *bcd_wl_jwt_svids_new(pthread_mutex_t *mu, struct bcd_server *server);
-/* Free it, once no fetch is in flight (the socket server has stopped). */
+/* mu: the Workload API's (the provisioning call-back takes it); prov: whose workers fetch. */
+bcd_wl_jwt_svids *bcd_wl_jwt_svids_new(pthread_mutex_t *mu, bcd_provisioner *prov);
+/* Free it, once no fetch is in flight (the provisioner has stopped). */
 void		bcd_wl_jwt_svids_free(bcd_wl_jwt_svids *c);
 
 /*
@@ -50,4 +49,4 @@ void		bcd_wl_jwt_svids_answer(bcd_wl_jwt_svids *c, bcd_wl_jwt_answer_fn fn, void
 /* Stopping: answer every waiter UNAVAILABLE now; later fetches answer no one. */
 void		bcd_wl_jwt_svids_drain(bcd_wl_jwt_svids *c, bcd_wl_jwt_answer_fn fn, void *arg);
 
-#endif							/* BCD_WL_JWT_SVID_H */
+#endif							/* BCD_WL_JWT_SVIDS_H */

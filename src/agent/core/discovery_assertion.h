@@ -1,8 +1,10 @@
 /*
- * discovery.h: the site agent's discovery assertion and the small protocol
- * by which a ramdisk asks its site agent for one (docs/agent.md, "bcd
- * serve-discovery"), shared by bcd sign-discovery-assertion, bcd
- * serve-discovery and bcd ramdisk's producer.
+ * discovery_assertion.h: the site agent's discovery assertion and the
+ * small protocol by which a ramdisk asks its site agent for one
+ * (docs/agent.md, "bcd serve-discovery"), shared by bcd
+ * sign-discovery-assertion, bcd serve-discovery and bcd ramdisk's producer
+ * (producers/discovery.c; the extension's attestor is
+ * src/ext/attestors/discovery.c).
  *
  * The protocol: over TLS (the site agent's node certificate, pinned by the
  * ramdisk to the node CA), the ramdisk sends one line
@@ -11,8 +13,8 @@
  * answers one line, {"assertion": "<JWS>"} or {"error": "<word>"}, then
  * closes.
  */
-#ifndef BCD_DISCOVERY_H
-#define BCD_DISCOVERY_H
+#ifndef BCD_DISCOVERY_ASSERTION_H
+#define BCD_DISCOVERY_ASSERTION_H
 
 #include <stddef.h>
 
@@ -52,4 +54,4 @@ int			bcd_discovery_sign(const bcd_credential *cred, const char *site, const cha
 int			bcd_discovery_parse_request(const char *line, size_t len, unsigned char **csr,
 										size_t *csr_len, char mac[18]);
 
-#endif							/* BCD_DISCOVERY_H */
+#endif							/* BCD_DISCOVERY_ASSERTION_H */

@@ -1,6 +1,6 @@
 /*
- * discovery.c: the site agent's discovery assertion and the parse of a
- * ramdisk's request for one (discovery.h).
+ * discovery_assertion.c: the site agent's discovery assertion and the
+ * parse of a ramdisk's request for one (discovery_assertion.h).
  */
 #include <errno.h>
 #include <poll.h>
@@ -14,7 +14,7 @@
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "core/clock.h"
-#include "core/discovery.h"
+#include "core/discovery_assertion.h"
 #include "core/tpm_key.h"
 
 int

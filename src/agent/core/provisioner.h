@@ -1,0 +1,80 @@
+/*
+ * provisioner.h: bcd run's provisioner (provisioner.c): the node credential
+ * it signs with, and the session credentials and JWT-SVIDs it provisions
+ * for its clients, the hooks' socket server (sessions.c) and the Workload
+ * API (workload/): coalesced by key, queued, run by --max-provisioning
+ * workers, each waiting client called back.  The daemon makes it and hands
+ * it to both servers, as SPIRE's agent hands its SVID manager to its
+ * endpoints; it knows neither of them.
+ */
+#ifndef BCD_PROVISIONER_H
+#define BCD_PROVISIONER_H
+
+#include <stddef.h>
+
+#include "core/agent.h"
+#include "core/job.h"
+#include "core/node_credential.h"
+#include "core/peer.h"
+#include "core/service_keys.h"
+#include "core/store.h"
+
+typedef struct bcd_provisioner bcd_provisioner;
+
+/*
+ * The provisioner of o's gateway and --max-provisioning, signing requests
+ * checked against keys; initial (when not NULL) published as the node
+ * credential.  Nothing runs yet.  NULL when out of memory.
+ */
+bcd_provisioner *bcd_provisioner_new(const bcd_run_opts *o, const bcd_service_keys *keys,
+									 const bcd_credential *initial);
+/* Start its workers (one HTTPS client each) and its thread: BC_OK, or an error in err. */
+int			bcd_provisioner_start(bcd_provisioner *p, char *err, size_t errlen);
+/*
+ * Stop the workers (bcd_stop_now first aborts a request in flight); what
+ * they finished is still called back by the provisioner's thread.
+ */
+void		bcd_provisioner_stop_workers(bcd_provisioner *p);
+/*
+ * Stop: the workers, then its thread; every client still waiting is called
+ * back, unavailable (bcd is stopping).  No call back after this; an ask is
+ * refused.
+ */
+void		bcd_provisioner_stop(bcd_provisioner *p);
+/* Free it (stopped first). */
+void		bcd_provisioner_free(bcd_provisioner *p);
+
+/*
+ * Ask, from any thread, for the provisioning of kind for (session, context)
+ * (a JWT-SVID: for aud, checked and sorted) on behalf of caller (its claim
+ * in the proof): joined to the one of the same key queued or running,
+ * whoever asked for it, or queued.  cb(arg, job) is called on the
+ * provisioner's thread when it ends, or failed when it cannot start (no
+ * usable node credential); never before this returns.  BC_OK, or BC_ENOMEM
+ * / BC_EINVAL (stopped): no call back.
+ */
+int			bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
+								const char *context, const bcd_audiences *aud,
+								const bcd_peer *caller, bcd_job_cb cb, void *arg);
+
+/* Publish cred as the node credential (NULL: none), from the main thread. */
+void		bcd_provisioner_publish(bcd_provisioner *p, const bcd_credential *cred);
+/* The main thread starts (on 1) or ends (on 0) a renewal (node_credential.c). */
+void		bcd_provisioner_renewing(bcd_provisioner *p, int on);
+/* A snapshot of the published node credential (bcd_node_release it), from any thread. */
+void		bcd_provisioner_node_take(bcd_provisioner *p, bcd_node_snapshot *out);
+
+/*
+ * Its numbers into c (queued, in_flight, max_provisioning, provisionings,
+ * jwt_fetches; the rest untouched); returns how often they or the node
+ * credential changed so far.
+ */
+unsigned long bcd_provisioner_numbers(bcd_provisioner *p, bcd_counters *c);
+/*
+ * fn(arg) is called, from any thread and without a lock held, each time the
+ * numbers or the node credential change (the hooks' socket server rewrites
+ * --metrics-file).  Set before the provisioner starts.
+ */
+void		bcd_provisioner_watch(bcd_provisioner *p, void (*fn) (void *arg), void *arg);
+
+#endif							/* BCD_PROVISIONER_H */

@@ -1,0 +1,276 @@
+/*
+ * methods.c: the Workload API's methods (SPIFFE Workload API; docs/agent.md,
+ * "The SPIFFE Workload API"): one table, a row per method (its name, the
+ * descriptor its request is unpacked against, what its answer is, its
+ * handler and, for a stream, what it is sent now), and their handlers.  A
+ * new method is one row and its handler (docs/design.md, "Adding a
+ * Workload API method").  The handlers run on the completion-queue thread
+ * under the Workload API's mutex, with the call's caller already matched
+ * to an identity (r->id; authorize.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/x509.h>
+
+#include "bc_common.h"
+#include "workload/internal.h"
+
+/* ------------------------------------------------------------ X.509 */
+
+/* FetchX509SVID's message: the identity's X509-SVID (chain, key) and the bundle. */
+static grpc_byte_buffer *
+x509_svid_response(bcd_workload *w, const wl_identity *id)
+{
+	X509SVIDResponse resp = X509_SVIDRESPONSE__INIT;
+	X509SVID	svid = X509_SVID__INIT;
+	X509SVID   *svids[1] = {&svid};
+
+	svid.spiffe_id = (char *) id->spiffe_id;
+	svid.x509_svid.data = id->chain;
+	svid.x509_svid.len = id->chain_len;
+	svid.x509_svid_key.data = id->key;
+	svid.x509_svid_key.len = id->key_len;
+	svid.bundle.data = w->bundle;
+	svid.bundle.len = w->bundle_len;
+	resp.n_svids = 1;
+	resp.svids = svids;
+	return wl_pack(&resp.base);
+}
+
+/*
+ * The key of a bundle in the bundles maps: the trust domain's SPIFFE ID
+ * (spiffe://example.org), as workload.proto says and SPIRE sends
+ * (malloc()ed, or NULL).
+ */
+static char *
+bundle_key(const bcd_workload *w)
+{
+	size_t		n = strlen(BC_SPIFFE_SCHEME) + strlen(w->trust_domain) + 1;
+	char	   *key = malloc(n);
+
+	if (key != NULL)
+		snprintf(key, n, BC_SPIFFE_SCHEME "%s", w->trust_domain);
+	return key;
+}
+
+/* FetchX509Bundles' message: {spiffe://TD: DER of the root}. */
+static grpc_byte_buffer *
+x509_bundles_response(bcd_workload *w)
+{
+	X509BundlesResponse resp = X509_BUNDLES_RESPONSE__INIT;
+	X509BundlesResponse__BundlesEntry e = X509_BUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
+	X509BundlesResponse__BundlesEntry *es[1] = {&e};
+	grpc_byte_buffer *bb;
+
+	e.key = bundle_key(w);
+	if (e.key == NULL)
+		return NULL;
+	e.value.data = w->bundle;
+	e.value.len = w->bundle_len;
+	resp.n_bundles = 1;
+	resp.bundles = es;
+	bb = wl_pack(&resp.base);
+	free(e.key);
+	return bb;
+}
+
+/* FetchX509SVID: the stream counts among its identity's, which keep its X509-SVID provisioned. */
+static void
+fetch_x509_svid(bcd_workload *w, wl_call *r, const ProtobufCMessage *req)
+{
+	(void) w;
+	(void) req;
+	r->id->streams++;
+	r->streams_of = r->id;
+}
+
+/* FetchX509SVID's stream: every new X509-SVID of its identity, while its caller may have it. */
+static void
+serve_x509_svid(bcd_workload *w, wl_call *r, double now)
+{
+	wl_identity *id = r->id;
+
+	if (id->gen != 0 && id->gen != r->sent_gen && id->not_after > now)
+	{
+		if (wl_call_secret_may_go(r) != 0)
+		{
+			wl_call_finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, "no identity issued");
+			return;
+		}
+		r->sent_gen = id->gen;
+		wl_call_push(r, x509_svid_response(w, id));
+	}
+}
+
+/* FetchX509Bundles' stream: the bundles, once. */
+static void
+serve_x509_bundles(bcd_workload *w, wl_call *r, double now)
+{
+	(void) now;
+	if (!r->sent_once)
+	{
+		r->sent_once = 1;
+		wl_call_push(r, x509_bundles_response(w));
+	}
+}
+
+/* ------------------------------------------------------------ JWT */
+
+/* End a FetchJWTSVID: OK with one JWTSVID (spiffe_id, token), else code and message. */
+static void
+jwt_finish(wl_call *r, grpc_status_code code, const char *spiffe_id, const char *token,
+		   const char *message)
+{
+	JWTSVIDResponse resp = JWTSVIDRESPONSE__INIT;
+	JWTSVID		js = JWTSVID__INIT;
+	JWTSVID    *arr[1] = {&js};
+	grpc_byte_buffer *bb;
+
+	if (code != GRPC_STATUS_OK)
+	{
+		wl_call_finish(r, 0, NULL, code, message);
+		return;
+	}
+	js.spiffe_id = (char *) spiffe_id;
+	js.svid = (char *) token;
+	resp.n_svids = 1;
+	resp.svids = arr;
+	bb = wl_pack(&resp.base);
+	wl_call_finish(r, 0, bb, bb != NULL ? GRPC_STATUS_OK : GRPC_STATUS_RESOURCE_EXHAUSTED,
+				   bb != NULL ? "" : "out of memory");
+}
+
+/* A FetchJWTSVID that waited for a fetch is answered (jwt_svids.c calls it, under w->mu). */
+static void
+jwt_answered(void *arg, void *waiter, grpc_status_code code, const char *spiffe_id,
+			 const char *token, const char *message)
+{
+	bcd_workload *w = arg;
+	wl_call    *r = waiter;
+
+	if (!r->closed)				/* else the caller went away */
+		jwt_finish(r, code, spiffe_id, token, message);
+	wl_call_batch_done(w, r);	/* the hold fetch_jwt_svid took */
+}
+
+/* Answer the FetchJWTSVIDs whose fetch has ended (the tick). */
+void
+wl_jwt_take_done(bcd_workload *w)
+{
+	bcd_wl_jwt_svids_answer(w->jwt_svids, jwt_answered, w);
+}
+
+/* Stopping: every FetchJWTSVID waiting for a fetch answered UNAVAILABLE. */
+void
+wl_jwt_drain(bcd_workload *w)
+{
+	bcd_wl_jwt_svids_drain(w->jwt_svids, jwt_answered, w);
+}
+
+/*
+ * FetchJWTSVID: its audiences checked here (INVALID_ARGUMENT, nothing
+ * asked of anyone), then answered from the cache or refused at once, or
+ * held (a pending count) until its fetch ends (jwt_svids.c).
+ */
+static void
+fetch_jwt_svid(bcd_workload *w, wl_call *r, const ProtobufCMessage *msg)
+{
+	const JWTSVIDRequest *req = (const JWTSVIDRequest *) msg;
+	bcd_audiences aud;
+	grpc_status_code code;
+	const char *spiffe_id;
+	const char *token;
+	char		why[640];
+
+	if (bcd_wl_jwt_audiences(req->audience, req->n_audience, &aud, why, sizeof(why)) != BC_OK)
+	{
+		wl_call_finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, why);
+		return;
+	}
+	if (bcd_wl_jwt_svids_fetch(w->jwt_svids, &r->conn->caller.peer, r->id->session,
+							   r->id->context, &aud, req->spiffe_id != NULL ? req->spiffe_id : "",
+							   r, &code, &spiffe_id, &token, why, sizeof(why)))
+	{
+		r->pending++;			/* held until jwt_answered */
+		return;
+	}
+	jwt_finish(r, code, spiffe_id, token, why);
+}
+
+/* ValidateJWTSVID: the token verified (jwt.c), its SPIFFE ID and claims answered. */
+static void
+validate_jwt_svid(bcd_workload *w, wl_call *r, const ProtobufCMessage *msg)
+{
+	const ValidateJWTSVIDRequest *req = (const ValidateJWTSVIDRequest *) msg;
+	ValidateJWTSVIDResponse resp = VALIDATE_JWTSVIDRESPONSE__INIT;
+	char	   *spiffe_id = NULL;
+	json_t	   *claims = NULL;
+	char		err[512];
+
+	if (bcd_wl_jwt_validate(w->jwt, w->trust_domain, req->svid, req->audience, &spiffe_id,
+							&claims, err, sizeof(err)) != BC_OK)
+	{
+		wl_call_finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, err);
+		return;
+	}
+	resp.spiffe_id = spiffe_id;
+	resp.claims = wl_json_to_struct(claims);
+	wl_call_finish(r, 0, wl_pack(&resp.base), resp.claims != NULL ? GRPC_STATUS_OK :
+				   GRPC_STATUS_RESOURCE_EXHAUSTED, "");
+	if (resp.claims != NULL)
+		protobuf_c_message_free_unpacked(&resp.claims->base, NULL);
+	json_decref(claims);
+	free(spiffe_id);
+}
+
+/* FetchJWTBundles' message: {spiffe://TD: JWKS of the jwt-svid keys}. */
+static grpc_byte_buffer *
+jwt_bundles_response(bcd_workload *w)
+{
+	JWTBundlesResponse resp = JWTBUNDLES_RESPONSE__INIT;
+	JWTBundlesResponse__BundlesEntry e = JWTBUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
+	JWTBundlesResponse__BundlesEntry *es[1] = {&e};
+	grpc_byte_buffer *bb;
+	size_t		len;
+
+	e.key = bundle_key(w);
+	if (e.key == NULL)
+		return NULL;
+	e.value.data = (uint8_t *) bcd_wl_jwt_bundle(w->jwt, &len);
+	e.value.len = len;
+	resp.n_bundles = 1;
+	resp.bundles = es;
+	bb = wl_pack(&resp.base);
+	free(e.key);
+	return bb;
+}
+
+/* FetchJWTBundles' stream: the bundles, once. */
+static void
+serve_jwt_bundles(bcd_workload *w, wl_call *r, double now)
+{
+	(void) now;
+	if (!r->sent_once)
+	{
+		r->sent_once = 1;
+		wl_call_push(r, jwt_bundles_response(w));
+	}
+}
+
+/* ------------------------------------------------------------ the table */
+
+/* Every method of the Workload API, looked up by name (call.c). */
+const wl_method wl_methods[] = {
+	{"FetchX509SVID", &x509_svidrequest__descriptor, WL_METHOD_SECRET,
+	fetch_x509_svid, serve_x509_svid},
+	{"FetchX509Bundles", &x509_bundles_request__descriptor, 0, NULL, serve_x509_bundles},
+	{"FetchJWTSVID", &jwtsvidrequest__descriptor, WL_METHOD_SECRET | WL_METHOD_STRINGS,
+	fetch_jwt_svid, NULL},
+	{"FetchJWTBundles", &jwtbundles_request__descriptor, 0, NULL, serve_jwt_bundles},
+	{"ValidateJWTSVID", &validate_jwtsvidrequest__descriptor, WL_METHOD_STRINGS,
+	validate_jwt_svid, NULL},
+};
+
+const int	wl_n_methods = sizeof(wl_methods) / sizeof(wl_methods[0]);
