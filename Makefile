@@ -81,6 +81,12 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql bc_join.control
 # otherwise leave objects built against the old layout).
 $(OBJS): $(wildcard src/ext/*.h src/common/*.h)
 
+# The TAP suites (make gateway-test, make agent-test, test/run-all's tap)
+# run this many scripts at once: most of their time is waiting (for a
+# certificate to expire, a renewal, a retry), and each script starts its own
+# processes on ports of its own.  BCJ_PROVE_JOBS=1 runs them one by one.
+BCJ_PROVE_JOBS ?= 2
+
 # Host programs (bcd, test tools, unit tests, sanitizer builds).
 include mk/host.mk
 include mk/gateway.mk

@@ -11,7 +11,11 @@
 # of make unit and make unit-asan (mk/host.mk); they link the agent's
 # objects they test (BCD_UNIT_SRCS), built with BC_TEST_BUILD.
 
-AGENT_TESTS = $(sort $(wildcard test/agent/*.t))
+# The slowest first, so that prove -j (BCJ_PROVE_JOBS, Makefile) does not
+# end on one long script alone.
+AGENT_SLOW = test/agent/rotation.t test/agent/x509pop.t test/agent/discovery.t \
+	test/agent/workload_attest.t test/agent/kill.t test/agent/sessions.t
+AGENT_TESTS = $(AGENT_SLOW) $(filter-out $(AGENT_SLOW),$(sort $(wildcard test/agent/*.t)))
 
 .PHONY: agent-test
 
@@ -63,7 +67,7 @@ build/wl-attack: build/obj/test/tools/wl-attack.o
 agent-test: build/asan/bcd build/bc-gateway build/tpm-check build/wl-attack
 	BCJ_BCD=$(CURDIR)/build/asan/bcd BCJ_GATEWAY=$(CURDIR)/build/bc-gateway \
 	BCJ_TPM_CHECK=$(CURDIR)/build/tpm-check BCJ_WL_ATTACK=$(CURDIR)/build/wl-attack \
-	prove --timer $(AGENT_TESTS)
+	prove --timer -j$(BCJ_PROVE_JOBS) $(AGENT_TESTS)
 
 # bcd setup (src/agent/cmd/setup.c) writes and compares bcd's user units: the
 # files in src/agent/systemd, compiled in as C strings (one source for the

@@ -17,7 +17,8 @@ GW_ASAN_OBJS = $(GW_SRCS:%.c=build/asan/obj/%.o)
 GW_PKGS      = libevent libevent_openssl libpq openssl jansson
 GW_CFLAGS   := $(shell pkg-config --cflags $(GW_PKGS) 2>/dev/null)
 GW_LIBS     := $(shell pkg-config --libs $(GW_PKGS) 2>/dev/null) -lm
-GW_TESTS     = $(sort $(wildcard test/gateway/*.t))
+GW_SLOW      = test/gateway/crl.t test/gateway/anchor.t test/gateway/limits.t
+GW_TESTS     = $(GW_SLOW) $(filter-out $(GW_SLOW),$(sort $(wildcard test/gateway/*.t)))
 
 .PHONY: gateway gateway-test
 
@@ -58,4 +59,4 @@ BCJ_BCD ?= $(firstword $(wildcard $(CURDIR)/build/bcd $(CURDIR)/build/asan/bcd))
 gateway-test: build/asan/bc-gateway
 	@test -n "$(BCJ_BCD)" && test -x "$(BCJ_BCD)" || \
 		{ echo "gateway-test: no bcd; run make programs first (or set BCJ_BCD)"; exit 1; }
-	BCJ_GATEWAY=$(CURDIR)/build/asan/bc-gateway BCJ_BCD=$(BCJ_BCD) prove --timer $(GW_TESTS)
+	BCJ_GATEWAY=$(CURDIR)/build/asan/bc-gateway BCJ_BCD=$(BCJ_BCD) prove --timer -j$(BCJ_PROVE_JOBS) $(GW_TESTS)
