@@ -799,10 +799,10 @@ extern Jsonb *bc_deferral_response(const BcJoinRequest *req, const BcOutcome *ou
 /* Sign a response payload and wrap it as {"status", "response"} in outcxt. */
 extern Jsonb *bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt);
 
-/* ----------------------------------------------------------------- check.c */
+/* ----------------------------------------------------------- check_state.c */
 
 /*
- * bc_join.check_evidence(): a join round's verification at a given time,
+ * bc_join.check_evidence() (check.c): a join round's verification at a given time,
  * writing nothing.  Outside one, bc_check_no_csr and bc_check_no_token are
  * false and bc_check_note does nothing; in one, the two say (and note) that
  * a binding to the CSR or a check a token would satisfy is not made for
@@ -812,6 +812,10 @@ extern bool bc_checking(void);
 extern bool bc_check_no_csr(const char *what);
 extern bool bc_check_no_token(const char *what);
 extern void bc_check_note(const char *key, const char *value);
+extern void bc_check_begin(MemoryContext cxt, bool no_csr);
+extern void bc_check_end(void);
+extern const char *bc_check_read(void);
+extern const char *bc_check_unchecked(void);
 
 /* join.c: a join round's verification alone (the role, the sealed token, the attestor's verify). */
 extern void bc_join_verify(const BcAttestor *att, BcJoinRequest *req, BcOutcome *out);

@@ -20,7 +20,10 @@
  *     checks.  Everything else is checked, and a refusal is the attestor's
  *     own reason.
  * What the verifiers read (account, instance, EK, AK, ...) they note with
- * bc_check_note; outside a check these calls do nothing.
+ * bc_check_note; outside a check these calls do nothing.  Those calls and
+ * the running check's state are check_state.c's, below the attestors (which
+ * call them) and below this file (which calls the attestors through
+ * registry.c and join.c), so that no circle runs through the two.
  */
 #include "bc_join.h"
 
@@ -29,76 +32,6 @@
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
-
-/* The running check: its memory (the call's), what is absent, what was read and left out. */
-static bool checking = false;
-static bool check_no_csr = false;
-static MemoryContext check_cxt = NULL;
-static StringInfo check_read = NULL;	/* JSON members */
-static StringInfo check_unchecked = NULL;	/* JSON strings */
-
-/* True while a check_evidence() round runs. */
-bool
-bc_checking(void)
-{
-	return checking;
-}
-
-/* Note one unchecked step in the answer (the call's memory: the subtransaction's goes). */
-static void
-note_unchecked(const char *what)
-{
-	MemoryContext old = MemoryContextSwitchTo(check_cxt);
-
-	if (check_unchecked->len > 0)
-		appendStringInfoChar(check_unchecked, ',');
-	escape_json(check_unchecked, what);
-	MemoryContextSwitchTo(old);
-}
-
-/*
- * In a check without a CSR, the check `what` (a binding of the evidence to
- * the request's CSR) cannot be made: noted, and true (the caller goes on).
- * Anywhere else false: the caller checks as always.
- */
-bool
-bc_check_no_csr(const char *what)
-{
-	if (!checking || !check_no_csr)
-		return false;
-	note_unchecked(psprintf("%s (no CSR given)", what));
-	return true;
-}
-
-/*
- * In a check, which brings no sealed join token, the check `what` (one a
- * token would satisfy) is not made: noted, and true.  Anywhere else false.
- */
-bool
-bc_check_no_token(const char *what)
-{
-	if (!checking)
-		return false;
-	note_unchecked(psprintf("%s (no sealed join token given)", what));
-	return true;
-}
-
-/* What a verifier read, for the answer's "read" (the last value of a key counts). */
-void
-bc_check_note(const char *key, const char *value)
-{
-	MemoryContext old;
-
-	if (!checking || value == NULL)
-		return;
-	old = MemoryContextSwitchTo(check_cxt);
-	if (check_read->len > 0)
-		appendStringInfoChar(check_read, ',');
-	escape_json(check_read, key);
-	appendStringInfoChar(check_read, ':');
-	escape_json(check_read, value);
-	MemoryContextSwitchTo(old);
-}
 
 /* The answer's "result": what the join would admit. */
 static void
@@ -232,13 +165,9 @@ bc_check_evidence_sql(PG_FUNCTION_ARGS)
 	c.att = att;
 
 	memset(&out, 0, sizeof(out));
-	check_read = makeStringInfo();
-	check_unchecked = makeStringInfo();
 	PG_TRY();
 	{
-		checking = true;
-		check_no_csr = req.csr == NULL;
-		check_cxt = callcxt;
+		bc_check_begin(callcxt, req.csr == NULL);
 		bc_clock_fix(at);
 		MemoryContextSwitchTo(callcxt);
 		bc_round_subxact(&req, check_round, &c, att->id, callcxt, &end);
@@ -249,7 +178,7 @@ bc_check_evidence_sql(PG_FUNCTION_ARGS)
 	PG_FINALLY();
 	{
 		bc_clock_unfix();
-		checking = false;
+		bc_check_end();
 		bc_challenge_round_end();
 		bc_join_round_end();
 	}
@@ -273,8 +202,8 @@ bc_check_evidence_sql(PG_FUNCTION_ARGS)
 		bc_json_member(&ans, "outcome", "result");
 		result_json(&ans, &out.result);
 	}
-	bc_json_member_raw(&ans, "read", psprintf("{%s}", check_read->data));
-	bc_json_member_raw(&ans, "unchecked", psprintf("[%s]", check_unchecked->data));
+	bc_json_member_raw(&ans, "read", psprintf("{%s}", bc_check_read()));
+	bc_json_member_raw(&ans, "unchecked", psprintf("[%s]", bc_check_unchecked()));
 	bc_json_end(&ans);
 	PG_RETURN_JSONB_P(bc_jsonb(ans.data));
 }
