@@ -206,6 +206,13 @@ def body(tap, env):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tap.ok(v.returncode == 0, "and against node-ca.crt (openssl verify -CAfile <node CA>)", v.stdout)
     old_issuer = issuer(chain)
+    # D joins now, so that its 60 s certificate of the old intermediate has expired by the
+    # time the intermediate has rotated (below: D re-joins as itself by x509pop)
+    d_state = os.path.join(env.dir, "d")
+    r = join(env, d_state, env.service_keys)
+    tap.ok(r.returncode == 0, "agent D joins (its certificate expires during the rotations)",
+           r.stdout + r.stderr)
+    d_node = r.stdout.split("\n")[0].rsplit("/", 1)[-1]
 
     sock = os.path.join(rt, "a.sock")
     daemon = sessionlib.start_daemon(env, "bcd-a", rt, [
@@ -276,10 +283,8 @@ def body(tap, env):
     r = join(env, os.path.join(env.dir, "c"), old_keys_file, extra=["--max-retry-after", "1"])
     tap.ok(r.returncode != 0, "an agent still holding the retired keys only cannot join", r.stdout + r.stderr)
     new_keys_file = write_keys(env, "service-keys-2.json")
-    d_state = os.path.join(env.dir, "d")
-    r = join(env, d_state, new_keys_file)
+    r = join(env, os.path.join(env.dir, "d2"), new_keys_file)
     tap.ok(r.returncode == 0, "one with the new service_keys() does", r.stdout + r.stderr)
-    d_node = r.stdout.split("\n")[0].rsplit("/", 1)[-1]
 
     # -- a hostile gateway replays the overlap's rollover to a bcd pinning the new file ----
     with open(new_keys_file) as f:
