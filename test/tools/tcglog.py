@@ -11,6 +11,9 @@ bc_join.replay_event_log (test/tap/eventlog.t) and the fuzz seeds
                                computed here (hashlib), PCR 0's locality and the
                                0xff start of PCRs 17..22 included
   tcglog.py ima NAME OUT       write the IMA list scenario NAME (see IMA) to OUT
+  tcglog.py ima-extends NAME BANKS  print "10:bank=HEX,..." per entry as the kernel
+                               (5.8 and later) extends it: H_bank(template data),
+                               all 0xff for a violation
   tcglog.py ima-pcr10 NAME BANK  print PCR 10 replayed here for that bank
   tcglog.py names              print the log scenario names
 """
@@ -156,6 +159,10 @@ def main(argv):
                 print(b, p, pcrs[p].hex())
     elif cmd == "ima":
         open(argv[3], "wb").write(b"".join(e[0] for e in IMA[argv[2]]))
+    elif cmd == "ima-extends":
+        for raw, data, zero in IMA[argv[2]]:
+            print("10:" + ",".join("%s=%s" % (b, ("ff" * ALGS[b][1]) if zero else hashlib.new(b, data).hexdigest())
+                                   for b in argv[3].split(",")))
     elif cmd == "ima-pcr10":
         b = argv[3]
         size = ALGS[b][1]
