@@ -96,6 +96,12 @@ for r in crypto_agile sb_cert ubuntu_2104_shielded_vm_no_secure_boot; do
   read -r n_ours n_theirs <"$f.counts"
   ok "$n_ours" "$n_theirs" "$r: as many events as tpm2_eventlog ($n_ours)"
 done
+# dataHashed: a separator's digest is H(its data); a boot application's is its Authenticode hash.
+ok "$(/usr/bin/python3 -c 'import json,sys
+ev = json.load(open(sys.argv[1]))["events"]
+print(sorted({(e["typeName"], e["dataHashed"]) for e in ev if e["typeName"] in ("EV_SEPARATOR", "EV_EFI_BOOT_SERVICES_APPLICATION")}))' \
+    "$S/ubuntu_2104_shielded_vm_no_secure_boot.real.json")" \
+   "[('EV_EFI_BOOT_SERVICES_APPLICATION', False), ('EV_SEPARATOR', True)]" "dataHashed tells separators (H(data)) from image loads (Authenticode)"
 ok "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["startupLocality"])' "$S/locality3.log.json")" 3 \
    "locality3: the StartupLocality event is read"
 
