@@ -2,9 +2,8 @@
  * fuzz_eventlog.c: the measured-boot event log and the IMA binary list
  * (src/common/eventlog.c), both from the same input: bc_evlog_parse and,
  * when it parses, the replay of every bank its SpecID lists and each
- * event's data hash; bc_ima_parse
- * and, when it parses, the replay of each bank with and without a wanted
- * PCR 10.  Properties: every refusal has a reason and leaves nothing
+ * event's data hash; bc_ima_parse and, when it parses, the replay of each
+ * bank with and without a wanted PCR 10.  Properties: every refusal has a reason and leaves nothing
  * allocated; every parsed event or entry lies inside the input.
  */
 #include <stdlib.h>
