@@ -166,6 +166,10 @@ print((tcglog.spec_id(["sha256"]) + tcglog.event2(["sha256"], 4, 2, b"retyped"))
 ok "$(refused "$bad" "" "")" "22023 The event log was refused: eventlog-unknown-event-type." "an EV_UNUSED event: 22023"
 ima=$(hex "$S/ima.bin")
 ok "$(refused "$boot" "${ima:0:8}ff${ima:10}" "")" "22023 The IMA list was refused: ima-template-hash." "a wrong listed IMA template hash: 22023"
+latin=$(/usr/bin/python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import tcglog
+print(tcglog.ima_entry(b"/tmp/\xff\xfe bad")[0].hex())' "$top/test/tools")
+ok "$(sql -v i="$latin" <<<"SELECT bc_join.replay_event_log(NULL, decode(:'i', 'hex'))->'ima'->'files'->0->>'pathHex'")" \
+   "2f746d702ffffe20626164" "a path that is not UTF-8 is given in hex (pathHex), the IMA list alone"
 ok "$(sql -c "SELECT bc_join.replay_event_log(NULL) IS NULL")" t "NULL and NULL: NULL"
 ok "$(sql -c "SELECT has_function_privilege('public', 'bc_join.replay_event_log(bytea, bytea)', 'EXECUTE'), has_function_privilege('bc_join_operator', 'bc_join.replay_event_log(bytea, bytea)', 'EXECUTE'), has_function_privilege('bc_join_tenant_operator', 'bc_join.replay_event_log(bytea, bytea)', 'EXECUTE')")" \
    "f|t|t" "operators may call it, PUBLIC may not"
