@@ -35,6 +35,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
+#include "utils/numeric.h"
 
 #include "bc_tpm.h"
 #include "eventlog.h"
@@ -145,10 +146,15 @@ parse_attest_request(Jsonb *jb, AttestRequest *a)
 			ent = getKeyJsonValueFromContainer(&ima->root, "entries", 7, NULL);
 			if (off == NULL || off->type != jbvNumeric || ent == NULL)
 				bc_invalid_input("\"ima\" must have a number \"offset\" and a string \"entries\"");
-			a->ima_offset = DatumGetInt64(DirectFunctionCall1(numeric_int8,
-															  NumericGetDatum(off->val.numeric)));
-			if (a->ima_offset < 0)
-				bc_invalid_input("\"ima\".\"offset\" must not be negative");
+			/* A whole number of at most 15 digits: read as text, nothing can raise. */
+			{
+				char	   *t = DatumGetCString(DirectFunctionCall1(numeric_out,
+																	NumericGetDatum(off->val.numeric)));
+
+				if (strlen(t) < 1 || strlen(t) > 15 || strspn(t, "0123456789") != strlen(t))
+					bc_invalid_input("\"ima\".\"offset\" must be a whole number from 0 to 10^15 - 1");
+				a->ima_offset = strtoll(t, NULL, 10);
+			}
 			a->ima_entries = bc_json_string_value(ent, "entries", BC_IMA_MAX_BYTES / 3 * 4 + 4);
 			a->has_ima = true;
 		}

@@ -436,6 +436,76 @@ eq((state(E), live_certs(E)), ("quarantined", 0), "on_missed revoke: quarantined
 eq(one("SELECT count(*) FROM bc_join.attestation_state WHERE state = 'quarantined'"), 4,
    "the view shows every quarantined node")
 
+# ------------------------------------------------ mutated round 2s (observe mode)
+# A node in a pool of its own (observe mode, where even a log that does not
+# replay is only refused): its round 2, one member mutated at a time (a
+# flipped byte, cut short, junk, another JSON type), answers the one refusal
+# or 22023, never attested (but for event data the digests do not cover) and
+# never quarantined; the server stays up.
+import random
+rng = random.Random(44)
+pool2 = one("SELECT bc_join.create_pool(%s, %s, 'fuzz')", tenant, site)
+tok2 = one("SELECT bc_join.create_join_token(%s, %s, uses => 1)", tenant, pool2)
+tok, tok_saved = tok2, tok
+F = join("f", "akA")
+tok = tok_saved
+chF = round1(F)
+baseF = dict({"state": chF["state"], "eventLog": b64u(event_log()),
+              "ima": {"offset": 0, "entries": b64u(b"".join(ima_entries))}}, **quote(F, chF))
+fuzz_bad = []
+outcomes = {}
+for i in range(240):
+    doc = json.loads(json.dumps(baseF))
+    field = rng.choice(["quote", "quoteSignature", "akPub", "eventLog", "ima", "state", "pcrValues"])
+    how = rng.choice(["flip", "flip", "flip", "cut", "junk", "type"])
+    if field == "ima":
+        doc["ima"]["entries"] = mut = None
+        raw = b"".join(ima_entries)
+    elif field == "pcrValues":
+        raw = None
+    else:
+        raw = unb64u(doc[field]) if field != "state" else doc[field].encode()
+    if how == "type":
+        val = rng.choice([1, None, [], {}, "", "x" * 70000])
+    elif raw is None:
+        k = rng.choice(list(doc["pcrValues"]["sha256"]))
+        doc["pcrValues"]["sha256"][rng.choice([k, "24", "01", "-1"])] = rng.choice(["00" * 32, "zz", "", 5])
+        val = doc["pcrValues"]
+    else:
+        b = bytearray(raw)
+        if how == "flip":
+            j = rng.randrange(len(b))
+            b[j] ^= 1 << rng.randrange(8)
+        elif how == "cut":
+            b = b[:rng.randrange(len(b))]
+        else:
+            b = bytearray(rng.randbytes(rng.randrange(1, 200)))
+        val = bytes(b).decode("latin-1") if field == "state" else b64u(bytes(b))
+    if field == "ima":
+        if how == "type":
+            doc["ima"] = val
+        else:
+            doc["ima"]["entries"] = val
+    else:
+        doc[field] = val
+    doc["proof"] = proof(F)
+    try:
+        r = attest(doc)
+        st = r.get("status")
+        if st == "attested" and field == "eventLog" and how == "flip":
+            st = "attested (event data)"
+        elif st != "refused":
+            fuzz_bad.append((field, how, r))
+    except psycopg2.Error as e:
+        st = "raised " + str(e.pgcode)
+        if e.pgcode not in ("22023", "22P05"):    # 22P05: the jsonb cast of a \u0000
+            fuzz_bad.append((field, how, str(e)[:200]))
+    outcomes[st] = outcomes.get(st, 0) + 1
+tap.note("mutated round 2s: %s" % outcomes)
+eq(fuzz_bad, [], "240 mutated round 2s: the one refusal or 22023 (22P05 from the cast), never attested by a mutation that matters")
+eq((state(F) or "unattested", live_certs(F)), ("unattested", 1) if "attested (event data)" not in outcomes else
+   ("healthy", 1), "and never quarantined")
+
 listener.close()
 swtpm.kill()
 swtpm.wait()
