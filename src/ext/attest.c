@@ -12,7 +12,8 @@
  *            and the PCR selection, bound to the proving certificate.
  *   round 2  {"proof","state","akPub","quote","quoteSignature","pcrValues",
  *            "eventLog"?,"ima"?} -> signed {"status":"attested"|"quarantined",
- *            "nextSeconds","imaOffset"}, or the one refusal.
+ *            "nodeId","serial","nonce" (round 1's: the answer is this
+ *            round's),"nextSeconds","imaOffset"}, or the one refusal.
  *
  * What is refused without touching the node (the request proves nothing
  * about the machine): a bad or reused proof, a state that does not open or
@@ -958,6 +959,7 @@ quote_round(BcJoinRequest *req, AttestRequest *a, MemoryContext outcxt)
 	bc_json_member(&pl, "purpose", ATTEST_WHO);
 	bc_json_member(&pl, "nodeId", c.node_id);
 	bc_json_member(&pl, "serial", c.serial);
+	bc_json_member(&pl, "nonce", b64u(nonce, ATTEST_NONCE_LEN));
 	bc_json_member_int(&pl, "nextSeconds", s.interval);
 	bc_json_member_int(&pl, "imaOffset", v.ima_offset);
 	if (strcmp(status, "quarantined") == 0)

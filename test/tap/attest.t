@@ -240,8 +240,9 @@ eq((ch["pcrs"], ch["bank"], ch["imaOffset"], ch["intervalSeconds"]), ([0, 1, 2, 
 eq(len(unb64u(ch["nonce"])), 32, "a 32-byte nonce")
 eq(one("SELECT count(*) FROM bc_join.node_attestation"), 0, "round 1 writes no attestation state")
 r = round2(A, ch)
-eq((r.get("status"), payload(r).get("imaOffset"), payload(r).get("nextSeconds")), ("attested", 2, 60),
-   "round 2 with the quote, the event log and the IMA list is attested; IMA accepted up to entry 2")
+eq((r.get("status"), payload(r).get("imaOffset"), payload(r).get("nextSeconds"), payload(r).get("nonce")),
+   ("attested", 2, 60, ch["nonce"]),
+   "round 2 with the quote, the event log and the IMA list is attested (the answer names round 1's nonce); IMA accepted up to entry 2")
 eq(state(A), "healthy", "the node is healthy")
 eq(one("SELECT count(*) FROM bc_join.boot_observations WHERE node_id = %s", A["node"]), 11,
    "observe mode recorded the 11 distinct boot events of PCRs 0-7")
