@@ -956,3 +956,21 @@ GRANT SELECT ON bc_join.attestation_settings, bc_join.node_attestation, bc_join.
 GRANT SELECT, INSERT, UPDATE, DELETE ON bc_join.boot_policy, bc_join.ima_policy, bc_join.ima_excludes
 	TO bc_join_operator, bc_join_tenant_operator;
 GRANT DELETE ON bc_join.boot_observations, bc_join.ima_observations TO bc_join_operator, bc_join_tenant_operator;
+-- issue 44: event log replay
+/*
+ * The operator's view of a machine's measured-boot event log (TCG PC Client
+ * crypto-agile format, as /sys/kernel/security/tpm0/binary_bios_measurements)
+ * and IMA list (binary_runtime_measurements): parsed and replayed per bank by
+ * the code the attestation uses (src/common/eventlog.c), so a log from a
+ * machine in the field can be examined and turned into policy.  Reads and
+ * writes no table; a malformed log is ERROR 22023 with the reason in the
+ * detail.  NULL when both arguments are NULL; either may be NULL.
+ */
+CREATE FUNCTION bc_join.replay_event_log(log bytea, ima bytea DEFAULT NULL) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_replay_event_log_sql'
+	LANGUAGE C IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.replay_event_log(bytea, bytea) IS
+	'Parses and replays a TCG crypto-agile event log and an IMA binary measurement list (either may be NULL); returns {algorithms, startupLocality, pcrs {bank {pcr: hex}}, events [{index, pcr, type, typeName, digests, dataSize, data}], ima {entries, pcr10 {bank: hex}, files [{pcr, template, path, alg, digest, templateHash, violation?}], violations}}; a malformed log is ERROR 22023.';
+REVOKE ALL ON FUNCTION bc_join.replay_event_log(bytea, bytea) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.replay_event_log(bytea, bytea) TO bc_join_operator, bc_join_tenant_operator;

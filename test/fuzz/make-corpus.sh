@@ -163,5 +163,12 @@ seed fuzz_sock_line '{"op":"credential","session":"w","session":"x","dir":"/d"}'
 seed fuzz_sock_line '{"op":"nope"}'$'\n{"op":"status"}\n' unknown-op
 seed fuzz_sock_line '[1,2,3]'$'\n' not-object
 
+# ---- the event log and the IMA list: written by test/tools/tcglog.py
+mkdir -p "$C/fuzz_eventlog"
+for s in $(python3 test/tools/tcglog.py names); do
+  python3 test/tools/tcglog.py log "$s" "$C/fuzz_eventlog/$s.log"
+done
+python3 test/tools/tcglog.py ima ima "$C/fuzz_eventlog/ima.bin"
+
 du -sh "$C" "$K"
 echo "make-corpus: done; commit test/fuzz/corpus, test/fuzz/keys and test/fuzz/join-request.json"
