@@ -356,6 +356,12 @@ pr = subprocess.run([jose, "sign", os.path.join(A["dir"], "node.key")], input=bo
                     capture_output=True, check=True).stdout.decode().strip()
 r = one("SELECT bc_join.renew(%s::jsonb)", json.dumps({"csr": csr, "proof": pr}))
 eq((r.get("status"), last_refusal()), ("refused", "renew:quarantined"), "a quarantined node's renewal is refused")
+body = json.dumps({"purpose": "session", "serial": A["serial"], "session": "s1", "context": "c",
+                   "csrSha256": b64u(hashlib.sha256(unb64u(csr)).digest()), "iat": int(time.time())})
+pr = subprocess.run([jose, "sign", os.path.join(A["dir"], "node.key")], input=body.encode(),
+                    capture_output=True, check=True).stdout.decode().strip()
+r = one("SELECT bc_join.issue_session(%s::jsonb)", json.dumps({"csr": csr, "proof": pr}))
+eq((r.get("status"), last_refusal()), ("refused", "session:quarantined"), "and its session request")
 r, ch = cycle(A)
 eq((r.get("status"), state(A)), ("quarantined", "quarantined"), "it keeps attesting, and is still quarantined")
 try:
