@@ -611,7 +611,7 @@ CREATE TABLE bc_join.boot_observations (
 	PRIMARY KEY (node_id, pcr, event_type, digest)
 );
 COMMENT ON TABLE bc_join.boot_observations IS
-	'Measured-boot events nodes reported in observe mode (PCR, event type, SHA-256 digest), first and last seen and how often: promote_observations() turns them into boot_policy rows.';
+	'Measured-boot events nodes reported in observe mode (PCR, event type, SHA-256 digest), first and last seen and in how many hours (last_seen moves at most once an hour): promote_observations() turns them into boot_policy rows.';
 
 -- What IMA measured on nodes (observe mode), to be promoted into ima_policy.
 CREATE TABLE bc_join.ima_observations (
@@ -624,7 +624,7 @@ CREATE TABLE bc_join.ima_observations (
 	PRIMARY KEY (node_id, path, digest)
 );
 COMMENT ON TABLE bc_join.ima_observations IS
-	'Files IMA measured on nodes in observe mode (path, file digest), first and last seen and how often: promote_observations() turns them into ima_policy rows.';
+	'Files IMA measured on nodes in observe mode (path, file digest), first and last seen and in how many hours (last_seen moves at most once an hour): promote_observations() turns them into ima_policy rows.';
 
 -- Per node: where its attestation stands, and the TPM state it was last seen in.
 CREATE TABLE bc_join.node_attestation (

@@ -492,11 +492,12 @@ static BcPlan boot_violation = {
 	5, {INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, TEXTOID, TEXTOID}
 };
 
+/* Observed rows are written at most once an hour each: a fleet at 60 s would rewrite them every minute. */
 static BcPlan boot_observe = {
 	"INSERT INTO bc_join.boot_observations AS o (node_id, pcr, event_type, digest) "
 	"SELECT DISTINCT $4, e.pcr, e.typ, e.digest FROM unnest($1::int[], $2::text[], $3::bytea[]) AS e(pcr, typ, digest) "
 	"ON CONFLICT ON CONSTRAINT boot_observations_pkey DO UPDATE SET last_seen = bc_join.compute_now(), "
-	"  seen = o.seen + 1",
+	"  seen = o.seen + 1 WHERE o.last_seen < bc_join.compute_now() - interval '1 hour'",
 	4, {INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, TEXTOID}
 };
 
@@ -513,7 +514,7 @@ static BcPlan ima_observe = {
 	"INSERT INTO bc_join.ima_observations AS o (node_id, path, digest) "
 	"SELECT DISTINCT $3, e.path, e.digest FROM unnest($1::text[], $2::bytea[]) AS e(path, digest) "
 	"ON CONFLICT ON CONSTRAINT ima_observations_pkey DO UPDATE SET last_seen = bc_join.compute_now(), "
-	"  seen = o.seen + 1",
+	"  seen = o.seen + 1 WHERE o.last_seen < bc_join.compute_now() - interval '1 hour'",
 	3, {TEXTARRAYOID, BYTEAARRAYOID, TEXTOID}
 };
 

@@ -343,6 +343,10 @@ while len(got) < 2 and time.time() < deadline:
     while listener.notifies:
         got.add(listener.notifies.pop().channel)
 eq(got, {"bc_join_crl", chan}, "NOTIFY went to the gateways' CRL channel and the tenant's request channel")
+crl = subprocess.run(["openssl", "crl", "-inform", "DER", "-noout", "-text"],
+                     input=bytes(one("SELECT bc_join.crl()")), capture_output=True).stdout.decode()
+ok(A["serial"].upper() in crl.upper().replace(":", "") and "Privilege Withdrawn" in crl,
+   "the CRL lists the serial, reason privilegeWithdrawn")
 cur.execute("SELECT bc_join.audit_log_problems(100)")
 eq(cur.fetchall(), [], "the audit log still verifies")
 
@@ -430,6 +434,30 @@ r, _ = cycle(D)
 ev = one("SELECT payload FROM bc_join.events WHERE type = 'node.quarantined' ORDER BY id DESC LIMIT 1")
 eq((r.get("status"), ev["reason"]), ("quarantined", "clock-rollback"),
    "a quote whose TPM clock is behind the kept one (same boot) quarantines")
+
+# ------------------------------------------------- a tenant operator of another tenant
+other, _, _ = sdb.tenant("attest-other")
+cur.execute("DROP ROLE IF EXISTS bcj_attest_op")
+cur.execute("CREATE ROLE bcj_attest_op")
+cur.execute("SELECT bc_join.grant_tenant_operator('bcj_attest_op', %s)", (other,))
+cur.execute("SET ROLE bcj_attest_op")
+denied = []
+for sql, args in (("SELECT bc_join.readmit_node(%s)", (A["node"],)),
+                  ("SELECT bc_join.set_attestation_settings(%s, mode => 'observe')", (pool,)),
+                  ("SELECT bc_join.promote_observations(%s)", (pool,)),
+                  ("INSERT INTO bc_join.boot_policy (tenant_id, pcr, event_type, digest) VALUES (%s, 4, 'EV_IPL', %s)",
+                   (tenant, psycopg2.Binary(b"\0" * 32)))):
+    try:
+        cur.execute(sql, args)
+        denied.append("allowed")
+    except psycopg2.Error as e:
+        denied.append(e.pgcode)
+cur.execute("SELECT (SELECT count(*) FROM bc_join.node_attestation) + (SELECT count(*) FROM bc_join.boot_policy) "
+            "+ (SELECT count(*) FROM bc_join.attestation_state)")
+seen_rows = cur.fetchone()[0]
+cur.execute("RESET ROLE")
+eq((denied, seen_rows), (["42501"] * 4, 0),
+   "another tenant's operator can neither readmit, set, promote nor write policy rows here, and reads none of them")
 
 # --------------------------------------------------------------- the sweep
 E = join("e", "akA")
