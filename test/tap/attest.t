@@ -153,7 +153,7 @@ def boot():
 boot()
 
 # ------------------------------------------------------------ nodes and proofs
-tok = one("SELECT bc_join.create_join_token(%s, %s, uses => 5)", tenant, pool)
+tok = one("SELECT bc_join.create_join_token(%s, %s, uses => 10)", tenant, pool)
 NODES = {}
 
 
@@ -232,6 +232,12 @@ def live_certs(n):
 A = join("a", "akA")
 B = join("b", "akB")
 
+G = join("g", "akA")
+cur.execute("UPDATE bc_join.node_certs SET node_key_uri = NULL WHERE serial = %s", (G["serial"],))
+r = attest({"proof": proof(G)})
+eq((r.get("status"), last_refusal()), ("refused", "attest:not-tpm-bound"),
+   "a node whose certificate carries no TPM statement is refused")
+
 # ------------------------------------------------------------- observe mode
 ch = round1(A)
 eq(ch.get("status"), "challenge", "round 1 answers a signed challenge")
@@ -289,6 +295,12 @@ ch6 = round1(A)
 r = round2(A, ch6, ima_from=1)
 eq((r.get("status"), last_refusal()), ("refused", "attest:ima-offset"),
    "an IMA increment from another offset than the one told is refused")
+ch7 = round1(A)
+cur.execute("SET bc_join.clock_offset = 120")
+r = round2(A, ch7)
+cur.execute("RESET bc_join.clock_offset")
+eq((r.get("status"), last_refusal()), ("refused", "attest:challenge-expired"),
+   "a round 2 after the state's notAfter (60 s) is refused")
 r = attest({"proof": proof(A, iat=time.time() - 3600)})
 eq((r.get("status"), last_refusal()), ("refused", "attest:stale-proof"), "a stale proof is refused")
 eq((state(A), live_certs(A), one("SELECT count(*) FROM bc_join.events WHERE type = 'node.quarantined'")),
