@@ -912,6 +912,15 @@ quote_round(BcJoinRequest *req, AttestRequest *a, MemoryContext outcxt)
 	}
 	else if (v.fail_reason == NULL && s.enforce)
 		bc_refuse_join("attest:eventlog-missing", c.tenant);
+	/* Enforce mode: a PCR 10 that moved is judged by its list, never skipped. */
+	if (v.fail_reason == NULL && s.enforce && !a->has_ima)
+	{
+		static const unsigned char zero[BC_SHA256_LEN];
+
+		if (memcmp(quoted[IMA_PCR], zero, BC_SHA256_LEN) != 0)
+			bc_refuse_join("attest:ima-missing", c.tenant);
+	}
+
 	/*
 	 * After a reboot an increment from the old list's offset (round 1 told
 	 * it before the reboot was seen) is not replayed: the answer says offset

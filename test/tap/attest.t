@@ -211,7 +211,8 @@ def round2(n, ch, log=True, ima_from=None, **over):
     if log:
         req["eventLog"] = b64u(event_log())
     off = ch["imaOffset"] if ima_from is None else ima_from
-    req["ima"] = {"offset": off, "entries": b64u(b"".join(ima_entries[off:]))}
+    if off >= 0:
+        req["ima"] = {"offset": off, "entries": b64u(b"".join(ima_entries[off:]))}
     req.update(over)
     return attest(req)
 
@@ -317,6 +318,9 @@ eq((r.get("status"), payload(r)["nextSeconds"]), ("attested", 30), "enforce mode
 r, ch = cycle(A, log=False)
 eq((r.get("status"), last_refusal()), ("refused", "attest:eventlog-missing"),
    "enforce mode: a quote without the event log is refused (not quarantined)")
+r, ch = cycle(A, ima_from=-1)
+eq((r.get("status"), last_refusal()), ("refused", "attest:ima-missing"),
+   "enforce mode: a quote whose PCR 10 moved, without the IMA list, is refused (not quarantined)")
 eq(state(A), "healthy", "still healthy")
 
 # ------------------------------------------- drift: a new bootloader, in one transaction
