@@ -409,6 +409,17 @@ ev = one("SELECT payload FROM bc_join.events WHERE type = 'node.quarantined' ORD
 eq((r.get("status"), ev["reason"], ev["detail"]["path"]), ("quarantined", "ima-policy", "/tmp/evil"),
    "an unknown file measured into IMA quarantines the node, the event names the path")
 
+ptok = one("SELECT bc_join.create_provisioning_token(%s)", B["node"])
+evf = os.path.join(scratch, "prov.json")
+with open(evf, "w") as f:
+    json.dump({"nodeId": B["node"]}, f)
+rq = subprocess.run([bcd, "join-request", "--service-keys", keys, "--token", ptok, "--attestor", "provisioned",
+                     "--attestation-file", evf, "--out-dir", os.path.join(scratch, "b-again")],
+                    capture_output=True, check=True).stdout.decode()
+r = one("SELECT bc_join(%s::jsonb)", rq)
+eq((r.get("status"), last_refusal()), ("refused", "join:quarantined"),
+   "a quarantined node cannot join again as itself (provisioned re-key) before it is readmitted")
+
 C = join("c", "akB")
 cur.execute("INSERT INTO bc_join.ima_policy (tenant_id, path, digest) VALUES (%s, '/tmp/evil', %s)",
             (tenant, psycopg2.Binary(hashlib.sha256(b"not allowed").digest())))
