@@ -971,6 +971,6 @@ CREATE FUNCTION bc_join.replay_event_log(log bytea, ima bytea DEFAULT NULL) RETU
 	LANGUAGE C IMMUTABLE PARALLEL SAFE
 	SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION bc_join.replay_event_log(bytea, bytea) IS
-	'Parses and replays a TCG crypto-agile event log and an IMA binary measurement list (either may be NULL); returns {algorithms, startupLocality, pcrs {bank {pcr: hex}}, events [{index, pcr, type, typeName, digests, dataSize, data}], ima {entries, pcr10 {bank: hex}, files [{pcr, template, path, alg, digest, templateHash, violation?}], violations}}; a malformed log is ERROR 22023.';
+	'Parses and replays a TCG crypto-agile event log and an IMA binary measurement list (either may be NULL); returns {algorithms, startupLocality, pcrs {bank {pcr: hex}}, events [{index, pcr, type, typeName, digests, dataHashed, dataSize, data}], ima {entries, pcr10 {bank: hex}, files [{pcr, template, path, alg, digest, templateHash, violation?}], violations}}; a malformed log is ERROR 22023.';
 REVOKE ALL ON FUNCTION bc_join.replay_event_log(bytea, bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION bc_join.replay_event_log(bytea, bytea) TO bc_join_operator, bc_join_tenant_operator;

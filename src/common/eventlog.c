@@ -498,6 +498,24 @@ bc_evlog_replay(const bc_evlog *log, uint16_t alg,
 	return BC_OK;
 }
 
+/* Whether an event's digest of bank alg is H_alg(its data) (see eventlog.h). */
+int
+bc_evlog_data_matches(const bc_evlog_event *ev, uint16_t alg, int *matches)
+{
+	unsigned char h[BC_EVLOG_MAX_DIGEST];
+
+	*matches = 0;
+	for (int j = 0; j < ev->n_digests; j++)
+	{
+		if (ev->digests[j].alg != alg)
+			continue;
+		if (digest2(alg, ev->data, ev->data_len, NULL, 0, h) < 0)
+			return BC_ECRYPTO;
+		*matches = memcmp(h, ev->digests[j].d, ev->digests[j].size) == 0;
+	}
+	return BC_OK;
+}
+
 /* Free a parsed log's events. */
 void
 bc_evlog_free(bc_evlog *log)

@@ -103,6 +103,16 @@ int			bc_evlog_replay(const bc_evlog *log, uint16_t alg,
 							unsigned char pcrs[BC_EVLOG_NUM_PCRS][BC_EVLOG_MAX_DIGEST],
 							uint32_t *mask, const char **why);
 
+/*
+ * Whether the event's digest of bank alg is H_alg(its data): *matches 1 or 0
+ * (0 too when the event has no digest of that bank).  The event type is not
+ * covered by any digest, so for the types whose data is the measured thing
+ * (EV_SEPARATOR, EV_EFI_ACTION, most EFI variables) a policy can require this;
+ * for image loads the digest is the PE's Authenticode hash and never matches.
+ * BC_OK, or BC_ECRYPTO.
+ */
+int			bc_evlog_data_matches(const bc_evlog_event *ev, uint16_t alg, int *matches);
+
 /* Free what bc_evlog_parse allocated (safe on a zeroed or freed log). */
 void		bc_evlog_free(bc_evlog *log);
 

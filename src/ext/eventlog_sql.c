@@ -110,6 +110,20 @@ append_log(StringInfo buf, const bc_evlog *log)
 			append_hex(buf, ev->digests[d].d, ev->digests[d].size);
 		}
 		bc_json_end(buf);
+		/* every digest H(data): the data is what was measured */
+		{
+			int			all = ev->n_digests > 0 && i > 0;
+
+			for (int d = 0; d < ev->n_digests && all; d++)
+			{
+				int			m;
+
+				if (bc_evlog_data_matches(ev, ev->digests[d].alg, &m) != BC_OK)
+					elog(ERROR, "digest failed");
+				all = m;
+			}
+			bc_json_member_bool(buf, "dataHashed", all);
+		}
 		bc_json_member_int(buf, "dataSize", ev->data_len);
 		bc_json_key(buf, "data");
 		append_hex(buf, ev->data, ev->data_len);

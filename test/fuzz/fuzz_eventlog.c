@@ -1,9 +1,9 @@
 /*
  * fuzz_eventlog.c: the measured-boot event log and the IMA binary list
  * (src/common/eventlog.c), both from the same input: bc_evlog_parse and,
- * when it parses, the replay of every bank its SpecID lists; bc_ima_parse
- * and, when it parses, the replay of each bank with and without a wanted
- * PCR 10.  Properties: every refusal has a reason and leaves nothing
+ * when it parses, the replay of every bank its SpecID lists and each
+ * event's data hash; bc_ima_parse and, when it parses, the replay of each
+ * bank with and without a wanted PCR 10.  Properties: every refusal has a reason and leaves nothing
  * allocated; every parsed event or entry lies inside the input.
  */
 #include <stdlib.h>
@@ -43,6 +43,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		{
 			BC_FUZZ_ASSERT(log.events[i].pcr < BC_EVLOG_NUM_PCRS);
 			BC_FUZZ_ASSERT(inside(data, size, log.events[i].data, log.events[i].data_len));
+			for (int d = 0; d < log.events[i].n_digests; d++)
+			{
+				int			m;
+
+				BC_FUZZ_ASSERT(bc_evlog_data_matches(&log.events[i], log.events[i].digests[d].alg, &m) == BC_OK);
+			}
 		}
 		for (int b = 0; b < log.n_algs; b++)
 		{

@@ -169,6 +169,7 @@ for s in $(python3 test/tools/tcglog.py names); do
   python3 test/tools/tcglog.py log "$s" "$C/fuzz_eventlog/$s.log"
 done
 python3 test/tools/tcglog.py ima ima "$C/fuzz_eventlog/ima.bin"
+cp test/data/eventlog/crypto_agile_eventlog test/data/eventlog/sb_cert_eventlog "$C/fuzz_eventlog/"
 
 du -sh "$C" "$K"
 echo "make-corpus: done; commit test/fuzz/corpus, test/fuzz/keys and test/fuzz/join-request.json"

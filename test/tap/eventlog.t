@@ -5,7 +5,8 @@
 # `pcrs:` section and its events (PCR, type, digests) equal the function's;
 # a real swtpm extended with the same digests (and with the IMA list's
 # per-bank template hashes) reads back, by tpm2_pcrread, the PCR values the
-# function replays.  Then the refusals: truncated, oversized, unknown event
+# function replays; three real machines' logs (test/data/eventlog) agree
+# with tpm2_eventlog too.  Then the refusals: truncated, oversized, unknown event
 # type, a wrong listed IMA template hash: ERROR 22023 with the reason.
 # Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_SCRATCH).
 set -u
@@ -45,7 +46,7 @@ def out(suffix, lines):
 out("ours", sorted("%s %s %s" % (b, i, v) for b, p in j["pcrs"].items() for i, v in p.items()))
 out("theirs", sorted("%s %s %s" % (b, i, "%0*x" % (width[b], v) if isinstance(v, int) else v[2:].lower())
                      for b, p in (y.get("pcrs") or {}).items() for i, v in p.items()))
-out("model", sorted("%s %s %s" % (b, i, v.hex()) for b, p in tcglog.replay(name).items() for i, v in p.items()))
+if name != "-": out("model", sorted("%s %s %s" % (b, i, v.hex()) for b, p in tcglog.replay(name).items() for i, v in p.items()))
 out("ours-events", ["%s %s %s" % (e["pcr"], e["typeName"], " ".join("%s:%s" % kv for kv in sorted(e["digests"].items())))
                     for e in j["events"][1:]])
 out("theirs-events", ["%s %s %s" % (e["PCRIndex"], e["EventType"], " ".join("%s:%s" % (d["AlgorithmId"], d["Digest"])
@@ -82,6 +83,25 @@ for s in boot sha256only fourbanks separators empty noaction locality3 drtm; do
   read -r n_ours n_theirs <"$f.counts"
   ok "$n_ours" "$n_theirs" "$s: as many events as tpm2_eventlog"
 done
+# Real machines' logs (test/data/eventlog, from go-attestation): every PCR, every event.
+for r in crypto_agile sb_cert ubuntu_2104_shielded_vm_no_secure_boot; do
+  f="$S/$r.real"
+  cp "$top/test/data/eventlog/${r}_eventlog" "$f"
+  tpm2_eventlog "$f" >"$f.yaml" 2>"$f.err"
+  ok "$?" 0 "$r (a real machine's): tpm2_eventlog parses the log"
+  replay "$f"
+  views - "$f"
+  ok "$(cat "$f.ours")" "$(cat "$f.theirs")" "$r: the replayed PCRs equal tpm2_eventlog's"
+  ok "$(cat "$f.ours-events")" "$(cat "$f.theirs-events")" "$r: every event equals tpm2_eventlog's"
+  read -r n_ours n_theirs <"$f.counts"
+  ok "$n_ours" "$n_theirs" "$r: as many events as tpm2_eventlog ($n_ours)"
+done
+# dataHashed: a separator's digest is H(its data); a boot application's is its Authenticode hash.
+ok "$(/usr/bin/python3 -c 'import json,sys
+ev = json.load(open(sys.argv[1]))["events"]
+print(sorted({(e["typeName"], e["dataHashed"]) for e in ev if e["typeName"] in ("EV_SEPARATOR", "EV_EFI_BOOT_SERVICES_APPLICATION")}))' \
+    "$S/ubuntu_2104_shielded_vm_no_secure_boot.real.json")" \
+   "[('EV_EFI_BOOT_SERVICES_APPLICATION', False), ('EV_SEPARATOR', True)]" "dataHashed tells separators (H(data)) from image loads (Authenticode)"
 ok "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["startupLocality"])' "$S/locality3.log.json")" 3 \
    "locality3: the StartupLocality event is read"
 
@@ -146,6 +166,10 @@ print((tcglog.spec_id(["sha256"]) + tcglog.event2(["sha256"], 4, 2, b"retyped"))
 ok "$(refused "$bad" "" "")" "22023 The event log was refused: eventlog-unknown-event-type." "an EV_UNUSED event: 22023"
 ima=$(hex "$S/ima.bin")
 ok "$(refused "$boot" "${ima:0:8}ff${ima:10}" "")" "22023 The IMA list was refused: ima-template-hash." "a wrong listed IMA template hash: 22023"
+latin=$(/usr/bin/python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import tcglog
+print(tcglog.ima_entry(b"/tmp/\xff\xfe bad")[0].hex())' "$top/test/tools")
+ok "$(sql -v i="$latin" <<<"SELECT bc_join.replay_event_log(NULL, decode(:'i', 'hex'))->'ima'->'files'->0->>'pathHex'")" \
+   "2f746d702ffffe20626164" "a path that is not UTF-8 is given in hex (pathHex), the IMA list alone"
 ok "$(sql -c "SELECT bc_join.replay_event_log(NULL) IS NULL")" t "NULL and NULL: NULL"
 ok "$(sql -c "SELECT has_function_privilege('public', 'bc_join.replay_event_log(bytea, bytea)', 'EXECUTE'), has_function_privilege('bc_join_operator', 'bc_join.replay_event_log(bytea, bytea)', 'EXECUTE'), has_function_privilege('bc_join_tenant_operator', 'bc_join.replay_event_log(bytea, bytea)', 'EXECUTE')")" \
    "f|t|t" "operators may call it, PUBLIC may not"

@@ -247,6 +247,18 @@ test_replay_good(void **state)
 		for (int p = 0; p < 24; p++)
 			assert_memory_equal(got[p], want[p], sz);
 	}
+	/* the good events' digests are H(data); a separator's retyped data is not */
+	{
+		int			m = -1;
+
+		assert_int_equal(bc_evlog_data_matches(&log.events[10], BC_EVLOG_ALG_SHA256, &m), BC_OK);
+		assert_int_equal(m, 1);
+		assert_int_equal(bc_evlog_data_matches(&log.events[10], BC_EVLOG_ALG_SHA384, &m), BC_OK);
+		assert_int_equal(m, 0);
+		log.events[10].data = (const unsigned char *) "\xff\xff\xff\xff";
+		assert_int_equal(bc_evlog_data_matches(&log.events[10], BC_EVLOG_ALG_SHA1, &m), BC_OK);
+		assert_int_equal(m, 0);
+	}
 	/* a bank the log does not have */
 	{
 		unsigned char got[24][64];
