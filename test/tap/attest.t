@@ -83,6 +83,14 @@ def rd(name):
         return f.read()
 
 
+def swtpm_stop():
+    if swtpm is not None and swtpm.poll() is None:
+        swtpm.kill()
+        swtpm.wait()
+
+
+import atexit
+atexit.register(swtpm_stop)     # however the script ends
 port = swtpm_start()
 tpm("tpm2_createek", "-G", "ecc", "-c", "ek.ctx", "-u", "ek.pub")
 AKS = {}
@@ -584,6 +592,5 @@ eq((state(F) or "unattested", live_certs(F)), ("unattested", 1) if "attested (ev
    ("healthy", 1), "and never quarantined")
 
 listener.close()
-swtpm.kill()
-swtpm.wait()
+swtpm_stop()
 sys.exit(tap.done())
