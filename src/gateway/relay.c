@@ -99,15 +99,16 @@ gw_http_invalid_input_message(const char *ss, const char *server_msg)
 
 /* Why a request body is not relayed; see relay.h. */
 const char *
-gw_http_body_refusal(const char *body, size_t n, int *http)
+gw_http_body_refusal(const char *body, size_t n, size_t max, int *http)
 {
 	*http = 400;
 	if (n == 0)
 		return "request body is empty";
-	if (n > GW_MAX_BODY)
+	if (n > (max != 0 ? max : GW_MAX_BODY))
 	{
 		*http = 413;
-		return "request body over 65536 bytes";
+		return max > GW_MAX_BODY ? "request body over the route's bound" :
+			"request body over 65536 bytes";
 	}
 	/* a text parameter ends at the first NUL: refuse rather than truncate */
 	if (body != NULL && memchr(body, '\0', n) != NULL)
@@ -207,7 +208,7 @@ gw_relay_body(struct gw_request *rq)
 	int			http;
 
 	rq->body_len = n;
-	if ((why = gw_http_body_refusal(NULL, n, &http)) != NULL)
+	if ((why = gw_http_body_refusal(NULL, n, rq->route->max_body, &http)) != NULL)
 	{
 		gw_reply_error(rq, http, http == 413 ? GW_OUT_TOO_LARGE : GW_OUT_INVALID,
 					   BC_ERROR_INVALID_INPUT, why, 0);
@@ -220,7 +221,7 @@ gw_relay_body(struct gw_request *rq)
 		return;
 	}
 	rq->body[n] = '\0';
-	if ((why = gw_http_body_refusal(rq->body, n, &http)) != NULL)
+	if ((why = gw_http_body_refusal(rq->body, n, rq->route->max_body, &http)) != NULL)
 	{
 		gw_reply_error(rq, http, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, why, 0);
 		return;

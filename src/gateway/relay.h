@@ -27,9 +27,10 @@ int			gw_http_status_for_sqlstate(const char *sqlstate, int *outcome);
 const char *gw_http_invalid_input_message(const char *sqlstate, const char *server_msg);
 
 /*
- * Why a request body of n bytes is not relayed, its HTTP status in *http, or
- * NULL when it is relayed.  body NULL checks only the length.
+ * Why a request body of n bytes is not relayed to a route taking at most max
+ * bytes (0: GW_MAX_BODY), its HTTP status in *http, or NULL when it is
+ * relayed.  body NULL checks only the length.
  */
-const char *gw_http_body_refusal(const char *body, size_t n, int *http);
+const char *gw_http_body_refusal(const char *body, size_t n, size_t max, int *http);
 
 #endif

@@ -106,15 +106,21 @@ test_body_bounds(void **state)
 	(void) state;
 	assert_non_null(big);
 	memset(big, 'a', GW_MAX_BODY + 1);
-	assert_string_equal(gw_http_body_refusal("", 0, &http), "request body is empty");
+	assert_string_equal(gw_http_body_refusal("", 0, 0, &http), "request body is empty");
 	assert_int_equal(http, 400);
-	assert_string_equal(gw_http_body_refusal(NULL, GW_MAX_BODY + 1, &http), "request body over 65536 bytes");
+	assert_string_equal(gw_http_body_refusal(NULL, GW_MAX_BODY + 1, 0, &http), "request body over 65536 bytes");
 	assert_int_equal(http, 413);
-	assert_null(gw_http_body_refusal(big, GW_MAX_BODY, &http));
-	assert_null(gw_http_body_refusal(NULL, GW_MAX_BODY, &http));
-	assert_string_equal(gw_http_body_refusal("{\0}", 3, &http), "request body contains a NUL byte");
+	assert_null(gw_http_body_refusal(big, GW_MAX_BODY, 0, &http));
+	assert_null(gw_http_body_refusal(NULL, GW_MAX_BODY, 0, &http));
+	assert_string_equal(gw_http_body_refusal("{\0}", 3, 0, &http), "request body contains a NUL byte");
 	assert_int_equal(http, 400);
-	assert_null(gw_http_body_refusal("{}", 2, &http));
+	assert_null(gw_http_body_refusal("{}", 2, 0, &http));
+	/* a route with a larger bound (attest) takes more, and only up to its bound */
+	assert_null(gw_http_body_refusal(NULL, GW_MAX_BODY + 1, 8 * 1024 * 1024, &http));
+	assert_null(gw_http_body_refusal(NULL, 8 * 1024 * 1024, 8 * 1024 * 1024, &http));
+	assert_string_equal(gw_http_body_refusal(NULL, 8 * 1024 * 1024 + 1, 8 * 1024 * 1024, &http),
+						"request body over the route's bound");
+	assert_int_equal(http, 413);
 	free(big);
 }
 
