@@ -64,6 +64,10 @@ typedef struct bcd_run_opts
 	int			n_handlers;
 	double		command_interval;	/* seconds between fetches */
 	double		command_timeout;	/* seconds a handler may run */
+	/* continuous attestation (attest.c), the daemon of a node whose producer quotes (tpm) */
+	int			no_attest;		/* --no-attest */
+	const char *event_log;		/* --event-log PATH, or NULL for the default */
+	const char *ima_log;		/* --ima-log PATH, or NULL for the default */
 	/*
 	 * bcd ramdisk: no state directory (state_dir NULL), every key in memory
 	 * only, no local socket.

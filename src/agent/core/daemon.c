@@ -3,7 +3,9 @@
  * is read: load the pinned keys, take the state directory's lock, compose
  * what it serves (the provisioner, provisioner.c, handed to its two
  * clients: the hooks' socket server, sessions.c, and the SPIFFE Workload
- * API, workload/), then load or join (join_loop.c) and renew (renewal.c),
+ * API, workload/; and for a TPM-bound node the attestation loop, attest.c,
+ * which tells the provisioner when the service quarantined the node), then
+ * load or join (join_loop.c) and renew (renewal.c),
  * joining again when the certificate expired, until SIGTERM or SIGINT.
  */
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "bc_common.h"
+#include "core/attest.h"
 #include "core/clock.h"
 #include "core/commands.h"
 #include "core/daemon.h"
@@ -31,6 +34,7 @@ typedef struct bcd_services
 {
 	bcd_hook_server *hooks;		/* the hooks' socket (sessions.c) */
 	bcd_workload *workload;		/* the SPIFFE Workload API, when asked for (workload/) */
+	bcd_attest *attest;			/* continuous attestation of a TPM-bound node (attest.c) */
 } bcd_services;
 
 /*
@@ -255,7 +259,9 @@ start_services(bcd_agent *a, bcd_services *svc)
 		rc = bcd_hook_server_run(svc->hooks, err, sizeof(err));
 	if (rc == BC_OK)
 		bcd_workload_run(svc->workload);
-	else
+	if (rc == BC_OK && bcd_attest_wanted(o))
+		rc = bcd_attest_start(o, &a->keys, a->provisioner, &svc->attest, err, sizeof(err));
+	if (rc != BC_OK)
 		bcd_log("cannot serve the local socket: %s", err);
 	return rc;
 }
@@ -273,10 +279,13 @@ stop_services(bcd_agent *a, bcd_services *svc)
 	if (a->provisioner == NULL)
 		return;
 	bcd_stop_now();
+	bcd_attest_stop(svc->attest);
 	bcd_workload_stop(svc->workload);
 	bcd_provisioner_stop_workers(a->provisioner);
 	bcd_hook_server_stop(svc->hooks);
 	bcd_provisioner_stop(a->provisioner);
+	bcd_attest_free(svc->attest);
+	svc->attest = NULL;
 	bcd_workload_free(svc->workload);
 	bcd_hook_server_free(svc->hooks);
 	bcd_provisioner_free(a->provisioner);
