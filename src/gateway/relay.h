@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "metrics.h"
+
 struct gw_request;
 
 /* A GW_ROUTE_RELAY request: check its body and run the route's statement on it. */
@@ -25,6 +27,13 @@ int			gw_http_status_for_sqlstate(const char *sqlstate, int *outcome);
  * client, else a fixed message of the gateway's.
  */
 const char *gw_http_invalid_input_message(const char *sqlstate, const char *server_msg);
+
+/*
+ * A relayed result's "status": 200 with issued, pending, challenge,
+ * attested or quarantined (/v1/attest), 403 with refused, its outcome in
+ * *out; -1 for any other (a 500).
+ */
+int			gw_relay_status(const char *status, enum gw_outcome *out, int *http);
 
 /*
  * Why a request body of n bytes is not relayed to a route taking at most max

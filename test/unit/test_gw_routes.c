@@ -242,7 +242,7 @@ test_metrics_endpoints(void **state)
 	assert_non_null(strstr(text, "bc_gateway_requests_total{endpoint=\"other\",outcome=\"unsupported\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_bucket{endpoint=\"join\",le=\"0.005\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_count{endpoint=\"spiffe_bundle\"} 0\n"));
-	/* 12 endpoints x 11 outcomes */
+	/* 12 endpoints x 13 outcomes */
 	n = 0;
 	for (p = text; (p = strstr(p, "bc_gateway_requests_total{")) != NULL; p++)
 		n++;
