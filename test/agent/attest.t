@@ -12,8 +12,9 @@ event logs (a "new bootloader") quarantines it in enforce mode within one
 interval: bcd logs QUARANTINED, the hooks' socket refuses a session
 credential with the quarantine's message (no request reaches the service),
 and bcd keeps attesting; after bc_join.readmit_node (the log extended to
-match) bcd logs that it is attested again; with --no-attest no round is
-sent.  Skipped when the installed extension has no bc_join.attest (before
+match) bcd joins again by its TPM (the same node, a new certificate: the
+quarantine revoked the old one), is attested and serves session credentials
+again; with --no-attest no round is sent.  Skipped when the installed extension has no bc_join.attest (before
 schema 0.4.0).
 """
 import os
@@ -101,7 +102,12 @@ def run_body(tap, env, tpm):
         tcti = f.read().strip()
     env.psql("SELECT bc_join.add_tpm_ek_root(pg_read_file('%s/root.pem')), "
              "bc_join.add_tpm_ek_root(pg_read_file('%s/issuer.pem'))" % (tpm, tpm))
-    tok = env.token_file("token-attest", uses=2)
+    # a token with reclaim: a readmitted node joins again as the same node (as after a wipe)
+    tok = os.path.join(env.dir, "token-attest")
+    with open(tok, "w") as f:
+        f.write(env.psql("SELECT bc_join.create_join_token('%s', '%s', uses => 5, "
+                         "allow_reclaim => true)" % (env.tenant, env.pool)) + "\n")
+    os.chmod(tok, 0o600)
     state = os.path.join(env.dir, "state")
     evlog = os.path.join(env.dir, "binary_bios_measurements")
     with open(evlog, "wb") as f:
@@ -164,10 +170,13 @@ def run_body(tap, env, tpm):
     passed = wait_for(lambda: attestation(env, node)[1] > tr and
                       attestation(env, node)[2] == "passed", 20)
     readmit = readmit_node(env, node) if passed else "no passing quote"
-    tap.ok(passed and readmit is None and
-           p.wait_log("attest: attested again", 20),
-           "after a passing quote and bc_join.readmit_node bcd is attested again",
+    tap.ok(passed and readmit is None and p.wait_log("attest: joining again by tpm", 20) and
+           p.wait_log("attest: attested again", 30),
+           "after a passing quote and bc_join.readmit_node bcd joins again and is attested",
            (attestation(env, node), readmit, p.text()))
+    h = sessionlib.hook(env, rt, sock, "s3", sess)
+    tap.ok(h.returncode == 0, "the readmitted node serves session credentials again",
+           h.stdout + h.stderr + p.text())
     rc, _ = p.stop(signal.SIGTERM, 20)
     tap.eq(rc, 0, "the daemon stops on SIGTERM", p.text())
 

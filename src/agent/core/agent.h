@@ -75,8 +75,9 @@ typedef struct bcd_run_opts
 	int			memory_only;
 } bcd_run_opts;
 
-/* The provisioner of bcd run (provisioner.h). */
+/* The provisioner of bcd run (provisioner.h), its attestation loop (attest.h). */
 struct bcd_provisioner;
+struct bcd_attest;
 
 /* The daemon's state shared by the join loop and renewal. */
 typedef struct bcd_agent
@@ -87,6 +88,7 @@ typedef struct bcd_agent
 	bcd_backoff backoff;
 	struct bcd_provisioner *provisioner;	/* the node credential published to it; NULL with
 											 * --once, for bcd renew and bcd ramdisk */
+	struct bcd_attest *attest;	/* continuous attestation, a TPM-bound daemon's; else NULL */
 } bcd_agent;
 
 #endif							/* BCD_AGENT_H */

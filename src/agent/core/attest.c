@@ -32,6 +32,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,7 @@ struct bcd_attest
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int			stop;			/* under mu */
+	atomic_int	rejoin;			/* quarantined and round 1 refused: join again (daemon.c) */
 	/* the thread's own */
 	bcd_attest_state state;
 	long		interval;
@@ -81,6 +83,7 @@ struct bcd_attest
 	time_t		last_at;
 	int			event_log_said;	/* absence of the event log logged */
 	int			ima_said;		/* absence of the IMA list logged */
+	int			soon;			/* a local failure: again after BC_ATTEST_INTERVAL_MIN */
 };
 
 /*
@@ -470,8 +473,7 @@ take_verdict(bcd_attest *at, bcd_rc rc, json_t *payload, const char *err)
 		{
 			bcd_provisioner_quarantine(at->prov, 0);
 			bcd_log("attest: attested again: the node is no longer quarantined (readmitted "
-					"by an operator); its revoked certificates stay revoked: it needs a new "
-					"one (a renewal, or joining again)");
+					"by an operator)");
 		}
 		else if (was != BCD_ATTEST_HEALTHY)
 			bcd_log("attest: attested (next in %ld s)", at->interval);
@@ -497,13 +499,26 @@ attest_once(bcd_attest *at, const bcd_credential *cred)
 	body = doc != NULL ? proven_body(cred, doc) : NULL;
 	if (body == NULL)
 	{
-		say(at, "cannot make the first round's proof");
+		say(at, "cannot make the first round's proof; again in %d s", BC_ATTEST_INTERVAL_MIN);
+		at->soon = 1;
 		goto out;
 	}
 	payload = bcd_node_exchange_status(at->http, at->keys, cred, BC_PATH_ATTEST, body,
 									   BC_PURPOSE_ATTEST, first, &rc, err, sizeof(err));
 	if (rc == BCD_RC_STOPPED)
 		goto out;
+	if (rc == BCD_RC_REFUSED && at->state == BCD_ATTEST_QUARANTINED)
+	{
+		/*
+		 * A quarantined node attests with the certificate its quarantine
+		 * revoked; once an operator readmitted it, that certificate proves
+		 * nothing any more: the node joins again by its attestor.
+		 */
+		say(at, "the service no longer takes the quarantined certificate (readmitted, or "
+			"retired): joining again");
+		atomic_store(&at->rejoin, 1);
+		goto out;
+	}
 	if (rc == BCD_RC_REFUSED)
 	{
 		say(at, "the service refused round 1 (the reason is in bc_join.events, "
@@ -587,8 +602,9 @@ attest_main(void *arg)
 		else
 			say(at, "no usable node credential yet; next in %ld s", at->interval);
 		bcd_node_release(&node);
-		if (wait_or_stop(at, at->interval))
+		if (wait_or_stop(at, at->soon ? BC_ATTEST_INTERVAL_MIN : at->interval))
 			break;
+		at->soon = 0;
 	}
 	return NULL;
 }
@@ -635,6 +651,13 @@ bcd_attest_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_provis
 			"list %s)", BC_PATH_ATTEST, at->event_log, at->ima_log);
 	*out = at;
 	return BC_OK;
+}
+
+/* 1 once after the loop asked for a join again (attest.h). */
+int
+bcd_attest_take_rejoin(bcd_attest *at)
+{
+	return at != NULL && atomic_exchange(&at->rejoin, 0) != 0;
 }
 
 /* Stop the loop's thread (attest.h). */

@@ -30,6 +30,12 @@ int			bcd_attest_wanted(const bcd_run_opts *o);
  */
 int			bcd_attest_start(const bcd_run_opts *o, const bcd_service_keys *keys,
 							 bcd_provisioner *prov, bcd_attest **out, char *err, size_t errlen);
+/*
+ * 1 (once) when the node should join again by its attestor: it is
+ * quarantined and the service no longer takes the certificate its
+ * quarantine revoked (an operator readmitted it).  From the main thread.
+ */
+int			bcd_attest_take_rejoin(bcd_attest *at);
 /* Stop its thread (a request in flight is aborted by bcd_stop_now); NULL does nothing. */
 void		bcd_attest_stop(bcd_attest *at);
 /* Free it (stopped first); NULL does nothing. */

@@ -534,6 +534,12 @@ quote(uint16_t bank, uint32_t pcrs, const unsigned char *extra, size_t extra_len
 	for (int i = 0; i < 24; i++)
 		if (pcrs & (1u << i))
 			sel.pcrSelections[0].pcrSelect[i / 8] |= (uint8_t) (1u << (i % 8));
+	/*
+	 * The daemon's other threads sign with the node key through the
+	 * provider's own TPM connection meanwhile: one user of the TPM at a time
+	 * (a key load beside this session failed, seen with tpm2-abrmd).
+	 */
+	bcd_tpm_key_lock();
 	rc = bcd_tpm_open(st.tcti, st.ek, &tpm, err, errlen);
 	if (rc == BC_OK)
 		rc = bcd_tpm_ak(tpm, st.state_dir, ak, err, errlen);
@@ -559,6 +565,8 @@ quote(uint16_t bank, uint32_t pcrs, const unsigned char *extra, size_t extra_len
 	}
 out:
 	bcd_tpm_close(tpm);
+	if (ak != NULL && attest != NULL && sig != NULL)
+		bcd_tpm_key_unlock();
 	if (rc != BC_OK)
 		bcd_quote_free(out);
 	free(ak);
