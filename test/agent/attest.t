@@ -9,9 +9,10 @@ Shows: both rounds reach the service at the interval its pool sets (5 s
 here): the node is attested (node_attestation healthy, its quote's time
 moving on) while it serves session credentials; an extend of PCR 4 that no
 event logs (a "new bootloader") quarantines it in enforce mode within one
-interval: bcd logs QUARANTINED, the hooks' socket refuses a session
-credential with the quarantine's message (no request reaches the service),
-and bcd keeps attesting; after bc_join.readmit_node (the log extended to
+interval: bcd logs QUARANTINED, its Workload API ends the open
+FetchX509SVID stream (PERMISSION_DENIED, saying why), the hooks' socket
+refuses a session credential with the quarantine's message (no request
+reaches the service), and bcd keeps attesting; after bc_join.readmit_node (the log extended to
 match) bcd joins again by its TPM (the same node, a new certificate: the
 quarantine revoked the old one), is attested and serves session credentials
 again; with --no-attest no round is sent.  Skipped when the installed extension has no bc_join.attest (before
@@ -126,7 +127,8 @@ def run_body(tap, env, tpm):
     sock = os.path.join(rt, "bcd", "bcd.sock")
     args = env.run_args(state, token_file=tok, extra=tpm_args + [
         "--event-log", evlog, "--ima-log", os.path.join(env.dir, "no-ima")])
-    p = sessionlib.start_daemon(env, "bcd-attest", rt, args)
+    wsock = os.path.join(rt, "bcd", "workload.sock")
+    p = sessionlib.start_daemon(env, "bcd-attest", rt, args + ["--workload-rule", "uid:0=>session=wl"])
     up = sessionlib.wait_socket(p, sock)
     tap.ok(up, "the daemon serves its socket", p.text())
     first = wait_for(lambda: attestation(env, node)[0] == "healthy", 30)
@@ -140,6 +142,15 @@ def run_body(tap, env, tpm):
     os.makedirs(sess, mode=0o700, exist_ok=True)
     h = sessionlib.hook(env, rt, sock, "s1", sess)
     tap.ok(h.returncode == 0, "an attested node serves a session credential", h.stdout + h.stderr)
+    sys.path.insert(0, agentlib.workload_stubs(env))
+    import grpc  # noqa: E402
+    import workload_pb2 as pb  # noqa: E402
+    import workload_pb2_grpc as pbg  # noqa: E402
+    stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wsock))
+    stream = stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=[("workload.spiffe.io", "true")],
+                                timeout=90)
+    first = next(stream)
+    tap.eq(len(first.svids), 1, "a Workload API stream serves the X509-SVID")
 
     # A new bootloader: PCR 4 extended with no event in the log; enforce mode.
     env.psql("UPDATE bc_join.attestation_settings SET mode = 'enforce' WHERE pool_id = '%s'" % env.pool)
@@ -152,6 +163,14 @@ def run_body(tap, env, tpm):
     tap.ok(quarantined and attestation(env, node)[0] == "quarantined",
            "within one interval the service quarantines the node and bcd logs it",
            (time.time() - t_drift, attestation(env, node), p.text()))
+    try:
+        next(stream)
+        code, details = "OK", ""
+    except grpc.RpcError as e:
+        code, details = e.code(), e.details()
+    tap.ok(code == grpc.StatusCode.PERMISSION_DENIED and "quarantined" in details,
+           "the Workload API stream ends PERMISSION_DENIED, saying the node is quarantined",
+           (code, details))
     tap.ok(env.psql("SELECT count(*) FROM bc_join.node_certs c WHERE c.node_id = '%s' "
                     "AND c.revoked_at IS NULL" % node) == "0",
            "its certificates are revoked")
@@ -184,7 +203,7 @@ def run_body(tap, env, tpm):
     before = attestation(env, node)[1]
     p = sessionlib.start_daemon(env, "bcd-noattest", rt, args + ["--no-attest"])
     up = sessionlib.wait_socket(p, sock)
-    time.sleep(6)
+    time.sleep(3)
     tap.ok(up and "attest:" not in p.text() and attestation(env, node)[1] == before,
            "with --no-attest bcd sends no attestation", p.text())
     p.stop(signal.SIGTERM, 20)
