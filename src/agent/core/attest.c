@@ -279,7 +279,8 @@ fill(int fd, unsigned char *buf, size_t cap, size_t *have, int *eof)
  * The IMA binary list from entry *offset: its whole entries, at most
  * BC_ATTEST_IMA_MAX bytes, into a malloc()ed *out of *len bytes.  A list
  * shorter than *offset (the host booted again) is sent from 0 (*offset
- * set to 0).  0, 1 when there is no list to read, -1 on an error (logged).
+ * set to 0).  0, or 1 when there is no list to send (absent, unreadable or
+ * malformed: logged), -1 when out of memory.
  */
 static int
 read_ima(bcd_attest *at, long *offset, unsigned char **out, size_t *len)
@@ -349,7 +350,8 @@ read_ima(bcd_attest *at, long *offset, unsigned char **out, size_t *len)
 	rc = 0;
 	goto out;
 io:
-	say(at, "cannot read the IMA list %s: %s", at->ima_log, strerror(errno));
+	say(at, "cannot read the IMA list %s: %s; not sent", at->ima_log, strerror(errno));
+	rc = 1;
 	goto out;
 malformed:
 	say(at, "the IMA list %s is not a binary measurement list bcd can read: not sent",
@@ -600,7 +602,10 @@ attest_main(void *arg)
 			attest_once(at, &cred);
 		}
 		else
-			say(at, "no usable node credential yet; next in %ld s", at->interval);
+		{
+			say(at, "no usable node credential yet");
+			at->soon = 1;
+		}
 		bcd_node_release(&node);
 		if (wait_or_stop(at, at->soon ? BC_ATTEST_INTERVAL_MIN : at->interval))
 			break;
