@@ -60,6 +60,8 @@
 #define IMA_WINDOW (BC_ATTEST_IMA_MAX + 64 * 1024)
 /* The same line is logged again after this many seconds at most. */
 #define SAY_AGAIN_S 600
+/* A join again is asked for at most this often, seconds (each refused one is an event). */
+#define REJOIN_AGAIN_S 300
 
 struct bcd_attest
 {
@@ -75,6 +77,7 @@ struct bcd_attest
 	pthread_cond_t cv;
 	int			stop;			/* under mu */
 	atomic_int	rejoin;			/* quarantined and round 1 refused: join again (daemon.c) */
+	time_t		rejoin_asked;	/* when it was last asked for */
 	/* the thread's own */
 	bcd_attest_state state;
 	long		interval;
@@ -516,9 +519,13 @@ attest_once(bcd_attest *at, const bcd_credential *cred)
 		 * revoked; once an operator readmitted it, that certificate proves
 		 * nothing any more: the node joins again by its attestor.
 		 */
-		say(at, "the service no longer takes the quarantined certificate (readmitted, or "
-			"retired): joining again");
-		atomic_store(&at->rejoin, 1);
+		if (at->rejoin_asked == 0 || time(NULL) - at->rejoin_asked >= REJOIN_AGAIN_S)
+		{
+			say(at, "the service no longer takes the quarantined certificate (readmitted, "
+				"or retired): joining again");
+			at->rejoin_asked = time(NULL);
+			atomic_store(&at->rejoin, 1);
+		}
 		goto out;
 	}
 	if (rc == BCD_RC_REFUSED)
