@@ -121,6 +121,14 @@ def run_body(tap, env):
     tap.ok(code == 413 and b"\"status\":\"error\"" in b, "1 MiB to /v1/renew is still the JSON 413",
            (code, b[:200]))
 
+    # a chunked 200 KiB body to /v1/renew: read within the budget, then the JSON 413
+    code, _, b = env.curl(g, "/v1/renew", data=body(200 * 1024),
+                          headers=("Transfer-Encoding: chunked",))
+    tap.ok(code == 413 and b"\"status\":\"error\"" in b, "a chunked 200 KiB body to /v1/renew "
+           "is the JSON 413", (code, b[:200]))
+    left = wait_metric(env, g, "bc_gateway_large_body_bytes", lambda v: v == 0)
+    tap.eq(left, 0.0, "... and gives its reservation back")
+
     tap.eq(g.stop(), 0, "the gateway exits 0 on SIGTERM (ASan/LSan clean)")
     cuts = [j for j in g.log_lines() if j.get("msg", "").startswith("large-body budget spent")]
     tap.ok(len(cuts) == 2 and all(j.get("level") == "warn" and j.get("client") == "127.0.0.1"
