@@ -8,7 +8,7 @@
 #
 # The gateway's cmocka unit tests (test/unit/test_gw_*.c: the route table,
 # the document cache's freshness decision, the status mapping, the rate
-# limiter and the client address) are part of make unit and make unit-asan
+# limiter, the client address and the large-body budget) are part of make unit and make unit-asan
 # (mk/host.mk); they link every gateway object but main.o.
 
 GW_SRCS      = $(sort $(wildcard src/gateway/*.c))

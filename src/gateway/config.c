@@ -69,6 +69,12 @@ static const char usage_text[] =
 "  --crl-max-size BYTES        a CRL larger than this is refused (default\n"
 "                              8388608, 8 MiB)\n"
 "\n"
+"Request bodies (see docs/gateway.md, \"The large-body budget\"):\n"
+"  --max-large-body-bytes BYTES  request bytes beyond 80 KiB per connection held\n"
+"                              at once, all connections together (default\n"
+"                              67108864, 64 MiB); a connection that would go\n"
+"                              over is closed\n"
+"\n"
 "Service keys (GET /v1/service-keys, cached; see docs/gateway.md):\n"
 "  --service-keys-max-age S    answer from a copy at most S seconds old, fetched\n"
 "                              once for all requests (default 10, [1, 3600]): a\n"
@@ -243,6 +249,7 @@ set_defaults(struct gw_config *cfg)
 	cfg->rate_table = 65536;
 	cfg->shutdown_ms = 10000;
 	cfg->crl_max_size = 8 * 1024 * 1024;
+	cfg->large_body_budget = 64 * 1024 * 1024;
 	cfg->service_keys_max_age_s = 10;
 	cfg->log_level = GW_LOG_INFO;
 }
@@ -252,7 +259,8 @@ enum
 	OPT_LISTEN = 256, OPT_CERT, OPT_KEY, OPT_DB, OPT_POOL, OPT_QUEUE, OPT_WAIT,
 	OPT_STMT, OPT_RETRY, OPT_IO, OPT_REQ, OPT_RATE, OPT_BURST, OPT_TABLE,
 	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN, OPT_CRLMAX, OPT_NOPREP,
-	OPT_KEYSAGE
+	OPT_KEYSAGE,
+	OPT_LARGEBODY
 };
 
 static const struct option options[] = {
@@ -275,6 +283,7 @@ static const struct option options[] = {
 	{"trusted-proxy", required_argument, NULL, OPT_PROXY},
 	{"crl-max-size", required_argument, NULL, OPT_CRLMAX},
 	{"service-keys-max-age", required_argument, NULL, OPT_KEYSAGE},
+	{"max-large-body-bytes", required_argument, NULL, OPT_LARGEBODY},
 	{"shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN},
 	{"log-level", required_argument, NULL, OPT_LOGLEVEL},
 	{"help", no_argument, NULL, 'h'},
@@ -360,6 +369,11 @@ apply_option(struct gw_config *cfg, int c, const char *arg)
 			if ((v = parse_int(arg, 64, 1024L * 1024 * 1024)) < 0)
 				goto bad;
 			cfg->crl_max_size = (size_t) v;
+			return 0;
+		case OPT_LARGEBODY:
+			if ((v = parse_int(arg, GW_MAX_BODY, 64L * 1024 * 1024 * 1024)) < 0)
+				goto bad;
+			cfg->large_body_budget = (size_t) v;
 			return 0;
 		case OPT_KEYSAGE:
 			if ((v = parse_int(arg, 1, 3600)) < 0)

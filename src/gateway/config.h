@@ -48,6 +48,7 @@ struct gw_config
 	int				max_connections_set;	/* given on the command line */
 
 	size_t			crl_max_size;		/* a larger CRL is refused */
+	size_t			large_body_budget;	/* bodies over GW_MAX_BODY in flight at once, bytes */
 	int				service_keys_max_age_s;	/* GET /v1/service-keys served from a copy this young */
 
 	long			shutdown_ms;

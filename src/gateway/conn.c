@@ -9,6 +9,7 @@
  * timeout only bounds inactivity.
  */
 #include "conn.h"
+#include "body_budget.h"
 #include "gateway.h"
 #include "listener.h"
 #include "log.h"
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
@@ -36,6 +38,9 @@ struct gw_conn
 	struct bufferevent *bev;
 	struct event *deadline;
 	int			writing;
+	size_t		req_bytes;		/* received since the current request began */
+	size_t		reserved;		/* its share of --max-large-body-bytes */
+	int			refused;		/* cut for the budget: count it once */
 };
 
 static int	conn_index = -1;
@@ -55,6 +60,7 @@ conn_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, vo
 		return;
 	if (c->writing)
 		c->gw->writing--;
+	gw_body_budget_release(&c->gw->large_body_used, &c->reserved);
 	c->gw->connections--;
 	if (c->deadline != NULL)
 		event_free(c->deadline);
@@ -82,31 +88,75 @@ arm_deadline(struct gw_conn *c)
 	evtimer_add(c->deadline, &tv);
 }
 
+/* The TCP peer's address of fd, as text (empty when unknown). */
+static void
+peer_host(evutil_socket_t fd, char *host, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t	sl = sizeof(ss);
+
+	host[0] = '\0';
+	if (getpeername(fd, (struct sockaddr *) &ss, &sl) != 0)
+		return;
+	if (ss.ss_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, host, (socklen_t) len);
+	else if (ss.ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, host, (socklen_t) len);
+}
+
 /* The deadline passed before a whole request arrived: cut the connection. */
 static void
 deadline_cb(evutil_socket_t unused, short what, void *arg)
 {
 	struct gw_conn *c = arg;
 	evutil_socket_t fd = bufferevent_getfd(c->bev);
-	struct sockaddr_storage ss;
-	socklen_t	sl = sizeof(ss);
-	char		host[64] = "";
+	char		host[64];
 
 	(void) unused;
 	(void) what;
 	if (fd < 0)
 		return;
-	if (getpeername(fd, (struct sockaddr *) &ss, &sl) == 0)
-	{
-		if (ss.ss_family == AF_INET)
-			inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, host, sizeof(host));
-		else if (ss.ss_family == AF_INET6)
-			inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, host, sizeof(host));
-	}
+	peer_host(fd, host, sizeof(host));
 	gw_log(GW_LOG_INFO, "request deadline passed; connection closed",
 		   json_pack("{s:s,s:I}", "client", host, "timeout_ms",
 					 (json_int_t) c->gw->cfg.request_timeout_ms));
 	/* libevent sees the end of the stream and frees the connection itself */
+	shutdown(fd, SHUT_RDWR);
+}
+
+/*
+ * Bytes arrived on c (decrypted, before evhttp parses them): past
+ * GW_BODY_FREE for the current request they are reserved from
+ * --max-large-body-bytes; when the budget is spent the connection is cut
+ * (shut down: evhttp sees the end of the stream and frees it, which gives the
+ * reservation back), counted and logged once.
+ */
+static void
+input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct gw_conn *c = arg;
+	struct gateway *gw = c->gw;
+	evutil_socket_t fd;
+	char		host[64];
+
+	(void) buf;
+	if (info->n_added == 0 || c->refused)
+		return;
+	c->req_bytes += info->n_added;
+	if (gw_body_budget_take(gw->cfg.large_body_budget, &gw->large_body_used, &c->reserved,
+							c->req_bytes) == 0)
+		return;
+	c->refused = 1;
+	gw->metrics.large_body_refused++;
+	fd = bufferevent_getfd(c->bev);
+	if (fd < 0)
+		return;
+	peer_host(fd, host, sizeof(host));
+	gw_log(GW_LOG_WARN, "large-body budget spent; connection closed",
+		   json_pack("{s:s,s:I,s:I,s:I}", "client", host,
+					 "bytes_in", (json_int_t) c->req_bytes,
+					 "budget_in_use", (json_int_t) gw->large_body_used,
+					 "budget", (json_int_t) gw->cfg.large_body_budget));
 	shutdown(fd, SHUT_RDWR);
 }
 
@@ -137,6 +187,8 @@ gw_conn_bevcb(struct event_base *base, void *arg)
 	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
 	c = SSL_get_ex_data(ssl, conn_index);
 	c->bev = bev;
+	if (evbuffer_add_cb(bufferevent_get_input(bev), input_cb, c) == NULL)
+		goto fail;
 	arm_deadline(c);
 	gw_listener_conn_opened(gw);
 	return bev;
@@ -186,6 +238,9 @@ reply_done_cb(struct evhttp_request *req, void *arg)
 		c->writing = 0;
 		c->gw->writing--;
 	}
+	/* the request's buffers are freed: its reservation goes; what is buffered is the next one's */
+	gw_body_budget_release(&c->gw->large_body_used, &c->reserved);
+	c->req_bytes = evbuffer_get_length(bufferevent_get_input(c->bev));
 	arm_deadline(c);
 	gw_maybe_finish(c->gw);
 }

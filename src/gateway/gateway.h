@@ -33,6 +33,7 @@ struct gateway
 	unsigned	in_flight;		/* requests handed to us and not yet answered */
 	unsigned	writing;		/* answers not yet fully written */
 	unsigned	connections;	/* TLS connections open */
+	size_t		large_body_used;	/* of --max-large-body-bytes, reserved (body_budget.h) */
 
 	/* accepting (listener.c) */
 	struct evconnlistener *listener;	/* the bound socket's; NULL once closed */

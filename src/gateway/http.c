@@ -79,6 +79,8 @@ handle_metrics(struct gw_request *rq)
 		.pool_size = gw->cfg.db_pool,
 		.connections = gw->connections,
 		.max_connections = gw->max_connections,
+		.large_body_bytes = gw->large_body_used,
+		.large_body_budget = gw->cfg.large_body_budget,
 	};
 
 	if (buf == NULL || gw_metrics_render(&gw->metrics, &g, buf) != 0)

@@ -124,5 +124,18 @@ gw_metrics_render(const struct gw_metrics *m, const struct gw_gauges *g,
 	for (int k = 0; k < GW_PAUSE_COUNT; k++)
 		rc |= evbuffer_add_printf(buf, "bc_gateway_accept_paused_total{reason=\"%s\"} %llu\n",
 								  pause_names[k], (unsigned long long) m->accept_paused[k]) < 0;
+	rc |= evbuffer_add_printf(buf,
+							  "# HELP bc_gateway_large_body_bytes Request bytes over 80 KiB per request, held now (reserved of --max-large-body-bytes).\n"
+							  "# TYPE bc_gateway_large_body_bytes gauge\n"
+							  "bc_gateway_large_body_bytes %llu\n"
+							  "# HELP bc_gateway_large_body_budget_bytes --max-large-body-bytes.\n"
+							  "# TYPE bc_gateway_large_body_budget_bytes gauge\n"
+							  "bc_gateway_large_body_budget_bytes %llu\n"
+							  "# HELP bc_gateway_large_body_refused_total Connections closed because --max-large-body-bytes was spent.\n"
+							  "# TYPE bc_gateway_large_body_refused_total counter\n"
+							  "bc_gateway_large_body_refused_total %llu\n",
+							  (unsigned long long) g->large_body_bytes,
+							  (unsigned long long) g->large_body_budget,
+							  (unsigned long long) m->large_body_refused) < 0;
 	return rc ? -1 : 0;
 }

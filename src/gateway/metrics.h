@@ -44,6 +44,8 @@ struct gw_gauges
 	int			pool_size;
 	unsigned	connections;
 	unsigned	max_connections;
+	size_t		large_body_bytes;	/* reserved of the budget */
+	size_t		large_body_budget;	/* --max-large-body-bytes */
 };
 
 /* Per endpoint: a route table row (routes.h), or GW_ENDPOINT_OTHER. */
@@ -56,6 +58,7 @@ struct gw_metrics
 	uint64_t	hist_count[GW_ENDPOINTS];
 	double		hist_sum[GW_ENDPOINTS];
 	uint64_t	accept_paused[GW_PAUSE_COUNT];	/* times accepting was paused */
+	uint64_t	large_body_refused;	/* connections cut: --max-large-body-bytes spent */
 };
 
 /* The label value of an outcome. */

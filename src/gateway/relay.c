@@ -235,7 +235,8 @@ gw_relay_body(struct gw_request *rq)
 		return;
 	}
 	rq->body = malloc(n + 1);
-	if (rq->body == NULL || evbuffer_copyout(in, rq->body, n) != (ev_ssize_t) n)
+	/* moved, not copied: libevent's buffer goes now, not when the answer is written */
+	if (rq->body == NULL || evbuffer_remove(in, rq->body, n) != (int) n)
 	{
 		gw_reply_internal(rq);
 		return;
