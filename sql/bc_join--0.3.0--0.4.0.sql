@@ -508,6 +508,454 @@ COMMENT ON FUNCTION bc_join.check_evidence(text, bytea, timestamptz, bytea, text
 REVOKE ALL ON FUNCTION bc_join.check_evidence(text, bytea, timestamptz, bytea, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION bc_join.check_evidence(text, bytea, timestamptz, bytea, text) TO bc_join_operator;
 
+-- ======================================================================
+-- Issue 44 (helper a2): continuous attestation.  Certificates revoked by a
+-- quarantine carry the service's reason attestation-failed.
+-- ======================================================================
+
+ALTER TABLE bc_join.node_certs DROP CONSTRAINT node_certs_revocation_reason_check;
+ALTER TABLE bc_join.node_certs ADD CONSTRAINT node_certs_revocation_reason_check CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise',
+		 'renewed', 'reclaimed', 'retired', 'attestation-failed'));
+ALTER TABLE bc_join.session_certs DROP CONSTRAINT session_certs_revocation_reason_check;
+ALTER TABLE bc_join.session_certs ADD CONSTRAINT session_certs_revocation_reason_check CHECK (revocation_reason IN
+		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
+		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired', 'attestation-failed'));
+
+/* ------------------------------------- #44: continuous attestation (docs/attestation.md) */
+
+/*
+ * A TPM-bound node (its certificate carries urn:bc:tpm-ak:) attests at the
+ * interval its pool sets: bc_join.attest() (two rounds: a nonce, then a quote
+ * by its AK over it with the event log and the IMA list) judges the quote,
+ * the replayed logs and the policy below inside the transaction.  A failure
+ * the TPM signed quarantines the node in that same transaction
+ * (bc_join.quarantine_node: certificates revoked, event, audit, NOTIFY).
+ */
+
+-- Per pool: how often, over which PCRs, and whether the policy is enforced.
+CREATE TABLE bc_join.attestation_settings (
+	pool_id text PRIMARY KEY REFERENCES bc_join.pools (id) ON DELETE CASCADE,
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	interval_seconds integer NOT NULL DEFAULT 60 CHECK (interval_seconds BETWEEN 5 AND 3600),
+	-- the PCRs quoted and replayed from the event log (PCR 10 is always
+	-- quoted too, for IMA, and never replayed from the event log)
+	pcrs integer[] NOT NULL DEFAULT '{0,1,2,3,4,5,6,7}'
+		CHECK (cardinality(pcrs) BETWEEN 1 AND 24 AND pcrs <@ '{0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23}'),
+	-- observe: what nodes measure is recorded (boot_observations,
+	-- ima_observations), the policy is not applied; enforce: it is
+	mode text NOT NULL DEFAULT 'observe' CHECK (mode IN ('observe', 'enforce')),
+	-- a healthy node without a passing quote for this many intervals is missed
+	missed_intervals integer NOT NULL DEFAULT 3 CHECK (missed_intervals BETWEEN 1 AND 1000),
+	-- what attestation_sweep() does to a missed node: quarantine it (revoke)
+	-- or only write the event
+	on_missed text NOT NULL DEFAULT 'event' CHECK (on_missed IN ('revoke', 'event')),
+	updated_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+COMMENT ON TABLE bc_join.attestation_settings IS
+	'Continuous attestation per pool (set_attestation_settings): interval, PCRs quoted, mode (observe or enforce), how many missed intervals and what a miss does; a pool without a row: 60 s, PCRs 0-7, observe, 3, event.';
+
+-- Measured-boot policy rows: an event allowed on a PCR (every event replayed
+-- on a selected PCR must match one in enforce mode).
+CREATE TABLE bc_join.boot_policy (
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text REFERENCES bc_join.pools (id) ON DELETE CASCADE,	-- NULL: every pool of the tenant
+	pcr integer NOT NULL CHECK (pcr BETWEEN 0 AND 23),
+	event_type text NOT NULL CHECK (event_type ~ '^(EV_[A-Z0-9_]+|0x[0-9a-f]{8})$'),
+	digest bytea NOT NULL CHECK (length(digest) = 32),	-- the event's SHA-256 bank digest
+	note text,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user
+);
+COMMENT ON TABLE bc_join.boot_policy IS
+	'Measured-boot policy: per tenant (pool_id NULL) or pool, the (PCR, event type, SHA-256 digest) an event of a node''s event log may have; in enforce mode every event on a quoted PCR must match a row.';
+CREATE UNIQUE INDEX boot_policy_idx ON bc_join.boot_policy
+	(tenant_id, coalesce(pool_id, ''), pcr, event_type, digest);
+
+-- Runtime (IMA) allowlist: a file's digest allowed at a path.
+CREATE TABLE bc_join.ima_policy (
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text REFERENCES bc_join.pools (id) ON DELETE CASCADE,	-- NULL: every pool of the tenant
+	path text NOT NULL CHECK (length(path) BETWEEN 1 AND 4095),
+	digest bytea NOT NULL CHECK (length(digest) BETWEEN 20 AND 64),	-- the file digest IMA lists
+	note text,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user
+);
+COMMENT ON TABLE bc_join.ima_policy IS
+	'Runtime (IMA) allowlist per tenant (pool_id NULL) or pool: a file digest allowed at a path; in enforce mode every IMA entry not excluded must match a row.';
+CREATE UNIQUE INDEX ima_policy_idx ON bc_join.ima_policy (tenant_id, coalesce(pool_id, ''), path, digest);
+
+-- Paths IMA may measure with any digest (a regular expression on the path).
+CREATE TABLE bc_join.ima_excludes (
+	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
+	pool_id text REFERENCES bc_join.pools (id) ON DELETE CASCADE,	-- NULL: every pool of the tenant
+	path_regex text NOT NULL CHECK (length(path_regex) BETWEEN 1 AND 1024),
+	note text,
+	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	created_by text NOT NULL DEFAULT session_user
+);
+COMMENT ON TABLE bc_join.ima_excludes IS
+	'IMA paths excluded from the runtime policy per tenant (pool_id NULL) or pool: a POSIX regular expression matched against the measured path.';
+
+-- What nodes measured (observe mode), to be promoted into boot_policy.
+CREATE TABLE bc_join.boot_observations (
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	pcr integer NOT NULL,
+	event_type text NOT NULL,
+	digest bytea NOT NULL,
+	first_seen timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	last_seen timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	seen integer NOT NULL DEFAULT 1,
+	PRIMARY KEY (node_id, pcr, event_type, digest)
+);
+COMMENT ON TABLE bc_join.boot_observations IS
+	'Measured-boot events nodes reported in observe mode (PCR, event type, SHA-256 digest), first and last seen and in how many hours (last_seen moves at most once an hour): promote_observations() turns them into boot_policy rows.';
+
+-- What IMA measured on nodes (observe mode), to be promoted into ima_policy.
+CREATE TABLE bc_join.ima_observations (
+	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	path text NOT NULL,
+	digest bytea NOT NULL,
+	first_seen timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	last_seen timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	seen integer NOT NULL DEFAULT 1,
+	PRIMARY KEY (node_id, path, digest)
+);
+COMMENT ON TABLE bc_join.ima_observations IS
+	'Files IMA measured on nodes in observe mode (path, file digest), first and last seen and in how many hours (last_seen moves at most once an hour): promote_observations() turns them into ima_policy rows.';
+
+-- Per node: where its attestation stands, and the TPM state it was last seen in.
+CREATE TABLE bc_join.node_attestation (
+	node_id text PRIMARY KEY REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
+	state text NOT NULL DEFAULT 'unattested' CHECK (state IN ('unattested', 'healthy', 'quarantined')),
+	last_quote_at timestamptz,
+	last_result text CHECK (last_result IN ('passed', 'failed', 'missed')),
+	last_reason text,
+	last_passed_at timestamptz,
+	-- the TPM's clockInfo of the last accepted quote
+	reset_count bigint,
+	restart_count bigint,
+	clock bigint,
+	-- the IMA list: entries accepted so far, and PCR 10 (SHA-256) after them
+	ima_offset bigint NOT NULL DEFAULT 0 CHECK (ima_offset >= 0),
+	ima_pcr10 bytea,
+	failures integer NOT NULL DEFAULT 0,
+	quarantined_at timestamptz,
+	quarantine_reason text,
+	missed_reported_at timestamptz,
+	readmitted_at timestamptz
+);
+COMMENT ON TABLE bc_join.node_attestation IS
+	'Continuous attestation per node: state (unattested, healthy, quarantined), the last quote, its result and reason, the TPM resetCount/restartCount/clock of the last accepted quote, the IMA offset and running PCR 10, failures and quarantine.';
+
+-- Set a pool's attestation settings (NULL keeps a value, or takes the default).
+CREATE FUNCTION bc_join.set_attestation_settings(pool_id text, mode text DEFAULT NULL,
+		interval_seconds integer DEFAULT NULL, pcrs integer[] DEFAULT NULL,
+		missed_intervals integer DEFAULT NULL, on_missed text DEFAULT NULL)
+	RETURNS bc_join.attestation_settings
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text := (SELECT p.tenant_id FROM bc_join.pools p WHERE p.id = set_attestation_settings.pool_id);
+	r bc_join.attestation_settings;
+BEGIN
+	PERFORM bc_join.check_tenant(tenant, 'pool');
+	IF tenant IS NULL THEN
+		PERFORM bc_join.invalid_input('no pool has this id');
+	END IF;
+	INSERT INTO bc_join.attestation_settings AS s (pool_id, tenant_id, mode, interval_seconds, pcrs,
+			missed_intervals, on_missed)
+		VALUES (set_attestation_settings.pool_id, tenant, coalesce(set_attestation_settings.mode, 'observe'),
+				coalesce(set_attestation_settings.interval_seconds, 60),
+				coalesce(set_attestation_settings.pcrs, '{0,1,2,3,4,5,6,7}'),
+				coalesce(set_attestation_settings.missed_intervals, 3),
+				coalesce(set_attestation_settings.on_missed, 'event'))
+		ON CONFLICT ON CONSTRAINT attestation_settings_pkey DO UPDATE SET
+			mode = coalesce(set_attestation_settings.mode, s.mode),
+			interval_seconds = coalesce(set_attestation_settings.interval_seconds, s.interval_seconds),
+			pcrs = coalesce(set_attestation_settings.pcrs, s.pcrs),
+			missed_intervals = coalesce(set_attestation_settings.missed_intervals, s.missed_intervals),
+			on_missed = coalesce(set_attestation_settings.on_missed, s.on_missed),
+			updated_at = bc_join.compute_now()
+		RETURNING * INTO r;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('attestation.settings', tenant, to_jsonb(r) - 'updated_at');
+	RETURN r;
+END
+$$;
+COMMENT ON FUNCTION bc_join.set_attestation_settings(text, text, integer, integer[], integer, text) IS
+	'Sets a pool''s continuous attestation (mode observe|enforce, interval 5-3600 s, PCRs, missed intervals, on_missed revoke|event); NULL keeps the current value (or the default); audited; returns the row.';
+
+/*
+ * Quarantine a node, in the caller's transaction: node_attestation says so,
+ * every live certificate of the node and the session certificates asked with
+ * them are revoked (reason attestation-failed), the event node.quarantined
+ * carries what failed, an audit row, NOTIFY on the tenant's request channel
+ * and on bc_join_crl.  Internal: bc_join.attest() and attestation_sweep()
+ * call it; false when the node was quarantined already (only the failure is
+ * recorded then).
+ */
+CREATE FUNCTION bc_join.quarantine_node(node_id text, reason text, detail jsonb)
+	RETURNS boolean
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text;
+	serials text[];
+	sessions bigint := 0;
+	was text;
+BEGIN
+	SELECT n.tenant_id INTO tenant FROM bc_join.nodes n WHERE n.id = quarantine_node.node_id FOR UPDATE;
+	IF NOT FOUND THEN
+		PERFORM bc_join.invalid_input('no node has this id');
+	END IF;
+	INSERT INTO bc_join.node_attestation AS a (node_id) VALUES (quarantine_node.node_id)
+		ON CONFLICT ON CONSTRAINT node_attestation_pkey DO NOTHING;
+	SELECT a.state INTO was FROM bc_join.node_attestation a WHERE a.node_id = quarantine_node.node_id FOR UPDATE;
+	UPDATE bc_join.node_attestation a SET state = 'quarantined', last_result = 'failed',
+		last_reason = quarantine_node.reason, failures = a.failures + 1,
+		quarantined_at = CASE WHEN was = 'quarantined' THEN a.quarantined_at ELSE bc_join.compute_now() END,
+		quarantine_reason = CASE WHEN was = 'quarantined' THEN a.quarantine_reason ELSE quarantine_node.reason END
+		WHERE a.node_id = quarantine_node.node_id;
+	IF was = 'quarantined' THEN
+		RETURN false;
+	END IF;
+	WITH r AS (
+		UPDATE bc_join.node_certs c SET revoked_at = bc_join.compute_now(), revocation_reason = 'attestation-failed'
+			WHERE c.node_id = quarantine_node.node_id AND c.revoked_at IS NULL RETURNING c.serial)
+	SELECT coalesce(array_agg(r.serial ORDER BY r.serial), '{}') INTO serials FROM r;
+	UPDATE bc_join.session_certs sc SET revoked_at = bc_join.compute_now(), revocation_reason = 'attestation-failed'
+		FROM bc_join.sessions s
+		WHERE s.id = sc.session_id AND s.node_id = quarantine_node.node_id AND sc.revoked_at IS NULL;
+	GET DIAGNOSTICS sessions = ROW_COUNT;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'node.quarantined',
+				jsonb_build_object('nodeId', node_id, 'reason', reason, 'detail', detail,
+								   'revokedSerials', to_jsonb(serials), 'sessionCertificates', sessions));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('node.quarantine', tenant, node_id,
+				jsonb_build_object('reason', reason, 'detail', detail, 'revokedSerials', to_jsonb(serials),
+								   'sessionCertificates', sessions));
+	PERFORM pg_notify(t.request_channel, '') FROM bc_join.tenants t WHERE t.id = tenant;
+	PERFORM pg_notify('bc_join_crl', '');
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION bc_join.quarantine_node(text, text, jsonb) IS
+	'Internal: quarantines a node in the caller''s transaction (its live node and session certificates revoked for attestation-failed, event node.quarantined with what failed, audit row, NOTIFY to the tenant''s request channel and bc_join_crl); false when it was quarantined already.';
+
+-- Readmit a quarantined node after a quote that passed the current policy.
+CREATE FUNCTION bc_join.readmit_node(node_id text) RETURNS void
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	a bc_join.node_attestation;
+	tenant text := (SELECT n.tenant_id FROM bc_join.nodes n WHERE n.id = readmit_node.node_id);
+BEGIN
+	PERFORM bc_join.check_tenant(tenant, 'node');
+	SELECT * INTO a FROM bc_join.node_attestation x WHERE x.node_id = readmit_node.node_id FOR UPDATE;
+	IF NOT FOUND OR a.state <> 'quarantined' THEN
+		PERFORM bc_join.invalid_input('the node is not quarantined');
+	END IF;
+	IF a.last_passed_at IS NULL OR a.last_passed_at <= a.quarantined_at OR a.last_result <> 'passed' THEN
+		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = 'the node has no passing quote since it was quarantined',
+			DETAIL = 'A quarantined node keeps attesting; its latest quote must pass the current policy before it is readmitted.',
+			HINT = 'Look at bc_join.attestation_state and the node''s node.quarantined and security.join.refused events.';
+	END IF;
+	UPDATE bc_join.node_attestation x SET state = 'healthy', readmitted_at = bc_join.compute_now(),
+		failures = 0, quarantined_at = NULL, quarantine_reason = NULL, missed_reported_at = NULL
+		WHERE x.node_id = readmit_node.node_id;
+	INSERT INTO bc_join.events (tenant_id, type, payload)
+		VALUES (tenant, 'node.readmitted', jsonb_build_object('nodeId', node_id,
+				'quarantinedAt', a.quarantined_at, 'reason', a.quarantine_reason));
+	INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
+		VALUES ('node.readmit', tenant, node_id, jsonb_build_object('quarantinedAt', a.quarantined_at,
+				'reason', a.quarantine_reason));
+END
+$$;
+COMMENT ON FUNCTION bc_join.readmit_node(text) IS
+	'Readmits a quarantined node whose latest quote, made after the quarantine, passed the current policy: healthy again, evented and audited; its revoked certificates stay revoked (it joins again by its attestor as the same node).';
+
+-- Copy a pool's observations into its policy; returns how many rows were added.
+CREATE FUNCTION bc_join.promote_observations(pool_id text) RETURNS integer
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	tenant text := (SELECT p.tenant_id FROM bc_join.pools p WHERE p.id = promote_observations.pool_id);
+	nb integer;
+	ni integer;
+BEGIN
+	PERFORM bc_join.check_tenant(tenant, 'pool');
+	IF tenant IS NULL THEN
+		PERFORM bc_join.invalid_input('no pool has this id');
+	END IF;
+	INSERT INTO bc_join.boot_policy (tenant_id, pool_id, pcr, event_type, digest, note)
+		SELECT DISTINCT tenant, promote_observations.pool_id, o.pcr, o.event_type, o.digest, 'promoted'
+		FROM bc_join.boot_observations o JOIN bc_join.nodes n ON n.id = o.node_id
+		WHERE n.pool_id = promote_observations.pool_id AND length(o.digest) = 32
+		ON CONFLICT DO NOTHING;
+	GET DIAGNOSTICS nb = ROW_COUNT;
+	INSERT INTO bc_join.ima_policy (tenant_id, pool_id, path, digest, note)
+		SELECT DISTINCT tenant, promote_observations.pool_id, o.path, o.digest, 'promoted'
+		FROM bc_join.ima_observations o JOIN bc_join.nodes n ON n.id = o.node_id
+		WHERE n.pool_id = promote_observations.pool_id
+		ON CONFLICT DO NOTHING;
+	GET DIAGNOSTICS ni = ROW_COUNT;
+	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
+		VALUES ('attestation.promote', tenant, jsonb_build_object('poolId', pool_id, 'bootPolicy', nb, 'imaPolicy', ni));
+	RETURN nb + ni;
+END
+$$;
+COMMENT ON FUNCTION bc_join.promote_observations(text) IS
+	'Adds what the pool''s nodes were observed to measure (boot_observations, ima_observations) to the pool''s boot_policy and ima_policy (rows already there are kept); audited; returns how many rows were added.';
+
+/*
+ * Nodes that stopped attesting: a healthy node whose last passing quote is
+ * older than missed_intervals x interval_seconds of its pool gets the event
+ * node.attestation.missed (once per miss), and is quarantined when its pool
+ * says on_missed = 'revoke'.  Run it from pg_cron every minute.
+ */
+CREATE FUNCTION bc_join.attestation_sweep() RETURNS integer
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	m record;
+	n integer := 0;
+BEGIN
+	FOR m IN
+		SELECT a.node_id, x.tenant_id, coalesce(s.on_missed, 'event') AS on_missed,
+			   coalesce(s.interval_seconds, 60) AS iv, coalesce(s.missed_intervals, 3) AS k,
+			   a.last_passed_at
+		FROM bc_join.node_attestation a JOIN bc_join.nodes x ON x.id = a.node_id
+		LEFT JOIN bc_join.attestation_settings s ON s.pool_id = x.pool_id
+		WHERE a.state = 'healthy' AND x.state <> 'retired' AND a.missed_reported_at IS NULL
+		  AND coalesce(a.last_passed_at, '-infinity') < bc_join.compute_now()
+			  - make_interval(secs => coalesce(s.interval_seconds, 60) * coalesce(s.missed_intervals, 3))
+		ORDER BY a.node_id
+		FOR UPDATE OF a SKIP LOCKED
+	LOOP
+		UPDATE bc_join.node_attestation a SET missed_reported_at = bc_join.compute_now(), last_result = 'missed',
+			last_reason = 'missed-intervals'
+			WHERE a.node_id = m.node_id;
+		INSERT INTO bc_join.events (tenant_id, type, payload)
+			VALUES (m.tenant_id, 'node.attestation.missed',
+					jsonb_build_object('nodeId', m.node_id, 'lastPassedAt', m.last_passed_at,
+									   'intervalSeconds', m.iv, 'missedIntervals', m.k, 'action', m.on_missed));
+		IF m.on_missed = 'revoke' THEN
+			PERFORM bc_join.quarantine_node(m.node_id, 'missed-intervals',
+				jsonb_build_object('lastPassedAt', m.last_passed_at, 'intervalSeconds', m.iv, 'missedIntervals', m.k));
+		END IF;
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END
+$$;
+COMMENT ON FUNCTION bc_join.attestation_sweep() IS
+	'Finds healthy nodes without a passing quote for missed_intervals intervals of their pool: event node.attestation.missed (once per miss), and quarantine when the pool says on_missed revoke; returns how many; run it from pg_cron every minute.';
+
+/*
+ * The attestation entry point (POST /v1/attest): round 1 {"proof"} answers
+ * a nonce in a sealed state; round 2 {"proof", "state", "akPub", "quote",
+ * "quoteSignature", "pcrValues", "eventLog"?, "ima"?} is judged: "attested",
+ * "quarantined" (signed), or the one refusal.  See docs/protocol.md.
+ */
+CREATE FUNCTION bc_join.attest(request jsonb) RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_attest_request'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.attest(jsonb) IS
+	'Continuous attestation of a TPM-bound node, proven by its node key (purpose attest): round 1 answers a nonce; round 2 judges the quote, the event log and IMA list replayed, the TPM clock and the pool''s policy, and quarantines the node in the same transaction when the TPM reported a failure; returns the signed answer or the one refusal.';
+
+-- Each node's attestation as operators read it.
+CREATE VIEW bc_join.attestation_state AS
+	SELECT n.id AS node_id, n.tenant_id, n.pool_id, coalesce(a.state, 'unattested') AS state,
+		   coalesce(s.mode, 'observe') AS mode, coalesce(s.interval_seconds, 60) AS interval_seconds,
+		   a.last_quote_at, a.last_result, a.last_reason, a.last_passed_at, a.failures,
+		   a.quarantined_at, a.quarantine_reason, a.readmitted_at, a.reset_count, a.restart_count,
+		   a.ima_offset,
+		   a.last_passed_at IS NOT NULL AND a.last_passed_at < bc_join.compute_now()
+			   - make_interval(secs => coalesce(s.interval_seconds, 60) * coalesce(s.missed_intervals, 3)) AS overdue,
+		   (SELECT count(*) FROM bc_join.boot_observations o WHERE o.node_id = n.id) AS boot_observed,
+		   (SELECT count(*) FROM bc_join.boot_observations o WHERE o.node_id = n.id AND NOT EXISTS (
+				SELECT 1 FROM bc_join.boot_policy p WHERE p.tenant_id = n.tenant_id
+				AND (p.pool_id IS NULL OR p.pool_id = n.pool_id) AND p.pcr = o.pcr
+				AND p.event_type = o.event_type AND p.digest = o.digest)) AS boot_observed_not_allowed,
+		   (SELECT count(*) FROM bc_join.ima_observations o WHERE o.node_id = n.id) AS ima_observed,
+		   (SELECT count(*) FROM bc_join.ima_observations o WHERE o.node_id = n.id AND NOT EXISTS (
+				SELECT 1 FROM bc_join.ima_policy p WHERE p.tenant_id = n.tenant_id
+				AND (p.pool_id IS NULL OR p.pool_id = n.pool_id) AND p.path = o.path
+				AND p.digest = o.digest)) AS ima_observed_not_allowed
+	FROM bc_join.nodes n
+	LEFT JOIN bc_join.node_attestation a ON a.node_id = n.id
+	LEFT JOIN bc_join.attestation_settings s ON s.pool_id = n.pool_id
+	WHERE n.state <> 'retired';
+COMMENT ON VIEW bc_join.attestation_state IS
+	'Each live node''s continuous attestation: state, mode, last quote and its result and reason, last pass, failures, quarantine, TPM counters, IMA offset, overdue, and observed measurements against the allowed ones.';
+ALTER VIEW bc_join.attestation_state SET (security_invoker = true);
+
+ALTER TABLE bc_join.attestation_settings ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.attestation_settings
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.boot_policy ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.boot_policy
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.ima_policy ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.ima_policy
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.ima_excludes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.ima_excludes
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR tenant_id IN (SELECT g.tenant_id FROM bc_join.tenant_operator_grants g));
+ALTER TABLE bc_join.boot_observations ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.boot_observations
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR node_id IN (SELECT n.id FROM bc_join.nodes n));
+ALTER TABLE bc_join.ima_observations ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.ima_observations
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR node_id IN (SELECT n.id FROM bc_join.nodes n));
+ALTER TABLE bc_join.node_attestation ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_operator ON bc_join.node_attestation
+	USING ((SELECT pg_catalog.pg_has_role('bc_join_operator', 'USAGE'))
+		   OR node_id IN (SELECT n.id FROM bc_join.nodes n));
+
+SELECT pg_catalog.pg_extension_config_dump('bc_join.attestation_settings', '');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.boot_policy', '');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.ima_policy', '');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.ima_excludes', '');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.boot_observations', '');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.ima_observations', '');
+SELECT pg_catalog.pg_extension_config_dump('bc_join.node_attestation', '');
+
+REVOKE ALL ON bc_join.attestation_settings, bc_join.boot_policy, bc_join.ima_policy, bc_join.ima_excludes,
+	bc_join.boot_observations, bc_join.ima_observations, bc_join.node_attestation,
+	bc_join.attestation_state FROM PUBLIC;
+REVOKE ALL ON FUNCTION bc_join.set_attestation_settings(text, text, integer, integer[], integer, text),
+	bc_join.quarantine_node(text, text, jsonb), bc_join.readmit_node(text),
+	bc_join.promote_observations(text), bc_join.attestation_sweep(), bc_join.attest(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.attest(jsonb) TO bc_join_gateway;
+GRANT EXECUTE ON FUNCTION bc_join.set_attestation_settings(text, text, integer, integer[], integer, text),
+	bc_join.readmit_node(text), bc_join.promote_observations(text), bc_join.attestation_sweep()
+	TO bc_join_operator;
+GRANT EXECUTE ON FUNCTION bc_join.set_attestation_settings(text, text, integer, integer[], integer, text),
+	bc_join.readmit_node(text), bc_join.promote_observations(text)
+	TO bc_join_tenant_operator;
+GRANT SELECT ON bc_join.attestation_settings, bc_join.node_attestation, bc_join.boot_observations,
+	bc_join.ima_observations, bc_join.attestation_state TO bc_join_operator, bc_join_tenant_operator;
+GRANT SELECT, INSERT, UPDATE, DELETE ON bc_join.boot_policy, bc_join.ima_policy, bc_join.ima_excludes
+	TO bc_join_operator, bc_join_tenant_operator;
+GRANT DELETE ON bc_join.boot_observations, bc_join.ima_observations TO bc_join_operator, bc_join_tenant_operator;
 -- issue 44: event log replay
 /*
  * The operator's view of a machine's measured-boot event log (TCG PC Client

@@ -18,7 +18,8 @@
 /*
  * The RFC 5280 reason code of a revocation reason as bc_join writes it: an
  * operator's CRLReason name, or the service's own renewed and reclaimed
- * (superseded) and retired (cessationOfOperation).
+ * (superseded), retired (cessationOfOperation) and attestation-failed
+ * (privilegeWithdrawn: a quarantine, docs/attestation.md).
  */
 int
 bc_crl_reason_code(const char *reason)
@@ -39,6 +40,7 @@ bc_crl_reason_code(const char *reason)
 		{"renewed", CRL_REASON_SUPERSEDED},
 		{"reclaimed", CRL_REASON_SUPERSEDED},
 		{"retired", CRL_REASON_CESSATION_OF_OPERATION},
+		{"attestation-failed", CRL_REASON_PRIVILEGE_WITHDRAWN},
 	};
 	size_t		i;
 

@@ -120,6 +120,11 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 	bc_spi_exec(&site_agent_rekeyed, nv + 1, NULL, false, 0);
 }
 
+static BcPlan node_quarantined = {
+	"SELECT 1 FROM bc_join.node_attestation WHERE node_id = $1 AND state = 'quarantined'",
+	1, {TEXTOID}
+};
+
 /* Admit: node (new or reclaimed), certificate, binding, events, audit, spend; the signed response. */
 Jsonb *
 bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext outcxt)
@@ -142,6 +147,10 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 	bc_result_subject(req, res, subject);
 	if (reclaim)
 	{
+		/* A quarantined node joins again only once readmitted (attest.c). */
+		nv[0] = CStringGetTextDatum(node_id);
+		if (bc_spi_exec(&node_quarantined, nv, NULL, true, 1) == 1)
+			bc_refuse_join("join:quarantined", res->tenant_id);
 		/* Re-key in place: generation + 1, every older certificate revoked. */
 		nv[0] = CStringGetTextDatum(node_id);
 		nv[1] = CStringGetTextDatum(req->attestor);

@@ -662,12 +662,14 @@ typedef struct BcProofCert
 	char	   *state;
 	char	   *tenant;
 	char	   *role;
+	bool		quarantined;	/* its node is quarantined (node_attestation) */
+	char	   *revocation_reason;	/* NULL: not revoked */
 } BcProofCert;
 
 /* Lock the certificate serial names and its node; refuses "<who>:unknown-certificate". */
 extern void bc_lock_proof_cert(const char *who, const char *serial, bool for_update,
 							   BcProofCert *c);
-/* Refuse "<who>:revoked|superseded|expired|retired" unless the certificate is live. */
+/* Refuse "<who>:quarantined|revoked|superseded|expired|retired" unless live. */
 extern void bc_require_live_cert(const char *who, const BcProofCert *c);
 /* The node was seen (last_seen_at, adopting -> active); locked: held for update. */
 extern void bc_node_seen(const char *node_id, bool locked);

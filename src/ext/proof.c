@@ -119,7 +119,9 @@ bc_proof_serial(const char *proof, const char *who)
 	"       c.revoked_at IS NOT NULL, c.revocation_reason IS NOT DISTINCT FROM 'renewed', " \
 	"       c.certificate, c.allowed_kinds, c.node_key_uri, " \
 	"       extract(epoch FROM c.not_after - bc_join.compute_now())::bigint, " \
-	"       n.identity_generation, n.state, n.tenant_id, n.role " \
+	"       n.identity_generation, n.state, n.tenant_id, n.role, " \
+	"       EXISTS (SELECT 1 FROM bc_join.node_attestation a " \
+	"               WHERE a.node_id = n.id AND a.state = 'quarantined'), c.revocation_reason " \
 	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = $1 "
 
 enum
@@ -136,7 +138,9 @@ enum
 	Anum_cc_node_generation,
 	Anum_cc_state,
 	Anum_cc_tenant,
-	Anum_cc_role
+	Anum_cc_role,
+	Anum_cc_quarantined,
+	Anum_cc_revocation_reason
 };
 
 static BcPlan lock_cert_update = {CURRENT_CERT_SQL "FOR UPDATE OF c, n", 1, {TEXTOID}};
@@ -173,12 +177,21 @@ bc_lock_proof_cert(const char *who, const char *serial, bool for_update, BcProof
 	c->state = bc_spi_text_req(Anum_cc_state);
 	c->tenant = bc_spi_text_req(Anum_cc_tenant);
 	c->role = bc_spi_text_req(Anum_cc_role);
+	c->quarantined = bc_spi_bool(Anum_cc_quarantined);
+	c->revocation_reason = bc_spi_text(Anum_cc_revocation_reason);
 }
 
-/* Refuse "<who>:revoked|superseded|expired|retired" unless the certificate is live. */
+/*
+ * Refuse "<who>:quarantined|revoked|superseded|expired|retired" unless the
+ * certificate is live and its node not quarantined (continuous attestation,
+ * attest.c: a quarantined node renews, asks sessions, JWT-SVIDs and commands
+ * no more).
+ */
 void
 bc_require_live_cert(const char *who, const BcProofCert *c)
 {
+	if (c->quarantined)
+		bc_refuse_join(psprintf("%s:quarantined", who), c->tenant);
 	if (c->revoked)
 		bc_refuse_join(psprintf("%s:revoked", who), c->tenant);
 	if (c->generation != c->node_generation)
