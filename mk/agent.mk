@@ -7,7 +7,8 @@
 #                     TAP scripts test/agent/*.t through prove
 #
 # bcd's cmocka unit tests (test/unit/test_bcd_*.c: the Workload API's rule
-# matcher, the exit statuses, the back-off, the refusals' summary) are part
+# matcher, the exit statuses, the back-off, the refusals' summary, the
+# attestation loop's decisions) are part
 # of make unit and make unit-asan (mk/host.mk); they link the agent's
 # objects they test (BCD_UNIT_SRCS), built with BC_TEST_BUILD.
 
@@ -29,7 +30,8 @@ build/bcd build/asan/bcd: HOST_LIBS += $(shell pkg-config --libs tss2-esys tss2-
 
 # The agent's files the unit tests reach, and what they link.
 BCD_UNIT_NAMES     = $(basename $(notdir $(wildcard test/unit/test_bcd_*.c)))
-BCD_UNIT_SRCS      = src/agent/core/backoff.c src/agent/core/clock.c src/agent/core/job.c \
+BCD_UNIT_SRCS      = src/agent/core/attest_rules.c src/agent/core/backoff.c src/agent/core/clock.c \
+	src/agent/core/job.c \
 	src/agent/core/log.c src/agent/core/outcome.c src/agent/core/peer.c \
 	src/agent/workload/refusals.c src/agent/workload/rules.c
 BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lm -pthread

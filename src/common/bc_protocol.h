@@ -26,6 +26,7 @@
 #define BC_PATH_COMMANDS		"/v1/commands"	/* bc_join.fetch_commands(request) */
 #define BC_PATH_COMMANDS_COMPLETE "/v1/commands/complete"	/* bc_join.complete_command(request) */
 #define BC_PATH_SITE_EPOCH		"/v1/site-epoch"	/* bc_join.site_epoch(request) */
+#define BC_PATH_ATTEST			"/v1/attest"	/* bc_join.attest(request): continuous attestation */
 /* GET: the issuance log's head signed by the service key (bc_join.audit_anchor()). */
 #define BC_PATH_AUDIT_ANCHOR	"/v1/audit-anchor"
 /* GET: the service keys signed by each signing key (bc_join.signed_service_keys()). */
@@ -57,6 +58,9 @@ bc_role_valid(const char *role)
 #define BC_STATUS_PENDING		"pending"
 #define BC_STATUS_CHALLENGE		"challenge"
 #define BC_STATUS_REFUSED		"refused"
+/* The answers of POST /v1/attest's second round. */
+#define BC_STATUS_ATTESTED		"attested"
+#define BC_STATUS_QUARANTINED	"quarantined"
 
 /* The one refusal: {"status":"refused","error":{"code":...}}. */
 #define BC_REFUSAL_CODE			"ACCESS_DENIED"
@@ -80,6 +84,23 @@ bc_role_valid(const char *role)
 #define BC_ATTESTOR_ID_MAX		64
 /* A join token, in bytes (what is sealed, before sealing). */
 #define BC_TOKEN_MAX			256
+
+/*
+ * Continuous attestation (POST /v1/attest, issue 44): the UEFI event log
+ * and one increment of the IMA list a node sends at most (the same bounds
+ * as src/common/eventlog.h's BC_EVLOG_MAX_BYTES and BC_IMA_MAX_BYTES), and
+ * the whole request (both in base64url, the quote and the PCR values): the
+ * only route the gateway takes bodies over BC_REQUEST_MAX on.
+ */
+#define BC_ATTEST_EVENT_LOG_MAX	(1024 * 1024)
+#define BC_ATTEST_IMA_MAX		(4 * 1024 * 1024)
+#define BC_ATTEST_REQUEST_MAX	(8 * 1024 * 1024)
+/* The interval the service sets per pool: its default and bounds, seconds. */
+#define BC_ATTEST_INTERVAL_DEFAULT 60
+#define BC_ATTEST_INTERVAL_MIN	5
+#define BC_ATTEST_INTERVAL_MAX	3600
+/* extraData of an attestation's quote: SHA-256(this label || the nonce). */
+#define BC_ATTEST_QUOTE_LABEL	"bc_join/attest"
 
 /* ------------------------------------------------------------ attestors */
 
@@ -157,6 +178,8 @@ bc_mac_valid(const char *m)
 #define BC_PURPOSE_COMPLETE		"complete"
 /* A site agent asking for its site's discovery epoch (docs/attestors.md). */
 #define BC_PURPOSE_SITE_EPOCH	"site-epoch"
+/* A node attesting its TPM's state (POST /v1/attest, both rounds). */
+#define BC_PURPOSE_ATTEST		"attest"
 
 /* A proof's "iat" must be within this many seconds of the service clock. */
 #define BC_PROOF_WINDOW 300

@@ -84,7 +84,7 @@ setup_http(struct gateway *gw)
 	evhttp_set_bevcb(gw->http, gw_conn_bevcb, gw);
 	evhttp_set_gencb(gw->http, gw_http_handle, gw);
 	evhttp_set_timeout_tv(gw->http, &io);
-	evhttp_set_max_body_size(gw->http, GW_MAX_BODY);
+	evhttp_set_max_body_size(gw->http, gw_routes_max_body());
 
 	/*
 	 * A body over the bound is read to its end (and dropped) before the 413

@@ -8,7 +8,8 @@
 static const char *const outcome_names[GW_OUT_COUNT] = {
 	BC_STATUS_ISSUED, BC_STATUS_PENDING, BC_STATUS_CHALLENGE, BC_STATUS_REFUSED, "invalid",
 	"unsupported",
-	"unavailable", "error", "too_large", "rate_limited", "timeout"
+	"unavailable", "error", "too_large", "rate_limited", "timeout",
+	BC_STATUS_ATTESTED, BC_STATUS_QUARANTINED
 };
 
 static const char *const pause_names[GW_PAUSE_COUNT] = {

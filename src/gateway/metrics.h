@@ -21,6 +21,8 @@ enum gw_outcome
 	GW_OUT_TOO_LARGE,
 	GW_OUT_RATE_LIMITED,
 	GW_OUT_TIMEOUT,
+	GW_OUT_ATTESTED,			/* /v1/attest's round 2: attested */
+	GW_OUT_QUARANTINED,			/* /v1/attest's round 2: the node quarantined */
 	GW_OUT_COUNT
 };
 

@@ -99,15 +99,16 @@ gw_http_invalid_input_message(const char *ss, const char *server_msg)
 
 /* Why a request body is not relayed; see relay.h. */
 const char *
-gw_http_body_refusal(const char *body, size_t n, int *http)
+gw_http_body_refusal(const char *body, size_t n, size_t max, int *http)
 {
 	*http = 400;
 	if (n == 0)
 		return "request body is empty";
-	if (n > GW_MAX_BODY)
+	if (n > (max != 0 ? max : GW_MAX_BODY))
 	{
 		*http = 413;
-		return "request body over 65536 bytes";
+		return max > GW_MAX_BODY ? "request body over the route's bound" :
+			"request body over 65536 bytes";
 	}
 	/* a text parameter ends at the first NUL: refuse rather than truncate */
 	if (body != NULL && memchr(body, '\0', n) != NULL)
@@ -146,6 +147,34 @@ reply_db_error(struct gw_request *rq, const struct gw_db_result *r)
 	}
 }
 
+/* The HTTP status and outcome of a relayed result's status; see relay.h. */
+int
+gw_relay_status(const char *status, enum gw_outcome *out, int *http)
+{
+	static const struct
+	{
+		const char *status;
+		enum gw_outcome out;
+		int			http;
+	}			map[] = {
+		{BC_STATUS_ISSUED, GW_OUT_ISSUED, 200},
+		{BC_STATUS_PENDING, GW_OUT_PENDING, 200},
+		{BC_STATUS_CHALLENGE, GW_OUT_CHALLENGE, 200},
+		{BC_STATUS_ATTESTED, GW_OUT_ATTESTED, 200},
+		{BC_STATUS_QUARANTINED, GW_OUT_QUARANTINED, 200},
+		{BC_STATUS_REFUSED, GW_OUT_REFUSED, 403},
+	};
+
+	for (size_t i = 0; status != NULL && i < sizeof(map) / sizeof(map[0]); i++)
+		if (strcmp(status, map[i].status) == 0)
+		{
+			*out = map[i].out;
+			*http = map[i].http;
+			return 0;
+		}
+	return -1;
+}
+
 /* The database answered a relayed call. */
 static void
 relay_done(const struct gw_db_result *r, void *arg)
@@ -155,23 +184,15 @@ relay_done(const struct gw_db_result *r, void *arg)
 	switch (r->status)
 	{
 		case GW_DB_OK:
-			if (r->value == NULL || r->tag == NULL)
-				break;
-			if (strcmp(r->tag, BC_STATUS_ISSUED) == 0 || strcmp(r->tag, BC_STATUS_PENDING) == 0 ||
-				strcmp(r->tag, BC_STATUS_CHALLENGE) == 0)
 			{
-				enum gw_outcome out = strcmp(r->tag, BC_STATUS_ISSUED) == 0 ? GW_OUT_ISSUED :
-				strcmp(r->tag, BC_STATUS_PENDING) == 0 ? GW_OUT_PENDING : GW_OUT_CHALLENGE;
+				enum gw_outcome out;
+				int			http;
 
-				gw_reply(rq, 200, out, "application/json", r->value, r->value_len, 0);
+				if (r->value == NULL || r->tag == NULL || gw_relay_status(r->tag, &out, &http) != 0)
+					break;
+				gw_reply(rq, http, out, "application/json", r->value, r->value_len, 0);
 				return;
 			}
-			if (strcmp(r->tag, BC_STATUS_REFUSED) == 0)
-			{
-				gw_reply(rq, 403, GW_OUT_REFUSED, "application/json", r->value, r->value_len, 0);
-				return;
-			}
-			break;
 		case GW_DB_ERROR:
 			reply_db_error(rq, r);
 			return;
@@ -207,7 +228,7 @@ gw_relay_body(struct gw_request *rq)
 	int			http;
 
 	rq->body_len = n;
-	if ((why = gw_http_body_refusal(NULL, n, &http)) != NULL)
+	if ((why = gw_http_body_refusal(NULL, n, rq->route->max_body, &http)) != NULL)
 	{
 		gw_reply_error(rq, http, http == 413 ? GW_OUT_TOO_LARGE : GW_OUT_INVALID,
 					   BC_ERROR_INVALID_INPUT, why, 0);
@@ -220,7 +241,7 @@ gw_relay_body(struct gw_request *rq)
 		return;
 	}
 	rq->body[n] = '\0';
-	if ((why = gw_http_body_refusal(rq->body, n, &http)) != NULL)
+	if ((why = gw_http_body_refusal(rq->body, n, rq->route->max_body, &http)) != NULL)
 	{
 		gw_reply_error(rq, http, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, why, 0);
 		return;

@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "metrics.h"
+
 struct gw_request;
 
 /* A GW_ROUTE_RELAY request: check its body and run the route's statement on it. */
@@ -27,9 +29,17 @@ int			gw_http_status_for_sqlstate(const char *sqlstate, int *outcome);
 const char *gw_http_invalid_input_message(const char *sqlstate, const char *server_msg);
 
 /*
- * Why a request body of n bytes is not relayed, its HTTP status in *http, or
- * NULL when it is relayed.  body NULL checks only the length.
+ * A relayed result's "status": 200 with issued, pending, challenge,
+ * attested or quarantined (/v1/attest), 403 with refused, its outcome in
+ * *out; -1 for any other (a 500).
  */
-const char *gw_http_body_refusal(const char *body, size_t n, int *http);
+int			gw_relay_status(const char *status, enum gw_outcome *out, int *http);
+
+/*
+ * Why a request body of n bytes is not relayed to a route taking at most max
+ * bytes (0: GW_MAX_BODY), its HTTP status in *http, or NULL when it is
+ * relayed.  body NULL checks only the length.
+ */
+const char *gw_http_body_refusal(const char *body, size_t n, size_t max, int *http);
 
 #endif

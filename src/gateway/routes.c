@@ -9,6 +9,7 @@
  * metrics in /metrics.
  */
 #include "routes.h"
+#include "config.h"
 #include "documents.h"
 
 #include "bc_protocol.h"
@@ -24,17 +25,17 @@
 
 const struct gw_route gw_routes[] = {
 	/* probes and public data: never rate limited, not counted, logged at debug */
-	{"GET", "/healthz", "healthz", GW_ROUTE_HEALTH, NULL, NULL, 0, NULL},
-	{"GET", "/metrics", "metrics", GW_ROUTE_METRICS, NULL, NULL, 0, NULL},
-	{"GET", "/v1/crl", "crl", GW_ROUTE_DOCUMENT, NULL, &gw_doc_crl, 0, NULL},
+	{"GET", "/healthz", "healthz", GW_ROUTE_HEALTH, NULL, NULL, 0, NULL, 0},
+	{"GET", "/metrics", "metrics", GW_ROUTE_METRICS, NULL, NULL, 0, NULL, 0},
+	{"GET", "/v1/crl", "crl", GW_ROUTE_DOCUMENT, NULL, &gw_doc_crl, 0, NULL, 0},
 
-	{"POST", BC_PATH_JOIN, "join", GW_ROUTE_RELAY, RELAY("public.bc_join"), NULL, API, NULL},
-	{"POST", BC_PATH_RENEW, "renew", GW_ROUTE_RELAY, RELAY("bc_join.renew"), NULL, API, NULL},
-	{"POST", BC_PATH_SESSION, "session", GW_ROUTE_RELAY, RELAY("bc_join.issue_session"), NULL, API, NULL},
-	{"POST", BC_PATH_COMMANDS, "commands", GW_ROUTE_RELAY, RELAY("bc_join.fetch_commands"), NULL, API, NULL},
+	{"POST", BC_PATH_JOIN, "join", GW_ROUTE_RELAY, RELAY("public.bc_join"), NULL, API, NULL, 0},
+	{"POST", BC_PATH_RENEW, "renew", GW_ROUTE_RELAY, RELAY("bc_join.renew"), NULL, API, NULL, 0},
+	{"POST", BC_PATH_SESSION, "session", GW_ROUTE_RELAY, RELAY("bc_join.issue_session"), NULL, API, NULL, 0},
+	{"POST", BC_PATH_COMMANDS, "commands", GW_ROUTE_RELAY, RELAY("bc_join.fetch_commands"), NULL, API, NULL, 0},
 	{"POST", BC_PATH_COMMANDS_COMPLETE, "commands_complete", GW_ROUTE_RELAY,
-	RELAY("bc_join.complete_command"), NULL, API, NULL},
-	{"POST", BC_PATH_SITE_EPOCH, "site_epoch", GW_ROUTE_RELAY, RELAY("bc_join.site_epoch"), NULL, API, NULL},
+	RELAY("bc_join.complete_command"), NULL, API, NULL, 0},
+	{"POST", BC_PATH_SITE_EPOCH, "site_epoch", GW_ROUTE_RELAY, RELAY("bc_join.site_epoch"), NULL, API, NULL, 0},
 
 	/*
 	 * {"anchor": <the JWS of bc_join.audit_anchor()>}, so an outsider can keep
@@ -43,11 +44,18 @@ const struct gw_route gw_routes[] = {
 	 */
 	{"GET", BC_PATH_AUDIT_ANCHOR, "audit_anchor", GW_ROUTE_QUERY,
 		"SELECT jsonb_build_object('anchor', bc_join.audit_anchor())::text, 'issued' "
-		"WHERE $1::text IS NOT NULL", NULL, API, "max-age=60"},
+		"WHERE $1::text IS NOT NULL", NULL, API, "max-age=60", 0},
 
-	{"GET", BC_PATH_SERVICE_KEYS, "service_keys", GW_ROUTE_DOCUMENT, NULL, &gw_doc_service_keys, API, NULL},
-	{"POST", BC_PATH_JWT_SVID, "jwt_svid", GW_ROUTE_RELAY, RELAY("bc_join.issue_jwt_svid"), NULL, API, NULL},
-	{"GET", BC_PATH_SPIFFE_BUNDLE, "spiffe_bundle", GW_ROUTE_DOCUMENT, NULL, &gw_doc_spiffe_bundle, API, NULL},
+	{"GET", BC_PATH_SERVICE_KEYS, "service_keys", GW_ROUTE_DOCUMENT, NULL, &gw_doc_service_keys, API, NULL, 0},
+	{"POST", BC_PATH_JWT_SVID, "jwt_svid", GW_ROUTE_RELAY, RELAY("bc_join.issue_jwt_svid"), NULL, API, NULL, 0},
+	{"GET", BC_PATH_SPIFFE_BUNDLE, "spiffe_bundle", GW_ROUTE_DOCUMENT, NULL, &gw_doc_spiffe_bundle, API, NULL, 0},
+
+	/*
+	 * Continuous attestation (issue 44): a quote, the UEFI event log and an
+	 * increment of the IMA list, so a body up to BC_ATTEST_REQUEST_MAX.
+	 */
+	{"POST", BC_PATH_ATTEST, "attest", GW_ROUTE_RELAY, RELAY("bc_join.attest"), NULL, API, NULL,
+	BC_ATTEST_REQUEST_MAX},
 };
 
 const size_t gw_nroutes = sizeof(gw_routes) / sizeof(gw_routes[0]);
@@ -89,6 +97,18 @@ gw_route_match(const char *method, const char *path, const struct gw_route **rou
 		}
 	}
 	return *route != NULL ? 405 : 404;
+}
+
+/* The largest body of any row; see routes.h. */
+size_t
+gw_routes_max_body(void)
+{
+	size_t		max = GW_MAX_BODY;
+
+	for (size_t i = 0; i < gw_nroutes; i++)
+		if (gw_routes[i].max_body > max)
+			max = gw_routes[i].max_body;
+	return max;
 }
 
 /* The endpoint of a row; see routes.h. */

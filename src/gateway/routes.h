@@ -34,6 +34,7 @@ struct gw_route
 	const struct gw_doc_spec *doc;	/* DOCUMENT: the cached document (documents.c) */
 	unsigned	limits;			/* GW_ROUTE_RATE_LIMITED | GW_ROUTE_OBSERVED */
 	const char *cache_control;	/* of every answer once admitted; NULL: no-store (a document sets its own) */
+	size_t		max_body;		/* RELAY: the body's bound in bytes; 0: GW_MAX_BODY (64 KiB) */
 };
 
 /* Rows at most; the endpoints of the metrics are the rows, then "other". */
@@ -53,6 +54,9 @@ extern const size_t gw_nroutes;
  */
 int			gw_route_match(const char *method, const char *path,
 						   const struct gw_route **route, char *allow, size_t allow_len);
+
+/* The largest body any row takes: what the HTTP server reads at most (main.c). */
+size_t		gw_routes_max_body(void);
 
 /* The endpoint of a row (its index), or GW_ENDPOINT_OTHER for NULL. */
 int			gw_route_endpoint(const struct gw_route *route);

@@ -105,7 +105,8 @@ def body(tap, env):
     # A relayed function that is not installed is 42883 -> 404; one that is
     # installed gets the body (here an invalid one -> 400).
     for path, fn in (("/v1/renew", "bc_join.renew(jsonb)"),
-                     ("/v1/session", "bc_join.issue_session(jsonb)")):
+                     ("/v1/session", "bc_join.issue_session(jsonb)"),
+                     ("/v1/attest", "bc_join.attest(jsonb)")):
         code, _, b = env.curl(g, path, data="{}")
         err = json.loads(b).get("error", {}) if b.startswith(b"{") else {}
         if env.psql("SELECT to_regprocedure('%s') IS NULL" % fn) == "t":
@@ -126,6 +127,13 @@ def body(tap, env):
     tap.eq(code, 400, "after a 413 the gateway keeps serving")
     code, _, b = env.curl(g, "/v1/join", data=b"{" + b" " * 65000 + b"}")
     tap.eq(code, 400, "a body just under 64 KiB still reaches the database")
+    # /v1/attest alone takes bodies up to 8 MiB (a quote, the UEFI log, an IMA increment).
+    code, _, b = env.curl(g, "/v1/attest", data=b"{" + b" " * 200000 + b"}")
+    tap.ok(code in (400, 404), "a 200 KB body reaches bc_join.attest (400 or 404, not 413)", (code, b))
+    code, _, b = env.curl(g, "/v1/attest", data=b"{" + b" " * (8 * 1024 * 1024) + b"}")
+    tap.eq(code, 413, "a body over 8 MiB to /v1/attest is 413")
+    code, _, b = env.curl(g, "/v1/renew", data=b"{" + b" " * 200000 + b"}")
+    tap.eq(code, 413, "the same 200 KB body to /v1/renew is 413 (the route's own bound)")
 
     # -- slow clients: cut off, and nobody waits for them ------------------------------
     cases = (("half the headers", b"POST /v1/join HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-", False),

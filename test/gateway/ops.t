@@ -79,7 +79,8 @@ def test_metrics(tap, env):
                "%s%s is %d" % (name, "{%s}" % ",".join("%s=%s" % kv for kv in labels) if labels else "", want))
     outcomes = set(re.findall(r'outcome="([a-z_]+)"', text))
     tap.eq(outcomes, {"issued", "pending", "challenge", "refused", "invalid", "unsupported",
-                      "unavailable", "error", "too_large", "rate_limited", "timeout"},
+                      "unavailable", "error", "too_large", "rate_limited", "timeout",
+                      "attested", "quarantined"},
            "every outcome is exposed")
     tap.eq(g.stop(), 0, "metrics gateway exits 0 on SIGTERM")
 

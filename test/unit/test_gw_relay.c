@@ -106,16 +106,52 @@ test_body_bounds(void **state)
 	(void) state;
 	assert_non_null(big);
 	memset(big, 'a', GW_MAX_BODY + 1);
-	assert_string_equal(gw_http_body_refusal("", 0, &http), "request body is empty");
+	assert_string_equal(gw_http_body_refusal("", 0, 0, &http), "request body is empty");
 	assert_int_equal(http, 400);
-	assert_string_equal(gw_http_body_refusal(NULL, GW_MAX_BODY + 1, &http), "request body over 65536 bytes");
+	assert_string_equal(gw_http_body_refusal(NULL, GW_MAX_BODY + 1, 0, &http), "request body over 65536 bytes");
 	assert_int_equal(http, 413);
-	assert_null(gw_http_body_refusal(big, GW_MAX_BODY, &http));
-	assert_null(gw_http_body_refusal(NULL, GW_MAX_BODY, &http));
-	assert_string_equal(gw_http_body_refusal("{\0}", 3, &http), "request body contains a NUL byte");
+	assert_null(gw_http_body_refusal(big, GW_MAX_BODY, 0, &http));
+	assert_null(gw_http_body_refusal(NULL, GW_MAX_BODY, 0, &http));
+	assert_string_equal(gw_http_body_refusal("{\0}", 3, 0, &http), "request body contains a NUL byte");
 	assert_int_equal(http, 400);
-	assert_null(gw_http_body_refusal("{}", 2, &http));
+	assert_null(gw_http_body_refusal("{}", 2, 0, &http));
+	/* a route with a larger bound (attest) takes more, and only up to its bound */
+	assert_null(gw_http_body_refusal(NULL, GW_MAX_BODY + 1, 8 * 1024 * 1024, &http));
+	assert_null(gw_http_body_refusal(NULL, 8 * 1024 * 1024, 8 * 1024 * 1024, &http));
+	assert_string_equal(gw_http_body_refusal(NULL, 8 * 1024 * 1024 + 1, 8 * 1024 * 1024, &http),
+						"request body over the route's bound");
+	assert_int_equal(http, 413);
 	free(big);
+}
+
+/* A result's status: 200 with its outcome, 403 refused, anything else unexpected (a 500). */
+static void
+test_result_status(void **state)
+{
+	static const struct
+	{
+		const char *status;
+		int			http;
+		enum gw_outcome out;
+	}			cases[] = {
+		{"issued", 200, GW_OUT_ISSUED}, {"pending", 200, GW_OUT_PENDING},
+		{"challenge", 200, GW_OUT_CHALLENGE}, {"attested", 200, GW_OUT_ATTESTED},
+		{"quarantined", 200, GW_OUT_QUARANTINED}, {"refused", 403, GW_OUT_REFUSED},
+	};
+	enum gw_outcome out;
+	int			http;
+
+	(void) state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		assert_int_equal(gw_relay_status(cases[i].status, &out, &http), 0);
+		assert_int_equal(http, cases[i].http);
+		assert_int_equal(out, cases[i].out);
+		assert_string_equal(gw_outcome_name(out), cases[i].status);
+	}
+	assert_int_equal(gw_relay_status("Issued", &out, &http), -1);
+	assert_int_equal(gw_relay_status("", &out, &http), -1);
+	assert_int_equal(gw_relay_status(NULL, &out, &http), -1);
 }
 
 int
@@ -125,6 +161,7 @@ main(void)
 		cmocka_unit_test(test_sqlstate_mapping),
 		cmocka_unit_test(test_sqlstate_missing),
 		cmocka_unit_test(test_body_bounds),
+		cmocka_unit_test(test_result_status),
 	};
 
 	return cmocka_run_group_tests_name("gw_relay", tests, NULL, NULL);

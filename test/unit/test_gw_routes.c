@@ -30,22 +30,24 @@ struct wire_route
 	int			observed;
 	const char *cache_control;
 	const struct gw_doc_spec *doc;
+	size_t		max_body;		/* 0: GW_MAX_BODY */
 };
 
 static const struct wire_route wire[] = {
-	{"GET", "/healthz", "healthz", GW_ROUTE_HEALTH, 0, 0, NULL, NULL},
-	{"GET", "/metrics", "metrics", GW_ROUTE_METRICS, 0, 0, NULL, NULL},
-	{"GET", "/v1/crl", "crl", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_crl},
-	{"POST", "/v1/join", "join", GW_ROUTE_RELAY, 1, 1, NULL, NULL},
-	{"POST", "/v1/renew", "renew", GW_ROUTE_RELAY, 1, 1, NULL, NULL},
-	{"POST", "/v1/session", "session", GW_ROUTE_RELAY, 1, 1, NULL, NULL},
-	{"POST", "/v1/jwt-svid", "jwt_svid", GW_ROUTE_RELAY, 1, 1, NULL, NULL},
-	{"POST", "/v1/commands", "commands", GW_ROUTE_RELAY, 1, 1, NULL, NULL},
-	{"POST", "/v1/commands/complete", "commands_complete", GW_ROUTE_RELAY, 1, 1, NULL, NULL},
-	{"POST", "/v1/site-epoch", "site_epoch", GW_ROUTE_RELAY, 1, 1, NULL, NULL},
-	{"GET", "/v1/audit-anchor", "audit_anchor", GW_ROUTE_QUERY, 1, 1, "max-age=60", NULL},
-	{"GET", "/v1/service-keys", "service_keys", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_service_keys},
-	{"GET", "/v1/spiffe-bundle", "spiffe_bundle", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_spiffe_bundle},
+	{"GET", "/healthz", "healthz", GW_ROUTE_HEALTH, 0, 0, NULL, NULL, 0},
+	{"GET", "/metrics", "metrics", GW_ROUTE_METRICS, 0, 0, NULL, NULL, 0},
+	{"GET", "/v1/crl", "crl", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_crl, 0},
+	{"POST", "/v1/join", "join", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
+	{"POST", "/v1/renew", "renew", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
+	{"POST", "/v1/session", "session", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
+	{"POST", "/v1/jwt-svid", "jwt_svid", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
+	{"POST", "/v1/commands", "commands", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
+	{"POST", "/v1/commands/complete", "commands_complete", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
+	{"POST", "/v1/site-epoch", "site_epoch", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
+	{"GET", "/v1/audit-anchor", "audit_anchor", GW_ROUTE_QUERY, 1, 1, "max-age=60", NULL, 0},
+	{"GET", "/v1/service-keys", "service_keys", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_service_keys, 0},
+	{"GET", "/v1/spiffe-bundle", "spiffe_bundle", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_spiffe_bundle, 0},
+	{"POST", "/v1/attest", "attest", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 8 * 1024 * 1024},
 };
 
 #define NWIRE (sizeof(wire) / sizeof(wire[0]))
@@ -76,6 +78,7 @@ test_every_route_found(void **state)
 		else
 			assert_string_equal(r->cache_control, w->cache_control);
 		assert_ptr_equal(r->doc, w->doc);
+		assert_int_equal(r->max_body, w->max_body);
 		if (r->kind == GW_ROUTE_RELAY || r->kind == GW_ROUTE_QUERY)
 			assert_non_null(r->sql);
 		else
@@ -100,6 +103,10 @@ test_relay_statements(void **state)
 	assert_string_equal(r->sql,
 						"SELECT jsonb_build_object('anchor', bc_join.audit_anchor())::text, 'issued' "
 						"WHERE $1::text IS NOT NULL");
+	assert_int_equal(gw_route_match("POST", "/v1/attest", &r, allow, sizeof(allow)), 200);
+	assert_string_equal(r->sql, "SELECT t.r, t.r->>'status' FROM bc_join.attest($1::jsonb) AS t(r)");
+	/* the HTTP server reads at most the largest row's bound: attest's */
+	assert_int_equal(gw_routes_max_body(), 8 * 1024 * 1024);
 }
 
 /* A path no row has is 404, endpoint "other"; so is no path at all. */
@@ -192,7 +199,7 @@ test_metrics_endpoints(void **state)
 {
 	static const char *const counted[] = {
 		"join", "renew", "session", "commands", "commands_complete", "site_epoch",
-		"audit_anchor", "service_keys", "jwt_svid", "spiffe_bundle", "other",
+		"audit_anchor", "service_keys", "jwt_svid", "spiffe_bundle", "attest", "other",
 	};
 	struct gw_metrics *m = calloc(1, sizeof(*m));
 	struct gw_gauges g = {0};
@@ -235,11 +242,11 @@ test_metrics_endpoints(void **state)
 	assert_non_null(strstr(text, "bc_gateway_requests_total{endpoint=\"other\",outcome=\"unsupported\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_bucket{endpoint=\"join\",le=\"0.005\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_count{endpoint=\"spiffe_bundle\"} 0\n"));
-	/* 11 endpoints x 11 outcomes */
+	/* 12 endpoints x 13 outcomes */
 	n = 0;
 	for (p = text; (p = strstr(p, "bc_gateway_requests_total{")) != NULL; p++)
 		n++;
-	assert_int_equal(n, 11 * GW_OUT_COUNT);
+	assert_int_equal(n, 12 * GW_OUT_COUNT);
 	free(text);
 	evbuffer_free(buf);
 	free(m);

@@ -48,7 +48,8 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--max-provisioning N] [--max-queue N] [--metrics-file PATH]\n"
 			  "               [--workload-api PATH|off] [--workload-rule RULE]...\n"
 			  "               [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
-			  "               [--command-timeout S]\n"
+			  "               [--command-timeout S] [--no-attest] [--event-log PATH]\n"
+			  "               [--ima-log PATH]\n"
 			  "\n"
 			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
 			  "then renews the node certificate at about F of its lifetime, until\n"
@@ -116,6 +117,17 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --command-timeout S  a handler is killed after S seconds (default 300,\n"
 			  "                       [1, 3600]); its output is kept up to 8 KiB\n"
 			  "\n"
+			  "Continuous attestation (docs/agent.md, \"Continuous attestation\"), the\n"
+			  "daemon of a TPM-bound node (--attestor tpm) only: a quote of the PCRs the\n"
+			  "service asks for, the event log and the IMA list, at the service's interval:\n"
+			  "  --no-attest          do not attest (the service may then count missed\n"
+			  "                       intervals and quarantine the node)\n"
+			  "  --event-log PATH     the UEFI event log (default\n"
+			  "                       /sys/kernel/security/tpm0/binary_bios_measurements;\n"
+			  "                       absent or unreadable: none is sent)\n"
+			  "  --ima-log PATH       the IMA binary list (default /sys/kernel/security/\n"
+			  "                       ima/binary_runtime_measurements; absent: none)\n"
+			  "\n"
 			  "The daemon refuses to start when lingering is enabled for its user\n"
 			  "(/var/lib/systemd/linger/USER, loginctl enable-linger): the node\n"
 			  "credential would stay resident while nobody is logged in.\n"
@@ -170,6 +182,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
 		{"allow-linger", no_argument, NULL, 'G'},
+		{"no-attest", no_argument, NULL, 'A'},
+		{"event-log", required_argument, NULL, 'E'},
+		{"ima-log", required_argument, NULL, 'i'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -214,6 +229,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'H': o->hostname = optarg; break;
 			case 'o': o->once = 1; break;
 			case 'G': o->allow_linger = 1; break;
+			case 'A': o->no_attest = 1; server_opt = 1; break;
+			case 'E': o->event_log = optarg; server_opt = 1; break;
+			case 'i': o->ima_log = optarg; server_opt = 1; break;
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
@@ -311,8 +329,13 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	else if (o->renew_cmd && !o->once)
 		bad = "bcd renew needs --once (the daemon renews by itself)";
 	else if (server_opt && o->once)
-		bad = "--socket, --max-provisioning, --max-queue, --metrics-file, --workload-* and "
-			"--command-* serve the daemon, not --once";
+		bad = "--socket, --max-provisioning, --max-queue, --metrics-file, --workload-*, "
+			"--command-*, --no-attest, --event-log and --ima-log serve the daemon, not --once";
+	else if ((o->event_log != NULL || o->ima_log != NULL) && o->producer->quote == NULL)
+		bad = "--event-log and --ima-log are for a node that attests (--attestor tpm)";
+	else if ((o->event_log != NULL && o->event_log[0] != '/') ||
+			 (o->ima_log != NULL && o->ima_log[0] != '/'))
+		bad = "--event-log and --ima-log must be absolute paths";
 	else if (o->workload_api != NULL && strcmp(o->workload_api, "off") != 0 &&
 			 o->workload_api[0] != '/')
 		bad = "--workload-api must be an absolute path, or off";

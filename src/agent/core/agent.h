@@ -64,6 +64,10 @@ typedef struct bcd_run_opts
 	int			n_handlers;
 	double		command_interval;	/* seconds between fetches */
 	double		command_timeout;	/* seconds a handler may run */
+	/* continuous attestation (attest.c), the daemon of a node whose producer quotes (tpm) */
+	int			no_attest;		/* --no-attest */
+	const char *event_log;		/* --event-log PATH, or NULL for the default */
+	const char *ima_log;		/* --ima-log PATH, or NULL for the default */
 	/*
 	 * bcd ramdisk: no state directory (state_dir NULL), every key in memory
 	 * only, no local socket.
@@ -71,8 +75,9 @@ typedef struct bcd_run_opts
 	int			memory_only;
 } bcd_run_opts;
 
-/* The provisioner of bcd run (provisioner.h). */
+/* The provisioner of bcd run (provisioner.h), its attestation loop (attest.h). */
 struct bcd_provisioner;
+struct bcd_attest;
 
 /* The daemon's state shared by the join loop and renewal. */
 typedef struct bcd_agent
@@ -83,6 +88,7 @@ typedef struct bcd_agent
 	bcd_backoff backoff;
 	struct bcd_provisioner *provisioner;	/* the node credential published to it; NULL with
 											 * --once, for bcd renew and bcd ramdisk */
+	struct bcd_attest *attest;	/* continuous attestation, a TPM-bound daemon's; else NULL */
 } bcd_agent;
 
 #endif							/* BCD_AGENT_H */

@@ -3,7 +3,9 @@
  * is read: load the pinned keys, take the state directory's lock, compose
  * what it serves (the provisioner, provisioner.c, handed to its two
  * clients: the hooks' socket server, sessions.c, and the SPIFFE Workload
- * API, workload/), then load or join (join_loop.c) and renew (renewal.c),
+ * API, workload/; and for a TPM-bound node the attestation loop, attest.c,
+ * which tells the provisioner when the service quarantined the node), then
+ * load or join (join_loop.c) and renew (renewal.c),
  * joining again when the certificate expired, until SIGTERM or SIGINT.
  */
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "bc_common.h"
+#include "core/attest.h"
 #include "core/clock.h"
 #include "core/commands.h"
 #include "core/daemon.h"
@@ -31,6 +34,7 @@ typedef struct bcd_services
 {
 	bcd_hook_server *hooks;		/* the hooks' socket (sessions.c) */
 	bcd_workload *workload;		/* the SPIFFE Workload API, when asked for (workload/) */
+	bcd_attest *attest;			/* continuous attestation of a TPM-bound node (attest.c) */
 } bcd_services;
 
 /*
@@ -118,30 +122,73 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 	return bcd_join_loop(a, NULL, cred);
 }
 
+/* The attestation loop asks for a join again: seen this often while waiting, seconds. */
+#define REJOIN_CHECK_S 1.0
+
 /*
  * Wait delay seconds; with command handlers, fetch and run the node's
- * commands every --command-interval meanwhile.  1 when stopped by a signal.
+ * commands every --command-interval meanwhile.  1 when stopped by a signal;
+ * 2 when the attestation loop asks for a join again (attest.h).
  */
 static int
 wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
 {
 	double		end = bcd_now_ms() / 1000.0 + (delay > 0 ? delay : 0);
+	double		next_poll = 0;
 
-	if (a->opts->n_handlers == 0)
+	if (a->opts->n_handlers == 0 && a->attest == NULL)
 		return bcd_sleep(delay);
 	for (;;)
 	{
-		double		left;
+		double		now = bcd_now_ms() / 1000.0;
+		double		step = end - now;
 
-		bcd_commands_poll(a, cred);
-		left = end - bcd_now_ms() / 1000.0;
-		if (left <= 0)
+		if (bcd_attest_take_rejoin(a->attest))
+			return 2;
+		if (a->opts->n_handlers > 0 && now >= next_poll)
+		{
+			bcd_commands_poll(a, cred);
+			next_poll = bcd_now_ms() / 1000.0 + a->opts->command_interval;
+		}
+		now = bcd_now_ms() / 1000.0;
+		step = end - now;
+		if (step <= 0)
 			return 0;
-		if (bcd_sleep(left < a->opts->command_interval ? left : a->opts->command_interval))
+		if (a->opts->n_handlers > 0 && next_poll - now < step)
+			step = next_poll - now;
+		if (a->attest != NULL && step > REJOIN_CHECK_S)
+			step = REJOIN_CHECK_S;
+		if (bcd_sleep(step > 0 ? step : 0))
 			return 1;
-		if (end - bcd_now_ms() / 1000.0 <= 0)
-			return 0;
 	}
+}
+
+/*
+ * The attestation loop saw the service refuse the certificate a quarantine
+ * revoked (an operator readmitted the node): join again by the node's
+ * attestor (the tpm join of the same EK: the same node), once; a refusal
+ * (still quarantined) leaves cred as it was.  BCD_RC_OK or BCD_RC_STOPPED.
+ */
+static bcd_rc
+rejoin_readmitted(bcd_agent *a, bcd_credential *cred)
+{
+	bcd_credential next;
+	bcd_rc		rc;
+
+	bcd_log("attest: joining again by %s, as the same node (readmitted)", a->opts->attestor);
+	memset(&next, 0, sizeof(next));
+	rc = bcd_join_loop(a, NULL, &next);
+	if (rc == BCD_RC_STOPPED)
+		return rc;
+	if (rc != BCD_RC_OK)
+	{
+		bcd_log("attest: joining again did not succeed; the node stays quarantined here");
+		return BCD_RC_OK;
+	}
+	bcd_credential_free(cred);
+	*cred = next;
+	bcd_provisioner_publish(a->provisioner, cred);
+	return BCD_RC_OK;
 }
 
 /* The daemon's life once the state directory is locked. */
@@ -177,7 +224,18 @@ run_agent(bcd_agent *a)
 			if (delay > 0)
 				bcd_log("%s (serial %s, not after %s): renewal in %.0f s", cred.spiffe_id,
 						cred.serial, cred.not_after_text, delay);
-			rc = wait_serving_commands(a, &cred, delay) ? BCD_RC_STOPPED : BCD_RC_OK;
+			switch (wait_serving_commands(a, &cred, delay))
+			{
+				case 0:
+					rc = BCD_RC_OK;
+					break;
+				case 2:
+					rc = rejoin_readmitted(a, &cred);
+					continue;	/* a new certificate: its renewal is due later */
+				default:
+					rc = BCD_RC_STOPPED;
+					break;
+			}
 			if (rc == BCD_RC_OK)
 			{
 				bcd_provisioner_renewing(a->provisioner, 1);
@@ -255,7 +313,10 @@ start_services(bcd_agent *a, bcd_services *svc)
 		rc = bcd_hook_server_run(svc->hooks, err, sizeof(err));
 	if (rc == BC_OK)
 		bcd_workload_run(svc->workload);
-	else
+	if (rc == BC_OK && bcd_attest_wanted(o))
+		rc = bcd_attest_start(o, &a->keys, a->provisioner, &svc->attest, err, sizeof(err));
+	a->attest = svc->attest;
+	if (rc != BC_OK)
 		bcd_log("cannot serve the local socket: %s", err);
 	return rc;
 }
@@ -273,10 +334,14 @@ stop_services(bcd_agent *a, bcd_services *svc)
 	if (a->provisioner == NULL)
 		return;
 	bcd_stop_now();
+	bcd_attest_stop(svc->attest);
 	bcd_workload_stop(svc->workload);
 	bcd_provisioner_stop_workers(a->provisioner);
 	bcd_hook_server_stop(svc->hooks);
 	bcd_provisioner_stop(a->provisioner);
+	bcd_attest_free(svc->attest);
+	svc->attest = NULL;
+	a->attest = NULL;
 	bcd_workload_free(svc->workload);
 	bcd_hook_server_free(svc->hooks);
 	bcd_provisioner_free(a->provisioner);

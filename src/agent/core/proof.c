@@ -100,6 +100,33 @@ bcd_node_exchange_rc(bcd_http *http, const bcd_service_keys *keys, const bcd_cre
 					 const char *path, const char *body, const char *purpose, bcd_rc *rc,
 					 char *err, size_t errlen)
 {
+	static const char *const issued[] = {BC_STATUS_ISSUED, NULL};
+
+	return bcd_node_exchange_status(http, keys, cred, path, body, purpose, issued, rc,
+									err, errlen);
+}
+
+/* 1 when status is one of the NULL-terminated list. */
+static int
+status_in(const char *status, const char *const *list)
+{
+	for (; status != NULL && *list != NULL; list++)
+		if (strcmp(status, *list) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * The same for a request answered with one of several signed statuses
+ * (statuses, NULL-terminated): the signed payload's "status" must be the
+ * outer one.
+ */
+json_t *
+bcd_node_exchange_status(bcd_http *http, const bcd_service_keys *keys,
+						 const bcd_credential *cred, const char *path, const char *body,
+						 const char *purpose, const char *const *statuses, bcd_rc *rc,
+						 char *err, size_t errlen)
+{
 	bcd_http_reply reply;
 	json_t	   *doc = NULL;
 	json_t	   *payload = NULL;
@@ -139,7 +166,7 @@ bcd_node_exchange_rc(bcd_http *http, const bcd_service_keys *keys, const bcd_cre
 		bcd_log("%s: refused (the reason is in bc_join.events, security.join.refused)", path);
 		goto out;
 	}
-	if (status != NULL && strcmp(status, BC_STATUS_ISSUED) == 0 && jws != NULL &&
+	if (status_in(status, statuses) && jws != NULL &&
 		bcd_service_keys_verify(keys, jws, strlen(jws), BCD_HTTP_BODY_MAX, &pl, &plen,
 								&unknown_kid) != BC_OK && unknown_kid &&
 		bcd_service_keys_refresh(http, keys) == BC_OK)
@@ -156,7 +183,10 @@ bcd_node_exchange_rc(bcd_http *http, const bcd_service_keys *keys, const bcd_cre
 		!json_is_string(json_object_get(payload, "purpose")) ||
 		strcmp(json_string_value(json_object_get(payload, "purpose")), purpose) != 0 ||
 		node == NULL || !bc_spiffe_parse(cred->spiffe_id, NULL, &sp) || sp.session != NULL ||
-		strlen(node) != sp.node_len || strncmp(sp.node, node, sp.node_len) != 0)
+		strlen(node) != sp.node_len || strncmp(sp.node, node, sp.node_len) != 0 ||
+		(json_object_get(payload, "status") != NULL &&
+		 (!json_is_string(json_object_get(payload, "status")) ||
+		  strcmp(json_string_value(json_object_get(payload, "status")), status) != 0)))
 	{
 		snprintf(err, errlen, "the signed answer is not for this node or request");
 		bcd_log("%s: the signed answer is not for this node or request; ignored", path);

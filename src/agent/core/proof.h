@@ -40,4 +40,16 @@ json_t	   *bcd_node_exchange_rc(bcd_http *http, const bcd_service_keys *keys,
 								 const bcd_credential *cred, const char *path, const char *body,
 								 const char *purpose, bcd_rc *rc, char *err, size_t errlen);
 
+/*
+ * The same for a request answered with one of several statuses (statuses
+ * NULL-terminated: POST /v1/attest's "challenge", "attested",
+ * "quarantined"); a signed payload's "status", when it has one, must be the
+ * outer one.
+ */
+json_t	   *bcd_node_exchange_status(bcd_http *http, const bcd_service_keys *keys,
+									 const bcd_credential *cred, const char *path,
+									 const char *body, const char *purpose,
+									 const char *const *statuses, bcd_rc *rc,
+									 char *err, size_t errlen);
+
 #endif							/* BCD_PROOF_H */

@@ -56,6 +56,7 @@ struct bcd_provisioner
 	pthread_t	thread;
 	int			started;
 	atomic_int	stopping;
+	atomic_int	quarantined;	/* the service quarantined the node (attest.c) */
 	void		(*watch) (void *arg);
 	void	   *watch_arg;
 	/* under mu */
@@ -300,7 +301,17 @@ bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 		free(x);
 		return BC_EINVAL;
 	}
-	if (!usable)
+	if (atomic_load(&p->quarantined))
+	{
+		job = failed_job(kind, session, context, aud, BCD_CODE_REFUSED,
+						 BCD_QUARANTINED_MESSAGE);
+		if (job != NULL)
+		{
+			job->qnext = p->failed;
+			p->failed = job;
+		}
+	}
+	else if (!usable)
 	{
 		job = failed_job(kind, session, context, aud, BCD_CODE_NO_NODE_CREDENTIAL,
 						 "this host holds no usable node credential");
@@ -422,6 +433,25 @@ bcd_provisioner_renewing(bcd_provisioner *p, int on)
 {
 	if (p != NULL)
 		bcd_node_renewing(p->node, on);
+}
+
+/* The node is quarantined (on 1) or attested again (on 0): provisioner.h. */
+void
+bcd_provisioner_quarantine(bcd_provisioner *p, int on)
+{
+	if (p == NULL || atomic_exchange(&p->quarantined, on ? 1 : 0) == (on ? 1 : 0))
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->changes++;
+	pthread_mutex_unlock(&p->mu);
+	changed(p);
+}
+
+/* 1 while the node is quarantined (provisioner.h). */
+int
+bcd_provisioner_quarantined(bcd_provisioner *p)
+{
+	return p != NULL && atomic_load(&p->quarantined);
 }
 
 /* A snapshot of the published node credential (bcd_node_release it). */

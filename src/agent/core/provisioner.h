@@ -61,6 +61,22 @@ int			bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *ses
 void		bcd_provisioner_publish(bcd_provisioner *p, const bcd_credential *cred);
 /* The main thread starts (on 1) or ends (on 0) a renewal (node_credential.c). */
 void		bcd_provisioner_renewing(bcd_provisioner *p, int on);
+/*
+ * Continuous attestation's word (core/attest.c): on 1 the service
+ * quarantined the node: every ask fails at once, refused with
+ * BCD_QUARANTINED_MESSAGE, and the Workload API ends its streams; on 0 it
+ * was attested again.  From any thread.
+ */
+void		bcd_provisioner_quarantine(bcd_provisioner *p, int on);
+/* 1 while the node is quarantined, from any thread (an atomic read). */
+int			bcd_provisioner_quarantined(bcd_provisioner *p);
+
+/* What a caller is told while the node is quarantined. */
+#define BCD_QUARANTINED_MESSAGE "this node is quarantined: the service found its TPM's " \
+	"measurements failing (continuous attestation) and revoked its certificates; nothing is " \
+	"issued until an operator readmits it (bc_join.readmit_node; the reason is in " \
+	"bc_join.events, node.quarantined)"
+
 /* A snapshot of the published node credential (bcd_node_release it), from any thread. */
 void		bcd_provisioner_node_take(bcd_provisioner *p, bcd_node_snapshot *out);
 

@@ -690,6 +690,71 @@ bcd_tpm_quote(bcd_tpm *t, const TPML_PCR_SELECTION *sel, const unsigned char *no
 	return rc;
 }
 
+/* The PCRs of bank in pcrs (bit i: PCR i) read, ascending (tpm_esys.h). */
+int
+bcd_tpm_pcr_read(bcd_tpm *t, uint16_t bank, uint32_t pcrs, unsigned char values[24][64],
+				 size_t *digest_len, char *err, size_t errlen)
+{
+	size_t		dsz = bc_tpm_digest_size(bank);
+	uint32_t	left = pcrs & 0xffffffu;
+
+	*digest_len = dsz;
+	if (dsz == 0 || dsz > 64 || left == 0)
+	{
+		snprintf(err, errlen, "no PCR selected, or an unknown bank 0x%04x", bank);
+		return BC_EINVAL;
+	}
+	/* TPM2_PCR_Read answers at most 8 digests a call: ask again for what is left. */
+	for (int round = 0; left != 0 && round < 24; round++)
+	{
+		TPML_PCR_SELECTION sel = {.count = 1};
+		UINT32		counter = 0;
+		TPML_PCR_SELECTION *got_sel = NULL;
+		TPML_DIGEST *got = NULL;
+		uint32_t	got_mask;
+		TSS2_RC		r;
+		uint32_t	k = 0;
+
+		sel.pcrSelections[0].hash = bank;
+		sel.pcrSelections[0].sizeofSelect = 3;
+		for (int i = 0; i < 24; i++)
+			if (left & (1u << i))
+				sel.pcrSelections[0].pcrSelect[i / 8] |= (uint8_t) (1u << (i % 8));
+		r = Esys_PCR_Read(t->ctx, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, &sel, &counter,
+						  &got_sel, &got);
+		if (r != TSS2_RC_SUCCESS)
+			return tpm_error(err, errlen, "TPM2_PCR_Read failed", r);
+		got_mask = 0;
+		if (got_sel->count == 1 && got_sel->pcrSelections[0].hash == bank)
+			for (int i = 0; i < 24 && i / 8 < got_sel->pcrSelections[0].sizeofSelect; i++)
+				if (got_sel->pcrSelections[0].pcrSelect[i / 8] & (1u << (i % 8)))
+					got_mask |= 1u << i;
+		/* the values come in ascending order of the PCRs read */
+		for (int i = 0; i < 24; i++)
+			if (got_mask & (1u << i))
+			{
+				if (k >= got->count || got->digests[k].size != dsz || !(left & (1u << i)))
+				{
+					Esys_Free(got_sel);
+					Esys_Free(got);
+					snprintf(err, errlen, "TPM2_PCR_Read answered other PCRs than asked");
+					return BC_ECRYPTO;
+				}
+				memcpy(values[i], got->digests[k].buffer, dsz);
+				k++;
+			}
+		Esys_Free(got_sel);
+		Esys_Free(got);
+		if (got_mask == 0)
+		{
+			snprintf(err, errlen, "the TPM has no bank 0x%04x for the PCRs asked", bank);
+			return BC_EINVAL;
+		}
+		left &= ~got_mask;
+	}
+	return left == 0 ? BC_OK : BC_ECRYPTO;
+}
+
 /* ActivateCredential (tpm_esys.h). */
 int
 bcd_tpm_activate(bcd_tpm *t, const unsigned char *blob, size_t blob_len,

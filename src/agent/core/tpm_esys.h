@@ -74,6 +74,15 @@ int			bcd_tpm_quote(bcd_tpm *t, const TPML_PCR_SELECTION *sel,
 						  char *err, size_t errlen);
 
 /*
+ * TPM2_PCR_Read of the PCRs of bank (a TPM algorithm id) in pcrs (bit i: PCR
+ * i, 0..23), as many calls as it takes: values[i] the value of PCR i,
+ * *digest_len the bank's digest size.
+ */
+int			bcd_tpm_pcr_read(bcd_tpm *t, uint16_t bank, uint32_t pcrs,
+							 unsigned char values[24][64], size_t *digest_len,
+							 char *err, size_t errlen);
+
+/*
  * TPM2_ActivateCredential of the AK with the EK: blob and enc are the
  * marshalled TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET (their sizes
  * included); the secret goes to secret (at most 64 bytes).

@@ -179,21 +179,25 @@ bcd_tpm_key_read(const char *path, char *err, size_t errlen)
 	bio = BIO_new_file(path, "r");
 	if (bio != NULL)
 	{
+		/*
+		 * The key's parameters are asked of the provider too: under the lock
+		 * (another thread signing meanwhile made this check fail).
+		 */
 		bcd_tpm_key_lock();
 		key = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
+		if (key != NULL && !bc_pkey_is_p256(key))
+		{
+			EVP_PKEY_free(key);
+			key = NULL;
+			snprintf(err, errlen, "%s is not a P-256 key", path);
+		}
+		else if (key == NULL)
+			ossl_error(err, errlen, "the TPM does not load this TSS2 PRIVATE KEY (another TPM's?)");
 		bcd_tpm_key_unlock();
 	}
 	BIO_free(bio);
-	if (key == NULL)
-		ossl_error(err, errlen, "the TPM does not load this TSS2 PRIVATE KEY (another TPM's?)");
-	else if (!bc_pkey_is_p256(key))
-	{
-		bcd_tpm_key_lock();
-		EVP_PKEY_free(key);
-		bcd_tpm_key_unlock();
-		key = NULL;
-		snprintf(err, errlen, "%s is not a P-256 key", path);
-	}
+	if (bio == NULL)
+		snprintf(err, errlen, "cannot open %s", path);
 	return key;
 }
 

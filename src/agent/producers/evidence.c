@@ -20,3 +20,16 @@ bcd_evidence_free(bcd_evidence *ev)
 	ev->sealed_token = NULL;
 	ev->claims = NULL;
 }
+
+/* Release a quote's members (producer.h). */
+void
+bcd_quote_free(bcd_quote *q)
+{
+	if (q == NULL)
+		return;
+	free(q->ak_pub);
+	free(q->attest);
+	free(q->sig);
+	q->ak_pub = q->attest = q->sig = NULL;
+	q->ak_pub_len = q->attest_len = q->sig_len = 0;
+}

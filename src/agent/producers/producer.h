@@ -12,6 +12,7 @@
 
 #include <getopt.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <jansson.h>
@@ -24,6 +25,8 @@
  * What a producer works from, beside its own options (kept in its own
  * state): the service's keys, the join's CSR, the common inputs.
  */
+struct bcd_quote;
+
 typedef struct bcd_producer_input
 {
 	const bcd_service_keys *keys;
@@ -119,7 +122,37 @@ typedef struct bcd_producer
 	/* Add to a renewal's body (doc, holding "csr" and "proof") what the new key needs. */
 	int			(*renewal) (const bcd_producer_input *in, json_t *doc, char *err,
 							size_t errlen);
+
+	/*
+	 * Continuous attestation (core/attest.c): a quote of the PCRs of bank
+	 * (a TPM algorithm id) in pcrs (bit i: PCR i) with extraData extra, by
+	 * the node's attestation key, into out (its members malloc()ed, freed
+	 * with bcd_quote_free).  NULL: the attestor's nodes do not attest.
+	 */
+	int			(*quote) (uint16_t bank, uint32_t pcrs, const unsigned char *extra,
+						  size_t extra_len, struct bcd_quote *out, char *err, size_t errlen);
 } bcd_producer;
+
+/*
+ * A quote for continuous attestation: the AK's TPM2B_PUBLIC, the TPMS_ATTEST
+ * and TPMT_SIGNATURE as the TPM marshals them, and the quoted PCRs' values
+ * (values[i] PCR i's, digest_len bytes), read so that the quote's pcrDigest
+ * is theirs.
+ */
+typedef struct bcd_quote
+{
+	unsigned char *ak_pub;
+	size_t		ak_pub_len;
+	unsigned char *attest;
+	size_t		attest_len;
+	unsigned char *sig;
+	size_t		sig_len;
+	unsigned char values[24][64];
+	size_t		digest_len;
+} bcd_quote;
+
+/* Free a quote's members (evidence.c). */
+void		bcd_quote_free(bcd_quote *q);
 
 /* The producers (one file each). */
 extern const bcd_producer bcd_producer_join_token;

@@ -199,6 +199,15 @@ wl_call_finish(wl_call *r, int send_initial_md, grpc_byte_buffer *msg, grpc_stat
 		return;
 	}
 	if (msg != NULL && code == GRPC_STATUS_OK && (r->method->flags & WL_METHOD_SECRET) &&
+		bcd_provisioner_quarantined(r->conn->w->prov))
+	{
+		/* the service quarantined the node meanwhile (core/attest.c) */
+		grpc_byte_buffer_destroy(msg);
+		msg = NULL;
+		code = GRPC_STATUS_PERMISSION_DENIED;
+		details = BCD_QUARANTINED_MESSAGE;
+	}
+	if (msg != NULL && code == GRPC_STATUS_OK && (r->method->flags & WL_METHOD_SECRET) &&
 		wl_call_secret_may_go(r) != 0)
 	{
 		grpc_byte_buffer_destroy(msg);
@@ -272,6 +281,12 @@ wl_call_serve(bcd_workload *w, wl_call *r, double now)
 {
 	if (!r->streaming || r->closed || r->send_in_flight || r->finished)
 		return;
+	/* a quarantined node's streams of secrets end, with why (core/attest.c) */
+	if ((r->method->flags & WL_METHOD_SECRET) && bcd_provisioner_quarantined(w->prov))
+	{
+		wl_call_finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, BCD_QUARANTINED_MESSAGE);
+		return;
+	}
 	r->method->serve(w, r, now);
 }
 
@@ -394,6 +409,12 @@ on_request(bcd_workload *w, wl_call *r, int ok)
 		wl_call_finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT,
 					   "malformed request: a string holds a NUL byte (U+0000), or a field is "
 					   "given twice or not in protobuf's canonical encoding");
+		return;
+	}
+	if ((m->flags & WL_METHOD_SECRET) && bcd_provisioner_quarantined(w->prov))
+	{
+		protobuf_c_message_free_unpacked(req, NULL);
+		wl_call_finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, BCD_QUARANTINED_MESSAGE);
 		return;
 	}
 	if (m->serve != NULL)

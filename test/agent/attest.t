@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""attest.t: bcd run --attestor tpm attests continuously through the real
+gateway (POST /v1/attest) to bc_join.attest(), on a swtpm behind tpm2-abrmd
+(test/lib/tpm-rm.sh, as tpm_join.t), with a UEFI event log written here in
+the TCG crypto-agile format (the SpecID event alone: the swtpm's PCRs 0-7 are
+zero, and so is the replay).
+
+Shows: both rounds reach the service at the interval its pool sets (5 s
+here): the node is attested (node_attestation healthy, its quote's time
+moving on) while it serves session credentials; an extend of PCR 4 that no
+event logs (a "new bootloader") quarantines it in enforce mode within one
+interval: bcd logs QUARANTINED, its Workload API ends the open
+FetchX509SVID stream (PERMISSION_DENIED, saying why), the hooks' socket
+refuses a session credential with the quarantine's message (no request
+reaches the service), and bcd keeps attesting; after bc_join.readmit_node (the log extended to
+match) bcd joins again by its TPM (the same node, a new certificate: the
+quarantine revoked the old one), is attested and serves session credentials
+again; with --no-attest no round is sent.  Skipped when the installed extension has no bc_join.attest (before
+schema 0.4.0).
+"""
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agentlib  # noqa: E402
+import sessionlib  # noqa: E402
+from agentlib import TOP  # noqa: E402
+
+RM = os.path.join(TOP, "test/lib/tpm-rm.sh")
+EV_NO_ACTION = 3
+EV_SEPARATOR = 4
+
+
+def spec_id_log():
+    """A crypto-agile log holding the SpecID event alone (sha256 only)."""
+    spec = (b"Spec ID Event03\0" + struct.pack("<IBBBB", 0, 0, 2, 0, 2) +
+            struct.pack("<I", 1) + struct.pack("<HH", 0x000B, 32) + b"\0")
+    return struct.pack("<II", 0, EV_NO_ACTION) + b"\0" * 20 + struct.pack("<I", len(spec)) + spec
+
+
+def event2(pcr, etype, digest, data):
+    """One TCG_PCR_EVENT2 with a sha256 digest."""
+    return (struct.pack("<III", pcr, etype, 1) + struct.pack("<H", 0x000B) + digest +
+            struct.pack("<I", len(data)) + data)
+
+
+def body(tap, env):
+    if not env.has_function("bc_join.attest(jsonb)"):
+        tap.skip("attestation", "the installed bc_join has no bc_join.attest(jsonb) (schema 0.4.0)")
+        return
+    tpm = os.path.join(env.dir, "tpm")
+    s = subprocess.run(["bash", RM, "start", tpm, str(os.getpid())], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    if not tap.ok(s.returncode == 0, "a swtpm with EK certificates behind tpm2-abrmd", s.stderr):
+        return
+    try:
+        run_body(tap, env, tpm)
+    finally:
+        env.stop_processes()
+        env.procs = []
+        subprocess.run(["bash", RM, "stop", tpm])
+
+
+def attestation(env, node):
+    """(state, last_quote_at epoch or 0, last_result) of node."""
+    got = env.psql("SELECT state || ' ' || coalesce(extract(epoch FROM last_quote_at)::bigint, 0) "
+                   "|| ' ' || coalesce(last_result, '-') FROM bc_join.node_attestation "
+                   "WHERE node_id = '%s'" % node)
+    if not got:
+        return ("none", 0, "-")
+    st, at, res = got.split(" ")
+    return (st, int(at), res)
+
+
+def readmit_node(env, node):
+    """bc_join.readmit_node(node): None, or the error."""
+    try:
+        env.psql("SELECT bc_join.readmit_node('%s')" % node)
+        return None
+    except RuntimeError as e:
+        return str(e)
+
+
+def wait_for(cond, timeout):
+    """Poll cond() until true or timeout; its last value."""
+    deadline = time.time() + timeout
+    v = cond()
+    while not v and time.time() < deadline:
+        time.sleep(0.2)
+        v = cond()
+    return v
+
+
+def run_body(tap, env, tpm):
+    with open(os.path.join(tpm, "dbus-address")) as f:
+        os.environ["DBUS_SESSION_BUS_ADDRESS"] = f.read().strip()
+    os.environ["TSS2_LOG"] = "all+NONE"
+    with open(os.path.join(tpm, "tcti")) as f:
+        tcti = f.read().strip()
+    env.psql("SELECT bc_join.add_tpm_ek_root(pg_read_file('%s/root.pem')), "
+             "bc_join.add_tpm_ek_root(pg_read_file('%s/issuer.pem'))" % (tpm, tpm))
+    # a token with reclaim: a readmitted node joins again as the same node (as after a wipe)
+    tok = os.path.join(env.dir, "token-attest")
+    with open(tok, "w") as f:
+        f.write(env.psql("SELECT bc_join.create_join_token('%s', '%s', uses => 5, "
+                         "allow_reclaim => true)" % (env.tenant, env.pool)) + "\n")
+    os.chmod(tok, 0o600)
+    state = os.path.join(env.dir, "state")
+    evlog = os.path.join(env.dir, "binary_bios_measurements")
+    with open(evlog, "wb") as f:
+        f.write(spec_id_log())
+    tpm_args = ["--attestor", "tpm", "--tcti", tcti]
+
+    r = env.bcd("run", *env.run_args(state, token_file=tok, extra=["--once"] + tpm_args))
+    if not tap.ok(r.returncode == 0, "the node joins by its TPM", r.stdout + r.stderr):
+        return
+    node = r.stdout.splitlines()[0].rsplit("/", 1)[1]
+    # the pool attests every 5 s (observe mode first)
+    env.psql("INSERT INTO bc_join.attestation_settings (pool_id, tenant_id, interval_seconds) "
+             "VALUES ('%s', '%s', 5)" % (env.pool, env.tenant))
+
+    rt = sessionlib.runtime_dir(env)
+    sock = os.path.join(rt, "bcd", "bcd.sock")
+    args = env.run_args(state, token_file=tok, extra=tpm_args + [
+        "--event-log", evlog, "--ima-log", os.path.join(env.dir, "no-ima")])
+    wsock = os.path.join(rt, "bcd", "workload.sock")
+    p = sessionlib.start_daemon(env, "bcd-attest", rt, args + ["--workload-rule", "uid:0=>session=wl"])
+    up = sessionlib.wait_socket(p, sock)
+    tap.ok(up, "the daemon serves its socket", p.text())
+    first = wait_for(lambda: attestation(env, node)[0] == "healthy", 30)
+    tap.ok(first and p.wait_log("attest: attested", 10),
+           "both rounds reach the service: the node is attested, and bcd says so",
+           (attestation(env, node), p.text()))
+    t0 = attestation(env, node)[1]
+    tap.ok(wait_for(lambda: attestation(env, node)[1] > t0, 20),
+           "it attests again at the pool's interval (5 s)", (attestation(env, node), p.text()))
+    sess = os.path.join(rt, "sess")
+    os.makedirs(sess, mode=0o700, exist_ok=True)
+    h = sessionlib.hook(env, rt, sock, "s1", sess)
+    tap.ok(h.returncode == 0, "an attested node serves a session credential", h.stdout + h.stderr)
+    sys.path.insert(0, agentlib.workload_stubs(env))
+    import grpc  # noqa: E402
+    import workload_pb2 as pb  # noqa: E402
+    import workload_pb2_grpc as pbg  # noqa: E402
+    stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wsock))
+    stream = stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=[("workload.spiffe.io", "true")],
+                                timeout=90)
+    first = next(stream)
+    tap.eq(len(first.svids), 1, "a Workload API stream serves the X509-SVID")
+
+    # A new bootloader: PCR 4 extended with no event in the log; enforce mode.
+    env.psql("UPDATE bc_join.attestation_settings SET mode = 'enforce' WHERE pool_id = '%s'" % env.pool)
+    digest = b"\x42" * 32
+    x = subprocess.run(["tpm2_pcrextend", "-T", tcti, "4:sha256=" + digest.hex()],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    tap.ok(x.returncode == 0, "PCR 4 extended behind the log's back (tpm2_pcrextend)", x.stderr)
+    t_drift = time.time()
+    quarantined = p.wait_log("attest: QUARANTINED", 20)
+    tap.ok(quarantined and attestation(env, node)[0] == "quarantined",
+           "within one interval the service quarantines the node and bcd logs it",
+           (time.time() - t_drift, attestation(env, node), p.text()))
+    try:
+        next(stream)
+        code, details = "OK", ""
+    except grpc.RpcError as e:
+        code, details = e.code(), e.details()
+    tap.ok(code == grpc.StatusCode.PERMISSION_DENIED and "quarantined" in details,
+           "the Workload API stream ends PERMISSION_DENIED, saying the node is quarantined",
+           (code, details))
+    tap.ok(env.psql("SELECT count(*) FROM bc_join.node_certs c WHERE c.node_id = '%s' "
+                    "AND c.revoked_at IS NULL" % node) == "0",
+           "its certificates are revoked")
+    h = sessionlib.hook(env, rt, sock, "s2", sess)
+    tap.ok(h.returncode != 0 and "quarantined" in h.stderr,
+           "a session credential is refused with the quarantine's message", h.stdout + h.stderr)
+    tq = attestation(env, node)[1]
+    tap.ok(wait_for(lambda: attestation(env, node)[1] > tq, 20),
+           "a quarantined bcd keeps attesting at the interval", (attestation(env, node), p.text()))
+
+    # The operator adds the new bootloader's event to the log (it replays again); readmits.
+    with open(evlog, "ab") as f:
+        f.write(event2(4, EV_SEPARATOR, digest, b"\0\0\0\0"))
+    env.psql("UPDATE bc_join.attestation_settings SET mode = 'observe' WHERE pool_id = '%s'" % env.pool)
+    tr = attestation(env, node)[1]
+    passed = wait_for(lambda: attestation(env, node)[1] > tr and
+                      attestation(env, node)[2] == "passed", 20)
+    readmit = readmit_node(env, node) if passed else "no passing quote"
+    tap.ok(passed and readmit is None and p.wait_log("attest: joining again by tpm", 20) and
+           p.wait_log("attest: attested again", 30),
+           "after a passing quote and bc_join.readmit_node bcd joins again and is attested",
+           (attestation(env, node), readmit, p.text()))
+    h = sessionlib.hook(env, rt, sock, "s3", sess)
+    tap.ok(h.returncode == 0, "the readmitted node serves session credentials again",
+           h.stdout + h.stderr + p.text())
+    rc, _ = p.stop(signal.SIGTERM, 20)
+    tap.eq(rc, 0, "the daemon stops on SIGTERM", p.text())
+
+    # --no-attest: no round is sent.
+    before = attestation(env, node)[1]
+    p = sessionlib.start_daemon(env, "bcd-noattest", rt, args + ["--no-attest"])
+    up = sessionlib.wait_socket(p, sock)
+    time.sleep(3)
+    tap.ok(up and "attest:" not in p.text() and attestation(env, node)[1] == before,
+           "with --no-attest bcd sends no attestation", p.text())
+    p.stop(signal.SIGTERM, 20)
+
+
+agentlib.main(body)
