@@ -550,12 +550,21 @@ check_event_log(const unsigned char *buf, size_t len, uint32 sel,
 
 	memset(&log, 0, sizeof(log));
 	if (bc_evlog_parse(buf, len, &log, &why) != BC_OK)
-		bc_refuse_join(psprintf("attest:%s", why ? why : "eventlog-malformed"), c->tenant);
-	if (bc_evlog_replay(&log, BC_EVLOG_ALG_SHA256, pcrs, &mask, &why) != BC_OK)
 	{
 		bc_evlog_free(&log);
-		bc_refuse_join(psprintf("attest:%s", why ? why : "eventlog-no-sha256"), c->tenant);
+		bc_refuse_join(psprintf("attest:%s", why ? why : "eventlog-malformed"), c->tenant);
 	}
+	/* The events into this memory context: nothing malloc()ed outlives an ERROR. */
+	{
+		bc_evlog_event *copy = palloc(sizeof(bc_evlog_event) * (log.n_events + 1));
+
+		if (log.n_events > 0)
+			memcpy(copy, log.events, sizeof(bc_evlog_event) * log.n_events);
+		free(log.events);
+		log.events = copy;
+	}
+	if (bc_evlog_replay(&log, BC_EVLOG_ALG_SHA256, pcrs, &mask, &why) != BC_OK)
+		bc_refuse_join(psprintf("attest:%s", why ? why : "eventlog-no-sha256"), c->tenant);
 	for (i = 0; i < 24; i++)
 	{
 		if (!(sel & (1u << i)) || i == IMA_PCR)
@@ -565,7 +574,6 @@ check_event_log(const unsigned char *buf, size_t len, uint32 sel,
 			char	   *q = hex(quoted[i], BC_SHA256_LEN);
 			char	   *r = hex(pcrs[i], BC_SHA256_LEN);
 
-			bc_evlog_free(&log);
 			if (!s->enforce)
 				bc_refuse_join("attest:eventlog-replay", c->tenant);
 			verdict_fail(v, "eventlog-replay", "\"pcr\":%d,\"quoted\":\"%s\",\"replayed\":\"%s\"", i, q, r);
@@ -595,7 +603,6 @@ check_event_log(const unsigned char *buf, size_t len, uint32 sel,
 		dd[n] = PointerGetDatum(bc_bytea(ev->digests[d].d, BC_SHA256_LEN));
 		n++;
 	}
-	bc_evlog_free(&log);
 	args[0] = PointerGetDatum(construct_array(pd, n, INT4OID, 4, true, TYPALIGN_INT));
 	args[1] = PointerGetDatum(construct_array(td, n, TEXTOID, -1, false, TYPALIGN_INT));
 	args[2] = PointerGetDatum(construct_array(dd, n, BYTEAOID, -1, false, TYPALIGN_INT));
@@ -657,16 +664,24 @@ check_ima(const AttestRequest *a, int64 kept_offset, const unsigned char *kept_p
 	}
 	st = bc_ima_parse(buf, len, &ents, &n, &why);
 	if (st != BC_OK)
-		bc_refuse_join(psprintf("attest:%s", why ? why : "ima-malformed"), c->tenant);
-	st = bc_ima_replay(ents, n, BC_EVLOG_ALG_SHA256, pcr10, quoted10, &match_at, &why);
-	if (st != BC_OK)
 	{
 		free(ents);
 		bc_refuse_join(psprintf("attest:%s", why ? why : "ima-malformed"), c->tenant);
 	}
+	/* The entries into this memory context: nothing malloc()ed outlives an ERROR. */
+	{
+		bc_ima_entry *copy = palloc(sizeof(bc_ima_entry) * (n + 1));
+
+		if (n > 0)
+			memcpy(copy, ents, sizeof(bc_ima_entry) * n);
+		free(ents);
+		ents = copy;
+	}
+	st = bc_ima_replay(ents, n, BC_EVLOG_ALG_SHA256, pcr10, quoted10, &match_at, &why);
+	if (st != BC_OK)
+		bc_refuse_join(psprintf("attest:%s", why ? why : "ima-malformed"), c->tenant);
 	if (match_at < 0)
 	{
-		free(ents);
 		if (!s->enforce)
 			bc_refuse_join("attest:ima-replay", c->tenant);
 		verdict_fail(v, "ima-replay", "\"pcr\":10,\"quoted\":\"%s\",\"offset\":" INT64_FORMAT ",\"entries\":%zu",
@@ -688,7 +703,6 @@ check_ima(const AttestRequest *a, int64 kept_offset, const unsigned char *kept_p
 	args[1] = PointerGetDatum(construct_array(dd, (int) match_at, BYTEAOID, -1, false, TYPALIGN_INT));
 	if (!s->enforce)
 	{
-		free(ents);
 		if (match_at > 0)
 		{
 			args[2] = CStringGetTextDatum(c->node_id);
@@ -713,7 +727,6 @@ check_ima(const AttestRequest *a, int64 kept_offset, const unsigned char *kept_p
 					 pj.data, ents[k].file_alg, hex(ents[k].file_digest, ents[k].file_digest_len),
 					 a->ima_offset + k);
 	}
-	free(ents);
 }
 
 static BcPlan ensure_row = {

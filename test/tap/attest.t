@@ -83,6 +83,14 @@ def rd(name):
         return f.read()
 
 
+def swtpm_stop():
+    if swtpm is not None and swtpm.poll() is None:
+        swtpm.kill()
+        swtpm.wait()
+
+
+import atexit
+atexit.register(swtpm_stop)     # however the script ends
 port = swtpm_start()
 tpm("tpm2_createek", "-G", "ecc", "-c", "ek.ctx", "-u", "ek.pub")
 AKS = {}
@@ -312,6 +320,16 @@ eq(r.get("status"), "attested", "and the node attests on")
 # ------------------------------------------------------- promote, enforce
 n_rows = one("SELECT bc_join.promote_observations(%s)", pool)
 ok(n_rows >= 13, "promote_observations copies the observations into the policy (%d rows)" % n_rows)
+bad_settings = []
+for args in ("mode => 'audit'", "interval_seconds => 4", "interval_seconds => 3601", "pcrs => '{24}'",
+             "pcrs => '{}'", "on_missed => 'ignore'", "missed_intervals => 0"):
+    try:
+        cur.execute("SELECT bc_join.set_attestation_settings(%%s, %s)" % args, (pool,))
+        bad_settings.append(args)
+    except psycopg2.Error as e:
+        if e.pgcode != "23514":
+            bad_settings.append(args + " " + str(e.pgcode))
+eq(bad_settings, [], "settings out of bounds are refused (23514): mode, interval 5..3600, PCRs 0..23, on_missed")
 one("SELECT (bc_join.set_attestation_settings(%s, mode => 'enforce', interval_seconds => 30)).mode", pool)
 r, ch = cycle(A)
 eq((r.get("status"), payload(r)["nextSeconds"]), ("attested", 30), "enforce mode: the same boot passes, interval 30 s")
@@ -574,6 +592,5 @@ eq((state(F) or "unattested", live_certs(F)), ("unattested", 1) if "attested (ev
    ("healthy", 1), "and never quarantined")
 
 listener.close()
-swtpm.kill()
-swtpm.wait()
+swtpm_stop()
 sys.exit(tap.done())

@@ -322,6 +322,7 @@ test_crl(void **state)
 	assert_int_equal(bc_crl_reason_code("renewed"), CRL_REASON_SUPERSEDED);
 	assert_int_equal(bc_crl_reason_code("reclaimed"), CRL_REASON_SUPERSEDED);
 	assert_int_equal(bc_crl_reason_code("retired"), CRL_REASON_CESSATION_OF_OPERATION);
+	assert_int_equal(bc_crl_reason_code("attestation-failed"), CRL_REASON_PRIVILEGE_WITHDRAWN);
 	assert_int_equal(bc_crl_reason_code("cACompromise"), CRL_REASON_CA_COMPROMISE);
 	assert_int_equal(bc_crl_reason_code("aACompromise"), CRL_REASON_AA_COMPROMISE);
 	assert_int_equal(bc_crl_reason_code("certificateHold"), CRL_REASON_UNSPECIFIED);
