@@ -94,6 +94,7 @@ bc_role_valid(const char *role)
  */
 #define BC_ATTEST_EVENT_LOG_MAX	(1024 * 1024)
 #define BC_ATTEST_IMA_MAX		(4 * 1024 * 1024)
+#define BC_ATTEST_IMA_MAX_ENTRIES 20000	/* and so many entries (BC_IMA_MAX_ENTRIES) */
 #define BC_ATTEST_REQUEST_MAX	(8 * 1024 * 1024)
 /* The interval the service sets per pool: its default and bounds, seconds. */
 #define BC_ATTEST_INTERVAL_DEFAULT 60

@@ -3,11 +3,13 @@
 gateway (POST /v1/attest) to bc_join.attest(), on a swtpm behind tpm2-abrmd
 (test/lib/tpm-rm.sh, as tpm_join.t), with a UEFI event log written here in
 the TCG crypto-agile format (the SpecID event alone: the swtpm's PCRs 0-7 are
-zero, and so is the replay).
+zero, and so is the replay) and an IMA binary list of ima-ng entries with PCR
+10 extended to match.
 
 Shows: both rounds reach the service at the interval its pool sets (5 s
 here): the node is attested (node_attestation healthy, its quote's time
-moving on) while it serves session credentials; an extend of PCR 4 that no
+moving on) while it serves session credentials; the IMA list is taken, then
+only its new entries from the service's offset; an extend of PCR 4 that no
 event logs (a "new bootloader") quarantines it in enforce mode within one
 interval: bcd logs QUARANTINED, its Workload API ends the open
 FetchX509SVID stream (PERMISSION_DENIED, saying why), the hooks' socket
@@ -18,6 +20,7 @@ quarantine revoked the old one), is attested and serves session credentials
 again; with --no-attest no round is sent.  Skipped when the installed extension has no bc_join.attest (before
 schema 0.4.0).
 """
+import hashlib
 import os
 import signal
 import subprocess
@@ -29,6 +32,38 @@ import agentlib  # noqa: E402
 import sessionlib  # noqa: E402
 from attestlib import (EV_SEPARATOR, attestation, event2, readmit_node, reclaim_token,  # noqa: E402
                        spec_id_log, start_tpm, stop_tpm, use_tpm, wait_for)
+
+
+def ima_entry(path, content):
+    """One ima-ng entry of the binary list, and the digest IMA extends PCR 10's sha256 bank with."""
+    dng = b"sha256:\0" + hashlib.sha256(content).digest()
+    nng = path.encode() + b"\0"
+    data = struct.pack("<I", len(dng)) + dng + struct.pack("<I", len(nng)) + nng
+    entry = (struct.pack("<I", 10) + hashlib.sha1(data).digest() + struct.pack("<I", 6) + b"ima-ng" +
+             struct.pack("<I", len(data)) + data)
+    return entry, hashlib.sha256(data).digest()
+
+
+def measure(tcti, ima, files):
+    """Append the files' entries to the IMA list, then extend PCR 10 with them (list first:
+    the quote may lag the list, never lead it); True when every extend worked."""
+    digests = []
+    with open(ima, "ab") as f:
+        for path, content in files:
+            e, d = ima_entry(path, content)
+            f.write(e)
+            digests.append(d)
+    for d in digests:
+        x = subprocess.run(["tpm2_pcrextend", "-T", tcti, "10:sha256=" + d.hex()],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        if x.returncode != 0:
+            return False
+    return True
+
+
+def ima_offset(env, node):
+    """node_attestation.ima_offset of node."""
+    return env.psql("SELECT ima_offset FROM bc_join.node_attestation WHERE node_id = '%s'" % node)
 
 
 def body(tap, env):
@@ -66,8 +101,11 @@ def run_body(tap, env, tpm):
 
     rt = sessionlib.runtime_dir(env)
     sock = os.path.join(rt, "bcd", "bcd.sock")
+    ima = os.path.join(env.dir, "binary_runtime_measurements")
+    tap.ok(measure(tcti, ima, [("/usr/bin/a", b"a"), ("/usr/bin/b", b"b"), ("/usr/bin/c", b"c")]),
+           "an IMA list of 3 ima-ng entries, PCR 10 extended to match")
     args = env.run_args(state, token_file=tok, extra=tpm_args + [
-        "--event-log", evlog, "--ima-log", os.path.join(env.dir, "no-ima")])
+        "--event-log", evlog, "--ima-log", ima])
     wsock = os.path.join(rt, "bcd", "workload.sock")
     p = sessionlib.start_daemon(env, "bcd-attest", rt, args + ["--workload-rule", "uid:0=>session=wl"])
     up = sessionlib.wait_socket(p, sock)
@@ -79,6 +117,11 @@ def run_body(tap, env, tpm):
     t0 = attestation(env, node)[1]
     tap.ok(wait_for(lambda: attestation(env, node)[1] > t0, 20),
            "it attests again at the pool's interval (5 s)", (attestation(env, node), p.text()))
+    tap.eq(ima_offset(env, node), "3", "the service took the IMA list (offset 3)")
+    measure(tcti, ima, [("/usr/bin/d", b"d"), ("/usr/bin/e", b"e")])
+    tap.ok(wait_for(lambda: ima_offset(env, node) == "5" and attestation(env, node)[2] == "passed", 20),
+           "two files measured later: bcd sends the entries from offset 3, the service is at 5",
+           (ima_offset(env, node), attestation(env, node), p.text()))
     sess = os.path.join(rt, "sess")
     os.makedirs(sess, mode=0o700, exist_ok=True)
     h = sessionlib.hook(env, rt, sock, "s1", sess)
@@ -115,6 +158,9 @@ def run_body(tap, env, tpm):
     tap.ok(env.psql("SELECT count(*) FROM bc_join.node_certs c WHERE c.node_id = '%s' "
                     "AND c.revoked_at IS NULL" % node) == "0",
            "its certificates are revoked")
+    tap.eq(env.psql("SELECT payload->>'reason' || ' ' || (payload->'detail'->>'pcr') FROM bc_join.events "
+                    "WHERE type = 'node.quarantined' ORDER BY id DESC LIMIT 1"), "eventlog-replay 4",
+           "the event says why: the event log does not replay to the quoted PCR 4")
     h = sessionlib.hook(env, rt, sock, "s2", sess)
     tap.ok(h.returncode != 0 and "quarantined" in h.stderr,
            "a session credential is refused with the quarantine's message", h.stdout + h.stderr)

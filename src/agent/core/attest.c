@@ -29,7 +29,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -337,12 +336,13 @@ read_ima(bcd_attest *at, long *offset, unsigned char **out, size_t *len)
 	}
 	if (fill(fd, buf, IMA_WINDOW, &have, &eof) != 0)
 		goto io;
-	n = bcd_ima_whole_entries(buf, have, LONG_MAX, BC_ATTEST_IMA_MAX, &used);
+	n = bcd_ima_whole_entries(buf, have, BC_ATTEST_IMA_MAX_ENTRIES, BC_ATTEST_IMA_MAX, &used);
 	if (n < 0)
 		goto malformed;
-	if (!eof && have - used > 0 && used + 4096 > (size_t) BC_ATTEST_IMA_MAX)
-		say(at, "the IMA list grew by over %d bytes since the last attestation: its first "
-			"%ld new entries sent", BC_ATTEST_IMA_MAX, n);
+	if (used < have || !eof)
+		say(at, "the IMA list grew by over %d entries or %d bytes since the last accepted "
+			"quote: its first %ld new entries sent", BC_ATTEST_IMA_MAX_ENTRIES,
+			BC_ATTEST_IMA_MAX, n);
 	*out = buf;
 	*len = used;
 	buf = NULL;
