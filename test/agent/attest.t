@@ -23,6 +23,7 @@ schema 0.4.0).
 import hashlib
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
