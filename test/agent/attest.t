@@ -165,6 +165,10 @@ def run_body(tap, env, tpm):
     h = sessionlib.hook(env, rt, sock, "s2", sess)
     tap.ok(h.returncode != 0 and "quarantined" in h.stderr,
            "a session credential is refused with the quarantine's message", h.stdout + h.stderr)
+    st = sessionlib.status(env, rt, sock)
+    prom = sessionlib.status(env, rt, sock, prometheus=True) or ""
+    tap.ok(st is not None and st.get("quarantined") is True and "bcd_node_quarantined 1\n" in prom,
+           "bcd status says quarantined (and bcd_node_quarantined 1)", (st, prom))
     tq = attestation(env, node)[1]
     tap.ok(wait_for(lambda: attestation(env, node)[1] > tq, 20),
            "a quarantined bcd keeps attesting at the interval", (attestation(env, node), p.text()))
@@ -184,6 +188,8 @@ def run_body(tap, env, tpm):
     h = sessionlib.hook(env, rt, sock, "s3", sess)
     tap.ok(h.returncode == 0, "the readmitted node serves session credentials again",
            h.stdout + h.stderr + p.text())
+    st = sessionlib.status(env, rt, sock)
+    tap.ok(st is not None and st.get("quarantined") is False, "bcd status: no longer quarantined", st)
     rc, _ = p.stop(signal.SIGTERM, 20)
     tap.eq(rc, 0, "the daemon stops on SIGTERM", p.text())
 

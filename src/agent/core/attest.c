@@ -60,6 +60,8 @@
 #define IMA_WINDOW (BC_ATTEST_IMA_MAX + 64 * 1024)
 /* The same line is logged again after this many seconds at most. */
 #define SAY_AGAIN_S 600
+/* A join again is asked for at most this often, seconds (each refused one is an event). */
+#define REJOIN_AGAIN_S 300
 
 struct bcd_attest
 {
@@ -75,6 +77,7 @@ struct bcd_attest
 	pthread_cond_t cv;
 	int			stop;			/* under mu */
 	atomic_int	rejoin;			/* quarantined and round 1 refused: join again (daemon.c) */
+	time_t		rejoin_asked;	/* when it was last asked for */
 	/* the thread's own */
 	bcd_attest_state state;
 	long		interval;
@@ -279,7 +282,8 @@ fill(int fd, unsigned char *buf, size_t cap, size_t *have, int *eof)
  * The IMA binary list from entry *offset: its whole entries, at most
  * BC_ATTEST_IMA_MAX bytes, into a malloc()ed *out of *len bytes.  A list
  * shorter than *offset (the host booted again) is sent from 0 (*offset
- * set to 0).  0, 1 when there is no list to read, -1 on an error (logged).
+ * set to 0).  0, or 1 when there is no list to send (absent, unreadable or
+ * malformed: logged), -1 when out of memory.
  */
 static int
 read_ima(bcd_attest *at, long *offset, unsigned char **out, size_t *len)
@@ -349,7 +353,8 @@ read_ima(bcd_attest *at, long *offset, unsigned char **out, size_t *len)
 	rc = 0;
 	goto out;
 io:
-	say(at, "cannot read the IMA list %s: %s", at->ima_log, strerror(errno));
+	say(at, "cannot read the IMA list %s: %s; not sent", at->ima_log, strerror(errno));
+	rc = 1;
 	goto out;
 malformed:
 	say(at, "the IMA list %s is not a binary measurement list bcd can read: not sent",
@@ -514,9 +519,13 @@ attest_once(bcd_attest *at, const bcd_credential *cred)
 		 * revoked; once an operator readmitted it, that certificate proves
 		 * nothing any more: the node joins again by its attestor.
 		 */
-		say(at, "the service no longer takes the quarantined certificate (readmitted, or "
-			"retired): joining again");
-		atomic_store(&at->rejoin, 1);
+		if (at->rejoin_asked == 0 || time(NULL) - at->rejoin_asked >= REJOIN_AGAIN_S)
+		{
+			say(at, "the service no longer takes the quarantined certificate (readmitted, "
+				"or retired): joining again");
+			at->rejoin_asked = time(NULL);
+			atomic_store(&at->rejoin, 1);
+		}
 		goto out;
 	}
 	if (rc == BCD_RC_REFUSED)
@@ -600,7 +609,10 @@ attest_main(void *arg)
 			attest_once(at, &cred);
 		}
 		else
-			say(at, "no usable node credential yet; next in %ld s", at->interval);
+		{
+			say(at, "no usable node credential yet");
+			at->soon = 1;
+		}
 		bcd_node_release(&node);
 		if (wait_or_stop(at, at->soon ? BC_ATTEST_INTERVAL_MIN : at->interval))
 			break;

@@ -144,6 +144,7 @@ typedef struct bcd_counters
 	unsigned long answers[BCD_CODE_COUNT];
 	unsigned long provisionings[BCD_RESULT_COUNT];	/* session credentials */
 	unsigned long jwt_fetches[BCD_RESULT_COUNT];	/* JWT-SVIDs */
+	int			quarantined;	/* the service quarantined the node (attest.c) */
 } bcd_counters;
 
 #endif							/* BCD_JOB_H */

@@ -66,6 +66,7 @@ bcd_status_json(const bcd_counters *c, const bcd_node_snapshot *node)
 	bad |= json_object_set_new(doc, "answers", answers) != 0;
 	bad |= json_object_set_new(doc, "provisioningOutcomes", prov) != 0;
 	bad |= json_object_set_new(doc, "jwtSvidFetches", jwt) != 0;
+	bad |= json_object_set_new(doc, "quarantined", json_boolean(c->quarantined)) != 0;
 	bad |= json_object_set_new(doc, "nodeCredential", node->present ?
 							   json_pack("{s:b, s:s, s:s, s:s}", "present", 1,
 										 "spiffeId", node->spiffe_id, "serial", node->serial,
@@ -159,8 +160,12 @@ bcd_metrics_text(const bcd_counters *c, const bcd_node_snapshot *node)
 				  "# TYPE bcd_node_credential_present gauge\nbcd_node_credential_present %d\n"
 				  "# HELP bcd_node_credential_not_after_seconds notAfter of the node certificate.\n"
 				  "# TYPE bcd_node_credential_not_after_seconds gauge\n"
-				  "bcd_node_credential_not_after_seconds %lld\n",
-				  node->present ? 1 : 0, node->present ? (long long) node->not_after : 0LL);
+				  "bcd_node_credential_not_after_seconds %lld\n"
+				  "# HELP bcd_node_quarantined 1 while the service holds the node quarantined "
+				  "(continuous attestation).\n"
+				  "# TYPE bcd_node_quarantined gauge\nbcd_node_quarantined %d\n",
+				  node->present ? 1 : 0, node->present ? (long long) node->not_after : 0LL,
+				  c->quarantined ? 1 : 0);
 	if (bad)
 	{
 		free(buf);

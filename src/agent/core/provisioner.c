@@ -473,6 +473,7 @@ bcd_provisioner_numbers(bcd_provisioner *p, bcd_counters *c)
 	c->max_provisioning = p->counters.max_provisioning;
 	memcpy(c->provisionings, p->counters.provisionings, sizeof(c->provisionings));
 	memcpy(c->jwt_fetches, p->counters.jwt_fetches, sizeof(c->jwt_fetches));
+	c->quarantined = atomic_load(&p->quarantined);
 	changes = p->changes;
 	pthread_mutex_unlock(&p->mu);
 	return changes;

@@ -82,7 +82,7 @@ void		bcd_provisioner_node_take(bcd_provisioner *p, bcd_node_snapshot *out);
 
 /*
  * Its numbers into c (queued, in_flight, max_provisioning, provisionings,
- * jwt_fetches; the rest untouched); returns how often they or the node
+ * jwt_fetches, quarantined; the rest untouched); returns how often they or the node
  * credential changed so far.
  */
 unsigned long bcd_provisioner_numbers(bcd_provisioner *p, bcd_counters *c);

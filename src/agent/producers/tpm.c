@@ -212,9 +212,11 @@ produce(const bcd_producer_input *in, bcd_evidence *out, char *err, size_t errle
 	if (rc != BC_OK)
 		return rc;
 	doc = json_object();
+	bcd_tpm_key_lock();			/* one user of the TPM at a time (quote) */
 	rc = doc == NULL ? BC_ENOMEM : certify_members(&st, in->key_path, 1, &tpm, doc,
 												   err, errlen);
 	bcd_tpm_close(tpm);
+	bcd_tpm_key_unlock();
 	if (rc == BC_OK && (rc = encode_evidence(doc, out)) != BC_OK)
 		snprintf(err, errlen, "out of memory");
 	json_decref(doc);
@@ -291,6 +293,7 @@ answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out,
 	unsigned char nonce[BC_SHA256_LEN];
 	bcd_tpm_bytes *attest = NULL;
 	bcd_tpm_bytes *sig = NULL;
+	int			locked = 0;
 	int			rc = BC_EINVAL;
 
 	memset(out, 0, sizeof(*out));
@@ -323,6 +326,8 @@ answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out,
 	sig = malloc(sizeof(*sig));
 	if (doc == NULL || attest == NULL || sig == NULL)
 		goto out;
+	bcd_tpm_key_lock();			/* one user of the TPM at a time (quote) */
+	locked = 1;
 	rc = certify_members(&st, in->key_path, 1, &tpm, doc, err, errlen);
 	if (rc == BC_OK)
 		rc = bcd_tpm_activate(tpm, blob, blob_len, enc, enc_len, secret, &secret_len,
@@ -354,6 +359,8 @@ answer(const bcd_producer_input *in, const char *challenge, bcd_evidence *out,
 	}
 out:
 	bcd_tpm_close(tpm);
+	if (locked)
+		bcd_tpm_key_unlock();
 	OPENSSL_cleanse(secret, sizeof(secret));
 	OPENSSL_cleanse(buf, sizeof(buf));
 	json_decref(doc);
@@ -389,6 +396,7 @@ tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
 	int			rc;
 
 	*out = NULL;
+	bcd_tpm_key_lock();			/* one user of the TPM at a time (quote) */
 	rc = (doc == NULL || attest == NULL || sig == NULL) ? BC_ENOMEM
 		: certify_members(cfg, key_path, 0, &tpm, doc, err, errlen);
 	if (rc == BC_OK && bcd_tpm_parse_pcrs(cfg->pcrs, &sel) != 0)
@@ -415,6 +423,7 @@ tpm_renewal_member(const bcd_tpm_config *cfg, const char *key_path,
 	free(attest);
 	free(sig);
 	bcd_tpm_close(tpm);
+	bcd_tpm_key_unlock();
 	if (rc == BC_OK)
 		*out = doc;
 	else
