@@ -30,24 +30,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agentlib  # noqa: E402
 import sessionlib  # noqa: E402
-from agentlib import TOP  # noqa: E402
-
-RM = os.path.join(TOP, "test/lib/tpm-rm.sh")
-EV_NO_ACTION = 3
-EV_SEPARATOR = 4
-
-
-def spec_id_log():
-    """A crypto-agile log holding the SpecID event alone (sha256 only)."""
-    spec = (b"Spec ID Event03\0" + struct.pack("<IBBBB", 0, 0, 2, 0, 2) +
-            struct.pack("<I", 1) + struct.pack("<HH", 0x000B, 32) + b"\0")
-    return struct.pack("<II", 0, EV_NO_ACTION) + b"\0" * 20 + struct.pack("<I", len(spec)) + spec
-
-
-def event2(pcr, etype, digest, data):
-    """One TCG_PCR_EVENT2 with a sha256 digest."""
-    return (struct.pack("<III", pcr, etype, 1) + struct.pack("<H", 0x000B) + digest +
-            struct.pack("<I", len(data)) + data)
+from attestlib import (EV_SEPARATOR, attestation, event2, readmit_node, reclaim_token,  # noqa: E402
+                       spec_id_log, start_tpm, stop_tpm, use_tpm, wait_for)
 
 
 def ima_entry(path, content):
@@ -84,9 +68,7 @@ def ima_offset(env, node):
 
 def body(tap, env):
     tap.ok(env.has_function("bc_join.attest(jsonb)"), "the installed bc_join has bc_join.attest(jsonb)")
-    tpm = os.path.join(env.dir, "tpm")
-    s = subprocess.run(["bash", RM, "start", tpm, str(os.getpid())], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=60)
+    tpm, s = start_tpm(env)
     if not tap.ok(s.returncode == 0, "a swtpm with EK certificates behind tpm2-abrmd", s.stderr):
         return
     try:
@@ -94,53 +76,13 @@ def body(tap, env):
     finally:
         env.stop_processes()
         env.procs = []
-        subprocess.run(["bash", RM, "stop", tpm])
-
-
-def attestation(env, node):
-    """(state, last_quote_at epoch or 0, last_result) of node."""
-    got = env.psql("SELECT state || ' ' || coalesce(extract(epoch FROM last_quote_at)::bigint, 0) "
-                   "|| ' ' || coalesce(last_result, '-') FROM bc_join.node_attestation "
-                   "WHERE node_id = '%s'" % node)
-    if not got:
-        return ("none", 0, "-")
-    st, at, res = got.split(" ")
-    return (st, int(at), res)
-
-
-def readmit_node(env, node):
-    """bc_join.readmit_node(node): None, or the error."""
-    try:
-        env.psql("SELECT bc_join.readmit_node('%s')" % node)
-        return None
-    except RuntimeError as e:
-        return str(e)
-
-
-def wait_for(cond, timeout):
-    """Poll cond() until true or timeout; its last value."""
-    deadline = time.time() + timeout
-    v = cond()
-    while not v and time.time() < deadline:
-        time.sleep(0.2)
-        v = cond()
-    return v
+        stop_tpm(tpm)
 
 
 def run_body(tap, env, tpm):
-    with open(os.path.join(tpm, "dbus-address")) as f:
-        os.environ["DBUS_SESSION_BUS_ADDRESS"] = f.read().strip()
-    os.environ["TSS2_LOG"] = "all+NONE"
-    with open(os.path.join(tpm, "tcti")) as f:
-        tcti = f.read().strip()
-    env.psql("SELECT bc_join.add_tpm_ek_root(pg_read_file('%s/root.pem')), "
-             "bc_join.add_tpm_ek_root(pg_read_file('%s/issuer.pem'))" % (tpm, tpm))
+    tcti = use_tpm(env, tpm)
     # a token with reclaim: a readmitted node joins again as the same node (as after a wipe)
-    tok = os.path.join(env.dir, "token-attest")
-    with open(tok, "w") as f:
-        f.write(env.psql("SELECT bc_join.create_join_token('%s', '%s', uses => 5, "
-                         "allow_reclaim => true)" % (env.tenant, env.pool)) + "\n")
-    os.chmod(tok, 0o600)
+    tok = reclaim_token(env, 5)
     state = os.path.join(env.dir, "state")
     evlog = os.path.join(env.dir, "binary_bios_measurements")
     with open(evlog, "wb") as f:

@@ -479,6 +479,8 @@ take_verdict(bcd_attest *at, bcd_rc rc, json_t *payload, const char *err)
 			bcd_provisioner_quarantine(at->prov, 0);
 			bcd_log("attest: attested again: the node is no longer quarantined (readmitted "
 					"by an operator)");
+			/* the next quarantine is another: its readmission is taken at once */
+			at->rejoin_asked = 0;
 		}
 		else if (was != BCD_ATTEST_HEALTHY)
 			bcd_log("attest: attested (next in %ld s)", at->interval);
