@@ -15,7 +15,7 @@
 # The slowest first, so that prove -j (BCJ_PROVE_JOBS, Makefile) does not
 # end on one long script alone.
 AGENT_SLOW = test/agent/rotation.t test/agent/x509pop.t test/agent/discovery.t \
-	test/agent/workload_attest.t test/agent/attest.t test/agent/kill.t test/agent/sessions.t test/agent/attest.t
+	test/agent/workload_attest.t test/agent/attest.t test/agent/kill.t test/agent/sessions.t
 AGENT_TESTS = $(AGENT_SLOW) $(filter-out $(AGENT_SLOW),$(sort $(wildcard test/agent/*.t)))
 
 .PHONY: agent-test
