@@ -17,7 +17,9 @@ refuses a session credential with the quarantine's message (no request
 reaches the service), and bcd keeps attesting; after bc_join.readmit_node (the log extended to
 match) bcd joins again by its TPM (the same node, a new certificate: the
 quarantine revoked the old one), is attested and serves session credentials
-again; with --no-attest no round is sent.
+again; a second drift soon after is quarantined and, readmitted, joins again at
+once (not held back by the first readmission's join); with --no-attest no
+round is sent.
 """
 import hashlib
 import os
@@ -187,6 +189,27 @@ def run_body(tap, env, tpm):
            h.stdout + h.stderr + p.text())
     st = sessionlib.status(env, rt, sock)
     tap.ok(st is not None and st.get("quarantined") is False, "bcd status: no longer quarantined", st)
+
+    # A second drift minutes later is readmitted as fast as the first: the join asked for
+    # after a readmission is not held back by the first one's (bcd asks at most every 5 min
+    # while nothing changes).
+    env.psql("UPDATE bc_join.attestation_settings SET mode = 'enforce' WHERE pool_id = '%s'" % env.pool)
+    digest2 = b"\x43" * 32
+    x = subprocess.run(["tpm2_pcrextend", "-T", tcti, "4:sha256=" + digest2.hex()],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    tap.ok(x.returncode == 0 and wait_for(lambda: p.text().count("attest: QUARANTINED") >= 2, 20),
+           "a second drift: quarantined again", (x.stderr, attestation(env, node), p.text()[-2000:]))
+    with open(evlog, "ab") as f:
+        f.write(event2(4, EV_SEPARATOR, digest2, b"\0\0\0\0"))
+    env.psql("UPDATE bc_join.attestation_settings SET mode = 'observe' WHERE pool_id = '%s'" % env.pool)
+    tr = attestation(env, node)[1]
+    passed = wait_for(lambda: attestation(env, node)[1] > tr and
+                      attestation(env, node)[2] == "passed", 20)
+    readmit = readmit_node(env, node) if passed else "no passing quote"
+    tap.ok(passed and readmit is None and
+           wait_for(lambda: p.text().count("attest: attested again") >= 2, 30),
+           "readmitted a second time, bcd joins again at once and is attested",
+           (attestation(env, node), readmit, p.text()[-2000:]))
     rc, _ = p.stop(signal.SIGTERM, 20)
     tap.eq(rc, 0, "the daemon stops on SIGTERM", p.text())
 
