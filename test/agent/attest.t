@@ -22,12 +22,15 @@ once (not held back by the first readmission's join); with --no-attest no
 round is sent.
 """
 import hashlib
+import json
 import os
 import signal
 import struct
 import subprocess
 import sys
 import time
+
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agentlib  # noqa: E402
@@ -210,6 +213,17 @@ def run_body(tap, env, tpm):
            wait_for(lambda: p.text().count("attest: attested again") >= 2, 30),
            "readmitted a second time, bcd joins again at once and is attested",
            (attestation(env, node), readmit, p.text()[-2000:]))
+    # An independent parser agrees on the log bcd sent: tpm2_eventlog (tpm2-tools) replays
+    # it to the PCRs bc_join.replay_event_log gives (PCR 4 only, none of the places where
+    # tpm2_eventlog 5.4 departs from the spec: see test/tap/eventlog.t).
+    te = subprocess.run(["tpm2_eventlog", evlog], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True, timeout=30)
+    pcrs = ((yaml.safe_load(te.stdout) or {}).get("pcrs") or {}).get("sha256", {}) if te.returncode == 0 else {}
+    theirs = {str(i): "%064x" % v if isinstance(v, int) else v[2:].lower() for i, v in pcrs.items()}
+    ours = json.loads(env.psql("SELECT bc_join.replay_event_log(pg_read_binary_file('%s'))->'pcrs'->'sha256'"
+                               % evlog))
+    tap.ok(te.returncode == 0 and theirs == ours and "4" in ours,
+           "tpm2_eventlog replays the log to bc_join.replay_event_log's PCRs", (te.stderr, theirs, ours))
     rc, _ = p.stop(signal.SIGTERM, 20)
     tap.eq(rc, 0, "the daemon stops on SIGTERM", p.text())
 

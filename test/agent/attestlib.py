@@ -3,11 +3,14 @@ bench/attest-drift: a swtpm with EK certificates behind tpm2-abrmd
 (test/lib/tpm-rm.sh), a TPM-bound node joined by it, a UEFI event log in the
 TCG crypto-agile format, the node's attestation state read in psql."""
 import os
-import struct
 import subprocess
+import sys
 import time
 
 from agentlib import TOP
+
+sys.path.insert(0, os.path.join(TOP, "test/tools"))
+import tcglog  # noqa: E402
 
 RM = os.path.join(TOP, "test/lib/tpm-rm.sh")
 EV_NO_ACTION = 3
@@ -15,16 +18,13 @@ EV_SEPARATOR = 4
 
 
 def spec_id_log():
-    """A crypto-agile log holding the SpecID event alone (sha256 only)."""
-    spec = (b"Spec ID Event03\0" + struct.pack("<IBBBB", 0, 0, 2, 0, 2) +
-            struct.pack("<I", 1) + struct.pack("<HH", 0x000B, 32) + b"\0")
-    return struct.pack("<II", 0, EV_NO_ACTION) + b"\0" * 20 + struct.pack("<I", len(spec)) + spec
+    """A crypto-agile log holding the SpecID event alone (sha256 only), by test/tools/tcglog.py."""
+    return tcglog.spec_id(["sha256"])
 
 
 def event2(pcr, etype, digest, data):
-    """One TCG_PCR_EVENT2 with a sha256 digest."""
-    return (struct.pack("<III", pcr, etype, 1) + struct.pack("<H", 0x000B) + digest +
-            struct.pack("<I", len(data)) + data)
+    """One TCG_PCR_EVENT2 with a sha256 digest (given: not necessarily data's), by tcglog.py."""
+    return tcglog.event2(["sha256"], pcr, etype, data, {"sha256": digest})
 
 
 def start_tpm(env):
