@@ -37,7 +37,8 @@ PGFILEDESC  = "bc_join - JoinService inside PostgreSQL"
 # make installcheck BCJ_REGRESS_RUNNING=1: against the running server that the
 # PG* environment names instead (what test/run-all does, with its REGRESS_OPTS).
 # The suites are test/regress/sql/regress_*.sql with their outputs in
-# test/regress/expected/ (pg_regress --inputdir=test/regress).
+# expected/ at the top (the layout of ARCHITECTURE.md), which
+# test/regress/expected links to (pg_regress --inputdir=test/regress).
 REGRESS      = $(sort $(basename $(notdir $(wildcard test/regress/sql/regress_*.sql))))
 BCJ_REGRESS_DIR = $(CURDIR)/build/installcheck
 ifeq ($(BCJ_REGRESS_RUNNING),)
