@@ -1857,6 +1857,15 @@ CREATE FUNCTION bc_join.crl_pem() RETURNS text
 COMMENT ON FUNCTION bc_join.crl_pem() IS
 	'Returns bc_join.crl() as PEM, for psql and openssl.';
 
+-- The node CA's OCSP responder (RFC 6960): a DER OCSPRequest in, a DER
+-- OCSPResponse out, signed by ocsp.key's delegated responder certificate;
+-- writes nothing (bc-gateway serves it at /v1/ocsp).
+CREATE FUNCTION bc_join.ocsp_response(request bytea) RETURNS bytea
+	AS 'MODULE_PATHNAME', 'bc_ocsp_response' LANGUAGE C VOLATILE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.ocsp_response(bytea) IS
+	'Returns the DER OCSP response (RFC 6960) to a DER OCSP request: per CertID good, revoked (time and reason as in the CRL) or unknown, nextUpdate bc_join.ocsp_validity seconds on, the nonce echoed, signed by ocsp.key; malformedRequest (unsigned) for a malformed request.';
+
 /* ------------------------------------------------------- x509pop roots */
 
 -- External PKIs whose leaves x509pop admits: each root is its own trust
@@ -3461,7 +3470,7 @@ GRANT USAGE ON SCHEMA bc_join TO bc_join_gateway;
 GRANT EXECUTE ON FUNCTION bc_join.renew(jsonb), bc_join.issue_session(jsonb), bc_join.crl(),
 	bc_join.audit_anchor(), bc_join.fetch_commands(jsonb), bc_join.complete_command(jsonb),
 	bc_join.site_epoch(jsonb), bc_join.signed_service_keys(),
-	bc_join.issue_jwt_svid(jsonb), bc_join.spiffe_bundle()
+	bc_join.issue_jwt_svid(jsonb), bc_join.spiffe_bundle(), bc_join.ocsp_response(bytea)
 	TO bc_join_gateway;
 
 -- Operators: administration, public keys, and reading what happened.
@@ -3491,6 +3500,7 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.revoke_node(text, text),
 	bc_join.crl(),
 	bc_join.crl_pem(),
+	bc_join.ocsp_response(bytea),
 	bc_join.approve_join_request(text),
 	bc_join.reject_join_request(text, text),
 	bc_join.retire_node(text),

@@ -365,6 +365,7 @@ typedef struct bc_cert_params
 	int64_t		not_before;		/* unix seconds */
 	int64_t		not_after;		/* unix seconds */
 	const char *crl_url;		/* a CRL distribution point URI, or NULL */
+	const char *ocsp_url;		/* an OCSP responder URI (authorityInfoAccess), or NULL */
 } bc_cert_params;
 
 #ifdef BC_TEST_BUILD			/* test builds only: the unit tests' reference issuer */
@@ -372,7 +373,8 @@ typedef struct bc_cert_params
  * Issue an X.509 v3 end-entity certificate: 128 random serial bits, ECDSA
  * with SHA-256, basicConstraints CA:FALSE (critical), keyUsage
  * digitalSignature (critical), extendedKeyUsage clientAuth and serverAuth,
- * subject and authority key identifiers, the URI SANs.  The serial is handed
+ * subject and authority key identifiers, the URI SANs, then the CRL
+ * distribution point and the authorityInfoAccess OCSP URI when given.  The serial is handed
  * back big-endian in serial_out.  With subject_cn NULL the subject is empty,
  * so at least one URI is required (BC_EINVAL otherwise) and the SAN extension
  * is marked critical (RFC 5280 4.1.2.6 and 4.2.1.6).

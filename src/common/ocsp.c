@@ -3,18 +3,26 @@
  * here reads DER by hand: d2i_OCSP_REQUEST parses the request, OpenSSL's
  * OCSP accessors hand out the CertIDs and extensions, d2i_ASN1_OCTET_STRING
  * unwraps the nonce (its extnValue is the DER of an OCTET STRING, so the
- * nonce is wrapped twice: RFC 6960 4.4.1, RFC 9654).
+ * nonce is wrapped twice: RFC 6960 4.4.1, RFC 9654).  The answer is
+ * built with OpenSSL's responder API (OCSP_basic_add1_status,
+ * OCSP_basic_sign_ctx), the responder certificate with its X509 API.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/asn1.h>
 #include <openssl/bn.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/objects.h>
 #include <openssl/ocsp.h>
+#include <openssl/rand.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
+#include "bc_common.h"
 #include "ocsp.h"
 
 /* Write a reason into err (when there is room) and return -1. */
@@ -253,5 +261,223 @@ done:
 	ERR_clear_error();
 	if (rc != 0)
 		memset(out, 0, sizeof(*out));	/* nothing half-filled goes back */
+	return rc;
+}
+
+/* Whether the CertID names ca as its issuer (ocsp.h). */
+int
+bc_ocsp_issuer_matches(const bc_ocsp_certid *id, X509 *ca)
+{
+	const EVP_MD *md = id->hash_nid == NID_sha1 ? EVP_sha1() :
+		id->hash_nid == NID_sha256 ? EVP_sha256() : NULL;
+	unsigned char h[EVP_MAX_MD_SIZE];
+	unsigned int hlen = 0;
+	int			match;
+
+	if (md == NULL || ca == NULL)
+		return 0;
+	match = X509_NAME_digest(X509_get_subject_name(ca), md, h, &hlen) == 1 &&
+		hlen == id->name_hash_len && CRYPTO_memcmp(h, id->name_hash, hlen) == 0 &&
+		X509_pubkey_digest(ca, md, h, &hlen) == 1 &&
+		hlen == id->key_hash_len && CRYPTO_memcmp(h, id->key_hash, hlen) == 0;
+	ERR_clear_error();
+	return match;
+}
+
+/* A SHA-256 signing context for key, in its provider (as pki.c signs). */
+static EVP_MD_CTX *
+sign_ctx_for(EVP_PKEY *key)
+{
+	EVP_MD_CTX *ctx = bc_ossl_cache_sign_ctx(key);
+	char		props[64];
+
+	if (ctx != NULL)
+		return ctx;
+	ctx = EVP_MD_CTX_new();
+	if (ctx == NULL ||
+		EVP_DigestSignInit_ex(ctx, NULL, "SHA256", bc_pkey_libctx(key),
+							  bc_pkey_sign_props(key, props, sizeof(props)), key, NULL) != 1)
+	{
+		EVP_MD_CTX_free(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+/* A copy of OpenSSL's DER into malloc()ed memory. */
+static int
+take_der(unsigned char *ossl_der, int len, unsigned char **der_out, size_t *der_len)
+{
+	if (len <= 0 || ossl_der == NULL)
+		return BC_ECRYPTO;
+	*der_out = malloc((size_t) len);
+	if (*der_out == NULL)
+		return BC_ENOMEM;
+	memcpy(*der_out, ossl_der, (size_t) len);
+	*der_len = (size_t) len;
+	return BC_OK;
+}
+
+/* The delegated responder certificate (ocsp.h). */
+int
+bc_ocsp_responder_cert(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *key,
+					   int64_t not_before, int64_t not_after, X509 **out)
+{
+	static const struct
+	{
+		int			nid;
+		const char *value;
+	}			exts[] = {
+		{NID_basic_constraints, "critical,CA:FALSE"},
+		{NID_key_usage, "critical,digitalSignature"},
+		{NID_ext_key_usage, "OCSPSigning"},
+		{NID_id_pkix_OCSP_noCheck, "ignored"},	/* a NULL value: the string is not read */
+		{NID_subject_key_identifier, "hash"},
+		{NID_authority_key_identifier, "keyid:always"},
+	};
+	X509	   *cert = X509_new();
+	ASN1_INTEGER *serial = NULL;
+	BIGNUM	   *bn = NULL;
+	unsigned char rnd[16];
+	X509V3_CTX	v3;
+	EVP_MD_CTX *ctx = NULL;
+	size_t		i;
+	int			rc = BC_ECRYPTO;
+
+	*out = NULL;
+	if (cert == NULL || ca == NULL || ca_key == NULL || key == NULL)
+		goto out;
+	/* 128 bits, positive, never zero: the top byte is 01xxxxxx */
+	if (RAND_bytes(rnd, sizeof(rnd)) != 1)
+		goto out;
+	rnd[0] = (unsigned char) ((rnd[0] & 0x3f) | 0x40);
+	if ((bn = BN_bin2bn(rnd, sizeof(rnd), NULL)) == NULL ||
+		(serial = BN_to_ASN1_INTEGER(bn, NULL)) == NULL ||
+		X509_set_version(cert, X509_VERSION_3) != 1 ||
+		X509_set_serialNumber(cert, serial) != 1 ||
+		X509_NAME_add_entry_by_NID(X509_get_subject_name(cert), NID_commonName, MBSTRING_UTF8,
+								   (const unsigned char *) "bc_join OCSP responder", -1, -1, 0) != 1 ||
+		X509_set_issuer_name(cert, X509_get_subject_name(ca)) != 1 ||
+		ASN1_TIME_set(X509_getm_notBefore(cert), (time_t) not_before) == NULL ||
+		ASN1_TIME_set(X509_getm_notAfter(cert), (time_t) not_after) == NULL ||
+		X509_set_pubkey(cert, key) != 1)
+		goto out;
+	X509V3_set_ctx(&v3, ca, cert, NULL, NULL, 0);
+	for (i = 0; i < sizeof(exts) / sizeof(exts[0]); i++)
+	{
+		X509_EXTENSION *ext = X509V3_EXT_nconf_nid(NULL, &v3, exts[i].nid, exts[i].value);
+		int			ok = ext != NULL && X509_add_ext(cert, ext, -1) == 1;
+
+		X509_EXTENSION_free(ext);
+		if (!ok)
+			goto out;
+	}
+	/* From here the CA key's own operation: its provider or engine. */
+	rc = BC_EKEY;
+	if ((ctx = sign_ctx_for(ca_key)) == NULL || X509_sign_ctx(cert, ctx) <= 0)
+		goto out;
+	*out = cert;
+	cert = NULL;
+	rc = BC_OK;
+out:
+	if (rc != BC_OK && rc != BC_EKEY)
+		ERR_clear_error();
+	EVP_MD_CTX_free(ctx);
+	ASN1_INTEGER_free(serial);
+	BN_free(bn);
+	X509_free(cert);
+	return rc;
+}
+
+/* The signed answer (ocsp.h). */
+int
+bc_ocsp_response_der(const bc_ocsp_request *req, const bc_ocsp_single *singles,
+					 int64_t this_update, int64_t next_update,
+					 X509 *responder, EVP_PKEY *key,
+					 unsigned char **der_out, size_t *der_len)
+{
+	OCSP_BASICRESP *bs = OCSP_BASICRESP_new();
+	OCSP_RESPONSE *resp = NULL;
+	ASN1_GENERALIZEDTIME *tu = ASN1_GENERALIZEDTIME_set(NULL, (time_t) this_update);
+	ASN1_GENERALIZEDTIME *nu = ASN1_GENERALIZEDTIME_set(NULL, (time_t) next_update);
+	EVP_MD_CTX *ctx = NULL;
+	unsigned char *der = NULL;
+	int			i;
+	int			len;
+	int			rc = BC_ECRYPTO;
+
+	*der_out = NULL;
+	*der_len = 0;
+	if (bs == NULL || tu == NULL || nu == NULL || req->n < 1 || req->n > BC_OCSP_MAX_CERTIDS)
+		goto out;
+	for (i = 0; i < req->n; i++)
+	{
+		const unsigned char *p = req->ids[i].der;
+		OCSP_CERTID *cid = d2i_OCSP_CERTID(NULL, &p, (long) req->ids[i].der_len);
+		const bc_ocsp_single *st = &singles[i];
+		ASN1_GENERALIZEDTIME *rt = NULL;
+		int			ok;
+
+		if (st->status == V_OCSP_CERTSTATUS_REVOKED)
+			rt = ASN1_GENERALIZEDTIME_set(NULL, (time_t) st->revoked_at);
+		ok = cid != NULL && (st->status != V_OCSP_CERTSTATUS_REVOKED || rt != NULL) &&
+			(st->status == V_OCSP_CERTSTATUS_GOOD || st->status == V_OCSP_CERTSTATUS_REVOKED ||
+			 st->status == V_OCSP_CERTSTATUS_UNKNOWN) &&
+			OCSP_basic_add1_status(bs, cid, st->status,
+								   st->status == V_OCSP_CERTSTATUS_REVOKED && st->reason >= 0 ?
+								   st->reason : OCSP_REVOKED_STATUS_NOSTATUS,
+								   rt, tu, nu) != NULL;
+		OCSP_CERTID_free(cid);
+		ASN1_GENERALIZEDTIME_free(rt);
+		if (!ok)
+			goto out;
+	}
+	if (req->has_nonce &&
+		OCSP_basic_add1_nonce(bs, (unsigned char *) req->nonce, (int) req->nonce_len) != 1)
+		goto out;
+	/* From here the responder key's own operation: its provider or engine. */
+	rc = BC_EKEY;
+	if ((ctx = sign_ctx_for(key)) == NULL ||
+		OCSP_basic_sign_ctx(bs, responder, ctx, NULL, OCSP_RESPID_KEY) != 1)
+		goto out;
+	rc = BC_ECRYPTO;
+	if ((resp = OCSP_response_create(OCSP_RESPONSE_STATUS_SUCCESSFUL, bs)) == NULL)
+		goto out;
+	len = i2d_OCSP_RESPONSE(resp, &der);
+	rc = take_der(der, len, der_out, der_len);
+out:
+	if (rc != BC_OK && rc != BC_EKEY)
+		ERR_clear_error();
+	OPENSSL_free(der);
+	OCSP_RESPONSE_free(resp);
+	EVP_MD_CTX_free(ctx);
+	ASN1_GENERALIZEDTIME_free(tu);
+	ASN1_GENERALIZEDTIME_free(nu);
+	OCSP_BASICRESP_free(bs);
+	return rc;
+}
+
+/* An unsigned error answer (ocsp.h). */
+int
+bc_ocsp_error_der(int status, unsigned char **der_out, size_t *der_len)
+{
+	OCSP_RESPONSE *resp = NULL;
+	unsigned char *der = NULL;
+	int			len;
+	int			rc = BC_EINVAL;
+
+	*der_out = NULL;
+	*der_len = 0;
+	if (status <= OCSP_RESPONSE_STATUS_SUCCESSFUL || status == 4 || status > OCSP_RESPONSE_STATUS_UNAUTHORIZED)
+		return rc;
+	rc = BC_ECRYPTO;
+	if ((resp = OCSP_response_create(status, NULL)) != NULL)
+	{
+		len = i2d_OCSP_RESPONSE(resp, &der);
+		rc = take_der(der, len, der_out, der_len);
+	}
+	ERR_clear_error();
+	OPENSSL_free(der);
+	OCSP_RESPONSE_free(resp);
 	return rc;
 }

@@ -221,6 +221,37 @@ out:
 }
 
 
+/* The authorityInfoAccess extension with one OCSP responder URI (RFC 5280 4.2.2.1). */
+static X509_EXTENSION *
+aia_ocsp_ext(const char *url)
+{
+	AUTHORITY_INFO_ACCESS *aia = NULL;
+	ACCESS_DESCRIPTION *ad = NULL;
+	ASN1_IA5STRING *ia5 = NULL;
+	X509_EXTENSION *ext = NULL;
+
+	aia = sk_ACCESS_DESCRIPTION_new_null();
+	ad = ACCESS_DESCRIPTION_new();
+	ia5 = ASN1_IA5STRING_new();
+	if (aia == NULL || ad == NULL || ia5 == NULL ||
+		ASN1_STRING_set(ia5, url, (int) strlen(url)) != 1)
+		goto out;
+	ASN1_OBJECT_free(ad->method);
+	ad->method = OBJ_nid2obj(NID_ad_OCSP);
+	GENERAL_NAME_set0_value(ad->location, GEN_URI, ia5);
+	ia5 = NULL;
+	if (sk_ACCESS_DESCRIPTION_push(aia, ad) <= 0)
+		goto out;
+	ad = NULL;
+	ext = X509V3_EXT_i2d(NID_info_access, 0, aia);
+out:
+	ASN1_IA5STRING_free(ia5);
+	ACCESS_DESCRIPTION_free(ad);
+	sk_ACCESS_DESCRIPTION_pop_free(aia, ACCESS_DESCRIPTION_free);
+	return ext;
+}
+
+
 /* 1 when uri is a non-empty run of printable ASCII without spaces, bounded. */
 static int	uri_is_acceptable(const char *uri);
 
@@ -438,6 +469,22 @@ add_crl_dp(X509 *cert, const char *url)
 	return rc;
 }
 
+/* Add the authorityInfoAccess with the OCSP responder URI to cert. */
+static int
+add_aia_ocsp(X509 *cert, const char *url)
+{
+	X509_EXTENSION *ext;
+	int			rc = BC_ECRYPTO;
+
+	if (!uri_is_acceptable(url))
+		return BC_EINVAL;
+	ext = aia_ocsp_ext(url);
+	if (ext != NULL && X509_add_ext(cert, ext, -1) == 1)
+		rc = BC_OK;
+	X509_EXTENSION_free(ext);
+	return rc;
+}
+
 /* Add the subjectAltName of the URIs to cert. */
 static int
 add_uri_sans(X509 *cert, const char *const *uris, size_t n_uris, int critical)
@@ -528,6 +575,12 @@ bc_cert_issue(const bc_cert_params *p, unsigned char serial_out[16], X509 **out)
 		if (rc != BC_OK)
 			goto out;
 	}
+	if (p->ocsp_url != NULL)
+	{
+		rc = add_aia_ocsp(cert, p->ocsp_url);
+		if (rc != BC_OK)
+			goto out;
+	}
 	rc = BC_ECRYPTO;
 	sign_ctx = bc_ossl_cache_sign_ctx(p->ca_key);
 	if (sign_ctx != NULL ? X509_sign_ctx(cert, sign_ctx) <= 0
@@ -607,7 +660,7 @@ bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
 	size_t		spki_len;
 	const unsigned char *key_bits;
 	size_t		key_bits_len;
-	X509_EXTENSION *own[4] = {NULL, NULL, NULL, NULL};	/* SKID, AKID, SAN, CRL DP */
+	X509_EXTENSION *own[5] = {NULL, NULL, NULL, NULL, NULL};	/* SKID, AKID, SAN, CRL DP, AIA */
 	unsigned char *tbs_der = NULL;
 	int			tbs_len;
 	unsigned char sig[128];		/* a DER ECDSA P-256 signature is at most 72 */
@@ -678,10 +731,19 @@ bc_cert_issue_der(const bc_cert_params *p, unsigned char serial_out[16],
 		if ((own[3] = crl_dp_ext(p->crl_url)) == NULL)
 			goto out;
 	}
+	if (p->ocsp_url != NULL)
+	{
+		rc = BC_EINVAL;
+		if (!uri_is_acceptable(p->ocsp_url))
+			goto out;
+		rc = BC_ECRYPTO;
+		if ((own[4] = aia_ocsp_ext(p->ocsp_url)) == NULL)
+			goto out;
+	}
 	for (i = 0; i < 3; i++)
 		if (sk_X509_EXTENSION_push(tbs.extensions, const_exts[i]) <= 0)
 			goto out;
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < 5; i++)
 		if (own[i] != NULL && sk_X509_EXTENSION_push(tbs.extensions, own[i]) <= 0)
 			goto out;
 
@@ -725,7 +787,7 @@ out:
 	EVP_MD_CTX_free(sign_ctx);
 	ASN1_BIT_STRING_free(cert.signature);
 	sk_X509_EXTENSION_free(tbs.extensions);	/* the constant ones stay */
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < 5; i++)
 		X509_EXTENSION_free(own[i]);
 	X509_NAME_free(tbs.subject);
 	X509_VAL_free(tbs.validity);

@@ -59,6 +59,33 @@ bc_trust_domain_check(char **newval, void **extra, GucSource source)
 }
 
 /*
+ * A URL written into certificates: empty, or at most 2048 printable ASCII
+ * characters without spaces (what src/common/pki.c accepts).
+ */
+static bool
+bc_url_check(char **newval, void **extra, GucSource source)
+{
+	const char *p;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	if (strlen(*newval) > 2048)
+	{
+		GUC_check_errdetail("A URL is at most 2048 characters.");
+		return false;
+	}
+	for (p = *newval; *p; p++)
+	{
+		if ((unsigned char) *p <= 0x20 || (unsigned char) *p >= 0x7f)
+		{
+			GUC_check_errdetail("A URL holds only printable ASCII characters, no spaces.");
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
  * Define the settings; every one is superuser-only.  Only from
  * shared_preload_libraries: two settings are PGC_POSTMASTER and the
  * statistics live in shared memory, so a library loaded later (CREATE
@@ -240,6 +267,27 @@ _PG_init(void)
 							&bc_crl_validity,
 							3600,
 							60, 7 * 86400,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("bc_join.ocsp_url",
+							   "The OCSP responder URL written into issued certificates.",
+							   "The authorityInfoAccess OCSP URI of node and session certificates, "
+							   "e.g. https://gateway.example.org/v1/ocsp; empty writes none.",
+							   &bc_ocsp_url,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   bc_url_check, NULL, NULL);
+
+	DefineCustomIntVariable("bc_join.ocsp_validity",
+							"Seconds from an OCSP response's thisUpdate to its nextUpdate.",
+							"How long a relying party (and the gateway's cache) may use an answer; "
+							"a revocation also ends the gateway's cached answers at once.",
+							&bc_ocsp_validity,
+							300,
+							10, 86400,
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);

@@ -38,6 +38,8 @@ extern int	bc_new_sessions_per_minute;
 extern int	bc_join_request_ttl;
 extern char *bc_crl_url;
 extern int	bc_crl_validity;
+extern char *bc_ocsp_url;
+extern int	bc_ocsp_validity;
 
 /* The trust domain, or INVALID_CONFIG when it is not set. */
 extern const char *bc_require_trust_domain(void);
@@ -151,6 +153,11 @@ typedef struct BcKeys
 	/* jwt-svid.key (optional): signs JWT-SVIDs; NULL when absent */
 	EVP_PKEY   *jwt_svid;		/* private */
 	char		jwt_svid_kid[44];
+	/*
+	 * ocsp.key (optional): signs OCSP responses, with a responder
+	 * certificate node-ca.key issues in memory (ocsp.c); NULL when absent.
+	 */
+	EVP_PKEY   *ocsp;			/* private */
 } BcKeys;
 
 /*
@@ -170,6 +177,11 @@ extern void bc_require_config(void);
 extern void bc_key_failed(const char *what, EVP_PKEY *key, int status) pg_attribute_noreturn();
 /* True for the statuses a requester's input causes (a refusal, not a fault of ours). */
 extern bool bc_status_is_input(int status);
+
+/* ------------------------------------------------------------------ ocsp.c */
+
+/* Forget the minted OCSP responder certificate (the keys it was made from go). */
+extern void bc_ocsp_forget_responder(void);
 
 /* ---------------------------------------------------------------- hwkeys.c */
 

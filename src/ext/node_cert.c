@@ -54,6 +54,7 @@ bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
 	p.subject_cn = cn;
 	p.uris = uris;
 	p.crl_url = (bc_crl_url != NULL && bc_crl_url[0] != '\0') ? bc_crl_url : NULL;
+	p.ocsp_url = (bc_ocsp_url != NULL && bc_ocsp_url[0] != '\0') ? bc_ocsp_url : NULL;
 	p.n_uris = extra_uri ? 2 : 1;
 	p.not_before = bc_timestamp_to_unix(out->not_before);
 	p.not_after = bc_timestamp_to_unix(out->not_after);

@@ -61,6 +61,9 @@ bc_keys_reset(void)
 	EVP_PKEY_free(keys.challenge_pkey);
 	bc_ossl_cache_forget(keys.jwt_svid);
 	EVP_PKEY_free(keys.jwt_svid);
+	bc_ocsp_forget_responder();
+	bc_ossl_cache_forget(keys.ocsp);
+	EVP_PKEY_free(keys.ocsp);
 	EVP_PKEY_free(keys.node_ca_key);
 	for (i = 0; i < keys.n_node_ca_chain; i++)
 		X509_free(keys.node_ca_chain[i]);
@@ -445,6 +448,14 @@ load_all(LoadError *e)
 		return false;
 	if (keys.jwt_svid != NULL && bc_jwk_thumbprint(keys.jwt_svid, keys.jwt_svid_kid) != BC_OK)
 		LOAD_FAIL(e, "could not compute a key id", "jwt-svid.key is not a P-256 key.");
+
+	/*
+	 * ocsp.key (optional, any kind hwkeys.c loads): signs OCSP responses
+	 * (ocsp.c).  A directory without it serves everything else;
+	 * ocsp_response() then raises INVALID_CONFIG.
+	 */
+	if (!load_private("ocsp.key", true, &keys.ocsp, e))
+		return false;
 	return encode_bundle(e);
 }
 

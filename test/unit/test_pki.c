@@ -387,6 +387,44 @@ test_cert_crl_dp(void **state)
 	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_EINVAL);
 }
 
+/* With an OCSP URL, the certificate's authorityInfoAccess names it, and only it. */
+static void
+test_cert_aia_ocsp(void **state)
+{
+	pki_fixture *f = *state;
+	const char *uris[] = {"spiffe://example.org/tenant/t1/node/n1"};
+	bc_cert_params p = {
+		.ca_cert = f->ca,.ca_key = f->ca_key,.subject_key = f->node_key,
+		.subject_cn = "n1",.uris = uris,.n_uris = 1,
+		.not_before = f->now - 60,.not_after = f->now + 3600,
+		.ocsp_url = "https://gw.example.org/v1/ocsp"
+	};
+	unsigned char serial[16];
+	X509	   *cert = NULL;
+	AUTHORITY_INFO_ACCESS *aia;
+	ACCESS_DESCRIPTION *ad;
+	int			crit = -1;
+
+	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_OK);
+	aia = X509_get_ext_d2i(cert, NID_info_access, &crit, NULL);
+	assert_non_null(aia);
+	assert_int_equal(crit, 0);
+	assert_int_equal(sk_ACCESS_DESCRIPTION_num(aia), 1);
+	ad = sk_ACCESS_DESCRIPTION_value(aia, 0);
+	assert_int_equal(OBJ_obj2nid(ad->method), NID_ad_OCSP);
+	assert_int_equal(ad->location->type, GEN_URI);
+	assert_string_equal((const char *) ASN1_STRING_get0_data(ad->location->d.uniformResourceIdentifier),
+						"https://gw.example.org/v1/ocsp");
+	AUTHORITY_INFO_ACCESS_free(aia);
+	X509_free(cert);
+	p.ocsp_url = "http://bad url/";
+	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_EINVAL);
+	p.ocsp_url = NULL;
+	assert_int_equal(bc_cert_issue(&p, serial, &cert), BC_OK);
+	assert_null(X509_get_ext_d2i(cert, NID_info_access, NULL, NULL));
+	X509_free(cert);
+}
+
 /* The issued certificate has exactly the documented shape. */
 static void
 test_cert_issue_shape(void **state)
@@ -643,6 +681,7 @@ test_cert_issue_der_matches(void **state)
 	const char *uris[] = {"spiffe://example.org/tenant/t1/node/n1", "urn:bc:site:s1"};
 	const char *const cns[] = {"n1", NULL};
 	const char *const crls[] = {NULL, "http://ca.example/node.crl"};
+	const char *const ocsps[] = {NULL, "http://gw.example/v1/ocsp"};
 	unsigned char *csr_der = NULL;
 	size_t		csr_len = 0;
 	bc_csr	   *csr = NULL;
@@ -650,13 +689,13 @@ test_cert_issue_der_matches(void **state)
 
 	assert_int_equal(bc_csr_create(f->node_key, NULL, &csr_der, &csr_len), BC_OK);
 	assert_int_equal(bc_csr_parse(csr_der, csr_len, &csr), BC_OK);
-	for (k = 0; k < 4; k++)
+	for (k = 0; k < 8; k++)
 	{
 		bc_cert_params p = {
 			.ca_cert = f->ca,.ca_key = f->ca_key,.subject_csr = csr,
-			.subject_cn = cns[k % 2],.uris = uris,.n_uris = k < 2 ? 1 : 2,
+			.subject_cn = cns[k % 2],.uris = uris,.n_uris = k % 4 < 2 ? 1 : 2,
 			.not_before = f->now - 60,.not_after = f->now + 86400 * 400,
-			.crl_url = crls[k / 2 % 2]
+			.crl_url = crls[k / 2 % 2],.ocsp_url = ocsps[k / 4 % 2]
 		};
 		unsigned char s1[16];
 		unsigned char s2[16];
@@ -734,6 +773,9 @@ test_cert_issue_der_matches(void **state)
 		p.crl_url = "http://bad url/";
 		assert_int_equal(bc_cert_issue_der(&p, s, &der, &len), BC_EINVAL);
 		p.crl_url = NULL;
+		p.ocsp_url = "http://bad url/";
+		assert_int_equal(bc_cert_issue_der(&p, s, &der, &len), BC_EINVAL);
+		p.ocsp_url = NULL;
 		p.not_after = p.not_before;
 		assert_int_equal(bc_cert_issue_der(&p, s, &der, &len), BC_EINVAL);
 		assert_null(der);
@@ -893,6 +935,7 @@ main(void)
 		cmocka_unit_test(test_cert_issue_shape),
 		cmocka_unit_test(test_crl),
 		cmocka_unit_test(test_cert_crl_dp),
+		cmocka_unit_test(test_cert_aia_ocsp),
 		cmocka_unit_test(test_cert_serials_differ),
 		cmocka_unit_test(test_cert_verify_chain),
 		cmocka_unit_test(test_cert_pem_bundle),
