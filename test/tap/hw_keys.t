@@ -60,7 +60,7 @@ RM = "test/lib/tpm-rm.sh"
 KEYGEN = "tools/bc-join-keygen"
 P11MOD = "/usr/lib/softhsm/libsofthsm2.so"
 PIN = "4711"
-KEYS = ("signing.key", "encryption.key", "challenge.key", "node-ca.key", "jwt-svid.key")
+KEYS = ("signing.key", "encryption.key", "challenge.key", "node-ca.key", "jwt-svid.key", "ocsp.key")
 
 
 def b64u_decode(s):
@@ -293,6 +293,24 @@ def body(tap, env):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         tap.ok(v.returncode == 0 and "verify OK" in v.stdout, "%s: the CRL verifies under node-ca.crt" % kind,
                v.stdout)
+
+        # An OCSP answer signed by ocsp.key, its responder certificate by node-ca.key.
+        inter = os.path.join(env.dir, kind + "-inter.pem")
+        subprocess.run(["openssl", "x509", "-in", os.path.join(kd, "node-ca.crt"), "-out", inter], check=True)
+        oreq = os.path.join(env.dir, kind + ".ocsp-req")
+        subprocess.run(["openssl", "ocsp", "-issuer", inter, "-serial", "0x1", "-reqout", oreq],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(oreq, "rb") as f:
+            qder = f.read()
+        oresp = os.path.join(env.dir, kind + ".ocsp-resp")
+        with open(oresp, "wb") as f:
+            f.write(bytes(one("SELECT bc_join.ocsp_response(%s)", psycopg2.Binary(qder))))
+        v = subprocess.run(["openssl", "ocsp", "-reqin", oreq, "-respin", oresp, "-CAfile",
+                            os.path.join(kd, "node-ca.crt"), "-resp_text"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        tap.ok(v.returncode == 0 and "Response verify OK" in v.stdout and "Cert Status: unknown" in v.stdout,
+               "%s: an OCSP answer signed by ocsp.key through a responder certificate node-ca.key issued verifies"
+               % kind, v.stdout[-800:])
 
         # Rotation in the same hardware.
         before = p11_objects() if kind == "pkcs11" else None
