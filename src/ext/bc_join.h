@@ -158,6 +158,8 @@ typedef struct BcKeys
 	 * certificate node-ca.key issues in memory (ocsp.c); NULL when absent.
 	 */
 	EVP_PKEY   *ocsp;			/* private */
+	/* A new number at every load: what was made from the keys is made again. */
+	uint64		generation;
 } BcKeys;
 
 /*
@@ -177,11 +179,6 @@ extern void bc_require_config(void);
 extern void bc_key_failed(const char *what, EVP_PKEY *key, int status) pg_attribute_noreturn();
 /* True for the statuses a requester's input causes (a refusal, not a fault of ours). */
 extern bool bc_status_is_input(int status);
-
-/* ------------------------------------------------------------------ ocsp.c */
-
-/* Forget the minted OCSP responder certificate (the keys it was made from go). */
-extern void bc_ocsp_forget_responder(void);
 
 /* ---------------------------------------------------------------- hwkeys.c */
 

@@ -33,9 +33,10 @@
 #define RESPONDER_LIFETIME 86400
 #define RESPONDER_BACKDATE 300
 
-/* The responder certificate this backend minted, and its notBefore. */
+/* The responder certificate this backend minted, its notBefore, and the keys' load. */
 static X509 *responder = NULL;
 static int64 responder_not_before = 0;
+static uint64 responder_generation = 0;
 
 /* A node or session certificate by serial: its DER, revocation time and reason. */
 static BcPlan lookup = {
@@ -54,19 +55,11 @@ enum
 	Anum_lookup_reason
 };
 
-/* Forget the minted responder certificate (service_keys.c, when the keys go). */
-void
-bc_ocsp_forget_responder(void)
-{
-	X509_free(responder);
-	responder = NULL;
-	responder_not_before = 0;
-}
-
 /*
  * The responder certificate for ocsp.key, issued by the current issuing
- * intermediate: minted when there is none, or at half its life (or when
- * the service clock is before it: bc_join.clock_offset moved back).
+ * intermediate: minted when there is none, when the keys were loaded again
+ * (the key directory changed), at half its life, or when the service clock
+ * is before it (bc_join.clock_offset moved back).
  */
 static X509 *
 current_responder(const BcKeys *k, int64 now)
@@ -74,16 +67,18 @@ current_responder(const BcKeys *k, int64 now)
 	X509	   *cert = NULL;
 	int			st;
 
-	if (responder != NULL && now >= responder_not_before &&
-		now < responder_not_before + RESPONDER_LIFETIME / 2)
+	if (responder != NULL && responder_generation == k->generation &&
+		now >= responder_not_before && now < responder_not_before + RESPONDER_LIFETIME / 2)
 		return responder;
-	bc_ocsp_forget_responder();
+	X509_free(responder);
+	responder = NULL;
 	st = bc_ocsp_responder_cert(k->node_ca, k->node_ca_key, k->ocsp, now - RESPONDER_BACKDATE,
 								now - RESPONDER_BACKDATE + RESPONDER_LIFETIME, &cert);
 	if (st != BC_OK)
 		bc_key_failed("issue the OCSP responder certificate with node-ca.key", k->node_ca_key, st);
 	responder = cert;
 	responder_not_before = now - RESPONDER_BACKDATE;
+	responder_generation = k->generation;
 	return responder;
 }
 

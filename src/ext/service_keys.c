@@ -29,6 +29,8 @@
 
 static BcKeys keys;
 static bool keys_loaded = false;
+/* Loads so far in this backend: BcKeys.generation. */
+static uint64 keys_generation = 0;
 /* A key failed in its own operation: load everything anew at the next use. */
 static bool keys_failed = false;
 
@@ -61,7 +63,6 @@ bc_keys_reset(void)
 	EVP_PKEY_free(keys.challenge_pkey);
 	bc_ossl_cache_forget(keys.jwt_svid);
 	EVP_PKEY_free(keys.jwt_svid);
-	bc_ocsp_forget_responder();
 	bc_ossl_cache_forget(keys.ocsp);
 	EVP_PKEY_free(keys.ocsp);
 	EVP_PKEY_free(keys.node_ca_key);
@@ -553,6 +554,7 @@ bc_keys(void)
 			memset(&keys_dir_stat, 0, sizeof(keys_dir_stat));
 	}
 	keys_checked_lxid = MyProc != NULL ? BC_MY_LXID : InvalidLocalTransactionId;
+	keys.generation = ++keys_generation;
 	keys_loaded = true;
 	return &keys;
 }
