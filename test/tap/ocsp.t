@@ -14,7 +14,8 @@ and for a request whose issuer hash was tampered with; malformedRequest
 (unsigned) for garbage, a request whose DER was tampered with and one of
 17 CertIDs; nextUpdate bc_join.ocsp_validity on; the responder certificate
 (EKU OCSPSigning only, ocsp-nocheck, 24 h, issued by the intermediate);
-the gateway role's call in a read-only transaction; after
+the gateway role's call in a read-only transaction; bc_join.ocsp_url
+refuses a URL with a space and, empty, writes no authorityInfoAccess; after
 --rotate-intermediate a certificate of the old intermediate is still
 answered (by the new responder, new ocsp.key) and one of the new verifies;
 without ocsp.key INVALID_CONFIG naming bc-join-keygen --add-ocsp-key, which
@@ -301,8 +302,16 @@ def body(tap, env):
            rc9.issuer == new_inter.subject and p9.responder_key_hash != p1.responder_key_hash,
            "after --rotate-intermediate: the old intermediate's certificate is good, signed by a new "
            "responder (new ocsp.key) the new intermediate issued", sig9)
+    try:
+        one("SELECT set_config('bc_join.ocsp_url', 'http://bad url/', false)")
+        bad = "accepted"
+    except psycopg2.Error as e:
+        bad = e.pgcode
+    tap.eq(bad, "22023", "bc_join.ocsp_url with a space is refused")
+    one("SELECT set_config('bc_join.ocsp_url', '', false)")
     node3 = json.loads(one("SELECT bc_join(%s::jsonb)::text", json.dumps(w.join_doc())))
     node3_der = bytes(one("SELECT certificate FROM bc_join.node_certs ORDER BY issued_at DESC LIMIT 1"))
+    tap.eq(aia(node3_der), None, "with bc_join.ocsp_url empty a certificate has no authorityInfoAccess")
     issuer2 = pem(os.path.join(d, "issuer2.pem"), new_inter.public_bytes(serialization.Encoding.DER))
     cafile2 = os.path.join(d, "ca2.pem")
     with open(cafile2, "wb") as f:
