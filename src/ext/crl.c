@@ -15,10 +15,10 @@
 #include "utils/builtins.h"
 
 static BcPlan revoked = {
-	"SELECT serial, extract(epoch FROM revoked_at)::bigint, revocation_reason "
+	"SELECT serial, floor(extract(epoch FROM revoked_at))::bigint, revocation_reason "
 	"FROM bc_join.node_certs WHERE revoked_at IS NOT NULL AND not_after > bc_join.compute_now() "
 	"UNION ALL "
-	"SELECT serial, extract(epoch FROM revoked_at)::bigint, revocation_reason "
+	"SELECT serial, floor(extract(epoch FROM revoked_at))::bigint, revocation_reason "
 	"FROM bc_join.session_certs WHERE revoked_at IS NOT NULL AND not_after > bc_join.compute_now()",
 	0, {InvalidOid}
 };
