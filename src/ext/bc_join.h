@@ -328,6 +328,19 @@ extern Jsonb *bc_refusal_response(void);
 
 extern int	bc_refusal_events_per_minute;
 
+/* ------------------------------------------------------------ compromise.c */
+
+/* The stored certificate was issued by a CA marked compromised (SPI connected). */
+extern bool bc_issuer_compromised(bytea *der);
+/* The certificate certifies the key whose SPKI SHA-256 is given. */
+extern bool bc_cert_key_is(bytea *der, const unsigned char spki_sha256[BC_SHA256_LEN]);
+/* The certificate already had its one renewal after its CA's compromise. */
+extern bool bc_compromise_renewed(const char *serial);
+/* Record that renewal (serial, the certificate that replaced it). */
+extern void bc_compromise_record_renewal(const char *serial, const char *successor);
+/* INVALID_CONFIG when node_ca is marked compromised; takes the issuing lock first. */
+extern void bc_require_issuer_not_compromised(X509 *node_ca);
+
 /* ---------------------------------------------------------------- events.c */
 
 /* Insert into bc_join.events (SPI connected). */

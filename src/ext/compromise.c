@@ -1,0 +1,299 @@
+/*
+ * compromise.c: a compromised node CA (issue 45, point 4).
+ *
+ * bc_join.mark_ca_compromised(pem) (sql/bc_join.sql) records an earlier
+ * intermediate in bc_join.compromised_cas and revokes, with cACompromise,
+ * every live node and session certificate it issued.  This file holds what
+ * needs OpenSSL:
+ *
+ * - compromised_ca_facts(pem): the certificate's DER, subject, key id and
+ *   key hash; refuses a certificate that is no CA, and the current issuing
+ *   CA or another certificate of its chain (rotate first);
+ * - issued_by(certificate, ca): OpenSSL's X509_check_issued, the issuer name
+ *   against the CA's subject and the authority key id against the CA's
+ *   subject key id;
+ * - for renew.c: whether a stored certificate's issuer is a compromised CA
+ *   (the one renewal it then gets) and the record of that renewal;
+ * - for node_cert.c: the issuing CA is never one marked compromised (a key
+ *   directory not rotated, e.g. on another node of an HA formation).
+ */
+#include "bc_join.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+/* The certificate's SHA-256 over the DER of its SubjectPublicKeyInfo. */
+static void
+cert_spki_sha256(X509 *cert, unsigned char out[BC_SHA256_LEN])
+{
+	if (bc_pkey_spki_sha256(X509_get0_pubkey(cert), out) != BC_OK)
+		elog(ERROR, "could not hash a certificate's public key");
+}
+
+/* True when a and b certify the same key, or have the same subject and key id. */
+static bool
+same_ca(X509 *a, X509 *b)
+{
+	const ASN1_OCTET_STRING *ka = X509_get0_subject_key_id(a);
+	const ASN1_OCTET_STRING *kb = X509_get0_subject_key_id(b);
+
+	if (EVP_PKEY_eq(X509_get0_pubkey(a), X509_get0_pubkey(b)) == 1)
+		return true;
+	ERR_clear_error();
+	return ka != NULL && kb != NULL && ASN1_OCTET_STRING_cmp(ka, kb) == 0 &&
+		X509_NAME_cmp(X509_get_subject_name(a), X509_get_subject_name(b)) == 0;
+}
+
+PG_FUNCTION_INFO_V1(bc_compromised_ca_facts);
+
+/*
+ * compromised_ca_facts(ca_certificate text): (certificate, subject,
+ * subject_name, key_id, spki_sha256) of one PEM CA certificate; 22023 when
+ * it is none, 55000 when it is the current issuing CA or of its chain.
+ */
+Datum
+bc_compromised_ca_facts(PG_FUNCTION_ARGS)
+{
+	char	   *pem = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const BcKeys *keys;
+	BIO		   *bio;
+	X509	   *ca;
+	TupleDesc	tupdesc;
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
+	unsigned char *der = NULL;
+	int			len;
+	unsigned char spki[BC_SHA256_LEN];
+	const ASN1_OCTET_STRING *kid;
+	char	   *subject;
+	int			i;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "compromised_ca_facts must return a record");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	if (strlen(pem) > 65536)
+		bc_invalid_input("ca_certificate is over 65536 bytes");
+	bio = BIO_new_mem_buf(pem, -1);
+	if (bio == NULL)
+		elog(ERROR, "out of memory");
+	ca = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+	BIO_free(bio);
+	ERR_clear_error();
+	if (ca == NULL)
+		bc_invalid_input("ca_certificate is not a PEM certificate");
+	ca = bc_own_x509(CurrentMemoryContext, &ca);
+	if (X509_check_ca(ca) == 0)
+		bc_invalid_input("ca_certificate is not a CA certificate");
+	kid = X509_get0_subject_key_id(ca);
+	if (kid == NULL)
+		bc_invalid_input("ca_certificate has no subject key identifier");
+
+	bc_require_config();
+	keys = bc_keys();
+	if (same_ca(ca, keys->node_ca))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this is the current issuing CA"),
+				 errdetail("Every certificate is issued by it: marking it compromised would leave nothing to issue from."),
+				 errhint("Rotate first: bc-join-keygen --rotate-intermediate, then mark the previous intermediate.")));
+	for (i = 1; i < keys->n_node_ca_chain; i++)
+		if (same_ca(ca, keys->node_ca_chain[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("this is a CA of the current chain (node-ca.crt)"),
+					 errdetail("The current issuing CA chains to it, and agents pin the root."),
+					 errhint("A compromised root needs a new trust anchor: a new key directory and a new service_keys() file for every agent.")));
+
+	len = i2d_X509(ca, &der);
+	if (len <= 0)
+		elog(ERROR, "could not encode a certificate");
+	values[0] = PointerGetDatum(bc_bytea(der, len));
+	OPENSSL_free(der);
+	subject = X509_NAME_oneline(X509_get_subject_name(ca), NULL, 0);
+	if (subject == NULL)
+		elog(ERROR, "out of memory");
+	values[1] = CStringGetTextDatum(subject);
+	OPENSSL_free(subject);
+	der = NULL;
+	len = i2d_X509_NAME(X509_get_subject_name(ca), &der);
+	if (len <= 0)
+		elog(ERROR, "could not encode a name");
+	values[2] = PointerGetDatum(bc_bytea(der, len));
+	OPENSSL_free(der);
+	values[3] = PointerGetDatum(bc_bytea(ASN1_STRING_get0_data(kid), ASN1_STRING_length(kid)));
+	cert_spki_sha256(ca, spki);
+	values[4] = PointerGetDatum(bc_bytea(spki, BC_SHA256_LEN));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* The CA certificate issued_by() parsed last, kept for the next call of the scan. */
+typedef struct IssuerCache
+{
+	bytea	   *der;
+	X509	   *ca;
+} IssuerCache;
+
+PG_FUNCTION_INFO_V1(bc_issued_by);
+
+/*
+ * issued_by(certificate bytea, ca bytea): whether ca issued certificate, by
+ * X509_check_issued (issuer name and authority key id); false when either
+ * does not parse.
+ */
+Datum
+bc_issued_by(PG_FUNCTION_ARGS)
+{
+	bytea	   *leaf_der = PG_GETARG_BYTEA_PP(0);
+	bytea	   *ca_der = PG_GETARG_BYTEA_PP(1);
+	IssuerCache *cache = (IssuerCache *) fcinfo->flinfo->fn_extra;
+	X509	   *leaf = NULL;
+	bool		issued;
+
+	CHECK_FOR_INTERRUPTS();
+	if (cache == NULL || VARSIZE_ANY_EXHDR(cache->der) != VARSIZE_ANY_EXHDR(ca_der) ||
+		memcmp(VARDATA_ANY(cache->der), VARDATA_ANY(ca_der), VARSIZE_ANY_EXHDR(ca_der)) != 0)
+	{
+		MemoryContext cxt = fcinfo->flinfo->fn_mcxt;
+		X509	   *ca = NULL;
+
+		if (bc_cert_parse((unsigned char *) VARDATA_ANY(ca_der), VARSIZE_ANY_EXHDR(ca_der),
+						  &ca) != BC_OK)
+			PG_RETURN_BOOL(false);
+		if (cache == NULL)
+			cache = MemoryContextAllocZero(cxt, sizeof(IssuerCache));
+		cache->ca = bc_own_x509(cxt, &ca);
+		cache->der = MemoryContextAlloc(cxt, VARHDRSZ + VARSIZE_ANY_EXHDR(ca_der));
+		SET_VARSIZE(cache->der, VARHDRSZ + VARSIZE_ANY_EXHDR(ca_der));
+		memcpy(VARDATA(cache->der), VARDATA_ANY(ca_der), VARSIZE_ANY_EXHDR(ca_der));
+		fcinfo->flinfo->fn_extra = cache;
+	}
+	if (bc_cert_parse((unsigned char *) VARDATA_ANY(leaf_der), VARSIZE_ANY_EXHDR(leaf_der),
+					  &leaf) != BC_OK)
+		PG_RETURN_BOOL(false);
+	leaf = bc_own_x509(CurrentMemoryContext, &leaf);
+	issued = X509_check_issued(cache->ca, leaf) == X509_V_OK;
+	ERR_clear_error();
+	PG_RETURN_BOOL(issued);
+}
+
+static BcPlan compromised_cas = {
+	"SELECT certificate FROM bc_join.compromised_cas", 0, {InvalidOid}
+};
+
+/*
+ * True when the certificate (DER, as stored) was issued by a CA marked
+ * compromised (SPI connected).
+ */
+bool
+bc_issuer_compromised(bytea *der)
+{
+	X509	   *leaf = NULL;
+	uint64		n;
+	uint64		i;
+
+	if (bc_cert_parse((unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der), &leaf) != BC_OK)
+		return false;
+	leaf = bc_own_x509(CurrentMemoryContext, &leaf);
+	n = bc_spi_exec(&compromised_cas, NULL, NULL, false, 0);
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+		bytea	   *ca_der = DatumGetByteaPP(bc_spi_row_datum(i, 1, &isnull));
+		X509	   *ca = NULL;
+		bool		issued;
+
+		if (bc_cert_parse((unsigned char *) VARDATA_ANY(ca_der), VARSIZE_ANY_EXHDR(ca_der),
+						  &ca) != BC_OK)
+			continue;
+		issued = X509_check_issued(ca, leaf) == X509_V_OK;
+		X509_free(ca);
+		ERR_clear_error();
+		if (issued)
+			return true;
+	}
+	return false;
+}
+
+/* True when the certificate's key is the one a CSR asks for (its SPKI SHA-256). */
+bool
+bc_cert_key_is(bytea *der, const unsigned char spki_sha256[BC_SHA256_LEN])
+{
+	X509	   *cert = NULL;
+	unsigned char mine[BC_SHA256_LEN];
+
+	if (bc_cert_parse((unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der), &cert) != BC_OK)
+		elog(ERROR, "a stored certificate does not parse");
+	cert = bc_own_x509(CurrentMemoryContext, &cert);
+	cert_spki_sha256(cert, mine);
+	return memcmp(mine, spki_sha256, BC_SHA256_LEN) == 0;
+}
+
+static BcPlan renewed_once = {
+	"SELECT successor FROM bc_join.compromise_renewals WHERE serial = $1", 1, {TEXTOID}
+};
+
+/* True when the certificate already had its one renewal after a CA compromise. */
+bool
+bc_compromise_renewed(const char *serial)
+{
+	Datum		v = CStringGetTextDatum(serial);
+
+	return bc_spi_exec(&renewed_once, &v, NULL, false, 1) == 1;
+}
+
+static BcPlan record_renewal = {
+	"INSERT INTO bc_join.compromise_renewals (serial, successor) VALUES ($1, $2)", 2, {TEXTOID, TEXTOID}
+};
+
+/* Record the one renewal of a certificate revoked for its CA's compromise. */
+void
+bc_compromise_record_renewal(const char *serial, const char *successor)
+{
+	Datum		v[2];
+
+	v[0] = CStringGetTextDatum(serial);
+	v[1] = CStringGetTextDatum(successor);
+	bc_spi_exec(&record_renewal, v, NULL, false, 0);
+}
+
+/*
+ * Issuing takes the lock mark_ca_compromised() waits on (it holds both
+ * tables EXCLUSIVE): a certificate issued from a CA it marks is either
+ * committed before its sweep, which then revokes it, or waits for the mark,
+ * then sees it below.
+ */
+static BcPlan issuing_lock = {
+	"LOCK TABLE bc_join.node_certs, bc_join.session_certs IN ROW EXCLUSIVE MODE", 0, {InvalidOid}
+};
+static BcPlan issuer_marked = {
+	"SELECT subject FROM bc_join.compromised_cas WHERE spki_sha256 = $1 LIMIT 1", 1, {BYTEAOID}
+};
+
+/*
+ * INVALID_CONFIG when the issuing CA (node-ca.key's) is marked compromised:
+ * a key directory not rotated never issues again (SPI connected).
+ */
+void
+bc_require_issuer_not_compromised(X509 *node_ca)
+{
+	unsigned char spki[BC_SHA256_LEN];
+	Datum		v;
+
+	bc_spi_exec(&issuing_lock, NULL, NULL, false, 0);
+	cert_spki_sha256(node_ca, spki);
+	v = PointerGetDatum(bc_bytea(spki, BC_SHA256_LEN));
+	if (bc_spi_exec(&issuer_marked, &v, NULL, false, 1) == 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("the issuing CA of bc_join.key_dir is marked compromised"),
+				 errdetail("node-ca.key certifies %s, which bc_join.mark_ca_compromised() recorded: nothing is issued from it.",
+						   bc_spi_text_req(1)),
+				 errhint("Rotate the intermediate in this key directory: bc-join-keygen --rotate-intermediate.")));
+}

@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""ca_compromise.t: a compromised intermediate is recoverable (issue 45, point 4;
+docs/operator.md, "A compromised CA key").
+
+Shows, with the real gateway and bcd on a cluster of its own: a node joined
+(join token) under intermediate A, with a session certificate; after
+bc-join-keygen --rotate-intermediate (B) and bc_join.mark_ca_compromised(A):
+both certificates are revoked cACompromise, listed in revoked_certificates
+and in the CRL, A is recorded (compromised_cas), audited and evented; marking
+B (the current one) is refused; the node's renewal with the same key is
+refused (renew:same-key); bcd renew --once (proven by the old key, a new
+key) gets a certificate issued by B; a second renewal from the old
+certificate is refused (renew:superseded); a certificate revoked
+cACompromise by an operator under B stays refused (renew:revoked); whoever
+holds A's key gets nothing: a certificate they mint with the serial of the
+real one and a key of their own (its proof: renew:proof, session:proof), or
+with a fresh serial (renew:unknown-certificate); a key directory put back to
+A issues nothing (INVALID_CONFIG).
+"""
+import base64
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
+# bcd without the sanitizers unless told (test/agent runs the ASan build).
+os.environ.setdefault("BCJ_BCD", os.path.join(TOP, "build/bcd"))
+sys.path.insert(0, os.path.join(HERE, "..", "agent"))
+import agentlib  # noqa: E402
+
+import psycopg2  # noqa: E402
+from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+
+def b64u(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def jws_es256(key, payload):
+    head = b64u(json.dumps({"alg": "ES256"}).encode())
+    body = b64u(json.dumps(payload, separators=(",", ":")).encode())
+    r, s = decode_dss_signature(key.sign((head + "." + body).encode(), ec.ECDSA(hashes.SHA256())))
+    return head + "." + body + "." + b64u(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
+
+
+def csr_der(key):
+    return x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).sign(
+        key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+
+
+def request(proof_key, serial, new_key, purpose="renew"):
+    """A RenewRequest (or session request) proven by proof_key for serial, asking for new_key."""
+    der = csr_der(new_key)
+    p = {"purpose": purpose, "serial": serial, "csrSha256": b64u(hashlib.sha256(der).digest()),
+         "iat": int(time.time())}
+    if purpose == "session":
+        p.update({"session": "s1", "context": "c1"})
+    return json.dumps({"csr": b64u(der), "proof": jws_es256(proof_key, p)})
+
+
+def load_key(path):
+    with open(path, "rb") as f:
+        return serialization.load_pem_private_key(f.read(), None)
+
+
+def load_cert(path):
+    with open(path, "rb") as f:
+        return x509.load_pem_x509_certificate(f.read())
+
+
+def body(tap, env):
+    conn = psycopg2.connect(host=env.pgenv["PGHOST"], port=env.pgenv["PGPORT"],
+                            user=env.pgenv["PGUSER"], dbname=env.db)
+    conn.autocommit = True
+    cur = conn.cursor()
+
+    def one(sql, *args):
+        cur.execute(sql, args)
+        return cur.fetchone()[0]
+
+    def refusal():
+        return one("SELECT payload->>'refusal' FROM bc_join.events WHERE type = 'security.join.refused' "
+                   "ORDER BY id DESC LIMIT 1")
+
+    def call(fn, doc):
+        r = one("SELECT %s(%%s::jsonb)" % fn, doc)
+        return r.get("status"), (refusal() if r.get("status") == "refused" else None)
+
+    def sql_error(sql, *args):
+        try:
+            cur.execute(sql, args)
+            return None
+        except psycopg2.Error as e:
+            return e.pgcode, e.diag.message_primary or "", e.diag.message_hint or ""
+
+    # -- a node under intermediate A, and a session certificate ------------------------------
+    state = os.path.join(env.dir, "state")
+    r = env.bcd("run", *env.run_args(state, token_file=env.token_file("a"), extra=["--once"]))
+    tap.ok(r.returncode == 0 and r.stdout.startswith("spiffe://"), "the node joined (join token)",
+           r.stdout + r.stderr)
+    node_key = load_key(os.path.join(state, "node.key"))
+    old = load_cert(os.path.join(state, "node-chain.pem"))
+    serial = "%032x" % old.serial_number
+    a_pem = open(os.path.join(env.keys, "node-ca.crt")).read().split("-----END CERTIFICATE-----")[0] \
+        + "-----END CERTIFICATE-----\n"
+    a_cert = x509.load_pem_x509_certificate(a_pem.encode())
+    # What an attacker holding A's key has (the rotation below removes it from the directory).
+    a_key_path = os.path.join(env.dir, "stolen-a.key")
+    shutil.copy2(os.path.join(env.keys, "node-ca.key"), a_key_path)
+    a_key = load_key(a_key_path)
+    status, _ = call("bc_join.issue_session", request(node_key, serial, ec.generate_private_key(ec.SECP256R1()),
+                                                      "session"))
+    session_serial = one("SELECT serial FROM bc_join.session_certs WHERE node_serial = %s", serial)
+    tap.ok(status == "issued" and session_serial, "a session certificate under A", status)
+
+    # -- rotate to B; B cannot be marked; A can -------------------------------------------------
+    subprocess.run([os.path.join(TOP, "tools/bc-join-keygen"), "--rotate-intermediate", env.keys,
+                    "--root-dir", env.keys + ".root"],
+                   check=True, stdout=subprocess.DEVNULL)
+    b_pem = one("SELECT bc_join.node_ca_certificate()")
+    b_cert = x509.load_pem_x509_certificate(b_pem.encode())
+    tap.ok(b_cert.subject != a_cert.subject, "the intermediate rotated: B has a name of its own")
+    got = sql_error("SELECT bc_join.mark_ca_compromised(%s)", b_pem)
+    tap.ok(got is not None and got[0] == "55000" and "current issuing CA" in got[1]
+           and "--rotate-intermediate" in got[2], "marking B, the current issuing CA, is refused", got)
+    root_pem = open(os.path.join(env.keys + ".root", "root.crt")).read()
+    got = sql_error("SELECT bc_join.mark_ca_compromised(%s)", root_pem)
+    tap.ok(got is not None and got[0] == "55000", "so is marking the root of the current chain", got)
+    got = sql_error("SELECT bc_join.mark_ca_compromised(%s)", "not a certificate")
+    tap.ok(got is not None and got[0] == "22023", "and something that is no certificate (22023)", got)
+    tap.eq(one("SELECT has_function_privilege('bc_join_tenant_operator', "
+               "'bc_join.mark_ca_compromised(text)', 'EXECUTE')"), False,
+           "a tenant operator cannot mark a CA (the operator's alone)")
+
+    cur.execute("LISTEN bc_join_crl")
+    n = one("SELECT bc_join.mark_ca_compromised(%s)", a_pem)
+    tap.eq(n, 2, "marking A revokes its node and its session certificate: 2")
+    conn.poll()
+    tap.ok(any(x.channel == "bc_join_crl" for x in conn.notifies), "NOTIFY bc_join_crl")
+    cur.execute("SELECT serial, kind, reason FROM bc_join.revoked_certificates ORDER BY kind")
+    tap.eq(cur.fetchall(), [(serial, "node", "cACompromise"), (session_serial, "session", "cACompromise")],
+           "both are listed in revoked_certificates, cACompromise")
+    crl = subprocess.run(["openssl", "crl", "-inform", "DER", "-noout", "-text"],
+                         input=bytes(one("SELECT bc_join.crl()")), capture_output=True).stdout.decode()
+    flat = crl.upper().replace(":", "")
+    tap.ok(serial.upper() in flat and session_serial.upper() in flat and crl.count("CA Compromise") == 2,
+           "the CRL lists both, reason CA Compromise", crl)
+    cur.execute("SELECT subject, node_certificates, session_certificates FROM bc_join.compromised_cas")
+    rows = cur.fetchall()
+    tap.ok(len(rows) == 1 and "CN" in rows[0][0] and rows[0][1:] == (1, 1),
+           "A is recorded in compromised_cas with what it revoked", rows)
+    tap.eq(one("SELECT detail->>'nodeCertificates' || '/' || (detail->>'sessionCertificates') FROM bc_join.audit_log "
+               "WHERE action = 'ca.compromised'"), "1/1", "an audit row ca.compromised")
+    tap.eq(one("SELECT count(*) FROM bc_join.events WHERE type = 'ca.compromised' AND tenant_id IN (%s, 'root')",
+               env.tenant), 2, "an event in the node's tenant and one in root")
+    tap.eq(one("SELECT bc_join.mark_ca_compromised(%s)", a_pem), 0, "marking A again revokes nothing more")
+
+    # -- whoever holds A's key gets nothing ----------------------------------------------------
+    def forge(serial_int, key):
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return (x509.CertificateBuilder().subject_name(old.subject).issuer_name(a_cert.subject)
+                .public_key(key.public_key()).serial_number(serial_int)
+                .not_valid_before(now - datetime.timedelta(minutes=1))
+                .not_valid_after(now + datetime.timedelta(hours=1))
+                .add_extension(old.extensions.get_extension_for_class(x509.SubjectAlternativeName).value, False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(a_key.public_key()), False)
+                .sign(a_key, hashes.SHA256()))
+    mine = ec.generate_private_key(ec.SECP256R1())
+    forged = forge(old.serial_number, mine)
+    forged_pem = forged.public_bytes(serialization.Encoding.PEM)
+    with open(os.path.join(env.dir, "forged.pem"), "wb") as f:
+        f.write(forged_pem)
+    v = subprocess.run(["openssl", "verify", "-partial_chain", "-CAfile", "/dev/stdin",
+                        os.path.join(env.dir, "forged.pem")], input=a_pem.encode(), capture_output=True)
+    tap.ok(v.returncode == 0, "a certificate minted with A's key, the real serial, another key verifies under A",
+           v.stdout + v.stderr)
+    tap.eq(call("bc_join.renew", request(mine, serial, ec.generate_private_key(ec.SECP256R1()))),
+           ("refused", "renew:proof"), "its renewal gets nothing (renew:proof)")
+    tap.eq(call("bc_join.issue_session", request(mine, serial, ec.generate_private_key(ec.SECP256R1()), "session")),
+           ("refused", "session:proof"), "nor a session (session:proof)")
+    fresh = forge(int.from_bytes(os.urandom(16), "big") >> 1, mine)
+    tap.eq(call("bc_join.renew", request(mine, "%032x" % fresh.serial_number, ec.generate_private_key(ec.SECP256R1()))),
+           ("refused", "renew:unknown-certificate"), "one with a fresh serial: renew:unknown-certificate")
+
+    # -- the one renewal: a new key, from B ----------------------------------------------------
+    tap.eq(call("bc_join.renew", request(node_key, serial, node_key)), ("refused", "renew:same-key"),
+           "the renewal of the revoked certificate with the same key is refused (renew:same-key)")
+    r = env.bcd("renew", "--once", *env.run_args(state))
+    new = load_cert(os.path.join(state, "node-chain.pem"))
+    tap.ok(r.returncode == 0 and new.serial_number != old.serial_number, "bcd renew --once renews it",
+           r.stdout + r.stderr)
+    tap.eq(new.issuer, b_cert.subject, "the new certificate is issued by B")
+    tap.ok(new.public_key().public_numbers() != old.public_key().public_numbers(), "for a new key")
+    tap.eq(one("SELECT successor FROM bc_join.compromise_renewals WHERE serial = %s", serial),
+           "%032x" % new.serial_number, "the renewal is recorded (compromise_renewals)")
+    tap.eq(one("SELECT revocation_reason FROM bc_join.node_certs WHERE serial = %s", serial), "cACompromise",
+           "the old certificate stays revoked cACompromise")
+    tap.eq(call("bc_join.renew", request(node_key, serial, ec.generate_private_key(ec.SECP256R1()))),
+           ("refused", "renew:superseded"), "a second renewal from the old certificate is refused (superseded)")
+    new_key = load_key(os.path.join(state, "node.key"))
+    status, _ = call("bc_join.issue_session", request(new_key, "%032x" % new.serial_number,
+                                                      ec.generate_private_key(ec.SECP256R1()), "session"))
+    tap.eq(status, "issued", "the new certificate asks for sessions")
+
+    # -- a key directory put back to A issues nothing ----------------------------------------
+    ca_key, crt = os.path.join(env.keys, "node-ca.key"), os.path.join(env.keys, "node-ca.crt")
+    saved = {p: (open(p).read(), os.stat(p)) for p in (ca_key, crt)}
+    chain_b = saved[crt][0]
+    root_tail = chain_b[chain_b.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----\n"):]
+
+    def put(path, data):
+        st = saved[path][1]
+        tmp = os.path.join(env.keys, ".ca-compromise.tmp")
+        with open(tmp, "w") as f:
+            f.write(data)
+        os.chmod(tmp, st.st_mode & 0o777)
+        os.chown(tmp, st.st_uid, st.st_gid)
+        os.rename(tmp, path)
+    put(ca_key, open(a_key_path).read())
+    put(crt, a_pem + root_tail)
+    time.sleep(0.2)
+    before = one("SELECT count(*) FROM bc_join.session_certs")
+    got = sql_error("SELECT bc_join.issue_session(%s::jsonb)",
+                    request(new_key, "%032x" % new.serial_number, ec.generate_private_key(ec.SECP256R1()), "session"))
+    tap.ok(got is not None and got[0] == "F0000" and "marked compromised" in got[1]
+           and one("SELECT count(*) FROM bc_join.session_certs") == before,
+           "a key directory put back to A issues nothing: INVALID_CONFIG naming the compromise", got)
+    put(crt, saved[crt][0])
+    put(ca_key, saved[ca_key][0])
+    time.sleep(0.2)
+
+    # -- any other revoked certificate stays refused -------------------------------------------
+    one("SELECT bc_join.revoke_certificate(%s, 'cACompromise')", "%032x" % new.serial_number)
+    tap.eq(call("bc_join.renew", request(new_key, "%032x" % new.serial_number,
+                                         ec.generate_private_key(ec.SECP256R1()))),
+           ("refused", "renew:revoked"), "a certificate of B revoked cACompromise by an operator: renew:revoked")
+    conn.close()
+
+
+if __name__ == "__main__":
+    agentlib.main(body)
