@@ -244,6 +244,17 @@ def body(tap, env):
     tap.eq(call("bc_join.renew", request(new_key, "%032x" % new.serial_number,
                                          ec.generate_private_key(ec.SECP256R1()))),
            ("refused", "renew:revoked"), "a certificate of B revoked cACompromise by an operator: renew:revoked")
+
+    # -- a dump keeps the record (pg_dump dumps the rows of an extension's table only when it is marked)
+    envv = dict(os.environ)
+    envv.update(env.pgenv)
+    dump = subprocess.run(["pg_dump", "--data-only", "-t", "bc_join.compromised_cas", "-t",
+                           "bc_join.compromise_renewals", "-d", env.db], env=envv, capture_output=True, text=True)
+    copied = {}
+    for block in dump.stdout.split("\nCOPY ")[1:]:
+        copied[block.split(" ", 1)[0]] = len(block.split("\n\\.")[0].splitlines()) - 1
+    tap.eq(copied, {"bc_join.compromised_cas": 1, "bc_join.compromise_renewals": 1},
+           "pg_dump keeps the rows of compromised_cas and compromise_renewals", dump.stderr)
     conn.close()
 
 
