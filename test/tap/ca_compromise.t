@@ -207,6 +207,21 @@ def body(tap, env):
            "the old certificate stays revoked cACompromise")
     tap.eq(call("bc_join.renew", request(node_key, serial, ec.generate_private_key(ec.SECP256R1()))),
            ("refused", "renew:superseded"), "a second renewal from the old certificate is refused (superseded)")
+    # docs/operator.md's query: of the nodes the marking revoked, how many are back (under B)
+    cur.execute("""
+        SELECT count(DISTINCT r.node_id) AS revoked,
+               count(DISTINCT r.node_id) FILTER (WHERE EXISTS (
+                   SELECT 1 FROM bc_join.node_certs l
+                   WHERE l.node_id = r.node_id AND l.revoked_at IS NULL
+                     AND l.not_after > bc_join.compute_now() AND l.issued_at >= m.marked_at)) AS back,
+               max(cr.renewed_at) - m.marked_at AS slowest_so_far
+        FROM bc_join.compromised_cas m
+        JOIN bc_join.node_certs r ON r.revoked_at = m.marked_at AND r.revocation_reason = 'cACompromise'
+        LEFT JOIN bc_join.compromise_renewals cr ON cr.serial = r.serial
+        GROUP BY m.subject, m.marked_at""")
+    watch = cur.fetchall()
+    tap.ok(len(watch) == 1 and watch[0][:2] == (1, 1) and watch[0][2] is not None,
+           "the operator's watch query: 1 node revoked, 1 back under B", watch)
     new_key = load_key(os.path.join(state, "node.key"))
     status, _ = call("bc_join.issue_session", request(new_key, "%032x" % new.serial_number,
                                                       ec.generate_private_key(ec.SECP256R1()), "session"))
