@@ -4116,13 +4116,13 @@ COMMENT ON FUNCTION bc_join.compromised_ca_facts(text) IS
 	'Internal: the DER, subject, DER subject name, subject key id and key hash of a PEM CA certificate; refuses one that is no CA (22023) and the current issuing CA or its chain (55000).';
 
 -- Internal: whether ca (DER) issued certificate (DER): OpenSSL's
--- X509_check_issued, the issuer name and the authority key identifier.
+-- comparison (X509_check_issued's): the issuer name and the authority key identifier.
 CREATE FUNCTION bc_join.issued_by(certificate bytea, ca bytea) RETURNS boolean
 	AS 'MODULE_PATHNAME', 'bc_issued_by'
 	LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
 	SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION bc_join.issued_by(bytea, bytea) IS
-	'Internal: true when the CA certificate (DER) issued the certificate (DER): its issuer name is the CA''s subject and its authority key identifier the CA''s subject key identifier (X509_check_issued).';
+	'Internal: true when the CA certificate (DER) issued the certificate (DER): its issuer name is the CA''s subject and its authority key identifier the CA''s subject key identifier (as X509_check_issued compares them).';
 
 -- Mark an earlier intermediate (PEM) compromised: recorded, every live node
 -- and session certificate it issued revoked cACompromise, one event per

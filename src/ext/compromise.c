@@ -9,9 +9,12 @@
  * - compromised_ca_facts(pem): the certificate's DER, subject, key id and
  *   key hash; refuses a certificate that is no CA, and the current issuing
  *   CA or another certificate of its chain (rotate first);
- * - issued_by(certificate, ca): OpenSSL's X509_check_issued, the issuer name
- *   against the CA's subject and the authority key id against the CA's
- *   subject key id;
+ * - issued_by(certificate, ca): the certificate's issuer name against the
+ *   CA's subject, and its authority key id against the CA's subject key id
+ *   (as X509_check_issued compares them), read by OpenSSL's ASN.1 decoder
+ *   with a template that leaves the key undecoded: d2i_X509 decodes the
+ *   public key through OpenSSL 3's decoders, 40 times the cost, which a
+ *   sweep over a whole fleet would pay per certificate;
  * - for renew.c: whether a stored certificate's issuer is a compromised CA
  *   (the one renewal it then gets) and the record of that renewal;
  * - for node_cert.c: the issuing CA is never one marked compromised (a key
@@ -24,6 +27,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
+#include <openssl/asn1t.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
@@ -133,6 +137,86 @@ bc_compromised_ca_facts(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
+/*
+ * A certificate as far as issued_by() reads it: RFC 5280's Certificate and
+ * TBSCertificate, the validity, subject and key left as undecoded ANY.
+ */
+typedef struct BcTbsLite
+{
+	ASN1_INTEGER *version;
+	ASN1_INTEGER *serial;
+	X509_ALGOR *signature;
+	X509_NAME  *issuer;
+	ASN1_TYPE  *validity;
+	ASN1_TYPE  *subject;
+	ASN1_TYPE  *spki;
+	ASN1_BIT_STRING *issuer_uid;
+	ASN1_BIT_STRING *subject_uid;
+	STACK_OF(X509_EXTENSION) *extensions;
+} BcTbsLite;
+
+ASN1_SEQUENCE(BcTbsLite) = {
+	ASN1_EXP_OPT(BcTbsLite, version, ASN1_INTEGER, 0),
+	ASN1_SIMPLE(BcTbsLite, serial, ASN1_INTEGER),
+	ASN1_SIMPLE(BcTbsLite, signature, X509_ALGOR),
+	ASN1_SIMPLE(BcTbsLite, issuer, X509_NAME),
+	ASN1_SIMPLE(BcTbsLite, validity, ASN1_ANY),
+	ASN1_SIMPLE(BcTbsLite, subject, ASN1_ANY),
+	ASN1_SIMPLE(BcTbsLite, spki, ASN1_ANY),
+	ASN1_IMP_OPT(BcTbsLite, issuer_uid, ASN1_BIT_STRING, 1),
+	ASN1_IMP_OPT(BcTbsLite, subject_uid, ASN1_BIT_STRING, 2),
+	ASN1_EXP_SEQUENCE_OF_OPT(BcTbsLite, extensions, X509_EXTENSION, 3)
+} static_ASN1_SEQUENCE_END(BcTbsLite)
+
+typedef struct BcCertLite
+{
+	BcTbsLite  *tbs;
+	X509_ALGOR *sigalg;
+	ASN1_BIT_STRING *sig;
+} BcCertLite;
+
+ASN1_SEQUENCE(BcCertLite) = {
+	ASN1_SIMPLE(BcCertLite, tbs, BcTbsLite),
+	ASN1_SIMPLE(BcCertLite, sigalg, X509_ALGOR),
+	ASN1_SIMPLE(BcCertLite, sig, ASN1_BIT_STRING)
+} static_ASN1_SEQUENCE_END(BcCertLite)
+
+/*
+ * Whether ca issued the certificate (DER): its issuer name is ca's subject
+ * and its authority key id, when it has one, ca's subject key id.  False
+ * when it does not decode (or has bytes after it).
+ */
+static bool
+issued_by(X509 *ca, const unsigned char *der, size_t len)
+{
+	const unsigned char *p = der;
+	BcCertLite *c;
+	bool		issued = false;
+
+	if (len > LONG_MAX)
+		return false;
+	c = (BcCertLite *) ASN1_item_d2i(NULL, &p, (long) len, ASN1_ITEM_rptr(BcCertLite));
+	if (c != NULL && p == der + len &&
+		X509_NAME_cmp(c->tbs->issuer, X509_get_subject_name(ca)) == 0)
+	{
+		int			crit = 0;
+		AUTHORITY_KEYID *akid = X509V3_get_d2i(c->tbs->extensions, NID_authority_key_identifier,
+											   &crit, NULL);
+		const ASN1_OCTET_STRING *ski = X509_get0_subject_key_id(ca);
+
+		/* Absent (crit -1): the name alone, as X509_check_issued; twice or undecodable: no. */
+		if (akid == NULL)
+			issued = crit == -1;
+		else
+			issued = akid->keyid == NULL ||
+				(ski != NULL && ASN1_OCTET_STRING_cmp(akid->keyid, ski) == 0);
+		AUTHORITY_KEYID_free(akid);
+	}
+	ASN1_item_free((ASN1_VALUE *) c, ASN1_ITEM_rptr(BcCertLite));
+	ERR_clear_error();
+	return issued;
+}
+
 /* The CA certificate issued_by() parsed last, kept for the next call of the scan. */
 typedef struct IssuerCache
 {
@@ -143,9 +227,8 @@ typedef struct IssuerCache
 PG_FUNCTION_INFO_V1(bc_issued_by);
 
 /*
- * issued_by(certificate bytea, ca bytea): whether ca issued certificate, by
- * X509_check_issued (issuer name and authority key id); false when either
- * does not parse.
+ * issued_by(certificate bytea, ca bytea): whether ca issued certificate
+ * (issued_by() above); false when either does not parse.
  */
 Datum
 bc_issued_by(PG_FUNCTION_ARGS)
@@ -153,8 +236,6 @@ bc_issued_by(PG_FUNCTION_ARGS)
 	bytea	   *leaf_der = PG_GETARG_BYTEA_PP(0);
 	bytea	   *ca_der = PG_GETARG_BYTEA_PP(1);
 	IssuerCache *cache = (IssuerCache *) fcinfo->flinfo->fn_extra;
-	X509	   *leaf = NULL;
-	bool		issued;
 
 	CHECK_FOR_INTERRUPTS();
 	if (cache == NULL || VARSIZE_ANY_EXHDR(cache->der) != VARSIZE_ANY_EXHDR(ca_der) ||
@@ -174,13 +255,8 @@ bc_issued_by(PG_FUNCTION_ARGS)
 		memcpy(VARDATA(cache->der), VARDATA_ANY(ca_der), VARSIZE_ANY_EXHDR(ca_der));
 		fcinfo->flinfo->fn_extra = cache;
 	}
-	if (bc_cert_parse((unsigned char *) VARDATA_ANY(leaf_der), VARSIZE_ANY_EXHDR(leaf_der),
-					  &leaf) != BC_OK)
-		PG_RETURN_BOOL(false);
-	leaf = bc_own_x509(CurrentMemoryContext, &leaf);
-	issued = X509_check_issued(cache->ca, leaf) == X509_V_OK;
-	ERR_clear_error();
-	PG_RETURN_BOOL(issued);
+	PG_RETURN_BOOL(issued_by(cache->ca, (unsigned char *) VARDATA_ANY(leaf_der),
+							 VARSIZE_ANY_EXHDR(leaf_der)));
 }
 
 static BcPlan compromised_cas = {
@@ -194,13 +270,9 @@ static BcPlan compromised_cas = {
 bool
 bc_issuer_compromised(bytea *der)
 {
-	X509	   *leaf = NULL;
 	uint64		n;
 	uint64		i;
 
-	if (bc_cert_parse((unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der), &leaf) != BC_OK)
-		return false;
-	leaf = bc_own_x509(CurrentMemoryContext, &leaf);
 	n = bc_spi_exec(&compromised_cas, NULL, NULL, false, 0);
 	for (i = 0; i < n; i++)
 	{
@@ -212,9 +284,8 @@ bc_issuer_compromised(bytea *der)
 		if (bc_cert_parse((unsigned char *) VARDATA_ANY(ca_der), VARSIZE_ANY_EXHDR(ca_der),
 						  &ca) != BC_OK)
 			continue;
-		issued = X509_check_issued(ca, leaf) == X509_V_OK;
+		issued = issued_by(ca, (unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der));
 		X509_free(ca);
-		ERR_clear_error();
 		if (issued)
 			return true;
 	}
