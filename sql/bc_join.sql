@@ -4213,4 +4213,29 @@ REVOKE ALL ON FUNCTION bc_join.compromised_ca_facts(text), bc_join.issued_by(byt
 -- The whole fleet's CA: the operator's, never a tenant operator's.
 GRANT EXECUTE ON FUNCTION bc_join.mark_ca_compromised(text) TO bc_join_operator;
 GRANT SELECT ON bc_join.compromised_cas, bc_join.compromise_renewals TO bc_join_operator;
+
+-- A service signing key (its RFC 7638 kid) marked compromised: service_keys()
+-- and signed_service_keys() publish it no more, nothing signs or verifies
+-- with it again (src/ext/compromise.c; the current one is refused).
+CREATE TABLE bc_join.compromised_keys (
+	kid text PRIMARY KEY CHECK (kid ~ '^[A-Za-z0-9_-]{43}$'),
+	held boolean NOT NULL,						-- the key directory held it when it was marked
+	marked_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
+	marked_by text NOT NULL DEFAULT session_user
+);
+COMMENT ON TABLE bc_join.compromised_keys IS
+	'Service signing keys (RFC 7638 kids) marked compromised by mark_key_compromised(): whether the key directory held it, when and by whom; never published, signed or verified with again.';
+
+CREATE FUNCTION bc_join.mark_key_compromised(kid text) RETURNS boolean
+	AS 'MODULE_PATHNAME', 'bc_mark_key_compromised'
+	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION bc_join.mark_key_compromised(text) IS
+	'Marks a service signing key (its kid) compromised: service_keys() and signed_service_keys() publish it no more, nothing signs or verifies with it again; refuses the current signing key (promote another first); evented and audited; returns false when it was marked already.';
+
+SELECT pg_catalog.pg_extension_config_dump('bc_join.compromised_keys', '');
+REVOKE ALL ON bc_join.compromised_keys FROM PUBLIC;
+REVOKE ALL ON FUNCTION bc_join.mark_key_compromised(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.mark_key_compromised(text) TO bc_join_operator;
+GRANT SELECT ON bc_join.compromised_keys TO bc_join_operator;
 -- end of issue 45: a compromised CA

@@ -162,6 +162,8 @@ extern const BcKeys *bc_keys(void);
 extern void bc_keys_reset(void);
 /* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
 extern void bc_require_config(void);
+/* INVALID_CONFIG when the current signing key is marked compromised (compromise.c). */
+extern void bc_require_signing_key_live(const BcKeys *keys);
 /*
  * A private key's own operation failed (BC_EKEY: its TPM or token away):
  * INVALID_CONFIG naming what failed, never a refusal; this backend loads
@@ -340,6 +342,10 @@ extern bool bc_compromise_renewed(const char *serial);
 extern void bc_compromise_record_renewal(const char *serial, const char *successor);
 /* INVALID_CONFIG when node_ca is marked compromised; takes the issuing lock first. */
 extern void bc_require_issuer_not_compromised(X509 *node_ca);
+/* The kids of signing keys marked compromised: a List of C strings (connects SPI itself). */
+extern List *bc_compromised_kids(void);
+/* True when kid is in kids. */
+extern bool bc_kid_listed(List *kids, const char *kid);
 
 /* ---------------------------------------------------------------- events.c */
 

@@ -368,3 +368,131 @@ bc_require_issuer_not_compromised(X509 *node_ca)
 						   bc_spi_text_req(1)),
 				 errhint("Rotate the intermediate in this key directory: bc-join-keygen --rotate-intermediate.")));
 }
+
+/* ----------------------------------------------- a compromised signing key */
+
+static BcPlan kids_marked = {
+	"SELECT kid FROM bc_join.compromised_keys", 0, {InvalidOid}
+};
+
+/*
+ * The kids of the signing keys marked compromised (mark_key_compromised), a
+ * List of C strings in the caller's memory context.  Connects SPI itself
+ * (within a caller's connection too).
+ */
+List *
+bc_compromised_kids(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *out = NIL;
+	uint64		n;
+	uint64		i;
+
+	bc_spi_connect();
+	n = bc_spi_exec(&kids_marked, NULL, NULL, true, 0);
+	for (i = 0; i < n; i++)
+	{
+		char	   *kid = MemoryContextStrdup(cxt, bc_spi_row_text(i, 1));
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		out = lappend(out, kid);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	return out;
+}
+
+/* True when kid is one of kids (bc_compromised_kids()). */
+bool
+bc_kid_listed(List *kids, const char *kid)
+{
+	ListCell   *lc;
+
+	foreach(lc, kids)
+		if (strcmp((const char *) lfirst(lc), kid) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * INVALID_CONFIG when the current signing key (signing.key) is marked
+ * compromised: a key directory whose marked key became current again
+ * (--promote of it, a directory restored) signs nothing.
+ */
+void
+bc_require_signing_key_live(const BcKeys *keys)
+{
+	if (bc_kid_listed(bc_compromised_kids(), keys->signing_kid))
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("the current signing key of bc_join.key_dir is marked compromised"),
+				 errdetail("signing.key is the key %s, which bc_join.mark_key_compromised() recorded: nothing is signed with it.",
+						   keys->signing_kid),
+				 errhint("Make another key current: bc-join-keygen --stage DIR, then --promote DIR.")));
+}
+
+static BcPlan mark_kid = {
+	"INSERT INTO bc_join.compromised_keys (kid, held) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+	2, {TEXTOID, BOOLOID}
+};
+
+PG_FUNCTION_INFO_V1(bc_mark_key_compromised);
+
+/*
+ * mark_key_compromised(kid text): record a service signing key (its RFC
+ * 7638 kid) as compromised: service_keys() and signed_service_keys() publish
+ * it no more, nothing signs with it or verifies with it again.  Refuses the
+ * current signing key (55000: promote another first); a kid this key
+ * directory does not hold is recorded too (a key already deleted, another
+ * HA node's).  Event and audit row; true when it was not marked before.
+ */
+Datum
+bc_mark_key_compromised(PG_FUNCTION_ARGS)
+{
+	char	   *kid = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const BcKeys *keys;
+	bool		held = false;
+	size_t		i;
+	Datum		v[2];
+	bool		marked;
+	StringInfoData buf;
+	Jsonb	   *j;
+
+	if (strlen(kid) != 43 || strspn(kid, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != 43)
+		bc_invalid_input("a kid is the key's RFC 7638 thumbprint: 43 base64url characters");
+	bc_require_config();
+	keys = bc_keys();
+	if (strcmp(kid, keys->signing_kid) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this is the current signing key"),
+				 errdetail("Every answer is signed by it: marking it compromised would leave nothing to sign with."),
+				 errhint("Rotate first: bc-join-keygen --stage DIR, then --promote DIR, then mark the previous key.")));
+	for (i = 0; i < (size_t) keys->n_signing; i++)
+		held |= strcmp(kid, keys->signing_kids[i]) == 0;
+	for (i = 0; i < (size_t) keys->n_signing_peers; i++)
+	{
+		char		peer[44];
+
+		if (bc_jwk_thumbprint(keys->signing_peers[i], peer) == BC_OK)
+			held |= strcmp(kid, peer) == 0;
+	}
+	bc_require_primary();
+	bc_spi_connect();
+	v[0] = CStringGetTextDatum(kid);
+	v[1] = BoolGetDatum(held);
+	marked = bc_spi_exec(&mark_kid, v, NULL, false, 0) == 1;
+	if (marked)
+	{
+		initStringInfo(&buf);
+		bc_json_begin(&buf);
+		bc_json_member(&buf, "kid", kid);
+		bc_json_member_bool(&buf, "held", held);
+		bc_json_end(&buf);
+		j = bc_jsonb(buf.data);
+		bc_emit_event("root", "signing_key.compromised", j);
+		bc_audit("signing_key.compromised", NULL, NULL, j);
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(marked);
+}

@@ -22,6 +22,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -152,8 +153,8 @@ def body(tap, env):
            "both are listed in revoked_certificates, cACompromise")
     crl = subprocess.run(["openssl", "crl", "-inform", "DER", "-noout", "-text"],
                          input=bytes(one("SELECT bc_join.crl()")), capture_output=True).stdout.decode()
-    flat = crl.upper().replace(":", "")
-    tap.ok(serial.upper() in flat and session_serial.upper() in flat and crl.count("CA Compromise") == 2,
+    listed = {int(x, 16) for x in re.findall(r"Serial Number: ([0-9A-F]+)", crl)}
+    tap.ok(listed == {int(serial, 16), int(session_serial, 16)} and crl.count("CA Compromise") == 2,
            "the CRL lists both, reason CA Compromise", crl)
     cur.execute("SELECT subject, node_certificates, session_certificates FROM bc_join.compromised_cas")
     rows = cur.fetchall()
@@ -260,16 +261,73 @@ def body(tap, env):
                                          ec.generate_private_key(ec.SECP256R1()))),
            ("refused", "renew:revoked"), "a certificate of B revoked cACompromise by an operator: renew:revoked")
 
+    # -- a compromised service signing key ---------------------------------------------------
+    def kids():
+        return [k["kid"] for k in one("SELECT bc_join.service_keys()")["signingKeys"]]
+
+    def keygen(*args):
+        subprocess.run([os.path.join(TOP, "tools/bc-join-keygen")] + list(args), check=True,
+                       stdout=subprocess.DEVNULL)
+    kid0 = kids()[0]
+    anchor = one("SELECT bc_join.audit_anchor()")
+    keygen("--stage", env.keys)
+    keygen("--promote", env.keys)
+    kid1 = kids()[0]
+    tap.ok(kid1 != kid0 and kids() == [kid1, kid0], "--promote: a new current signing key, the old one previous")
+    got = sql_error("SELECT bc_join.mark_key_compromised(%s)", kid1)
+    tap.ok(got is not None and got[0] == "55000" and "current signing key" in got[1] and "--promote" in got[2],
+           "marking the current signing key is refused", got)
+    got = sql_error("SELECT bc_join.mark_key_compromised(%s)", "not a kid")
+    tap.ok(got is not None and got[0] == "22023", "a kid that is no RFC 7638 thumbprint: 22023", got)
+    tap.ok(sql_error("SELECT bc_join.audit_anchor_payload(%s)", anchor) is None,
+           "an audit anchor signed by the previous key verifies before the marking")
+    tap.eq(one("SELECT bc_join.mark_key_compromised(%s)", kid0), True, "the previous key is marked compromised")
+    tap.eq(one("SELECT bc_join.mark_key_compromised(%s)", kid0), False, "marking it again: false")
+    tap.eq(kids(), [kid1], "service_keys() publishes it no more")
+    signed = one("SELECT bc_join.signed_service_keys()")["keys"]
+    heads = [json.loads(base64.urlsafe_b64decode(t.split(".")[0] + "==")) for t in signed]
+    doc = json.loads(base64.urlsafe_b64decode(signed[0].split(".")[1] + "==")) if signed else {}
+    tap.ok([h.get("kid") for h in heads] == [kid1] and [k["kid"] for k in doc.get("signingKeys", [])] == [kid1],
+           "signed_service_keys(): signed by the current key alone, listing it alone", heads)
+    got = sql_error("SELECT bc_join.audit_anchor_payload(%s)", anchor)
+    tap.ok(got is not None and got[0] == "22023", "the anchor it signed verifies no more", got)
+    tap.eq(one("SELECT count(*) FROM bc_join.audit_log WHERE action = 'signing_key.compromised' "
+               "AND detail->>'kid' = %s AND (detail->>'held')::boolean", kid0), 1,
+           "an audit row signing_key.compromised (held: true)")
+    tap.eq(one("SELECT count(*) FROM bc_join.events WHERE type = 'signing_key.compromised' AND tenant_id = 'root'"),
+           1, "and an event in root")
+    # The marked key made current again (a directory restored): nothing signs with it.
+    cur_path, prev_path = os.path.join(env.keys, "signing.key"), os.path.join(env.keys, "signing.previous.key")
+    tmp = os.path.join(env.keys, ".swap")
+    os.rename(cur_path, tmp)
+    os.rename(prev_path, cur_path)
+    os.rename(tmp, prev_path)
+    time.sleep(0.2)
+    got = sql_error("SELECT bc_join.service_keys()")
+    jr = env.bcd("join-request", "--service-keys", env.service_keys, "--token", env.token(),
+                 "--out-dir", os.path.join(env.dir, "jr")).stdout.strip()
+    got2 = sql_error("SELECT bc_join(%s::jsonb)", jr)
+    got3 = sql_error("SELECT bc_join.audit_anchor()")
+    tap.ok(all(g is not None and g[0] == "F0000" and "marked compromised" in g[1] for g in (got, got2, got3)),
+           "a key directory whose current signing key is the marked one signs nothing "
+           "(service_keys(), a join's answer, an audit anchor: INVALID_CONFIG)", (got, got2, got3))
+    os.rename(cur_path, tmp)
+    os.rename(prev_path, cur_path)
+    os.rename(tmp, prev_path)
+    time.sleep(0.2)
+    tap.eq(kids(), [kid1], "put right: the current key signs again")
+
     # -- a dump keeps the record (pg_dump dumps the rows of an extension's table only when it is marked)
     envv = dict(os.environ)
     envv.update(env.pgenv)
     dump = subprocess.run(["pg_dump", "--data-only", "-t", "bc_join.compromised_cas", "-t",
-                           "bc_join.compromise_renewals", "-d", env.db], env=envv, capture_output=True, text=True)
+                           "bc_join.compromise_renewals", "-t", "bc_join.compromised_keys", "-d", env.db],
+                          env=envv, capture_output=True, text=True)
     copied = {}
     for block in dump.stdout.split("\nCOPY ")[1:]:
         copied[block.split(" ", 1)[0]] = len(block.split("\n\\.")[0].splitlines()) - 1
-    tap.eq(copied, {"bc_join.compromised_cas": 1, "bc_join.compromise_renewals": 1},
-           "pg_dump keeps the rows of compromised_cas and compromise_renewals", dump.stderr)
+    tap.eq(copied, {"bc_join.compromised_cas": 1, "bc_join.compromise_renewals": 1, "bc_join.compromised_keys": 1},
+           "pg_dump keeps the rows of compromised_cas, compromise_renewals and compromised_keys", dump.stderr)
     conn.close()
 
 
