@@ -46,8 +46,10 @@ same_ca(X509 *a, X509 *b)
 {
 	const ASN1_OCTET_STRING *ka = X509_get0_subject_key_id(a);
 	const ASN1_OCTET_STRING *kb = X509_get0_subject_key_id(b);
+	EVP_PKEY   *pa = X509_get0_pubkey(a);
+	EVP_PKEY   *pb = X509_get0_pubkey(b);
 
-	if (EVP_PKEY_eq(X509_get0_pubkey(a), X509_get0_pubkey(b)) == 1)
+	if (pa != NULL && pb != NULL && EVP_PKEY_eq(pa, pb) == 1)
 		return true;
 	ERR_clear_error();
 	return ka != NULL && kb != NULL && ASN1_OCTET_STRING_cmp(ka, kb) == 0 &&
