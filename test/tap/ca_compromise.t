@@ -12,10 +12,15 @@ refused (renew:same-key); bcd renew --once (proven by the old key, a new
 key) gets a certificate issued by B; a second renewal from the old
 certificate is refused (renew:superseded); a certificate revoked
 cACompromise by an operator under B stays refused (renew:revoked); whoever
-holds A's key gets nothing: a certificate they mint with the serial of the
-real one and a key of their own (its proof: renew:proof, session:proof), or
-with a fresh serial (renew:unknown-certificate); a key directory put back to
-A issues nothing (INVALID_CONFIG).
+holds A's key gets nothing: a certificate they mint with openssl, with the
+serial of the real one and a key of their own (its proof: renew:proof,
+session:proof; x509pop: x509pop:unknown-certificate), or with a fresh serial
+(renew:unknown-certificate); the real revoked certificate reclaims nothing
+(x509pop:revoked); a key directory put back to A issues nothing
+(INVALID_CONFIG); pg_dump keeps the records.  Then a compromised service
+signing key (bc_join.mark_key_compromised): the current one refused, the
+previous one marked, published, signing and verifying no more, and a key
+directory whose current key is the marked one signs nothing.
 """
 import base64
 import datetime
@@ -167,31 +172,54 @@ def body(tap, env):
     tap.eq(one("SELECT bc_join.mark_ca_compromised(%s)", a_pem), 0, "marking A again revokes nothing more")
 
     # -- whoever holds A's key gets nothing ----------------------------------------------------
-    def forge(serial_int, key):
-        now = datetime.datetime.now(datetime.timezone.utc)
-        return (x509.CertificateBuilder().subject_name(old.subject).issuer_name(a_cert.subject)
-                .public_key(key.public_key()).serial_number(serial_int)
-                .not_valid_before(now - datetime.timedelta(minutes=1))
-                .not_valid_after(now + datetime.timedelta(hours=1))
-                .add_extension(old.extensions.get_extension_for_class(x509.SubjectAlternativeName).value, False)
-                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(a_key.public_key()), False)
-                .sign(a_key, hashes.SHA256()))
-    mine = ec.generate_private_key(ec.SECP256R1())
-    forged = forge(old.serial_number, mine)
-    forged_pem = forged.public_bytes(serialization.Encoding.PEM)
-    with open(os.path.join(env.dir, "forged.pem"), "wb") as f:
-        f.write(forged_pem)
-    v = subprocess.run(["openssl", "verify", "-partial_chain", "-CAfile", "/dev/stdin",
-                        os.path.join(env.dir, "forged.pem")], input=a_pem.encode(), capture_output=True)
+    spiffe = old.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.UniformResourceIdentifier)[0]
+    with open(os.path.join(env.dir, "a.pem"), "w") as f:
+        f.write(a_pem)
+    with open(os.path.join(env.dir, "forge.ext"), "w") as f:
+        f.write("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                "subjectAltName=URI:%s\nauthorityKeyIdentifier=keyid:always\n" % spiffe)
+
+    def forge(serial_int, name):
+        """A node certificate minted with A's key by openssl, for a key of the attacker's own."""
+        key, csr, crt = (os.path.join(env.dir, name + x) for x in (".key", ".csr", ".crt"))
+        env.openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-subj", "/CN=" + old.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value,
+                    "-keyout", key, "-out", csr)
+        env.openssl("x509", "-req", "-in", csr, "-CA", os.path.join(env.dir, "a.pem"), "-CAkey", a_key_path,
+                    "-set_serial", "0x%032x" % serial_int, "-days", "1", "-extfile",
+                    os.path.join(env.dir, "forge.ext"), "-out", crt)
+        return load_key(key), load_cert(crt)
+    mine, forged = forge(old.serial_number, "forged")
+    v = subprocess.run(["openssl", "verify", "-partial_chain", "-CAfile", os.path.join(env.dir, "a.pem"),
+                        os.path.join(env.dir, "forged.crt")], capture_output=True)
     tap.ok(v.returncode == 0, "a certificate minted with A's key, the real serial, another key verifies under A",
            v.stdout + v.stderr)
     tap.eq(call("bc_join.renew", request(mine, serial, ec.generate_private_key(ec.SECP256R1()))),
            ("refused", "renew:proof"), "its renewal gets nothing (renew:proof)")
     tap.eq(call("bc_join.issue_session", request(mine, serial, ec.generate_private_key(ec.SECP256R1()), "session")),
            ("refused", "session:proof"), "nor a session (session:proof)")
-    fresh = forge(int.from_bytes(os.urandom(16), "big") >> 1, mine)
-    tap.eq(call("bc_join.renew", request(mine, "%032x" % fresh.serial_number, ec.generate_private_key(ec.SECP256R1()))),
+    fresh_key, fresh = forge(int.from_bytes(os.urandom(16), "big") >> 1, "fresh")
+    tap.eq(call("bc_join.renew", request(fresh_key, "%032x" % fresh.serial_number,
+                                         ec.generate_private_key(ec.SECP256R1()))),
            ("refused", "renew:unknown-certificate"), "one with a fresh serial: renew:unknown-certificate")
+
+    def x509pop(key, chain):
+        """An x509pop JoinRequest reclaiming the node with chain[0], signed by key."""
+        der = csr_der(ec.generate_private_key(ec.SECP256R1()))
+        head = b64u(json.dumps({"alg": "ES256", "x5c": [base64.b64encode(
+            c.public_bytes(serialization.Encoding.DER)).decode() for c in chain]}).encode())
+        body = b64u(json.dumps({"purpose": "x509pop", "nodeId": spiffe.rsplit("/", 1)[1],
+                                "csrSha256": b64u(hashlib.sha256(der).digest()), "iat": int(time.time())}).encode())
+        r, s_ = decode_dss_signature(key.sign((head + "." + body).encode(), ec.ECDSA(hashes.SHA256())))
+        jws = head + "." + body + "." + b64u(r.to_bytes(32, "big") + s_.to_bytes(32, "big"))
+        return json.dumps({"csr": b64u(der), "role": "node", "attestor": "x509pop", "attestation": b64u(jws.encode())})
+    tap.eq(call("bc_join", x509pop(mine, [forged, a_cert])), ("refused", "x509pop:unknown-certificate"),
+           "x509pop with it (it chains to the root through A): x509pop:unknown-certificate")
+    tap.eq(call("bc_join", x509pop(fresh_key, [fresh, a_cert])), ("refused", "x509pop:unknown-certificate"),
+           "and with the fresh serial")
+    tap.eq(call("bc_join", x509pop(node_key, [old, a_cert])), ("refused", "x509pop:revoked"),
+           "the node's own revoked certificate reclaims nothing either (x509pop:revoked)")
 
     # -- the one renewal: a new key, from B ----------------------------------------------------
     tap.eq(call("bc_join.renew", request(node_key, serial, node_key)), ("refused", "renew:same-key"),
