@@ -366,7 +366,7 @@ bc_require_issuer_not_compromised(X509 *node_ca)
 		ereport(ERROR,
 				(errcode(ERRCODE_BC_INVALID_CONFIG),
 				 errmsg("the issuing CA of bc_join.key_dir is marked compromised"),
-				 errdetail("node-ca.key certifies %s, which bc_join.mark_ca_compromised() recorded: nothing is issued from it.",
+				 errdetail("INVALID_CONFIG: node-ca.key certifies %s, which bc_join.mark_ca_compromised() recorded: nothing is issued from it.",
 						   bc_spi_text_req(1)),
 				 errhint("Rotate the intermediate in this key directory: bc-join-keygen --rotate-intermediate.")));
 }
@@ -428,7 +428,7 @@ bc_require_signing_key_live(const BcKeys *keys)
 		ereport(ERROR,
 				(errcode(ERRCODE_BC_INVALID_CONFIG),
 				 errmsg("the current signing key of bc_join.key_dir is marked compromised"),
-				 errdetail("signing.key is the key %s, which bc_join.mark_key_compromised() recorded: nothing is signed with it.",
+				 errdetail("INVALID_CONFIG: signing.key is the key %s, which bc_join.mark_key_compromised() recorded: nothing is signed with it.",
 						   keys->signing_kid),
 				 errhint("Make another key current: bc-join-keygen --stage DIR, then --promote DIR.")));
 }
