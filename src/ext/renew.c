@@ -144,7 +144,7 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	}
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("renew:csr-signature", c.tenant);
-	/* The compromised CA's holder may know of the old key what it certified: a new one. */
+	/* A new key: one key, one certificate, and a re-key bounds what the compromise exposed. */
 	if (ca_renewal && bc_cert_key_is(c.der, req->csr_spki_sha256))
 		bc_refuse_join("renew:same-key", c.tenant);
 	bc_key_reuse_check(req, BC_PURPOSE_RENEW, false);
