@@ -317,6 +317,9 @@ make_room(struct gw_ocsp_cache *c, int extra, size_t need, const struct entry *k
 	struct entry *e = TAILQ_LAST(&c->lru, entry_lru),
 			   *prev;
 
+	/* an answer larger than the whole budget: evict nothing for it */
+	if (need > c->cfg->ocsp_cache_bytes)
+		return -1;
 	while ((c->nentries + (size_t) extra > (size_t) c->cfg->ocsp_cache_entries ||
 			c->bytes + need > c->cfg->ocsp_cache_bytes) && e != NULL)
 	{
