@@ -12,7 +12,8 @@ commits (the answer was cached; no wait, no restart); the GET form with RFC
 request does not reach the database (the gateway's counters and
 pg_stat_user_functions agree); concurrent requests for one CertID share one
 call; a tampered request is answered malformedRequest by the gateway without a
-database call; a body over 4096 bytes is 413; the rate limit applies;
+database call; a body over 4096 bytes is 413; --ocsp-cache-entries bounds
+the cache (least recently used evicted); the rate limit applies;
 LeakSanitizer-clean exits.
 """
 import base64
@@ -270,13 +271,25 @@ def body(tap, env):
     tap.ok(code == 405 and h.get("allow") == "POST", "GET /v1/ocsp without a request: 405, Allow: POST")
 
     text = m()
-    tap.eq(gwlib.metric(text, "bc_gateway_requests_total", [("endpoint", "ocsp"), ("outcome", "invalid")]),
-           1.0, "bc_gateway_requests_total counts OCSP requests (malformed: invalid)")
+    tap.eq(gwlib.metric(text, "bc_gateway_requests_total", [("endpoint", "ocsp_get"), ("outcome", "invalid")]),
+           2.0, "bc_gateway_requests_total counts OCSP requests (the two malformed GETs: invalid)")
     # pg_stat_user_functions agrees with the gateway's count of calls
     want = int(calls(text))
     tap.eq(db_calls(env, want + 1, timeout=12), want,
            "pg_stat_user_functions: bc_join.ocsp_response() called exactly as often as the gateway says")
     tap.eq(g.stop(), 0, "the gateway exits 0 (LeakSanitizer included)")
+
+    # -- bounded: --ocsp-cache-entries 1 keeps one CertID ---------------------------------
+    small = env.gateway("small", "--ocsp-cache-entries", "1")
+    env.curl(small, "/healthz")     # a connection up and listening: answers from now on are kept
+    codes = [post(env, small, d)[0] for d in (der1, der2, der2, der1)]
+    text = env.curl(small, "/metrics")[2].decode()
+    tap.ok(codes == [200] * 4 and cache(text, "hit") == 1.0 and cache(text, "miss") == 3.0 and
+           gwlib.metric(text, "bc_gateway_ocsp_cache_entries") == 1.0 and
+           gwlib.metric(text, "bc_gateway_ocsp_cache_evictions_total") == 2.0,
+           "--ocsp-cache-entries 1: node 1, node 2 (node 1 evicted), node 2 again (a hit), node 1 (a miss)",
+           text[-900:])
+    tap.eq(small.stop(), 0, "that gateway exits 0")
 
     # -- the rate limit applies ----------------------------------------------------------
     rl = env.gateway("rl", "--rate-limit", "1", "--rate-burst", "2")
