@@ -19,7 +19,7 @@ GW_ASAN_OBJS = $(GW_SRCS:%.c=build/asan/obj/%.o) $(GW_COMMON_SRCS:%.c=build/asan
 GW_PKGS      = libevent libevent_openssl libpq openssl jansson
 GW_CFLAGS   := $(shell pkg-config --cflags $(GW_PKGS) 2>/dev/null)
 GW_LIBS     := $(shell pkg-config --libs $(GW_PKGS) 2>/dev/null) -lm
-GW_SLOW      = test/gateway/crl.t test/gateway/anchor.t test/gateway/limits.t
+GW_SLOW      = test/gateway/crl.t test/gateway/ocsp.t test/gateway/anchor.t test/gateway/limits.t
 GW_TESTS     = $(GW_SLOW) $(filter-out $(GW_SLOW),$(sort $(wildcard test/gateway/*.t)))
 
 .PHONY: gateway gateway-test
