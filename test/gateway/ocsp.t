@@ -13,7 +13,9 @@ request does not reach the database (the gateway's counters and
 pg_stat_user_functions agree); concurrent requests for one CertID share one
 call; a tampered request is answered malformedRequest by the gateway without a
 database call; a body over 4096 bytes is 413; --ocsp-cache-entries bounds
-the cache (least recently used evicted); the rate limit applies;
+the cache (least recently used evicted); the rate limit applies; with the
+database stopped a request is answered tryLater (the kept answer is not
+served once the listening connection is gone);
 LeakSanitizer-clean exits.
 """
 import base64
@@ -285,6 +287,12 @@ def body(tap, env):
     tap.eq(db_calls(env, int(calls(text))), int(calls(text)),
            "pg_stat_user_functions: bc_join.ocsp_response() called exactly as often as the gateway says")
 
+    # -- the rate limit applies ----------------------------------------------------------
+    rl = env.gateway("rl", "--rate-limit", "1", "--rate-burst", "2")
+    codes = [post(env, rl, der1)[0] for _ in range(2)] + [env.curl(rl, path)[0]]
+    tap.eq(codes, [200, 200, 429], "--rate-limit 1 --rate-burst 2: the third OCSP request is 429")
+    tap.eq(rl.stop(), 0, "that gateway exits 0")
+
     # -- bounded: --ocsp-cache-entries 1 keeps one CertID ---------------------------------
     small = env.gateway("small", "--ocsp-cache-entries", "1")
     env.curl(small, "/healthz")     # a connection up and listening: answers from now on are kept
@@ -295,14 +303,15 @@ def body(tap, env):
            gwlib.metric(text, "bc_gateway_ocsp_cache_evictions_total") == 2.0,
            "--ocsp-cache-entries 1: node 1, node 2 (node 1 evicted), node 2 again (a hit), node 1 (a miss)",
            text[-900:])
+
+    # -- the database gone: tryLater, never the kept answer (the listening connection is gone) --
+    env.pg_stop()
+    time.sleep(0.5)
+    code, _, resp = post(env, small, der1)
+    rc, out = respin(env, "down", resp, "-noverify")
+    tap.ok(code == 200 and "trylater" in out.lower(),
+           "the database stopped: node 1 (kept a moment ago) is answered tryLater, unsigned", (code, out))
     tap.eq(small.stop(), 0, "that gateway exits 0")
-
-    # -- the rate limit applies ----------------------------------------------------------
-    rl = env.gateway("rl", "--rate-limit", "1", "--rate-burst", "2")
-    codes = [post(env, rl, der1)[0] for _ in range(2)] + [env.curl(rl, path)[0]]
-    tap.eq(codes, [200, 200, 429], "--rate-limit 1 --rate-burst 2: the third OCSP request is 429")
-    tap.eq(rl.stop(), 0, "that gateway exits 0")
-
 
 def setup(env):
     """Keys with ocsp.key (bc-join-keygen makes it; --add-ocsp-key for an older directory), the cluster, TLS."""
