@@ -4248,4 +4248,17 @@ REVOKE ALL ON bc_join.compromised_keys FROM PUBLIC;
 REVOKE ALL ON FUNCTION bc_join.mark_key_compromised(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION bc_join.mark_key_compromised(text) TO bc_join_operator;
 GRANT SELECT ON bc_join.compromised_keys TO bc_join_operator;
+
+-- The kids marked compromised, for the C code of every role that signs or
+-- publishes keys (service_keys() and signed_service_keys() run as their
+-- caller: the gateway, a tenant operator); kids are public, the rest of the
+-- row is the operator's.
+CREATE FUNCTION bc_join.compromised_kids() RETURNS SETOF text
+	LANGUAGE sql STABLE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT kid FROM bc_join.compromised_keys ORDER BY kid $$;
+COMMENT ON FUNCTION bc_join.compromised_kids() IS
+	'Returns the kids of the service signing keys marked compromised (public: what service_keys() leaves out), for roles that may not read compromised_keys.';
+REVOKE ALL ON FUNCTION bc_join.compromised_kids() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.compromised_kids() TO bc_join_gateway, bc_join_operator, bc_join_tenant_operator;
 -- end of issue 45: a compromised CA

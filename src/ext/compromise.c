@@ -374,7 +374,7 @@ bc_require_issuer_not_compromised(X509 *node_ca)
 /* ----------------------------------------------- a compromised signing key */
 
 static BcPlan kids_marked = {
-	"SELECT kid FROM bc_join.compromised_keys", 0, {InvalidOid}
+	"SELECT k FROM bc_join.compromised_kids() AS k", 0, {InvalidOid}
 };
 
 /*
