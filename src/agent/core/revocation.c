@@ -207,7 +207,8 @@ crl_round(bcd_revwatch *rw, X509 *leaf, STACK_OF(X509) *cas, const char *serial)
 	bcd_provisioner_set_crl(rw->prov, rw->crl, rw->crl_len);
 	rw->last[0][0] = '\0';
 	bcd_log("revocation: a new CRL taken (%zu bytes, %d revoked, thisUpdate %lld)", rw->crl_len,
-			sk_X509_REVOKED_num(X509_CRL_get_REVOKED(rw->crl_parsed)),
+			sk_X509_REVOKED_num(X509_CRL_get_REVOKED(rw->crl_parsed)) > 0 ?
+			sk_X509_REVOKED_num(X509_CRL_get_REVOKED(rw->crl_parsed)) : 0,
 			(long long) rw->crl_this_update);
 lookup:
 	bcd_http_reply_free(&reply);
