@@ -216,6 +216,27 @@ def body(tap, env):
     tap.ok(rc == 0 and "Sanitizer" not in p.text(), "bcd stops cleanly (no sanitizer report)",
            p.text()[-3000:])
 
+    # cACompromise: not the revoked state, a renewal at once (with a new key)
+    state3 = os.path.join(env.dir, "state3")
+    r = env.bcd("run", *env.run_args(state3, token_file=env.token_file("n3"), extra=["--once"]))
+    if tap.ok(r.returncode == 0, "a third node joins", r.stdout + r.stderr):
+        chain3 = load_pems(open(os.path.join(state3, "node-chain.pem"), "rb").read())
+        serial3 = "%032x" % chain3[0].serial_number
+        rt3 = sessionlib.runtime_dir(env, "rt3")
+        p3 = sessionlib.start_daemon(env, "bcd-cacomp", rt3, env.run_args(state3) + [
+            "--workload-api", "off", "--hook-crl", "--status-interval", "1"])
+        sessionlib.wait_socket(p3, os.path.join(rt3, "bcd", "bcd.sock"))
+        p3.wait_log("revocation: a new CRL taken", 15)
+        env.psql("SELECT bc_join.revoke_certificate('%s', 'cACompromise')" % serial3)
+        tap.ok(p3.wait_log("renewing now: the node certificate %s was revoked for a CA "
+                           "compromise" % serial3, 15),
+               "revoked cACompromise: bcd renews at once", p3.text())
+        tap.ok(p3.wait_log("renew:", 15) and "REVOKED" not in p3.text(),
+               "it asks the service for a renewal (a new key), and is not in the revoked state",
+               p3.text())
+        rc, _ = p3.stop()
+        tap.ok(rc == 0 and "Sanitizer" not in p3.text(), "it stops cleanly", p3.text()[-3000:])
+
     # OCSP end to end, once the extension and the gateway have it
     if not env.has_function("bc_join.ocsp_response(bytea)"):
         tap.skip("the OCSP self-check end to end", "bc_join.ocsp_response is not installed")
