@@ -157,7 +157,7 @@ crl_round(bcd_revwatch *rw, X509 *leaf, STACK_OF(X509) *cas, const char *serial)
 	char		err[512];
 	bcd_rc		rc;
 
-	rc = bcd_http_fetch(rw->http, BCD_PATH_CRL, "application/pkix-crl", NULL, 0,
+	rc = bcd_http_fetch(rw->http, BCD_PATH_CRL, NULL, NULL, 0,
 						rw->crl != NULL ? rw->etag : NULL, BCD_CRL_MAX, &reply, etag,
 						sizeof(etag), err, sizeof(err));
 	if (rc == BCD_RC_STOPPED)

@@ -230,7 +230,8 @@ set_options(bcd_http *h, const char *url, const char *body, size_t len, size_t m
 }
 
 /*
- * POST body (len bytes of content_type; GET when NULL) to base_url + path,
+ * POST body (len bytes of content_type, NULL: no Content-Type; GET when
+ * body is NULL) to base_url + path,
  * with the extra header (NULL: none), answers of at most max bytes.
  * BCD_RC_OK with any HTTP status in reply (its ETag, when etag is not NULL,
  * in etag: "" when absent); BCD_RC_STOPPED when a stop signal aborted it;
@@ -263,11 +264,17 @@ http_request(bcd_http *h, const char *path, const char *content_type, const char
 	if (url == NULL)
 		goto out;
 	snprintf(url, url_len, "%s%s", h->base, path);
-	snprintf(ctype, sizeof(ctype), "Content-Type: %s", content_type);
-	headers = curl_slist_append(NULL, ctype);
-	if (headers == NULL || (more = curl_slist_append(headers, "Expect:")) == NULL)
+	if (content_type != NULL)
+		snprintf(ctype, sizeof(ctype), "Content-Type: %s", content_type);
+	headers = curl_slist_append(NULL, "Expect:");
+	if (headers == NULL)
 		goto out;
-	headers = more;
+	if (content_type != NULL)
+	{
+		if ((more = curl_slist_append(headers, ctype)) == NULL)
+			goto out;
+		headers = more;
+	}
 	if (extra != NULL)
 	{
 		if ((more = curl_slist_append(headers, extra)) == NULL)

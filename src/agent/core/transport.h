@@ -35,7 +35,7 @@ bcd_rc		bcd_http_exchange(bcd_http *h, const char *path, const char *body,
 							  bcd_http_reply *reply, char *err, size_t errlen);
 /*
  * One request of bytes rather than JSON (the CRL, OCSP): POST len bytes of
- * content_type (GET when body is NULL), If-None-Match when if_none_match is
+ * content_type (NULL: no Content-Type; GET when body is NULL), If-None-Match when if_none_match is
  * neither NULL nor "", answers of at most max bytes; the answer's ETag into
  * etag ("" when none).  BCD_RC_OK with any HTTP status in reply, else
  * _RETRY (no answer; why in err) or _STOPPED.  Nothing is classified.
