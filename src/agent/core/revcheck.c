@@ -283,9 +283,20 @@ out:
 	return rc;
 }
 
-/* The RFC 5280 name of a reason code (revcheck.h). */
+/*
+ * The RFC 5280 name of a reason code (revcheck.h): the names bc_join's
+ * revocations use (OpenSSL 3.0's OCSP_crl_reason_str knows 0 to 8 only).
+ */
 const char *
 bcd_reason_name(int reason)
 {
-	return reason < 0 ? "unspecified" : OCSP_crl_reason_str(reason);
+	static const char *const names[] = {
+		"unspecified", "keyCompromise", "cACompromise", "affiliationChanged", "superseded",
+		"cessationOfOperation", "certificateHold", "(7)", "removeFromCRL",
+		"privilegeWithdrawn", "aACompromise"
+	};
+
+	if (reason < 0)
+		return "unspecified";
+	return reason < (int) (sizeof(names) / sizeof(names[0])) ? names[reason] : "(unknown)";
 }
