@@ -75,6 +75,7 @@ struct bcd_revwatch
 	char		ocsp_serial[41];	/* the certificate ocsp_newest is of */
 	int64_t		ocsp_newest;	/* the newest thisUpdate taken */
 	int			ocsp_said;		/* the state of the last answer logged: 1 good, 2 unknown */
+	int			not_modified_said;	/* the first 304 logged */
 	char		last[2][512];	/* the last line said, per topic (0 CRL, 1 OCSP) */
 	time_t		last_at[2];
 };
@@ -168,7 +169,13 @@ crl_round(bcd_revwatch *rw, X509 *leaf, STACK_OF(X509) *cas, const char *serial)
 		goto lookup;
 	}
 	if (reply.status == 304)
+	{
+		if (!rw->not_modified_said)
+			bcd_log("revocation: GET %s: 304 Not Modified (If-None-Match with the gateway's "
+					"ETag): the CRL held is current", BCD_PATH_CRL);
+		rw->not_modified_said = 1;
 		goto lookup;
+	}
 	if (reply.status != 200)
 	{
 		bcd_http_describe(&reply, err, sizeof(err));
