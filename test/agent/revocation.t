@@ -86,14 +86,16 @@ def pem(certs):
 def body(tap, env):
     from cryptography import x509
     state = os.path.join(env.dir, "state")
-    r = env.bcd("run", *env.run_args(state, token_file=env.token_file("n1"), extra=["--once"]))
+    tok1 = env.token_file("n1")
+    r = env.bcd("run", *env.run_args(state, token_file=tok1, extra=["--once"]))
     if not tap.ok(r.returncode == 0, "the node joins", r.stdout + r.stderr):
         return
     node = r.stdout.splitlines()[0].rsplit("/", 1)[1]
     rt = sessionlib.runtime_dir(env)
     sock = os.path.join(rt, "bcd", "bcd.sock")
     wsock = os.path.join(rt, "bcd", "workload.sock")
-    p = sessionlib.start_daemon(env, "bcd-rev", rt, env.run_args(state) + [
+    # its token file holds the spent token: a revoked bcd's join again is refused
+    p = sessionlib.start_daemon(env, "bcd-rev", rt, env.run_args(state, token_file=tok1) + [
         "--workload-rule", "uid:0=>session=wl", "--status-interval", "1", "--hook-crl"])
     tap.ok(sessionlib.wait_socket(p, sock), "the daemon serves its sockets", p.text())
     tap.ok(p.wait_log("revocation: a new CRL taken", 20), "bcd takes the node CA's CRL", p.text())
@@ -222,6 +224,19 @@ def body(tap, env):
            rev.get("at"), "bcd status says revoked: serial, reason, time", st)
     prom = sessionlib.status(env, rt, sock, prometheus=True) or ""
     tap.ok("\nbcd_node_revoked 1\n" in prom, "bcd status --prometheus: bcd_node_revoked 1")
+    tap.ok(p.wait_log("revocation: joining again did not succeed", 15),
+           "it tries to join again with its token file's (spent) token: refused, still revoked",
+           p.text())
+    # an operator's new token in the token file: the node comes back, served again
+    with open(tok1, "w") as f:
+        f.write(env.token(1) + "\n")
+    t0 = time.time()
+    back = sessionlib.poll_status(env, rt, sock, lambda s: s.get("revoked") is False, 20)
+    tap.ok(back is not None and back["nodeCredential"]["serial"] != node_serial,
+           "a new token in --token-file: bcd joins again within %.1f s, no longer revoked "
+           "(another serial)" % (time.time() - t0), (back, p.text()[-2000:]))
+    h = sessionlib.hook(env, rt, sock, "s3", sess)
+    tap.ok(h.returncode == 0, "hooks are served again", (h.returncode, h.stderr))
     rc, _ = p.stop()
     tap.ok(rc == 0 and "Sanitizer" not in p.text(), "bcd stops cleanly (no sanitizer report)",
            p.text()[-3000:])

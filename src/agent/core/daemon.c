@@ -133,7 +133,8 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
  * Wait delay seconds; with command handlers, fetch and run the node's
  * commands every --command-interval meanwhile.  1 when stopped by a signal;
  * 2 when the attestation loop asks for a join again (attest.h); 3 when the
- * revocation watch asks for a renewal at once (a CA compromise: revocation.h).
+ * revocation watch asks for a renewal at once (a CA compromise), 4 for a join
+ * again (the node revoked, a join token configured: revocation.h).
  */
 static int
 wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
@@ -152,6 +153,8 @@ wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
 			return 2;
 		if (bcd_revwatch_take_renew(a->revwatch))
 			return 3;
+		if (bcd_revwatch_take_rejoin(a->revwatch))
+			return 4;
 		if (a->opts->n_handlers > 0 && now >= next_poll)
 		{
 			bcd_commands_poll(a, cred);
@@ -171,25 +174,37 @@ wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
 }
 
 /*
- * The attestation loop saw the service refuse the certificate a quarantine
- * revoked (an operator readmitted the node): join again by the node's
- * attestor (the tpm join of the same EK: the same node), once; a refusal
- * (still quarantined) leaves cred as it was.  BCD_RC_OK or BCD_RC_STOPPED.
+ * Join again by the node's attestor, once, on behalf of who ("attest": the
+ * attestation loop saw the service refuse the certificate a quarantine
+ * revoked, an operator readmitted the node: the tpm join of the same EK, the
+ * same node; "revocation": the node certificate is revoked and a join token
+ * is configured, which an operator may have replaced by a new one); a
+ * refusal (still quarantined, a spent token) leaves cred as it was.
+ * BCD_RC_OK or BCD_RC_STOPPED.
  */
 static bcd_rc
-rejoin_readmitted(bcd_agent *a, bcd_credential *cred)
+rejoin_again(bcd_agent *a, bcd_credential *cred, const char *who)
 {
 	bcd_credential next;
 	bcd_rc		rc;
 
-	bcd_log("attest: joining again by %s, as the same node (readmitted)", a->opts->attestor);
+	if (strcmp(who, "attest") == 0)
+		bcd_log("attest: joining again by %s, as the same node (readmitted)", a->opts->attestor);
+	else
+		bcd_log("revocation: joining again by %s (the node certificate %s is revoked)",
+				a->opts->attestor, cred->serial);
 	memset(&next, 0, sizeof(next));
 	rc = bcd_join_loop(a, NULL, &next);
 	if (rc == BCD_RC_STOPPED)
 		return rc;
 	if (rc != BCD_RC_OK)
 	{
-		bcd_log("attest: joining again did not succeed; the node stays quarantined here");
+		if (strcmp(who, "attest") == 0)
+			bcd_log("attest: joining again did not succeed; the node stays quarantined here");
+		else
+			bcd_log("revocation: joining again did not succeed (the reason is in bc_join.events, "
+					"security.join.refused); the node stays revoked here: an operator's new join "
+					"token in --token-file lets it back");
 		return BCD_RC_OK;
 	}
 	bcd_credential_free(cred);
@@ -242,8 +257,11 @@ run_agent(bcd_agent *a)
 					rc = BCD_RC_OK;
 					break;
 				case 2:
-					rc = rejoin_readmitted(a, &cred);
+					rc = rejoin_again(a, &cred, "attest");
 					continue;	/* a new certificate: its renewal is due later */
+				case 4:
+					rc = rejoin_again(a, &cred, "revocation");
+					continue;
 				default:
 					rc = BCD_RC_STOPPED;
 					break;

@@ -545,8 +545,8 @@ bcd_provisioner_refusal(bcd_provisioner *p, char *msg, size_t len)
 			strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
 		snprintf(msg, len, "this node's certificate %s was revoked at %s (reason %s; said by "
 				 "%s): nothing is issued until bcd holds a new node certificate (an operator's "
-				 "revocation is in bc_join.audit_log; the node joins again with a new join "
-				 "token)", p->revoked_serial, at, p->revoked_reason, p->revoked_source);
+				 "revocation is in bc_join.audit_log; a new join token in bcd's --token-file "
+				 "lets the node join again)", p->revoked_serial, at, p->revoked_reason, p->revoked_source);
 		r = BCD_REFUSAL_REVOKED;
 	}
 	pthread_mutex_unlock(&p->rmu);

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <openssl/crypto.h>
@@ -65,6 +66,10 @@ struct bcd_revwatch
 	pthread_cond_t cv;
 	int			stop;			/* under mu */
 	atomic_int	renew;			/* a CA compromise: renew at once (daemon.c) */
+	atomic_int	rejoin;			/* revoked, a join token configured: join again (daemon.c) */
+	time_t		rejoin_asked;	/* when it was last asked for, 0 never */
+	struct stat token_st;		/* --token-file as it was then */
+	int			no_token_said;
 	/* the thread's own */
 	char		renew_asked[41];	/* the serial a renewal was asked for */
 	unsigned char *crl;			/* the CRL taken last (DER) */
@@ -119,6 +124,43 @@ bcd_crl_wanted(const bcd_run_opts *o)
 }
 
 /*
+ * The node is revoked: with a join token configured, ask the main thread to
+ * join again at once, when the --token-file changed since (an operator put a
+ * new token there), and every BCD_REJOIN_AGAIN_S (each refused join is an
+ * event); without one, say once how the node comes back.
+ */
+static void
+maybe_rejoin(bcd_revwatch *rw)
+{
+	const bcd_run_opts *o = rw->o;
+	struct stat st;
+	time_t		now = time(NULL);
+	int			changed = 0;
+
+	/* a quarantine revokes too: its readmission is the attestation loop's (attest.c) */
+	if (bcd_provisioner_quarantined(rw->prov))
+		return;
+	if (o->token == NULL && o->token_file == NULL)
+	{
+		if (!rw->no_token_said)
+			bcd_log("revocation: no join token configured: the node stays revoked (an "
+					"operator's new join token in bcd run --token-file FILE lets it back)");
+		rw->no_token_said = 1;
+		return;
+	}
+	memset(&st, 0, sizeof(st));
+	if (o->token_file != NULL && stat(o->token_file, &st) == 0)
+		changed = st.st_ino != rw->token_st.st_ino || st.st_size != rw->token_st.st_size ||
+			st.st_mtim.tv_sec != rw->token_st.st_mtim.tv_sec ||
+			st.st_mtim.tv_nsec != rw->token_st.st_mtim.tv_nsec;
+	if (rw->rejoin_asked != 0 && !changed && now - rw->rejoin_asked < BCD_REJOIN_AGAIN_S)
+		return;
+	rw->rejoin_asked = now;
+	rw->token_st = st;
+	atomic_store(&rw->rejoin, 1);
+}
+
+/*
  * The node certificate serial is revoked (reason, at), as source says: a CA
  * compromise asks for a renewal at once (once per serial), anything else is
  * the provisioner's refusal.
@@ -139,6 +181,7 @@ node_revoked(bcd_revwatch *rw, const char *serial, int reason, int64_t at, const
 		return;
 	}
 	bcd_provisioner_revoke(rw->prov, serial, bcd_reason_name(reason), at, source);
+	maybe_rejoin(rw);
 }
 
 /* cert's serial (32 hex digits, bcd_cert_serial_hex) into out; 0, or -1. */
@@ -406,6 +449,13 @@ int
 bcd_revwatch_take_renew(bcd_revwatch *rw)
 {
 	return rw != NULL && atomic_exchange(&rw->renew, 0) != 0;
+}
+
+/* 1 once when the revoked node should join again (revocation.h). */
+int
+bcd_revwatch_take_rejoin(bcd_revwatch *rw)
+{
+	return rw != NULL && atomic_exchange(&rw->rejoin, 0) != 0;
 }
 
 /* Stop its thread (revocation.h). */
