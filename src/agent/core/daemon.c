@@ -134,7 +134,7 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
  * commands every --command-interval meanwhile.  1 when stopped by a signal;
  * 2 when the attestation loop asks for a join again (attest.h); 3 when the
  * revocation watch asks for a renewal at once (a CA compromise), 4 for a join
- * again (the node revoked, a join token configured: revocation.h).
+ * again (the node revoked, a new token in --token-file: revocation.h).
  */
 static int
 wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
@@ -177,9 +177,9 @@ wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
  * Join again by the node's attestor, once, on behalf of who ("attest": the
  * attestation loop saw the service refuse the certificate a quarantine
  * revoked, an operator readmitted the node: the tpm join of the same EK, the
- * same node; "revocation": the node certificate is revoked and a join token
- * is configured, which an operator may have replaced by a new one); a
- * refusal (still quarantined, a spent token) leaves cred as it was.
+ * same node; "revocation": the node certificate is revoked and an operator
+ * wrote a new join token into --token-file); a refusal (still quarantined,
+ * a token not good) leaves cred as it was.
  * BCD_RC_OK or BCD_RC_STOPPED.
  */
 static bcd_rc
@@ -203,8 +203,8 @@ rejoin_again(bcd_agent *a, bcd_credential *cred, const char *who)
 			bcd_log("attest: joining again did not succeed; the node stays quarantined here");
 		else
 			bcd_log("revocation: joining again did not succeed (the reason is in bc_join.events, "
-					"security.join.refused); the node stays revoked here: an operator's new join "
-					"token in --token-file lets it back");
+					"security.join.refused); the node stays revoked here until --token-file "
+					"changes again");
 		return BCD_RC_OK;
 	}
 	bcd_credential_free(cred);

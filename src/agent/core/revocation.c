@@ -67,11 +67,11 @@ struct bcd_revwatch
 	int			stop;			/* under mu */
 	atomic_int	renew;			/* a CA compromise: renew at once (daemon.c) */
 	atomic_int	rejoin;			/* revoked, a join token configured: join again (daemon.c) */
-	time_t		rejoin_asked;	/* when it was last asked for, 0 never */
-	struct stat token_st;		/* --token-file as it was then */
-	int			no_token_said;
+	int			revoked_seen;	/* the node's revocation seen (a publish of another serial resets it) */
+	struct stat token_st;		/* --token-file as it was then, or at the last join asked for */
 	/* the thread's own */
 	char		renew_asked[41];	/* the serial a renewal was asked for */
+	char		serial[41];		/* the node certificate of the last round */
 	unsigned char *crl;			/* the CRL taken last (DER) */
 	size_t		crl_len;
 	X509_CRL   *crl_parsed;
@@ -124,38 +124,39 @@ bcd_crl_wanted(const bcd_run_opts *o)
 }
 
 /*
- * The node is revoked: with a join token configured, ask the main thread to
- * join again at once, when the --token-file changed since (an operator put a
- * new token there), and every BCD_REJOIN_AGAIN_S (each refused join is an
- * event); without one, say once how the node comes back.
+ * The node is revoked: it stays so until an operator lets it back.  With
+ * --token-file, that is a new token written there: the file as it was when
+ * the revocation was seen is remembered, and each change of it (inode,
+ * size, mtime) asks the main thread to join again once; a token the node
+ * held already never brings it back by itself.  Without one, said once.
  */
 static void
 maybe_rejoin(bcd_revwatch *rw)
 {
 	const bcd_run_opts *o = rw->o;
 	struct stat st;
-	time_t		now = time(NULL);
-	int			changed = 0;
 
 	/* a quarantine revokes too: its readmission is the attestation loop's (attest.c) */
 	if (bcd_provisioner_quarantined(rw->prov))
 		return;
-	if (o->token == NULL && o->token_file == NULL)
+	memset(&st, 0, sizeof(st));
+	if (o->token_file != NULL)
+		(void) stat(o->token_file, &st);
+	if (!rw->revoked_seen)
 	{
-		if (!rw->no_token_said)
-			bcd_log("revocation: no join token configured: the node stays revoked (an "
-					"operator's new join token in bcd run --token-file FILE lets it back)");
-		rw->no_token_said = 1;
+		rw->revoked_seen = 1;
+		rw->token_st = st;
+		bcd_log("revocation: the node stays revoked until an operator lets it back: %s%s",
+				o->token_file != NULL ? "a new join token written into " :
+				"bcd run --token-file FILE with a new join token",
+				o->token_file != NULL ? o->token_file : "");
 		return;
 	}
-	memset(&st, 0, sizeof(st));
-	if (o->token_file != NULL && stat(o->token_file, &st) == 0)
-		changed = st.st_ino != rw->token_st.st_ino || st.st_size != rw->token_st.st_size ||
-			st.st_mtim.tv_sec != rw->token_st.st_mtim.tv_sec ||
-			st.st_mtim.tv_nsec != rw->token_st.st_mtim.tv_nsec;
-	if (rw->rejoin_asked != 0 && !changed && now - rw->rejoin_asked < BCD_REJOIN_AGAIN_S)
+	if (o->token_file == NULL ||
+		(st.st_ino == rw->token_st.st_ino && st.st_size == rw->token_st.st_size &&
+		 st.st_mtim.tv_sec == rw->token_st.st_mtim.tv_sec &&
+		 st.st_mtim.tv_nsec == rw->token_st.st_mtim.tv_nsec))
 		return;
-	rw->rejoin_asked = now;
 	rw->token_st = st;
 	atomic_store(&rw->rejoin, 1);
 }
@@ -360,6 +361,12 @@ watch_once(bcd_revwatch *rw)
 			leaf = certs[0];
 		for (size_t i = 1; i < n; i++)
 			sk_X509_push(cas, certs[i]);
+	}
+	if (leaf != NULL && strcmp(serial, rw->serial) != 0)
+	{
+		/* another node certificate: what was seen of the last one no longer holds */
+		snprintf(rw->serial, sizeof(rw->serial), "%s", serial);
+		rw->revoked_seen = 0;
 	}
 	if (rw->want_crl && cas != NULL)
 		crl_round(rw, leaf, cas, serial);

@@ -43,13 +43,10 @@ int			bcd_revwatch_start(const bcd_run_opts *o, const bcd_service_keys *keys,
  */
 int			bcd_revwatch_take_renew(bcd_revwatch *rw);
 /*
- * 1 (once) when the revoked node should join again with its join token: at
- * the revocation, when the --token-file changed since the last try, and
- * every BCD_REJOIN_AGAIN_S otherwise.  NULL: 0.
+ * 1 (once) when the revoked node should join again: its --token-file
+ * changed since the revocation was seen (an operator's new token).  NULL: 0.
  */
 int			bcd_revwatch_take_rejoin(bcd_revwatch *rw);
-/* A revoked node with a token that did not change asks to join again this often, seconds. */
-#define BCD_REJOIN_AGAIN_S 300
 /* Stop its thread; NULL does nothing. */
 void		bcd_revwatch_stop(bcd_revwatch *rw);
 /* Free it (stopped first); NULL does nothing. */
