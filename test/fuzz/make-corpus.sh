@@ -33,7 +33,7 @@ for d in "$C"/*/; do
 done
 rm -rf "$K"
 mkdir -p "$K"
-for t in b64 jws jwe csr state tpm_public tpm_attest tpm_signature tpm_ek_cert gw_addr gw_http sock_line verify discovery_req producer_output; do
+for t in b64 jws jwe csr state tpm_public tpm_attest tpm_signature tpm_ek_cert gw_addr gw_http sock_line verify discovery_req producer_output ocsp_request; do
   mkdir -p "$C/fuzz_$t"
 done
 seed() { printf '%s' "$2" >"$C/$1/$3"; }
@@ -162,6 +162,29 @@ seed fuzz_sock_line '{"op":"credential","session":"w","dir":"/d","extra":1}'$'\n
 seed fuzz_sock_line '{"op":"credential","session":"w","session":"x","dir":"/d"}'$'\n' duplicate
 seed fuzz_sock_line '{"op":"nope"}'$'\n{"op":"status"}\n' unknown-op
 seed fuzz_sock_line '[1,2,3]'$'\n' not-object
+
+# ---- OCSP requests the openssl CLI makes (RFC 6960): a throwaway CA, leaves
+O=$C/fuzz_ocsp_request
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$T/ca.key" -subj /CN=ocsp-ca \
+  -days 1 -out "$T/ca.pem" 2>/dev/null
+for i in $(seq 1 17); do
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$T/l$i.key" -subj "/CN=l$i" \
+    -out "$T/l$i.csr" 2>/dev/null
+  openssl x509 -req -in "$T/l$i.csr" -CA "$T/ca.pem" -CAkey "$T/ca.key" -set_serial "$((i * 7919))" \
+    -days 1 -out "$T/l$i.pem" 2>/dev/null
+done
+ocspreq() { out=$1; shift; openssl ocsp -issuer "$T/ca.pem" "$@" -reqout "$O/$out" >/dev/null 2>&1; }
+ocspreq sha1-nonce -cert "$T/l1.pem"
+ocspreq sha1-no-nonce -cert "$T/l1.pem" -no_nonce
+ocspreq sha256-nonce -sha256 -cert "$T/l2.pem"
+ocspreq sha384 -sha384 -cert "$T/l2.pem" -no_nonce
+ocspreq two -cert "$T/l1.pem" -cert "$T/l2.pem"
+ocspreq serial -serial 0x1234 -no_nonce
+ocspreq signed -cert "$T/l1.pem" -signer "$T/l3.pem" -signkey "$T/l3.key"
+ocspreq sixteen $(for i in $(seq 1 16); do printf -- '-cert %s ' "$T/l$i.pem"; done)
+ocspreq seventeen $(for i in $(seq 1 17); do printf -- '-cert %s ' "$T/l$i.pem"; done)
+printf '\x30\x04\x30\x02\x30\x00' >"$O/empty-list"
+printf 'not an OCSP request' >"$O/garbage"
 
 # ---- the event log and the IMA list: written by test/tools/tcglog.py
 mkdir -p "$C/fuzz_eventlog"
