@@ -278,7 +278,13 @@ def body(tap, env):
                 why = "the gateway has no POST /v1/ocsp"
     if why:
         tap.skip("the OCSP self-check end to end", why)
-        return
+    else:
+        ocsp_end_to_end(tap, env)
+    ca_compromise(tap, env)
+
+
+def ocsp_end_to_end(tap, env):
+    """A bcd without the CRL learns its revocation by OCSP alone."""
     state2 = os.path.join(env.dir, "state2")
     r = env.bcd("run", *env.run_args(state2, token_file=env.token_file("n2"), extra=["--once"]))
     if not tap.ok(r.returncode == 0, "a second node joins", r.stdout + r.stderr):
@@ -302,6 +308,64 @@ def body(tap, env):
            (h.returncode, h.stderr))
     rc, _ = p2.stop()
     tap.ok(rc == 0 and "Sanitizer" not in p2.text(), "it stops cleanly", p2.text()[-3000:])
+
+
+def ca_compromise(tap, env):
+    """The node CA's intermediate rotated, then marked compromised: bcd learns its
+    certificate's cACompromise from a CRL signed by the new intermediate (which it takes
+    from GET /v1/service-keys), renews at once with a new key, under the new intermediate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    keygen = os.path.join(agentlib.TOP, "tools", "bc-join-keygen")
+    if not env.has_function("bc_join.mark_ca_compromised(text)") or \
+            "--rotate-intermediate" not in open(keygen).read():
+        tap.skip("a CA compromise end to end", "no bc_join.mark_ca_compromised or keygen rotation")
+        return
+    state4 = os.path.join(env.dir, "state4")
+    r = env.bcd("run", *env.run_args(state4, token_file=env.token_file("n4"), extra=["--once"]))
+    if not tap.ok(r.returncode == 0, "a fourth node joins", r.stdout + r.stderr):
+        return
+    chain = load_pems(open(os.path.join(state4, "node-chain.pem"), "rb").read())
+    old_serial = "%032x" % chain[0].serial_number
+    spki = lambda c: c.public_key().public_bytes(  # noqa: E731
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    rt4 = sessionlib.runtime_dir(env, "rt4")
+    sock4 = os.path.join(rt4, "bcd", "bcd.sock")
+    p4 = sessionlib.start_daemon(env, "bcd-ca", rt4, env.run_args(state4) + [
+        "--workload-api", "off", "--hook-crl", "--status-interval", "1"])
+    sessionlib.wait_socket(p4, sock4)
+    p4.wait_log("revocation: a new CRL taken", 15)
+    subprocess.run([keygen, "--rotate-intermediate", env.keys, "--root-dir", env.keys + ".root"],
+                   check=True, stdout=subprocess.DEVNULL)
+    import ssl
+    import urllib.error
+    import urllib.request
+    try:
+        code = urllib.request.urlopen(env.gw_url + "/v1/service-keys", timeout=10,
+                                      context=ssl.create_default_context(cafile=env.ca)).status
+    except urllib.error.HTTPError as e:
+        code = e.code
+    tap.eq(code, 200, "GET /v1/service-keys answers (bcd takes the new intermediate from it; "
+           "a 503 here is the gateway's role refused by signed_service_keys(), see the gateway log)")
+    old_ca = chain[1].public_bytes(serialization.Encoding.PEM).decode()
+    n = env.psql("SELECT bc_join.mark_ca_compromised($q$%s$q$)" % old_ca)
+    t0 = time.time()
+    tap.ok(n not in ("", "0"), "the old intermediate marked compromised: %s certificates revoked" % n)
+    st = sessionlib.poll_status(env, rt4, sock4, lambda s: s.get("nodeCredential", {}).get(
+        "serial") not in (None, old_serial), 30)
+    tap.ok(st is not None and st.get("revoked") is False,
+           "bcd renews within %.1f s: another serial, not revoked" % (time.time() - t0),
+           (st, p4.text()[-3000:]))
+    new = load_pems(open(os.path.join(state4, "node-chain.pem"), "rb").read())
+    tap.ok(new[0].issuer != chain[0].issuer and spki(new[0]) != spki(chain[0]),
+           "its new certificate is of the new intermediate, for a new key",
+           (new[0].issuer, chain[0].issuer))
+    sess = os.path.join(rt4, "sess")
+    os.makedirs(sess, mode=0o700)
+    h = sessionlib.hook(env, rt4, sock4, "s1", sess)
+    tap.ok(h.returncode == 0, "hooks are served under the new intermediate", (h.returncode, h.stderr))
+    rc, _ = p4.stop()
+    tap.ok(rc == 0 and "Sanitizer" not in p4.text(), "it stops cleanly", p4.text()[-3000:])
 
 
 if __name__ == "__main__":

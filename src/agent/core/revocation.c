@@ -42,6 +42,7 @@
 #include <openssl/x509.h>
 
 #include "bc_common.h"
+#include "bc_protocol.h"
 #include "core/log.h"
 #include "core/revcheck.h"
 #include "core/revocation.h"
@@ -51,6 +52,8 @@
 
 /* The same line is logged again after this many seconds at most. */
 #define SAY_AGAIN_S 600
+/* The service's intermediates are fetched again at most this often (the gateway's copy lives 10 s). */
+#define CAS_AGAIN_S 10
 
 struct bcd_revwatch
 {
@@ -72,6 +75,9 @@ struct bcd_revwatch
 	/* the thread's own */
 	char		renew_asked[41];	/* the serial a renewal was asked for */
 	char		serial[41];		/* the node certificate of the last round */
+	STACK_OF(X509) *extra_cas;	/* the service's current intermediates (GET /v1/service-keys) */
+	int			want_cas;		/* something did not verify: fetch them */
+	time_t		cas_fetched;	/* when they were last fetched */
 	unsigned char *crl;			/* the CRL taken last (DER) */
 	size_t		crl_len;
 	X509_CRL   *crl_parsed;
@@ -237,6 +243,7 @@ crl_round(bcd_revwatch *rw, X509 *leaf, STACK_OF(X509) *cas, const char *serial)
 	{
 		say(rw, 0, "the CRL of GET %s does not verify (%s): ignored, the one held is kept",
 			BCD_PATH_CRL, err);
+		rw->want_cas = 1;
 		goto lookup;
 	}
 	if (got.this_update < rw->crl_this_update)
@@ -316,6 +323,7 @@ ocsp_round(bcd_revwatch *rw, X509 *leaf, X509 *issuer, STACK_OF(X509) *cas, cons
 						rw->keys->node_ca, cas, rw->ocsp_newest, &st, err, sizeof(err)) != 0)
 	{
 		say(rw, 1, "the OCSP answer about %s does not verify (%s): ignored", serial, err);
+		rw->want_cas = 1;
 		goto out;
 	}
 	rw->ocsp_newest = st.this_update;
@@ -342,6 +350,48 @@ out:
 	bcd_http_reply_free(&reply);
 }
 
+/*
+ * The service's current intermediates, fetched again (GET /v1/service-keys,
+ * verified by a pinned signing key) when a CRL or an OCSP answer did not
+ * verify, at most every CAS_AGAIN_S: after an intermediate rotation they are
+ * signed under an intermediate this node's chain does not hold yet.
+ */
+static void
+refresh_cas(bcd_revwatch *rw)
+{
+	STACK_OF(X509) *got;
+	bcd_http_reply reply;
+	char		err[512];
+	time_t		now = time(NULL);
+
+	if (!rw->want_cas || (rw->cas_fetched != 0 && now - rw->cas_fetched < CAS_AGAIN_S))
+		return;
+	rw->want_cas = 0;
+	rw->cas_fetched = now;
+	if ((got = sk_X509_new_null()) == NULL)
+		return;
+	if (bcd_http_exchange(rw->http, BC_PATH_SERVICE_KEYS, NULL, &reply, err, sizeof(err)) ==
+		BCD_RC_OK && reply.status == 200 &&
+		bcd_service_keys_cas(rw->keys, reply.body, reply.len, got) == BC_OK)
+	{
+		int			same = sk_X509_num(got) == sk_X509_num(rw->extra_cas);
+
+		for (int i = 0; same && i < sk_X509_num(got); i++)
+			same = X509_cmp(sk_X509_value(got, i), sk_X509_value(rw->extra_cas, i)) == 0;
+		if (!same)
+			bcd_log("revocation: the service's current CA certificates taken from %s (%d), "
+					"for what is signed under an intermediate this node's chain does not hold",
+					BC_PATH_SERVICE_KEYS, sk_X509_num(got));
+		sk_X509_pop_free(rw->extra_cas, X509_free);
+		rw->extra_cas = got;
+		got = NULL;
+	}
+	else
+		say(rw, 0, "GET %s: the service's current intermediates not fetched", BC_PATH_SERVICE_KEYS);
+	sk_X509_pop_free(got, X509_free);
+	bcd_http_reply_free(&reply);
+}
+
 /* One round: the node's chain read, the CRL when wanted, OCSP. */
 static void
 watch_once(bcd_revwatch *rw)
@@ -361,6 +411,9 @@ watch_once(bcd_revwatch *rw)
 			leaf = certs[0];
 		for (size_t i = 1; i < n; i++)
 			sk_X509_push(cas, certs[i]);
+		refresh_cas(rw);
+		for (int i = 0; i < sk_X509_num(rw->extra_cas); i++)
+			sk_X509_push(cas, sk_X509_value(rw->extra_cas, i));
 	}
 	if (leaf != NULL && strcmp(serial, rw->serial) != 0)
 	{
@@ -489,6 +542,7 @@ bcd_revwatch_free(bcd_revwatch *rw)
 	bcd_http_free(rw->http);
 	free(rw->crl);
 	X509_CRL_free(rw->crl_parsed);
+	sk_X509_pop_free(rw->extra_cas, X509_free);
 	pthread_cond_destroy(&rw->cv);
 	pthread_mutex_destroy(&rw->mu);
 	free(rw);
