@@ -69,7 +69,7 @@ struct bcd_revwatch
 	pthread_cond_t cv;
 	int			stop;			/* under mu */
 	atomic_int	renew;			/* a CA compromise: renew at once (daemon.c) */
-	atomic_int	rejoin;			/* revoked, a join token configured: join again (daemon.c) */
+	atomic_int	rejoin;			/* revoked, --token-file changed: join again (daemon.c) */
 	int			revoked_seen;	/* the node's revocation seen (a publish of another serial resets it) */
 	struct stat token_st;		/* --token-file as it was then, or at the last join asked for */
 	/* the thread's own */
