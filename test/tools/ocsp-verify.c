@@ -90,9 +90,11 @@ main(int argc, char **argv)
 		X509	   *issuer = cert(argv[3]);
 		FILE	   *f = fopen(argv[4], "wb");
 
+		der = NULL;
 		if (f != NULL && bcd_ocsp_request(leaf, issuer, &der, &len) == 0 &&
 			fwrite(der, 1, len, f) == len)
 			rc = 0;
+		OPENSSL_free(der);
 		if (f != NULL)
 			fclose(f);
 		X509_free(leaf);
