@@ -335,8 +335,12 @@ def body(tap, env):
         "--workload-rule", "uid:0,exe:%s=>session=wl-jwt" % me,
         "--workload-rule", "uid:65534=>session=wl-nobody",
         "--workload-rule", "uid:65533=>session=wl-late"]))
-    tap.ok(sl.wait_socket(daemon, sock) and os.path.exists(wsock), "bcd serves the Workload API",
-           daemon.text())
+    # the hooks' socket is made (and logged) first, the Workload API's just after it
+    up = sl.wait_socket(daemon, sock)
+    deadline = time.time() + 10
+    while up and not os.path.exists(wsock) and time.time() < deadline:
+        time.sleep(0.05)
+    tap.ok(up and os.path.exists(wsock), "bcd serves the Workload API", daemon.text())
     channel = grpc.insecure_channel("unix://" + wsock,
                                     options=[("grpc.use_local_subchannel_pool", 1)])
     stub = pbg.SpiffeWorkloadAPIStub(channel)

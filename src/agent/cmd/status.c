@@ -26,8 +26,9 @@ status_usage(FILE *stream)
 		  "\n"
 		  "Prints the numbers of the local bcd as JSON: waiting (callers waiting for a\n"
 		  "credential: the queue depth), queued and inFlight (provisionings), served,\n"
-		  "refused, busy, provisionings, JWT-SVID fetches, answers by code, and the node\n"
-		  "credential.\n"
+		  "refused, busy, provisionings, JWT-SVID fetches, answers by code, the node\n"
+		  "credential, whether the node is quarantined or revoked (serial, reason, time)\n"
+		  "and whether a verified CRL is held.\n"
 		  "--prometheus prints the same as Prometheus text.  Exit status as for\n"
 		  "bcd credential (69: no daemon answers).\n", stream);
 }

@@ -723,3 +723,52 @@ bcd_service_keys_refresh(bcd_http *http, const bcd_service_keys *keys)
 	bcd_http_reply_free(&reply);
 	return st;
 }
+
+/*
+ * The CA certificates below the root in the nodeCa of the service's current
+ * keys (the text of GET /v1/service-keys: a JWS verified by a pinned signing
+ * key, its payload's nodeCa), pushed onto out (the caller frees them): the
+ * issuing intermediate after a rotation, which the revocation watch needs
+ * to verify a CRL or OCSP answer signed under it before this node renewed.
+ * They are no trust anchor: whatever uses them still chains to the pinned
+ * root.  BC_OK, or an error.
+ */
+int
+bcd_service_keys_cas(const bcd_service_keys *keys, const char *text, size_t len,
+					 STACK_OF(X509) *out)
+{
+	json_t	   *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+	json_t	   *list = json_object_get(doc, "keys");
+	json_t	   *payload = NULL;
+	json_t	   *pem;
+	X509	   *certs[NODE_CA_MAX];
+	size_t		n = 0;
+	int			rc = BC_EVERIFY;
+
+	for (size_t i = 0; json_is_array(list) && i < json_array_size(list) && i < ROLLOVER_MAX &&
+		 payload == NULL; i++)
+	{
+		json_t	   *jws = json_array_get(list, i);
+		unsigned char *pl = NULL;
+		size_t		plen = 0;
+
+		if (json_is_string(jws) &&
+			bcd_service_keys_verify(keys, json_string_value(jws), json_string_length(jws),
+									BCD_SERVICE_KEYS_MAX, &pl, &plen, NULL) == BC_OK)
+			payload = json_loadb((const char *) pl, plen, JSON_REJECT_DUPLICATES, NULL);
+		free(pl);
+	}
+	pem = json_object_get(payload, "nodeCa");
+	if (json_is_string(pem) &&
+		(rc = bc_cert_read_pem_bundle(NULL, json_string_value(pem), json_string_length(pem),
+									  certs, NODE_CA_MAX, &n, NULL, 0)) == BC_OK)
+		for (size_t i = 0; i < n; i++)
+		{
+			if (X509_cmp(certs[i], keys->node_ca) != 0 && sk_X509_push(out, certs[i]) > 0)
+				continue;
+			X509_free(certs[i]);
+		}
+	json_decref(payload);
+	json_decref(doc);
+	return rc;
+}

@@ -73,6 +73,13 @@ EVP_PKEY   *bcd_service_keys_encryption(const bcd_service_keys *keys);
 int			bcd_service_keys_rollover(const bcd_service_keys *keys, const char *text,
 									  size_t len, char *err, size_t errlen);
 
+/*
+ * The CA certificates below the root in the nodeCa of text (GET
+ * /v1/service-keys, verified by a pinned signing key), pushed onto out.
+ */
+int			bcd_service_keys_cas(const bcd_service_keys *keys, const char *text, size_t len,
+								 STACK_OF(X509) *out);
+
 /* GET /v1/service-keys through http and take it up (logged). */
 int			bcd_service_keys_refresh(struct bcd_http *http, const bcd_service_keys *keys);
 
