@@ -26,7 +26,7 @@ FUZZ_NAMES    = $(filter-out fuzz_common,$(basename $(notdir $(FUZZ_SRCS))))
 FUZZ_BINS     = $(FUZZ_NAMES:%=build/fuzz/%)
 
 # Which program's objects each target links besides src/common.
-FUZZ_GW_NAMES    = fuzz_gw_addr fuzz_gw_http
+FUZZ_GW_NAMES    = fuzz_gw_addr fuzz_gw_http fuzz_gw_ocsp_get
 FUZZ_AGENT_NAMES = fuzz_sock_line fuzz_verify fuzz_discovery_req fuzz_rollover fuzz_peer fuzz_producer_output
 
 FUZZ_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/fuzz/obj/%.o) build/fuzz/obj/test/fuzz/fuzz_common.o

@@ -12,12 +12,14 @@
 # (mk/host.mk); they link every gateway object but main.o.
 
 GW_SRCS      = $(sort $(wildcard src/gateway/*.c))
-GW_OBJS      = $(GW_SRCS:%.c=build/obj/%.o)
-GW_ASAN_OBJS = $(GW_SRCS:%.c=build/asan/obj/%.o)
+# src/common's files the gateway links: the OCSP request parser (issue 45)
+GW_COMMON_SRCS = src/common/ocsp.c
+GW_OBJS      = $(GW_SRCS:%.c=build/obj/%.o) $(GW_COMMON_SRCS:%.c=build/obj/%.o)
+GW_ASAN_OBJS = $(GW_SRCS:%.c=build/asan/obj/%.o) $(GW_COMMON_SRCS:%.c=build/asan/obj/%.o)
 GW_PKGS      = libevent libevent_openssl libpq openssl jansson
 GW_CFLAGS   := $(shell pkg-config --cflags $(GW_PKGS) 2>/dev/null)
 GW_LIBS     := $(shell pkg-config --libs $(GW_PKGS) 2>/dev/null) -lm
-GW_SLOW      = test/gateway/crl.t test/gateway/anchor.t test/gateway/limits.t
+GW_SLOW      = test/gateway/crl.t test/gateway/ocsp.t test/gateway/anchor.t test/gateway/limits.t
 GW_TESTS     = $(GW_SLOW) $(filter-out $(GW_SLOW),$(sort $(wildcard test/gateway/*.t)))
 
 .PHONY: gateway gateway-test
@@ -27,8 +29,8 @@ gateway: build/bc-gateway
 $(GW_OBJS) $(GW_ASAN_OBJS): HOST_CPPFLAGS += $(GW_CFLAGS)
 
 GW_UNIT_NAMES      = $(basename $(notdir $(wildcard test/unit/test_gw_*.c)))
-GW_TEST_OBJS       = $(filter-out %/main.o,$(GW_SRCS:%.c=build/testobj/%.o))
-GW_ASAN_TEST_OBJS  = $(filter-out %/main.o,$(GW_SRCS:%.c=build/asan/testobj/%.o))
+GW_TEST_OBJS       = $(filter-out %/main.o,$(GW_SRCS:%.c=build/testobj/%.o)) $(GW_COMMON_SRCS:%.c=build/testobj/%.o)
+GW_ASAN_TEST_OBJS  = $(filter-out %/main.o,$(GW_SRCS:%.c=build/asan/testobj/%.o)) $(GW_COMMON_SRCS:%.c=build/asan/testobj/%.o)
 
 $(GW_TEST_OBJS) $(GW_ASAN_TEST_OBJS): HOST_CPPFLAGS += $(GW_CFLAGS)
 $(GW_UNIT_NAMES:%=build/testobj/test/unit/%.o) $(GW_UNIT_NAMES:%=build/asan/testobj/test/unit/%.o): \

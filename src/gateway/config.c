@@ -69,6 +69,13 @@ static const char usage_text[] =
 "  --crl-max-size BYTES        a CRL larger than this is refused (default\n"
 "                              8388608, 8 MiB)\n"
 "\n"
+"OCSP (POST /v1/ocsp, GET /v1/ocsp/...; see docs/gateway.md, \"OCSP\"):\n"
+"  --ocsp-cache-entries N      CertIDs whose answer is kept at most (default\n"
+"                              10000; 0: no cache, every request calls the\n"
+"                              database); least recently used evicted first\n"
+"  --ocsp-cache-bytes BYTES    bytes of kept answers at most (default 16777216,\n"
+"                              16 MiB)\n"
+"\n"
 "Request bodies (see docs/gateway.md, \"The large-body budget\"):\n"
 "  --max-large-body-bytes BYTES  request bytes beyond 80 KiB per connection held\n"
 "                              at once, all connections together (default\n"
@@ -251,6 +258,8 @@ set_defaults(struct gw_config *cfg)
 	cfg->crl_max_size = 8 * 1024 * 1024;
 	cfg->large_body_budget = 64 * 1024 * 1024;
 	cfg->service_keys_max_age_s = 10;
+	cfg->ocsp_cache_entries = 10000;
+	cfg->ocsp_cache_bytes = 16 * 1024 * 1024;
 	cfg->log_level = GW_LOG_INFO;
 }
 
@@ -260,7 +269,7 @@ enum
 	OPT_STMT, OPT_RETRY, OPT_IO, OPT_REQ, OPT_RATE, OPT_BURST, OPT_TABLE,
 	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN, OPT_CRLMAX, OPT_NOPREP,
 	OPT_KEYSAGE,
-	OPT_LARGEBODY
+	OPT_LARGEBODY, OPT_OCSPENTRIES, OPT_OCSPBYTES
 };
 
 static const struct option options[] = {
@@ -284,6 +293,8 @@ static const struct option options[] = {
 	{"crl-max-size", required_argument, NULL, OPT_CRLMAX},
 	{"service-keys-max-age", required_argument, NULL, OPT_KEYSAGE},
 	{"max-large-body-bytes", required_argument, NULL, OPT_LARGEBODY},
+	{"ocsp-cache-entries", required_argument, NULL, OPT_OCSPENTRIES},
+	{"ocsp-cache-bytes", required_argument, NULL, OPT_OCSPBYTES},
 	{"shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN},
 	{"log-level", required_argument, NULL, OPT_LOGLEVEL},
 	{"help", no_argument, NULL, 'h'},
@@ -374,6 +385,16 @@ apply_option(struct gw_config *cfg, int c, const char *arg)
 			if ((v = parse_int(arg, GW_MAX_BODY, 64L * 1024 * 1024 * 1024)) < 0)
 				goto bad;
 			cfg->large_body_budget = (size_t) v;
+			return 0;
+		case OPT_OCSPENTRIES:
+			if ((v = parse_int(arg, 0, 10000000)) < 0)
+				goto bad;
+			cfg->ocsp_cache_entries = (int) v;
+			return 0;
+		case OPT_OCSPBYTES:
+			if ((v = parse_int(arg, 4096, 64L * 1024 * 1024 * 1024)) < 0)
+				goto bad;
+			cfg->ocsp_cache_bytes = (size_t) v;
 			return 0;
 		case OPT_KEYSAGE:
 			if ((v = parse_int(arg, 1, 3600)) < 0)

@@ -50,6 +50,8 @@ struct gw_config
 	size_t			crl_max_size;		/* a larger CRL is refused */
 	size_t			large_body_budget;	/* bodies over GW_MAX_BODY in flight at once, bytes */
 	int				service_keys_max_age_s;	/* GET /v1/service-keys served from a copy this young */
+	int				ocsp_cache_entries;	/* CertIDs kept at most; 0: no OCSP cache */
+	size_t			ocsp_cache_bytes;	/* bytes of OCSP answers kept at most */
 
 	long			shutdown_ms;
 	int				log_level;

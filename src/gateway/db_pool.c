@@ -15,7 +15,8 @@
  * pool's own, sent before any queued job when it is a new connection): the
  * first to connect, and when that one is lost, the next idle one at the next
  * dispatch.  One listener, so a notification arrives once.  Notifications are
- * handed to a callback from the idle read path and after every statement.
+ * handed to the callbacks (the CRL's cache, the OCSP cache: one channel, each
+ * subscriber called in turn) from the idle read path and after every statement.
  */
 #include "db_pool.h"
 #include "log.h"
@@ -88,8 +89,13 @@ struct gw_db_pool
 	int			nqueued;
 	double		last_fail;
 	char	   *listen_sql;		/* "LISTEN channel", or NULL */
-	gw_db_notify_cb notify_cb;
-	void	   *notify_arg;
+	char	   *listen_channel;	/* that channel */
+	struct
+	{
+		gw_db_notify_cb cb;
+		void	   *arg;
+	}			notify[GW_DB_MAX_LISTENERS];	/* called for each notification, in order */
+	int			nnotify;
 	int			nlistening;		/* connections with LISTEN in force (0 or 1) */
 	int			listen_pending; /* a LISTEN is running */
 	unsigned long listen_period;	/* bumped when nlistening goes 0 -> 1 */
@@ -269,8 +275,8 @@ drain_notifies(struct slot *s)
 
 	while (s->conn != NULL && (n = PQnotifies(s->conn)) != NULL)
 	{
-		if (s->pool->notify_cb != NULL)
-			s->pool->notify_cb(n->relname, n->extra, s->pool->notify_arg);
+		for (int i = 0; i < s->pool->nnotify; i++)
+			s->pool->notify[i].cb(n->relname, n->extra, s->pool->notify[i].arg);
 		PQfreemem(n);
 	}
 }
@@ -862,22 +868,37 @@ gw_db_pool_free(struct gw_db_pool *pool)
 	free(pool->slots);
 	free(pool->conninfo);
 	free(pool->listen_sql);
+	free(pool->listen_channel);
 	free(pool);
 }
 
 /* LISTEN channel on every new connection; see db_pool.h. */
-void
+int
 gw_db_pool_listen(struct gw_db_pool *pool, const char *channel,
 				  gw_db_notify_cb cb, void *arg)
 {
 	size_t		n = strlen(channel) + 16;
 
-	free(pool->listen_sql);
-	pool->listen_sql = malloc(n);
-	if (pool->listen_sql != NULL)
+	if (pool->nnotify >= GW_DB_MAX_LISTENERS ||
+		(pool->listen_channel != NULL && strcmp(pool->listen_channel, channel) != 0))
+		return -1;
+	if (pool->listen_channel == NULL)
+	{
+		pool->listen_channel = strdup(channel);
+		pool->listen_sql = malloc(n);
+		if (pool->listen_channel == NULL || pool->listen_sql == NULL)
+		{
+			free(pool->listen_channel);
+			free(pool->listen_sql);
+			pool->listen_channel = pool->listen_sql = NULL;
+			return -1;
+		}
 		snprintf(pool->listen_sql, n, "LISTEN \"%s\"", channel);
-	pool->notify_cb = cb;
-	pool->notify_arg = arg;
+	}
+	pool->notify[pool->nnotify].cb = cb;
+	pool->notify[pool->nnotify].arg = arg;
+	pool->nnotify++;
+	return 0;
 }
 
 /* The current listening period, 0 while nobody listens; see db_pool.h. */

@@ -49,12 +49,18 @@ int			gw_db_submit(struct gw_db_pool *pool, const char *sql, const char *param,
 /* Called for each notification on the channel given to gw_db_pool_listen. */
 typedef void (*gw_db_notify_cb) (const char *channel, const char *extra, void *arg);
 
+/* Subscribers of the pool's one channel at most. */
+#define GW_DB_MAX_LISTENERS 4
+
 /*
  * Run LISTEN channel on every connection right after it is made (before any
  * job runs on it) and call cb for every notification, whether it arrives on
  * an idle connection or during a statement.  Call before the first submit.
+ * Several subscribers (up to GW_DB_MAX_LISTENERS) may share the one channel,
+ * each called in turn; 0 when subscribed, -1 for another channel, too many
+ * subscribers or out of memory.
  */
-void		gw_db_pool_listen(struct gw_db_pool *pool, const char *channel,
+int			gw_db_pool_listen(struct gw_db_pool *pool, const char *channel,
 							  gw_db_notify_cb cb, void *arg);
 
 /*

@@ -216,12 +216,12 @@ answer(struct gw_doc_cache *c, gw_doc_cb cb, void *arg)
 	if (max_age >= 0)
 	{
 		c->served++;
-		cb(c->copy.body, c->copy.len, max_age, arg);
+		cb(c->copy.body, c->copy.len, max_age, c->copy.etag, arg);
 	}
 	else
 	{
 		c->unavailable++;
-		cb(NULL, 0, 0, arg);
+		cb(NULL, 0, 0, NULL, arg);
 	}
 }
 
@@ -254,6 +254,7 @@ keep(struct gw_doc_cache *c, struct gw_doc_copy *copy, uint64_t seq)
 {
 	free(c->copy.body);
 	c->copy = *copy;
+	gw_etag(c->copy.body, c->copy.len, c->copy.etag);
 	c->started_mono = c->fetch_started;
 	c->kept_mono = mono_now();
 	c->seq = seq;
@@ -413,7 +414,12 @@ gw_doc_cache_new(struct event_base *base, struct gw_db_pool *pool, const struct 
 			free(c);
 			return NULL;
 		}
-		gw_db_pool_listen(pool, spec->channel, on_notify, c);
+		if (gw_db_pool_listen(pool, spec->channel, on_notify, c) != 0)
+		{
+			event_free(c->timer);
+			free(c);
+			return NULL;
+		}
 	}
 	return c;
 }
@@ -463,11 +469,11 @@ gw_doc_cache_get(struct gw_doc_cache *c, gw_doc_cb cb, void *arg)
 	{
 		case GW_DOC_SERVE:
 			c->served++;
-			cb(c->copy.body, c->copy.len, max_age, arg);
+			cb(c->copy.body, c->copy.len, max_age, c->copy.etag, arg);
 			return 0;
 		case GW_DOC_UNAVAILABLE:
 			c->unavailable++;
-			cb(NULL, 0, 0, arg);
+			cb(NULL, 0, 0, NULL, arg);
 			return 0;
 		case GW_DOC_WAIT:
 			break;

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <time.h>
 
+#include "http_cache.h"
+
 struct event_base;
 struct evbuffer;
 struct gw_config;
@@ -51,6 +53,7 @@ struct gw_doc_copy
 	size_t		len;
 	time_t		this_update;	/* NEXT_UPDATE: the document's validity */
 	time_t		next_update;
+	char		etag[GW_ETAG_LEN];	/* of body (the cache sets it when it keeps the copy) */
 };
 
 /*
@@ -87,10 +90,11 @@ struct gw_doc_spec
 
 /*
  * The answer to one request: body/len the document (NULL when none can be
- * served: 503) and max_age the Cache-Control max-age in seconds.  body lives
- * only during the call.
+ * served: 503), max_age the Cache-Control max-age in seconds and etag its
+ * entity tag.  body and etag live only during the call.
  */
-typedef void (*gw_doc_cb) (const char *body, size_t len, long max_age, void *arg);
+typedef void (*gw_doc_cb) (const char *body, size_t len, long max_age, const char *etag,
+						   void *arg);
 
 /*
  * A cache of spec fed by pool, answering path (for the metrics' HELP); a

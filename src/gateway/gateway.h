@@ -15,6 +15,7 @@ struct evhttp;
 struct evhttp_bound_socket;
 struct gw_db_pool;
 struct gw_doc_cache;
+struct gw_ocsp_cache;
 struct gw_ratelimit;
 
 struct gateway
@@ -26,6 +27,7 @@ struct gateway
 	SSL_CTX    *ssl_ctx;
 	struct gw_db_pool *pool;
 	struct gw_doc_cache *docs[GW_ROUTES_MAX];	/* a document route's cache, by row (routes.c) */
+	struct gw_ocsp_cache *ocsp;	/* POST /v1/ocsp, GET /v1/ocsp/...: the per-CertID cache (ocsp_cache.c) */
 	struct gw_ratelimit *rl;
 	struct gw_metrics metrics;
 

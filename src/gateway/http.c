@@ -13,7 +13,10 @@
 #include "db_pool.h"
 #include "doc_cache.h"
 #include "gateway.h"
+#include "http_cache.h"
 #include "metrics.h"
+#include "ocsp_cache.h"
+#include "ocsp_route.h"
 #include "ratelimit.h"
 #include "relay.h"
 #include "reply.h"
@@ -88,6 +91,8 @@ handle_metrics(struct gw_request *rq)
 	for (size_t i = 0; i < gw_nroutes; i++)
 		if (gw->docs[i] != NULL && gw_doc_cache_render_metrics(gw->docs[i], buf) != 0)
 			goto fail;
+	if (gw->ocsp != NULL && gw_ocsp_cache_render_metrics(gw->ocsp, buf) != 0)
+		goto fail;
 	if (gw_db_pool_render_primary(gw->pool, buf) != 0)
 		goto fail;
 	n = evbuffer_get_length(buf);
@@ -103,9 +108,9 @@ out:
 	evbuffer_free(buf);
 }
 
-/* A document's cache answered: 200 with it, or 503. */
+/* A document's cache answered: 200 with it (304 when If-None-Match has its ETag), or 503. */
 static void
-document_ready(const char *body, size_t len, long max_age, void *arg)
+document_ready(const char *body, size_t len, long max_age, const char *etag, void *arg)
 {
 	struct gw_request *rq = arg;
 	const struct gw_doc_spec *doc = rq->route->doc;
@@ -116,6 +121,16 @@ document_ready(const char *body, size_t len, long max_age, void *arg)
 		return;
 	}
 	snprintf(rq->cache_control, sizeof(rq->cache_control), "max-age=%ld", max_age);
+	if (etag != NULL && etag[0] != '\0')
+	{
+		evhttp_add_header(evhttp_request_get_output_headers(rq->req), "ETag", etag);
+		if (gw_etag_matches(evhttp_find_header(evhttp_request_get_input_headers(rq->req),
+											   "If-None-Match"), etag))
+		{
+			gw_reply(rq, 304, GW_OUT_ISSUED, doc->content_type, NULL, 0, 0);
+			return;
+		}
+	}
 	gw_reply(rq, 200, GW_OUT_ISSUED, doc->content_type, body, len, 0);
 }
 
@@ -215,6 +230,9 @@ dispatch(struct gw_request *rq, const struct gw_addr *addr, const char *method, 
 			return;
 		case GW_ROUTE_DOCUMENT:
 			handle_document(rq);
+			return;
+		case GW_ROUTE_OCSP:
+			gw_ocsp_handle(rq, gw_route_tail(route, path));
 			return;
 	}
 	gw_reply_internal(rq);

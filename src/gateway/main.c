@@ -14,6 +14,7 @@
 #include "http.h"
 #include "listener.h"
 #include "log.h"
+#include "ocsp_cache.h"
 #include "ratelimit.h"
 #include "routes.h"
 #include "tls.h"
@@ -147,6 +148,8 @@ main(int argc, char **argv)
 			(gw.docs[i] = gw_doc_cache_new(gw.base, gw.pool, &gw.cfg, gw_routes[i].doc,
 										   gw_routes[i].path)) == NULL)
 			goto out;
+	if ((gw.ocsp = gw_ocsp_cache_new(gw.pool, &gw.cfg)) == NULL)
+		goto out;
 	if (gw.cfg.rate > 0)
 	{
 		gw.rl = gw_ratelimit_new(gw.cfg.rate, gw.cfg.burst, gw.cfg.rate_table);
@@ -181,9 +184,11 @@ out:
 	/* answer what is still waiting for the database before the connections go */
 	for (size_t i = 0; i < gw_nroutes; i++)
 		gw_doc_cache_close(gw.docs[i]);
+	gw_ocsp_cache_close(gw.ocsp);
 	gw_db_pool_free(gw.pool);
 	for (size_t i = 0; i < gw_nroutes; i++)
 		gw_doc_cache_free(gw.docs[i]);
+	gw_ocsp_cache_free(gw.ocsp);
 	gw_listener_close(&gw);
 	if (gw.http != NULL)
 		evhttp_free(gw.http);

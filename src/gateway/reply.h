@@ -26,7 +26,7 @@ struct gw_request
 	size_t		body_len;
 	char		sqlstate[6];
 	const char *reason;
-	char		cache_control[32];	/* empty: no-store */
+	char		cache_control[64];	/* empty: no-store */
 };
 
 /* Send the answer, count it, log it and free rq. */

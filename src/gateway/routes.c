@@ -13,6 +13,7 @@
 #include "documents.h"
 
 #include "bc_protocol.h"
+#include "ocsp.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +57,15 @@ const struct gw_route gw_routes[] = {
 	 */
 	{"POST", BC_PATH_ATTEST, "attest", GW_ROUTE_RELAY, RELAY("bc_join.attest"), NULL, API, NULL,
 	BC_ATTEST_REQUEST_MAX},
+
+	/*
+	 * The OCSP responder (issue 45; RFC 6960 A.1, RFC 5019): the DER request
+	 * as the body, or url-encoded base64 in the path; answered by
+	 * bc_join.ocsp_response() through the per-CertID cache (ocsp_cache.c),
+	 * which sets each answer's own Cache-Control.
+	 */
+	{"POST", "/v1/ocsp", "ocsp", GW_ROUTE_OCSP, NULL, NULL, API, NULL, BC_OCSP_REQUEST_MAX},
+	{"GET", "/v1/ocsp", "ocsp_get", GW_ROUTE_OCSP, NULL, NULL, API | GW_ROUTE_TAIL, NULL, 0},
 };
 
 const size_t gw_nroutes = sizeof(gw_routes) / sizeof(gw_routes[0]);
@@ -79,7 +89,8 @@ gw_route_match(const char *method, const char *path, const struct gw_route **rou
 	{
 		const struct gw_route *r = &gw_routes[i];
 
-		if (strcmp(r->path, path) != 0)
+		if ((r->limits & GW_ROUTE_TAIL) != 0 ? gw_route_tail(r, path) == NULL :
+			strcmp(r->path, path) != 0)
 			continue;
 		if (method != NULL && strcmp(r->method, method) == 0)
 		{
@@ -97,6 +108,20 @@ gw_route_match(const char *method, const char *path, const struct gw_route **rou
 		}
 	}
 	return *route != NULL ? 405 : 404;
+}
+
+/* A GW_ROUTE_TAIL row's tail in path; see routes.h. */
+const char *
+gw_route_tail(const struct gw_route *route, const char *path)
+{
+	size_t		n;
+
+	if (route == NULL || path == NULL || (route->limits & GW_ROUTE_TAIL) == 0)
+		return NULL;
+	n = strlen(route->path);
+	if (strncmp(path, route->path, n) != 0 || path[n] != '/' || path[n + 1] == '\0')
+		return NULL;
+	return path + n + 1;
 }
 
 /* The largest body of any row; see routes.h. */

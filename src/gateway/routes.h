@@ -17,12 +17,14 @@ enum gw_route_kind
 	GW_ROUTE_METRICS,			/* the Prometheus text exposition */
 	GW_ROUTE_RELAY,				/* the request body relayed to sql (relay.c) */
 	GW_ROUTE_QUERY,				/* sql run with an empty parameter, its result relayed (relay.c) */
-	GW_ROUTE_DOCUMENT			/* doc, from its cache (doc_cache.c) */
+	GW_ROUTE_DOCUMENT,			/* doc, from its cache (doc_cache.c) */
+	GW_ROUTE_OCSP				/* an OCSP request: the body (POST) or the path's tail (GET; ocsp_route.c) */
 };
 
 /* limits */
 #define GW_ROUTE_RATE_LIMITED	0x1 /* takes a token of the client's bucket (ratelimit.c) */
 #define GW_ROUTE_OBSERVED		0x2 /* counted in bc_gateway_requests_total, logged at info */
+#define GW_ROUTE_TAIL			0x4 /* the path is the row's, '/' and a non-empty tail (GET /v1/ocsp/<request>) */
 
 struct gw_route
 {
@@ -32,7 +34,7 @@ struct gw_route
 	enum gw_route_kind kind;
 	const char *sql;			/* RELAY, QUERY: the statement (column 0 relayed, 1 its status) */
 	const struct gw_doc_spec *doc;	/* DOCUMENT: the cached document (documents.c) */
-	unsigned	limits;			/* GW_ROUTE_RATE_LIMITED | GW_ROUTE_OBSERVED */
+	unsigned	limits;			/* GW_ROUTE_RATE_LIMITED | GW_ROUTE_OBSERVED | GW_ROUTE_TAIL */
 	const char *cache_control;	/* of every answer once admitted; NULL: no-store (a document sets its own) */
 	size_t		max_body;		/* RELAY: the body's bound in bytes; 0: GW_MAX_BODY (64 KiB) */
 };
@@ -51,9 +53,14 @@ extern const size_t gw_nroutes;
  * The route of a request for method (its name, "GET") and path: 200 with
  * *route its row; 405 with *route the path's first row (its endpoint) and
  * allow the path's methods ("GET", or "GET, POST"); 404 with *route NULL.
+ * A GW_ROUTE_TAIL row matches its path followed by '/' and a non-empty tail
+ * (gw_route_tail gives it), never its path alone.
  */
 int			gw_route_match(const char *method, const char *path,
 						   const struct gw_route **route, char *allow, size_t allow_len);
+
+/* A GW_ROUTE_TAIL row's tail in path (after the row's path and '/'), else NULL. */
+const char *gw_route_tail(const struct gw_route *route, const char *path);
 
 /* The largest body any row takes: what the HTTP server reads at most (main.c). */
 size_t		gw_routes_max_body(void);

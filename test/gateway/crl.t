@@ -8,7 +8,8 @@ longer than until its nextUpdate; repeated GETs are answered from memory (the
 gateway's fetch counter and pg_stat_user_functions stay put); a revocation in
 psql reaches the gateway through LISTEN/NOTIFY and the next GET (within 1 s,
 no restart) returns a CRL with which openssl verify -crl_check rejects the
-revoked certificate while the other node's still verifies; concurrent GETs on
+revoked certificate while the other node's still verifies; an ETag, and
+If-None-Match answered 304 until the CRL changes; concurrent GETs on
 a cold cache share one fetch; POST is 405;
 with the database stopped the cached CRL is still served; a CRL over
 --crl-max-size is refused (503, logged); /metrics; exit 0.
@@ -127,6 +128,12 @@ def body(tap, env):
     age = gwlib.metric(text, "bc_gateway_crl_age_seconds")
     tap.ok(age is not None and 0 <= age < 60, "bc_gateway_crl_age_seconds is exposed", age)
 
+    # -- ETag, If-None-Match: 304 (what bcd polls with) --------------------------------
+    etag = h.get("etag", "")
+    code, h304, b304 = env.curl(g, "/v1/crl", headers=["If-None-Match: " + etag])
+    tap.ok(re.fullmatch(r'"[0-9a-f]{32}"', etag) and code == 304 and b304 == b"" and
+           h304.get("etag") == etag, "an ETag; If-None-Match with it: 304 without a body", (etag, code, h304))
+
     # -- a revocation reaches the cache ------------------------------------------------
     tap.eq(env.psql("SELECT bc_join.revoke_certificate('%s', 'keyCompromise')" % s1), "t",
            "revoke_certificate(node 1, keyCompromise) in psql")
@@ -142,6 +149,9 @@ def body(tap, env):
            "openssl verify -crl_check rejects the revoked certificate", out)
     rc, out = verify(env, p1, leaf2)
     tap.ok(rc == 0 and ": OK" in out, "the other node's certificate still verifies", out)
+    code, h2, b2 = env.curl(g, "/v1/crl", headers=["If-None-Match: " + etag])
+    tap.ok(code == 200 and b2 == der1 and h2.get("etag") not in ("", etag),
+           "the old ETag gets the new CRL (200, another ETag)", (code, h2))
     tap.eq(gwlib.metric(m(), "bc_gateway_crl_fetches_total", [("result", "ok")]), 2.0,
            "exactly one more fetch for the revocation")
     # 2 calls in all: the 20 GETs above cost none (waiting for 3 shows none is pending)

@@ -31,23 +31,26 @@ struct wire_route
 	const char *cache_control;
 	const struct gw_doc_spec *doc;
 	size_t		max_body;		/* 0: GW_MAX_BODY */
+	int			tail;			/* GW_ROUTE_TAIL: requested as path + "/<tail>" */
 };
 
 static const struct wire_route wire[] = {
-	{"GET", "/healthz", "healthz", GW_ROUTE_HEALTH, 0, 0, NULL, NULL, 0},
-	{"GET", "/metrics", "metrics", GW_ROUTE_METRICS, 0, 0, NULL, NULL, 0},
-	{"GET", "/v1/crl", "crl", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_crl, 0},
-	{"POST", "/v1/join", "join", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
-	{"POST", "/v1/renew", "renew", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
-	{"POST", "/v1/session", "session", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
-	{"POST", "/v1/jwt-svid", "jwt_svid", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
-	{"POST", "/v1/commands", "commands", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
-	{"POST", "/v1/commands/complete", "commands_complete", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
-	{"POST", "/v1/site-epoch", "site_epoch", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0},
-	{"GET", "/v1/audit-anchor", "audit_anchor", GW_ROUTE_QUERY, 1, 1, "max-age=60", NULL, 0},
-	{"GET", "/v1/service-keys", "service_keys", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_service_keys, 0},
-	{"GET", "/v1/spiffe-bundle", "spiffe_bundle", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_spiffe_bundle, 0},
-	{"POST", "/v1/attest", "attest", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 8 * 1024 * 1024},
+	{"GET", "/healthz", "healthz", GW_ROUTE_HEALTH, 0, 0, NULL, NULL, 0, 0},
+	{"GET", "/metrics", "metrics", GW_ROUTE_METRICS, 0, 0, NULL, NULL, 0, 0},
+	{"GET", "/v1/crl", "crl", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_crl, 0, 0},
+	{"POST", "/v1/join", "join", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0, 0},
+	{"POST", "/v1/renew", "renew", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0, 0},
+	{"POST", "/v1/session", "session", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0, 0},
+	{"POST", "/v1/jwt-svid", "jwt_svid", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0, 0},
+	{"POST", "/v1/commands", "commands", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0, 0},
+	{"POST", "/v1/commands/complete", "commands_complete", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0, 0},
+	{"POST", "/v1/site-epoch", "site_epoch", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0, 0},
+	{"GET", "/v1/audit-anchor", "audit_anchor", GW_ROUTE_QUERY, 1, 1, "max-age=60", NULL, 0, 0},
+	{"GET", "/v1/service-keys", "service_keys", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_service_keys, 0, 0},
+	{"GET", "/v1/spiffe-bundle", "spiffe_bundle", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_spiffe_bundle, 0, 0},
+	{"POST", "/v1/attest", "attest", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 8 * 1024 * 1024, 0},
+	{"POST", "/v1/ocsp", "ocsp", GW_ROUTE_OCSP, 1, 1, NULL, NULL, 4096, 0},
+	{"GET", "/v1/ocsp", "ocsp_get", GW_ROUTE_OCSP, 1, 1, NULL, NULL, 0, 1},
 };
 
 #define NWIRE (sizeof(wire) / sizeof(wire[0]))
@@ -63,8 +66,13 @@ test_every_route_found(void **state)
 		const struct wire_route *w = &wire[i];
 		const struct gw_route *r = NULL;
 		char		allow[32] = "untouched";
+		char		path[64];
 
-		assert_int_equal(gw_route_match(w->method, w->path, &r, allow, sizeof(allow)), 200);
+		snprintf(path, sizeof(path), "%s%s", w->path, w->tail ? "/MEIwQDA-" : "");
+		assert_int_equal(gw_route_match(w->method, path, &r, allow, sizeof(allow)), 200);
+		assert_int_equal((r->limits & GW_ROUTE_TAIL) != 0, w->tail);
+		if (w->tail)
+			assert_string_equal(gw_route_tail(r, path), "MEIwQDA-");
 		assert_non_null(r);
 		assert_string_equal(r->path, w->path);
 		assert_string_equal(r->method, w->method);
@@ -146,10 +154,13 @@ test_wrong_method_405(void **state)
 		{
 			const struct gw_route *r = NULL;
 			char		allow[32];
+			char		path[64];
 
-			if (strcmp(methods[m], wire[i].method) == 0)
+			snprintf(path, sizeof(path), "%s%s", wire[i].path, wire[i].tail ? "/MEIw" : "");
+			/* /v1/ocsp has both methods, on two paths (test_ocsp_tail) */
+			if (strcmp(methods[m], wire[i].method) == 0 || strcmp(wire[i].path, "/v1/ocsp") == 0)
 				continue;
-			assert_int_equal(gw_route_match(methods[m], wire[i].path, &r, allow, sizeof(allow)), 405);
+			assert_int_equal(gw_route_match(methods[m], path, &r, allow, sizeof(allow)), 405);
 			assert_non_null(r);
 			assert_string_equal(r->endpoint, wire[i].endpoint);
 			assert_string_equal(allow, wire[i].method);
@@ -199,7 +210,8 @@ test_metrics_endpoints(void **state)
 {
 	static const char *const counted[] = {
 		"join", "renew", "session", "commands", "commands_complete", "site_epoch",
-		"audit_anchor", "service_keys", "jwt_svid", "spiffe_bundle", "attest", "other",
+		"audit_anchor", "service_keys", "jwt_svid", "spiffe_bundle", "attest", "ocsp", "ocsp_get",
+		"other",
 	};
 	struct gw_metrics *m = calloc(1, sizeof(*m));
 	struct gw_gauges g = {0};
@@ -242,14 +254,41 @@ test_metrics_endpoints(void **state)
 	assert_non_null(strstr(text, "bc_gateway_requests_total{endpoint=\"other\",outcome=\"unsupported\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_bucket{endpoint=\"join\",le=\"0.005\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_count{endpoint=\"spiffe_bundle\"} 0\n"));
-	/* 12 endpoints x 13 outcomes */
+	/* 14 endpoints x 13 outcomes */
 	n = 0;
 	for (p = text; (p = strstr(p, "bc_gateway_requests_total{")) != NULL; p++)
 		n++;
-	assert_int_equal(n, 12 * GW_OUT_COUNT);
+	assert_int_equal(n, 14 * GW_OUT_COUNT);
 	free(text);
 	evbuffer_free(buf);
 	free(m);
+}
+
+/*
+ * GET /v1/ocsp/<request>: the row matches its path, '/' and a non-empty tail
+ * (slashes and '+' included, as base64 has them), never the bare path;
+ * POST /v1/ocsp only the bare path.  The other method is 405 with its Allow.
+ */
+static void
+test_ocsp_tail(void **state)
+{
+	const struct gw_route *r;
+	char		allow[32];
+
+	(void) state;
+	assert_int_equal(gw_route_match("GET", "/v1/ocsp/MEIw/a+b==", &r, allow, sizeof(allow)), 200);
+	assert_string_equal(r->endpoint, "ocsp_get");
+	assert_string_equal(gw_route_tail(r, "/v1/ocsp/MEIw/a+b=="), "MEIw/a+b==");
+	assert_int_equal(gw_route_match("POST", "/v1/ocsp", &r, allow, sizeof(allow)), 200);
+	assert_string_equal(r->endpoint, "ocsp");
+	assert_null(gw_route_tail(r, "/v1/ocsp"));
+	assert_int_equal(gw_route_match("GET", "/v1/ocsp", &r, allow, sizeof(allow)), 405);
+	assert_string_equal(allow, "POST");
+	assert_int_equal(gw_route_match("POST", "/v1/ocsp/MEIw", &r, allow, sizeof(allow)), 405);
+	assert_string_equal(allow, "GET");
+	assert_int_equal(gw_route_match("GET", "/v1/ocsp/", &r, allow, sizeof(allow)), 404);
+	assert_int_equal(gw_route_match("GET", "/v1/ocspx/MEIw", &r, allow, sizeof(allow)), 404);
+	assert_int_equal(gw_route_match("GET", "/v1/ocs", &r, allow, sizeof(allow)), 404);
 }
 
 int
@@ -258,6 +297,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_route_found),
 		cmocka_unit_test(test_relay_statements),
+		cmocka_unit_test(test_ocsp_tail),
 		cmocka_unit_test(test_unknown_path_404),
 		cmocka_unit_test(test_wrong_method_405),
 		cmocka_unit_test(test_allow_bounded),
