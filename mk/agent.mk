@@ -57,6 +57,12 @@ $(BCD_UNIT_NAMES:%=build/asan/unit/%): build/asan/unit/%: build/asan/testobj/tes
 build/tpm-check: build/obj/test/tools/tpm-check.o $(HOST_COMMON_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)
 
+# ocsp-verify (test/tools/ocsp-verify.c): bcd's OCSP and CRL checks
+# (core/revcheck.c) on files, for test/agent/ocsp_verify.t.
+build/obj/test/tools/ocsp-verify.o: HOST_CPPFLAGS += -Isrc/agent
+build/ocsp-verify: build/obj/test/tools/ocsp-verify.o build/obj/src/agent/core/revcheck.o
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ -lssl -lcrypto
+
 # wl-attack (test/tools/wl-attack.c): what test/agent/workload_attest.t does
 # to the Workload API that Python cannot (an exe masquerade by prctl, a
 # thread holding a connection unseen, descriptor and connection floods).
@@ -66,9 +72,10 @@ build/wl-attack: build/obj/test/tools/wl-attack.o
 
 # The tests run the sanitizer build of bcd through the real gateway against
 # the installed extension (make && make install first).
-agent-test: build/asan/bcd build/bc-gateway build/tpm-check build/wl-attack
+agent-test: build/asan/bcd build/bc-gateway build/tpm-check build/wl-attack build/ocsp-verify
 	BCJ_BCD=$(CURDIR)/build/asan/bcd BCJ_GATEWAY=$(CURDIR)/build/bc-gateway \
 	BCJ_TPM_CHECK=$(CURDIR)/build/tpm-check BCJ_WL_ATTACK=$(CURDIR)/build/wl-attack \
+	BCJ_OCSP_VERIFY=$(CURDIR)/build/ocsp-verify \
 	prove --timer -j$(BCJ_PROVE_JOBS) $(AGENT_TESTS)
 
 # bcd setup (src/agent/cmd/setup.c) writes and compares bcd's user units: the

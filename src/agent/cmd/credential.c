@@ -28,13 +28,16 @@ static void
 credential_usage(FILE *stream)
 {
 	fputs("usage: bcd credential --session S [--context C] --dir DIR [--socket PATH]\n"
-		  "                      [--timeout SECONDS] [--json]\n"
+		  "                      [--timeout SECONDS] [--json] [--crl]\n"
 		  "\n"
 		  "Asks the local bcd for a session credential.  bcd writes the key and its\n"
 		  "certificate chain (0600) into DIR, which must be under the runtime directory\n"
 		  "($XDG_RUNTIME_DIR or /run/user/UID), owned by you and writable by nobody\n"
 		  "else; this prints their paths and the notAfter, one per line (--json: bcd's\n"
-		  "answer).  The socket: --socket, $BCD_SOCKET, or $XDG_RUNTIME_DIR/bcd/bcd.sock.\n"
+		  "answer).  --crl: bcd also writes DIR/crl.pem, the node CA's CRL as it last\n"
+		  "verified it, and its path is printed after the notAfter (bcd run needs\n"
+		  "--hook-crl or the Workload API; unavailable until it holds one).\n"
+		  "The socket: --socket, $BCD_SOCKET, or $XDG_RUNTIME_DIR/bcd/bcd.sock.\n"
 		  "On a refusal prints \"bcd credential: CODE: MESSAGE\" on stderr.\n"
 		  "\n"
 		  "Exit status: 0 delivered; 64 usage; 65 bad-request, bad-dir; 69 no-daemon,\n"
@@ -55,6 +58,7 @@ bcd_cmd_credential(int argc, char **argv)
 		{"socket", required_argument, NULL, 'S'},
 		{BC_SOCK_TIMEOUT, required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},
+		{"crl", no_argument, NULL, 'r'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -64,6 +68,7 @@ bcd_cmd_credential(int argc, char **argv)
 	const char *socket_opt = NULL;
 	double		timeout = DEFAULT_TIMEOUT;
 	int			as_json = 0;
+	int			want_crl = 0;
 	char		cwd[4096];
 	char		abs_dir[BCD_DIR_MAX + 1];
 	char		err[512];
@@ -84,6 +89,7 @@ bcd_cmd_credential(int argc, char **argv)
 			case 'd': dir = optarg; break;
 			case 'S': socket_opt = optarg; break;
 			case 'j': as_json = 1; break;
+			case 'r': want_crl = 1; break;
 			case 't':
 				if (bcd_client_parse_timeout(optarg, &timeout))
 				{
@@ -122,6 +128,11 @@ bcd_cmd_credential(int argc, char **argv)
 	}
 	req = json_pack("{s:s, s:s, s:s, s:s}", "op", BC_SOCK_OP_CREDENTIAL, "session", session,
 					"context", context != NULL ? context : "", "dir", dir);
+	if (req != NULL && want_crl && json_object_set_new(req, "crl", json_true()) != 0)
+	{
+		json_decref(req);
+		req = NULL;
+	}
 	rc = req == NULL ? bcd_client_refuse("credential", BC_SOCK_FAILED, "out of memory", 0) :
 		bcd_client_exchange("credential", path, req, timeout, &answer);
 	if (rc != BCD_RC_OK)
@@ -136,8 +147,10 @@ bcd_cmd_credential(int argc, char **argv)
 		free(text);
 	}
 	else
-		rc = printf("%s\n%s\n%s\n", bcd_json_str(answer, "keyPath", "?"),
-					bcd_json_str(answer, "certPath", "?"), bcd_json_str(answer, "notAfter", "?")) > 0 &&
+		rc = printf("%s\n%s\n%s\n%s%s", bcd_json_str(answer, "keyPath", "?"),
+					bcd_json_str(answer, "certPath", "?"), bcd_json_str(answer, "notAfter", "?"),
+					want_crl ? bcd_json_str(answer, "crlPath", "?") : "",
+					want_crl ? "\n" : "") > 0 &&
 			fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_SOFTWARE;
 out:
 	json_decref(answer);

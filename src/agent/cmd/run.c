@@ -49,7 +49,7 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--workload-api PATH|off] [--workload-rule RULE]...\n"
 			  "               [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
 			  "               [--command-timeout S] [--no-attest] [--event-log PATH]\n"
-			  "               [--ima-log PATH]\n"
+			  "               [--ima-log PATH] [--status-interval S] [--hook-crl]\n"
 			  "\n"
 			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
 			  "then renews the node certificate at about F of its lifetime, until\n"
@@ -128,6 +128,13 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --ima-log PATH       the IMA binary list (default /sys/kernel/security/\n"
 			  "                       ima/binary_runtime_measurements; absent: none)\n"
 			  "\n"
+			  "Revocation (docs/agent.md, \"Revocation\"), the daemon only:\n"
+			  "  --status-interval S  every S seconds check the node certificate by OCSP\n"
+			  "                       (POST /v1/ocsp) and fetch the node CA's CRL when it\n"
+			  "                       is wanted (default 10, [0, 3600]; 0: neither)\n"
+			  "  --hook-crl           fetch the CRL even without the Workload API, so\n"
+			  "                       that hooks may ask for crl.pem (bcd credential --crl)\n"
+			  "\n"
 			  "The daemon refuses to start when lingering is enabled for its user\n"
 			  "(/var/lib/systemd/linger/USER, loginctl enable-linger): the node\n"
 			  "credential would stay resident while nobody is logged in.\n"
@@ -185,6 +192,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"no-attest", no_argument, NULL, 'A'},
 		{"event-log", required_argument, NULL, 'E'},
 		{"ima-log", required_argument, NULL, 'i'},
+		{"status-interval", required_argument, NULL, 'V'},
+		{"hook-crl", no_argument, NULL, 'L'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -207,6 +216,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	o->max_queue = MAX_QUEUE_DEFAULT;
 	o->command_interval = 30;
 	o->command_timeout = 300;
+	o->status_interval = 10;
 	if (bcd_optparser_init(&parser, longopts, BCD_CMD_RUN) != 0)
 	{
 		fprintf(stderr, "bcd: out of memory\n");
@@ -232,6 +242,13 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'A': o->no_attest = 1; server_opt = 1; break;
 			case 'E': o->event_log = optarg; server_opt = 1; break;
 			case 'i': o->ima_log = optarg; server_opt = 1; break;
+			case 'L': o->hook_crl = 1; server_opt = 1; break;
+			case 'V':
+				if (parse_number(optarg, 0, 3600, &v) || v != floor(v))
+					bad = "--status-interval must be a whole number of seconds in [0, 3600]";
+				o->status_interval = (long) v;
+				server_opt = 1;
+				break;
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
@@ -330,7 +347,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		bad = "bcd renew needs --once (the daemon renews by itself)";
 	else if (server_opt && o->once)
 		bad = "--socket, --max-provisioning, --max-queue, --metrics-file, --workload-*, "
-			"--command-*, --no-attest, --event-log and --ima-log serve the daemon, not --once";
+			"--command-*, --no-attest, --event-log, --ima-log, --status-interval and "
+			"--hook-crl serve the daemon, not --once";
 	else if ((o->event_log != NULL || o->ima_log != NULL) && o->producer->quote == NULL)
 		bad = "--event-log and --ima-log are for a node that attests (--attestor tpm)";
 	else if ((o->event_log != NULL && o->event_log[0] != '/') ||

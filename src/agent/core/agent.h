@@ -68,6 +68,9 @@ typedef struct bcd_run_opts
 	int			no_attest;		/* --no-attest */
 	const char *event_log;		/* --event-log PATH, or NULL for the default */
 	const char *ima_log;		/* --ima-log PATH, or NULL for the default */
+	/* the revocation watch (revocation.c): OCSP of the node certificate, the CRL */
+	long		status_interval;	/* --status-interval S: seconds, 0 none (default 10) */
+	int			hook_crl;		/* --hook-crl: fetch the CRL for hooks without the Workload API */
 	/*
 	 * bcd ramdisk: no state directory (state_dir NULL), every key in memory
 	 * only, no local socket.
@@ -78,6 +81,7 @@ typedef struct bcd_run_opts
 /* The provisioner of bcd run (provisioner.h), its attestation loop (attest.h). */
 struct bcd_provisioner;
 struct bcd_attest;
+struct bcd_revwatch;
 
 /* The daemon's state shared by the join loop and renewal. */
 typedef struct bcd_agent
@@ -89,6 +93,7 @@ typedef struct bcd_agent
 	struct bcd_provisioner *provisioner;	/* the node credential published to it; NULL with
 											 * --once, for bcd renew and bcd ramdisk */
 	struct bcd_attest *attest;	/* continuous attestation, a TPM-bound daemon's; else NULL */
+	struct bcd_revwatch *revwatch;	/* the revocation watch, the daemon's; else NULL */
 } bcd_agent;
 
 #endif							/* BCD_AGENT_H */

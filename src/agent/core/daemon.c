@@ -4,7 +4,9 @@
  * what it serves (the provisioner, provisioner.c, handed to its two
  * clients: the hooks' socket server, sessions.c, and the SPIFFE Workload
  * API, workload/; and for a TPM-bound node the attestation loop, attest.c,
- * which tells the provisioner when the service quarantined the node), then
+ * which tells the provisioner when the service quarantined the node; and the
+ * revocation watch, revocation.c, which tells it the CRL and when the node
+ * certificate was revoked), then
  * load or join (join_loop.c) and renew (renewal.c),
  * joining again when the certificate expired, until SIGTERM or SIGINT.
  */
@@ -24,6 +26,7 @@
 #include "core/log.h"
 #include "core/provisioner.h"
 #include "core/renewal.h"
+#include "core/revocation.h"
 #include "core/sessions.h"
 #include "core/signals.h"
 #include "core/store.h"
@@ -35,6 +38,7 @@ typedef struct bcd_services
 	bcd_hook_server *hooks;		/* the hooks' socket (sessions.c) */
 	bcd_workload *workload;		/* the SPIFFE Workload API, when asked for (workload/) */
 	bcd_attest *attest;			/* continuous attestation of a TPM-bound node (attest.c) */
+	bcd_revwatch *revwatch;		/* the revocation watch: OCSP, the CRL (revocation.c) */
 } bcd_services;
 
 /*
@@ -128,7 +132,8 @@ credential_or_join(bcd_agent *a, bcd_credential *cred, int force_join)
 /*
  * Wait delay seconds; with command handlers, fetch and run the node's
  * commands every --command-interval meanwhile.  1 when stopped by a signal;
- * 2 when the attestation loop asks for a join again (attest.h).
+ * 2 when the attestation loop asks for a join again (attest.h); 3 when the
+ * revocation watch asks for a renewal at once (a CA compromise: revocation.h).
  */
 static int
 wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
@@ -136,7 +141,7 @@ wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
 	double		end = bcd_now_ms() / 1000.0 + (delay > 0 ? delay : 0);
 	double		next_poll = 0;
 
-	if (a->opts->n_handlers == 0 && a->attest == NULL)
+	if (a->opts->n_handlers == 0 && a->attest == NULL && a->revwatch == NULL)
 		return bcd_sleep(delay);
 	for (;;)
 	{
@@ -145,6 +150,8 @@ wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
 
 		if (bcd_attest_take_rejoin(a->attest))
 			return 2;
+		if (bcd_revwatch_take_renew(a->revwatch))
+			return 3;
 		if (a->opts->n_handlers > 0 && now >= next_poll)
 		{
 			bcd_commands_poll(a, cred);
@@ -156,7 +163,7 @@ wait_serving_commands(bcd_agent *a, const bcd_credential *cred, double delay)
 			return 0;
 		if (a->opts->n_handlers > 0 && next_poll - now < step)
 			step = next_poll - now;
-		if (a->attest != NULL && step > REJOIN_CHECK_S)
+		if ((a->attest != NULL || a->revwatch != NULL) && step > REJOIN_CHECK_S)
 			step = REJOIN_CHECK_S;
 		if (bcd_sleep(step > 0 ? step : 0))
 			return 1;
@@ -227,6 +234,11 @@ run_agent(bcd_agent *a)
 			switch (wait_serving_commands(a, &cred, delay))
 			{
 				case 0:
+					rc = BCD_RC_OK;
+					break;
+				case 3:
+					bcd_log("renewing now: the node certificate %s was revoked for a CA "
+							"compromise", cred.serial);
 					rc = BCD_RC_OK;
 					break;
 				case 2:
@@ -316,6 +328,9 @@ start_services(bcd_agent *a, bcd_services *svc)
 	if (rc == BC_OK && bcd_attest_wanted(o))
 		rc = bcd_attest_start(o, &a->keys, a->provisioner, &svc->attest, err, sizeof(err));
 	a->attest = svc->attest;
+	if (rc == BC_OK && bcd_revwatch_wanted(o))
+		rc = bcd_revwatch_start(o, &a->keys, a->provisioner, &svc->revwatch, err, sizeof(err));
+	a->revwatch = svc->revwatch;
 	if (rc != BC_OK)
 		bcd_log("cannot serve the local socket: %s", err);
 	return rc;
@@ -335,6 +350,7 @@ stop_services(bcd_agent *a, bcd_services *svc)
 		return;
 	bcd_stop_now();
 	bcd_attest_stop(svc->attest);
+	bcd_revwatch_stop(svc->revwatch);
 	bcd_workload_stop(svc->workload);
 	bcd_provisioner_stop_workers(a->provisioner);
 	bcd_hook_server_stop(svc->hooks);
@@ -342,6 +358,9 @@ stop_services(bcd_agent *a, bcd_services *svc)
 	bcd_attest_free(svc->attest);
 	svc->attest = NULL;
 	a->attest = NULL;
+	bcd_revwatch_free(svc->revwatch);
+	svc->revwatch = NULL;
+	a->revwatch = NULL;
 	bcd_workload_free(svc->workload);
 	bcd_hook_server_free(svc->hooks);
 	bcd_provisioner_free(a->provisioner);

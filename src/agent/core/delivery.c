@@ -26,7 +26,9 @@
  *
  * '@' is not a selector character, so two selectors never share a name.
  * The .key is the session key (PKCS#8 PEM), the .crt its certificate and
- * then the node CA (PEM).
+ * then the node CA (PEM).  A hook that asks for it (bcd credential --crl)
+ * also gets DIR/crl.pem, the node CA's CRL as bcd last verified it (PEM),
+ * replaced atomically.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -328,5 +330,29 @@ bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job, char **key_pa
 		snprintf(err, errlen, "out of memory");
 		return BC_ENOMEM;
 	}
+	return BC_OK;
+}
+
+/*
+ * Write data (len bytes, 0600) as dirfd/name, replacing it atomically (a
+ * temporary name, fsync()ed, renamed, the directory fsync()ed): the CRL a
+ * hook asked for (crl.pem).  BC_OK or BC_EINVAL with err.
+ */
+int
+bcd_delivery_write_file(int dirfd, const char *name, const char *data, size_t len,
+						char *err, size_t errlen)
+{
+	char		tmp[BC_SELECTOR_MAX * 2 + 64] = "";
+	int			rc = write_tmp(dirfd, name, data, len, tmp, sizeof(tmp), err, errlen);
+
+	if (rc != BC_OK)
+		return rc;
+	if (renameat(dirfd, tmp, dirfd, name) != 0)
+	{
+		snprintf(err, errlen, "cannot write %s in the directory: %s", name, strerror(errno));
+		(void) unlinkat(dirfd, tmp, 0);
+		return BC_EINVAL;
+	}
+	(void) fsync(dirfd);
 	return BC_OK;
 }

@@ -145,6 +145,13 @@ typedef struct bcd_counters
 	unsigned long provisionings[BCD_RESULT_COUNT];	/* session credentials */
 	unsigned long jwt_fetches[BCD_RESULT_COUNT];	/* JWT-SVIDs */
 	int			quarantined;	/* the service quarantined the node (attest.c) */
+	/* the node certificate revoked (revocation.c): its serial, reason, time, who said so */
+	int			revoked;
+	char		revoked_serial[41];
+	char		revoked_reason[32];
+	char		revoked_source[16];
+	long long	revoked_at;
+	unsigned long crl_gen;		/* the CRL held: its generation, 0 none */
 } bcd_counters;
 
 #endif							/* BCD_JOB_H */

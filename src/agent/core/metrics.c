@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bc_common.h"
 #include "core/fileio.h"
@@ -67,6 +68,22 @@ bcd_status_json(const bcd_counters *c, const bcd_node_snapshot *node)
 	bad |= json_object_set_new(doc, "provisioningOutcomes", prov) != 0;
 	bad |= json_object_set_new(doc, "jwtSvidFetches", jwt) != 0;
 	bad |= json_object_set_new(doc, "quarantined", json_boolean(c->quarantined)) != 0;
+	if (c->revoked)
+	{
+		char		at[32] = "?";
+		time_t		t = (time_t) c->revoked_at;
+		struct tm	tm;
+
+		if (gmtime_r(&t, &tm) != NULL)
+			strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		bad |= json_object_set_new(doc, "revoked",
+								   json_pack("{s:s, s:s, s:s, s:s}", "serial", c->revoked_serial,
+											 "reason", c->revoked_reason, "at", at,
+											 "source", c->revoked_source)) != 0;
+	}
+	else
+		bad |= json_object_set_new(doc, "revoked", json_false()) != 0;
+	bad |= json_object_set_new(doc, "crlHeld", json_boolean(c->crl_gen != 0)) != 0;
 	bad |= json_object_set_new(doc, "nodeCredential", node->present ?
 							   json_pack("{s:b, s:s, s:s, s:s}", "present", 1,
 										 "spiffeId", node->spiffe_id, "serial", node->serial,
@@ -163,9 +180,12 @@ bcd_metrics_text(const bcd_counters *c, const bcd_node_snapshot *node)
 				  "bcd_node_credential_not_after_seconds %lld\n"
 				  "# HELP bcd_node_quarantined 1 while the service holds the node quarantined "
 				  "(continuous attestation).\n"
-				  "# TYPE bcd_node_quarantined gauge\nbcd_node_quarantined %d\n",
+				  "# TYPE bcd_node_quarantined gauge\nbcd_node_quarantined %d\n"
+				  "# HELP bcd_node_revoked 1 while the node certificate is known revoked "
+				  "(OCSP or the CRL).\n"
+				  "# TYPE bcd_node_revoked gauge\nbcd_node_revoked %d\n",
 				  node->present ? 1 : 0, node->present ? (long long) node->not_after : 0LL,
-				  c->quarantined ? 1 : 0);
+				  c->quarantined ? 1 : 0, c->revoked ? 1 : 0);
 	if (bad)
 	{
 		free(buf);

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bc_common.h"
@@ -57,6 +58,16 @@ struct bcd_provisioner
 	int			started;
 	atomic_int	stopping;
 	atomic_int	quarantined;	/* the service quarantined the node (attest.c) */
+	atomic_int	revoked;		/* the node certificate is revoked (revocation.c) */
+	atomic_ulong crl_gen;		/* the CRL's generation, 0: none yet */
+	/* under rmu: the revocation, and the CRL */
+	pthread_mutex_t rmu;
+	char		revoked_serial[41];
+	char		revoked_reason[32];
+	char		revoked_source[16];
+	int64_t		revoked_at;
+	unsigned char *crl;
+	size_t		crl_len;
 	void		(*watch) (void *arg);
 	void	   *watch_arg;
 	/* under mu */
@@ -198,6 +209,7 @@ bcd_provisioner_new(const bcd_run_opts *o, const bcd_service_keys *keys,
 	if (p == NULL)
 		return NULL;
 	pthread_mutex_init(&p->mu, NULL);
+	pthread_mutex_init(&p->rmu, NULL);
 	p->wake[0] = p->wake[1] = -1;
 	p->keys = keys;
 	p->gateway = o->gateway;
@@ -284,11 +296,14 @@ bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 	bcd_job_waiter *x = calloc(1, sizeof(*x));
 	bcd_node_snapshot node;
 	bcd_job    *job;
+	char		why[512];
+	bcd_refusal refusal;
 	int			usable;
 	int			queued = 0;
 
 	if (x == NULL)
 		return BC_ENOMEM;
+	refusal = bcd_provisioner_refusal(p, why, sizeof(why));
 	x->cb = cb;
 	x->arg = arg;
 	bcd_node_take(p->node, &node);
@@ -301,10 +316,9 @@ bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 		free(x);
 		return BC_EINVAL;
 	}
-	if (atomic_load(&p->quarantined))
+	if (refusal != BCD_REFUSAL_NONE)
 	{
-		job = failed_job(kind, session, context, aud, BCD_CODE_REFUSED,
-						 BCD_QUARANTINED_MESSAGE);
+		job = failed_job(kind, session, context, aud, BCD_CODE_REFUSED, why);
 		if (job != NULL)
 		{
 			job->qnext = p->failed;
@@ -410,7 +424,9 @@ bcd_provisioner_free(bcd_provisioner *p)
 	if (p->wake[1] >= 0)
 		close(p->wake[1]);
 	bcd_node_free(p->node);
+	free(p->crl);
 	pthread_mutex_destroy(&p->mu);
+	pthread_mutex_destroy(&p->rmu);
 	free(p);
 }
 
@@ -421,6 +437,14 @@ bcd_provisioner_publish(bcd_provisioner *p, const bcd_credential *cred)
 	if (p == NULL)
 		return;
 	bcd_node_publish(p->node, cred);
+	pthread_mutex_lock(&p->rmu);
+	if (atomic_load(&p->revoked) && cred != NULL && strcmp(cred->serial, p->revoked_serial) != 0)
+	{
+		atomic_store(&p->revoked, 0);
+		bcd_log("revocation: the node certificate is now %s (not the revoked %s): bcd serves "
+				"again", cred->serial, p->revoked_serial);
+	}
+	pthread_mutex_unlock(&p->rmu);
 	pthread_mutex_lock(&p->mu);
 	p->changes++;
 	pthread_mutex_unlock(&p->mu);
@@ -454,6 +478,127 @@ bcd_provisioner_quarantined(bcd_provisioner *p)
 	return p != NULL && atomic_load(&p->quarantined);
 }
 
+/* The node certificate serial is revoked (provisioner.h). */
+void
+bcd_provisioner_revoke(bcd_provisioner *p, const char *serial, const char *reason,
+					   int64_t revoked_at, const char *source)
+{
+	bcd_node_snapshot node;
+	int			taken = 0;
+	char		at[32] = "?";
+	time_t		t = (time_t) revoked_at;
+	struct tm	tm;
+
+	if (p == NULL)
+		return;
+	if (gmtime_r(&t, &tm) != NULL)
+		strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	bcd_node_take(p->node, &node);
+	pthread_mutex_lock(&p->rmu);
+	if (node.present && strcmp(node.serial, serial) == 0 &&
+		!(atomic_load(&p->revoked) && strcmp(p->revoked_serial, serial) == 0))
+	{
+		snprintf(p->revoked_serial, sizeof(p->revoked_serial), "%s", serial);
+		snprintf(p->revoked_reason, sizeof(p->revoked_reason), "%s", reason);
+		snprintf(p->revoked_source, sizeof(p->revoked_source), "%s", source);
+		p->revoked_at = revoked_at;
+		atomic_store(&p->revoked, 1);
+		taken = 1;
+	}
+	pthread_mutex_unlock(&p->rmu);
+	bcd_node_release(&node);
+	if (!taken)
+		return;
+	bcd_log("revocation: REVOKED: the node certificate %s was revoked at %s (reason %s), "
+			"as %s says: bcd refuses every session credential and JWT-SVID and ends its "
+			"Workload API streams until it holds a new node certificate", serial, at, reason,
+			source);
+	pthread_mutex_lock(&p->mu);
+	p->changes++;
+	pthread_mutex_unlock(&p->mu);
+	changed(p);
+}
+
+/* Why every ask is refused now (provisioner.h). */
+bcd_refusal
+bcd_provisioner_refusal(bcd_provisioner *p, char *msg, size_t len)
+{
+	bcd_refusal r = BCD_REFUSAL_NONE;
+	char		at[32] = "?";
+	time_t		t;
+	struct tm	tm;
+
+	if (p == NULL)
+		return r;
+	if (atomic_load(&p->quarantined))
+	{
+		snprintf(msg, len, "%s", BCD_QUARANTINED_MESSAGE);
+		return BCD_REFUSAL_QUARANTINED;
+	}
+	if (!atomic_load(&p->revoked))
+		return r;
+	pthread_mutex_lock(&p->rmu);
+	if (atomic_load(&p->revoked))
+	{
+		t = (time_t) p->revoked_at;
+		if (gmtime_r(&t, &tm) != NULL)
+			strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		snprintf(msg, len, "this node's certificate %s was revoked at %s (reason %s; said by "
+				 "%s): nothing is issued until bcd holds a new node certificate (an operator's "
+				 "revocation is in bc_join.audit_log; the node joins again with a new join "
+				 "token)", p->revoked_serial, at, p->revoked_reason, p->revoked_source);
+		r = BCD_REFUSAL_REVOKED;
+	}
+	pthread_mutex_unlock(&p->rmu);
+	return r;
+}
+
+/* Set the CRL the clients hand out (provisioner.h). */
+void
+bcd_provisioner_set_crl(bcd_provisioner *p, const unsigned char *der, size_t len)
+{
+	unsigned char *copy = malloc(len ? len : 1);
+
+	if (p == NULL || copy == NULL)
+	{
+		free(copy);
+		return;
+	}
+	memcpy(copy, der, len);
+	pthread_mutex_lock(&p->rmu);
+	free(p->crl);
+	p->crl = copy;
+	p->crl_len = len;
+	atomic_fetch_add(&p->crl_gen, 1);
+	pthread_mutex_unlock(&p->rmu);
+}
+
+/* A copy of the CRL and its generation (provisioner.h). */
+unsigned long
+bcd_provisioner_crl(bcd_provisioner *p, unsigned char **der, size_t *len)
+{
+	unsigned long gen;
+
+	*der = NULL;
+	*len = 0;
+	pthread_mutex_lock(&p->rmu);
+	gen = atomic_load(&p->crl_gen);
+	if (p->crl != NULL && (*der = malloc(p->crl_len)) != NULL)
+	{
+		memcpy(*der, p->crl, p->crl_len);
+		*len = p->crl_len;
+	}
+	pthread_mutex_unlock(&p->rmu);
+	return *der != NULL ? gen : 0;
+}
+
+/* The CRL's generation (provisioner.h). */
+unsigned long
+bcd_provisioner_crl_gen(bcd_provisioner *p)
+{
+	return p != NULL ? atomic_load(&p->crl_gen) : 0;
+}
+
 /* A snapshot of the published node credential (bcd_node_release it). */
 void
 bcd_provisioner_node_take(bcd_provisioner *p, bcd_node_snapshot *out)
@@ -476,6 +621,14 @@ bcd_provisioner_numbers(bcd_provisioner *p, bcd_counters *c)
 	c->quarantined = atomic_load(&p->quarantined);
 	changes = p->changes;
 	pthread_mutex_unlock(&p->mu);
+	pthread_mutex_lock(&p->rmu);
+	c->revoked = atomic_load(&p->revoked);
+	snprintf(c->revoked_serial, sizeof(c->revoked_serial), "%s", c->revoked ? p->revoked_serial : "");
+	snprintf(c->revoked_reason, sizeof(c->revoked_reason), "%s", c->revoked ? p->revoked_reason : "");
+	snprintf(c->revoked_source, sizeof(c->revoked_source), "%s", c->revoked ? p->revoked_source : "");
+	c->revoked_at = c->revoked ? p->revoked_at : 0;
+	c->crl_gen = atomic_load(&p->crl_gen);
+	pthread_mutex_unlock(&p->rmu);
 	return changes;
 }
 

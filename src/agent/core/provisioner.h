@@ -11,6 +11,7 @@
 #define BCD_PROVISIONER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/agent.h"
 #include "core/job.h"
@@ -76,6 +77,44 @@ int			bcd_provisioner_quarantined(bcd_provisioner *p);
 	"measurements failing (continuous attestation) and revoked its certificates; nothing is " \
 	"issued until an operator readmits it (bc_join.readmit_node; the reason is in " \
 	"bc_join.events, node.quarantined)"
+
+/*
+ * The revocation watch's word (core/revocation.c): the node certificate
+ * serial was revoked at revoked_at (Unix seconds) for reason (its RFC 5280
+ * name), as source ("OCSP", "the CRL") says.  Taken only while serial is
+ * the published node credential's: then every ask fails at once, refused
+ * with a message naming the revocation, and the Workload API ends its
+ * streams, until a credential of another serial is published.  From any
+ * thread; logged once.
+ */
+void		bcd_provisioner_revoke(bcd_provisioner *p, const char *serial, const char *reason,
+								   int64_t revoked_at, const char *source);
+
+/* Why every ask is refused now: none, quarantined, or the node certificate revoked. */
+typedef enum bcd_refusal
+{
+	BCD_REFUSAL_NONE = 0,
+	BCD_REFUSAL_QUARANTINED,
+	BCD_REFUSAL_REVOKED
+} bcd_refusal;
+
+/*
+ * Why every ask is refused now, from any thread; when refused, the message
+ * a caller is told in msg (quarantine first: it is what an operator must
+ * act on).
+ */
+bcd_refusal bcd_provisioner_refusal(bcd_provisioner *p, char *msg, size_t len);
+
+/*
+ * The node CA's CRL (DER, verified by the watch: revocation.c) that the
+ * Workload API and the hooks hand out: set it (a copy kept; its generation
+ * bumped), and take a copy (malloc()ed, *der NULL when none yet) with its
+ * generation.  From any thread.
+ */
+void		bcd_provisioner_set_crl(bcd_provisioner *p, const unsigned char *der, size_t len);
+unsigned long bcd_provisioner_crl(bcd_provisioner *p, unsigned char **der, size_t *len);
+/* The CRL's generation (0: none yet), an atomic read. */
+unsigned long bcd_provisioner_crl_gen(bcd_provisioner *p);
 
 /* A snapshot of the published node credential (bcd_node_release it), from any thread. */
 void		bcd_provisioner_node_take(bcd_provisioner *p, bcd_node_snapshot *out);

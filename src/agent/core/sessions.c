@@ -51,7 +51,11 @@
 #include "core/local_socket.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/revocation.h"
 #include "core/sessions.h"
+
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 /* Where a connection is. */
 typedef enum conn_state
@@ -82,6 +86,7 @@ typedef struct bcd_conn
 	dev_t		dir_dev;
 	ino_t		dir_ino;
 	int			delivered;		/* the credential is in dir */
+	int			want_crl;		/* the hook asked for crl.pem too ("crl": true) */
 	int			drain;			/* once answered, read the rest before closing */
 	size_t		drained;		/* bytes read and discarded since */
 	struct bcd_conn *next;		/* every connection */
@@ -118,6 +123,7 @@ struct bcd_hook_server
 	int			n_own_dirs;
 	int			wake[2];		/* the I/O thread's pipe: a provisioning ended, a number changed */
 	long		max_queue;
+	int			crl_fetched;	/* the daemon fetches the CRL (revocation.c): hooks may ask for it */
 	pthread_t	io_thread;
 	int			io_started;
 	int			io_stopped;		/* it ran, and stopped */
@@ -280,15 +286,49 @@ wake_io(bcd_hook_server *s)
 
 /* ------------------------------------------------------------ provisioning */
 
+/*
+ * Write the CRL the provisioner holds (verified by the watch) as PEM into
+ * w's directory (crl.pem); its path (malloc()ed) or NULL with err.
+ */
+static char *
+deliver_crl(bcd_hook_server *s, bcd_conn *w, char *err, size_t errlen)
+{
+	unsigned char *der = NULL;
+	size_t		len = 0;
+	const unsigned char *p;
+	X509_CRL   *crl = NULL;
+	BIO		   *bio = NULL;
+	char	   *pem = NULL;
+	long		n;
+	char	   *path = NULL;
+
+	(void) bcd_provisioner_crl(s->prov, &der, &len);
+	p = der;
+	if (der == NULL || (crl = d2i_X509_CRL(NULL, &p, (long) len)) == NULL ||
+		(bio = BIO_new(BIO_s_mem())) == NULL || PEM_write_bio_X509_CRL(bio, crl) != 1 ||
+		(n = BIO_get_mem_data(bio, &pem)) <= 0)
+		snprintf(err, errlen, "bcd holds no CRL to write (out of memory?)");
+	else if (bcd_delivery_write_file(w->dirfd, BCD_CRL_FILE, pem, (size_t) n, err,
+									 errlen) == BC_OK &&
+			 (path = bcd_path_join(w->dir, BCD_CRL_FILE)) == NULL)
+		snprintf(err, errlen, "out of memory");
+	BIO_free(bio);
+	X509_CRL_free(crl);
+	free(der);
+	return path;
+}
+
 /* Deliver job's credential to waiter w (written once per directory in seen) and answer it. */
 static void
 deliver_to(bcd_hook_server *s, const bcd_job *job, bcd_conn *w, bcd_dir_id *seen, size_t *n_seen)
 {
 	char	   *key_path = NULL;
 	char	   *cert_path = NULL;
+	char	   *crl_path = NULL;
 	char		err[512];
 	size_t		i;
 	int			written = 0;
+	json_t	   *doc;
 
 	for (i = 0; seen != NULL && i < *n_seen; i++)
 		if (seen[i].dev == w->dir_dev && seen[i].ino == w->dir_ino)
@@ -301,22 +341,33 @@ deliver_to(bcd_hook_server *s, const bcd_job *job, bcd_conn *w, bcd_dir_id *seen
 	}
 	if (!written && seen != NULL)
 		seen[(*n_seen)++] = (bcd_dir_id) {w->dir_dev, w->dir_ino};
+	if (w->want_crl && (crl_path = deliver_crl(s, w, err, sizeof(err))) == NULL)
+	{
+		answer_error(s, w, BCD_CODE_BAD_DIR, "cannot deliver the CRL into %s: %s", w->dir, err);
+		free(key_path);
+		free(cert_path);
+		return;
+	}
 	{
 		char		who[BCD_PEER_EXE_MAX + BCD_PEER_UNIT_MAX + 64];
 
 		bcd_peer_describe(&w->peer, who, sizeof(who));
-		bcd_log("session %s%s%s: delivered %s (serial %s) into %s for %s", job->session,
+		bcd_log("session %s%s%s: delivered %s (serial %s)%s into %s for %s", job->session,
 				job->context[0] ? " context " : "", job->context, job->spiffe_id, job->serial,
-				w->dir, who);
+				crl_path != NULL ? " and the CRL" : "", w->dir, who);
 	}
 	s->counters.answers[BCD_CODE_OK]++;
-	answer_doc(s, w, json_pack("{s:b, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "ok", 1,
-							   "keyPath", key_path, "certPath", cert_path,
-							   "notAfter", job->not_after, "spiffeId", job->spiffe_id,
-							   "serial", job->serial, "session", job->session,
-							   "context", job->context));
+	doc = json_pack("{s:b, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "ok", 1,
+					"keyPath", key_path, "certPath", cert_path,
+					"notAfter", job->not_after, "spiffeId", job->spiffe_id,
+					"serial", job->serial, "session", job->session,
+					"context", job->context);
+	if (doc != NULL && crl_path != NULL)
+		json_object_set_new(doc, "crlPath", json_string(crl_path));
+	answer_doc(s, w, doc);
 	free(key_path);
 	free(cert_path);
+	free(crl_path);
 }
 
 /* Take hw out of the I/O thread's table. */
@@ -442,6 +493,7 @@ handle_credential(bcd_hook_server *s, bcd_conn *c, json_t *req)
 	const char *session = req_string(req, "session", &bad);
 	const char *context = req_string(req, "context", &bad);
 	const char *dir = req_string(req, "dir", &bad);
+	json_t	   *want_crl = json_object_get(req, "crl");
 	bcd_node_snapshot node;
 	char		err[768];
 	struct stat st;
@@ -450,14 +502,31 @@ handle_credential(bcd_hook_server *s, bcd_conn *c, json_t *req)
 
 	json_object_foreach(req, key, value)
 		if (strcmp(key, "op") != 0 && strcmp(key, "session") != 0 &&
-			strcmp(key, "context") != 0 && strcmp(key, "dir") != 0)
+			strcmp(key, "context") != 0 && strcmp(key, "dir") != 0 && strcmp(key, "crl") != 0)
 			bad = 1;
 	if (context == NULL)
 		context = "";
+	if (want_crl != NULL && !json_is_boolean(want_crl))
+		bad = 1;
 	if (bad || session == NULL || dir == NULL)
 	{
 		answer_error(s, c, BCD_CODE_BAD_REQUEST, "a credential request is {\"op\":\"credential\","
-					 "\"session\":S,\"context\":C (optional),\"dir\":DIR}, strings only");
+					 "\"session\":S,\"context\":C (optional),\"dir\":DIR,\"crl\":true "
+					 "(optional)}, strings only but crl");
+		return;
+	}
+	c->want_crl = json_is_true(want_crl);
+	if (c->want_crl && !s->crl_fetched)
+	{
+		answer_error(s, c, BCD_CODE_BAD_REQUEST, "this bcd does not fetch the CRL: start it with "
+					 "--hook-crl (or the Workload API), and a --status-interval above 0");
+		return;
+	}
+	if (c->want_crl && bcd_provisioner_crl_gen(s->prov) == 0)
+	{
+		answer_error(s, c, BCD_CODE_UNAVAILABLE, "bcd holds no verified CRL yet (it fetches "
+					 "GET /v1/crl every --status-interval; its log says why it has none); try "
+					 "again shortly");
 		return;
 	}
 	if (!bc_selector_valid(session, 1) || !bc_selector_valid(context, 0))
@@ -838,6 +907,7 @@ bcd_hook_server_listen(const bcd_run_opts *o, bcd_provisioner *prov, const char 
 	s->sock.fd = s->sock.dirfd = s->wake[0] = s->wake[1] = -1;
 	s->max_queue = o->max_queue;
 	s->counters.max_queue = o->max_queue;
+	s->crl_fetched = bcd_crl_wanted(o);
 	s->runtime_dir = strdup(runtime_dir);
 	if (s->runtime_dir == NULL ||
 		(o->metrics_file != NULL && (s->metrics_file = strdup(o->metrics_file)) == NULL))

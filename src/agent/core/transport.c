@@ -193,10 +193,13 @@ bcd_http_reply_free(bcd_http_reply *reply)
 	memset(reply, 0, sizeof(*reply));
 }
 
-/* Set every option of one POST of body (JSON) to url, or of a GET when body is NULL. */
+/*
+ * Set every option of one POST of body (len bytes) to url, or of a GET when
+ * body is NULL; answers of at most max bytes.
+ */
 static int
-set_options(bcd_http *h, const char *url, const char *body, struct curl_slist *headers,
-			body_buf *b, char *errbuf)
+set_options(bcd_http *h, const char *url, const char *body, size_t len, size_t max,
+			struct curl_slist *headers, body_buf *b, char *errbuf)
 {
 	CURL	   *c = h->curl;
 
@@ -213,11 +216,11 @@ set_options(bcd_http *h, const char *url, const char *body, struct curl_slist *h
 		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
 		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT) != CURLE_OK ||
 		curl_easy_setopt(c, CURLOPT_TIMEOUT, TOTAL_TIMEOUT) != CURLE_OK ||
-		curl_easy_setopt(c, CURLOPT_MAXFILESIZE, (long) BCD_HTTP_BODY_MAX) != CURLE_OK ||
+		curl_easy_setopt(c, CURLOPT_MAXFILESIZE, (long) max) != CURLE_OK ||
 		curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers) != CURLE_OK ||
 		(body != NULL ?
 		 (curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK ||
-		  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long) strlen(body)) != CURLE_OK) :
+		  curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long) len) != CURLE_OK) :
 		 curl_easy_setopt(c, CURLOPT_HTTPGET, 1L) != CURLE_OK) ||
 		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK ||
 		curl_easy_setopt(c, CURLOPT_WRITEDATA, b) != CURLE_OK ||
@@ -227,19 +230,25 @@ set_options(bcd_http *h, const char *url, const char *body, struct curl_slist *h
 }
 
 /*
- * POST body (GET when NULL) to base_url + path.  BCD_RC_OK with any HTTP status in reply;
- * BCD_RC_STOPPED when a stop signal aborted it; BCD_RC_RETRY (reason in err)
- * when no answer came (connection, TLS, timeout, body over the bound, or
- * the request could not even be made).
+ * POST body (len bytes of content_type, NULL: no Content-Type; GET when
+ * body is NULL) to base_url + path,
+ * with the extra header (NULL: none), answers of at most max bytes.
+ * BCD_RC_OK with any HTTP status in reply (its ETag, when etag is not NULL,
+ * in etag: "" when absent); BCD_RC_STOPPED when a stop signal aborted it;
+ * BCD_RC_RETRY (reason in err) when no answer came (connection, TLS,
+ * timeout, body over the bound, or the request could not even be made).
  */
 static bcd_rc
-http_post(bcd_http *h, const char *path, const char *body,
-		  bcd_http_reply *reply, char *err, size_t errlen)
+http_request(bcd_http *h, const char *path, const char *content_type, const char *body,
+			 size_t len, const char *extra, size_t max, bcd_http_reply *reply,
+			 char *etag, size_t etaglen, char *err, size_t errlen)
 {
 	struct curl_slist *headers = NULL;
 	struct curl_slist *more;
-	body_buf	b = {NULL, 0, BCD_HTTP_BODY_MAX, 0};
+	struct curl_header *hdr = NULL;
+	body_buf	b = {NULL, 0, max, 0};
 	char		errbuf[CURL_ERROR_SIZE] = "";
+	char		ctype[128];
 	char	   *url = NULL;
 	size_t		url_len = strlen(h->base) + strlen(path) + 1;
 	curl_off_t	retry = -1;
@@ -248,16 +257,31 @@ http_post(bcd_http *h, const char *path, const char *body,
 
 	memset(reply, 0, sizeof(*reply));
 	reply->retry_after = -1;
+	if (etag != NULL && etaglen > 0)
+		etag[0] = '\0';
 	snprintf(err, errlen, "out of memory");
 	url = malloc(url_len);
 	if (url == NULL)
 		goto out;
 	snprintf(url, url_len, "%s%s", h->base, path);
-	headers = curl_slist_append(NULL, "Content-Type: application/json");
-	if (headers == NULL || (more = curl_slist_append(headers, "Expect:")) == NULL)
+	if (content_type != NULL)
+		snprintf(ctype, sizeof(ctype), "Content-Type: %s", content_type);
+	headers = curl_slist_append(NULL, "Expect:");
+	if (headers == NULL)
 		goto out;
-	headers = more;
-	if (set_options(h, url, body, headers, &b, errbuf) != BC_OK)
+	if (content_type != NULL)
+	{
+		if ((more = curl_slist_append(headers, ctype)) == NULL)
+			goto out;
+		headers = more;
+	}
+	if (extra != NULL)
+	{
+		if ((more = curl_slist_append(headers, extra)) == NULL)
+			goto out;
+		headers = more;
+	}
+	if (set_options(h, url, body, len, max, headers, &b, errbuf) != BC_OK)
 	{
 		snprintf(err, errlen, "cannot set up libcurl");
 		goto out;
@@ -270,14 +294,21 @@ http_post(bcd_http *h, const char *path, const char *body,
 	}
 	if (cc != CURLE_OK)
 	{
-		snprintf(err, errlen, "%s: %s", url,
-				 b.too_big ? "the answer is over 256 KiB" :
-				 errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
+		if (b.too_big || cc == CURLE_FILESIZE_EXCEEDED)
+			snprintf(err, errlen, "%s: the answer is over %zu %s", url,
+					 max >= 1024 * 1024 ? max / (1024 * 1024) : max / 1024,
+					 max >= 1024 * 1024 ? "MiB" : "KiB");
+		else
+			snprintf(err, errlen, "%s: %s", url, errbuf[0] != '\0' ? errbuf : curl_easy_strerror(cc));
 		goto out;
 	}
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &reply->status);
 	if (curl_easy_getinfo(h->curl, CURLINFO_RETRY_AFTER, &retry) == CURLE_OK && retry > 0)
 		reply->retry_after = retry > 86400 ? 86400 : (long) retry;
+	if (etag != NULL && etaglen > 0 &&
+		curl_easy_header(h->curl, "ETag", 0, CURLH_HEADER, -1, &hdr) == CURLHE_OK &&
+		hdr != NULL && strlen(hdr->value) < etaglen)
+		snprintf(etag, etaglen, "%s", hdr->value);
 	if (b.data == NULL && (b.data = calloc(1, 1)) == NULL)
 	{
 		reply->status = 0;
@@ -292,6 +323,30 @@ out:
 	curl_slist_free_all(headers);
 	free(url);
 	return rc;
+}
+
+/* POST body (JSON; GET when NULL) to base_url + path (http_request). */
+static bcd_rc
+http_post(bcd_http *h, const char *path, const char *body,
+		  bcd_http_reply *reply, char *err, size_t errlen)
+{
+	return http_request(h, path, "application/json", body, body != NULL ? strlen(body) : 0,
+						NULL, BCD_HTTP_BODY_MAX, reply, NULL, 0, err, errlen);
+}
+
+/* One request of bytes, not JSON (transport.h). */
+bcd_rc
+bcd_http_fetch(bcd_http *h, const char *path, const char *content_type,
+			   const unsigned char *body, size_t len, const char *if_none_match, size_t max,
+			   bcd_http_reply *reply, char *etag, size_t etaglen, char *err, size_t errlen)
+{
+	char		inm[300];
+
+	if (if_none_match != NULL && if_none_match[0] != '\0')
+		snprintf(inm, sizeof(inm), "If-None-Match: %s", if_none_match);
+	return http_request(h, path, content_type, (const char *) body, len,
+						if_none_match != NULL && if_none_match[0] != '\0' ? inm : NULL, max,
+						reply, etag, etaglen, err, errlen);
 }
 
 /*

@@ -33,6 +33,17 @@ void		bcd_http_free(bcd_http *h);
 /* POST (GET when body is NULL) and classify: BCD_RC_OK (200/403: verify it), _RETRY, _FAILED or _STOPPED. */
 bcd_rc		bcd_http_exchange(bcd_http *h, const char *path, const char *body,
 							  bcd_http_reply *reply, char *err, size_t errlen);
+/*
+ * One request of bytes rather than JSON (the CRL, OCSP): POST len bytes of
+ * content_type (NULL: no Content-Type; GET when body is NULL), If-None-Match when if_none_match is
+ * neither NULL nor "", answers of at most max bytes; the answer's ETag into
+ * etag ("" when none).  BCD_RC_OK with any HTTP status in reply, else
+ * _RETRY (no answer; why in err) or _STOPPED.  Nothing is classified.
+ */
+bcd_rc		bcd_http_fetch(bcd_http *h, const char *path, const char *content_type,
+						   const unsigned char *body, size_t len, const char *if_none_match,
+						   size_t max, bcd_http_reply *reply, char *etag, size_t etaglen,
+						   char *err, size_t errlen);
 void		bcd_http_reply_free(bcd_http_reply *reply);
 void		bcd_http_describe(const bcd_http_reply *reply, char *buf, size_t len);
 

@@ -191,6 +191,7 @@ wl_call_finish(wl_call *r, int send_initial_md, grpc_byte_buffer *msg, grpc_stat
 {
 	grpc_op		ops[3];
 	size_t		n = 0;
+	char		why[512];
 
 	if (r->finished)
 	{
@@ -199,13 +200,13 @@ wl_call_finish(wl_call *r, int send_initial_md, grpc_byte_buffer *msg, grpc_stat
 		return;
 	}
 	if (msg != NULL && code == GRPC_STATUS_OK && (r->method->flags & WL_METHOD_SECRET) &&
-		bcd_provisioner_quarantined(r->conn->w->prov))
+		bcd_provisioner_refusal(r->conn->w->prov, why, sizeof(why)) != BCD_REFUSAL_NONE)
 	{
-		/* the service quarantined the node meanwhile (core/attest.c) */
+		/* the node was quarantined (core/attest.c) or its certificate revoked meanwhile */
 		grpc_byte_buffer_destroy(msg);
 		msg = NULL;
 		code = GRPC_STATUS_PERMISSION_DENIED;
-		details = BCD_QUARANTINED_MESSAGE;
+		details = why;
 	}
 	if (msg != NULL && code == GRPC_STATUS_OK && (r->method->flags & WL_METHOD_SECRET) &&
 		wl_call_secret_may_go(r) != 0)
@@ -279,12 +280,15 @@ wl_call_secret_may_go(wl_call *r)
 void
 wl_call_serve(bcd_workload *w, wl_call *r, double now)
 {
+	char		why[512];
+
 	if (!r->streaming || r->closed || r->send_in_flight || r->finished)
 		return;
-	/* a quarantined node's streams of secrets end, with why (core/attest.c) */
-	if ((r->method->flags & WL_METHOD_SECRET) && bcd_provisioner_quarantined(w->prov))
+	/* a quarantined or revoked node's streams of secrets end, with why */
+	if ((r->method->flags & WL_METHOD_SECRET) &&
+		bcd_provisioner_refusal(w->prov, why, sizeof(why)) != BCD_REFUSAL_NONE)
 	{
-		wl_call_finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, BCD_QUARANTINED_MESSAGE);
+		wl_call_finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, why);
 		return;
 	}
 	r->method->serve(w, r, now);
@@ -381,6 +385,7 @@ on_request(bcd_workload *w, wl_call *r, int ok)
 	uint8_t    *data;
 	size_t		len;
 	ProtobufCMessage *req;
+	char		why[512];
 
 	if (!ok || r->closed || r->req_payload == NULL)
 		return;					/* RECV_CLOSE ends it */
@@ -411,10 +416,11 @@ on_request(bcd_workload *w, wl_call *r, int ok)
 					   "given twice or not in protobuf's canonical encoding");
 		return;
 	}
-	if ((m->flags & WL_METHOD_SECRET) && bcd_provisioner_quarantined(w->prov))
+	if ((m->flags & WL_METHOD_SECRET) &&
+		bcd_provisioner_refusal(w->prov, why, sizeof(why)) != BCD_REFUSAL_NONE)
 	{
 		protobuf_c_message_free_unpacked(req, NULL);
-		wl_call_finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, BCD_QUARANTINED_MESSAGE);
+		wl_call_finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, why);
 		return;
 	}
 	if (m->serve != NULL)

@@ -33,6 +33,7 @@
 
 #include <grpc/grpc.h>
 #include <jansson.h>
+#include <openssl/x509.h>
 
 #include "workload.pb-c.h"
 
@@ -87,6 +88,8 @@ typedef struct wl_identity
 	unsigned char *key;			/* PKCS#8 DER: secret */
 	size_t		key_len;
 	double		not_after;		/* realtime */
+	ASN1_INTEGER *serial;		/* the leaf's serial (the CRL is checked against it) */
+	int			listed;			/* the leaf is on the CRL: not served, a new one asked for */
 	struct wl_identity *next;
 } wl_identity;
 
@@ -116,6 +119,7 @@ typedef struct wl_call
 	int			counted;		/* a call: counted in its connection's calls */
 	unsigned long sent_gen;		/* the identity's SVID last sent */
 	int			sent_once;		/* bundles: sent */
+	unsigned long sent_crl;		/* the CRL generation last sent */
 	grpc_slice	status_details;
 	int			have_details;
 	wl_tag		t_new,
@@ -189,6 +193,11 @@ struct bcd_workload
 	char	   *trust_domain;
 	unsigned char *bundle;		/* DER of the trust domain's root */
 	size_t		bundle_len;
+	/* the node CA's CRL (the provisioner's copy, taken at the tick): DER, parsed, generation */
+	unsigned char *crl;
+	size_t		crl_len;
+	X509_CRL   *crl_parsed;
+	unsigned long crl_gen;
 	wl_conn    *conns;
 	int			n_conns;
 	int			next_conn_id;
@@ -240,6 +249,7 @@ wl_identity *wl_identity_get(struct bcd_workload *w, const char *session, const 
 							 const bcd_peer *caller);
 void		wl_x509_provision_due(struct bcd_workload *w, double now);
 void		wl_identities_free(struct bcd_workload *w);
+void		wl_crl_take(struct bcd_workload *w);
 
 /* protobuf.c */
 grpc_byte_buffer *wl_pack(const ProtobufCMessage *m);

@@ -32,10 +32,18 @@ x509_svid_response(bcd_workload *w, const wl_identity *id)
 	svid.x509_svid.len = id->chain_len;
 	svid.x509_svid_key.data = id->key;
 	svid.x509_svid_key.len = id->key_len;
+	ProtobufCBinaryData crl = {w->crl_len, w->crl};
+
 	svid.bundle.data = w->bundle;
 	svid.bundle.len = w->bundle_len;
 	resp.n_svids = 1;
 	resp.svids = svids;
+	if (w->crl != NULL)
+	{
+		/* the node CA's CRL, DER (workload.proto: repeated bytes crl = 2) */
+		resp.n_crl = 1;
+		resp.crl = &crl;
+	}
 	return wl_pack(&resp.base);
 }
 
@@ -62,6 +70,7 @@ x509_bundles_response(bcd_workload *w)
 	X509BundlesResponse resp = X509_BUNDLES_RESPONSE__INIT;
 	X509BundlesResponse__BundlesEntry e = X509_BUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
 	X509BundlesResponse__BundlesEntry *es[1] = {&e};
+	ProtobufCBinaryData crl = {w->crl_len, w->crl};
 	grpc_byte_buffer *bb;
 
 	e.key = bundle_key(w);
@@ -71,6 +80,12 @@ x509_bundles_response(bcd_workload *w)
 	e.value.len = w->bundle_len;
 	resp.n_bundles = 1;
 	resp.bundles = es;
+	if (w->crl != NULL)
+	{
+		/* the node CA's CRL, DER (workload.proto: repeated bytes crl = 1) */
+		resp.n_crl = 1;
+		resp.crl = &crl;
+	}
 	bb = wl_pack(&resp.base);
 	free(e.key);
 	return bb;
@@ -86,13 +101,18 @@ fetch_x509_svid(bcd_workload *w, wl_call *r, const ProtobufCMessage *req)
 	r->streams_of = r->id;
 }
 
-/* FetchX509SVID's stream: every new X509-SVID of its identity, while its caller may have it. */
+/*
+ * FetchX509SVID's stream: every new X509-SVID of its identity, and the
+ * current one again with every new CRL, while its caller may have it; not
+ * one the CRL lists (a new one is on its way: x509_svids.c).
+ */
 static void
 serve_x509_svid(bcd_workload *w, wl_call *r, double now)
 {
 	wl_identity *id = r->id;
 
-	if (id->gen != 0 && id->gen != r->sent_gen && id->not_after > now)
+	if (id->gen != 0 && (id->gen != r->sent_gen || w->crl_gen != r->sent_crl) &&
+		id->not_after > now && !id->listed)
 	{
 		if (wl_call_secret_may_go(r) != 0)
 		{
@@ -100,18 +120,20 @@ serve_x509_svid(bcd_workload *w, wl_call *r, double now)
 			return;
 		}
 		r->sent_gen = id->gen;
+		r->sent_crl = w->crl_gen;
 		wl_call_push(r, x509_svid_response(w, id));
 	}
 }
 
-/* FetchX509Bundles' stream: the bundles, once. */
+/* FetchX509Bundles' stream: the bundles, and again with every new CRL. */
 static void
 serve_x509_bundles(bcd_workload *w, wl_call *r, double now)
 {
 	(void) now;
-	if (!r->sent_once)
+	if (!r->sent_once || r->sent_crl != w->crl_gen)
 	{
 		r->sent_once = 1;
+		r->sent_crl = w->crl_gen;
 		wl_call_push(r, x509_bundles_response(w));
 	}
 }

@@ -77,6 +77,7 @@ cq_main(void *arg)
 			pthread_mutex_unlock(&w->closed_mu);
 		}
 		bcd_wl_refusals_tick(w->refusals, bcd_now_s());
+		wl_crl_take(w);
 		wl_x509_provision_due(w, now);
 		for (wl_call *r = w->calls; r != NULL; r = r->next)
 			wl_call_serve(w, r, now);

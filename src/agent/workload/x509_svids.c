@@ -102,6 +102,7 @@ on_provisioned(void *arg, const bcd_job *job)
 	unsigned char *key = NULL;
 	int			key_len = 0;
 	double		not_after = 0;
+	ASN1_INTEGER *serial = NULL;
 	double		now = bcd_now_real();
 	int			ok = job->code == BCD_CODE_OK;
 
@@ -113,7 +114,11 @@ on_provisioned(void *arg, const bcd_job *job)
 			int			self = X509_check_issued(cert, cert) == X509_V_OK;
 
 			if (chain_len == 0)
+			{
 				not_after = asn1_time_real(X509_get0_notAfter(cert));
+				ASN1_INTEGER_free(serial);
+				serial = ASN1_INTEGER_dup(X509_get0_serialNumber(cert));
+			}
 			if (!self && append_der(cert, &chain, &chain_len) != 0)
 				ok = 0;
 			X509_free(cert);
@@ -143,6 +148,10 @@ on_provisioned(void *arg, const bcd_job *job)
 		id->key_len = id->key != NULL ? (size_t) key_len : 0;
 		snprintf(id->spiffe_id, sizeof(id->spiffe_id), "%s", job->spiffe_id);
 		id->not_after = not_after;
+		ASN1_INTEGER_free(id->serial);
+		id->serial = serial;
+		serial = NULL;
+		id->listed = 0;
 		id->renew_at = now + (not_after - now) / 2;
 		id->backoff = RETRY_MIN;
 		id->next_try = 0;
@@ -164,6 +173,7 @@ on_provisioned(void *arg, const bcd_job *job)
 				job->session, job->context[0] ? " context " : "", job->context,
 				bcd_code_name(job->code), job->code == BCD_CODE_OK ? "cannot read it" : job->message);
 	free(chain);
+	ASN1_INTEGER_free(serial);
 	if (key != NULL)
 	{
 		OPENSSL_cleanse(key, (size_t) key_len);
@@ -205,6 +215,58 @@ wl_identities_free(bcd_workload *w)
 		w->identities = id->next;
 		free(id->chain);
 		bc_free_secret(id->key, id->key_len);
+		ASN1_INTEGER_free(id->serial);
 		free(id);
+	}
+	free(w->crl);
+	X509_CRL_free(w->crl_parsed);
+	w->crl = NULL;
+	w->crl_parsed = NULL;
+}
+
+/*
+ * The CRL the watch verified (core/revocation.c), taken from the provisioner
+ * when it changed: kept (DER for the responses, parsed for the checks), and
+ * every identity whose X509-SVID it lists is provisioned again at once and
+ * not served meanwhile; the streams push it (methods.c).
+ */
+void
+wl_crl_take(bcd_workload *w)
+{
+	unsigned char *der = NULL;
+	size_t		len = 0;
+	const unsigned char *p;
+	X509_CRL   *crl;
+	unsigned long gen;
+
+	if (bcd_provisioner_crl_gen(w->prov) == w->crl_gen)
+		return;
+	gen = bcd_provisioner_crl(w->prov, &der, &len);
+	p = der;
+	crl = der != NULL ? d2i_X509_CRL(NULL, &p, (long) len) : NULL;
+	if (crl == NULL)
+	{
+		free(der);
+		return;
+	}
+	free(w->crl);
+	X509_CRL_free(w->crl_parsed);
+	w->crl = der;
+	w->crl_len = len;
+	w->crl_parsed = crl;
+	w->crl_gen = gen;
+	for (wl_identity *id = w->identities; id != NULL; id = id->next)
+	{
+		X509_REVOKED *rev = NULL;
+
+		if (id->gen == 0 || id->serial == NULL || id->listed ||
+			X509_CRL_get0_by_serial(crl, &rev, id->serial) != 1)
+			continue;
+		id->listed = 1;
+		id->renew_at = 0;
+		id->next_try = 0;
+		bcd_log("workload api: session %s%s%s: its X509-SVID %s is on the CRL (revoked): not "
+				"served, a new one asked for", id->session, id->context[0] ? " context " : "",
+				id->context, id->spiffe_id);
 	}
 }

@@ -1,0 +1,438 @@
+/*
+ * revocation.c: bcd run's revocation watch (revocation.h; issue 45;
+ * docs/agent.md, "Revocation").
+ *
+ * Every --status-interval seconds (default 10), on its own thread with its
+ * own HTTPS client, with the node certificate of node-chain.pem (the one
+ * published to the provisioner; a round that reads another one, a renewal
+ * in between, is skipped):
+ *
+ *   the CRL   (while the Workload API is served, or --hook-crl) GET /v1/crl
+ *             with If-None-Match (the ETag of the last one taken): 304 or
+ *             the same bytes change nothing; a new CRL is verified
+ *             (revcheck.c: issued by a CA of the node's chain that chains
+ *             to the pinned root, its signature, thisUpdate never older
+ *             than the one held), handed to the provisioner (the Workload
+ *             API pushes it, hooks get crl.pem), and the node certificate
+ *             looked up in it;
+ *   OCSP      POST /v1/ocsp of one SHA-256 CertID of the node certificate,
+ *             no nonce; the answer verified (revcheck.c: signed by an
+ *             id-kp-OCSPSigning responder chaining to the pinned root,
+ *             current, thisUpdate never older than the newest taken).
+ *
+ * A node certificate revoked, by either: for cACompromise the main thread
+ * is asked to renew at once (renewal.c: a new key; the service lets a
+ * certificate revoked so renew once, under the new intermediate); for any
+ * other reason the provisioner refuses every ask and the Workload API ends
+ * its streams (bcd_provisioner_revoke) until a credential of another serial
+ * is published.  An answer that does not come or does not verify changes
+ * nothing: logged, the same line at most once in ten minutes.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <openssl/crypto.h>
+#include <openssl/x509.h>
+
+#include "bc_common.h"
+#include "core/log.h"
+#include "core/revcheck.h"
+#include "core/revocation.h"
+#include "core/store.h"
+#include "core/transport.h"
+#include "core/verify.h"
+
+/* The same line is logged again after this many seconds at most. */
+#define SAY_AGAIN_S 600
+
+struct bcd_revwatch
+{
+	const bcd_run_opts *o;
+	const bcd_service_keys *keys;
+	bcd_provisioner *prov;
+	bcd_http   *http;
+	int			want_crl;
+	long		interval;
+	pthread_t	thread;
+	int			started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int			stop;			/* under mu */
+	atomic_int	renew;			/* a CA compromise: renew at once (daemon.c) */
+	/* the thread's own */
+	char		renew_asked[41];	/* the serial a renewal was asked for */
+	unsigned char *crl;			/* the CRL taken last (DER) */
+	size_t		crl_len;
+	X509_CRL   *crl_parsed;
+	int64_t		crl_this_update;
+	char		etag[256];
+	char		ocsp_serial[41];	/* the certificate ocsp_newest is of */
+	int64_t		ocsp_newest;	/* the newest thisUpdate taken */
+	int			ocsp_said;		/* the state of the last answer logged: 1 good, 2 unknown */
+	int			not_modified_said;	/* the first 304 logged */
+	char		last[2][512];	/* the last line said, per topic (0 CRL, 1 OCSP) */
+	time_t		last_at[2];
+};
+
+/* Log a line of topic (0 CRL, 1 OCSP) unless it is the one said last less than SAY_AGAIN_S ago. */
+static void
+say(bcd_revwatch *rw, int topic, const char *fmt,...) __attribute__((format(printf, 3, 4)));
+
+static void
+say(bcd_revwatch *rw, int topic, const char *fmt,...)
+{
+	char		line[512];
+	va_list		ap;
+	time_t		now = time(NULL);
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (strcmp(line, rw->last[topic]) == 0 && now - rw->last_at[topic] < SAY_AGAIN_S)
+		return;
+	snprintf(rw->last[topic], sizeof(rw->last[topic]), "%s", line);
+	rw->last_at[topic] = now;
+	bcd_log("revocation: %s", line);
+}
+
+/* 1 when o's daemon runs the watch (revocation.h). */
+int
+bcd_revwatch_wanted(const bcd_run_opts *o)
+{
+	return !o->once && !o->memory_only && o->status_interval > 0;
+}
+
+/* 1 when the watch fetches the CRL (revocation.h). */
+int
+bcd_crl_wanted(const bcd_run_opts *o)
+{
+	int			workload = o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 :
+		o->n_workload_rules > 0;
+
+	return bcd_revwatch_wanted(o) && (workload || o->hook_crl);
+}
+
+/*
+ * The node certificate serial is revoked (reason, at), as source says: a CA
+ * compromise asks for a renewal at once (once per serial), anything else is
+ * the provisioner's refusal.
+ */
+static void
+node_revoked(bcd_revwatch *rw, const char *serial, int reason, int64_t at, const char *source)
+{
+	if (reason == BCD_REASON_CA_COMPROMISE)
+	{
+		if (strcmp(rw->renew_asked, serial) != 0)
+		{
+			snprintf(rw->renew_asked, sizeof(rw->renew_asked), "%s", serial);
+			bcd_log("revocation: the node certificate %s was revoked for cACompromise (%s): "
+					"its CA's key is compromised; renewing at once, with a new key", serial,
+					source);
+			atomic_store(&rw->renew, 1);
+		}
+		return;
+	}
+	bcd_provisioner_revoke(rw->prov, serial, bcd_reason_name(reason), at, source);
+}
+
+/* cert's serial (32 hex digits, bcd_cert_serial_hex) into out; 0, or -1. */
+static int
+serial_of(X509 *cert, char out[41])
+{
+	return bcd_cert_serial_hex(cert, out) == BC_OK ? 0 : -1;
+}
+
+/* One round of the CRL: fetched, verified when new, taken; the node looked up in it. */
+static void
+crl_round(bcd_revwatch *rw, X509 *leaf, STACK_OF(X509) *cas, const char *serial)
+{
+	bcd_http_reply reply;
+	bcd_crl_checked got;
+	char		etag[256];
+	char		err[512];
+	bcd_rc		rc;
+
+	rc = bcd_http_fetch(rw->http, BCD_PATH_CRL, NULL, NULL, 0,
+						rw->crl != NULL ? rw->etag : NULL, BCD_CRL_MAX, &reply, etag,
+						sizeof(etag), err, sizeof(err));
+	if (rc == BCD_RC_STOPPED)
+		return;
+	if (rc != BCD_RC_OK)
+	{
+		say(rw, 0, "GET %s: no answer (%s); the CRL held is kept", BCD_PATH_CRL, err);
+		goto lookup;
+	}
+	if (reply.status == 304)
+	{
+		if (!rw->not_modified_said)
+			bcd_log("revocation: GET %s: 304 Not Modified (If-None-Match with the gateway's "
+					"ETag): the CRL held is current", BCD_PATH_CRL);
+		rw->not_modified_said = 1;
+		goto lookup;
+	}
+	if (reply.status != 200)
+	{
+		bcd_http_describe(&reply, err, sizeof(err));
+		say(rw, 0, "GET %s: %s; the CRL held is kept", BCD_PATH_CRL, err);
+		goto lookup;
+	}
+	/* the same bytes (a gateway without ETag): nothing new */
+	if (rw->crl != NULL && reply.len == rw->crl_len && memcmp(reply.body, rw->crl, reply.len) == 0)
+	{
+		snprintf(rw->etag, sizeof(rw->etag), "%s", etag);
+		goto lookup;
+	}
+	if (bcd_crl_verify((const unsigned char *) reply.body, reply.len, rw->keys->node_ca, cas,
+					   &got, err, sizeof(err)) != 0)
+	{
+		say(rw, 0, "the CRL of GET %s does not verify (%s): ignored, the one held is kept",
+			BCD_PATH_CRL, err);
+		goto lookup;
+	}
+	if (got.this_update < rw->crl_this_update)
+	{
+		say(rw, 0, "the CRL of GET %s is older than the one held (thisUpdate %lld < %lld): "
+			"ignored", BCD_PATH_CRL, (long long) got.this_update,
+			(long long) rw->crl_this_update);
+		X509_CRL_free(got.crl);
+		goto lookup;
+	}
+	free(rw->crl);
+	X509_CRL_free(rw->crl_parsed);
+	rw->crl = (unsigned char *) reply.body;
+	rw->crl_len = reply.len;
+	reply.body = NULL;
+	rw->crl_parsed = got.crl;
+	rw->crl_this_update = got.this_update;
+	snprintf(rw->etag, sizeof(rw->etag), "%s", etag);
+	bcd_provisioner_set_crl(rw->prov, rw->crl, rw->crl_len);
+	rw->last[0][0] = '\0';
+	bcd_log("revocation: a new CRL taken (%zu bytes, %d revoked, thisUpdate %lld)", rw->crl_len,
+			sk_X509_REVOKED_num(X509_CRL_get_REVOKED(rw->crl_parsed)) > 0 ?
+			sk_X509_REVOKED_num(X509_CRL_get_REVOKED(rw->crl_parsed)) : 0,
+			(long long) rw->crl_this_update);
+lookup:
+	bcd_http_reply_free(&reply);
+	if (leaf != NULL && rw->crl_parsed != NULL)
+	{
+		int			reason;
+		int64_t		at;
+
+		if (bcd_crl_lists(rw->crl_parsed, leaf, &reason, &at))
+			node_revoked(rw, serial, reason, at, "the CRL");
+	}
+}
+
+/* One OCSP round about leaf (issued by issuer). */
+static void
+ocsp_round(bcd_revwatch *rw, X509 *leaf, X509 *issuer, STACK_OF(X509) *cas, const char *serial)
+{
+	unsigned char *req = NULL;
+	size_t		req_len = 0;
+	bcd_http_reply reply;
+	bcd_ocsp_status st;
+	char		err[512];
+	bcd_rc		rc;
+
+	memset(&reply, 0, sizeof(reply));
+	if (bcd_ocsp_request(leaf, issuer, &req, &req_len) != 0)
+	{
+		say(rw, 1, "cannot make an OCSP request (out of memory?)");
+		return;
+	}
+	rc = bcd_http_fetch(rw->http, BCD_PATH_OCSP, "application/ocsp-request", req, req_len, NULL,
+						BCD_OCSP_MAX, &reply, NULL, 0, err, sizeof(err));
+	OPENSSL_free(req);
+	if (rc == BCD_RC_STOPPED)
+		goto out;
+	if (rc != BCD_RC_OK)
+	{
+		say(rw, 1, "POST %s: no answer (%s); nothing changes", BCD_PATH_OCSP, err);
+		goto out;
+	}
+	if (reply.status != 200)
+	{
+		bcd_http_describe(&reply, err, sizeof(err));
+		say(rw, 1, "POST %s: %s%s; nothing changes", BCD_PATH_OCSP, err,
+			reply.status == 404 ? " (a gateway without an OCSP responder)" : "");
+		goto out;
+	}
+	if (strcmp(rw->ocsp_serial, serial) != 0)
+	{
+		snprintf(rw->ocsp_serial, sizeof(rw->ocsp_serial), "%s", serial);
+		rw->ocsp_newest = 0;
+	}
+	if (bcd_ocsp_verify((const unsigned char *) reply.body, reply.len, leaf, issuer,
+						rw->keys->node_ca, cas, rw->ocsp_newest, &st, err, sizeof(err)) != 0)
+	{
+		say(rw, 1, "the OCSP answer about %s does not verify (%s): ignored", serial, err);
+		goto out;
+	}
+	rw->ocsp_newest = st.this_update;
+	if (st.status == V_OCSP_CERTSTATUS_REVOKED)
+	{
+		rw->ocsp_said = 0;
+		node_revoked(rw, serial, st.reason, st.revoked_at, "OCSP");
+	}
+	else if (st.status == V_OCSP_CERTSTATUS_GOOD)
+	{
+		if (rw->ocsp_said != 1)
+			bcd_log("revocation: OCSP says the node certificate %s is good (checked every "
+					"%ld s)", serial, rw->interval);
+		rw->ocsp_said = 1;
+		rw->last[1][0] = '\0';
+	}
+	else if (rw->ocsp_said != 2)
+	{
+		bcd_log("revocation: OCSP does not know the node certificate %s (unknown); nothing "
+				"changes", serial);
+		rw->ocsp_said = 2;
+	}
+out:
+	bcd_http_reply_free(&reply);
+}
+
+/* One round: the node's chain read, the CRL when wanted, OCSP. */
+static void
+watch_once(bcd_revwatch *rw)
+{
+	X509	   *certs[BCD_CHAIN_MAX];
+	size_t		n = 0;
+	STACK_OF(X509) *cas = sk_X509_new_null();
+	bcd_node_snapshot node;
+	char		serial[41] = "";
+	X509	   *leaf = NULL;
+
+	bcd_provisioner_node_take(rw->prov, &node);
+	if (cas != NULL && node.present &&
+		bcd_store_read_chain(rw->o->state_dir, certs, BCD_CHAIN_MAX, &n) == BC_OK && n >= 2)
+	{
+		if (serial_of(certs[0], serial) == 0 && strcmp(serial, node.serial) == 0)
+			leaf = certs[0];
+		for (size_t i = 1; i < n; i++)
+			sk_X509_push(cas, certs[i]);
+	}
+	if (rw->want_crl && cas != NULL)
+		crl_round(rw, leaf, cas, serial);
+	if (leaf != NULL)
+		ocsp_round(rw, leaf, certs[1], cas, serial);
+	bcd_node_release(&node);
+	for (size_t i = 0; i < n; i++)
+		X509_free(certs[i]);
+	sk_X509_free(cas);
+}
+
+/* Wait seconds, or until stopped: 1 when stopped. */
+static int
+wait_or_stop(bcd_revwatch *rw, long seconds)
+{
+	struct timespec until;
+	int			stop;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += seconds;
+	pthread_mutex_lock(&rw->mu);
+	while (!rw->stop && pthread_cond_timedwait(&rw->cv, &rw->mu, &until) != ETIMEDOUT)
+		;
+	stop = rw->stop;
+	pthread_mutex_unlock(&rw->mu);
+	return stop;
+}
+
+/* The loop: a round, then the interval. */
+static void *
+watch_main(void *arg)
+{
+	bcd_revwatch *rw = arg;
+
+	do
+		watch_once(rw);
+	while (!wait_or_stop(rw, rw->interval));
+	return NULL;
+}
+
+/* Start the watch (revocation.h). */
+int
+bcd_revwatch_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_provisioner *prov,
+				   bcd_revwatch **out, char *err, size_t errlen)
+{
+	bcd_revwatch *rw = calloc(1, sizeof(*rw));
+	pthread_condattr_t ca;
+
+	*out = NULL;
+	if (rw == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return BC_ENOMEM;
+	}
+	rw->o = o;
+	rw->keys = keys;
+	rw->prov = prov;
+	rw->interval = o->status_interval;
+	rw->want_crl = bcd_crl_wanted(o);
+	pthread_mutex_init(&rw->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&rw->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	rw->http = bcd_http_new(o->gateway, o->gateway_ca, err, errlen);
+	if (rw->http == NULL)
+	{
+		bcd_revwatch_free(rw);
+		return BC_EINVAL;
+	}
+	if (pthread_create(&rw->thread, NULL, watch_main, rw) != 0)
+	{
+		snprintf(err, errlen, "cannot start the revocation watch's thread");
+		bcd_revwatch_free(rw);
+		return BC_EINVAL;
+	}
+	rw->started = 1;
+	bcd_log("revocation: the node certificate checked by OCSP (%s)%s every %ld s",
+			BCD_PATH_OCSP, rw->want_crl ? " and the node CA's CRL fetched (" BCD_PATH_CRL ")" : "",
+			rw->interval);
+	*out = rw;
+	return BC_OK;
+}
+
+/* 1 once when the main thread should renew at once (revocation.h). */
+int
+bcd_revwatch_take_renew(bcd_revwatch *rw)
+{
+	return rw != NULL && atomic_exchange(&rw->renew, 0) != 0;
+}
+
+/* Stop its thread (revocation.h). */
+void
+bcd_revwatch_stop(bcd_revwatch *rw)
+{
+	if (rw == NULL || !rw->started)
+		return;
+	pthread_mutex_lock(&rw->mu);
+	rw->stop = 1;
+	pthread_cond_signal(&rw->cv);
+	pthread_mutex_unlock(&rw->mu);
+	pthread_join(rw->thread, NULL);
+	rw->started = 0;
+}
+
+/* Free it (revocation.h). */
+void
+bcd_revwatch_free(bcd_revwatch *rw)
+{
+	if (rw == NULL)
+		return;
+	bcd_revwatch_stop(rw);
+	bcd_http_free(rw->http);
+	free(rw->crl);
+	X509_CRL_free(rw->crl_parsed);
+	pthread_cond_destroy(&rw->cv);
+	pthread_mutex_destroy(&rw->mu);
+	free(rw);
+}

@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""revocation.t: withdrawn trust reaches bcd and what it serves (issue 45; docs/agent.md,
+"Revocation").
+
+Through the real gateway, one bcd daemon with --status-interval 1, a Workload API rule
+and --hook-crl:
+- a FetchX509SVID stream carries the node CA's CRL (X509SVIDResponse.crl, DER):
+  `openssl crl -CAfile` verifies it against the node CA; FetchX509Bundles carries the
+  same CRL; a hook with `bcd credential --crl` gets crl.pem, the same CRL;
+- bc_join.revoke_certificate of the session certificate the stream serves: a new SVID
+  (another serial) is pushed on the same stream with a CRL listing the old serial;
+  `openssl verify -crl_check -CRLfile` says the old one is revoked, the new one is not;
+- bc_join.revoke_node: within a few status intervals bcd logs REVOKED, a hook is refused
+  (77) with a message naming the revocation, the stream ends PERMISSION_DENIED naming it,
+  `bcd status` says revoked (serial, reason, time);
+- with the gateway's OCSP responder installed (bc_join.ocsp_response and POST /v1/ocsp):
+  a second bcd without the CRL (no Workload API, no --hook-crl) learns its revocation by
+  OCSP alone (skipped before then).
+"""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import agentlib  # noqa: E402
+import sessionlib  # noqa: E402
+
+HDR = [("workload.spiffe.io", "true")]
+
+
+def wait_for(cond, timeout):
+    """Poll cond until true; True when it became true within timeout seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def write(path, data):
+    """Write bytes to path; the path."""
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def openssl(*args):
+    """Run the openssl CLI; (exit status, stdout + stderr)."""
+    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    return r.returncode, r.stdout
+
+
+def split_der(blob):
+    """Certificates concatenated in DER (python3-cryptography)."""
+    from cryptography import x509
+    out, off = [], 0
+    while off < len(blob):
+        n = blob[off + 1]
+        if n & 0x80:
+            k = n & 0x7f
+            end = off + 2 + k + int.from_bytes(blob[off + 2:off + 2 + k], "big")
+        else:
+            end = off + 2 + n
+        out.append(x509.load_der_x509_certificate(blob[off:end]))
+        off = end
+    return out
+
+
+def load_pems(data):
+    """Every certificate of PEM text (bytes)."""
+    from cryptography import x509
+    end = b"-----END CERTIFICATE-----"
+    return [x509.load_pem_x509_certificate(part + end) for part in data.split(end)
+            if b"-----BEGIN CERTIFICATE-----" in part]
+
+
+def pem(certs):
+    """PEM of certificates."""
+    from cryptography.hazmat.primitives import serialization
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+
+
+def body(tap, env):
+    from cryptography import x509
+    state = os.path.join(env.dir, "state")
+    r = env.bcd("run", *env.run_args(state, token_file=env.token_file("n1"), extra=["--once"]))
+    if not tap.ok(r.returncode == 0, "the node joins", r.stdout + r.stderr):
+        return
+    node = r.stdout.splitlines()[0].rsplit("/", 1)[1]
+    rt = sessionlib.runtime_dir(env)
+    sock = os.path.join(rt, "bcd", "bcd.sock")
+    wsock = os.path.join(rt, "bcd", "workload.sock")
+    p = sessionlib.start_daemon(env, "bcd-rev", rt, env.run_args(state) + [
+        "--workload-rule", "uid:0=>session=wl", "--status-interval", "1", "--hook-crl"])
+    tap.ok(sessionlib.wait_socket(p, sock), "the daemon serves its sockets", p.text())
+    tap.ok(p.wait_log("revocation: a new CRL taken", 20), "bcd takes the node CA's CRL", p.text())
+    import ssl
+    import urllib.error
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=env.ca)
+    etag = urllib.request.urlopen(env.gw_url + "/v1/crl", context=ctx).headers.get("ETag")
+    if etag:
+        tap.ok(p.wait_log("304 Not Modified", 10),
+               "the gateway sends an ETag: bcd asks If-None-Match and gets 304", p.text())
+    else:
+        tap.skip("If-None-Match answered 304", "this gateway sends no ETag on /v1/crl")
+
+    # the root and the node CA (the issuing intermediate) of the node's chain
+    chain = load_pems(open(os.path.join(state, "node-chain.pem"), "rb").read())
+    node_serial = "%032x" % chain[0].serial_number
+    cas = write(os.path.join(env.dir, "cas.pem"), pem(chain[1:]))
+    with open(env.service_keys) as f:
+        import json
+        root_pem = json.load(f)["nodeCa"].encode()
+    roots = write(os.path.join(env.dir, "root.pem"),
+                  pem(load_pems(root_pem)[-1:]))
+
+    sys.path.insert(0, agentlib.workload_stubs(env))
+    import grpc  # noqa: E402
+    import workload_pb2 as pb  # noqa: E402
+    import workload_pb2_grpc as pbg  # noqa: E402
+    stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wsock))
+    stream = stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=HDR, timeout=120)
+    first = next(stream)
+    tap.eq((len(first.svids), len(first.crl)), (1, 1),
+           "FetchX509SVID: one X509-SVID and one CRL (X509SVIDResponse.crl)")
+    crl1 = write(os.path.join(env.dir, "crl1.der"), first.crl[0])
+    rc, out = openssl("crl", "-inform", "DER", "-in", crl1, "-CAfile", cas, "-noout")
+    tap.ok(rc == 0 and "verify OK" in out, "openssl crl verifies the CRL with the node CA", out)
+    b = next(stub.FetchX509Bundles(pb.X509BundlesRequest(), metadata=HDR, timeout=10))
+    tap.eq(list(b.crl), list(first.crl), "FetchX509Bundles carries the same CRL (field 1)")
+
+    sess = os.path.join(rt, "sess")
+    os.makedirs(sess, mode=0o700)
+    h = sessionlib.hook(env, rt, sock, "s1", sess, extra=["--crl"])
+    lines = h.stdout.splitlines()
+    tap.ok(h.returncode == 0 and len(lines) == 4 and lines[3] == os.path.join(sess, "crl.pem"),
+           "bcd credential --crl: the key, the chain, notAfter and crl.pem", (h.stdout, h.stderr))
+    if os.path.exists(os.path.join(sess, "crl.pem")):
+        rc, der = 0, subprocess.run(["openssl", "crl", "-in", os.path.join(sess, "crl.pem"),
+                                     "-outform", "DER"], stdout=subprocess.PIPE).stdout
+        crl_now = next(stub.FetchX509Bundles(pb.X509BundlesRequest(), metadata=HDR, timeout=10)).crl
+        tap.ok(der in list(crl_now) + list(first.crl), "crl.pem is the CRL bcd holds (PEM)")
+        tap.eq(oct(os.stat(os.path.join(sess, "crl.pem")).st_mode & 0o777), "0o600", "crl.pem is 0600")
+    else:
+        tap.ok(False, "crl.pem is the CRL bcd holds (PEM)")
+        tap.ok(False, "crl.pem is 0600")
+
+    # the served session's certificate revoked: a new SVID, the CRL listing the old one
+    leaf0 = split_der(first.svids[0].x509_svid)
+    old_serial = "%032x" % leaf0[0].serial_number
+    env.psql("SELECT bc_join.revoke_certificate('%s', 'keyCompromise')" % old_serial)
+    t0 = time.time()
+    nxt = None
+    pushed = 0
+    import threading
+    timer = threading.Timer(30, stream.cancel)  # no new SVID in 30 s: the stream is given up
+    timer.start()
+    try:
+        for m in stream:
+            pushed += 1
+            if "%032x" % split_der(m.svids[0].x509_svid)[0].serial_number != old_serial:
+                nxt = m
+                break
+    except grpc.RpcError as e:
+        tap.note("the stream: %s %s" % (e.code(), e.details()))
+    timer.cancel()
+    tap.ok(nxt is not None, "revoke_certificate of the served SVID: a new SVID (another serial) "
+           "pushed on the same stream (%d message(s), %.1f s)" % (pushed, time.time() - t0))
+    if nxt is None:
+        return
+    crl = x509.load_der_x509_crl(nxt.crl[0]) if len(nxt.crl) == 1 else None
+    tap.ok(crl is not None and
+           crl.get_revoked_certificate_by_serial_number(leaf0[0].serial_number) is not None,
+           "the message of the new SVID carries a CRL listing the old serial")
+    crl2 = write(os.path.join(env.dir, "crl2.pem"),
+                 crl.public_bytes(__import__("cryptography.hazmat.primitives.serialization",
+                                             fromlist=["Encoding"]).Encoding.PEM))
+    old_pem = write(os.path.join(env.dir, "old.pem"), pem(leaf0[:1]))
+    new_pem = write(os.path.join(env.dir, "new.pem"), pem(split_der(nxt.svids[0].x509_svid)[:1]))
+    rc, out = openssl("verify", "-crl_check", "-CRLfile", crl2, "-CAfile", roots, "-untrusted",
+                      cas, old_pem)
+    tap.ok(rc != 0 and "revoked" in out, "openssl verify -crl_check: the old SVID is revoked", out)
+    rc, out = openssl("verify", "-crl_check", "-CRLfile", crl2, "-CAfile", roots, "-untrusted",
+                      cas, new_pem)
+    tap.ok(rc == 0, "openssl verify -crl_check: the new SVID verifies", out)
+
+    # the node revoked: within a few status intervals hooks refused, the stream ended, status
+    st = sessionlib.status(env, rt, sock)
+    tap.ok(st is not None and st.get("revoked") is False and st.get("crlHeld") is True,
+           "bcd status: not revoked, a CRL held", st)
+    env.psql("SELECT bc_join.revoke_node('%s', 'keyCompromise')" % node)
+    t0 = time.time()
+    tap.ok(p.wait_log("revocation: REVOKED", 15),
+           "bcd logs REVOKED within %.1f s of revoke_node" % (time.time() - t0), p.text())
+    code, details = None, ""
+    try:
+        for _ in stream:
+            pass
+    except grpc.RpcError as e:
+        code, details = e.code(), e.details()
+    tap.ok(code == grpc.StatusCode.PERMISSION_DENIED and "revoked" in details and
+           node_serial in details,
+           "the stream ends PERMISSION_DENIED naming the revocation", (code, details))
+    h = sessionlib.hook(env, rt, sock, "s2", sess)
+    tap.ok(h.returncode == sessionlib.EX_NOPERM and "revoked" in h.stderr and
+           node_serial in h.stderr and "keyCompromise" in h.stderr,
+           "a hook is refused (77) with the revocation: serial and reason", (h.returncode, h.stderr))
+    try:
+        next(stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=HDR, timeout=10))
+        code = "OK"
+    except grpc.RpcError as e:
+        code, details = e.code(), e.details()
+    tap.ok(code == grpc.StatusCode.PERMISSION_DENIED and "revoked" in details,
+           "a new FetchX509SVID: PERMISSION_DENIED naming the revocation", (code, details))
+    st = sessionlib.status(env, rt, sock)
+    rev = (st or {}).get("revoked") or {}
+    tap.ok(rev.get("serial") == node_serial and rev.get("reason") == "keyCompromise" and
+           rev.get("at"), "bcd status says revoked: serial, reason, time", st)
+    prom = sessionlib.status(env, rt, sock, prometheus=True) or ""
+    tap.ok("\nbcd_node_revoked 1\n" in prom, "bcd status --prometheus: bcd_node_revoked 1")
+    rc, _ = p.stop()
+    tap.ok(rc == 0 and "Sanitizer" not in p.text(), "bcd stops cleanly (no sanitizer report)",
+           p.text()[-3000:])
+
+    # cACompromise: not the revoked state, a renewal at once (with a new key)
+    state3 = os.path.join(env.dir, "state3")
+    r = env.bcd("run", *env.run_args(state3, token_file=env.token_file("n3"), extra=["--once"]))
+    if tap.ok(r.returncode == 0, "a third node joins", r.stdout + r.stderr):
+        chain3 = load_pems(open(os.path.join(state3, "node-chain.pem"), "rb").read())
+        serial3 = "%032x" % chain3[0].serial_number
+        rt3 = sessionlib.runtime_dir(env, "rt3")
+        p3 = sessionlib.start_daemon(env, "bcd-cacomp", rt3, env.run_args(state3) + [
+            "--workload-api", "off", "--hook-crl", "--status-interval", "1"])
+        sessionlib.wait_socket(p3, os.path.join(rt3, "bcd", "bcd.sock"))
+        p3.wait_log("revocation: a new CRL taken", 15)
+        env.psql("SELECT bc_join.revoke_certificate('%s', 'cACompromise')" % serial3)
+        tap.ok(p3.wait_log("renewing now: the node certificate %s was revoked for a CA "
+                           "compromise" % serial3, 15),
+               "revoked cACompromise: bcd renews at once", p3.text())
+        tap.ok(p3.wait_log("renew:", 15) and "REVOKED" not in p3.text(),
+               "it asks the service for a renewal (a new key), and is not in the revoked state",
+               p3.text())
+        rc, _ = p3.stop()
+        tap.ok(rc == 0 and "Sanitizer" not in p3.text(), "it stops cleanly", p3.text()[-3000:])
+
+    # OCSP end to end, once the extension and the gateway have it
+    why = None
+    if not env.has_function("bc_join.ocsp_response(bytea)"):
+        why = "bc_join.ocsp_response is not installed"
+    elif not os.path.exists(os.path.join(env.keys, "ocsp.key")):
+        why = "bc-join-keygen made no ocsp.key"
+    else:
+        rq = urllib.request.Request(env.gw_url + "/v1/ocsp", data=b"0", method="POST",
+                                    headers={"Content-Type": "application/ocsp-request"})
+        try:
+            urllib.request.urlopen(rq, context=ctx)
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                why = "the gateway has no POST /v1/ocsp"
+    if why:
+        tap.skip("the OCSP self-check end to end", why)
+        return
+    state2 = os.path.join(env.dir, "state2")
+    r = env.bcd("run", *env.run_args(state2, token_file=env.token_file("n2"), extra=["--once"]))
+    if not tap.ok(r.returncode == 0, "a second node joins", r.stdout + r.stderr):
+        return
+    node2 = r.stdout.splitlines()[0].rsplit("/", 1)[1]
+    rt2 = sessionlib.runtime_dir(env, "rt2")
+    sock2 = os.path.join(rt2, "bcd", "bcd.sock")
+    p2 = sessionlib.start_daemon(env, "bcd-ocsp", rt2, env.run_args(state2) + [
+        "--workload-api", "off", "--status-interval", "1"])
+    tap.ok(sessionlib.wait_socket(p2, sock2) and p2.wait_log("OCSP says the node certificate", 15),
+           "a bcd without the CRL: OCSP says its certificate is good", p2.text())
+    env.psql("SELECT bc_join.revoke_node('%s', 'privilegeWithdrawn')" % node2)
+    t0 = time.time()
+    ok = wait_for(lambda: "as OCSP says" in p2.text(), 15)
+    tap.ok(ok, "revoke_node: bcd learns it by OCSP within %.1f s" % (time.time() - t0), p2.text())
+    sess2 = os.path.join(rt2, "sess")
+    os.makedirs(sess2, mode=0o700)
+    h = sessionlib.hook(env, rt2, sock2, "s1", sess2)
+    tap.ok(h.returncode == sessionlib.EX_NOPERM and "said by OCSP" in h.stderr and
+           "privilegeWithdrawn" in h.stderr, "its hooks are refused, naming OCSP and the reason",
+           (h.returncode, h.stderr))
+    rc, _ = p2.stop()
+    tap.ok(rc == 0 and "Sanitizer" not in p2.text(), "it stops cleanly", p2.text()[-3000:])
+
+
+if __name__ == "__main__":
+    agentlib.main(body)
