@@ -6,16 +6,22 @@
 #   make gateway-test   build/asan/bc-gateway (ASan + UBSan), then the TAP
 #                       scripts test/gateway/*.t through prove
 #
+# src/common is linked as an archive (build/obj/libbc_common.a and its ASan and
+# test variants), so the gateway takes only the members it calls into: the OCSP
+# request parser (src/common/ocsp.c, issue 45) and what that file needs.
+#
 # The gateway's cmocka unit tests (test/unit/test_gw_*.c: the route table,
 # the document cache's freshness decision, the status mapping, the rate
 # limiter, the client address and the large-body budget) are part of make unit and make unit-asan
 # (mk/host.mk); they link every gateway object but main.o.
 
 GW_SRCS      = $(sort $(wildcard src/gateway/*.c))
-# src/common's files the gateway links: the OCSP request parser (issue 45)
-GW_COMMON_SRCS = src/common/ocsp.c
-GW_OBJS      = $(GW_SRCS:%.c=build/obj/%.o) $(GW_COMMON_SRCS:%.c=build/obj/%.o)
-GW_ASAN_OBJS = $(GW_SRCS:%.c=build/asan/obj/%.o) $(GW_COMMON_SRCS:%.c=build/asan/obj/%.o)
+GW_OBJS      = $(GW_SRCS:%.c=build/obj/%.o)
+GW_ASAN_OBJS = $(GW_SRCS:%.c=build/asan/obj/%.o)
+# src/common as an archive: the gateway takes only the members it calls into
+# (the OCSP request parser, src/common/ocsp.c, since issue 45, and what that needs)
+GW_COMMON_LIB      = build/obj/libbc_common.a
+GW_ASAN_COMMON_LIB = build/asan/obj/libbc_common.a
 GW_PKGS      = libevent libevent_openssl libpq openssl jansson
 GW_CFLAGS   := $(shell pkg-config --cflags $(GW_PKGS) 2>/dev/null)
 GW_LIBS     := $(shell pkg-config --libs $(GW_PKGS) 2>/dev/null) -lm
@@ -29,10 +35,19 @@ gateway: build/bc-gateway
 $(GW_OBJS) $(GW_ASAN_OBJS): HOST_CPPFLAGS += $(GW_CFLAGS)
 
 GW_UNIT_NAMES      = $(basename $(notdir $(wildcard test/unit/test_gw_*.c)))
-GW_TEST_OBJS       = $(filter-out %/main.o,$(GW_SRCS:%.c=build/testobj/%.o)) $(GW_COMMON_SRCS:%.c=build/testobj/%.o)
-GW_ASAN_TEST_OBJS  = $(filter-out %/main.o,$(GW_SRCS:%.c=build/asan/testobj/%.o)) $(GW_COMMON_SRCS:%.c=build/asan/testobj/%.o)
+GW_TEST_OBJS       = $(filter-out %/main.o,$(GW_SRCS:%.c=build/testobj/%.o)) build/testobj/libbc_common.a
+GW_ASAN_TEST_OBJS  = $(filter-out %/main.o,$(GW_SRCS:%.c=build/asan/testobj/%.o)) build/asan/testobj/libbc_common.a
 
-$(GW_TEST_OBJS) $(GW_ASAN_TEST_OBJS): HOST_CPPFLAGS += $(GW_CFLAGS)
+$(filter %.o,$(GW_TEST_OBJS) $(GW_ASAN_TEST_OBJS)): HOST_CPPFLAGS += $(GW_CFLAGS)
+
+build/obj/libbc_common.a: $(HOST_COMMON_OBJS)
+build/asan/obj/libbc_common.a: $(HOST_ASAN_COMMON_OBJS)
+build/testobj/libbc_common.a: $(HOST_TEST_COMMON_OBJS)
+build/asan/testobj/libbc_common.a: $(HOST_ASAN_TEST_COMMON_OBJS)
+build/obj/libbc_common.a build/asan/obj/libbc_common.a build/testobj/libbc_common.a build/asan/testobj/libbc_common.a:
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
 $(GW_UNIT_NAMES:%=build/testobj/test/unit/%.o) $(GW_UNIT_NAMES:%=build/asan/testobj/test/unit/%.o): \
 	HOST_CPPFLAGS += -Isrc/gateway $(GW_CFLAGS)
 
@@ -45,10 +60,10 @@ $(GW_UNIT_NAMES:%=build/asan/unit/%): build/asan/unit/%: build/asan/testobj/test
 	@mkdir -p $(dir $@)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(HOST_TEST_LIBS) $(GW_LIBS)
 
-build/bc-gateway: $(GW_OBJS)
+build/bc-gateway: $(GW_OBJS) $(GW_COMMON_LIB)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_LDFLAGS) -o $@ $^ $(GW_LIBS)
 
-build/asan/bc-gateway: $(GW_ASAN_OBJS)
+build/asan/bc-gateway: $(GW_ASAN_OBJS) $(GW_ASAN_COMMON_LIB)
 	@mkdir -p $(dir $@)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_SAN) -o $@ $^ $(GW_LIBS)
 
