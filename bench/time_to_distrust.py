@@ -330,4 +330,5 @@ def run(tap, env):
              settings, nsess[0]))
 
 
-bctest.run(agentlib.Env(), setup, body)
+if __name__ == "__main__":
+    bctest.run(agentlib.Env(), setup, body)
