@@ -171,6 +171,8 @@ extern const BcKeys *bc_keys(void);
 extern void bc_keys_reset(void);
 /* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
 extern void bc_require_config(void);
+/* INVALID_CONFIG when the current signing key is marked compromised (compromise.c). */
+extern void bc_require_signing_key_live(const BcKeys *keys);
 /*
  * A private key's own operation failed (BC_EKEY: its TPM or token away):
  * INVALID_CONFIG naming what failed, never a refusal; this backend loads
@@ -336,6 +338,23 @@ extern void bc_record_refusal(const char *refusal, const char *tenant_id,
 extern Jsonb *bc_refusal_response(void);
 
 extern int	bc_refusal_events_per_minute;
+
+/* ------------------------------------------------------------ compromise.c */
+
+/* The stored certificate was issued by a CA marked compromised (SPI connected). */
+extern bool bc_issuer_compromised(bytea *der);
+/* The certificate certifies the key whose SPKI SHA-256 is given. */
+extern bool bc_cert_key_is(bytea *der, const unsigned char spki_sha256[BC_SHA256_LEN]);
+/* The certificate already had its one renewal after its CA's compromise. */
+extern bool bc_compromise_renewed(const char *serial);
+/* Record that renewal (serial, the certificate that replaced it). */
+extern void bc_compromise_record_renewal(const char *serial, const char *successor);
+/* INVALID_CONFIG when node_ca is marked compromised; takes the issuing lock first. */
+extern void bc_require_issuer_not_compromised(X509 *node_ca);
+/* The kids of signing keys marked compromised: a List of C strings (connects SPI itself). */
+extern List *bc_compromised_kids(void);
+/* True when kid is in kids. */
+extern bool bc_kid_listed(List *kids, const char *kid);
 
 /* ---------------------------------------------------------------- events.c */
 

@@ -90,6 +90,7 @@ bc_audit_anchor(PG_FUNCTION_ARGS)
 
 	bc_require_config();
 	keys = bc_keys();
+	bc_require_signing_key_live(keys);
 	bc_spi_connect();
 	if (bc_spi_exec(&audit_heads, NULL, NULL, true, 1) == 1)
 	{
@@ -123,7 +124,8 @@ PG_FUNCTION_INFO_V1(bc_audit_anchor_payload);
  * bc_join.audit_anchor_payload(anchor): the payload of an anchor this
  * service signed (bc_join.audit_anchor()), verified with a signing key it
  * holds (current, next or previous; the header's kid picks it, or each is
- * tried); INVALID_INPUT when it is not one.  audit_anchor_problems() holds
+ * tried; never one marked compromised, mark_key_compromised); INVALID_INPUT
+ * when it is not one.  audit_anchor_problems() holds
  * the log against it.
  */
 Datum
@@ -140,6 +142,7 @@ bc_audit_anchor_payload(PG_FUNCTION_ARGS)
 	int			i;
 	Jsonb	   *j;
 	JsonbValue *purpose;
+	List	   *marked;
 
 	bc_require_config();
 	keys = bc_keys();
@@ -151,9 +154,13 @@ bc_audit_anchor_payload(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("the anchor is not a JWS"),
 				 errdetail("INVALID_INPUT: an anchor is what bc_join.audit_anchor() returned.")));
+	marked = bc_compromised_kids();
 	for (i = 0; i < keys->n_signing && st != BC_OK; i++)
 	{
 		if (kid[0] != '\0' && strcmp(kid, keys->signing_kids[i]) != 0)
+			continue;
+		/* A key marked compromised vouches for nothing (mark_key_compromised). */
+		if (bc_kid_listed(marked, keys->signing_kids[i]))
 			continue;
 		st = bc_jws_verify_es256(keys->signing_set[i], jws, n, 16 * 1024, &payload, &plen);
 	}

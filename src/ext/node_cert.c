@@ -38,6 +38,8 @@ bc_issue_leaf(const BcJoinRequest *req, const char *spiffe_id, const char *cn,
 	int			st;
 
 	(void) bc_require_trust_domain();
+	/* Never from a CA marked compromised (compromise.c). */
+	bc_require_issuer_not_compromised(keys->node_ca);
 
 	out->spiffe_id = pstrdup(spiffe_id);
 	uris[0] = out->spiffe_id;

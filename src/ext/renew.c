@@ -19,6 +19,16 @@
  * gets the certificate already issued to that key, and nothing new.
  * A renewal marks the node seen (bc_node_seen: last_seen_at, adopting ->
  * active).  Refusals are the one refusal, recorded as renew:<reason>.
+ *
+ * One revoked certificate renews (issue 45): one revoked cACompromise whose
+ * issuer is a CA marked compromised (bc_join.mark_ca_compromised,
+ * compromise.c), once, for a new key (renew:same-key otherwise), proven by
+ * its key as any renewal; the new certificate comes from the current
+ * intermediate.  It stays revoked cACompromise; compromise_renewals records
+ * the renewal, and a second one is renew:superseded (the same new key again
+ * gets the certificate already issued, as above).  Anyone holding only the
+ * compromised CA's key has nothing to prove with: the proof is checked with
+ * the key of the certificate stored under the serial, never one presented.
  */
 #include "bc_join.h"
 
@@ -95,20 +105,36 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	BcIssued	issued;
 	StringInfoData ev;
 	Jsonb	   *evj;
+	bool		ca_renewal;
+	bool		renewed_before;
 
 	bc_lock_proof_cert(BC_PURPOSE_RENEW, serial, true, &c);
 	req->role = c.role;
 
 	(void) bc_check_node_proof(BC_PURPOSE_RENEW, req, proof, serial, c.der, c.node_id, c.tenant);
 
-	if (c.revoked && c.renewed && c.generation == c.node_generation)
+	ca_renewal = c.revoked && c.revocation_reason != NULL &&
+		strcmp(c.revocation_reason, "cACompromise") == 0 && bc_issuer_compromised(c.der);
+	renewed_before = ca_renewal && bc_compromise_renewed(serial);
+	if (c.revoked && (c.renewed || renewed_before) && c.generation == c.node_generation)
 	{
 		Jsonb	   *again = repeated_renewal(req, &c, outcxt);
 
 		if (again != NULL)
 			return again;
 	}
-	bc_require_live_cert(BC_PURPOSE_RENEW, &c);
+	if (renewed_before)
+		bc_refuse_join("renew:superseded", c.tenant);
+	if (ca_renewal)
+	{
+		/* Revoked for its CA's compromise: every other condition holds as for any renewal. */
+		BcProofCert live = c;
+
+		live.revoked = false;
+		bc_require_live_cert(BC_PURPOSE_RENEW, &live);
+	}
+	else
+		bc_require_live_cert(BC_PURPOSE_RENEW, &c);
 	/* A TPM statement is proven again for the new key; any other cannot be. */
 	if (c.node_key_uri != NULL)
 	{
@@ -118,14 +144,20 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	}
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("renew:csr-signature", c.tenant);
+	/* A new key: one key, one certificate, and a re-key bounds what the compromise exposed. */
+	if (ca_renewal && bc_cert_key_is(c.der, req->csr_spki_sha256))
+		bc_refuse_join("renew:same-key", c.tenant);
 	bc_key_reuse_check(req, BC_PURPOSE_RENEW, false);
 
 	ttl = bc_cert_ttl;
 	if (strcmp(c.role, BC_ROLE_RAMDISK) == 0 && ttl > BC_RAMDISK_TTL_MAX)
 		ttl = BC_RAMDISK_TTL_MAX;
-	bc_spi_exec(&revoke_cert, &v, NULL, false, 0);
+	if (!ca_renewal)
+		bc_spi_exec(&revoke_cert, &v, NULL, false, 0);
 	bc_issue_and_record(req, c.tenant, c.node_id, c.generation, c.allowed_kinds,
 						c.has_allowed_kinds, c.node_key_uri, NULL, ttl, &issued);
+	if (ca_renewal)
+		bc_compromise_record_renewal(serial, issued.serial_hex);
 	bc_node_seen(c.node_id, true);
 
 	initStringInfo(&ev);
@@ -135,6 +167,8 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_json_member(&ev, "previousSerial", serial);
 	bc_json_member(&ev, "csrSha256", req->csr_sha256_b64);
 	bc_json_member_int(&ev, "identityGeneration", c.generation);
+	if (ca_renewal)
+		bc_json_member_bool(&ev, "caCompromise", true);
 	bc_json_end(&ev);
 	evj = bc_jsonb(ev.data);
 	bc_emit_event(c.tenant, "node.renewed", evj);

@@ -17,6 +17,7 @@ bc_signed_response(const char *status, StringInfo payload, MemoryContext outcxt)
 	MemoryContext old;
 	Jsonb	   *out;
 
+	bc_require_signing_key_live(keys);
 	st = bc_jws_sign_es256(keys->signing, keys->signing_kid,
 						   (unsigned char *) payload->data, payload->len, &jws);
 	if (st != BC_OK)

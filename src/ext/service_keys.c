@@ -638,6 +638,9 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 {
 	StringInfoData buf;
 	int			i;
+	bool		first = true;
+	/* Keys marked compromised (mark_key_compromised) are published no more. */
+	List	   *marked = bc_compromised_kids();
 
 	(void) bc_require_trust_domain();
 	initStringInfo(&buf);
@@ -651,13 +654,22 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 	appendStringInfoChar(&buf, '[');
 	for (i = 0; i < k->n_signing; i++)
 	{
-		if (i > 0)
+		if (bc_kid_listed(marked, k->signing_kids[i]))
+			continue;
+		if (!first)
 			appendStringInfoChar(&buf, ',');
+		first = false;
 		append_jwk(&buf, k->signing_set[i], true);
 	}
 	for (i = 0; i < k->n_signing_peers; i++)
 	{
-		appendStringInfoChar(&buf, ',');
+		char		kid[44];
+
+		if (bc_jwk_thumbprint(k->signing_peers[i], kid) == BC_OK && bc_kid_listed(marked, kid))
+			continue;
+		if (!first)
+			appendStringInfoChar(&buf, ',');
+		first = false;
 		append_jwk(&buf, k->signing_peers[i], true);
 	}
 	appendStringInfoChar(&buf, ']');
@@ -725,6 +737,7 @@ bc_service_keys(PG_FUNCTION_ARGS)
 	if (sk_cached != NULL && MyProc != NULL && BC_MY_LXID == sk_cached_lxid &&
 		strcmp(sk_cached_at, at) == 0)
 		PG_RETURN_JSONB_P(bc_jsonb(sk_cached));
+	bc_require_signing_key_live(k);
 	doc = service_keys_text(k, at);
 	jws = sign_doc(k->signing, k->signing_kid, doc);
 	initStringInfo(&out);
@@ -745,23 +758,34 @@ PG_FUNCTION_INFO_V1(bc_signed_service_keys);
  * signed_service_keys(): the rollover an agent accepts, {"keys": [JWS...]}:
  * the service-keys document with issuedAt, signed once by every signing key
  * in key_dir (each JWS names its kid), so that an agent pinning any one of
- * them can verify the set that replaces its pins.
+ * them can verify the set that replaces its pins; never by a key marked
+ * compromised (mark_key_compromised), which the document lists no more.
  */
 Datum
 bc_signed_service_keys(PG_FUNCTION_ARGS)
 {
 	const BcKeys *k = bc_keys();
-	char	   *doc = service_keys_text(k, bc_rfc3339(bc_now()));
+	char	   *doc;
 	StringInfoData out;
 	int			i;
+	bool		first = true;
+	List	   *marked = bc_compromised_kids();
 
+	bc_require_signing_key_live(k);
+	doc = service_keys_text(k, bc_rfc3339(bc_now()));
 	initStringInfo(&out);
 	bc_json_begin(&out);
 	bc_json_key(&out, "keys");
 	appendStringInfoChar(&out, '[');
+	/* Never signed by a key marked compromised (mark_key_compromised). */
 	for (i = 0; i < k->n_signing; i++)
-		appendStringInfo(&out, "%s\"%s\"", i > 0 ? "," : "",
+	{
+		if (bc_kid_listed(marked, k->signing_kids[i]))
+			continue;
+		appendStringInfo(&out, "%s\"%s\"", first ? "" : ",",
 						 sign_doc(k->signing_set[i], k->signing_kids[i], doc));
+		first = false;
+	}
 	appendStringInfoChar(&out, ']');
 	bc_json_end(&out);
 	PG_RETURN_JSONB_P(bc_jsonb(out.data));
