@@ -14,7 +14,11 @@ moment tpm2_pcrextend returns, three pollers time
       connection) until it lists the node's live certificate;
   (2) a session: a hook's {"op":"credential"} for a session never asked
       before on bcd's socket (every 100 ms) until one is refused;
-  (3) the Workload API stream: until it ends (its status code kept).
+  (3) the Workload API stream: until it ends (its status code kept);
+  (4) OCSP: POST /v1/ocsp through the gateway (every 50 ms, one TLS
+      connection) of a SHA-256 CertID of the node's live certificate (built
+      and parsed by python3-cryptography, as bench/time_to_distrust.py does)
+      until the answer is `revoked`.
 The service's own moment (node_attestation.quarantined_at) is read too.
 Then the operator's repair: the event appended to the log (it replays again,
 and a boot_policy row allows it), a passing quote awaited, readmit_node, bcd
@@ -41,6 +45,7 @@ import sessionlib  # noqa: E402
 from attestlib import (EV_SEPARATOR, attestation, event2, readmit_node, reclaim_token,  # noqa: E402
                        spec_id_log, start_tpm, stop_tpm, use_tpm, wait_for)
 from cryptography import x509  # noqa: E402
+from time_to_distrust import load_pems, ocsp_request, ocsp_status  # noqa: E402
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", "20"))
 INTERVAL = int(os.environ.get("BENCH_INTERVAL", "5"))
@@ -71,6 +76,17 @@ def ask(sock_path, session, d):
         return json.loads(data)
     except ValueError:
         return None
+
+
+def live_chain(state, serial, timeout=15):
+    """node-chain.pem's certificates once its first is serial (hex); None after timeout."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        chain = load_pems(open(os.path.join(state, "node-chain.pem"), "rb").read())
+        if chain and chain[0].serial_number == int(serial, 16):
+            return chain
+        time.sleep(0.2)
+    return None
 
 
 def setup(env):
@@ -150,8 +166,24 @@ def run(tap, env, tpm):
         if not (serial and len(first.svids) == 1 and a and a.get("ok")):
             missed.append((k, "not ready", serial, a))
             break
+        chain = live_chain(state, serial)
+        if chain is None:
+            missed.append((k, "node-chain.pem is not the live certificate", serial))
+            break
+        oreq = ocsp_request(chain[0], chain[1])
+        oc = http.client.HTTPSConnection("127.0.0.1", env.gw_port, context=ctx, timeout=10)
+        if ocsp_status(oc, oreq) != "good":
+            missed.append((k, "OCSP does not answer good before the drift", serial))
+            break
         time.sleep(random.uniform(0, INTERVAL))
         got, stop = {}, threading.Event()
+
+        def ocsp():
+            while not stop.is_set():
+                if ocsp_status(oc, oreq) == "revoked":
+                    got["ocsp"] = time.time()
+                    return
+                time.sleep(0.05)
 
         def crl():
             c = http.client.HTTPSConnection("127.0.0.1", env.gw_port, context=ctx, timeout=10)
@@ -190,24 +222,25 @@ def run(tap, env, tpm):
         if x.returncode != 0:
             missed.append((k, "tpm2_pcrextend", x.stderr))
             break
-        th = [threading.Thread(target=f, daemon=True) for f in (crl, sessions, workload)]
+        th = [threading.Thread(target=f, daemon=True) for f in (crl, ocsp, sessions, workload)]
         for t in th:
             t.start()
         deadline = time.time() + 6 * INTERVAL + 10
-        while time.time() < deadline and not all(w in got for w in ("crl", "session", "workload")):
+        while time.time() < deadline and not all(w in got for w in ("crl", "ocsp", "session", "workload")):
             time.sleep(0.05)
         stop.set()
-        for t in th[:2]:
+        for t in th[:3]:
             t.join(15)
+        oc.close()
         q = env.psql("SELECT extract(epoch FROM quarantined_at) FROM bc_join.node_attestation "
                      "WHERE node_id = '%s'" % node)
         row = {"trial": k, "service": float(q) - t0 if q else None}
-        for w in ("crl", "session", "workload"):
+        for w in ("crl", "ocsp", "session", "workload"):
             row[w] = got[w] - t0 if w in got else None
         row["workload_code"] = got.get("workload_code")
         row["session_error"] = got.get("session_error")
         print(json.dumps(row), flush=True)
-        if None in (row["crl"], row["session"], row["workload"]):
+        if None in (row["crl"], row["ocsp"], row["session"], row["workload"]):
             missed.append((k, "an effect not seen", row))
             break
         trials.append(row)
@@ -233,7 +266,8 @@ def run(tap, env, tpm):
     names = (("service", "the service quarantines the node (node_attestation.quarantined_at)"),
              ("crl", "(a) the CRL at the gateway lists the node's certificate"),
              ("session", "(b) the first refused session credential (bcd's socket)"),
-             ("workload", "(c) the Workload API stream ended"))
+             ("workload", "(c) the Workload API stream ended"),
+             ("ocsp", "(d) OCSP `revoked` at the gateway (POST /v1/ocsp)"))
     for key, what in names:
         v = [t[key] for t in trials if t[key] is not None]
         lag = [(t[key] - t["service"]) * 1e3 for t in trials if t[key] is not None and t["service"] is not None]

@@ -393,10 +393,11 @@ out:
 int
 bc_ocsp_response_der(const bc_ocsp_request *req, const bc_ocsp_single *singles,
 					 int64_t this_update, int64_t next_update,
-					 X509 *responder, EVP_PKEY *key,
+					 X509 *responder, X509 *issuer, EVP_PKEY *key,
 					 unsigned char **der_out, size_t *der_len)
 {
 	OCSP_BASICRESP *bs = OCSP_BASICRESP_new();
+	STACK_OF(X509) *certs = sk_X509_new_null();
 	OCSP_RESPONSE *resp = NULL;
 	ASN1_GENERALIZEDTIME *tu = ASN1_GENERALIZEDTIME_set(NULL, (time_t) this_update);
 	ASN1_GENERALIZEDTIME *nu = ASN1_GENERALIZEDTIME_set(NULL, (time_t) next_update);
@@ -408,7 +409,8 @@ bc_ocsp_response_der(const bc_ocsp_request *req, const bc_ocsp_single *singles,
 
 	*der_out = NULL;
 	*der_len = 0;
-	if (bs == NULL || tu == NULL || nu == NULL || req->n < 1 || req->n > BC_OCSP_MAX_CERTIDS)
+	if (bs == NULL || tu == NULL || nu == NULL || certs == NULL || req->n < 1 ||
+		req->n > BC_OCSP_MAX_CERTIDS || (issuer != NULL && sk_X509_push(certs, issuer) <= 0))
 		goto out;
 	for (i = 0; i < req->n; i++)
 	{
@@ -438,7 +440,7 @@ bc_ocsp_response_der(const bc_ocsp_request *req, const bc_ocsp_single *singles,
 	/* From here the responder key's own operation: its provider or engine. */
 	rc = BC_EKEY;
 	if ((ctx = sign_ctx_for(key)) == NULL ||
-		OCSP_basic_sign_ctx(bs, responder, ctx, NULL, OCSP_RESPID_KEY) != 1)
+		OCSP_basic_sign_ctx(bs, responder, ctx, certs, OCSP_RESPID_KEY) != 1)
 		goto out;
 	rc = BC_ECRYPTO;
 	if ((resp = OCSP_response_create(OCSP_RESPONSE_STATUS_SUCCESSFUL, bs)) == NULL)
@@ -454,6 +456,7 @@ out:
 	ASN1_GENERALIZEDTIME_free(tu);
 	ASN1_GENERALIZEDTIME_free(nu);
 	OCSP_BASICRESP_free(bs);
+	sk_X509_free(certs);		/* the stack only: issuer is the caller's */
 	return rc;
 }
 

@@ -95,13 +95,16 @@ int			bc_ocsp_responder_cert(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *key,
  * The DER OCSPResponse "successful" answering req: one SingleResponse per
  * CertID in request order (the CertID as parsed, singles[i] its status),
  * thisUpdate and nextUpdate as given (unix seconds), the nonce echoed when
- * req has one, ResponderID byKey, the responder certificate in certs,
- * signed ECDSA-SHA256 by key (the responder's; producedAt is the signing
- * time).  BC_EKEY: key's signature failed (OpenSSL's queue kept).
+ * req has one, ResponderID byKey, the responder certificate in certs and
+ * after it issuer when not NULL (the CA that issued the responder: a client
+ * holding only the root, or the chain of an earlier intermediate, builds the
+ * responder's chain from the answer), signed ECDSA-SHA256 by key (the
+ * responder's; producedAt is the signing time).  BC_EKEY: key's signature
+ * failed (OpenSSL's queue kept).
  */
 int			bc_ocsp_response_der(const bc_ocsp_request *req, const bc_ocsp_single *singles,
 								 int64_t this_update, int64_t next_update,
-								 X509 *responder, EVP_PKEY *key,
+								 X509 *responder, X509 *issuer, EVP_PKEY *key,
 								 unsigned char **der_out, size_t *der_len);
 
 /*

@@ -212,8 +212,11 @@ bc_ocsp_response(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 
-	st = bc_ocsp_response_der(req, singles, now, now + bc_ocsp_validity, signer, k->ocsp,
-							  &der, &len);
+	/* node-ca.crt's intermediate with the responder: bcd, which holds the root
+	 * and its own certificate's chain, verifies an answer about a certificate
+	 * of the previous intermediate (after --rotate-intermediate) with it */
+	st = bc_ocsp_response_der(req, singles, now, now + bc_ocsp_validity, signer, k->node_ca,
+							  k->ocsp, &der, &len);
 	if (st != BC_OK)
 		bc_key_failed("sign an OCSP response with ocsp.key", k->ocsp, st);
 	PG_RETURN_BYTEA_P(bc_take_bytea(der, len, false));

@@ -185,13 +185,13 @@ def body(tap, env):
     eku = rc.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value if rc else None
     ku = rc.extensions.get_extension_for_class(x509.KeyUsage) if rc else None
     nocheck = rc.extensions.get_extension_for_class(x509.OCSPNoCheck) if rc else None
-    tap.ok(rc is not None and len(p1.certificates) == 1 and
+    tap.ok(rc is not None and len(p1.certificates) == 2 and p1.certificates[1] == inter and
            rc.subject.rfc4514_string() == "CN=bc_join OCSP responder" and
            list(eku) == [ExtendedKeyUsageOID.OCSP_SIGNING] and ku.critical and ku.value.digital_signature and
            not nocheck.critical and rc.issuer == inter.subject and
            rc.not_valid_after - rc.not_valid_before == datetime.timedelta(hours=24),
            "the responder certificate: CN, EKU OCSPSigning only, digitalSignature, ocsp-nocheck, 24 h, "
-           "the intermediate's", rc and rc.public_bytes(serialization.Encoding.PEM).decode())
+           "the intermediate's, and the intermediate after it in certs", rc and rc.public_bytes(serialization.Encoding.PEM).decode())
     try:
         inter.public_key().verify(rc.signature, rc.tbs_certificate_bytes, ec.ECDSA(rc.signature_hash_algorithm))
         rc.public_key().verify(p1.signature, p1.tbs_response_bytes, ec.ECDSA(p1.signature_hash_algorithm))
@@ -299,9 +299,11 @@ def body(tap, env):
     except Exception as e:
         sig9 = repr(e)
     tap.ok(sig9 is True and [s.certificate_status for s in p9.responses] == [ocsp.OCSPCertStatus.GOOD] and
-           rc9.issuer == new_inter.subject and p9.responder_key_hash != p1.responder_key_hash,
+           rc9.issuer == new_inter.subject and p9.responder_key_hash != p1.responder_key_hash and
+           len(p9.certificates) == 2 and p9.certificates[1] == new_inter,
            "after --rotate-intermediate: the old intermediate's certificate is good, signed by a new "
-           "responder (new ocsp.key) the new intermediate issued", sig9)
+           "responder (new ocsp.key) the new intermediate issued, which the answer carries (bcd, holding "
+           "the root and the old intermediate, builds the responder's chain with it)", sig9)
     try:
         one("SELECT set_config('bc_join.ocsp_url', 'http://bad url/', false)")
         bad = "accepted"
