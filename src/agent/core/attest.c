@@ -29,7 +29,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,6 +48,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/proof.h"
+#include "core/ticker.h"
 
 /* Bound of the challenge's members we take: the sealed state, the nonce. */
 #define STATE_MAX 4096
@@ -71,11 +71,7 @@ struct bcd_attest
 	bcd_http   *http;
 	const char *event_log;
 	const char *ima_log;
-	pthread_t	thread;
-	int			started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int			stop;			/* under mu */
+	bcd_ticker	ticker;			/* the thread: attest_round at the interval */
 	atomic_int	rejoin;			/* quarantined and round 1 refused: join again (daemon.c) */
 	time_t		rejoin_asked;	/* when it was last asked for */
 	/* the thread's own */
@@ -571,56 +567,34 @@ out:
 	free(body);
 }
 
-/* Wait seconds, or until stopped: 1 when stopped. */
-static int
-wait_or_stop(bcd_attest *at, long seconds)
-{
-	struct timespec until;
-	int			stop;
-
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += seconds;
-	pthread_mutex_lock(&at->mu);
-	while (!at->stop &&
-		   pthread_cond_timedwait(&at->cv, &at->mu, &until) != ETIMEDOUT)
-		;
-	stop = at->stop;
-	pthread_mutex_unlock(&at->mu);
-	return stop;
-}
-
-/* The loop: attest with the published node credential, then wait the interval. */
-static void *
-attest_main(void *arg)
+/* The ticker's round: attest with the published node credential; the wait until the next. */
+static long
+attest_round(void *arg)
 {
 	bcd_attest *at = arg;
+	bcd_node_snapshot node;
+	long		wait;
 
-	for (;;)
+	bcd_provisioner_node_take(at->prov, &node);
+	if (bcd_node_usable(&node))
 	{
-		bcd_node_snapshot node;
+		bcd_credential cred;
 
-		bcd_provisioner_node_take(at->prov, &node);
-		if (bcd_node_usable(&node))
-		{
-			bcd_credential cred;
-
-			memset(&cred, 0, sizeof(cred));
-			cred.key = node.key;
-			cred.spiffe_id = node.spiffe_id;
-			snprintf(cred.serial, sizeof(cred.serial), "%s", node.serial);
-			attest_once(at, &cred);
-		}
-		else
-		{
-			say(at, "no usable node credential yet");
-			at->soon = 1;
-		}
-		bcd_node_release(&node);
-		if (wait_or_stop(at, at->soon ? BC_ATTEST_INTERVAL_MIN : at->interval))
-			break;
-		at->soon = 0;
+		memset(&cred, 0, sizeof(cred));
+		cred.key = node.key;
+		cred.spiffe_id = node.spiffe_id;
+		snprintf(cred.serial, sizeof(cred.serial), "%s", node.serial);
+		attest_once(at, &cred);
 	}
-	return NULL;
+	else
+	{
+		say(at, "no usable node credential yet");
+		at->soon = 1;
+	}
+	bcd_node_release(&node);
+	wait = at->soon ? BC_ATTEST_INTERVAL_MIN : at->interval;
+	at->soon = 0;
+	return wait;
 }
 
 /* Start the loop (attest.h). */
@@ -629,7 +603,6 @@ bcd_attest_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_provis
 				 bcd_attest **out, char *err, size_t errlen)
 {
 	bcd_attest *at = calloc(1, sizeof(*at));
-	pthread_condattr_t ca;
 
 	*out = NULL;
 	if (at == NULL)
@@ -643,24 +616,19 @@ bcd_attest_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_provis
 	at->interval = BC_ATTEST_INTERVAL_DEFAULT;
 	at->event_log = o->event_log != NULL ? o->event_log : BCD_EVENT_LOG_DEFAULT;
 	at->ima_log = o->ima_log != NULL ? o->ima_log : BCD_IMA_LOG_DEFAULT;
-	pthread_mutex_init(&at->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&at->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	bcd_ticker_init(&at->ticker);
 	at->http = bcd_http_new(o->gateway, o->gateway_ca, err, errlen);
 	if (at->http == NULL)
 	{
 		bcd_attest_free(at);
 		return BC_EINVAL;
 	}
-	if (pthread_create(&at->thread, NULL, attest_main, at) != 0)
+	if (bcd_ticker_start(&at->ticker, attest_round, at) != 0)
 	{
 		snprintf(err, errlen, "cannot start the attestation thread");
 		bcd_attest_free(at);
 		return BC_EINVAL;
 	}
-	at->started = 1;
 	bcd_log("attest: continuous attestation of this node through %s (event log %s, IMA "
 			"list %s)", BC_PATH_ATTEST, at->event_log, at->ima_log);
 	*out = at;
@@ -678,14 +646,8 @@ bcd_attest_take_rejoin(bcd_attest *at)
 void
 bcd_attest_stop(bcd_attest *at)
 {
-	if (at == NULL || !at->started)
-		return;
-	pthread_mutex_lock(&at->mu);
-	at->stop = 1;
-	pthread_cond_signal(&at->cv);
-	pthread_mutex_unlock(&at->mu);
-	pthread_join(at->thread, NULL);
-	at->started = 0;
+	if (at != NULL)
+		bcd_ticker_stop(&at->ticker);
 }
 
 /* Free it (attest.h). */
@@ -694,9 +656,7 @@ bcd_attest_free(bcd_attest *at)
 {
 	if (at == NULL)
 		return;
-	bcd_attest_stop(at);
+	bcd_ticker_destroy(&at->ticker);
 	bcd_http_free(at->http);
-	pthread_cond_destroy(&at->cv);
-	pthread_mutex_destroy(&at->mu);
 	free(at);
 }

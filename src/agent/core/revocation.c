@@ -28,8 +28,6 @@
  * is published.  An answer that does not come or does not verify changes
  * nothing: logged, the same line at most once in ten minutes.
  */
-#include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,6 +45,7 @@
 #include "core/revcheck.h"
 #include "core/revocation.h"
 #include "core/store.h"
+#include "core/ticker.h"
 #include "core/transport.h"
 #include "core/verify.h"
 
@@ -63,11 +62,7 @@ struct bcd_revwatch
 	bcd_http   *http;
 	int			want_crl;
 	long		interval;
-	pthread_t	thread;
-	int			started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int			stop;			/* under mu */
+	bcd_ticker	ticker;			/* the thread: watch_round every interval */
 	atomic_int	renew;			/* a CA compromise: renew at once (daemon.c) */
 	atomic_int	rejoin;			/* revoked, --token-file changed: join again (daemon.c) */
 	int			revoked_seen;	/* the node's revocation seen (a publish of another serial resets it) */
@@ -431,33 +426,14 @@ watch_once(bcd_revwatch *rw)
 	sk_X509_free(cas);
 }
 
-/* Wait seconds, or until stopped: 1 when stopped. */
-static int
-wait_or_stop(bcd_revwatch *rw, long seconds)
-{
-	struct timespec until;
-	int			stop;
-
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += seconds;
-	pthread_mutex_lock(&rw->mu);
-	while (!rw->stop && pthread_cond_timedwait(&rw->cv, &rw->mu, &until) != ETIMEDOUT)
-		;
-	stop = rw->stop;
-	pthread_mutex_unlock(&rw->mu);
-	return stop;
-}
-
-/* The loop: a round, then the interval. */
-static void *
-watch_main(void *arg)
+/* The ticker's round: watch_once, then the interval. */
+static long
+watch_round(void *arg)
 {
 	bcd_revwatch *rw = arg;
 
-	do
-		watch_once(rw);
-	while (!wait_or_stop(rw, rw->interval));
-	return NULL;
+	watch_once(rw);
+	return rw->interval;
 }
 
 /* Start the watch (revocation.h). */
@@ -466,7 +442,6 @@ bcd_revwatch_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_prov
 				   bcd_revwatch **out, char *err, size_t errlen)
 {
 	bcd_revwatch *rw = calloc(1, sizeof(*rw));
-	pthread_condattr_t ca;
 
 	*out = NULL;
 	if (rw == NULL)
@@ -479,24 +454,19 @@ bcd_revwatch_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_prov
 	rw->prov = prov;
 	rw->interval = o->status_interval;
 	rw->want_crl = bcd_crl_wanted(o);
-	pthread_mutex_init(&rw->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&rw->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	bcd_ticker_init(&rw->ticker);
 	rw->http = bcd_http_new(o->gateway, o->gateway_ca, err, errlen);
 	if (rw->http == NULL)
 	{
 		bcd_revwatch_free(rw);
 		return BC_EINVAL;
 	}
-	if (pthread_create(&rw->thread, NULL, watch_main, rw) != 0)
+	if (bcd_ticker_start(&rw->ticker, watch_round, rw) != 0)
 	{
 		snprintf(err, errlen, "cannot start the revocation watch's thread");
 		bcd_revwatch_free(rw);
 		return BC_EINVAL;
 	}
-	rw->started = 1;
 	bcd_log("revocation: the node certificate checked by OCSP (%s)%s every %ld s",
 			BCD_PATH_OCSP, rw->want_crl ? " and the node CA's CRL fetched (" BCD_PATH_CRL ")" : "",
 			rw->interval);
@@ -522,14 +492,8 @@ bcd_revwatch_take_rejoin(bcd_revwatch *rw)
 void
 bcd_revwatch_stop(bcd_revwatch *rw)
 {
-	if (rw == NULL || !rw->started)
-		return;
-	pthread_mutex_lock(&rw->mu);
-	rw->stop = 1;
-	pthread_cond_signal(&rw->cv);
-	pthread_mutex_unlock(&rw->mu);
-	pthread_join(rw->thread, NULL);
-	rw->started = 0;
+	if (rw != NULL)
+		bcd_ticker_stop(&rw->ticker);
 }
 
 /* Free it (revocation.h). */
@@ -538,12 +502,10 @@ bcd_revwatch_free(bcd_revwatch *rw)
 {
 	if (rw == NULL)
 		return;
-	bcd_revwatch_stop(rw);
+	bcd_ticker_destroy(&rw->ticker);
 	bcd_http_free(rw->http);
 	free(rw->crl);
 	X509_CRL_free(rw->crl_parsed);
 	sk_X509_pop_free(rw->extra_cas, X509_free);
-	pthread_cond_destroy(&rw->cv);
-	pthread_mutex_destroy(&rw->mu);
 	free(rw);
 }
