@@ -58,8 +58,6 @@
 #define IMA_OFFSET_MAX 100000000L
 /* Bytes read from the IMA list at once while skipping and collecting. */
 #define IMA_WINDOW (BC_ATTEST_IMA_MAX + 64 * 1024)
-/* The same line is logged again after this many seconds at most. */
-#define SAY_AGAIN_S 600
 /* A join again is asked for at most this often, seconds (each refused one is an event). */
 #define REJOIN_AGAIN_S 300
 
@@ -77,35 +75,24 @@ struct bcd_attest
 	/* the thread's own */
 	bcd_attest_state state;
 	long		interval;
-	char		last[512];		/* the last line said */
-	time_t		last_at;
+	bcd_said	said;			/* the last line said */
 	int			event_log_said;	/* absence of the event log logged */
 	int			ima_said;		/* absence of the IMA list logged */
 	int			soon;			/* a local failure: again after BC_ATTEST_INTERVAL_MIN */
 };
 
-/*
- * Log a line, unless it is the one said last less than SAY_AGAIN_S ago: a
- * loop that fails the same way every minute says so once in ten minutes.
- */
+/* Log a line "attest: ...", unless it is the one said last (bcd_vlog_again). */
 static void
 say(bcd_attest *at, const char *fmt,...) __attribute__((format(printf, 2, 3)));
 
 static void
 say(bcd_attest *at, const char *fmt,...)
 {
-	char		line[512];
 	va_list		ap;
-	time_t		now = time(NULL);
 
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	bcd_vlog_again(&at->said, "attest", fmt, ap);
 	va_end(ap);
-	if (strcmp(line, at->last) == 0 && now - at->last_at < SAY_AGAIN_S)
-		return;
-	snprintf(at->last, sizeof(at->last), "%s", line);
-	at->last_at = now;
-	bcd_log("attest: %s", line);
 }
 
 /* 1 when the node attests: a producer that quotes, --no-attest not given. */
@@ -480,7 +467,7 @@ take_verdict(bcd_attest *at, bcd_rc rc, json_t *payload, const char *err)
 		}
 		else if (was != BCD_ATTEST_HEALTHY)
 			bcd_log("attest: attested (next in %ld s)", at->interval);
-		at->last[0] = '\0';
+		at->said.line[0] = '\0';
 	}
 }
 

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/log.h"
 
@@ -27,4 +28,19 @@ bcd_log(const char *fmt,...)
 	line[6 + n] = '\0';
 	fputs(line, stderr);
 	fflush(stderr);
+}
+
+/* Log the line unless *said holds it from less than BCD_SAY_AGAIN_S ago (log.h). */
+void
+bcd_vlog_again(bcd_said *said, const char *prefix, const char *fmt, va_list ap)
+{
+	char		line[sizeof(said->line)];
+	time_t		now = time(NULL);
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	if (strcmp(line, said->line) == 0 && now - said->at < BCD_SAY_AGAIN_S)
+		return;
+	snprintf(said->line, sizeof(said->line), "%s", line);
+	said->at = now;
+	bcd_log("%s: %s", prefix, line);
 }

@@ -49,8 +49,6 @@
 #include "core/transport.h"
 #include "core/verify.h"
 
-/* The same line is logged again after this many seconds at most. */
-#define SAY_AGAIN_S 600
 /* The service's intermediates are fetched again at most this often (the gateway's copy lives 10 s). */
 #define CAS_AGAIN_S 10
 
@@ -82,29 +80,21 @@ struct bcd_revwatch
 	int64_t		ocsp_newest;	/* the newest thisUpdate taken */
 	int			ocsp_said;		/* the state of the last answer logged: 1 good, 2 unknown */
 	int			not_modified_said;	/* the first 304 logged */
-	char		last[2][512];	/* the last line said, per topic (0 CRL, 1 OCSP) */
-	time_t		last_at[2];
+	bcd_said	said[2];		/* the last line said, per topic (0 CRL, 1 OCSP) */
 };
 
-/* Log a line of topic (0 CRL, 1 OCSP) unless it is the one said last less than SAY_AGAIN_S ago. */
+/* Log a line of topic (0 CRL, 1 OCSP) unless it is the one said last (bcd_vlog_again). */
 static void
 say(bcd_revwatch *rw, int topic, const char *fmt,...) __attribute__((format(printf, 3, 4)));
 
 static void
 say(bcd_revwatch *rw, int topic, const char *fmt,...)
 {
-	char		line[512];
 	va_list		ap;
-	time_t		now = time(NULL);
 
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	bcd_vlog_again(&rw->said[topic], "revocation", fmt, ap);
 	va_end(ap);
-	if (strcmp(line, rw->last[topic]) == 0 && now - rw->last_at[topic] < SAY_AGAIN_S)
-		return;
-	snprintf(rw->last[topic], sizeof(rw->last[topic]), "%s", line);
-	rw->last_at[topic] = now;
-	bcd_log("revocation: %s", line);
 }
 
 /* 1 when o's daemon runs the watch (revocation.h). */
@@ -258,7 +248,7 @@ crl_round(bcd_revwatch *rw, X509 *leaf, STACK_OF(X509) *cas, const char *serial)
 	rw->crl_this_update = got.this_update;
 	snprintf(rw->etag, sizeof(rw->etag), "%s", etag);
 	bcd_provisioner_set_crl(rw->prov, rw->crl, rw->crl_len);
-	rw->last[0][0] = '\0';
+	rw->said[0].line[0] = '\0';
 	bcd_log("revocation: a new CRL taken (%zu bytes, %d revoked, thisUpdate %lld)", rw->crl_len,
 			sk_X509_REVOKED_num(X509_CRL_get_REVOKED(rw->crl_parsed)) > 0 ?
 			sk_X509_REVOKED_num(X509_CRL_get_REVOKED(rw->crl_parsed)) : 0,
@@ -333,7 +323,7 @@ ocsp_round(bcd_revwatch *rw, X509 *leaf, X509 *issuer, STACK_OF(X509) *cas, cons
 			bcd_log("revocation: OCSP says the node certificate %s is good (checked every "
 					"%ld s)", serial, rw->interval);
 		rw->ocsp_said = 1;
-		rw->last[1][0] = '\0';
+		rw->said[1].line[0] = '\0';
 	}
 	else if (rw->ocsp_said != 2)
 	{
