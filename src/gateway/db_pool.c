@@ -19,6 +19,7 @@
  * subscriber called in turn) from the idle read path and after every statement.
  */
 #include "db_pool.h"
+#include "clock.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -107,16 +108,6 @@ struct gw_db_pool
 static void slot_io_cb(evutil_socket_t fd, short what, void *arg);
 static void dispatch(struct gw_db_pool *pool);
 static int	start_query(struct slot *s, struct job *j);
-
-/* Seconds on the monotonic clock. */
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 /* A timeval of ms milliseconds. */
 static struct timeval
@@ -345,7 +336,7 @@ connect_failed(struct slot *s, const char *why)
 	gw_log(GW_LOG_WARN, "database connection failed",
 		   json_pack("{s:i,s:s,s:s}", "slot", s->index, "reason", why, "error", line));
 	slot_close(s);
-	pool->last_fail = now_s();
+	pool->last_fail = gw_mono_now();
 	if (count_live(pool) == 0)
 		fail_queue(pool, "database unavailable");
 }
@@ -501,7 +492,7 @@ ensure_connecting(struct gw_db_pool *pool)
 				down = &pool->slots[i];
 		if (down == NULL)
 			break;
-		if (count_live(pool) == 0 && now_s() - pool->last_fail < RECONNECT_BACKOFF_S)
+		if (count_live(pool) == 0 && gw_mono_now() - pool->last_fail < RECONNECT_BACKOFF_S)
 			break;
 		connect_start(down);
 	}

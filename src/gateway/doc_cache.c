@@ -39,6 +39,7 @@
  * pure function of a struct gw_doc_moment, tested in test/unit/test_gw_doc_cache.c.
  */
 #include "doc_cache.h"
+#include "clock.h"
 #include "config.h"
 #include "db_pool.h"
 #include "log.h"
@@ -94,16 +95,6 @@ struct gw_doc_cache
 };
 
 static void start_fetch(struct gw_doc_cache *c);
-
-/* Seconds on the monotonic clock. */
-static double
-mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 /* NEXT_UPDATE: seconds until nextUpdate, the sooner of the two clocks. */
 static double
@@ -180,7 +171,7 @@ gw_doc_refresh_in(time_t this_update, time_t next_update, time_t now)
 static void
 moment(const struct gw_doc_cache *c, struct gw_doc_moment *m)
 {
-	double		now = mono_now();
+	double		now = gw_mono_now();
 
 	memset(m, 0, sizeof(*m));
 	m->rule = c->spec->rule;
@@ -256,7 +247,7 @@ keep(struct gw_doc_cache *c, struct gw_doc_copy *copy, uint64_t seq)
 	c->copy = *copy;
 	gw_etag(c->copy.body, c->copy.len, c->copy.etag);
 	c->started_mono = c->fetch_started;
-	c->kept_mono = mono_now();
+	c->kept_mono = gw_mono_now();
 	c->seq = seq;
 	if (c->spec->rule == GW_DOC_NEXT_UPDATE)
 	{
@@ -309,7 +300,7 @@ fetch_done(const struct gw_db_result *r, void *arg)
 
 		c->fetch_error++;
 		c->failed = 1;
-		c->failed_mono = mono_now();
+		c->failed_mono = gw_mono_now();
 		moment(c, &m);
 		gw_log(r->status == GW_DB_OK ? GW_LOG_ERROR : GW_LOG_WARN,
 			   log_msg(c, "fetch failed", msg, sizeof(msg)),
@@ -355,7 +346,7 @@ start_fetch(struct gw_doc_cache *c)
 	if (c->fetching || c->closing)
 		return;
 	c->fetching = 1;
-	c->fetch_started = mono_now();
+	c->fetch_started = gw_mono_now();
 	c->fetch_seq = c->notify_seq;
 	if (gw_db_submit(c->pool, c->spec->sql, NULL, fetch_done, c, &why) != 0)
 	{
@@ -530,7 +521,7 @@ gw_doc_cache_render_metrics(const struct gw_doc_cache *c, struct evbuffer *buf)
 							  "# TYPE bc_gateway_%s_age_seconds gauge\n"
 							  "bc_gateway_%s_age_seconds %.3f\n",
 							  n, t && t->age ? t->age : age, n, n,
-							  mono_now() - (d->rule == GW_DOC_MAX_AGE ? c->started_mono : c->kept_mono)) < 0;
+							  gw_mono_now() - (d->rule == GW_DOC_MAX_AGE ? c->started_mono : c->kept_mono)) < 0;
 	if (d->rule == GW_DOC_NEXT_UPDATE && t && t->next_update)
 	{
 		struct gw_doc_moment m;

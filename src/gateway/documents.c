@@ -16,6 +16,7 @@
  * peer, which check it; a stale one does no harm beyond its age.
  */
 #include "documents.h"
+#include "clock.h"
 #include "config.h"
 
 #include <limits.h>
@@ -29,17 +30,6 @@
 
 /* The largest JSON document accepted from the database. */
 #define GW_DOC_JSON_MAX (256 * 1024)
-
-/* An ASN1_TIME as seconds since the epoch; -1 when it does not convert. */
-static time_t
-asn1_epoch(const ASN1_TIME *t)
-{
-	struct tm	tm;
-
-	if (t == NULL || !ASN1_TIME_to_tm(t, &tm))
-		return (time_t) -1;
-	return timegm(&tm);
-}
 
 /* The CRL: bytea in hex form to one DER CRL before its nextUpdate; see gw_doc_check. */
 static const char *
@@ -73,8 +63,8 @@ check_crl(const char *text, size_t text_len, const struct gw_config *cfg, struct
 		why = "bc_join.crl() is not one DER CRL";
 		goto out;
 	}
-	tu = asn1_epoch(X509_CRL_get0_lastUpdate(crl));
-	nu = asn1_epoch(X509_CRL_get0_nextUpdate(crl));
+	tu = gw_asn1_epoch(X509_CRL_get0_lastUpdate(crl));
+	nu = gw_asn1_epoch(X509_CRL_get0_nextUpdate(crl));
 	if (tu == (time_t) -1 || nu == (time_t) -1 || nu <= tu)
 	{
 		why = "the CRL has no usable thisUpdate/nextUpdate";

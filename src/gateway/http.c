@@ -9,6 +9,7 @@
  */
 #include "http.h"
 #include "client_addr.h"
+#include "clock.h"
 #include "conn.h"
 #include "db_pool.h"
 #include "doc_cache.h"
@@ -148,14 +149,12 @@ handle_document(struct gw_request *rq)
 static int
 rate_allowed(struct gw_request *rq, const struct gw_addr *addr)
 {
-	struct timespec now;
 	double		retry = 0;
 	struct gateway *gw = rq->gw;
 
 	if (gw->rl == NULL)
 		return 1;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (gw_ratelimit_take(gw->rl, addr, (double) now.tv_sec + (double) now.tv_nsec / 1e9, &retry))
+	if (gw_ratelimit_take(gw->rl, addr, gw_mono_now(), &retry))
 		return 1;
 	gw_reply_error(rq, 429, GW_OUT_RATE_LIMITED, BC_ERROR_RATE_LIMITED, "too many requests",
 				   retry < 1 ? 1 : (int) ceil(retry));

@@ -16,6 +16,7 @@
  * the number of pauses since the previous line, and counted in /metrics.
  */
 #include "listener.h"
+#include "clock.h"
 #include "gateway.h"
 #include "log.h"
 
@@ -39,15 +40,6 @@ static struct gateway *the_gw;
 /* Last line and pauses not yet reported, per kind of pause. */
 static double last_log[GW_PAUSE_COUNT];
 static unsigned long unlogged[GW_PAUSE_COUNT];
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
 
 /* Set gw->max_connections from the option and RLIMIT_NOFILE; 0 on success. */
 int
@@ -85,7 +77,7 @@ gw_listener_limits(struct gateway *gw)
 static void
 log_pause(struct gateway *gw, enum gw_pause k, int err, long retry_ms)
 {
-	double		t = now_s();
+	double		t = gw_mono_now();
 	json_t	   *f;
 
 	unlogged[k]++;

@@ -27,6 +27,7 @@
  * first; a request the table cannot take calls the database uncached.
  */
 #include "ocsp_cache.h"
+#include "clock.h"
 #include "config.h"
 #include "db_pool.h"
 #include "log.h"
@@ -110,27 +111,6 @@ struct direct
 static void start_fetch(struct entry *e);
 static void on_notify(const char *channel, const char *extra, void *arg);
 
-/* Seconds on the monotonic clock. */
-static double
-mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
-/* An ASN1_GENERALIZEDTIME as seconds since the epoch; -1 when absent or invalid. */
-static time_t
-gt_epoch(const ASN1_GENERALIZEDTIME *t)
-{
-	struct tm	tm;
-
-	if (t == NULL || !ASN1_TIME_to_tm(t, &tm))
-		return (time_t) -1;
-	return timegm(&tm);
-}
-
 /* What a DER OCSPResponse is; see ocsp_cache.h. */
 void
 gw_ocsp_examine_der(const unsigned char *der, size_t len, const unsigned char *key,
@@ -173,8 +153,8 @@ gw_ocsp_examine_der(const unsigned char *der, size_t len, const unsigned char *k
 			goto out;
 		if (OCSP_single_get0_status(single, &reason, &rev, &tu, &nu) < 0)
 			goto out;
-		a->this_update = gt_epoch(tu);
-		a->next_update = gt_epoch(nu);
+		a->this_update = gw_asn1_epoch(tu);
+		a->next_update = gw_asn1_epoch(nu);
 		if (a->this_update == (time_t) -1 || a->next_update == (time_t) -1 ||
 			difftime(a->next_update, now) <= 0)
 			goto out;
@@ -350,7 +330,7 @@ moment(const struct entry *e, struct gw_doc_moment *m)
 	if (!m->has_copy)
 		return;
 	m->wall_left = difftime(e->next_update, time(NULL));
-	m->mono_left = e->expires_mono - mono_now();
+	m->mono_left = e->expires_mono - gw_mono_now();
 	m->unseen = e->seq != e->cache->notify_seq || p == 0 || p != e->period;
 }
 
@@ -396,7 +376,7 @@ keep(struct entry *e, const struct gw_ocsp_answer *a)
 	c->bytes += a->len;
 	e->this_update = a->this_update;
 	e->next_update = a->next_update;
-	e->expires_mono = mono_now() + difftime(a->next_update, time(NULL));
+	e->expires_mono = gw_mono_now() + difftime(a->next_update, time(NULL));
 	e->seq = e->fetch_seq;
 	e->period = e->fetch_period;
 	gw_etag(e->der, e->len, e->etag);
