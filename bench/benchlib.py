@@ -36,8 +36,9 @@ def row(what, v):
     return "| %s | %.2f | %.2f | %.2f | %d |" % (what, pct(v, 50), max(v), min(v), len(v))
 
 
-def ask(sock_path, session, d):
-    """One credential request on bcd's socket; the answer dict (None when none)."""
+def ask(sock_path, session, d, socket_errors=True):
+    """One credential request on bcd's socket; the answer dict (None when none,
+    or when the socket failed: with socket_errors False that raises instead)."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(30)
     try:
@@ -50,6 +51,8 @@ def ask(sock_path, session, d):
                 break
             data += chunk
     except OSError:
+        if not socket_errors:
+            raise
         return None
     finally:
         s.close()
