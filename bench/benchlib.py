@@ -36,6 +36,16 @@ def row(what, v):
     return "| %s | %.2f | %.2f | %.2f | %d |" % (what, pct(v, 50), max(v), min(v), len(v))
 
 
+def table(heading, names, trials):
+    """Print a markdown table: heading, then a row (row()) per (key, what) of names
+    over the trials' values of key that are not None ("-" and 0 when none is)."""
+    print("\n| %s | p50 s | max s | min s | trials |" % heading)
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for key, what in names:
+        v = [t[key] for t in trials if t[key] is not None]
+        print(row(what, v) if v else "| %s | - | - | - | 0 |" % what)
+
+
 def ask(sock_path, session, d, socket_errors=True):
     """One credential request on bcd's socket; the answer dict (None when none,
     or when the socket failed: with socket_errors False that raises instead)."""

@@ -40,8 +40,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import load_pems, ocsp_request, ocsp_status, row as table_row, setup_gateway, stopping  # noqa: E402
-from benchlib import ask  # noqa: E402
+from benchlib import ask, load_pems, ocsp_request, ocsp_status, setup_gateway, stopping, table  # noqa: E402
 import agentlib  # noqa: E402
 import bctest  # noqa: E402
 import sessionlib  # noqa: E402
@@ -241,18 +240,13 @@ def run(tap, env):
     tap.ok(not missed and len(trials) == TRIALS, "%d trials, every effect seen" % len(trials), missed)
     if not trials:
         return
-    print("\n| from the COMMIT of revoke_node to | p50 s | max s | min s | trials |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    names = (("ocsp", "(a) OCSP `revoked` at the gateway (POST /v1/ocsp)"),
+    table("from the COMMIT of revoke_node to", (("ocsp", "(a) OCSP `revoked` at the gateway (POST /v1/ocsp)"),
              ("crl", "(a') the CRL at the gateway lists the node certificate (GET /v1/crl)"),
              ("witness", "(b) another node's Workload API stream: a message whose crl lists it"),
              ("bundles", "(b) the same on its FetchX509Bundles stream"),
              ("stream_end", "(b') the revoked node's own Workload API stream ends"),
              ("hook_any", "(c') a hook refused at all (the service refuses the session)"),
-             ("hook", "(c) bcd refuses a hook itself (its revoked state)"))
-    for key, what in names:
-        v = [t[key] for t in trials if t[key] is not None]
-        print(table_row(what, v) if v else "| %s | - | - | - | 0 |" % what)
+             ("hook", "(c) bcd refuses a hook itself (its revoked state)")), trials)
     codes = sorted(set(str(t["stream_code"]) for t in trials))
     errs = sorted(set(str(t["hook_error"]) for t in trials) | set(str(t["hook_any_error"]) for t in trials))
     other = sorted(set(s for t in trials for s in t["ocsp_other"]))

@@ -38,7 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "test", "ha"))
-from benchlib import load_pems, ocsp_answer, ocsp_post, ocsp_request, row as table_row  # noqa: E402
+from benchlib import load_pems, ocsp_answer, ocsp_post, ocsp_request, table  # noqa: E402
 import agentlib  # noqa: E402
 import bctest  # noqa: E402
 import halib  # noqa: E402
@@ -201,15 +201,11 @@ def body(tap, env):
            "never good after the commit" % len(trials), missed)
     if not trials:
         return
-    print("\n| across the failover | p50 s | max s | min s | trials |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    names = (("gone", "the COMMIT of revoke_node to the old primary's last process gone (SIGKILL at once)"),
+    table("across the failover", (("gone", "the COMMIT of revoke_node to the old primary's last process gone (SIGKILL at once)"),
              ("promoted", "the COMMIT to the standby's promotion (pg_is_in_recovery() false)"),
              ("read_write", "the COMMIT to the new primary taking read-write sessions (pg_auto_failover's wait_primary)"),
              ("revoked", "(d) the COMMIT to OCSP `revoked` at the same gateway, answered by the new primary"),
-             ("after_read_write", "(d) the new primary read-write to OCSP `revoked` at the gateway"))
-    for key, what in names:
-        print(table_row(what, [t[key] for t in trials]))
+             ("after_read_write", "(d) the new primary read-write to OCSP `revoked` at the gateway")), trials)
     answers = {}
     for t in trials:
         for a, n in t["answers"].items():
