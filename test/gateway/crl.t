@@ -66,9 +66,7 @@ def body(tap, env):
     g = env.gateway("main", "--db-pool", "2")
     m = lambda: env.curl(g, "/metrics")[2].decode()  # noqa: E731
 
-    token = env.token(uses=2)
-    s1, leaf1 = env.join_node(g, "n1", token)
-    s2, leaf2 = env.join_node(g, "n2", token)
+    (s1, leaf1), (s2, leaf2) = env.join_nodes(g, "n1", "n2")
     tap.ok(s1 != s2, "two nodes joined through the gateway")
 
     # -- the CRL -----------------------------------------------------------------

@@ -134,6 +134,12 @@ class Env(ClusterEnv):
                     % base64.encodebytes(der).decode().strip())
         return payload["serial"], pem
 
+    def join_nodes(self, gw, *names):
+        """Join a node per name through gw with one join token; join_node's
+        (serial, leaf PEM path) of each."""
+        token = self.token(uses=len(names))
+        return [self.join_node(gw, name, token) for name in names]
+
     def verify(self, d, response_path):
         return subprocess.run([self.bcd, "verify-response", "--service-keys", self.service_keys,
                                "--dir", d, "--response", response_path],
