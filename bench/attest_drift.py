@@ -29,53 +29,24 @@ import http.client
 import json
 import os
 import random
-import socket
 import ssl
 import subprocess
 import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "agent"))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "lib"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ask, load_pems, ocsp_request, ocsp_status, pct, setup_gateway  # noqa: E402
 import agentlib  # noqa: E402
 import bctest  # noqa: E402
 import sessionlib  # noqa: E402
 from attestlib import (EV_SEPARATOR, attestation, event2, readmit_node, reclaim_token,  # noqa: E402
                        spec_id_log, start_tpm, stop_tpm, use_tpm, wait_for)
 from cryptography import x509  # noqa: E402
-from time_to_distrust import load_pems, ocsp_request, ocsp_status  # noqa: E402
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", "20"))
 INTERVAL = int(os.environ.get("BENCH_INTERVAL", "5"))
 DIGEST = b"\x42" * 32
-
-
-def pct(v, p):
-    """The p-th percentile (nearest rank) of values."""
-    s = sorted(v)
-    i = max(1, min(len(s), int(len(s) * p / 100.0 + 0.999999)))
-    return s[i - 1]
-
-
-def ask(sock_path, session, d):
-    """One credential request on bcd's socket; the answer dict (None when none)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(sock_path)
-    s.sendall(json.dumps({"op": "credential", "session": session, "dir": d}).encode() + b"\n")
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
 
 
 def live_chain(state, serial, timeout=15):
@@ -87,15 +58,6 @@ def live_chain(state, serial, timeout=15):
             return chain
         time.sleep(0.2)
     return None
-
-
-def setup(env):
-    env.start_cluster("agents")
-    # the per-node session bounds lifted, or the session poller would meet them
-    env.psql("ALTER DATABASE %s SET bc_join.sessions_per_node = 100000000" % env.db)
-    env.psql("ALTER DATABASE %s SET bc_join.new_sessions_per_minute = 100000000" % env.db)
-    env.make_tls()
-    env.gateway()
 
 
 def body(tap, env):
@@ -152,7 +114,7 @@ def run(tap, env, tpm):
         nsess[0] += 1
         d = os.path.join(sess_base, "s%d" % nsess[0])
         os.mkdir(d, 0o700)
-        return ask(sock, "s%d" % nsess[0], d)
+        return ask(sock, "s%d" % nsess[0], d, socket_errors=False)
 
     trials, missed = [], []
     for k in range(TRIALS):
@@ -280,4 +242,4 @@ def run(tap, env, tpm):
           % (", ".join(codes), "; ".join(errs), INTERVAL, nsess[0]))
 
 
-bctest.run(agentlib.Env(), setup, body)
+bctest.run(agentlib.Env(), lambda env: setup_gateway(env, lift_session_bounds=True), body)

@@ -23,30 +23,14 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "agent"))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "lib"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import load_pems, row as table_row, setup_gateway, stopping  # noqa: E402
 import agentlib  # noqa: E402
 import bctest  # noqa: E402
 import psycopg2  # noqa: E402
-from time_to_distrust import load_pems, pct  # noqa: E402
 
 NODES = int(os.environ.get("BENCH_NODES", "20"))
 INTERVAL = int(os.environ.get("BENCH_STATUS_INTERVAL", "10"))
-
-
-def setup(env):
-    env.start_cluster("agents")
-    env.make_tls()
-    env.gateway()
-
-
-def body(tap, env):
-    try:
-        run(tap, env)
-    finally:
-        env.stop_processes()
-        env.procs = []
 
 
 def run(tap, env):
@@ -117,11 +101,9 @@ def run(tap, env):
         return
     print("\n| from mark_ca_compromised(A) to | p50 s | max s | min s | nodes |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    print("| a node's renewal under B (compromise_renewals.renewed_at - marked_at) | %.2f | %.2f | %.2f | %d |"
-          % (pct(v, 50), max(v), min(v), len(v)))
-    s = [r["seen"] for r in rows if r["seen"] is not None]
-    print("| a node's live certificate issued since the marking (SQL poll, 200 ms) | %.2f | %.2f | %.2f | %d |"
-          % (pct(s, 50), max(s), min(s), len(s)))
+    print(table_row("a node's renewal under B (compromise_renewals.renewed_at - marked_at)", v))
+    print(table_row("a node's live certificate issued since the marking (SQL poll, 200 ms)",
+                    [r["seen"] for r in rows if r["seen"] is not None]))
     print("| every node's live certificate under B | %s | | | %d |" % ("%.2f" % t_all if t_all else "-", NODES))
     print("\n%d bcd daemons at --status-interval %d s (OCSP only: no Workload API); %d certificates revoked by the "
           "marking; %d node-chain.pem under B; load after: %s"
@@ -129,4 +111,4 @@ def run(tap, env):
 
 
 if __name__ == "__main__":
-    bctest.run(agentlib.Env(), setup, body)
+    bctest.run(agentlib.Env(), setup_gateway, stopping(run))

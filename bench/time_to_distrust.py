@@ -18,9 +18,9 @@ pollers time
   (a') the CRL: GET /v1/crl through the gateway (every 50 ms) until it lists
       the node certificate;
   (b) the Workload API: on a witness, another node's bcd started once with
-      the same options, a FetchX509SVID stream open all along: the first
-      message whose crl lists the node certificate's serial (what workloads
-      that rely on the node learn); on the revoked node's own stream, its end
+      the same options, a FetchX509SVID and a FetchX509Bundles stream open
+      all along: on each, the first message whose crl lists the node
+      certificate's serial (what workloads that rely on the node learn); on the revoked node's own stream, its end
       (its status code kept; a revoked node ends its streams, docs/agent.md);
   (c) a hook: {"op":"credential"} for a session never asked before on bcd's
       socket (every 100 ms) until bcd refuses one itself, naming the
@@ -34,98 +34,21 @@ import http.client
 import json
 import os
 import random
-import socket
 import ssl
 import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "agent"))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "lib"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ask, load_pems, ocsp_request, ocsp_status, setup_gateway, stopping, table  # noqa: E402
 import agentlib  # noqa: E402
 import bctest  # noqa: E402
 import sessionlib  # noqa: E402
 import psycopg2  # noqa: E402
 from cryptography import x509  # noqa: E402
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.x509 import ocsp  # noqa: E402
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", "20"))
 INTERVAL = int(os.environ.get("BENCH_STATUS_INTERVAL", "10"))
-
-
-def pct(v, p):
-    """The p-th percentile (nearest rank) of values."""
-    s = sorted(v)
-    i = max(1, min(len(s), int(len(s) * p / 100.0 + 0.999999)))
-    return s[i - 1]
-
-
-def ask(sock_path, session, d):
-    """One credential request on bcd's socket; the answer dict (None when none)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    try:
-        s.connect(sock_path)
-        s.sendall(json.dumps({"op": "credential", "session": session, "dir": d}).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        return None
-    finally:
-        s.close()
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
-
-
-def load_pems(data):
-    """Every certificate of PEM text (bytes)."""
-    end = b"-----END CERTIFICATE-----"
-    return [x509.load_pem_x509_certificate(part + end) for part in data.split(end)
-            if b"-----BEGIN CERTIFICATE-----" in part]
-
-
-def ocsp_request(cert, issuer):
-    """The DER OCSPRequest of one SHA-256 CertID of cert, no nonce (as bcd asks)."""
-    return ocsp.OCSPRequestBuilder().add_certificate(cert, issuer, hashes.SHA256()).build().public_bytes(
-        serialization.Encoding.DER)
-
-
-def ocsp_status(conn, req):
-    """POST req to /v1/ocsp on conn; 'good' | 'revoked' | 'unknown' | the responseStatus | 'http N'."""
-    conn.request("POST", "/v1/ocsp", body=req, headers={"Content-Type": "application/ocsp-request"})
-    resp = conn.getresponse()
-    der = resp.read()
-    if resp.status != 200:
-        return "http %d" % resp.status
-    r = ocsp.load_der_ocsp_response(der)
-    if r.response_status != ocsp.OCSPResponseStatus.SUCCESSFUL:
-        return r.response_status.name
-    return r.certificate_status.name.lower()
-
-
-def setup(env):
-    env.start_cluster("agents")
-    # the per-node session bounds lifted, or the hook poller would meet them
-    env.psql("ALTER DATABASE %s SET bc_join.sessions_per_node = 100000000" % env.db)
-    env.psql("ALTER DATABASE %s SET bc_join.new_sessions_per_minute = 100000000" % env.db)
-    env.make_tls()
-    env.gateway()
-
-
-def body(tap, env):
-    try:
-        run(tap, env)
-    finally:
-        env.stop_processes()
-        env.procs = []
 
 
 def run(tap, env):
@@ -164,6 +87,17 @@ def run(tap, env):
         except grpc.RpcError as e:
             wit["end"] = e.code().name
     threading.Thread(target=witness, daemon=True).start()
+    wbun = {"msgs": []}
+
+    def witness_bundles():
+        """The witness's FetchX509Bundles stream: the serials of each CRL it pushes, and when."""
+        try:
+            for m in wstub.FetchX509Bundles(pb.X509BundlesRequest(), metadata=[("workload.spiffe.io", "true")]):
+                now = time.time()
+                wbun["msgs"].append((now, set(r.serial_number for c in m.crl for r in x509.load_der_x509_crl(c))))
+        except grpc.RpcError:
+            pass
+    threading.Thread(target=witness_bundles, daemon=True).start()
     for k in range(TRIALS):
         # -- a fresh node, its daemon: the CRL held, a stream served, a session served
         state = os.path.join(env.dir, "state%d" % k)
@@ -249,11 +183,11 @@ def run(tap, env):
                 time.sleep(0.1)
 
         def witness_poll():
-            while not stop.is_set():
-                for t, serials in wit["msgs"][-1:]:
-                    if serial in serials:
-                        got["witness"] = t
-                        return
+            while not stop.is_set() and not ("witness" in got and "bundles" in got):
+                for key, box in (("witness", wit), ("bundles", wbun)):
+                    for t, serials in box["msgs"][-1:]:
+                        if serial in serials:
+                            got.setdefault(key, t)
                 time.sleep(0.01)
 
         def workload():
@@ -279,7 +213,7 @@ def run(tap, env):
         t0 = time.time()
         t0box.append(t0)
         deadline = t0 + 3 * INTERVAL + 15
-        keys = ("ocsp", "crl", "witness", "stream_end", "hook_any", "hook")
+        keys = ("ocsp", "crl", "witness", "bundles", "stream_end", "hook_any", "hook")
         while time.time() < deadline and not all(w in got for w in keys):
             time.sleep(0.05)
         stop.set()
@@ -306,20 +240,13 @@ def run(tap, env):
     tap.ok(not missed and len(trials) == TRIALS, "%d trials, every effect seen" % len(trials), missed)
     if not trials:
         return
-    print("\n| from the COMMIT of revoke_node to | p50 s | max s | min s | trials |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    names = (("ocsp", "(a) OCSP `revoked` at the gateway (POST /v1/ocsp)"),
+    table("from the COMMIT of revoke_node to", (("ocsp", "(a) OCSP `revoked` at the gateway (POST /v1/ocsp)"),
              ("crl", "(a') the CRL at the gateway lists the node certificate (GET /v1/crl)"),
              ("witness", "(b) another node's Workload API stream: a message whose crl lists it"),
+             ("bundles", "(b) the same on its FetchX509Bundles stream"),
              ("stream_end", "(b') the revoked node's own Workload API stream ends"),
              ("hook_any", "(c') a hook refused at all (the service refuses the session)"),
-             ("hook", "(c) bcd refuses a hook itself (its revoked state)"))
-    for key, what in names:
-        v = [t[key] for t in trials if t[key] is not None]
-        if not v:
-            print("| %s | - | - | - | 0 |" % what)
-            continue
-        print("| %s | %.2f | %.2f | %.2f | %d |" % (what, pct(v, 50), max(v), min(v), len(v)))
+             ("hook", "(c) bcd refuses a hook itself (its revoked state)")), trials)
     codes = sorted(set(str(t["stream_code"]) for t in trials))
     errs = sorted(set(str(t["hook_error"]) for t in trials) | set(str(t["hook_any_error"]) for t in trials))
     other = sorted(set(s for t in trials for s in t["ocsp_other"]))
@@ -331,4 +258,4 @@ def run(tap, env):
 
 
 if __name__ == "__main__":
-    bctest.run(agentlib.Env(), setup, body)
+    bctest.run(agentlib.Env(), lambda env: setup_gateway(env, lift_session_bounds=True), stopping(run))

@@ -36,14 +36,13 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "agent"))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "test", "ha"))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "lib"))
+from benchlib import load_pems, ocsp_answer, ocsp_post, ocsp_request, table  # noqa: E402
 import agentlib  # noqa: E402
 import bctest  # noqa: E402
 import halib  # noqa: E402
 import psycopg2  # noqa: E402
-from time_to_distrust import load_pems, ocsp_request, pct  # noqa: E402
 
 TRIALS = int(os.environ.get("BENCH_HA_TRIALS", "20"))
 
@@ -54,25 +53,16 @@ class HAEnv(halib.HAMixin, agentlib.Env):
 
 def ocsp_try(conn_box, env, ctx, req):
     """POST req to /v1/ocsp (a new connection after a failed one); the status or what failed."""
-    from cryptography.x509 import ocsp
     try:
         if conn_box[0] is None:
             conn_box[0] = http.client.HTTPSConnection("127.0.0.1", env.gw_port, context=ctx, timeout=5)
-        c = conn_box[0]
-        c.request("POST", "/v1/ocsp", body=req, headers={"Content-Type": "application/ocsp-request"})
-        resp = c.getresponse()
-        der = resp.read()
+        answer = ocsp_post(conn_box[0], req)
     except (OSError, http.client.HTTPException) as e:
         if conn_box[0] is not None:
             conn_box[0].close()
         conn_box[0] = None
         return "no answer (%s)" % type(e).__name__
-    if resp.status != 200:
-        return "http %d" % resp.status
-    r = ocsp.load_der_ocsp_response(der)
-    if r.response_status != ocsp.OCSPResponseStatus.SUCCESSFUL:
-        return r.response_status.name
-    return r.certificate_status.name.lower()
+    return ocsp_answer(*answer)
 
 
 def postgres_pids(data):
@@ -211,16 +201,11 @@ def body(tap, env):
            "never good after the commit" % len(trials), missed)
     if not trials:
         return
-    print("\n| across the failover | p50 s | max s | min s | trials |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    names = (("gone", "the COMMIT of revoke_node to the old primary's last process gone (SIGKILL at once)"),
+    table("across the failover", (("gone", "the COMMIT of revoke_node to the old primary's last process gone (SIGKILL at once)"),
              ("promoted", "the COMMIT to the standby's promotion (pg_is_in_recovery() false)"),
              ("read_write", "the COMMIT to the new primary taking read-write sessions (pg_auto_failover's wait_primary)"),
              ("revoked", "(d) the COMMIT to OCSP `revoked` at the same gateway, answered by the new primary"),
-             ("after_read_write", "(d) the new primary read-write to OCSP `revoked` at the gateway"))
-    for key, what in names:
-        v = [t[key] for t in trials]
-        print("| %s | %.2f | %.2f | %.2f | %d |" % (what, pct(v, 50), max(v), min(v), len(v)))
+             ("after_read_write", "(d) the new primary read-write to OCSP `revoked` at the gateway")), trials)
     answers = {}
     for t in trials:
         for a, n in t["answers"].items():

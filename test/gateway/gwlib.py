@@ -7,6 +7,7 @@ ASan build unless BCJ_GATEWAY says otherwise) and curl over HTTPS on
 directory and is stopped by Env.cleanup().
 Standard library only (Debian's /usr/bin/python3).
 """
+import base64
 import json
 import os
 import resource
@@ -29,6 +30,18 @@ def metric(text, name, labels=None):
         if line.startswith(want + " "):
             return float(line.split()[-1])
     return None
+
+
+def b64url(s):
+    """The bytes of unpadded base64url text."""
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def openssl(*args):
+    """The openssl CLI with args; (its exit code, stdout and stderr together)."""
+    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    return r.returncode, r.stdout
 
 
 class Gateway:
@@ -105,6 +118,27 @@ class Env(ClusterEnv):
         with open(path, "wb") as f:
             f.write(out)
         return path, d
+
+    def join_node(self, gw, name, token):
+        """Join one node through gw with the real agent's request; (its serial,
+        the path of its leaf certificate's PEM).  Raises when the join fails."""
+        req, _ = self.join_request(name, token)
+        code, _, b = self.curl(gw, "/v1/join", data_file=req)
+        if code != 200:
+            raise RuntimeError("join %s: %d %r" % (name, code, b))
+        payload = json.loads(b64url(json.loads(b)["response"].split(".")[1]))
+        der = base64.b64decode(payload["certificateChain"][0])
+        pem = os.path.join(self.dir, "leaf-%s.pem" % name)
+        with open(pem, "w") as f:
+            f.write("-----BEGIN CERTIFICATE-----\n%s\n-----END CERTIFICATE-----\n"
+                    % base64.encodebytes(der).decode().strip())
+        return payload["serial"], pem
+
+    def join_nodes(self, gw, *names):
+        """Join a node per name through gw with one join token; join_node's
+        (serial, leaf PEM path) of each."""
+        token = self.token(uses=len(names))
+        return [self.join_node(gw, name, token) for name in names]
 
     def verify(self, d, response_path):
         return subprocess.run([self.bcd, "verify-response", "--service-keys", self.service_keys,

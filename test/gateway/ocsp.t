@@ -19,7 +19,6 @@ served once the listening connection is gone);
 LeakSanitizer-clean exits.
 """
 import base64
-import json
 import os
 import re
 import ssl
@@ -31,36 +30,12 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gwlib  # noqa: E402
+from gwlib import openssl  # noqa: E402
 
 from cryptography import x509  # noqa: E402  (Debian's python3-cryptography)
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509 import ocsp as pyocsp  # noqa: E402
-
-
-def b64url(s):
-    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
-
-
-def join(env, g, name, token):
-    """Join one node through the gateway; (serial, path of its leaf PEM)."""
-    req, _ = env.join_request(name, token)
-    code, _, b = env.curl(g, "/v1/join", data_file=req)
-    if code != 200:
-        raise RuntimeError("join %s: %d %r" % (name, code, b))
-    payload = json.loads(b64url(json.loads(b)["response"].split(".")[1]))
-    der = base64.b64decode(payload["certificateChain"][0])
-    pem = os.path.join(env.dir, "leaf-%s.pem" % name)
-    with open(pem, "w") as f:
-        f.write("-----BEGIN CERTIFICATE-----\n%s\n-----END CERTIFICATE-----\n"
-                % base64.encodebytes(der).decode().strip())
-    return payload["serial"], pem
-
-
-def openssl(*args):
-    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
-    return r.returncode, r.stdout
 
 
 def ocsp(env, g, *args):
@@ -165,9 +140,7 @@ def body(tap, env):
     g = env.gateway("main", "--db-pool", "2")
     m = lambda: env.curl(g, "/metrics")[2].decode()  # noqa: E731
 
-    token = env.token(uses=2)
-    s1, leaf1 = join(env, g, "n1", token)
-    s2, leaf2 = join(env, g, "n2", token)
+    (s1, leaf1), (s2, leaf2) = env.join_nodes(g, "n1", "n2")
     tap.ok(s1 != s2, "two nodes joined through the gateway")
 
     # -- openssl ocsp: good, with its nonce echoed ------------------------------------------

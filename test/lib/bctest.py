@@ -140,6 +140,23 @@ def wait_port(port, proc, what, timeout=20, log=None):
     raise RuntimeError("%s did not listen" % what)
 
 
+class Sql:
+    """An autocommit psycopg2 connection to a database of a ClusterEnv's
+    cluster: conn, its cursor cur, and one()."""
+
+    def __init__(self, env, db):
+        import psycopg2
+        self.conn = psycopg2.connect(host=env.pgenv["PGHOST"], port=env.pgenv["PGPORT"],
+                                     user=env.pgenv["PGUSER"], dbname=db)
+        self.conn.autocommit = True
+        self.cur = self.conn.cursor()
+
+    def one(self, sql, *args):
+        """The first column of the first row of sql."""
+        self.cur.execute(sql, args)
+        return self.cur.fetchone()[0]
+
+
 class ClusterEnv:
     """A temporary directory and a cluster with the extension in database db."""
 
@@ -189,6 +206,10 @@ class ClusterEnv:
 
     def pg_stop(self):
         subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "stop", self.pg], check=False)
+
+    def connect(self, db=None):
+        """An autocommit connection (Sql) to db, the env's database unless given."""
+        return Sql(self, db or self.db)
 
     def psql(self, sql, db=None, check=True):
         """Run sql as the superuser; its output, trimmed."""

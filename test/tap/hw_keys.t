@@ -169,14 +169,8 @@ END $$""" % (env.tenant, env.pool))
 
 
 def body(tap, env):
-    conn = psycopg2.connect(host=env.pgenv["PGHOST"], port=env.pgenv["PGPORT"],
-                            user=env.pgenv["PGUSER"], dbname=DB)
-    conn.autocommit = True
-    cur = conn.cursor()
-
-    def one(sql, *args):
-        cur.execute(sql, args)
-        return cur.fetchone()[0]
+    sql = env.connect(DB)
+    conn, cur, one = sql.conn, sql.cur, sql.one
 
     def raised(sql):
         try:

@@ -53,14 +53,16 @@ def setup(env):
 
 def body(tap, env):
     d = env.dir
-    conn = psycopg2.connect(host=env.pgenv["PGHOST"], port=env.pgenv["PGPORT"],
-                            user=env.pgenv["PGUSER"], dbname=DB)
-    conn.autocommit = True
-    cur = conn.cursor()
+    sql = env.connect(DB)
+    conn, one = sql.conn, sql.one
 
-    def one(sql, *args):
-        cur.execute(sql, args)
-        return cur.fetchone()[0]
+    def refused(setting, value):
+        """The SQLSTATE with which set_config(setting, value) is refused; 'accepted' when it is not."""
+        try:
+            one("SELECT set_config(%s, %s, false)", setting, value)
+            return "accepted"
+        except psycopg2.Error as e:
+            return e.pgcode
 
     def pem(path, der):
         with open(path, "wb") as f:
@@ -277,12 +279,7 @@ def body(tap, env):
     one("SELECT set_config('bc_join.ocsp_validity', '60', false)")
     p8 = ocsp.load_der_ocsp_response(answer(q2der))
     tap.eq(p8.next_update - p8.this_update, datetime.timedelta(seconds=60), "bc_join.ocsp_validity = 60: nextUpdate 60 s on")
-    try:
-        one("SELECT set_config('bc_join.ocsp_validity', '5', false)")
-        low = "accepted"
-    except psycopg2.Error as e:
-        low = e.pgcode
-    tap.eq(low, "22023", "bc_join.ocsp_validity below 10 s is refused")
+    tap.eq(refused("bc_join.ocsp_validity", "5"), "22023", "bc_join.ocsp_validity below 10 s is refused")
     one("SELECT set_config('bc_join.ocsp_validity', '300', false)")
 
     # -- a rotated intermediate ------------------------------------------------------------
@@ -304,12 +301,7 @@ def body(tap, env):
            "after --rotate-intermediate: the old intermediate's certificate is good, signed by a new "
            "responder (new ocsp.key) the new intermediate issued, which the answer carries (bcd, holding "
            "the root and the old intermediate, builds the responder's chain with it)", sig9)
-    try:
-        one("SELECT set_config('bc_join.ocsp_url', 'http://bad url/', false)")
-        bad = "accepted"
-    except psycopg2.Error as e:
-        bad = e.pgcode
-    tap.eq(bad, "22023", "bc_join.ocsp_url with a space is refused")
+    tap.eq(refused("bc_join.ocsp_url", "http://bad url/"), "22023", "bc_join.ocsp_url with a space is refused")
     one("SELECT set_config('bc_join.ocsp_url', '', false)")
     node3 = json.loads(one("SELECT bc_join(%s::jsonb)::text", json.dumps(w.join_doc())))
     node3_der = bytes(one("SELECT certificate FROM bc_join.node_certs ORDER BY issued_at DESC LIMIT 1"))
