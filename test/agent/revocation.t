@@ -281,6 +281,7 @@ def body(tap, env):
     else:
         ocsp_end_to_end(tap, env)
     ca_compromise(tap, env)
+    key_compromise(tap, env)
 
 
 def ocsp_end_to_end(tap, env):
@@ -366,6 +367,53 @@ def ca_compromise(tap, env):
     tap.ok(h.returncode == 0, "hooks are served under the new intermediate", (h.returncode, h.stderr))
     rc, _ = p4.stop()
     tap.ok(rc == 0 and "Sanitizer" not in p4.text(), "it stops cleanly", p4.text()[-3000:])
+
+
+def pinned(state):
+    """The signing kids bcd keeps in its state directory ([] when none)."""
+    import json
+    path = os.path.join(state, "service-keys.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [k["kid"] for k in json.load(f)["set"]["signingKeys"]]
+
+
+def key_compromise(tap, env):
+    """A service signing key marked compromised (after --stage and --promote): a running
+    bcd drops it within a few status intervals (the watch takes the service keys up every
+    6 intervals), with no renewal and no unknown kid to make it look."""
+    import json
+    keygen = os.path.join(agentlib.TOP, "tools", "bc-join-keygen")
+    if not env.has_function("bc_join.mark_key_compromised(text)"):
+        tap.skip("a signing key compromise seen by bcd", "no bc_join.mark_key_compromised")
+        return
+    state5 = os.path.join(env.dir, "state5")
+    r = env.bcd("run", *env.run_args(state5, token_file=env.token_file("n5"), extra=["--once"]))
+    if not tap.ok(r.returncode == 0, "a fifth node joins", r.stdout + r.stderr):
+        return
+    rt5 = sessionlib.runtime_dir(env, "rt5")
+    sock5 = os.path.join(rt5, "bcd", "bcd.sock")
+    p5 = sessionlib.start_daemon(env, "bcd-keys", rt5, env.run_args(state5) + [
+        "--workload-api", "off", "--status-interval", "1"])
+    sessionlib.wait_socket(p5, sock5)
+    kids = lambda: [k["kid"] for k in json.loads(env.psql("SELECT bc_join.service_keys()->'signingKeys'"))]  # noqa: E731
+    before = kids()
+    if not tap.ok(len(before) == 1, "one signing key to begin with", before):
+        return
+    old = before[0]
+    subprocess.run([keygen, "--stage", env.keys], check=True, stdout=subprocess.DEVNULL)
+    new = [k for k in kids() if k != old][0]
+    tap.ok(wait_for(lambda: new in pinned(state5), 20),
+           "bcd takes the staged signing key up by itself (no renewal)", (pinned(state5), p5.text()[-2000:]))
+    subprocess.run([keygen, "--promote", env.keys], check=True, stdout=subprocess.DEVNULL)
+    env.psql("SELECT bc_join.mark_key_compromised('%s')" % old)
+    t0 = time.time()
+    tap.ok(wait_for(lambda: old not in pinned(state5) and new in pinned(state5), 20),
+           "the signing key marked compromised is dropped by the running bcd (%.1f s)" % (time.time() - t0),
+           (old, pinned(state5), p5.text()[-2000:]))
+    rc, _ = p5.stop()
+    tap.ok(rc == 0 and "Sanitizer" not in p5.text(), "it stops cleanly", p5.text()[-3000:])
 
 
 def setup(env):

@@ -51,6 +51,13 @@
 
 /* The service's intermediates are fetched again at most this often (the gateway's copy lives 10 s). */
 #define CAS_AGAIN_S 10
+/*
+ * The service keys (GET /v1/service-keys) taken up every this many status
+ * intervals: a signing key an operator marked compromised (and so no longer
+ * published) is dropped by every bcd within that time, not at its next
+ * renewal (bcd_service_keys_refresh: the rollover rules of service_keys.c).
+ */
+#define KEYS_EVERY_ROUNDS 6
 
 struct bcd_revwatch
 {
@@ -70,6 +77,7 @@ struct bcd_revwatch
 	char		serial[41];		/* the node certificate of the last round */
 	STACK_OF(X509) *extra_cas;	/* the service's current intermediates (GET /v1/service-keys) */
 	int			want_cas;		/* something did not verify: fetch them */
+	time_t		keys_taken;		/* when the service keys were last taken up */
 	time_t		cas_fetched;	/* when they were last fetched */
 	unsigned char *crl;			/* the CRL taken last (DER) */
 	size_t		crl_len;
@@ -410,6 +418,11 @@ watch_once(bcd_revwatch *rw)
 		crl_round(rw, leaf, cas, serial);
 	if (leaf != NULL)
 		ocsp_round(rw, leaf, certs[1], cas, serial);
+	if (time(NULL) - rw->keys_taken >= KEYS_EVERY_ROUNDS * rw->interval)
+	{
+		rw->keys_taken = time(NULL);
+		(void) bcd_service_keys_refresh(rw->http, rw->keys);
+	}
 	bcd_node_release(&node);
 	for (size_t i = 0; i < n; i++)
 		X509_free(certs[i]);
@@ -443,6 +456,7 @@ bcd_revwatch_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_prov
 	rw->keys = keys;
 	rw->prov = prov;
 	rw->interval = o->status_interval;
+	rw->keys_taken = time(NULL);	/* bcd run took them up as it started */
 	rw->want_crl = bcd_crl_wanted(o);
 	bcd_ticker_init(&rw->ticker);
 	rw->http = bcd_http_new(o->gateway, o->gateway_ca, err, errlen);
