@@ -353,6 +353,8 @@ extern void bc_compromise_record_renewal(const char *serial, const char *success
 extern void bc_require_issuer_not_compromised(X509 *node_ca);
 /* The kids of signing keys marked compromised: a List of C strings (connects SPI itself). */
 extern List *bc_compromised_kids(void);
+/* Whether ca issued the certificate (DER): issuer name and authority key id (compromise.c). */
+extern bool bc_cert_issued_by(X509 *ca, const unsigned char *der, size_t len);
 /* True when kid is in kids. */
 extern bool bc_kid_listed(List *kids, const char *kid);
 

@@ -9,7 +9,7 @@
  * - compromised_ca_facts(pem): the certificate's DER, subject, key id and
  *   key hash; refuses a certificate that is no CA, and the current issuing
  *   CA or another certificate of its chain (rotate first);
- * - issued_by(certificate, ca): the certificate's issuer name against the
+ * - bc_cert_issued_by(ca, certificate): the certificate's issuer name against the
  *   CA's subject, and its authority key id against the CA's subject key id
  *   (as X509_check_issued compares them), read by OpenSSL's ASN.1 decoder
  *   with a template that leaves the key undecoded: d2i_X509 decodes the
@@ -140,7 +140,7 @@ bc_compromised_ca_facts(PG_FUNCTION_ARGS)
 }
 
 /*
- * A certificate as far as issued_by() reads it: RFC 5280's Certificate and
+ * A certificate as far as bc_cert_issued_by() reads it: RFC 5280's Certificate and
  * TBSCertificate, the validity, subject and key left as undecoded ANY.
  */
 typedef struct BcTbsLite
@@ -188,8 +188,8 @@ ASN1_SEQUENCE(BcCertLite) = {
  * and its authority key id, when it has one, ca's subject key id.  False
  * when it does not decode (or has bytes after it).
  */
-static bool
-issued_by(X509 *ca, const unsigned char *der, size_t len)
+bool
+bc_cert_issued_by(X509 *ca, const unsigned char *der, size_t len)
 {
 	const unsigned char *p = der;
 	BcCertLite *c;
@@ -219,7 +219,7 @@ issued_by(X509 *ca, const unsigned char *der, size_t len)
 	return issued;
 }
 
-/* The CA certificate issued_by() parsed last, kept for the next call of the scan. */
+/* The CA certificate bc_cert_issued_by() was given last, kept for the next call of the scan. */
 typedef struct IssuerCache
 {
 	bytea	   *der;
@@ -230,7 +230,7 @@ PG_FUNCTION_INFO_V1(bc_issued_by);
 
 /*
  * issued_by(certificate bytea, ca bytea): whether ca issued certificate
- * (issued_by() above); false when either does not parse.
+ * (bc_cert_issued_by() above); false when either does not parse.
  */
 Datum
 bc_issued_by(PG_FUNCTION_ARGS)
@@ -257,7 +257,7 @@ bc_issued_by(PG_FUNCTION_ARGS)
 		memcpy(VARDATA(cache->der), VARDATA_ANY(ca_der), VARSIZE_ANY_EXHDR(ca_der));
 		fcinfo->flinfo->fn_extra = cache;
 	}
-	PG_RETURN_BOOL(issued_by(cache->ca, (unsigned char *) VARDATA_ANY(leaf_der),
+	PG_RETURN_BOOL(bc_cert_issued_by(cache->ca, (unsigned char *) VARDATA_ANY(leaf_der),
 							 VARSIZE_ANY_EXHDR(leaf_der)));
 }
 
@@ -286,7 +286,7 @@ bc_issuer_compromised(bytea *der)
 		if (bc_cert_parse((unsigned char *) VARDATA_ANY(ca_der), VARSIZE_ANY_EXHDR(ca_der),
 						  &ca) != BC_OK)
 			continue;
-		issued = issued_by(ca, (unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der));
+		issued = bc_cert_issued_by(ca, (unsigned char *) VARDATA_ANY(der), VARSIZE_ANY_EXHDR(der));
 		X509_free(ca);
 		if (issued)
 			return true;

@@ -114,12 +114,9 @@ certid_status(const bc_ocsp_certid *id, X509 *ca, bc_ocsp_single *out)
 		Datum		at = bc_spi_row_datum(row, Anum_lookup_revoked_at, &isnull);
 		bool		revoked = !isnull;
 		char	   *reason = bc_spi_row_text(row, Anum_lookup_reason);
-		const unsigned char *p = (const unsigned char *) VARDATA_ANY(der);
-		X509	   *cert = d2i_X509(NULL, &p, (long) VARSIZE_ANY_EXHDR(der));
-		bool		issued = cert != NULL && X509_check_issued(ca, cert) == X509_V_OK;
+		bool		issued = bc_cert_issued_by(ca, (const unsigned char *) VARDATA_ANY(der),
+											   VARSIZE_ANY_EXHDR(der));
 
-		X509_free(cert);
-		ERR_clear_error();
 		if (!issued)
 			continue;
 		if (!revoked)
