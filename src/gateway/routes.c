@@ -66,6 +66,15 @@ const struct gw_route gw_routes[] = {
 	 */
 	{"POST", "/v1/ocsp", "ocsp", GW_ROUTE_OCSP, NULL, NULL, API, NULL, BC_OCSP_REQUEST_MAX},
 	{"GET", "/v1/ocsp", "ocsp_get", GW_ROUTE_OCSP, NULL, NULL, API | GW_ROUTE_TAIL, NULL, 0},
+
+	/*
+	 * #46 oidc: OIDC discovery of the JWT-SVID issuer (bc_join.jwt_issuer,
+	 * an origin, so these paths are fixed): public documents, never rate
+	 * limited (as /v1/crl), with Access-Control-Allow-Origin: *.
+	 */
+	{"GET", BC_PATH_OIDC_DISCOVERY, "oidc_discovery", GW_ROUTE_DOCUMENT, NULL,
+	&gw_doc_oidc_discovery, 0, NULL, 0},
+	{"GET", BC_PATH_JWKS, "jwks", GW_ROUTE_DOCUMENT, NULL, &gw_doc_jwks, 0, NULL, 0},
 };
 
 const size_t gw_nroutes = sizeof(gw_routes) / sizeof(gw_routes[0]);
