@@ -148,6 +148,16 @@ const struct gw_doc_spec gw_doc_spiffe_bundle = {
 	.unavailable = "no SPIFFE bundle",
 };
 
+/* The federated domains' bundles (#46): signed, checked by bcd as the service keys are. */
+const struct gw_doc_spec gw_doc_trust_bundles = {
+	.name = "trust_bundles",
+	.sql = "SELECT bc_join.signed_trust_bundles()::text",
+	.rule = GW_DOC_MAX_AGE,
+	.check = check_json,
+	.content_type = "application/json",
+	.unavailable = "no signed trust bundles",
+};
+
 /*
  * The OIDC documents (issue 46): public, read by relying parties (AWS IAM,
  * Vault, go-oidc) and by a browser's script (hence CORS, as SPIRE's

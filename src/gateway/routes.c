@@ -68,6 +68,13 @@ const struct gw_route gw_routes[] = {
 	{"GET", "/v1/ocsp", "ocsp_get", GW_ROUTE_OCSP, NULL, NULL, API | GW_ROUTE_TAIL, NULL, 0},
 
 	/*
+	 * Federation (#46): the federated trust domains' bundles, as the database
+	 * accepted them (bc-join-federate fetches, never the gateway), signed by
+	 * the signing keys, from the document cache.
+	 */
+	{"GET", BC_PATH_TRUST_BUNDLES, "trust_bundles", GW_ROUTE_DOCUMENT, NULL, &gw_doc_trust_bundles, API, NULL, 0},
+
+	/*
 	 * #46 oidc: OIDC discovery of the JWT-SVID issuer (bc_join.jwt_issuer,
 	 * an origin, so these paths are fixed): public documents, never rate
 	 * limited (as /v1/crl), with Access-Control-Allow-Origin: *.
