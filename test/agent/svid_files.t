@@ -17,8 +17,9 @@ server's directory and requires a client certificate:
   once): new files, the reload run and done, and s_client then sees the new serial;
 - a symbolic link planted as svid_key.pem before the start is replaced by the key, its
   target left untouched;
-- refused at start (bcd exits non-zero, saying why): a DIR writable by others, and a
-  reload executable writable by others.
+- refused at start (bcd exits non-zero, saying why): a DIR writable by others, a DIR
+  under /tmp (a directory above it writable by others), and a reload executable
+  writable by others.
 """
 import os
 import shutil
@@ -135,8 +136,8 @@ def script(tap, env, tdir):
     r = env.bcd("run", *env.run_args(state, token_file=env.token_file("f"), extra=["--once"]))
     if not tap.ok(r.returncode == 0, "the host joins", r.stdout + r.stderr):
         return
-    srv = os.path.join(env.dir, "srv")
-    cli = os.path.join(env.dir, "cli")
+    srv = os.path.join(tdir, "srv")
+    cli = os.path.join(tdir, "cli")
     os.mkdir(srv, 0o700)
     os.mkdir(cli, 0o700)
     prefix = os.path.join(env.dir, "nginx")
@@ -149,13 +150,21 @@ def script(tap, env, tdir):
     reload = write_exe(os.path.join(tdir, "reload-nginx"),
                        "#!/bin/sh\nexec %s -s reload 2>&1\n" % " ".join(nginx))
 
-    # refusals at start: a DIR writable by others; a reload executable writable by others
-    bad = os.path.join(env.dir, "open")
+    # refusals at start: a DIR writable by others, or under /tmp; a reload executable
+    # writable by others
+    bad = os.path.join(tdir, "open")
     os.mkdir(bad)
     os.chmod(bad, 0o777)
     r = env.bcd("run", *env.run_args(state, extra=["--svid-files", bad + "=>session=x"]), timeout=30)
-    tap.ok(r.returncode != 0 and "is writable by others" in r.stderr,
+    tap.ok(r.returncode != 0 and "%s is writable by others (mode 0777)" % bad in r.stderr,
            "a DIR writable by others: bcd refuses to start, saying so", (r.returncode, r.stderr))
+    under_tmp = os.path.join(env.dir, "srv")
+    os.mkdir(under_tmp, 0o700)
+    r = env.bcd("run", *env.run_args(state, extra=["--svid-files", under_tmp + "=>session=x"]),
+                timeout=30)
+    tap.ok(r.returncode != 0 and "/tmp is writable by others" in r.stderr,
+           "a DIR under /tmp (writable by others, a link could be swapped on the way): refused",
+           (r.returncode, r.stderr))
     loose = write_exe(os.path.join(tdir, "loose"), "#!/bin/sh\nexit 0\n", 0o757)
     os.chmod(loose, 0o757)
     r = env.bcd("run", *env.run_args(state, extra=[

@@ -297,11 +297,12 @@ check_owner_mode(const char *opt, const char *path, const char *real, const stru
  * directory reached and the file itself checked on its descriptor
  * (check_owner_mode), a symbolic link followed from the directory it is in
  * (already checked), so every real component is checked; the file must be
- * a regular file bcd's user may execute.  Its descriptor (O_PATH,
- * close-on-exec, at least 3), or -1 with err naming the path and why.
+ * a regular file bcd's user may execute (want_dir 0), or a directory bcd's
+ * user owns (want_dir 1).  Its descriptor (O_PATH, close-on-exec, at least
+ * 3), or -1 with err naming the path and why.
  */
-int
-bcd_exec_open_checked(const char *opt, const char *path, char *err, size_t errlen)
+static int
+open_checked(const char *opt, const char *path, int want_dir, char *err, size_t errlen)
 {
 	char		todo[2 * PATH_MAX];	/* what is left to resolve */
 	char		real[PATH_MAX];	/* the real path resolved so far ("" for /) */
@@ -456,12 +457,26 @@ bcd_exec_open_checked(const char *opt, const char *path, char *err, size_t errle
 		}
 		break;
 	}
-	if (!S_ISREG(sb.st_mode))
+	if (want_dir)
+	{
+		if (!S_ISDIR(sb.st_mode))
+		{
+			snprintf(err, errlen, "%s %s is not a directory (%s)", opt, path, real);
+			goto fail;
+		}
+		if (sb.st_uid != geteuid())
+		{
+			snprintf(err, errlen, "%s %s is refused: %s is owned by uid %u, not by bcd's user "
+					 "(uid %u)", opt, path, real, (unsigned) sb.st_uid, (unsigned) geteuid());
+			goto fail;
+		}
+	}
+	else if (!S_ISREG(sb.st_mode))
 	{
 		snprintf(err, errlen, "%s %s is not a regular file (%s)", opt, path, real);
 		goto fail;
 	}
-	if (faccessat(fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) != 0)
+	else if (faccessat(fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) != 0)
 	{
 		snprintf(err, errlen, "%s %s is not an executable file (%s)", opt, path, real);
 		goto fail;
@@ -488,6 +503,20 @@ fail:
 	if (dir >= 0)
 		close(dir);
 	return -1;
+}
+
+/* An executable, opened and checked (exec.h). */
+int
+bcd_exec_open_checked(const char *opt, const char *path, char *err, size_t errlen)
+{
+	return open_checked(opt, path, 0, err, errlen);
+}
+
+/* A directory, opened and checked the same way (exec.h). */
+int
+bcd_exec_open_checked_dir(const char *opt, const char *path, char *err, size_t errlen)
+{
+	return open_checked(opt, path, 1, err, errlen);
 }
 
 /* ------------------------------------------------------------ the process */

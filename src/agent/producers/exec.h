@@ -61,5 +61,13 @@ const char *bcd_exec_producer_set(const char *path, const char *timeout, const c
  * option, "--producer"), the path and why.
  */
 int			bcd_exec_open_checked(const char *opt, const char *path, char *err, size_t errlen);
+/*
+ * The same walk for a directory (--svid-files DIR): it and every real
+ * directory above it owned by root or bcd's user and writable by neither
+ * group nor others, itself owned by bcd's user.  Its descriptor (O_PATH,
+ * close-on-exec), or -1 with err.
+ */
+int			bcd_exec_open_checked_dir(const char *opt, const char *path, char *err,
+									  size_t errlen);
 
 #endif							/* BCD_PRODUCER_EXEC_H */

@@ -18,9 +18,12 @@
  * FetchX509SVID stream; the proof's caller is bcd itself (as a hook is the
  * caller of its own session).
  *
- * A local attacker.  DIR is opened once at start with O_DIRECTORY |
- * O_NOFOLLOW and must be owned by bcd's uid and writable by neither its
- * group nor others (so no other uid can create, link or swap a name in it);
+ * A local attacker.  DIR is opened once at start, walked from / one
+ * component at a time (O_PATH | O_NOFOLLOW, a symbolic link followed only
+ * from a directory already checked: bcd_exec_open_checked_dir): it must be
+ * owned by bcd's uid, and it and every directory above it owned by root or
+ * bcd's uid and writable by neither group nor others (so no other uid can
+ * create, link or swap a name in it or on the way to it);
  * every write is relative to that descriptor: a new file made O_CREAT |
  * O_EXCL | O_NOFOLLOW under a random name, written, fsync()ed and renamed
  * over its name (renameat replaces a symbolic link planted there, never
@@ -166,32 +169,24 @@ bcd_wl_files_check(const char *const *files, int n_files, const char *const *rel
 	return NULL;
 }
 
-/* Open and check DIR (see the file comment): its descriptor, or -1 with err. */
+/*
+ * Open and check DIR (see the file comment): walked from / as --producer's
+ * path is (bcd_exec_open_checked_dir), then opened for reading through that
+ * descriptor; its descriptor, or -1 with err.
+ */
 static int
 open_dir(const char *path, char *err, size_t errlen)
 {
-	int			fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	struct stat st;
+	int			pfd = bcd_exec_open_checked_dir("--svid-files", path, err, errlen);
+	int			fd;
 
-	if (fd < 0)
-	{
-		snprintf(err, errlen, "--svid-files %s cannot be opened: %s%s", path, strerror(errno),
-				 errno == ELOOP || errno == ENOTDIR ? " (a symbolic link or not a directory)" : "");
+	if (pfd < 0)
 		return -1;
-	}
-	if (fstat(fd, &st) != 0)
-		snprintf(err, errlen, "--svid-files %s: %s", path, strerror(errno));
-	else if (st.st_uid != geteuid())
-		snprintf(err, errlen, "--svid-files %s is owned by uid %ld, not by bcd's user (uid %ld)",
-				 path, (long) st.st_uid, (long) geteuid());
-	else if ((st.st_mode & 022) != 0)
-		snprintf(err, errlen, "--svid-files %s is writable by %s (mode %04o): another user could "
-				 "replace the key or the certificate bcd writes there", path,
-				 (st.st_mode & 002) != 0 ? "others" : "its group", (unsigned) (st.st_mode & 07777));
-	else
-		return fd;
-	close(fd);
-	return -1;
+	fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		snprintf(err, errlen, "--svid-files %s cannot be opened: %s", path, strerror(errno));
+	close(pfd);
+	return fd;
 }
 
 /* Free files mode (its thread stopped). */
