@@ -15,6 +15,8 @@ server's directory and requires a client certificate:
   workload's SPIFFE ID;
 - a renewal (bc_join.revoke_certificate of the server's SVID: bcd provisions it again at
   once): new files, the reload run and done, and s_client then sees the new serial;
+- bc_join.revoke_node: svid_key.pem and svid.pem are removed from both directories (as
+  the Workload API ends its streams);
 - a symbolic link planted as svid_key.pem before the start is replaced by the key, its
   target left untouched;
 - refused at start (bcd exits non-zero, saying why): a DIR writable by others, a DIR
@@ -136,6 +138,7 @@ def script(tap, env, tdir):
     r = env.bcd("run", *env.run_args(state, token_file=env.token_file("f"), extra=["--once"]))
     if not tap.ok(r.returncode == 0, "the host joins", r.stdout + r.stderr):
         return
+    node = r.stdout.splitlines()[0].rsplit("/", 1)[1]
     srv = os.path.join(tdir, "srv")
     cli = os.path.join(tdir, "cli")
     os.mkdir(srv, 0o700)
@@ -246,6 +249,15 @@ def script(tap, env, tdir):
     crl = x509.load_pem_x509_crl(open(os.path.join(srv, "crl.pem"), "rb").read())
     tap.ok(crl.get_revoked_certificate_by_serial_number(chain[0].serial_number) is not None,
            "crl.pem lists the old serial")
+    # the node revoked: as the Workload API's streams end, the key and certificate go
+    env.psql("SELECT bc_join.revoke_node('%s', 'keyCompromise')" % node)
+    t0 = time.time()
+    tap.ok(p.wait_log("files: %s: svid_key.pem and svid.pem removed: this node's certificate"
+                      % srv, 15) and not os.path.exists(key) and
+           not os.path.exists(os.path.join(srv, "svid.pem")) and
+           not os.path.exists(os.path.join(cli, "svid_key.pem")),
+           "revoke_node: svid_key.pem and svid.pem removed from both directories (%.1f s)"
+           % (time.time() - t0), p.text()[-3000:])
     ng.stop()
     rc, _ = p.stop()
     tap.ok(rc == 0 and "Sanitizer" not in p.text(), "bcd stops cleanly (no sanitizer report)",

@@ -37,6 +37,10 @@
  * cwd /, killed with its process group after 30 s; its output (2 KiB) goes
  * to the log.
  *
+ * While the node is quarantined or revoked (the Workload API then ends its
+ * streams of secrets), svid_key.pem and svid.pem are removed, and written
+ * again once an SVID may go.
+ *
  * One thread of its own writes and reloads, outside the Workload API's
  * mutex (taken only to copy what changed), so a slow reload never holds up
  * a call.
@@ -93,6 +97,7 @@ typedef struct files_dir
 	unsigned long written_gen;	/* the identity's SVID last written (0: none) */
 	unsigned long written_crl;	/* the CRL generation last written */
 	double		next_try;		/* monotonic: after a failed write */
+	int			withdrawn;		/* the key and certificate removed (a refusal) */
 } files_dir;
 
 /* Files mode of a Workload API server. */
@@ -498,8 +503,29 @@ run_reload(bcd_wl_files *f, files_dir *d)
 }
 
 /*
+ * The node is quarantined or revoked (why): as the Workload API ends its
+ * streams of secrets, d's key and certificate are removed (once), and
+ * written again when a new SVID may go.  No reload: the service keeps what
+ * it loaded until it reloads or restarts.
+ */
+static void
+withdraw(files_dir *d, const char *why)
+{
+	int			key = unlinkat(d->dirfd, FILE_KEY, 0) == 0 || errno == ENOENT;
+	int			cert = unlinkat(d->dirfd, FILE_CERT, 0) == 0 || errno == ENOENT;
+
+	(void) fsync(d->dirfd);
+	d->withdrawn = 1;
+	d->written_gen = 0;
+	d->written_crl = 0;
+	bcd_log("files: %s: %s and %s %s: %s", d->path, FILE_KEY, FILE_CERT,
+			key && cert ? "removed" : "could not all be removed", why);
+}
+
+/*
  * One round of d: a snapshot of what changed (under w->mu), written key,
- * certificate, bundle, CRL, the directory fsync()ed, then the reload.
+ * certificate, bundle, CRL, the directory fsync()ed, then the reload; or,
+ * while the node is refused anything, the key and certificate withdrawn.
  */
 static void
 files_round(bcd_wl_files *f, files_dir *d)
@@ -507,7 +533,15 @@ files_round(bcd_wl_files *f, files_dir *d)
 	files_snap	s;
 	int			got;
 	double		now = bcd_now_s();
+	char		why[768];
 
+	if (bcd_provisioner_refusal(f->w->prov, why, sizeof(why)) != BCD_REFUSAL_NONE)
+	{
+		if (!d->withdrawn)
+			withdraw(d, why);
+		return;
+	}
+	d->withdrawn = 0;
 	if (now < d->next_try)
 		return;
 	pthread_mutex_lock(&f->w->mu);
