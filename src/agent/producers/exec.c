@@ -267,8 +267,7 @@ out:
  */
 static int
 check_owner_mode(const char *opt, const char *path, const char *real, const struct stat *sb,
-				 char *err,
-				 size_t errlen)
+				 char *err, size_t errlen)
 {
 	uid_t		me = geteuid();
 

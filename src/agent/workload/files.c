@@ -147,7 +147,8 @@ bcd_wl_files_check(const char *const *files, int n_files, const char *const *rel
 			return why;
 		}
 		for (int j = 0; j < i; j++)
-			if (dir_len(files[j], strstr(files[j], "=>")) == n && strncmp(files[j], files[i], n) == 0)
+			if (dir_len(files[j], strstr(files[j], "=>")) == n &&
+				strncmp(files[j], files[i], n) == 0)
 				return "--svid-files names the same DIR twice";
 	}
 	for (int i = 0; i < n_reloads; i++)
@@ -159,7 +160,8 @@ bcd_wl_files_check(const char *const *files, int n_files, const char *const *rel
 		if (n == 0)
 			return "--svid-files-reload is 'DIR=/absolute/executable' (DIR without '=')";
 		for (int j = 0; j < n_files; j++)
-			if (dir_len(files[j], strstr(files[j], "=>")) == n && strncmp(files[j], reloads[i], n) == 0)
+			if (dir_len(files[j], strstr(files[j], "=>")) == n &&
+				strncmp(files[j], reloads[i], n) == 0)
 				found = 1;
 		if (!found)
 			return "--svid-files-reload names a DIR no --svid-files names";
