@@ -8,7 +8,8 @@ prefix, configuration and pid file in the test's directory on a port below the e
 range, reads ssl_certificate, ssl_certificate_key and ssl_client_certificate from the
 server's directory and requires a client certificate:
 - svid.pem (leaf and intermediates, no root), svid_key.pem 0600, svid_bundle.pem (the
-  trust domain's root), crl.pem once the CRL is held; no temporary file left behind;
+  trust domain's root), crl.pem once the CRL is held; no temporary file left behind (one
+  an earlier bcd left is removed at start);
 - `openssl s_client` with the client's SVID: "Verify return code: 0" against
   svid_bundle.pem, the server's certificate is svid.pem's (its serial, its URI SAN), and
   nginx answers SUCCESS with the client certificate, whose URI SAN is the client
@@ -183,6 +184,9 @@ def script(tap, env, tdir):
     with open(victim, "w") as f:
         f.write("not a key\n")
     os.symlink(victim, os.path.join(srv, "svid_key.pem"))
+    # what a bcd killed between a write and its rename leaves (a key among them)
+    with open(os.path.join(srv, ".svid_key.pem.tmp.0011223344556677"), "w") as f:
+        f.write("an old key\n")
 
     rt = sessionlib.runtime_dir(env)
     p = sessionlib.start_daemon(env, "bcd-files", rt, env.run_args(state, extra=[
@@ -215,7 +219,8 @@ def script(tap, env, tdir):
         time.sleep(0.1)
     tap.ok(os.path.exists(os.path.join(srv, "crl.pem")), "crl.pem once bcd holds the CRL",
            p.text())
-    tap.eq([n for n in os.listdir(srv) if n.startswith(".")], [], "no temporary file left")
+    tap.eq([n for n in os.listdir(srv) if n.startswith(".")], [],
+           "no temporary file left (one an earlier bcd left removed at start)")
 
     ng = agentlib.Proc(env, "nginx", nginx)
     env.procs.append(ng)

@@ -45,6 +45,7 @@
  * mutex (taken only to copy what changed), so a slow reload never holds up
  * a call.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -196,6 +197,48 @@ open_dir(const char *path, char *err, size_t errlen)
 	return fd;
 }
 
+/*
+ * Remove what an earlier bcd killed between a write and its rename left in
+ * DIR: its temporary files (".NAME.tmp.*" of our four names; a key among
+ * them).  Only regular files of bcd's uid are removed.
+ */
+static void
+remove_leftovers(int dirfd, const char *path)
+{
+	static const char *const names[] = {FILE_KEY, FILE_CERT, FILE_BUNDLE, FILE_CRL};
+	int			fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR		   *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	int			removed = 0;
+
+	if (dir == NULL)
+	{
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(dir)) != NULL)
+	{
+		struct stat st;
+		int			ours = 0;
+
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		{
+			size_t		n = strlen(names[i]);
+
+			if (e->d_name[0] == '.' && strncmp(e->d_name + 1, names[i], n) == 0 &&
+				strncmp(e->d_name + 1 + n, ".tmp.", 5) == 0)
+				ours = 1;
+		}
+		if (ours && fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			S_ISREG(st.st_mode) && st.st_uid == geteuid() && unlinkat(dirfd, e->d_name, 0) == 0)
+			removed++;
+	}
+	closedir(dir);
+	if (removed > 0)
+		bcd_log("files: %s: %d temporary file(s) an earlier bcd left removed", path, removed);
+}
+
 /* Free files mode (its thread stopped). */
 void
 bcd_wl_files_free(bcd_wl_files *f)
@@ -268,6 +311,7 @@ bcd_wl_files_start(bcd_workload *w, const bcd_run_opts *o, bcd_wl_files **out, c
 		(void) bcd_wl_target_parse(arrow + 2, session, context, e, sizeof(e));
 		if ((d->dirfd = open_dir(d->path, err, errlen)) < 0)
 			goto fail;
+		remove_leftovers(d->dirfd, d->path);
 		for (int j = 0; j < i; j++)
 		{
 			struct stat a;
