@@ -17,6 +17,9 @@
 /* --workload-rule, at most. */
 #define BCD_WORKLOAD_RULES_MAX 64
 
+/* --svid-files (and --svid-files-reload), at most. */
+#define BCD_SVID_FILES_MAX 16
+
 /* Handlers of --command-handler, at most. */
 #define BCD_COMMAND_HANDLERS_MAX 16
 
@@ -59,6 +62,11 @@ typedef struct bcd_run_opts
 	const char *workload_rules[BCD_WORKLOAD_RULES_MAX];	/* --workload-rule, as given */
 	int			n_workload_rules;
 	int			workload_api_mode;	/* --workload-api-mode: 0 (0600), 0600, 0660, 0666 */
+	/* files mode (workload/files.c): 'DIR=>session=S[,context=C]', 'DIR=EXECUTABLE' */
+	const char *svid_files[BCD_SVID_FILES_MAX];
+	int			n_svid_files;
+	const char *svid_files_reload[BCD_SVID_FILES_MAX];
+	int			n_svid_files_reload;
 	/* commands (commands.c): handlers, poll interval and a handler's bounds */
 	bcd_command_handler handlers[BCD_COMMAND_HANDLERS_MAX];
 	int			n_handlers;

@@ -15,6 +15,7 @@
  *   methods.c      the method table and its handlers
  *   x509_svids.c   the X509-SVIDs kept per identity, provisioned again at half life
  *   jwt_svids.c    the JWT-SVIDs FetchJWTSVID answers (jwt_svids.h)
+ *   files.c        files mode: identities kept in directories, a reload run (files.h)
  *   protobuf.c     messages to and from gRPC byte buffers; JSON to Struct
  *
  * Locking.  One mutex (w->mu) guards the connections, calls and
@@ -41,6 +42,7 @@
 #include "core/provisioner.h"
 #include "workload/accept.h"
 #include "workload/attest.h"
+#include "workload/files.h"
 #include "workload/jwt.h"
 #include "workload/jwt_svids.h"
 #include "workload/refusals.h"
@@ -190,6 +192,7 @@ struct bcd_workload
 	int			n_methods;
 	bcd_wl_jwt *jwt;
 	bcd_wl_jwt_svids *jwt_svids;	/* FetchJWTSVID's cache, fetches and limits */
+	bcd_wl_files *files;		/* files mode (files.c), NULL without --svid-files */
 	char	   *trust_domain;
 	unsigned char *bundle;		/* DER of the trust domain's root */
 	size_t		bundle_len;

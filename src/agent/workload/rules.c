@@ -243,6 +243,20 @@ parse_target(rule *r, const char *t, char *err, size_t errlen)
 	return 0;
 }
 
+/* Parse "session=S[,context=C]" into session and context (rules.h); 0 or -1 with err. */
+int
+bcd_wl_target_parse(const char *t, char *session, char *context, char *err, size_t errlen)
+{
+	rule		r;
+
+	memset(&r, 0, sizeof(r));
+	if (parse_target(&r, t, err, errlen) != 0)
+		return -1;
+	memcpy(session, r.session, sizeof(r.session));
+	memcpy(context, r.context, sizeof(r.context));
+	return 0;
+}
+
 /* Parse one rule, "SELECTOR[,SELECTOR...]=>session=S[,context=C]", into r; 0 or -1 with err. */
 static int
 parse_rule(rule *r, const char *text, char *err, size_t errlen)

@@ -165,6 +165,19 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	}
 	p = w->bundle;
 	w->bundle_len = (size_t) i2d_X509(keys->node_ca, &p);
+	if (bcd_wl_files_start(w, o, &w->files, err, errlen) != BC_OK)
+		goto fail;
+	/* files mode alone (no rule, no --workload-api PATH): no socket */
+	if (o->workload_api != NULL ? strcmp(o->workload_api, "off") == 0 : o->n_workload_rules == 0)
+	{
+		grpc_init();
+		w->cq = grpc_completion_queue_create_for_next(NULL);
+		w->creds = grpc_insecure_server_credentials_create();
+		bcd_log("workload api: no socket; files mode only (%d director%s), trust domain %s",
+				o->n_svid_files, o->n_svid_files == 1 ? "y" : "ies", w->trust_domain);
+		*out = w;
+		return BC_OK;
+	}
 	w->path = o->workload_api != NULL ? strdup(o->workload_api) : default_path(socket_path);
 	if (w->path == NULL)
 	{
@@ -228,7 +241,8 @@ bcd_workload_run(bcd_workload *w)
 		return;
 	}
 	w->running = 1;
-	if (bcd_wl_acceptor_start(w->acceptor) != BC_OK)
+	bcd_wl_files_run(w->files);
+	if (w->acceptor != NULL && bcd_wl_acceptor_start(w->acceptor) != BC_OK)
 		bcd_workload_stop(w);
 }
 
@@ -239,7 +253,9 @@ bcd_workload_stop(bcd_workload *w)
 	if (w == NULL || !w->running)
 		return;
 	/* no connection is added after this; then the calls and connections end */
-	bcd_wl_acceptor_stop(w->acceptor);
+	if (w->acceptor != NULL)
+		bcd_wl_acceptor_stop(w->acceptor);
+	bcd_wl_files_stop(w->files);
 	atomic_store(&w->stopping, 1);
 	pthread_join(w->cq_thread, NULL);
 	w->running = 0;
@@ -262,7 +278,9 @@ bcd_workload_free(bcd_workload *w)
 		grpc_server_credentials_release(w->creds);
 		grpc_shutdown();
 	}
-	bcd_wl_acceptor_free(w->acceptor);
+	if (w->acceptor != NULL)
+		bcd_wl_acceptor_free(w->acceptor);
+	bcd_wl_files_free(w->files);
 	if (w->path != NULL)
 		bcd_socket_close(&w->sock, w->path);
 	wl_identities_free(w);
