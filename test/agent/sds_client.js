@@ -8,7 +8,7 @@
 //
 //   node sds_client.js SOCKET WKT_DIR
 // reads one JSON command a line on stdin and writes one JSON answer a line:
-//   {"op":"open","s":S,"req":{...}}          StreamSecrets S, its first request
+//   {"op":"open","s":S,"req":{...}}          StreamSecrets S, its first request ({"bytes"}: its size)
 //   {"op":"send","s":S,"req":{...}}          a later request on S
 //   {"op":"recv","s":S,"ms":N}               the next answer of S (or how it ended)
 //   {"op":"quiet","s":S,"ms":N}              {"n": answers that came in N ms}
@@ -96,7 +96,9 @@ function recv(st, ms) {
 async function run(cmd) {
   const st = streams[cmd.s];
   switch (cmd.op) {
-    case 'open': openStream(cmd.s, cmd.req); return {ok: true};
+    case 'open':
+      openStream(cmd.s, cmd.req);
+      return {ok: true, bytes: Sds.service.StreamSecrets.requestSerialize(cmd.req).length};
     case 'send': st.call.write(cmd.req); return {ok: true};
     case 'recv': return recv(st, cmd.ms || 10000);
     case 'quiet': {
