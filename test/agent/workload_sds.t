@@ -325,6 +325,27 @@ def body(tap, env):
            spiffe_tds(by_name(fe).get("ROOTCA")) == tds,
            "FetchSecrets: ROOTCA, version \"\" and no nonce", {k: v for k, v in fe.items()
                                                                if k != "resources"})
+    fe = a(op="fetch", req={})
+    res = by_name(fe)
+    tap.ok(sorted(res) == ["ROOTCA", "default"] and tls_of(res.get("default"))[0] == chain4 and
+           spiffe_tds(res.get("ROOTCA")) == tds,
+           "FetchSecrets without names: everything (default, ROOTCA; no other domain)", sorted(res))
+    fe = a(op="fetch", req={"resource_names": ["ALL", "spiffe://" + TD]})
+    res = by_name(fe)
+    tap.ok(spiffe_tds(res.get("ALL")) == tds and spiffe_tds(res.get("spiffe://" + TD)) == tds,
+           "ALL and spiffe://%s: the SPIFFE validator with the domains this caller may see" % TD,
+           sorted(res))
+    old_envoy = node(big=False)
+    old_envoy["user_agent_build_version"]["version"] = {"major_number": 1, "minor_number": 17,
+                                                        "patch": 2}
+    fe = a(op="fetch", req={"node": old_envoy, "resource_names": ["ROOTCA"]})
+    vc = (by_name(fe).get("ROOTCA") or {}).get("validation_context") or {}
+    tap.ok(vc.get("trusted_ca", {}).get("inline_bytes") == (tds or {}).get(TD) and
+           "custom_validator_config" not in vc, "an Envoy 1.17.2 node: ROOTCA as trusted_ca",
+           sorted(vc))
+    fe = a(op="fetch", req={"node": old_envoy, "resource_names": ["ALL"]})
+    tap.eq(fe.get("end"), "INTERNAL", "... and ALL, which needs the SPIFFE validator: INTERNAL "
+           "(SPIRE's answer)", fe)
     tap.eq(a(op="delta").get("end"), "UNIMPLEMENTED", "DeltaSecrets: UNIMPLEMENTED")
     n = Client(env, node_none, wsock)
     n(op="open", s="s", req={"resource_names": ["default"]})
