@@ -133,7 +133,7 @@ key_pem(const unsigned char *der, size_t der_len, size_t *len)
 {
 	const unsigned char *p = der;
 	PKCS8_PRIV_KEY_INFO *p8 = d2i_PKCS8_PRIV_KEY_INFO(NULL, &p, (long) der_len);
-	BIO		   *bio = BIO_new(BIO_s_mem());
+	BIO		   *bio = BIO_new(BIO_s_secmem());	/* its buffers wiped when freed */
 	uint8_t    *out = NULL;
 
 	*len = 0;
@@ -668,6 +668,8 @@ wl_sds_stream_serve(bcd_workload *w, wl_call *r, double now)
 
 	if (s == NULL || id->gen == 0 || id->not_after <= now || id->listed)
 		return;
+	/* what is pushed: an answer asked for, a new SVID, a new CRL (and, with federation,
+	 * new trust bundles: the generation of what wl_trust_domains gives) */
 	if (!s->answer && id->gen == r->sent_gen && w->crl_gen == r->sent_crl)
 		return;
 	if (wl_call_secret_may_go(r) != 0)
