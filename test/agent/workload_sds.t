@@ -163,6 +163,9 @@ def body(tap, env):
     r = env.bcd("run", *env.run_args(state, token_file=env.token_file("s"), extra=["--once"]))
     if not tap.ok(r.returncode == 0, "the host joins", r.stderr):
         return
+    r = env.bcd("run", *env.run_args(state, extra=["--sds-validation", "x509"]), timeout=30)
+    tap.ok(r.returncode != 0 and "--sds-validation must be auto, spiffe or rootca" in r.stderr,
+           "--sds-validation x509: a usage error", r.stderr)
     node_a, node_b = (copy_node(env, n) for n in ("node-a", "node-b"))
     node_none = os.path.realpath(shutil.which("node"))  # the original: no rule names it
     rt = sl.runtime_dir(env)
