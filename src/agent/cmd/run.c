@@ -108,6 +108,10 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       a caller matching every selector (uid:N, gid:N,\n"
 			  "                       exe:/PATH, unit:NAME.service, cgroup:/PATH) gets the\n"
 			  "                       session S (context C) identity; repeatable (64)\n"
+			  "  --sds-validation auto|spiffe|rootca  what Envoy's SDS validation contexts\n"
+			  "                       are: Envoy's SPIFFE validator, or trusted_ca; auto\n"
+			  "                       (default): the validator unless the node is Envoy\n"
+			  "                       1.17 or older or sets disable_spiffe_cert_validation\n"
 			  "\n"
 			  "Files mode (docs/agent.md, \"Files mode\"), the daemon only: an identity\n"
 			  "kept in a directory for software that reads files (nginx, HAProxy):\n"
@@ -199,6 +203,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"workload-api", required_argument, NULL, 'w'},
 		{"workload-rule", required_argument, NULL, 'u'},
 		{"workload-api-mode", required_argument, NULL, 'X'},
+		{"sds-validation", required_argument, NULL, 1001},
 		{"command-handler", required_argument, NULL, 'K'},
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
@@ -279,6 +284,17 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 					o->workload_api_mode = 0666;
 				else
 					bad = "--workload-api-mode must be 0600, 0660 or 0666";
+				break;
+			case 1001:
+				server_opt = 1;
+				if (strcmp(optarg, "auto") == 0)
+					o->sds_validation = BCD_SDS_VALIDATION_AUTO;
+				else if (strcmp(optarg, "spiffe") == 0)
+					o->sds_validation = BCD_SDS_VALIDATION_SPIFFE;
+				else if (strcmp(optarg, "rootca") == 0)
+					o->sds_validation = BCD_SDS_VALIDATION_ROOTCA;
+				else
+					bad = "--sds-validation must be auto, spiffe or rootca";
 				break;
 			case 'u':
 				if (o->n_workload_rules >= BCD_WORKLOAD_RULES_MAX)

@@ -31,6 +31,11 @@ typedef struct bcd_command_handler
 	const char *exe;			/* absolute path */
 } bcd_command_handler;
 
+/* --sds-validation: how Envoy's SDS validation contexts check peers (workload/sds.c) */
+#define BCD_SDS_VALIDATION_AUTO 0	/* the SPIFFE validator, unless the node asks for rootCA */
+#define BCD_SDS_VALIDATION_SPIFFE 1
+#define BCD_SDS_VALIDATION_ROOTCA 2
+
 /* What the command line of bcd run / bcd renew asked for. */
 typedef struct bcd_run_opts
 {
@@ -67,6 +72,7 @@ typedef struct bcd_run_opts
 	int			n_svid_files;
 	const char *svid_files_reload[BCD_SVID_FILES_MAX];
 	int			n_svid_files_reload;
+	int			sds_validation; /* --sds-validation: BCD_SDS_VALIDATION_* */
 	/* commands (commands.c): handlers, poll interval and a handler's bounds */
 	bcd_command_handler handlers[BCD_COMMAND_HANDLERS_MAX];
 	int			n_handlers;

@@ -133,3 +133,22 @@ wl_authorize_secret(wl_call *r, int *drop)
 	*drop = 1;
 	return -1;
 }
+
+/*
+ * The trust domains r's caller may see, bcd's own first, at most max of
+ * them in out; how many.  The one place that says so: SDS (sds.c) serves
+ * from it.  Own domain only for now; federation adds the domains r's rule
+ * federates with, each its own entry (never merged).
+ */
+int
+wl_trust_domains(const bcd_workload *w, const wl_call *r, wl_trust_domain *out, int max)
+{
+	(void) r;
+	if (max < 1)
+		return 0;
+	out[0].name = w->trust_domain;
+	out[0].roots = w->bundle;
+	out[0].roots_len = w->bundle_len;
+	out[0].own = 1;
+	return 1;
+}

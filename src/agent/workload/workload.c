@@ -146,6 +146,7 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	w->idle_logged = w->share_logged = -BCD_WL_REFUSALS_INTERVAL;
 	w->methods = wl_methods;
 	w->n_methods = wl_n_methods;
+	w->sds_validation = o->sds_validation;
 	w->rules = bcd_wl_rules_parse(o->workload_rules, o->n_workload_rules, err, errlen);
 	if (w->rules == NULL)
 		goto fail;
