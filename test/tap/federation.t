@@ -26,6 +26,9 @@ login role of bc_join_federation.  Shows:
 - https_spiffe: an s_server with an X509-SVID issued by B's node CA is
   accepted with its SPIFFE ID; refused with another ID, and an s_server
   with a Web-PKI certificate is refused.
+- D3: B's own spiffe_sequence is the one the database gave its keys: the
+  same keys in another directory whose mtimes differ (an HA node) publish
+  the same sequence, a new jwt-svid key a higher one, the old keys theirs.
 - pg_dump keeps the federation's rows.
 Wall time: see the report in the commit (target <= 20 s).
 """
@@ -366,6 +369,28 @@ def body(tap, env):
                "'spiffe://unknown.example/x')", check=False)
     tap.ok(e == "" and a.q("SELECT count(*) FROM bc_join.federated_trust_domains WHERE trust_domain = 's4.example'")
            == "0", "https_spiffe needs a bundle of the endpoint's domain (none given, none federated)")
+
+    # -- D3: B's own spiffe_sequence is by its keys, not by the key directory's mtimes ------
+    # An HA node: the same keys copied into another directory, every mtime an hour later.
+    seq0 = bundle_b["spiffe_sequence"]
+    keys2 = os.path.join(b.dir, "keys-node2")
+    subprocess.run(["cp", "-a", b.keys, keys2], check=True)
+    later = time.time() + 3600
+    for f in os.listdir(keys2) + [""]:
+        os.utime(os.path.join(keys2, f), (later, later))
+
+    def seq_with(keydir):
+        b.q("ALTER DATABASE %s SET bc_join.key_dir = '%s'" % (b.db, keydir))
+        return int(b.psql("SELECT bc_join.spiffe_bundle()->'spiffe_sequence'"))    # a new backend
+    tap.eq(seq_with(keys2), seq0, "the same keys in another directory (mtimes an hour later): the same sequence")
+    jwt = os.path.join(keys2, "jwt-svid.key")
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", jwt)
+    shutil.chown(jwt, "postgres")
+    os.chmod(jwt, 0o600)
+    seq1 = seq_with(keys2)
+    tap.ok(seq1 > seq0, "a new jwt-svid key: a higher sequence", (seq0, seq1))
+    tap.eq(seq_with(b.keys), seq0, "the old keys again: their own sequence (a peer refuses it as lower)")
+    b.q("ALTER DATABASE %s RESET bc_join.key_dir" % b.db)
 
     # -- the rows survive pg_dump -------------------------------------------------------------
     envv = dict(os.environ)
