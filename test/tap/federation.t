@@ -24,8 +24,9 @@ login role of bc_join_federation.  Shows:
   empty key set is stored (the domain wholly distrusted); add_federation
   refuses an http:// URL and userinfo.
 - https_spiffe: an s_server with an X509-SVID issued by B's node CA is
-  accepted with its SPIFFE ID; refused with another ID, and an s_server
-  with a Web-PKI certificate is refused.
+  accepted with its SPIFFE ID (serving another domain's bundle, and
+  self-serving B's own, bootstrapped by the operator's copy); refused with
+  another ID, and an s_server with a Web-PKI certificate is refused.
 - D3: B's own spiffe_sequence is the one the database gave its keys: the
   same keys in another directory whose mtimes differ (an HA node) publish
   the same sequence, a new jwt-svid key a higher one, the old keys theirs.
@@ -352,6 +353,12 @@ def body(tap, env):
     swww, sbase = env.s_server("svid", sk, sc, chain=node_ca)
     served = {"keys": [jwtb], "spiffe_sequence": 7}
     serve(swww, "bundle", json.dumps(served))
+    # self-serving: B's own endpoint serves B's bundle, bootstrapped by the operator's copy
+    rotated = dict(bundle_b, spiffe_sequence=bundle_b["spiffe_sequence"] + 1, spiffe_refresh_hint=900)
+    serve(swww, "self", json.dumps(rotated))
+    a.q("SELECT bc_join.remove_federation('%s')" % TD_B)
+    a.q("SELECT bc_join.add_federation('%s', '%s/self', 'https_spiffe', '%s', '%s')"
+        % (TD_B, sbase, ep_id, json.dumps(bundle_b)))
     a.q("SELECT bc_join.add_federation('s.example', '%s/bundle', 'https_spiffe', '%s')" % (sbase, ep_id))
     a.q("SELECT bc_join.add_federation('s2.example', '%s/bundle', 'https_spiffe', 'spiffe://%s/other')"
            % (sbase, TD_B))
@@ -361,6 +368,10 @@ def body(tap, env):
     r1, r2, r3 = (out.get(t, {}).get("result", {}) for t in ("s.example", "s2.example", "s3.example"))
     tap.ok(r1.get("stored") is True and r1.get("sequence") == 7,
            "https_spiffe: the endpoint's X509-SVID (B's node CA) with the configured ID is accepted", (out, err))
+    r0 = out.get(TD_B, {}).get("result", {})
+    tap.ok(r0.get("stored") is True and r0.get("sequence") == rotated["spiffe_sequence"],
+           "https_spiffe self-serving: B's endpoint, authenticated by the bootstrap bundle, serves B's next bundle",
+           r0)
     tap.ok(r2.get("stored") is False and "is not spiffe://%s/other" % TD_B in r2.get("error", ""),
            "https_spiffe refuses the same endpoint configured with another ID", r2)
     tap.ok(r3.get("stored") is False and "does not chain" in r3.get("error", ""),
