@@ -30,6 +30,8 @@ login role of bc_join_federation.  Shows:
 - D3: B's own spiffe_sequence is the one the database gave its keys: the
   same keys in another directory whose mtimes differ (an HA node) publish
   the same sequence, a new jwt-svid key a higher one, the old keys theirs.
+- bc_join_federation may call federation_due() (and store_fetched_bundle),
+  not read the table, add, remove or set a domain, or change a URL.
 - pg_dump keeps the federation's rows.
 Wall time: see the report in the commit (target <= 20 s).
 """
@@ -402,6 +404,26 @@ def body(tap, env):
     tap.ok(seq1 > seq0, "a new jwt-svid key: a higher sequence", (seq0, seq1))
     tap.eq(seq_with(b.keys), seq0, "the old keys again: their own sequence (a peer refuses it as lower)")
     b.q("ALTER DATABASE %s RESET bc_join.key_dir" % b.db)
+
+    # -- bc_join_federation may fetch and hand over, nothing else ----------------------------
+    import psycopg2
+    fed = psycopg2.connect(a.fed_conninfo)
+    fed.autocommit = True
+    denied = []
+    for sql in ("SELECT count(*) FROM bc_join.federated_trust_domains",
+                "SELECT bc_join.add_federation('evil.example', 'https://10.0.0.1/')",
+                "SELECT bc_join.remove_federation('%s')" % TD_B,
+                "SELECT bc_join.set_federated_bundle('%s', '{\"keys\": []}')" % TD_B,
+                "UPDATE bc_join.federated_trust_domains SET endpoint_url = 'https://10.0.0.1/'"):
+        try:
+            fed.cursor().execute(sql)
+        except psycopg2.Error as e:
+            denied.append(e.pgcode)
+    cur = fed.cursor()
+    cur.execute("SELECT count(*) FROM bc_join.federation_due()")
+    tap.ok(denied == ["42501"] * 5 and cur.fetchone()[0] == 0,
+           "bc_join_federation: federation_due() yes; the table, add/remove/set and an UPDATE: 42501", denied)
+    fed.close()
 
     # -- the rows survive pg_dump -------------------------------------------------------------
     envv = dict(os.environ)
