@@ -4,7 +4,8 @@
 #   make                build the extension (as pgvector's and pg_cron's make does)
 #   make install        install the extension into the PostgreSQL found by pg_config
 #   make programs       build the host programs: build/bcd, build/bc-gateway,
-#                       build/jose-tool (gRPC, protobuf-c, curl, systemd, TSS, libevent, libpq)
+#                       build/bc-join-federate, build/jose-tool
+#                       (gRPC, protobuf-c, curl, systemd, TSS, libevent, libpq)
 #   make world          both
 #   make installcheck   the pg_regress suites (needs build/bcd: built if missing)
 #   make check-all      every test (what .ci/run and the README run); see test/run-all
@@ -91,6 +92,7 @@ BCJ_PROVE_JOBS ?= 2
 # Host programs (bcd, test tools, unit tests, sanitizer builds).
 include mk/host.mk
 include mk/gateway.mk
+include mk/federate.mk
 include mk/agent.mk
 include mk/workload.mk
 include mk/fuzz.mk
@@ -99,7 +101,7 @@ include mk/fuzz.mk
 # not once per PostgreSQL major (debian/rules); the test targets build what
 # they run (mk/*.mk).
 .PHONY: programs world
-programs: host gateway
+programs: host gateway federate
 world: all programs
 
 # regress_input makes its requests with bcd: build/bcd, unless the caller

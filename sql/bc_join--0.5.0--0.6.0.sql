@@ -351,6 +351,60 @@ CREATE FUNCTION bc_join.signed_trust_bundles() RETURNS jsonb
 COMMENT ON FUNCTION bc_join.signed_trust_bundles() IS
 	'Returns {keys: [JWS...]}: {trustDomain, issuedAt, bundles: {"spiffe://<td>": bundle}} (every federated domain''s accepted bundle) signed by each signing key, as signed_service_keys(); the gateway''s GET /v1/trust-bundles.';
 
+-- The own bundle's spiffe_sequence by its keys (D3): HA nodes with the same
+-- keys publish the same sequence (the key directories' mtimes differ), and
+-- a bundle with new keys a higher one than any before, so a federated peer
+-- (which refuses a lower sequence) takes every rollover and no failover
+-- looks like a step back.
+CREATE TABLE bc_join.own_bundle_sequences (
+	keys_sha256 bytea PRIMARY KEY CHECK (octet_length(keys_sha256) = 32),
+	sequence bigint NOT NULL UNIQUE CHECK (sequence > 0 AND sequence <= 9007199254740992),
+	first_served_at timestamptz NOT NULL DEFAULT bc_join.compute_now()
+);
+COMMENT ON TABLE bc_join.own_bundle_sequences IS
+	'The spiffe_sequence of each set of keys spiffe_bundle() published (SHA-256 of its keys member): the same keys, the same sequence on every node; new keys the Unix seconds of the service clock or one more than the highest before, whichever is higher.';
+
+SELECT pg_catalog.pg_extension_config_dump('bc_join.own_bundle_sequences', '');
+
+-- The sequence of the keys whose hash is keys_sha256, recorded the first
+-- time (spiffe_bundle() calls it from C).
+CREATE FUNCTION bc_join.own_bundle_sequence(keys_sha256 bytea) RETURNS bigint
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+DECLARE
+	s bigint;
+BEGIN
+	SELECT o.sequence INTO s FROM bc_join.own_bundle_sequences o WHERE o.keys_sha256 = own_bundle_sequence.keys_sha256;
+	IF FOUND THEN
+		RETURN s;
+	END IF;
+	IF current_setting('transaction_read_only') = 'on' THEN
+		RAISE EXCEPTION USING ERRCODE = 'config_file_error',
+			MESSAGE = 'the SPIFFE bundle has keys without a sequence yet, and this transaction cannot record one',
+			DETAIL = 'INVALID_CONFIG: a bundle''s spiffe_sequence is recorded (bc_join.own_bundle_sequences) the first time it is published, on the primary.',
+			HINT = 'Call bc_join.spiffe_bundle() once on the primary (the gateway does).';
+	END IF;
+	-- One writer at a time: the re-check below sees what another recorded.
+	LOCK TABLE bc_join.own_bundle_sequences IN SHARE ROW EXCLUSIVE MODE;
+	SELECT o.sequence INTO s FROM bc_join.own_bundle_sequences o WHERE o.keys_sha256 = own_bundle_sequence.keys_sha256;
+	IF FOUND THEN
+		RETURN s;
+	END IF;
+	SELECT greatest(coalesce(max(o.sequence), 0) + 1, floor(extract(epoch FROM bc_join.compute_now()))::bigint)
+		INTO s FROM bc_join.own_bundle_sequences o;
+	INSERT INTO bc_join.own_bundle_sequences (keys_sha256, sequence) VALUES (own_bundle_sequence.keys_sha256, s);
+	RETURN s;
+END
+$$;
+COMMENT ON FUNCTION bc_join.own_bundle_sequence(bytea) IS
+	'Internal (spiffe_bundle()): the spiffe_sequence of a set of keys (SHA-256 of the bundle''s keys member), recorded the first time: the service clock''s Unix seconds or one more than the highest recorded, whichever is higher; INVALID_CONFIG in a read-only transaction (a standby) for keys not recorded yet.';
+REVOKE ALL ON bc_join.own_bundle_sequences FROM PUBLIC;
+REVOKE ALL ON FUNCTION bc_join.own_bundle_sequence(bytea) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.own_bundle_sequence(bytea)
+	TO bc_join_gateway, bc_join_operator, bc_join_tenant_operator;
+GRANT SELECT ON bc_join.own_bundle_sequences TO bc_join_operator;
+
 -- Operators' view of the federations.
 CREATE VIEW bc_join.federations AS
 	SELECT f.trust_domain, f.profile, f.endpoint_url, f.endpoint_spiffe_id, f.sequence, f.refresh_hint,
@@ -378,6 +432,11 @@ GRANT EXECUTE ON FUNCTION bc_join.federated_bundles(), bc_join.signed_trust_bund
 GRANT USAGE ON SCHEMA bc_join TO bc_join_federation;
 GRANT EXECUTE ON FUNCTION bc_join.federation_due(), bc_join.store_fetched_bundle(text, text, text)
 	TO bc_join_federation;
+COMMENT ON FUNCTION bc_join.spiffe_bundle() IS
+	'Returns the trust domain''s SPIFFE bundle, {keys, spiffe_sequence, spiffe_refresh_hint}: an x509-svid key (with x5c) for each root of the node CA chain and the jwt-svid key (with its kid) when key_dir has jwt-svid.key; spiffe_sequence is the one own_bundle_sequence() gave these keys (the same on every HA node, higher for new keys).';
+-- spiffe_bundle() records the sequence of keys it has not published before
+-- (own_bundle_sequence): it writes, so it is no longer STABLE.
+ALTER FUNCTION bc_join.spiffe_bundle() VOLATILE;
 -- end of #46 federation
 
 -- #46 oidc: OIDC discovery of the JWT-SVID issuer and the JWKS of its keys.

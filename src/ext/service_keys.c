@@ -932,37 +932,44 @@ append_x509_svid_key(StringInfo buf, X509 *root)
 	bc_json_end(buf);
 }
 
+/* #46 federation: the own bundle's sequence, by content (docs/operator.md, "Federation"). */
+static BcPlan own_sequence = {
+	"SELECT bc_join.own_bundle_sequence($1)", 1, {BYTEAOID}
+};
+
 /*
- * The bundle's sequence: the newest mtime (unix seconds) of key_dir's files
- * and of the directory itself (a file removed moves only the directory's).
+ * The bundle's spiffe_sequence: the one the database gave its keys (the
+ * member text so far, SHA-256), bc_join.own_bundle_sequence(): equal keys
+ * have the same sequence on every HA node, whatever the key directories'
+ * mtimes, and new keys a higher one than any before (never lower than the
+ * service clock's Unix seconds, so above the mtimes earlier versions
+ * published).
  */
 static int64
-key_dir_sequence(void)
+content_sequence(const char *keys, size_t len)
 {
-	DIR		   *d = opendir(bc_key_dir);
-	struct dirent *de;
-	struct stat st;
-	int64		newest = 0;
+	unsigned char h[BC_SHA256_LEN];
+	Datum		v;
+	bool		isnull;
+	int64		seq;
 
-	if (d == NULL)
+	if (bc_sha256(keys, len, h) != BC_OK)
 		ereport(ERROR,
-				(errcode(ERRCODE_BC_INVALID_CONFIG),
-				 errmsg("could not read the bc_join key directory: %m")));
-	if (stat(bc_key_dir, &st) == 0)
-		newest = (int64) st.st_mtime;
-	while ((de = readdir(d)) != NULL)
-	{
-		char	   *path;
-
-		if (de->d_name[0] == '.')
-			continue;
-		path = psprintf("%s/%s", bc_key_dir, de->d_name);
-		if (stat(path, &st) == 0 && (int64) st.st_mtime > newest)
-			newest = (int64) st.st_mtime;
-		pfree(path);
-	}
-	closedir(d);
-	return newest;
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not hash the SPIFFE bundle's keys")));
+	v = PointerGetDatum(bc_bytea(h, sizeof(h)));
+	bc_spi_connect();
+	if (bc_spi_exec(&own_sequence, &v, NULL, false, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("bc_join.own_bundle_sequence() returned no row")));
+	seq = DatumGetInt64(bc_spi_datum(1, &isnull));
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("bc_join.own_bundle_sequence() returned NULL")));
+	SPI_finish();
+	return seq;
 }
 
 PG_FUNCTION_INFO_V1(bc_spiffe_bundle);
@@ -973,7 +980,7 @@ PG_FUNCTION_INFO_V1(bc_spiffe_bundle);
  * node-ca.crt, and of node-ca.previous.crt when that is another root), the
  * jwt-svid keys with their kids (jwt-svid.key first, then the next and
  * previous ones; none without jwt-svid.key), spiffe_sequence
- * (key_dir_sequence) and spiffe_refresh_hint.
+ * (content_sequence: by the keys) and spiffe_refresh_hint.
  */
 Datum
 bc_spiffe_bundle(PG_FUNCTION_ARGS)
@@ -1004,7 +1011,7 @@ bc_spiffe_bundle(PG_FUNCTION_ARGS)
 		bc_append_jwt_jwk(&buf, k->jwt_svid_set[i], "use", "jwt-svid");
 	}
 	appendStringInfoChar(&buf, ']');
-	bc_json_member_int(&buf, "spiffe_sequence", key_dir_sequence());
+	bc_json_member_int(&buf, "spiffe_sequence", content_sequence(buf.data, buf.len));
 	bc_json_member_int(&buf, "spiffe_refresh_hint", BC_SPIFFE_REFRESH_HINT);
 	bc_json_end(&buf);
 	PG_RETURN_JSONB_P(bc_jsonb(buf.data));
