@@ -119,6 +119,7 @@ typedef struct wl_call
 	int			counted;		/* a call: counted in its connection's calls */
 	unsigned long sent_gen;		/* the identity's SVID last sent */
 	int			sent_once;		/* bundles: sent */
+	unsigned long sent_trust;	/* bundles: the trust generation last sent */
 	unsigned long sent_crl;		/* the CRL generation last sent */
 	grpc_slice	status_details;
 	int			have_details;
@@ -189,6 +190,7 @@ struct bcd_workload
 	const wl_method *methods;	/* the table (methods.c), handed over by workload.c */
 	int			n_methods;
 	bcd_wl_jwt *jwt;
+	unsigned long trust_gen;	/* bumped whenever a bundle changes (jwt-svid keys taken up) */
 	bcd_wl_jwt_svids *jwt_svids;	/* FetchJWTSVID's cache, fetches and limits */
 	char	   *trust_domain;
 	unsigned char *bundle;		/* DER of the trust domain's root */
@@ -243,6 +245,7 @@ extern const wl_method wl_methods[];
 extern const int wl_n_methods;
 void		wl_jwt_take_done(struct bcd_workload *w);
 void		wl_jwt_drain(struct bcd_workload *w);
+void		wl_trust_take(struct bcd_workload *w);
 
 /* x509_svids.c */
 wl_identity *wl_identity_get(struct bcd_workload *w, const char *session, const char *context,

@@ -2,8 +2,11 @@
  * jwt.c: the JWT profile of bcd's Workload API (docs/agent.md, "The SPIFFE
  * Workload API"; the service side in docs/research/workload-api/INTERFACE.md).
  *
- * The jwt-svid keys are the "jwtKeys" of the pinned --service-keys file
- * (bc_join.service_keys(): public JWKs with their kid).  FetchJWTBundles
+ * The jwt-svid keys are the "jwtKeys" of the pinned service keys
+ * (bc_join.service_keys(): public JWKs with their kid, the current one
+ * first), followed through every rollover the revocation watch takes up
+ * (core/service_keys.c: a new list is a new generation, a retired kid never
+ * returns; docs/agent.md "JWT key rollover").  FetchJWTBundles
  * serves them as a JWKS; ValidateJWTSVID verifies a token against them
  * (ES256 through src/common's JOSE, i.e. OpenSSL: the kid must name one of
  * them), then its subject's trust domain (the Workload API validates a
@@ -25,68 +28,32 @@
 #include "core/log.h"
 #include "workload/jwt.h"
 
-/* jwt-svid keys kept at most. */
-#define JWT_KEYS_MAX 8
-
 struct bcd_wl_jwt
 {
+	const bcd_service_keys *keys;	/* the jwt-svid keys: their jwtKeys */
+	unsigned long gen;			/* the generation of jwks */
 	int			n;
-	EVP_PKEY   *key[JWT_KEYS_MAX];
-	char		kid[JWT_KEYS_MAX][64];
 	char	   *jwks;			/* {"keys":[...]} */
 	size_t		jwks_len;
 };
 
-/* The jwt-svid keys of the --service-keys file at service_keys_path, or NULL (out of memory). */
+/* The jwt-svid keys of keys (their jwtKeys, followed through rollovers), or NULL (out of memory). */
 bcd_wl_jwt *
-bcd_wl_jwt_new(const char *service_keys_path)
+bcd_wl_jwt_new(const bcd_service_keys *keys)
 {
 	bcd_wl_jwt *j = calloc(1, sizeof(*j));
-	json_t	   *doc = json_load_file(service_keys_path, JSON_REJECT_DUPLICATES, NULL);
-	json_t	   *keys = json_object_get(doc, "jwtKeys");
-	json_t	   *jwks = json_array();
-	json_t	   *out;
-	json_t	   *k;
-	size_t		i;
 
-	if (j == NULL || jwks == NULL)
-		goto fail;
-	json_array_foreach(keys, i, k)
-	{
-		const char *kid = bcd_json_str(k, "kid", NULL);
-		EVP_PKEY   *pub = NULL;
-		json_t	   *copy;
-
-		if (j->n >= JWT_KEYS_MAX || kid == NULL || strlen(kid) >= sizeof(j->kid[0]) ||
-			bc_pkey_from_jwk_object(k, &pub) != BC_OK)
-		{
-			bcd_log("workload api: a jwtKeys entry of %s is not a P-256 JWK with a kid; ignored",
-					service_keys_path);
-			continue;
-		}
-		j->key[j->n] = pub;
-		snprintf(j->kid[j->n], sizeof(j->kid[0]), "%s", kid);
-		j->n++;
-		copy = json_pack("{s:s, s:s, s:O, s:O, s:s, s:s}", "kty", "EC", "crv", "P-256",
-						 "x", json_object_get(k, "x"), "y", json_object_get(k, "y"),
-						 "kid", kid, "use", "jwt-svid");
-		if (copy != NULL)
-			json_array_append_new(jwks, copy);
-	}
-	out = json_pack("{s:o}", "keys", jwks);
-	jwks = NULL;
-	j->jwks = out != NULL ? json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(out);
+	if (j == NULL)
+		return NULL;
+	j->keys = keys;
+	j->jwks = bcd_service_keys_jwks(keys, &j->gen, &j->n);
 	if (j->jwks == NULL)
-		goto fail;
+	{
+		free(j);
+		return NULL;
+	}
 	j->jwks_len = strlen(j->jwks);
-	json_decref(doc);
 	return j;
-fail:
-	json_decref(jwks);
-	json_decref(doc);
-	bcd_wl_jwt_free(j);
-	return NULL;
 }
 
 /* Free j. */
@@ -95,10 +62,39 @@ bcd_wl_jwt_free(bcd_wl_jwt *j)
 {
 	if (j == NULL)
 		return;
-	for (int i = 0; i < j->n; i++)
-		EVP_PKEY_free(j->key[i]);
 	free(j->jwks);
 	free(j);
+}
+
+/* Take up a new generation of the keys (jwt.h). */
+int
+bcd_wl_jwt_take(bcd_wl_jwt *j)
+{
+	unsigned long gen;
+	int			n;
+	char	   *jwks;
+
+	if (bcd_service_keys_jwt_gen(j->keys) == j->gen)
+		return 0;
+	jwks = bcd_service_keys_jwks(j->keys, &gen, &n);
+	if (jwks == NULL)
+		return 0;				/* out of memory: tried again at the next tick */
+	free(j->jwks);
+	j->jwks = jwks;
+	j->jwks_len = strlen(jwks);
+	j->gen = gen;
+	j->n = n;
+	return 1;
+}
+
+/* 1 when kid names one of j's keys now (jwt.h). */
+int
+bcd_wl_jwt_known(const bcd_wl_jwt *j, const char *kid)
+{
+	EVP_PKEY   *key = bcd_service_keys_jwt_key(j->keys, kid);
+
+	EVP_PKEY_free(key);
+	return key != NULL;
 }
 
 /* The JWKS of j's keys. */
@@ -201,7 +197,8 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 	json_t	   *nbf;
 	const char *sub;
 	double		now = (double) time(NULL);
-	int			i;
+	EVP_PKEY   *key;
+	int			rc;
 
 	*spiffe_id = NULL;
 	*claims = NULL;
@@ -220,16 +217,16 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 		snprintf(err, errlen, "the token is not a JWS with a kid");
 		return BC_EINVAL;
 	}
-	for (i = 0; i < j->n; i++)
-		if (strcmp(j->kid[i], kid) == 0)
-			break;
-	if (i == j->n)
+	key = bcd_service_keys_jwt_key(j->keys, kid);
+	if (key == NULL)
 	{
-		snprintf(err, errlen, "the token's kid names no jwt-svid key of trust domain "
-				 BC_SPIFFE_SCHEME "%s", trust_domain);
+		snprintf(err, errlen, "unknown kid: the token's kid names no jwt-svid key of trust "
+				 "domain " BC_SPIFFE_SCHEME "%s (never one, or retired)", trust_domain);
 		return BC_EINVAL;
 	}
-	if (bc_jws_verify_es256(j->key[i], token, strlen(token), 64 * 1024, &payload, &plen) != BC_OK)
+	rc = bc_jws_verify_es256(key, token, strlen(token), 64 * 1024, &payload, &plen);
+	EVP_PKEY_free(key);
+	if (rc != BC_OK)
 	{
 		snprintf(err, errlen, "the token's signature does not verify");
 		return BC_EINVAL;

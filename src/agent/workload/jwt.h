@@ -11,12 +11,17 @@
 #include <jansson.h>
 
 #include "core/job.h"
+#include "core/service_keys.h"
 
-/* The jwt-svid keys of the trust domain (the --service-keys file's jwtKeys). */
+/* The jwt-svid keys of the trust domain (the pinned service keys' jwtKeys). */
 typedef struct bcd_wl_jwt bcd_wl_jwt;
 
-bcd_wl_jwt *bcd_wl_jwt_new(const char *service_keys_path);
+bcd_wl_jwt *bcd_wl_jwt_new(const bcd_service_keys *keys);
 void		bcd_wl_jwt_free(bcd_wl_jwt *j);
+/* 1 when the keys changed since the last call (a rollover): the JWKS is the new one now. */
+int			bcd_wl_jwt_take(bcd_wl_jwt *j);
+/* 1 when kid names one of the keys now. */
+int			bcd_wl_jwt_known(const bcd_wl_jwt *j, const char *kid);
 /* How many jwt-svid keys are known. */
 int			bcd_wl_jwt_keys(const bcd_wl_jwt *j);
 /* Their JWKS, {"keys":[...]} (len bytes, owned by j). */

@@ -15,6 +15,7 @@
 #include <openssl/x509.h>
 
 #include "bc_common.h"
+#include "core/log.h"
 #include "workload/internal.h"
 
 /* ------------------------------------------------------------ X.509 */
@@ -125,15 +126,16 @@ serve_x509_svid(bcd_workload *w, wl_call *r, double now)
 	}
 }
 
-/* FetchX509Bundles' stream: the bundles, and again with every new CRL. */
+/* FetchX509Bundles' stream: the bundles, and again with every new CRL or bundle. */
 static void
 serve_x509_bundles(bcd_workload *w, wl_call *r, double now)
 {
 	(void) now;
-	if (!r->sent_once || r->sent_crl != w->crl_gen)
+	if (!r->sent_once || r->sent_crl != w->crl_gen || r->sent_trust != w->trust_gen)
 	{
 		r->sent_once = 1;
 		r->sent_crl = w->crl_gen;
+		r->sent_trust = w->trust_gen;
 		wl_call_push(r, x509_bundles_response(w));
 	}
 }
@@ -182,6 +184,30 @@ void
 wl_jwt_take_done(bcd_workload *w)
 {
 	bcd_wl_jwt_svids_answer(w->jwt_svids, jwt_answered, w);
+}
+
+/* 1 when a cached JWT-SVID's kid is one of the jwt-svid keys now. */
+static int
+jwt_kid_known(void *arg, const char *kid)
+{
+	return bcd_wl_jwt_known(arg, kid);
+}
+
+/*
+ * The tick: a new generation of the jwt-svid keys (a rollover the
+ * revocation watch took up) is a new trust generation, which the bundle
+ * streams push; cached JWT-SVIDs of a retired key are forgotten.
+ */
+void
+wl_trust_take(bcd_workload *w)
+{
+	if (bcd_wl_jwt_take(w->jwt))
+	{
+		w->trust_gen++;
+		bcd_wl_jwt_svids_forget(w->jwt_svids, jwt_kid_known, w->jwt);
+		bcd_log("workload api: %d jwt-svid key(s) now; the JWT bundle streams are sent them",
+				bcd_wl_jwt_keys(w->jwt));
+	}
 }
 
 /* Stopping: every FetchJWTSVID waiting for a fetch answered UNAVAILABLE. */
@@ -269,14 +295,15 @@ jwt_bundles_response(bcd_workload *w)
 	return bb;
 }
 
-/* FetchJWTBundles' stream: the bundles, once. */
+/* FetchJWTBundles' stream: the bundles, and again whenever they change (a key rollover). */
 static void
 serve_jwt_bundles(bcd_workload *w, wl_call *r, double now)
 {
 	(void) now;
-	if (!r->sent_once)
+	if (!r->sent_once || r->sent_trust != w->trust_gen)
 	{
 		r->sent_once = 1;
+		r->sent_trust = w->trust_gen;
 		wl_call_push(r, jwt_bundles_response(w));
 	}
 }

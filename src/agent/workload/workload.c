@@ -69,6 +69,7 @@ cq_main(void *arg)
 		}
 		now = bcd_now_real();
 		wl_jwt_take_done(w);
+		wl_trust_take(w);
 		wl_reap(w);
 		/* the connections closed at once, told once per interval */
 		if (pthread_mutex_trylock(&w->closed_mu) == 0)
@@ -149,7 +150,7 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	w->rules = bcd_wl_rules_parse(o->workload_rules, o->n_workload_rules, err, errlen);
 	if (w->rules == NULL)
 		goto fail;
-	w->jwt = bcd_wl_jwt_new(o->service_keys);
+	w->jwt = bcd_wl_jwt_new(keys);
 	w->jwt_svids = bcd_wl_jwt_svids_new(&w->mu, prov);
 	if (w->jwt == NULL || w->jwt_svids == NULL)
 	{
