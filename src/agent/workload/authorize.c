@@ -62,6 +62,7 @@ wl_authorize_call(bcd_workload *w, wl_call *r, const char *method, const char **
 {
 	const char *session;
 	const char *context;
+	const char *federates = "";
 	char		why[768];
 	bcd_wl_caller now = r->conn->caller;
 	int			bind = 0;
@@ -70,13 +71,15 @@ wl_authorize_call(bcd_workload *w, wl_call *r, const char *method, const char **
 	*drop = 0;
 	*details = "no identity issued";
 	bcd_peer_refresh(&now.peer);
-	m = bcd_wl_rules_match(w->rules, &now, &session, &context, &bind, why, sizeof(why));
+	m = bcd_wl_rules_match_fed(w->rules, &now, &session, &context, &federates, &bind, why,
+							   sizeof(why));
 	if (m <= 0)
 	{
 		wl_log_refusal(w, &now, method, m < 0 || why[0] != '\0' ? why : "no --workload-rule matches");
 		return GRPC_STATUS_PERMISSION_DENIED;
 	}
 	r->bind = bind;
+	r->federates = federates;	/* the federated trust domains whose bundles it is given */
 	/* the calls that get a secret: bound now, and again before it is sent */
 	if ((r->method->flags & WL_METHOD_SECRET) && bound(r, &now, why, sizeof(why)) != 0)
 	{

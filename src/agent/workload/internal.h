@@ -116,6 +116,7 @@ typedef struct wl_call
 	int			send_in_flight;
 	int			finished;		/* a status was sent */
 	int			bind;			/* BCD_WL_RULE_*: what its rule asks of the caller */
+	const char *federates;		/* its rule's federated trust domains ("td+td...", "" none) */
 	int			counted;		/* a call: counted in its connection's calls */
 	unsigned long sent_gen;		/* the identity's SVID last sent */
 	int			sent_once;		/* bundles: sent */

@@ -1,7 +1,8 @@
 /*
- * rules.h: --workload-rule 'SELECTORS=>session=S[,context=C]' (rules.c):
- * which caller of the Workload API gets which session identity, and what
- * it must hold to (docs/agent.md, "The SPIFFE Workload API").
+ * rules.h: --workload-rule 'SELECTORS=>session=S[,context=C][,federates=TD[+TD...]]'
+ * (rules.c): which caller of the Workload API gets which session identity,
+ * which federated trust domains it sees, and what it must hold to
+ * (docs/agent.md, "The SPIFFE Workload API").
  */
 #ifndef BCD_WL_RULES_H
 #define BCD_WL_RULES_H
@@ -17,6 +18,10 @@ typedef struct bcd_wl_caller
 	bcd_peer	peer;			/* uid, pid, exe, cgroup, unit */
 	gid_t		gid;
 } bcd_wl_caller;
+
+/* Most trust domains one rule federates with, and the longest federates= set ("td+td...", NUL). */
+#define BCD_WL_FEDERATES_MAX 8
+#define BCD_WL_FEDERATES_LEN 1024
 
 /* What a match asks of the caller (bcd_wl_rules_match's *bind). */
 #define BCD_WL_RULE_BIND 1		/* bound to its connection: exe:, unit: or cgroup: (attest.c) */
@@ -56,6 +61,19 @@ void		bcd_wl_rules_free(bcd_wl_rules *r);
 int			bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *caller,
 							   const char **session, const char **context, int *bind,
 							   char *err, size_t errlen);
+
+/*
+ * bcd_wl_rules_match, with *federates the rule's federated trust domains
+ * ("td+td..." sorted, "" for none; valid while r is).
+ */
+int			bcd_wl_rules_match_fed(const bcd_wl_rules *r, const bcd_wl_caller *caller,
+								   const char **session, const char **context,
+								   const char **federates, int *bind, char *err, size_t errlen);
+/* 1 when trust domain td (no scheme) is one of federates ("td+td..."). */
+int			bcd_wl_federates_has(const char *federates, const char *td);
+/* 0, or -1 with err when a rule federates with own_td (bcd's own trust domain). */
+int			bcd_wl_rules_check_federates(const bcd_wl_rules *r, const char *own_td,
+										 char *err, size_t errlen);
 
 /*
  * 0 when no rule can ever match a caller of uid and gid (each names another

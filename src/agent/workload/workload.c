@@ -166,6 +166,8 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	}
 	p = w->bundle;
 	w->bundle_len = (size_t) i2d_X509(keys->node_ca, &p);
+	if (bcd_wl_rules_check_federates(w->rules, w->trust_domain, err, errlen) != 0)
+		goto fail;
 	w->path = o->workload_api != NULL ? strdup(o->workload_api) : default_path(socket_path);
 	if (w->path == NULL)
 	{
