@@ -36,6 +36,8 @@ typedef struct bcd_service_keys
 	char	   *trust_domain;	/* malloc()ed */
 	X509	   *node_ca;		/* the root node certificates chain to (nodeCa's last) */
 	struct bcd_keyset *set;		/* signing keys by kid, the current encryption key */
+	/* bcd run's: the federated trust domains' bundles, signed by these keys (trust_bundles.c) */
+	struct bcd_trust_bundles *trust;
 } bcd_service_keys;
 
 int			bcd_service_keys_load(const char *path, bcd_service_keys *keys,

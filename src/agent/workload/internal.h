@@ -39,6 +39,7 @@
 
 #include "core/local_socket.h"
 #include "core/provisioner.h"
+#include "core/trust_bundles.h"
 #include "workload/accept.h"
 #include "workload/attest.h"
 #include "workload/jwt.h"
@@ -191,7 +192,8 @@ struct bcd_workload
 	const wl_method *methods;	/* the table (methods.c), handed over by workload.c */
 	int			n_methods;
 	bcd_wl_jwt *jwt;
-	unsigned long trust_gen;	/* bumped whenever a bundle changes (jwt-svid keys taken up) */
+	unsigned long trust_gen;	/* bumped whenever a bundle changes (jwt-svid keys, federated ones) */
+	bcd_trust_set *fed;			/* the federated trust domains' bundles (a reference), or NULL */
 	bcd_wl_jwt_svids *jwt_svids;	/* FetchJWTSVID's cache, fetches and limits */
 	char	   *trust_domain;
 	unsigned char *bundle;		/* DER of the trust domain's root */

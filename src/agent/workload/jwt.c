@@ -27,6 +27,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "workload/jwt.h"
+#include "workload/rules.h"
 
 struct bcd_wl_jwt
 {
@@ -182,14 +183,50 @@ bcd_wl_spiffe_trust_domain(const char *id, char *td, size_t tdlen)
 	return *p == '\0' ? BC_OK : BC_EINVAL;
 }
 
+/* The longest JWT-SVID payload read. */
+#define JWT_PAYLOAD_MAX (64 * 1024)
+
+/*
+ * The trust domain of the token's sub, read before anything is verified,
+ * to pick the bundle it must verify with (a colliding kid in another
+ * domain's bundle never comes into it).  BC_OK, or BC_EINVAL with err.
+ */
+static int
+unverified_trust_domain(const char *token, char *td, size_t tdlen, char *err, size_t errlen)
+{
+	const char *dot1 = strchr(token, '.');
+	const char *dot2 = dot1 != NULL ? strchr(dot1 + 1, '.') : NULL;
+	unsigned char *buf = NULL;
+	size_t		len = 0;
+	json_t	   *doc = NULL;
+	const char *sub;
+	int			rc = BC_EINVAL;
+
+	if (dot2 == NULL || (size_t) (dot2 - dot1 - 1) > JWT_PAYLOAD_MAX * 4 / 3 + 4 ||
+		(buf = malloc(JWT_PAYLOAD_MAX)) == NULL ||
+		bc_b64url_decode(dot1 + 1, (size_t) (dot2 - dot1 - 1), buf, JWT_PAYLOAD_MAX, &len) != BC_OK ||
+		(doc = json_loadb((const char *) buf, len, JSON_REJECT_DUPLICATES, NULL)) == NULL)
+		snprintf(err, errlen, "the token's payload is not a JSON object");
+	else if ((sub = bcd_json_str(doc, "sub", NULL)) == NULL)
+		snprintf(err, errlen, "the token has no subject (sub)");
+	else if (bcd_wl_spiffe_trust_domain(sub, td, tdlen) != BC_OK)
+		snprintf(err, errlen, "the token's subject (sub) is not a SPIFFE ID");
+	else
+		rc = BC_OK;
+	json_decref(doc);
+	free(buf);
+	return rc;
+}
+
 /* ValidateJWTSVID's checks of token for audience (jwt.h). */
 int
-bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *token,
-					const char *audience, char **spiffe_id, json_t **claims, char *err,
-					size_t errlen)
+bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const bcd_trust_set *fed,
+					const char *federates, const char *token, const char *audience,
+					char **spiffe_id, json_t **claims, char *err, size_t errlen)
 {
 	char		kid[64];
 	char		td[TRUST_DOMAIN_MAX + 1];
+	char		td2[TRUST_DOMAIN_MAX + 1];
 	unsigned char *payload = NULL;
 	size_t		plen = 0;
 	json_t	   *doc = NULL;
@@ -197,7 +234,7 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 	json_t	   *nbf;
 	const char *sub;
 	double		now = (double) time(NULL);
-	EVP_PKEY   *key;
+	EVP_PKEY   *key = NULL;
 	int			rc;
 
 	*spiffe_id = NULL;
@@ -217,18 +254,52 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 		snprintf(err, errlen, "the token is not a JWS with a kid");
 		return BC_EINVAL;
 	}
-	key = bcd_service_keys_jwt_key(j->keys, kid);
-	if (key == NULL)
-	{
-		snprintf(err, errlen, "unknown kid: the token's kid names no jwt-svid key of trust "
-				 "domain " BC_SPIFFE_SCHEME "%s (never one, or retired)", trust_domain);
+	/* the bundle of the subject's trust domain, then the kid within that bundle only */
+	if (unverified_trust_domain(token, td, sizeof(td), err, errlen) != BC_OK)
 		return BC_EINVAL;
+	if (strcmp(td, trust_domain) == 0)
+	{
+		key = bcd_service_keys_jwt_key(j->keys, kid);
+		if (key == NULL)
+		{
+			snprintf(err, errlen, "unknown kid: the token's kid names no jwt-svid key of trust "
+					 "domain " BC_SPIFFE_SCHEME "%s (never one, or retired)", trust_domain);
+			return BC_EINVAL;
+		}
+		rc = bc_jws_verify_es256(key, token, strlen(token), JWT_PAYLOAD_MAX, &payload, &plen);
+		EVP_PKEY_free(key);
 	}
-	rc = bc_jws_verify_es256(key, token, strlen(token), 64 * 1024, &payload, &plen);
-	EVP_PKEY_free(key);
+	else
+	{
+		const bcd_trust_domain *d = NULL;
+		int			i;
+
+		if (federates != NULL && bcd_wl_federates_has(federates, td))
+			d = bcd_trust_set_find(fed, td);
+		if (d == NULL)
+		{
+			snprintf(err, errlen, "the token's subject is in trust domain " BC_SPIFFE_SCHEME
+					 "%s; bcd holds the bundle of trust domain " BC_SPIFFE_SCHEME "%s%s, so it "
+					 "cannot validate it", td, trust_domain,
+					 federates != NULL && federates[0] != '\0' ?
+					 " and of the federated ones this caller's rule names only" : " only");
+			return BC_EINVAL;
+		}
+		for (i = 0; i < d->n_jwt; i++)
+			if (strcmp(d->kid[i], kid) == 0)
+				break;
+		if (i == d->n_jwt)
+		{
+			snprintf(err, errlen, "unknown kid: the token's kid names no jwt-svid key of the "
+					 "federated trust domain " BC_SPIFFE_SCHEME "%s", td);
+			return BC_EINVAL;
+		}
+		rc = bc_jws_verify_any(d->jwt[i], token, strlen(token), JWT_PAYLOAD_MAX, &payload, &plen);
+	}
 	if (rc != BC_OK)
 	{
-		snprintf(err, errlen, "the token's signature does not verify");
+		snprintf(err, errlen, rc == BC_EUNSUPPORTED ? "the token's alg is not one its key signs "
+				 "with" : "the token's signature does not verify");
 		return BC_EINVAL;
 	}
 	doc = json_loadb((const char *) payload, plen, JSON_REJECT_DUPLICATES, NULL);
@@ -238,12 +309,8 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 	sub = bcd_json_str(doc, "sub", NULL);
 	if (!json_is_object(doc) || sub == NULL)
 		snprintf(err, errlen, "the token has no subject (sub)");
-	else if (bcd_wl_spiffe_trust_domain(sub, td, sizeof(td)) != BC_OK)
-		snprintf(err, errlen, "the token's subject (sub) is not a SPIFFE ID");
-	else if (strcmp(td, trust_domain) != 0)
-		snprintf(err, errlen, "the token's subject is in trust domain " BC_SPIFFE_SCHEME "%s; "
-				 "bcd holds the bundle of trust domain " BC_SPIFFE_SCHEME "%s only, so it "
-				 "cannot validate it", td, trust_domain);
+	else if (bcd_wl_spiffe_trust_domain(sub, td2, sizeof(td2)) != BC_OK || strcmp(td, td2) != 0)
+		snprintf(err, errlen, "the token's subject (sub) is not a SPIFFE ID of trust domain %s", td);
 	else if (!json_is_number(exp))
 		snprintf(err, errlen, "the token has no expiry (exp)");
 	else if (json_number_value(exp) <= now)

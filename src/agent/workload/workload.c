@@ -168,6 +168,8 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	w->bundle_len = (size_t) i2d_X509(keys->node_ca, &p);
 	if (bcd_wl_rules_check_federates(w->rules, w->trust_domain, err, errlen) != 0)
 		goto fail;
+	if (keys->trust != NULL)
+		w->fed = bcd_trust_bundles_get(keys->trust);
 	w->path = o->workload_api != NULL ? strdup(o->workload_api) : default_path(socket_path);
 	if (w->path == NULL)
 	{
@@ -273,6 +275,8 @@ bcd_workload_free(bcd_workload *w)
 	bcd_wl_refusals_free(w->refusals);
 	bcd_wl_jwt_free(w->jwt);
 	bcd_wl_jwt_svids_free(w->jwt_svids);
+	if (w->fed != NULL)
+		bcd_trust_set_release(w->keys->trust, w->fed);
 	free(w->trust_domain);
 	free(w->bundle);
 	free(w->path);
