@@ -614,4 +614,27 @@ int			bc_cloud_parse_azure_time(const char *s, int64_t *out);
 /* 1 when s is a UUID: 8-4-4-4-12 hex digits. */
 int			bc_cloud_is_uuid(const char *s);
 
+/* ------------------------------------------------- SPIFFE trust bundles (#46 federation) */
+
+/* The largest bundle accepted from another trust domain, bytes. */
+#define BC_SPIFFE_BUNDLE_MAX (256 * 1024)
+/* The most keys a bundle may hold. */
+#define BC_SPIFFE_BUNDLE_KEYS_MAX 64
+/* The largest spiffe_sequence (2^53: every JSON implementation holds it exactly). */
+#define BC_SPIFFE_SEQUENCE_MAX 9007199254740992LL
+
+/*
+ * Judge another trust domain's bundle (spiffe_bundle.c): BC_OK, or
+ * BC_ETOOBIG (over BC_SPIFFE_BUNDLE_MAX bytes or BC_SPIFFE_BUNDLE_KEYS_MAX
+ * keys) or BC_EINVAL (not a JWK Set, a sequence or hint that is not an
+ * integer up to 2^53, an x509-svid key whose x5c is not exactly one DER CA
+ * certificate holding the JWK's key, a jwt-svid key without kid), why then
+ * saying which (NUL-terminated, when whylen > 0).  JWKs of an unknown use
+ * or kty are ignored.
+ */
+int			bc_spiffe_bundle_check(const char *json, size_t n, char *why, size_t whylen);
+
+/* The certificates of a bundle's x509-svid keys (after the check above), a new stack. */
+int			bc_spiffe_bundle_x509_roots(const char *json, size_t n, STACK_OF(X509) **out);
+
 #endif							/* BC_COMMON_H */

@@ -33,6 +33,8 @@
 #define BC_PATH_SERVICE_KEYS	"/v1/service-keys"
 /* GET: the trust domain's SPIFFE bundle (bc_join.spiffe_bundle()). */
 #define BC_PATH_SPIFFE_BUNDLE	"/v1/spiffe-bundle"
+/* GET: the federated trust domains' bundles signed by each signing key (bc_join.signed_trust_bundles()). */
+#define BC_PATH_TRUST_BUNDLES	"/v1/trust-bundles"
 /* The bundle's spiffe_refresh_hint, seconds. */
 #define BC_SPIFFE_REFRESH_HINT	300
 

@@ -752,6 +752,36 @@ bc_service_keys(PG_FUNCTION_ARGS)
 	PG_RETURN_JSONB_P(bc_jsonb(out.data));
 }
 
+/*
+ * {"keys": [JWS...]}: doc signed once by every signing key in key_dir (each
+ * JWS names its kid), never by a key marked compromised
+ * (mark_key_compromised); palloc()ed.
+ */
+static char *
+signed_by_each(const BcKeys *k, const char *doc)
+{
+	StringInfoData out;
+	int			i;
+	bool		first = true;
+	List	   *marked = bc_compromised_kids();
+
+	initStringInfo(&out);
+	bc_json_begin(&out);
+	bc_json_key(&out, "keys");
+	appendStringInfoChar(&out, '[');
+	for (i = 0; i < k->n_signing; i++)
+	{
+		if (bc_kid_listed(marked, k->signing_kids[i]))
+			continue;
+		appendStringInfo(&out, "%s\"%s\"", first ? "" : ",",
+						 sign_doc(k->signing_set[i], k->signing_kids[i], doc));
+		first = false;
+	}
+	appendStringInfoChar(&out, ']');
+	bc_json_end(&out);
+	return out.data;
+}
+
 PG_FUNCTION_INFO_V1(bc_signed_service_keys);
 
 /*
@@ -765,30 +795,69 @@ Datum
 bc_signed_service_keys(PG_FUNCTION_ARGS)
 {
 	const BcKeys *k = bc_keys();
-	char	   *doc;
-	StringInfoData out;
-	int			i;
-	bool		first = true;
-	List	   *marked = bc_compromised_kids();
 
 	bc_require_signing_key_live(k);
-	doc = service_keys_text(k, bc_rfc3339(bc_now()));
-	initStringInfo(&out);
-	bc_json_begin(&out);
-	bc_json_key(&out, "keys");
-	appendStringInfoChar(&out, '[');
-	/* Never signed by a key marked compromised (mark_key_compromised). */
-	for (i = 0; i < k->n_signing; i++)
-	{
-		if (bc_kid_listed(marked, k->signing_kids[i]))
-			continue;
-		appendStringInfo(&out, "%s\"%s\"", first ? "" : ",",
-						 sign_doc(k->signing_set[i], k->signing_kids[i], doc));
-		first = false;
-	}
-	appendStringInfoChar(&out, ']');
-	bc_json_end(&out);
-	PG_RETURN_JSONB_P(bc_jsonb(out.data));
+	PG_RETURN_JSONB_P(bc_jsonb(signed_by_each(k, service_keys_text(k, bc_rfc3339(bc_now())))));
+}
+
+/* #46 federation */
+
+static BcPlan federated_bundles = {
+	"SELECT bc_join.federated_bundles()::text", 0, {InvalidOid}
+};
+
+PG_FUNCTION_INFO_V1(bc_signed_trust_bundles);
+
+/*
+ * signed_trust_bundles(): the federated trust domains' bundles as agents
+ * take them (GET /v1/trust-bundles), {"keys": [JWS...]} in the shape of
+ * signed_service_keys(), each JWS over {trustDomain, issuedAt, bundles:
+ * {"spiffe://<td>": bundle}} (federated_bundles(): the bundles the database
+ * accepted), signed by every live signing key.
+ */
+Datum
+bc_signed_trust_bundles(PG_FUNCTION_ARGS)
+{
+	const BcKeys *k = bc_keys();
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *bundles;
+	StringInfoData doc;
+
+	bc_require_signing_key_live(k);
+	(void) bc_require_trust_domain();
+	bc_spi_connect();
+	if (bc_spi_exec(&federated_bundles, NULL, NULL, true, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("bc_join.federated_bundles() returned no row")));
+	bundles = MemoryContextStrdup(cxt, bc_spi_text_req(1));
+	SPI_finish();
+	initStringInfo(&doc);
+	bc_json_begin(&doc);
+	bc_json_member(&doc, "trustDomain", bc_trust_domain);
+	bc_json_member(&doc, "issuedAt", bc_rfc3339(bc_now()));
+	bc_json_member_raw(&doc, "bundles", bundles);
+	bc_json_end(&doc);
+	PG_RETURN_JSONB_P(bc_jsonb(signed_by_each(k, doc.data)));
+}
+
+PG_FUNCTION_INFO_V1(bc_federated_bundle_problem);
+
+/*
+ * federated_bundle_problem(bundle text): NULL when another trust domain's
+ * bundle may be stored (bc_spiffe_bundle_check: size, key count, shape,
+ * x509-svid certificates, jwt-svid kids, sequence and hint up to 2^53),
+ * else why not, one lower-case sentence.
+ */
+Datum
+bc_federated_bundle_problem(PG_FUNCTION_ARGS)
+{
+	text	   *t = PG_GETARG_TEXT_PP(0);
+	char		why[256];
+
+	if (bc_spiffe_bundle_check(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), why, sizeof(why)) == BC_OK)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(why));
 }
 
 /* A misconfigured service fails loudly before anything is written. */

@@ -147,3 +147,13 @@ const struct gw_doc_spec gw_doc_spiffe_bundle = {
 	.content_type = "application/json",
 	.unavailable = "no SPIFFE bundle",
 };
+
+/* The federated domains' bundles (#46): signed, checked by bcd as the service keys are. */
+const struct gw_doc_spec gw_doc_trust_bundles = {
+	.name = "trust_bundles",
+	.sql = "SELECT bc_join.signed_trust_bundles()::text",
+	.rule = GW_DOC_MAX_AGE,
+	.check = check_json,
+	.content_type = "application/json",
+	.unavailable = "no signed trust bundles",
+};

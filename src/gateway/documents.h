@@ -16,4 +16,7 @@ extern const struct gw_doc_spec gw_doc_service_keys;
 /* GET /v1/spiffe-bundle: bc_join.spiffe_bundle(), at most --service-keys-max-age old. */
 extern const struct gw_doc_spec gw_doc_spiffe_bundle;
 
+/* GET /v1/trust-bundles: bc_join.signed_trust_bundles(), at most --service-keys-max-age old. */
+extern const struct gw_doc_spec gw_doc_trust_bundles;
+
 #endif

@@ -66,6 +66,13 @@ const struct gw_route gw_routes[] = {
 	 */
 	{"POST", "/v1/ocsp", "ocsp", GW_ROUTE_OCSP, NULL, NULL, API, NULL, BC_OCSP_REQUEST_MAX},
 	{"GET", "/v1/ocsp", "ocsp_get", GW_ROUTE_OCSP, NULL, NULL, API | GW_ROUTE_TAIL, NULL, 0},
+
+	/*
+	 * Federation (#46): the federated trust domains' bundles, as the database
+	 * accepted them (bc-join-federate fetches, never the gateway), signed by
+	 * the signing keys, from the document cache.
+	 */
+	{"GET", BC_PATH_TRUST_BUNDLES, "trust_bundles", GW_ROUTE_DOCUMENT, NULL, &gw_doc_trust_bundles, API, NULL, 0},
 };
 
 const size_t gw_nroutes = sizeof(gw_routes) / sizeof(gw_routes[0]);

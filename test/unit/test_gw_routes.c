@@ -51,6 +51,7 @@ static const struct wire_route wire[] = {
 	{"POST", "/v1/attest", "attest", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 8 * 1024 * 1024, 0},
 	{"POST", "/v1/ocsp", "ocsp", GW_ROUTE_OCSP, 1, 1, NULL, NULL, 4096, 0},
 	{"GET", "/v1/ocsp", "ocsp_get", GW_ROUTE_OCSP, 1, 1, NULL, NULL, 0, 1},
+	{"GET", "/v1/trust-bundles", "trust_bundles", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_trust_bundles, 0, 0},
 };
 
 #define NWIRE (sizeof(wire) / sizeof(wire[0]))
@@ -211,7 +212,7 @@ test_metrics_endpoints(void **state)
 	static const char *const counted[] = {
 		"join", "renew", "session", "commands", "commands_complete", "site_epoch",
 		"audit_anchor", "service_keys", "jwt_svid", "spiffe_bundle", "attest", "ocsp", "ocsp_get",
-		"other",
+		"trust_bundles", "other",
 	};
 	struct gw_metrics *m = calloc(1, sizeof(*m));
 	struct gw_gauges g = {0};
@@ -254,11 +255,11 @@ test_metrics_endpoints(void **state)
 	assert_non_null(strstr(text, "bc_gateway_requests_total{endpoint=\"other\",outcome=\"unsupported\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_bucket{endpoint=\"join\",le=\"0.005\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_count{endpoint=\"spiffe_bundle\"} 0\n"));
-	/* 14 endpoints x 13 outcomes */
+	/* 15 endpoints x 13 outcomes */
 	n = 0;
 	for (p = text; (p = strstr(p, "bc_gateway_requests_total{")) != NULL; p++)
 		n++;
-	assert_int_equal(n, 14 * GW_OUT_COUNT);
+	assert_int_equal(n, 15 * GW_OUT_COUNT);
 	free(text);
 	evbuffer_free(buf);
 	free(m);
