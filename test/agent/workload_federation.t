@@ -156,12 +156,35 @@ def mint(keyfile, kid, sub, aud, alg="ES256"):
     return t.serialize(compact=True), k
 
 
-def start(env, name, rules, extra=()):
-    """Join env's host, start its bcd with the rules; (daemon, workload socket)."""
+def join(env, name):
+    """Join env's host (state-NAME); raise when it does not."""
     state = os.path.join(env.dir, "state-" + name)
     r = env.bcd("run", *env.run_args(state, token_file=env.token_file(name), extra=["--once"]))
     if r.returncode != 0:
         raise RuntimeError("the host of %s does not join: %s" % (name, r.stderr[-2000:]))
+
+
+def in_parallel(*fns):
+    """Run the functions in threads; re-raise the first failure."""
+    errs = []
+
+    def wrap(fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            errs.append(e)
+    ts = [threading.Thread(target=wrap, args=(fn,)) for fn in fns]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs:
+        raise errs[0]
+
+
+def start(env, name, rules, extra=()):
+    """Start the joined host's bcd with the rules; (daemon, workload socket)."""
+    state = os.path.join(env.dir, "state-" + name)
     rt = sl.runtime_dir(env, "rt-" + name)
     shared = os.path.join(env.dir, "shared-" + name)
     os.mkdir(shared)
@@ -194,17 +217,25 @@ def body(tap, env):
 def run(tap, env, envb):
     import grpc
     t0 = time.time()
-    py = agentlib.workload_stubs(env)
+    keys_c = os.path.join(env.dir, "keys-c")
+    out = {}
+
+    def domain_b():
+        envb.start_cluster("agents-b")
+        envb.make_tls()
+        envb.gateway("--service-keys-max-age", "1")
+        join(envb, "b")
+
+    def domain_a():
+        out["py"] = agentlib.workload_stubs(env)
+        # domain C: a key directory only, federated with no one
+        subprocess.run([KEYGEN, keys_c], check=True, stdout=subprocess.DEVNULL)
+        join(env, "a")
+    in_parallel(domain_a, domain_b)
+    py = out["py"]
     sys.path.insert(0, py)
     import workload_pb2 as pb
     import workload_pb2_grpc as pbg
-
-    envb.start_cluster("agents-b")
-    envb.make_tls()
-    envb.gateway("--service-keys-max-age", "1")
-    # domain C: a key directory only, federated with no one
-    keys_c = os.path.join(env.dir, "keys-c")
-    subprocess.run([KEYGEN, keys_c], check=True, stdout=subprocess.DEVNULL)
     bundle_a = env.psql("SELECT bc_join.spiffe_bundle()")
     bundle_b = envb.psql("SELECT bc_join.spiffe_bundle()")
     env.psql("SELECT bc_join.add_federation('%s', NULL, 'static', NULL, '%s'::jsonb)" % (TD_B, bundle_b))
