@@ -73,7 +73,14 @@ build/asan/bc-gateway: $(GW_ASAN_OBJS) $(GW_ASAN_COMMON_LIB)
 # delete what the gateway's tests use.
 BCJ_BCD ?= $(firstword $(wildcard $(CURDIR)/build/bcd $(CURDIR)/build/asan/bcd))
 
-gateway-test: build/asan/bc-gateway
+# oidc.t's relying party (test/gateway/oidc-verify): Go with Debian's go-oidc
+# and go-jose only, no module proxy (GO111MODULE=off, GOPATH of the -dev packages).
+build/oidc-verify: test/gateway/oidc-verify/main.go
+	@mkdir -p $(dir $@)
+	GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(CURDIR)/build/gocache GOFLAGS= \
+		go build -o $@ $<
+
+gateway-test: build/asan/bc-gateway build/oidc-verify
 	@test -n "$(BCJ_BCD)" && test -x "$(BCJ_BCD)" || \
 		{ echo "gateway-test: no bcd; run make programs first (or set BCJ_BCD)"; exit 1; }
 	BCJ_GATEWAY=$(CURDIR)/build/asan/bc-gateway BCJ_BCD=$(BCJ_BCD) prove --timer -j$(BCJ_PROVE_JOBS) $(GW_TESTS)

@@ -1401,7 +1401,7 @@ COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
 -- Everything an agent pins, in one document: trustDomain, signingKey and
 -- encryptionKey (the current ones), signingKeys and encryptionKeys (every
 -- key in key_dir with its kid, the current one first), jwtKeys (the
--- optional jwt-svid.key's, with its kid), nodeCa (node-ca.crt:
+-- jwt-svid keys, current first, each with its kid), nodeCa (node-ca.crt:
 -- the issuing CA, then its chain to the root), issuedAt and signed (the
 -- document with issuedAt signed by the current signing key: the time agents
 -- pin, so that no older rollover is taken up).  Hand it to bcd as
@@ -1409,7 +1409,7 @@ COMMENT ON FUNCTION bc_join.node_ca_certificate() IS
 CREATE FUNCTION bc_join.service_keys() RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_service_keys' LANGUAGE C STABLE;
 COMMENT ON FUNCTION bc_join.service_keys() IS
-	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, jwtKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; jwtKeys is jwt-svid.key''s public JWK with its kid (empty without one); signed is the document with issuedAt signed by the current signing key.';
+	'Returns everything an agent pins in one document, {trustDomain, signingKey, encryptionKey, signingKeys, encryptionKeys, jwtKeys, nodeCa, issuedAt, signed}, to hand to bcd as --service-keys; jwtKeys are the jwt-svid keys'' public JWKs with their kids, jwt-svid.key''s first (the one that signs), then jwt-svid.next.key''s and jwt-svid.previous.key''s (empty without jwt-svid.key); signed is the document with issuedAt signed by the current signing key.';
 
 -- The rollover agents accept: {"keys": [JWS...]}, service_keys() without
 -- signed, signed once by each signing key in key_dir (the gateway's
@@ -4638,3 +4638,22 @@ GRANT USAGE ON SCHEMA bc_join TO bc_join_federation;
 GRANT EXECUTE ON FUNCTION bc_join.federation_due(), bc_join.store_fetched_bundle(text, text, text)
 	TO bc_join_federation;
 -- end of #46 federation
+
+-- #46 oidc: OIDC discovery of the JWT-SVID issuer and the JWKS of its keys
+-- (docs/operator.md, "OIDC for AWS IAM and other relying parties").  The
+-- gateway serves them at GET /.well-known/openid-configuration and
+-- GET /v1/jwks; both need bc_join.jwt_issuer (INVALID_CONFIG without it).
+CREATE FUNCTION bc_join.oidc_discovery() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_oidc_discovery' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.oidc_discovery() IS
+	'Returns the OpenID Provider metadata of the JWT-SVID issuer, {issuer, jwks_uri, authorization_endpoint, response_types_supported, subject_types_supported, id_token_signing_alg_values_supported}: issuer is bc_join.jwt_issuer (the iss of JWT-SVIDs), jwks_uri issuer/v1/jwks; INVALID_CONFIG when bc_join.jwt_issuer is not set.';
+
+CREATE FUNCTION bc_join.jwks() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'bc_jwks' LANGUAGE C STABLE;
+COMMENT ON FUNCTION bc_join.jwks() IS
+	'Returns {keys}: every jwt-svid key of the key directory (jwt-svid.key first, then jwt-svid.next.key and jwt-svid.previous.key) as a public JWK with kid, alg ES256 and use sig, never an X.509 key; INVALID_CONFIG without bc_join.jwt_issuer or jwt-svid.key.';
+
+REVOKE ALL ON FUNCTION bc_join.oidc_discovery(), bc_join.jwks() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.oidc_discovery(), bc_join.jwks()
+	TO bc_join_gateway, bc_join_operator, bc_join_tenant_operator;
+-- end of #46 oidc

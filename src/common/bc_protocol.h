@@ -37,6 +37,10 @@
 #define BC_PATH_TRUST_BUNDLES	"/v1/trust-bundles"
 /* The bundle's spiffe_refresh_hint, seconds. */
 #define BC_SPIFFE_REFRESH_HINT	300
+/* #46 oidc, GET: OIDC discovery of the JWT-SVID issuer (bc_join.oidc_discovery()). */
+#define BC_PATH_OIDC_DISCOVERY	"/.well-known/openid-configuration"
+/* GET: the JWT-SVID keys as a JWKS (bc_join.jwks()), the discovery's jwks_uri. */
+#define BC_PATH_JWKS			"/v1/jwks"
 
 /* ---------------------------------------------------------------- roles */
 

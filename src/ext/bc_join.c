@@ -86,6 +86,56 @@ bc_url_check(char **newval, void **extra, GucSource source)
 }
 
 /*
+ * The JWT-SVID issuer: empty, or an https origin, https://HOST[:PORT] with a
+ * lower-case DNS name or IPv4 address and no path, trailing slash, query,
+ * fragment or userinfo: what relying parties compare byte for byte with the
+ * discovery document's issuer, which the gateway serves at the origin's
+ * fixed /.well-known/openid-configuration.
+ */
+static bool
+bc_jwt_issuer_check(char **newval, void **extra, GucSource source)
+{
+	const char *host;
+	const char *p;
+	int			port = 0;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	if (strlen(*newval) > 255 || strncmp(*newval, "https://", 8) != 0)
+	{
+		GUC_check_errdetail("The issuer is an https origin of at most 255 characters: https://HOST or https://HOST:PORT.");
+		return false;
+	}
+	host = *newval + 8;
+	for (p = host; (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-'; p++)
+		;
+	if (p == host || host[0] == '.' || host[0] == '-' || p[-1] == '.' || p[-1] == '-' ||
+		strstr(host, "..") != NULL)
+	{
+		GUC_check_errdetail("The issuer's host is a lower-case DNS name or IPv4 address, without userinfo.");
+		return false;
+	}
+	if (*p == ':')
+	{
+		const char *digits = ++p;
+
+		for (; *p >= '0' && *p <= '9' && p - digits < 6; p++)
+			port = port * 10 + (*p - '0');
+		if (p == digits || digits[0] == '0' || port > 65535 || *p != '\0')
+		{
+			GUC_check_errdetail("The issuer's port is a number from 1 to 65535 and ends the issuer.");
+			return false;
+		}
+	}
+	if (*p != '\0')
+	{
+		GUC_check_errdetail("The issuer is an origin: no path, trailing slash, query or fragment (\"%s\").", p);
+		return false;
+	}
+	return true;
+}
+
+/*
  * Define the settings; every one is superuser-only.  Only from
  * shared_preload_libraries: two settings are PGC_POSTMASTER and the
  * statistics live in shared memory, so a library loaded later (CREATE
@@ -183,6 +233,17 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("bc_join.jwt_issuer",
+							   "The iss of JWT-SVIDs and the issuer of the OIDC discovery document.",
+							   "An https origin, https://HOST[:PORT], the gateway's public address "
+							   "(e.g. https://oidc.example.org); empty: JWT-SVIDs carry no iss and "
+							   "bc_join.oidc_discovery() and bc_join.jwks() raise INVALID_CONFIG.",
+							   &bc_jwt_issuer,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   bc_jwt_issuer_check, NULL, NULL);
 
 	DefineCustomIntVariable("bc_join.sessions_per_node",
 							"Session identities a node may hold.",

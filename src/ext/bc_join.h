@@ -33,6 +33,7 @@ extern int	bc_cert_ttl;
 extern int	bc_clock_offset;
 extern int	bc_session_ttl;
 extern int	bc_jwt_svid_ttl;
+extern char *bc_jwt_issuer;
 extern int	bc_sessions_per_node;
 extern int	bc_new_sessions_per_minute;
 extern int	bc_join_request_ttl;
@@ -150,9 +151,17 @@ typedef struct BcKeys
 	bool		has_challenge;
 	unsigned char challenge32[BC_STATE_KEY_LEN];
 	EVP_PKEY   *challenge_pkey;	/* private; NULL for a 32-byte key */
-	/* jwt-svid.key (optional): signs JWT-SVIDs; NULL when absent */
-	EVP_PKEY   *jwt_svid;		/* private */
+	/*
+	 * jwt-svid.key (optional): signs JWT-SVIDs; NULL when absent.  With it,
+	 * jwt-svid.next.key and jwt-svid.previous.key (tools/bc-join-keygen
+	 * --stage-jwt-key, --promote-jwt-key): [0] signs, all are published
+	 * (jwtKeys, spiffe_bundle(), jwks()), the current one first.
+	 */
+	EVP_PKEY   *jwt_svid;		/* private; == jwt_svid_set[0] */
 	char		jwt_svid_kid[44];
+	int			n_jwt_svid;
+	EVP_PKEY   *jwt_svid_set[BC_KEYSET_MAX];
+	char		jwt_svid_kids[BC_KEYSET_MAX][44];
 	/*
 	 * ocsp.key (optional): signs OCSP responses, with a responder
 	 * certificate node-ca.key issues in memory (ocsp.c); NULL when absent.
@@ -167,6 +176,11 @@ typedef struct BcKeys
  * when the directory changes (checked once per transaction).
  */
 extern const BcKeys *bc_keys(void);
+/*
+ * Append a jwt-svid key's public JWK with its kid and one more member
+ * (service_keys.c; spiffe_bundle() and jwks()).
+ */
+extern void bc_append_jwt_jwk(StringInfo buf, EVP_PKEY *key, const char *name, const char *value);
 /* Forget the loaded keys (bc_join.key_dir changed). */
 extern void bc_keys_reset(void);
 /* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */

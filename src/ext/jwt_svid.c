@@ -13,8 +13,9 @@
  *
  * The JWT-SVID: JWS compact signed by jwt-svid.key, protected header
  * {"alg":"ES256","kid":<its RFC 7638 thumbprint>,"typ":"JWT"}, claims
- * {"sub": spiffe://<td>/tenant/<t>/node/<n>/session/<sessionId>, "aud":
- * [...], "exp", "iat"}; it lives bc_join.jwt_svid_ttl (300 s) at most and
+ * {"iss" (bc_join.jwt_issuer, when set), "sub":
+ * spiffe://<td>/tenant/<t>/node/<n>/session/<sessionId>, "aud": [...],
+ * "exp", "iat"}; it lives bc_join.jwt_svid_ttl (300 s) at most and
  * never beyond the node certificate.  The answer is signed by the signing
  * key like every answer.  Refusals are the one refusal, recorded as
  * jwt-svid:<reason>; rounds are counted as attestor "jwt-svid".
@@ -116,6 +117,9 @@ jwt_svid_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 
 	initStringInfo(&claims);
 	bc_json_begin(&claims);
+	/* iss only when configured (the spec defines none; OIDC relying parties need it) */
+	if (bc_jwt_issuer != NULL && bc_jwt_issuer[0] != '\0')
+		bc_json_member(&claims, "iss", bc_jwt_issuer);
 	bc_json_member(&claims, "sub", spiffe_id);
 	bc_json_member_raw(&claims, "aud", aud.data);
 	bc_json_member_int(&claims, "exp", iat + ttl);

@@ -61,8 +61,11 @@ bc_keys_reset(void)
 	bc_ossl_cache_forget(keys.node_ca_key);
 	bc_ossl_cache_forget(keys.challenge_pkey);
 	EVP_PKEY_free(keys.challenge_pkey);
-	bc_ossl_cache_forget(keys.jwt_svid);
-	EVP_PKEY_free(keys.jwt_svid);
+	for (i = 0; i < keys.n_jwt_svid; i++)
+	{
+		bc_ossl_cache_forget(keys.jwt_svid_set[i]);
+		EVP_PKEY_free(keys.jwt_svid_set[i]);
+	}
 	bc_ossl_cache_forget(keys.ocsp);
 	EVP_PKEY_free(keys.ocsp);
 	EVP_PKEY_free(keys.node_ca_key);
@@ -186,12 +189,13 @@ load_private(const char *name, bool optional, EVP_PKEY **out, LoadError *e)
 }
 
 /*
- * Load one kind of key: NAME.key (the current one, required), then
- * NAME.next.key and NAME.previous.key when present; a key twice (a link
- * made while rotating) counts once.
+ * Load one kind of key: NAME.key (the current one, required unless
+ * optional: then without it none of the kind is loaded), then NAME.next.key
+ * and NAME.previous.key when present; a key twice (a link made while
+ * rotating) counts once.
  */
 static bool
-load_set(const char *name, EVP_PKEY **set, int *n, char (*kids)[44], LoadError *e)
+load_set(const char *name, bool optional, EVP_PKEY **set, int *n, char (*kids)[44], LoadError *e)
 {
 	static const char *const suffixes[BC_KEYSET_MAX] = {".key", ".next.key", ".previous.key"};
 	int			i;
@@ -204,8 +208,10 @@ load_set(const char *name, EVP_PKEY **set, int *n, char (*kids)[44], LoadError *
 		bool		dup = false;
 		int			j;
 
-		if (!load_private(psprintf("%s%s", name, suffixes[i]), i > 0, &k, e))
+		if (!load_private(psprintf("%s%s", name, suffixes[i]), i > 0 || optional, &k, e))
 			return false;
+		if (k == NULL && i == 0)
+			return true;		/* an optional kind without its current key */
 		if (k == NULL)
 			continue;
 		if (bc_jwk_thumbprint(k, kid) != BC_OK)
@@ -343,8 +349,8 @@ load_all(LoadError *e)
 
 	if (!check_private_mode(bc_key_dir, true, e))
 		return false;
-	if (!load_set("signing", keys.signing_set, &keys.n_signing, keys.signing_kids, e) ||
-		!load_set("encryption", keys.encryption_set, &keys.n_encryption, NULL, e) ||
+	if (!load_set("signing", false, keys.signing_set, &keys.n_signing, keys.signing_kids, e) ||
+		!load_set("encryption", false, keys.encryption_set, &keys.n_encryption, NULL, e) ||
 		!load_private("node-ca.key", false, &keys.node_ca_key, e))
 		return false;
 	keys.signing = keys.signing_set[0];
@@ -443,12 +449,17 @@ load_all(LoadError *e)
 	/*
 	 * jwt-svid.key (optional, any kind hwkeys.c loads): signs JWT-SVIDs.  A
 	 * directory without it serves everything else; issue_jwt_svid() then
-	 * raises INVALID_CONFIG.
+	 * raises INVALID_CONFIG.  With it, jwt-svid.next.key (staged) and
+	 * jwt-svid.previous.key (promoted from, not yet retired) are published
+	 * beside it and never sign (tools/bc-join-keygen --stage-jwt-key).
 	 */
-	if (!load_private("jwt-svid.key", true, &keys.jwt_svid, e))
+	if (!load_set("jwt-svid", true, keys.jwt_svid_set, &keys.n_jwt_svid, keys.jwt_svid_kids, e))
 		return false;
-	if (keys.jwt_svid != NULL && bc_jwk_thumbprint(keys.jwt_svid, keys.jwt_svid_kid) != BC_OK)
-		LOAD_FAIL(e, "could not compute a key id", "jwt-svid.key is not a P-256 key.");
+	if (keys.n_jwt_svid > 0)
+	{
+		keys.jwt_svid = keys.jwt_svid_set[0];
+		memcpy(keys.jwt_svid_kid, keys.jwt_svid_kids[0], sizeof(keys.jwt_svid_kid));
+	}
 
 	/*
 	 * ocsp.key (optional, any kind hwkeys.c loads): signs OCSP responses
@@ -627,10 +638,30 @@ append_jwk(StringInfo buf, EVP_PKEY *key, bool with_kid)
 }
 
 /*
+ * Append a jwt-svid key's public JWK with its kid, then member name: value
+ * ("use": "jwt-svid" in the SPIFFE bundle; "alg" and "use" in jwks()).
+ */
+void
+bc_append_jwt_jwk(StringInfo buf, EVP_PKEY *key, const char *name, const char *value)
+{
+	StringInfoData jwk;
+
+	initStringInfo(&jwk);
+	append_jwk(&jwk, key, true);
+	jwk.len--;					/* reopen the JWK: its members, then ours */
+	jwk.data[jwk.len] = '\0';
+	bc_json_member(&jwk, name, value);
+	bc_json_end(&jwk);
+	appendStringInfoString(buf, jwk.data);
+	pfree(jwk.data);
+}
+
+/*
  * The service-keys document: trustDomain, signingKey and encryptionKey (the
  * current ones, as signing_jwk() and encryption_jwk()), signingKeys and encryptionKeys (every key in key_dir, the
- * current one first, each with its kid; signingKeys then the peers' keys), jwtKeys (jwt-svid.key's, with its
- * kid; empty without it), nodeCa (node-ca.crt: the issuing CA
+ * current one first, each with its kid; signingKeys then the peers' keys), jwtKeys (jwt-svid.key's, then
+ * jwt-svid.next.key's and jwt-svid.previous.key's when present, each with its
+ * kid; empty without jwt-svid.key: only the first signs), nodeCa (node-ca.crt: the issuing CA
  * first, then its chain up to the root).
  */
 static char *
@@ -684,8 +715,12 @@ service_keys_text(const BcKeys *k, const char *issued_at)
 	appendStringInfoChar(&buf, ']');
 	bc_json_key(&buf, "jwtKeys");
 	appendStringInfoChar(&buf, '[');
-	if (k->jwt_svid != NULL)
-		append_jwk(&buf, k->jwt_svid, true);
+	for (i = 0; i < k->n_jwt_svid; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		append_jwk(&buf, k->jwt_svid_set[i], true);
+	}
 	appendStringInfoChar(&buf, ']');
 	bc_json_member(&buf, "nodeCa", k->node_ca_pem);
 	if (issued_at != NULL)
@@ -936,7 +971,8 @@ PG_FUNCTION_INFO_V1(bc_spiffe_bundle);
  * spiffe_bundle(): the trust domain's SPIFFE bundle (a JWKS): an x509-svid
  * key for each root of the node CA chain (the last certificate of
  * node-ca.crt, and of node-ca.previous.crt when that is another root), the
- * jwt-svid key with its kid (none without jwt-svid.key), spiffe_sequence
+ * jwt-svid keys with their kids (jwt-svid.key first, then the next and
+ * previous ones; none without jwt-svid.key), spiffe_sequence
  * (key_dir_sequence) and spiffe_refresh_hint.
  */
 Datum
@@ -944,6 +980,7 @@ bc_spiffe_bundle(PG_FUNCTION_ARGS)
 {
 	const BcKeys *k = bc_keys();
 	StringInfoData buf;
+	int			i;
 
 	(void) bc_require_trust_domain();
 	initStringInfo(&buf);
@@ -961,18 +998,10 @@ bc_spiffe_bundle(PG_FUNCTION_ARGS)
 			append_x509_svid_key(&buf, prev);
 		}
 	}
-	if (k->jwt_svid != NULL)
+	for (i = 0; i < k->n_jwt_svid; i++)
 	{
-		StringInfoData jwk;
-
-		initStringInfo(&jwk);
-		append_jwk(&jwk, k->jwt_svid, true);
-		jwk.len--;
-		jwk.data[jwk.len] = '\0';
-		bc_json_member(&jwk, "use", "jwt-svid");
-		bc_json_end(&jwk);
 		appendStringInfoChar(&buf, ',');
-		appendStringInfoString(&buf, jwk.data);
+		bc_append_jwt_jwk(&buf, k->jwt_svid_set[i], "use", "jwt-svid");
 	}
 	appendStringInfoChar(&buf, ']');
 	bc_json_member_int(&buf, "spiffe_sequence", key_dir_sequence());

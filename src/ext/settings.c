@@ -12,6 +12,7 @@ int			bc_cert_ttl = BC_SERVICE_TTL_MAX;
 int			bc_clock_offset = 0;
 int			bc_session_ttl = 900;
 int			bc_jwt_svid_ttl = 300;
+char	   *bc_jwt_issuer = NULL;
 int			bc_join_request_ttl = 86400;
 char	   *bc_crl_url = NULL;
 int			bc_crl_validity = 3600;

@@ -304,8 +304,10 @@ fetch_done(const struct gw_db_result *r, void *arg)
 		moment(c, &m);
 		gw_log(r->status == GW_DB_OK ? GW_LOG_ERROR : GW_LOG_WARN,
 			   log_msg(c, "fetch failed", msg, sizeof(msg)),
-			   json_pack("{s:s,s:s,s:s?,s:b}", "document", d->name, "reason", why, "sqlstate",
+			   json_pack("{s:s,s:s,s:s?,s:s?,s:b}", "document", d->name, "reason", why, "sqlstate",
 						 r->status == GW_DB_ERROR ? r->sqlstate : NULL,
+						 /* the query takes no input: its error names the cause (a setting, a key) */
+						 "message", r->status == GW_DB_ERROR ? r->message : NULL,
 						 "serving_cached", gw_doc_servable(&m) >= 0));
 		if (c->copy.body != NULL)
 			arm(c, c->cfg->retry_after_s);

@@ -86,6 +86,7 @@ struct gw_doc_spec
 	const char *unavailable;	/* the reason logged with a 503 */
 	const char *log_as;			/* the log lines' "<log_as> fetched" (NULL: cached document) */
 	const struct gw_doc_metric_text *metric_text;	/* NULL: the generic texts */
+	const char *cors;			/* Access-Control-Allow-Origin of every answer (NULL: none) */
 };
 
 /*

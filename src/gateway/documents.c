@@ -157,3 +157,31 @@ const struct gw_doc_spec gw_doc_trust_bundles = {
 	.content_type = "application/json",
 	.unavailable = "no signed trust bundles",
 };
+
+/*
+ * The OIDC documents (issue 46): public, read by relying parties (AWS IAM,
+ * Vault, go-oidc) and by a browser's script (hence CORS, as SPIRE's
+ * oidc-discovery-provider); 503 while bc_join.jwt_issuer is not set (the
+ * fetch's SQLSTATE and message in the log).  Like the bundle, a copy is
+ * checked by whoever uses it (the JWT's signature against these keys, its
+ * iss against the issuer over the issuer's HTTPS).
+ */
+const struct gw_doc_spec gw_doc_oidc_discovery = {
+	.name = "oidc_discovery",
+	.sql = "SELECT bc_join.oidc_discovery()::text",
+	.rule = GW_DOC_MAX_AGE,
+	.check = check_json,
+	.content_type = "application/json",
+	.unavailable = "no OIDC discovery document (bc_join.jwt_issuer not set?)",
+	.cors = "*",
+};
+
+const struct gw_doc_spec gw_doc_jwks = {
+	.name = "jwks",
+	.sql = "SELECT bc_join.jwks()::text",
+	.rule = GW_DOC_MAX_AGE,
+	.check = check_json,
+	.content_type = "application/json",
+	.unavailable = "no JWKS (bc_join.jwt_issuer or jwt-svid.key missing?)",
+	.cors = "*",
+};

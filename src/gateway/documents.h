@@ -19,4 +19,8 @@ extern const struct gw_doc_spec gw_doc_spiffe_bundle;
 /* GET /v1/trust-bundles: bc_join.signed_trust_bundles(), at most --service-keys-max-age old. */
 extern const struct gw_doc_spec gw_doc_trust_bundles;
 
+/* #46 oidc: GET /.well-known/openid-configuration and GET /v1/jwks (bc_join.oidc_discovery(), bc_join.jwks()). */
+extern const struct gw_doc_spec gw_doc_oidc_discovery;
+extern const struct gw_doc_spec gw_doc_jwks;
+
 #endif

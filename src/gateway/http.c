@@ -116,6 +116,10 @@ document_ready(const char *body, size_t len, long max_age, const char *etag, voi
 	struct gw_request *rq = arg;
 	const struct gw_doc_spec *doc = rq->route->doc;
 
+	/* a public document a browser's script may read (the OIDC ones) */
+	if (doc->cors != NULL)
+		evhttp_add_header(evhttp_request_get_output_headers(rq->req),
+						  "Access-Control-Allow-Origin", doc->cors);
 	if (body == NULL)
 	{
 		gw_reply_unavailable(rq, GW_OUT_UNAVAILABLE, doc->unavailable);

@@ -73,6 +73,15 @@ const struct gw_route gw_routes[] = {
 	 * the signing keys, from the document cache.
 	 */
 	{"GET", BC_PATH_TRUST_BUNDLES, "trust_bundles", GW_ROUTE_DOCUMENT, NULL, &gw_doc_trust_bundles, API, NULL, 0},
+
+	/*
+	 * #46 oidc: OIDC discovery of the JWT-SVID issuer (bc_join.jwt_issuer,
+	 * an origin, so these paths are fixed): public documents, never rate
+	 * limited (as /v1/crl), with Access-Control-Allow-Origin: *.
+	 */
+	{"GET", BC_PATH_OIDC_DISCOVERY, "oidc_discovery", GW_ROUTE_DOCUMENT, NULL,
+	&gw_doc_oidc_discovery, 0, NULL, 0},
+	{"GET", BC_PATH_JWKS, "jwks", GW_ROUTE_DOCUMENT, NULL, &gw_doc_jwks, 0, NULL, 0},
 };
 
 const size_t gw_nroutes = sizeof(gw_routes) / sizeof(gw_routes[0]);

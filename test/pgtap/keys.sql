@@ -77,7 +77,9 @@ SELECT bc_join.create_join_token(:'t', :'p') AS tok \gset
 SELECT bc_join(:'req') IS NOT NULL AS joined \gset
 SELECT bc_join(:'req') IS NOT NULL AS refused \gset
 
--- Everything SQL can call without arguments, and every row of every table.
+-- Everything SQL can call without arguments, and every row of every table;
+-- with an issuer, so that oidc_discovery() and jwks() answer too.
+SET LOCAL bc_join.jwt_issuer = 'https://oidc.test.bc-join.local';
 CREATE FUNCTION pg_temp.everything() RETURNS SETOF text LANGUAGE plpgsql AS $$
 DECLARE
 	f regprocedure;

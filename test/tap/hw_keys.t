@@ -9,7 +9,8 @@ a token sealed to the encryption key (ECDH in the hardware), its answer
 signed by the signing key and its certificate issued by the node CA key
 (both in the hardware) chaining to the offline root, a two-round join whose
 state the challenge key sealed and opened, a CRL the node CA key signed;
-rotation (--stage, --promote, --retire, --rotate-intermediate) makes the new
+rotation (--stage, --promote, --retire, --rotate-intermediate, and the
+JWT-SVID key's --stage-jwt-key, --promote-jwt-key, --retire-jwt-key) makes the new
 keys in the same hardware and the server takes them up; a persistent TPM key
 by handle: reference works.  The key directories copied where that TPM and
 that token are not (another swtpm, another token with the same label and
@@ -340,6 +341,25 @@ def body(tap, env):
                "%s: --retire: a token sealed to the retired key is refused unsealable" % kind)
         if kind == "pkcs11":
             tap.eq(len(p11_objects()), len(before), "pkcs11: --retire deleted the retired keys from the token")
+
+        # The JWT-SVID key rolls on its own (#46), in the hardware jwt-svid.key is in.
+        jwt_before = [k["kid"] for k in one("SELECT bc_join.service_keys()")["jwtKeys"]]
+        keygen("--stage-jwt-key", kd)
+        with open(os.path.join(kd, "jwt-svid.next.key")) as f:
+            staged_text = f.read()
+        staged = [k["kid"] for k in one("SELECT bc_join.service_keys()")["jwtKeys"]]
+        keygen("--promote-jwt-key", kd)
+        promoted = [k["kid"] for k in one("SELECT bc_join.service_keys()")["jwtKeys"]]
+        keygen("--retire-jwt-key", kd)
+        retired = [k["kid"] for k in one("SELECT bc_join.service_keys()")["jwtKeys"]]
+        tap.ok(len(jwt_before) == 1 and len(staged) == 2 and staged[0] == jwt_before[0] and
+               promoted == [staged[1], jwt_before[0]] and retired == [staged[1]] and
+               (("TSS2" in staged_text) if kind == "tpm" else staged_text.startswith("pkcs11:")),
+               "%s: --stage-jwt-key/--promote-jwt-key/--retire-jwt-key: a new jwt-svid key in the same "
+               "hardware, published beside the current one, current, the old one gone" % kind,
+               (jwt_before, staged, promoted, retired))
+        if kind == "pkcs11":
+            tap.eq(len(p11_objects()), len(before), "pkcs11: --retire-jwt-key deleted the retired key from the token")
 
         old_ca = one("SELECT bc_join.node_ca_certificate()")
         keygen("--rotate-intermediate", kd, "--root-dir", kd + ".root")

@@ -52,6 +52,10 @@ static const struct wire_route wire[] = {
 	{"POST", "/v1/ocsp", "ocsp", GW_ROUTE_OCSP, 1, 1, NULL, NULL, 4096, 0},
 	{"GET", "/v1/ocsp", "ocsp_get", GW_ROUTE_OCSP, 1, 1, NULL, NULL, 0, 1},
 	{"GET", "/v1/trust-bundles", "trust_bundles", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_trust_bundles, 0, 0},
+	/* #46 oidc: public documents, never limited, not counted (as /v1/crl) */
+	{"GET", "/.well-known/openid-configuration", "oidc_discovery", GW_ROUTE_DOCUMENT, 0, 0, NULL,
+	&gw_doc_oidc_discovery, 0, 0},
+	{"GET", "/v1/jwks", "jwks", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_jwks, 0, 0},
 };
 
 #define NWIRE (sizeof(wire) / sizeof(wire[0]))
