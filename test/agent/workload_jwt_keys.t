@@ -10,7 +10,8 @@ from src/agent/workload/workload.proto:
 - with a key directory that lists several jwt-svid keys (tools/bc-join-keygen
   --stage-jwt-key/--promote-jwt-key/--retire-jwt-key, when installed): staged, the
   stream pushes 2 keys within a few seconds, same bcd pid; promoted, the new kid first,
-  the old token still validates; retired, the old token is refused "unknown kid";
+  the old token still validates; retired, the old token is refused "unknown kid"; the
+  retired key staged again: bcd refuses that rollover (a retired kid never returns);
 - jwt-svid.key replaced in place (any extension): the stream pushes the new key alone,
   same bcd pid, without a restart; the old token is refused "unknown kid"; FetchJWTSVID
   for the same audience answers a new token of the new kid (the old one is forgotten),
@@ -142,12 +143,29 @@ def body(tap, env):
         tap.ok(kids is not None and kids[0] == k2 and k1[0] in kids,
                "promoted: the new kid first, the old one still listed", kids)
         tap.eq(validate(t1, "keys")[0], "OK", "... and the old key's token still validates")
+        with open(os.path.join(env.keys, "jwt-svid.previous.key"), "rb") as f:
+            old_key = f.read()
         subprocess.run([KEYGEN, "--retire-jwt-key", env.keys], check=True, stdout=subprocess.DEVNULL)
         at, kids = next_push()
         tap.eq(kids, [k2], "retired: the stream pushes the new key alone")
         code, det = validate(t1, "keys")
         tap.ok(code == "INVALID_ARGUMENT" and "unknown kid" in str(det),
                "... and the retired key's token is refused: unknown kid", (code, det))
+        # the retired key staged again: never taken back
+        path = os.path.join(env.keys, "jwt-svid.next.key")
+        with open(path + ".tmp", "wb") as f:
+            f.write(old_key)
+        st = os.stat(os.path.join(env.keys, "jwt-svid.key"))
+        os.chown(path + ".tmp", st.st_uid, st.st_gid)
+        os.chmod(path + ".tmp", st.st_mode & 0o777)
+        os.rename(path + ".tmp", path)
+        tap.ok(k1[0] in jwt_kids(env), "the retired key staged again: the service lists it again",
+               jwt_kids(env))
+        tap.ok(daemon.wait_log("brings back a jwt-svid key the pinned set dropped", ROLL_S),
+               "bcd refuses that rollover: a retired kid never returns", daemon.text()[-2000:])
+        code, det = validate(t1, "keys")
+        tap.ok(code == "INVALID_ARGUMENT" and "unknown kid" in str(det) and pushes.empty(),
+               "... the retired key's token still refused, nothing pushed", (code, det))
     else:
         tap.note("no --stage-jwt-key (or jwtKeys lists one key only): staging and promotion not tried")
 

@@ -457,7 +457,8 @@ bcd_trust_bundles_take(bcd_trust_bundles *t, const char *text, size_t len, int *
 		}
 		d->jwks_len = strlen(d->jwks);
 	}
-	qsort(next->d, (size_t) next->n, sizeof(next->d[0]), domain_cmp);
+	if (next->n > 1)
+		qsort(next->d, (size_t) next->n, sizeof(next->d[0]), domain_cmp);
 	pthread_mutex_lock(&t->mu);
 	/* a domain whose sequence went down keeps the bundle held (a replay) */
 	for (int i = 0; i < next->n; i++)
