@@ -7,18 +7,13 @@ API's FetchJWTBundles stream open the whole time, with a gRPC client made at tes
 from src/agent/workload/workload.proto:
 - the stream's first message holds the key directory's jwt-svid key; a token fetched
   (FetchJWTSVID) carries its kid and validates (ValidateJWTSVID);
-- with a key directory that lists several jwt-svid keys (tools/bc-join-keygen
-  --stage-jwt-key/--promote-jwt-key/--retire-jwt-key, when installed): staged, the
-  stream pushes 2 keys within a few seconds, same bcd pid; promoted, the new kid first,
-  the old token still validates; retired, the old token is refused "unknown kid"; the
-  retired key staged again: bcd refuses that rollover (a retired kid never returns);
-- jwt-svid.key replaced in place (any extension): the stream pushes the new key alone,
-  same bcd pid, without a restart; the old token is refused "unknown kid"; FetchJWTSVID
-  for the same audience answers a new token of the new kid (the old one is forgotten),
-  which validates;
-- the retired key put back into the key directory: bcd refuses the rollover ("brings
-  back a jwt-svid key the pinned set dropped"): a retired kid never returns;
+- tools/bc-join-keygen --stage-jwt-key: the stream pushes 2 keys within 6 status
+  intervals, same bcd pid; --promote-jwt-key: the new kid first, the old token still
+  validates; --retire-jwt-key: the new key alone, the old token refused "unknown kid",
+  and FetchJWTSVID for the same audience answers a new token of the new kid (the cached
+  one of the retired key forgotten), which validates;
 - bcd stops cleanly (ASan).
+That a retired kid never returns (the whole rollover refused) is test/unit/test_bcd_keys.c's.
 """
 import json
 import os
@@ -49,22 +44,6 @@ def kid_of(token):
 def jwt_kids(env):
     """The kids of the service's jwtKeys now, in order."""
     return [k["kid"] for k in json.loads(env.psql("SELECT bc_join.service_keys()->'jwtKeys'"))]
-
-
-def replace_key(env, name, src=None):
-    """Put a new P-256 key (or src's bytes) in place of key_dir/name, atomically, owner and mode kept."""
-    path = os.path.join(env.keys, name)
-    st = os.stat(path)
-    tmp = path + ".tmp"
-    if src is None:
-        subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-                        "-out", tmp], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    else:
-        with open(tmp, "wb") as f:
-            f.write(src)
-    os.chown(tmp, st.st_uid, st.st_gid)
-    os.chmod(tmp, st.st_mode & 0o777)
-    os.rename(tmp, path)
 
 
 def body(tap, env):
@@ -129,10 +108,8 @@ def body(tap, env):
     tap.eq(kid_of(t1), k1[0], "a JWT-SVID fetched carries its kid")
     tap.eq(validate(t1, "keys")[0], "OK", "... and validates")
 
-    staged = False
     if subprocess.run([KEYGEN, "--stage-jwt-key", env.keys], stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL).returncode == 0 and len(jwt_kids(env)) == 2:
-        staged = True
         k2 = [k for k in jwt_kids(env) if k != k1[0]][0]
         t0 = time.time()
         at, kids = next_push()
@@ -143,59 +120,19 @@ def body(tap, env):
         tap.ok(kids is not None and kids[0] == k2 and k1[0] in kids,
                "promoted: the new kid first, the old one still listed", kids)
         tap.eq(validate(t1, "keys")[0], "OK", "... and the old key's token still validates")
-        with open(os.path.join(env.keys, "jwt-svid.previous.key"), "rb") as f:
-            old_key = f.read()
         subprocess.run([KEYGEN, "--retire-jwt-key", env.keys], check=True, stdout=subprocess.DEVNULL)
         at, kids = next_push()
         tap.eq(kids, [k2], "retired: the stream pushes the new key alone")
         code, det = validate(t1, "keys")
         tap.ok(code == "INVALID_ARGUMENT" and "unknown kid" in str(det),
                "... and the retired key's token is refused: unknown kid", (code, det))
-        # the retired key staged again: never taken back
-        path = os.path.join(env.keys, "jwt-svid.next.key")
-        with open(path + ".tmp", "wb") as f:
-            f.write(old_key)
-        st = os.stat(os.path.join(env.keys, "jwt-svid.key"))
-        os.chown(path + ".tmp", st.st_uid, st.st_gid)
-        os.chmod(path + ".tmp", st.st_mode & 0o777)
-        os.rename(path + ".tmp", path)
-        tap.ok(k1[0] in jwt_kids(env), "the retired key staged again: the service lists it again",
-               jwt_kids(env))
-        tap.ok(daemon.wait_log("brings back a jwt-svid key the pinned set dropped", ROLL_S),
-               "bcd refuses that rollover: a retired kid never returns", daemon.text()[-2000:])
-        code, det = validate(t1, "keys")
-        tap.ok(code == "INVALID_ARGUMENT" and "unknown kid" in str(det) and pushes.empty(),
-               "... the retired key's token still refused, nothing pushed", (code, det))
-    else:
-        tap.note("no --stage-jwt-key (or jwtKeys lists one key only): staging and promotion not tried")
-
-    if not staged:
-        # jwt-svid.key replaced in place: the old kid is retired by the rollover
-        with open(os.path.join(env.keys, "jwt-svid.key"), "rb") as f:
-            old_key = f.read()
-        replace_key(env, "jwt-svid.key")
-        k2 = jwt_kids(env)
-        t0 = time.time()
-        at, kids = next_push()
-        tap.ok(kids is not None and kids == k2 and k2 != k1 and daemon.proc.pid == pid,
-               "jwt-svid.key replaced: the stream pushes the new key alone in %.1f s, same bcd pid"
-               % ((at or t0) - t0), (kids, k2, k1))
-        code, det = validate(t1, "keys")
-        tap.ok(code == "INVALID_ARGUMENT" and "unknown kid" in str(det),
-               "... the retired key's token is refused: unknown kid", (code, det))
         t2 = fetch("keys")
-        tap.ok(t2 != t1 and kid_of(t2) == k2[0] and validate(t2, "keys")[0] == "OK",
-               "... FetchJWTSVID for the same audience: a new token of the new kid (the old one "
-               "forgotten), which validates", (kid_of(t2), k2))
-        # the retired key back in the key directory: never taken back
-        replace_key(env, "jwt-svid.key", old_key)
-        tap.eq(jwt_kids(env), k1, "the retired key put back: the service lists it again")
-        tap.ok(daemon.wait_log("brings back a jwt-svid key the pinned set dropped", ROLL_S),
-               "bcd refuses that rollover: a retired kid never returns", daemon.text()[-2000:])
-        code, det = validate(t1, "keys")
-        tap.ok(code == "INVALID_ARGUMENT" and "unknown kid" in str(det),
-               "... and the retired key's token is still refused", (code, det))
-        tap.ok(pushes.empty(), "... and nothing is pushed")
+        tap.ok(t2 != t1 and kid_of(t2) == k2 and validate(t2, "keys")[0] == "OK",
+               "... FetchJWTSVID for the same audience: a new token of the new kid (the retired "
+               "key's, cached, forgotten), which validates", kid_of(t2))
+    else:
+        tap.skip("the jwt-svid key rollover", "no --stage-jwt-key, or the extension lists one "
+                 "jwt-svid key only (before 0.6.0)")
 
     stream.cancel()
     rc, _ = daemon.stop()
