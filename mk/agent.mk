@@ -15,7 +15,8 @@
 # The slowest first, so that prove -j (BCJ_PROVE_JOBS, Makefile) does not
 # end on one long script alone.
 AGENT_SLOW = test/agent/rotation.t test/agent/x509pop.t test/agent/discovery.t \
-	test/agent/workload_attest.t test/agent/attest.t test/agent/kill.t test/agent/sessions.t
+	test/agent/workload_attest.t test/agent/attest.t test/agent/kill.t test/agent/sessions.t \
+	test/agent/workload_sds.t
 # Alone, after the others: setup.t creates /var/lib/systemd/linger/<its user>
 # for a moment (bcd run must refuse to start under lingering), which would make
 # any bcd run of a script beside it refuse too.
@@ -80,7 +81,9 @@ build/wl-attack: build/obj/test/tools/wl-attack.o
 	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^
 
 # The tests run the sanitizer build of bcd through the real gateway against
-# the installed extension (make && make install first).
+# the installed extension (make && make install first).  workload_sds.t runs Envoy's
+# stand-in, test/agent/sds_client.js, under node with test/node's npm packages
+# (test/node/package-lock.json, installed by tools/install-deps: npm ci).
 agent-test: build/asan/bcd build/bc-gateway build/tpm-check build/wl-attack build/asan/ocsp-verify
 	BCJ_BCD=$(CURDIR)/build/asan/bcd BCJ_GATEWAY=$(CURDIR)/build/bc-gateway \
 	BCJ_TPM_CHECK=$(CURDIR)/build/tpm-check BCJ_WL_ATTACK=$(CURDIR)/build/wl-attack \

@@ -168,14 +168,14 @@ def jwt_checks(tap, env, stub, pb, grpc, spiffe_id):
         except grpc.RpcError as e:
             code = e.code()
         tap.eq(code, grpc.StatusCode.INVALID_ARGUMENT, "ValidateJWTSVID, %s: INVALID_ARGUMENT" % name)
-    # a message over 64 KiB: refused by gRPC before bcd parses it; the next call is answered
+    # a message over 256 KiB: refused by gRPC before bcd parses it; the next call is answered
     try:
-        stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience="svc-a", svid="A" * 70000),
+        stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience="svc-a", svid="A" * 270000),
                              metadata=HDR, timeout=10)
         code = "OK"
     except grpc.RpcError as e:
         code = e.code()
-    tap.eq(code, grpc.StatusCode.RESOURCE_EXHAUSTED, "a 70 kB request: RESOURCE_EXHAUSTED")
+    tap.eq(code, grpc.StatusCode.RESOURCE_EXHAUSTED, "a 270 kB request: RESOURCE_EXHAUSTED")
     v = stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience="svc-a", svid=svid.svid),
                              metadata=HDR, timeout=10)
     tap.eq(v.spiffe_id, spiffe_id, "... and the next call is answered")

@@ -17,6 +17,7 @@
 #include "core/daemon.h"
 #include "core/join_request.h"
 #include "core/linger.h"
+#include "workload/files.h"
 #include "workload/rules.h"
 
 /* Bounds of --max-retry-after, in seconds. */
@@ -47,6 +48,7 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--once] [--renew-now] [--socket PATH]\n"
 			  "               [--max-provisioning N] [--max-queue N] [--metrics-file PATH]\n"
 			  "               [--workload-api PATH|off] [--workload-rule RULE]...\n"
+			  "               [--svid-files 'DIR=>TARGET']... [--svid-files-reload DIR=EXE]...\n"
 			  "               [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
 			  "               [--command-timeout S] [--no-attest] [--event-log PATH]\n"
 			  "               [--ima-log PATH] [--status-interval S] [--hook-crl]\n"
@@ -106,6 +108,22 @@ run_usage(FILE *stream, int renew_cmd)
 			  "                       a caller matching every selector (uid:N, gid:N,\n"
 			  "                       exe:/PATH, unit:NAME.service, cgroup:/PATH) gets the\n"
 			  "                       session S (context C) identity; repeatable (64)\n"
+			  "  --sds-validation auto|spiffe|rootca  what Envoy's SDS validation contexts\n"
+			  "                       are: Envoy's SPIFFE validator, or trusted_ca; auto\n"
+			  "                       (default): the validator unless the node is Envoy\n"
+			  "                       1.17 or older or sets disable_spiffe_cert_validation\n"
+			  "\n"
+			  "Files mode (docs/agent.md, \"Files mode\"), the daemon only: an identity\n"
+			  "kept in a directory for software that reads files (nginx, HAProxy):\n"
+			  "  --svid-files 'DIR=>session=S[,context=C]'  keep svid.pem (leaf and\n"
+			  "                       intermediates), svid_key.pem (0600), svid_bundle.pem\n"
+			  "                       (own trust domain) and crl.pem in DIR, renewed as a\n"
+			  "                       Workload API stream's; DIR must be bcd's user's, it\n"
+			  "                       and every directory above it writable by root or\n"
+			  "                       bcd's user only; repeatable (16)\n"
+			  "  --svid-files-reload 'DIR=EXECUTABLE'  run EXECUTABLE (no arguments) after\n"
+			  "                       each change in DIR; it and every directory above it\n"
+			  "                       writable by root or bcd's user only\n"
 			  "\n"
 			  "Commands (docs/agent.md, \"Commands\"), the daemon only:\n"
 			  "  --command-handler PREFIX=EXECUTABLE  run EXECUTABLE KIND ID, the payload\n"
@@ -185,6 +203,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"workload-api", required_argument, NULL, 'w'},
 		{"workload-rule", required_argument, NULL, 'u'},
 		{"workload-api-mode", required_argument, NULL, 'X'},
+		{"sds-validation", required_argument, NULL, 1001},
 		{"command-handler", required_argument, NULL, 'K'},
 		{"command-interval", required_argument, NULL, 'I'},
 		{"command-timeout", required_argument, NULL, 'W'},
@@ -194,6 +213,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"ima-log", required_argument, NULL, 'i'},
 		{"status-interval", required_argument, NULL, 'V'},
 		{"hook-crl", no_argument, NULL, 'L'},
+		{"svid-files", required_argument, NULL, 'f'},
+		{"svid-files-reload", required_argument, NULL, 'y'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -264,11 +285,36 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 				else
 					bad = "--workload-api-mode must be 0600, 0660 or 0666";
 				break;
+			case 1001:
+				server_opt = 1;
+				if (strcmp(optarg, "auto") == 0)
+					o->sds_validation = BCD_SDS_VALIDATION_AUTO;
+				else if (strcmp(optarg, "spiffe") == 0)
+					o->sds_validation = BCD_SDS_VALIDATION_SPIFFE;
+				else if (strcmp(optarg, "rootca") == 0)
+					o->sds_validation = BCD_SDS_VALIDATION_ROOTCA;
+				else
+					bad = "--sds-validation must be auto, spiffe or rootca";
+				break;
 			case 'u':
 				if (o->n_workload_rules >= BCD_WORKLOAD_RULES_MAX)
 					bad = "--workload-rule: 64 at most";
 				else
 					o->workload_rules[o->n_workload_rules++] = optarg;
+				server_opt = 1;
+				break;
+			case 'f':
+				if (o->n_svid_files >= BCD_SVID_FILES_MAX)
+					bad = "--svid-files: 16 at most";
+				else
+					o->svid_files[o->n_svid_files++] = optarg;
+				server_opt = 1;
+				break;
+			case 'y':
+				if (o->n_svid_files_reload >= BCD_SVID_FILES_MAX)
+					bad = "--svid-files-reload: 16 at most";
+				else
+					o->svid_files_reload[o->n_svid_files_reload++] = optarg;
 				server_opt = 1;
 				break;
 			case 'P':
@@ -347,8 +393,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		bad = "bcd renew needs --once (the daemon renews by itself)";
 	else if (server_opt && o->once)
 		bad = "--socket, --max-provisioning, --max-queue, --metrics-file, --workload-*, "
-			"--command-*, --no-attest, --event-log, --ima-log, --status-interval and "
-			"--hook-crl serve the daemon, not --once";
+			"--svid-files*, --command-*, --no-attest, --event-log, --ima-log, "
+			"--status-interval and --hook-crl serve the daemon, not --once";
 	else if ((o->event_log != NULL || o->ima_log != NULL) && o->producer->quote == NULL)
 		bad = "--event-log and --ima-log are for a node that attests (--attestor tpm)";
 	else if ((o->event_log != NULL && o->event_log[0] != '/') ||
@@ -357,6 +403,10 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	else if (o->workload_api != NULL && strcmp(o->workload_api, "off") != 0 &&
 			 o->workload_api[0] != '/')
 		bad = "--workload-api must be an absolute path, or off";
+	else if ((o->n_svid_files > 0 || o->n_svid_files_reload > 0) &&
+			 (bad = bcd_wl_files_check(o->svid_files, o->n_svid_files, o->svid_files_reload,
+									   o->n_svid_files_reload)) != NULL)
+		;
 	else if (o->n_workload_rules > 0)
 	{
 		static char why[1024];

@@ -17,6 +17,9 @@
 /* --workload-rule, at most. */
 #define BCD_WORKLOAD_RULES_MAX 64
 
+/* --svid-files (and --svid-files-reload), at most. */
+#define BCD_SVID_FILES_MAX 16
+
 /* Handlers of --command-handler, at most. */
 #define BCD_COMMAND_HANDLERS_MAX 16
 
@@ -27,6 +30,11 @@ typedef struct bcd_command_handler
 	size_t		prefix_len;		/* without a trailing '*' */
 	const char *exe;			/* absolute path */
 } bcd_command_handler;
+
+/* --sds-validation: how Envoy's SDS validation contexts check peers (workload/sds.c) */
+#define BCD_SDS_VALIDATION_AUTO 0	/* the SPIFFE validator, unless the node asks for rootCA */
+#define BCD_SDS_VALIDATION_SPIFFE 1
+#define BCD_SDS_VALIDATION_ROOTCA 2
 
 /* What the command line of bcd run / bcd renew asked for. */
 typedef struct bcd_run_opts
@@ -59,6 +67,12 @@ typedef struct bcd_run_opts
 	const char *workload_rules[BCD_WORKLOAD_RULES_MAX];	/* --workload-rule, as given */
 	int			n_workload_rules;
 	int			workload_api_mode;	/* --workload-api-mode: 0 (0600), 0600, 0660, 0666 */
+	/* files mode (workload/files.c): 'DIR=>session=S[,context=C]', 'DIR=EXECUTABLE' */
+	const char *svid_files[BCD_SVID_FILES_MAX];
+	int			n_svid_files;
+	const char *svid_files_reload[BCD_SVID_FILES_MAX];
+	int			n_svid_files_reload;
+	int			sds_validation; /* --sds-validation: BCD_SDS_VALIDATION_* */
 	/* commands (commands.c): handlers, poll interval and a handler's bounds */
 	bcd_command_handler handlers[BCD_COMMAND_HANDLERS_MAX];
 	int			n_handlers;

@@ -289,12 +289,15 @@ run_agent(bcd_agent *a)
 	}
 }
 
-/* 1 when bcd run serves the Workload API: a rule, or a --workload-api PATH (not off). */
+/*
+ * 1 when bcd run serves the Workload API: a rule, or a --workload-api PATH
+ * (not off); or files mode (--svid-files), which keeps its identities.
+ */
 static int
 workload_wanted(const bcd_run_opts *o)
 {
-	return o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 :
-		o->n_workload_rules > 0;
+	return (o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 :
+			o->n_workload_rules > 0) || o->n_svid_files > 0;
 }
 
 /*

@@ -214,12 +214,12 @@ out:
 }
 
 /*
- * Write data (0600) to a new temporary name in dirfd for name, fsync()ed;
+ * Write data (mode) to a new temporary name in dirfd for name, fsync()ed;
  * its name in tmp (tmplen bytes).
  */
 static int
-write_tmp(int dirfd, const char *name, const char *data, size_t len, char *tmp, size_t tmplen,
-		  char *err, size_t errlen)
+write_tmp(int dirfd, const char *name, const char *data, size_t len, mode_t mode, char *tmp,
+		  size_t tmplen, char *err, size_t errlen)
 {
 	unsigned char rnd[8];
 	int			fd;
@@ -236,7 +236,7 @@ write_tmp(int dirfd, const char *name, const char *data, size_t len, char *tmp, 
 		tmp[0] = '\0';
 		return BC_EINVAL;
 	}
-	ok = fchmod(fd, 0600) == 0 && bcd_write_all(fd, data, len) == BC_OK && fsync(fd) == 0;
+	ok = fchmod(fd, mode) == 0 && bcd_write_all(fd, data, len) == BC_OK && fsync(fd) == 0;
 	if (close(fd) != 0)
 		ok = 0;
 	if (ok)
@@ -263,9 +263,10 @@ write_pair(int dirfd, const char *key_name, const char *key, size_t key_len,
 	char		tmp_crt[BC_SELECTOR_MAX * 2 + 64] = "";
 	int			rc;
 
-	rc = write_tmp(dirfd, key_name, key, key_len, tmp_key, sizeof(tmp_key), err, errlen);
+	rc = write_tmp(dirfd, key_name, key, key_len, 0600, tmp_key, sizeof(tmp_key), err, errlen);
 	if (rc == BC_OK)
-		rc = write_tmp(dirfd, cert_name, chain, chain_len, tmp_crt, sizeof(tmp_crt), err, errlen);
+		rc = write_tmp(dirfd, cert_name, chain, chain_len, 0600, tmp_crt, sizeof(tmp_crt), err,
+					   errlen);
 	if (rc == BC_OK && unlinkat(dirfd, cert_name, 0) != 0 && errno != ENOENT)
 	{
 		snprintf(err, errlen, "cannot replace %s in the directory: %s", cert_name, strerror(errno));
@@ -342,8 +343,21 @@ int
 bcd_delivery_write_file(int dirfd, const char *name, const char *data, size_t len,
 						char *err, size_t errlen)
 {
+	return bcd_delivery_write_file_mode(dirfd, name, data, len, 0600, err, errlen);
+}
+
+/*
+ * The same with the file's mode: the new file is made O_CREAT | O_EXCL |
+ * O_NOFOLLOW under a random name in dirfd (never an existing file or a
+ * link), and renamed over name, which replaces whatever name was (a
+ * symbolic link included) without following it.
+ */
+int
+bcd_delivery_write_file_mode(int dirfd, const char *name, const char *data, size_t len,
+							 mode_t mode, char *err, size_t errlen)
+{
 	char		tmp[BC_SELECTOR_MAX * 2 + 64] = "";
-	int			rc = write_tmp(dirfd, name, data, len, tmp, sizeof(tmp), err, errlen);
+	int			rc = write_tmp(dirfd, name, data, len, mode, tmp, sizeof(tmp), err, errlen);
 
 	if (rc != BC_OK)
 		return rc;

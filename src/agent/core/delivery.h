@@ -21,6 +21,8 @@ int			bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job,
 							   char **key_path, char **cert_path, char *err, size_t errlen);
 int			bcd_delivery_write_file(int dirfd, const char *name, const char *data, size_t len,
 									char *err, size_t errlen);
+int			bcd_delivery_write_file_mode(int dirfd, const char *name, const char *data,
+										 size_t len, mode_t mode, char *err, size_t errlen);
 
 /* The name of the CRL a hook asks for (bcd credential --crl), in its directory. */
 #define BCD_CRL_FILE "crl.pem"

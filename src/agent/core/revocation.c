@@ -119,8 +119,8 @@ bcd_revwatch_wanted(const bcd_run_opts *o)
 int
 bcd_crl_wanted(const bcd_run_opts *o)
 {
-	int			workload = o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 :
-		o->n_workload_rules > 0;
+	int			workload = (o->workload_api != NULL ? strcmp(o->workload_api, "off") != 0 :
+							o->n_workload_rules > 0) || o->n_svid_files > 0;
 
 	return bcd_revwatch_wanted(o) && (workload || o->hook_crl);
 }

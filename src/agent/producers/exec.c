@@ -2,7 +2,7 @@
  * exec.c: the external producer (exec.h), the evidence of a custom attestor
  * made by an executable the operator names with --producer PATH.
  *
- * The file is opened once, when the options are checked (open_producer):
+ * The file is opened once, when the options are checked (bcd_exec_open_checked):
  * PATH must be absolute, and it and every directory above it (each real
  * component, symbolic links followed from the directory that holds them)
  * owned by root or bcd's user and writable by neither group nor others, as
@@ -266,23 +266,23 @@ out:
  * with err saying which and why.
  */
 static int
-check_owner_mode(const char *path, const char *real, const struct stat *sb, char *err,
-				 size_t errlen)
+check_owner_mode(const char *opt, const char *path, const char *real, const struct stat *sb,
+				 char *err, size_t errlen)
 {
 	uid_t		me = geteuid();
 
 	if (sb->st_uid != 0 && sb->st_uid != me)
 	{
-		snprintf(err, errlen, "--producer %s is refused: %s is owned by uid %u, neither root nor "
-				 "bcd's user (uid %u)", path, real[0] != '\0' ? real : "/",
+		snprintf(err, errlen, "%s %s is refused: %s is owned by uid %u, neither root nor "
+				 "bcd's user (uid %u)", opt, path, real[0] != '\0' ? real : "/",
 				 (unsigned) sb->st_uid, (unsigned) me);
 		return -1;
 	}
 	if ((sb->st_mode & (S_IWGRP | S_IWOTH)) != 0)
 	{
-		snprintf(err, errlen, "--producer %s is refused: %s is writable by %s (mode %04o); "
-				 "the producer and every directory above it must be writable by root or "
-				 "bcd's user only", path, real[0] != '\0' ? real : "/",
+		snprintf(err, errlen, "%s %s is refused: %s is writable by %s (mode %04o); "
+				 "the file and every directory above it must be writable by root or "
+				 "bcd's user only", opt, path, real[0] != '\0' ? real : "/",
 				 (sb->st_mode & S_IWOTH) != 0 ? "others" : "its group",
 				 (unsigned) (sb->st_mode & 07777));
 		return -1;
@@ -296,11 +296,12 @@ check_owner_mode(const char *path, const char *real, const struct stat *sb, char
  * directory reached and the file itself checked on its descriptor
  * (check_owner_mode), a symbolic link followed from the directory it is in
  * (already checked), so every real component is checked; the file must be
- * a regular file bcd's user may execute.  Its descriptor (O_PATH,
- * close-on-exec, at least 3), or -1 with err naming the path and why.
+ * a regular file bcd's user may execute (want_dir 0), or a directory bcd's
+ * user owns (want_dir 1).  Its descriptor (O_PATH, close-on-exec, at least
+ * 3), or -1 with err naming the path and why.
  */
 static int
-open_producer(const char *path, char *err, size_t errlen)
+open_checked(const char *opt, const char *path, int want_dir, char *err, size_t errlen)
 {
 	char		todo[2 * PATH_MAX];	/* what is left to resolve */
 	char		real[PATH_MAX];	/* the real path resolved so far ("" for /) */
@@ -314,13 +315,13 @@ open_producer(const char *path, char *err, size_t errlen)
 
 	if (path[0] != '/')
 	{
-		snprintf(err, errlen, "--producer %s must be an absolute path (it is run without a "
-				 "shell or PATH)", path);
+		snprintf(err, errlen, "%s %s must be an absolute path (it is run without a "
+				 "shell or PATH)", opt, path);
 		return -1;
 	}
 	if (strlen(path) >= PATH_MAX)
 	{
-		snprintf(err, errlen, "--producer is longer than %d bytes", PATH_MAX - 1);
+		snprintf(err, errlen, "%s is longer than %d bytes", opt, PATH_MAX - 1);
 		return -1;
 	}
 	snprintf(todo, sizeof(todo), "%s", path);
@@ -328,10 +329,10 @@ open_producer(const char *path, char *err, size_t errlen)
 	dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dir < 0 || fstat(dir, &sb) != 0)
 	{
-		snprintf(err, errlen, "--producer %s: cannot open / (%s)", path, strerror(errno));
+		snprintf(err, errlen, "%s %s: cannot open / (%s)", opt, path, strerror(errno));
 		goto fail;
 	}
-	if (check_owner_mode(path, real, &sb, err, errlen) != 0)
+	if (check_owner_mode(opt, path, real, &sb, err, errlen) != 0)
 		goto fail;
 	p = todo;
 	for (;;)
@@ -346,8 +347,8 @@ open_producer(const char *path, char *err, size_t errlen)
 		n = strcspn(p, "/");
 		if (n == 0 || n > NAME_MAX)
 		{
-			snprintf(err, errlen, n == 0 ? "--producer %s is not a regular file" :
-					 "--producer %s has a name over NAME_MAX bytes", path);
+			snprintf(err, errlen, n == 0 ? "%s %s is not a regular file" :
+					 "%s %s has a name over NAME_MAX bytes", opt, path);
 			goto fail;
 		}
 		memcpy(name, p, n);
@@ -361,7 +362,7 @@ open_producer(const char *path, char *err, size_t errlen)
 		{
 			if (last)
 			{
-				snprintf(err, errlen, "--producer %s is not a regular file", path);
+				snprintf(err, errlen, "%s %s is not a regular file", opt, path);
 				goto fail;
 			}
 			if (name[1] == '.')
@@ -371,13 +372,13 @@ open_producer(const char *path, char *err, size_t errlen)
 				fd = openat(dir, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
 				if (fd < 0 || fstat(fd, &sb) != 0)
 				{
-					snprintf(err, errlen, "--producer %s cannot be resolved (%s)", path,
+					snprintf(err, errlen, "%s %s cannot be resolved (%s)", opt, path,
 							 strerror(errno));
 					goto fail;
 				}
 				if (cut != NULL)
 					*cut = '\0';
-				if (check_owner_mode(path, real, &sb, err, errlen) != 0)
+				if (check_owner_mode(opt, path, real, &sb, err, errlen) != 0)
 					goto fail;
 				close(dir);
 				dir = fd;
@@ -388,7 +389,7 @@ open_producer(const char *path, char *err, size_t errlen)
 		rl = strlen(real);
 		if (rl + 1 + n >= sizeof(real))
 		{
-			snprintf(err, errlen, "--producer %s resolves to a path over %d bytes", path,
+			snprintf(err, errlen, "%s %s resolves to a path over %d bytes", opt, path,
 					 PATH_MAX - 1);
 			goto fail;
 		}
@@ -398,9 +399,9 @@ open_producer(const char *path, char *err, size_t errlen)
 		if (fd < 0 || fstat(fd, &sb) != 0)
 		{
 			if (errno == ENOENT)
-				snprintf(err, errlen, "--producer %s does not exist (no %s)", path, real);
+				snprintf(err, errlen, "%s %s does not exist (no %s)", opt, path, real);
 			else
-				snprintf(err, errlen, "--producer %s cannot be opened at %s (%s)", path, real,
+				snprintf(err, errlen, "%s %s cannot be opened at %s (%s)", opt, path, real,
 						 strerror(errno));
 			goto fail;
 		}
@@ -415,7 +416,7 @@ open_producer(const char *path, char *err, size_t errlen)
 			if (++links > LINKS_MAX || tl <= 0 || (size_t) tl >= sizeof(target) ||
 				(size_t) tl + 1 + strlen(p) >= sizeof(rest))
 			{
-				snprintf(err, errlen, "--producer %s cannot be resolved (%s at %s)", path,
+				snprintf(err, errlen, "%s %s cannot be resolved (%s at %s)", opt, path,
 						 links > LINKS_MAX ? "too many symbolic links" : "a link too long", real);
 				goto fail;
 			}
@@ -431,14 +432,14 @@ open_producer(const char *path, char *err, size_t errlen)
 				dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 				if (dir < 0)
 				{
-					snprintf(err, errlen, "--producer %s: cannot open / (%s)", path,
+					snprintf(err, errlen, "%s %s: cannot open / (%s)", opt, path,
 							 strerror(errno));
 					goto fail;
 				}
 			}
 			continue;
 		}
-		if (check_owner_mode(path, real, &sb, err, errlen) != 0)
+		if (check_owner_mode(opt, path, real, &sb, err, errlen) != 0)
 			goto fail;
 		if (S_ISDIR(sb.st_mode) && !last)
 		{
@@ -449,20 +450,34 @@ open_producer(const char *path, char *err, size_t errlen)
 		}
 		if (!last || slash)
 		{
-			snprintf(err, errlen, "--producer %s cannot be resolved (%s is not a directory)",
+			snprintf(err, errlen, "%s %s cannot be resolved (%s is not a directory)", opt,
 					 path, real);
 			goto fail;
 		}
 		break;
 	}
-	if (!S_ISREG(sb.st_mode))
+	if (want_dir)
 	{
-		snprintf(err, errlen, "--producer %s is not a regular file (%s)", path, real);
+		if (!S_ISDIR(sb.st_mode))
+		{
+			snprintf(err, errlen, "%s %s is not a directory (%s)", opt, path, real);
+			goto fail;
+		}
+		if (sb.st_uid != geteuid())
+		{
+			snprintf(err, errlen, "%s %s is refused: %s is owned by uid %u, not by bcd's user "
+					 "(uid %u)", opt, path, real, (unsigned) sb.st_uid, (unsigned) geteuid());
+			goto fail;
+		}
+	}
+	else if (!S_ISREG(sb.st_mode))
+	{
+		snprintf(err, errlen, "%s %s is not a regular file (%s)", opt, path, real);
 		goto fail;
 	}
-	if (faccessat(fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) != 0)
+	else if (faccessat(fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) != 0)
 	{
-		snprintf(err, errlen, "--producer %s is not an executable file (%s)", path, real);
+		snprintf(err, errlen, "%s %s is not an executable file (%s)", opt, path, real);
 		goto fail;
 	}
 	close(dir);
@@ -475,7 +490,7 @@ open_producer(const char *path, char *err, size_t errlen)
 		fd = high;
 		if (fd < 0)
 		{
-			snprintf(err, errlen, "--producer %s: %s", path, strerror(errno));
+			snprintf(err, errlen, "%s %s: %s", opt, path, strerror(errno));
 			return -1;
 		}
 	}
@@ -487,6 +502,20 @@ fail:
 	if (dir >= 0)
 		close(dir);
 	return -1;
+}
+
+/* An executable, opened and checked (exec.h). */
+int
+bcd_exec_open_checked(const char *opt, const char *path, char *err, size_t errlen)
+{
+	return open_checked(opt, path, 0, err, errlen);
+}
+
+/* A directory, opened and checked the same way (exec.h). */
+int
+bcd_exec_open_checked_dir(const char *opt, const char *path, char *err, size_t errlen)
+{
+	return open_checked(opt, path, 1, err, errlen);
 }
 
 /* ------------------------------------------------------------ the process */
@@ -974,7 +1003,7 @@ set_option(const char *name, const char *arg)
 
 /*
  * It serves the join of a custom attestor: PATH opened and checked once
- * (open_producer), the descriptor that every round runs.
+ * (bcd_exec_open_checked), the descriptor that every round runs.
  */
 static const char *
 configure(const bcd_producer_setup *setup)
@@ -987,7 +1016,7 @@ configure(const bcd_producer_setup *setup)
 		return "--producer needs --attestor ID (the custom attestor it makes the evidence of)";
 	if (st.fd >= 0)
 		close(st.fd);
-	st.fd = open_producer(st.path, why, sizeof(why));
+	st.fd = bcd_exec_open_checked("--producer", st.path, why, sizeof(why));
 	return st.fd < 0 ? why : NULL;
 }
 

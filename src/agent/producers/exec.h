@@ -51,4 +51,23 @@ int			bcd_exec_output_parse(const char *buf, size_t len, char **attestation,
 const char *bcd_exec_producer_set(const char *path, const char *timeout, const char *attestor,
 								  int attestor_set);
 
+/*
+ * Open the executable at the absolute path as ssh and sudo hold their
+ * helpers: resolved one component at a time from /, it and every real
+ * directory above it owned by root or bcd's user and writable by neither
+ * group nor others, a regular file bcd may execute; checked on the
+ * descriptor that is then what runs (bcd_child_spawn_fd).  Its descriptor
+ * (O_PATH, close-on-exec, at least 3), or -1 with err naming opt (the
+ * option, "--producer"), the path and why.
+ */
+int			bcd_exec_open_checked(const char *opt, const char *path, char *err, size_t errlen);
+/*
+ * The same walk for a directory (--svid-files DIR): it and every real
+ * directory above it owned by root or bcd's user and writable by neither
+ * group nor others, itself owned by bcd's user.  Its descriptor (O_PATH,
+ * close-on-exec), or -1 with err.
+ */
+int			bcd_exec_open_checked_dir(const char *opt, const char *path, char *err,
+									  size_t errlen);
+
 #endif							/* BCD_PRODUCER_EXEC_H */

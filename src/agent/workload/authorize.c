@@ -136,3 +136,37 @@ wl_authorize_secret(wl_call *r, int *drop)
 	*drop = 1;
 	return -1;
 }
+
+/*
+ * The trust domains r's caller may see, bcd's own first, at most max of
+ * them in out; how many.  The one place that says so: SDS (sds.c) serves
+ * from it.  After bcd's own, the federated domains r's rule federates
+ * with (federates=) whose bundles bcd holds (w->fed), each its own entry
+ * (never merged); valid while w->fed is, under w->mu.
+ */
+int
+wl_trust_domains(const bcd_workload *w, const wl_call *r, wl_trust_domain *out, int max)
+{
+	int			n = 0;
+
+	if (max < 1)
+		return 0;
+	out[n].name = w->trust_domain;
+	out[n].roots = w->bundle;
+	out[n].roots_len = w->bundle_len;
+	out[n].own = 1;
+	n++;
+	for (int i = 0; w->fed != NULL && i < w->fed->n && n < max; i++)
+	{
+		const bcd_trust_domain *d = &w->fed->d[i];
+
+		if (r->federates == NULL || !bcd_wl_federates_has(r->federates, d->td))
+			continue;
+		out[n].name = d->td;
+		out[n].roots = d->x509;
+		out[n].roots_len = d->x509_len;
+		out[n].own = 0;
+		n++;
+	}
+	return n;
+}

@@ -5,14 +5,16 @@
  * attributed to the credentials of its own connection by construction
  * (grpc_call_get_peer only gives "fd:N", and fd numbers are reused).
  *
- * A call.  Every call must carry "workload.spiffe.io: true" (else
- * INVALID_ARGUMENT); its method is looked up in the method table
+ * A call.  Every call of the SPIFFE Workload API must carry
+ * "workload.spiffe.io: true" (else INVALID_ARGUMENT; Envoy's SDS calls carry
+ * none, as with SPIRE); its method is looked up in the method table
  * (methods.c, handed over as w->methods: else UNIMPLEMENTED); its caller
  * must match a --workload-rule (authorize.c: else PERMISSION_DENIED, no
  * identity issued), which names the session and context of its identity.
- * Its one request is unpacked against the method's descriptor and handed
- * to the method's handler; a stream is then served by the method, at once
- * and at every tick.  Every event of the shared completion queue is handed
+ * Its request is unpacked against the method's descriptor and handed
+ * to the method's handler; a stream is then served by the method, at once,
+ * at every tick and once a push is sent; a bidirectional stream's later
+ * requests are read one after the other and handed to its method's more.  Every event of the shared completion queue is handed
  * here (wl_handle_event); a call is freed once closed with no batch
  * pending, and a connection once its server is shut down and no call is
  * left.
@@ -31,8 +33,6 @@
 
 /* The metadata every call must carry, with the value "true". */
 #define SECURITY_HEADER "workload.spiffe.io"
-/* The service's path prefix: a method is /SpiffeWorkloadAPI/<name>. */
-#define SERVICE_PATH "/SpiffeWorkloadAPI/"
 
 /* Set a tag's kind and object. */
 void
@@ -102,6 +102,7 @@ call_free(bcd_workload *w, wl_call *r)
 		grpc_byte_buffer_destroy(r->send_buf);
 	if (r->have_details)
 		grpc_slice_unref(r->status_details);
+	wl_sds_free(r->sds);
 	conn_unref(w, r->conn);
 	free(r);
 }
@@ -294,15 +295,18 @@ wl_call_serve(bcd_workload *w, wl_call *r, double now)
 	r->method->serve(w, r, now);
 }
 
-/* The row of w's method table whose path is path, or NULL. */
+/* The row of w's method table whose path (its service, then its name) is path, or NULL. */
 static const wl_method *
 method_of(const bcd_workload *w, const char *path)
 {
-	if (strncmp(path, SERVICE_PATH, sizeof(SERVICE_PATH) - 1) != 0)
-		return NULL;
 	for (int i = 0; i < w->n_methods; i++)
-		if (strcmp(path + sizeof(SERVICE_PATH) - 1, w->methods[i].name) == 0)
+	{
+		size_t		n = strlen(w->methods[i].service);
+
+		if (strncmp(path, w->methods[i].service, n) == 0 &&
+			strcmp(path + n, w->methods[i].name) == 0)
 			return &w->methods[i];
+	}
 	return NULL;
 }
 
@@ -348,7 +352,10 @@ on_new_call(bcd_workload *w, wl_call *r, int ok)
 		call_free(w, r);
 		return;
 	}
-	if (!has_security_header(&r->req_md))
+	/* the SPIFFE Workload API's calls (known or not) only: Envoy sends no such header */
+	if ((r->method != NULL ? strcmp(r->method->service, WL_SERVICE_WORKLOAD) == 0 :
+		 strncmp(path, WL_SERVICE_WORKLOAD, strlen(WL_SERVICE_WORKLOAD)) == 0) &&
+		!has_security_header(&r->req_md))
 	{
 		wl_call_finish(r, 1, NULL, GRPC_STATUS_INVALID_ARGUMENT,
 					   "security header missing from request");
@@ -376,7 +383,9 @@ on_new_call(bcd_workload *w, wl_call *r, int ok)
 
 /*
  * r's request came: unpacked against its method's descriptor, then handed
- * to the method's handler; a stream is served at once.
+ * to the method's handler (its first) or more (a later one of a
+ * bidirectional stream, whose next request is then read); a stream is
+ * served at once.
  */
 static void
 on_request(bcd_workload *w, wl_call *r, int ok)
@@ -390,6 +399,8 @@ on_request(bcd_workload *w, wl_call *r, int ok)
 	if (!ok || r->closed || r->req_payload == NULL)
 		return;					/* RECV_CLOSE ends it */
 	data = wl_flatten(r->req_payload, &len);
+	grpc_byte_buffer_destroy(r->req_payload);
+	r->req_payload = NULL;		/* a bidirectional stream's next request comes there */
 	if (data == NULL)
 	{
 		wl_call_finish(r, 0, NULL, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -423,13 +434,31 @@ on_request(bcd_workload *w, wl_call *r, int ok)
 		wl_call_finish(r, 0, NULL, GRPC_STATUS_PERMISSION_DENIED, why);
 		return;
 	}
-	if (m->serve != NULL)
-		r->streaming = 1;
-	if (m->handle != NULL)
-		m->handle(w, r, req);
+	if (r->got_first)
+	{
+		if (m->more != NULL)
+			m->more(w, r, req);
+	}
+	else
+	{
+		r->got_first = 1;
+		if (m->serve != NULL)
+			r->streaming = 1;
+		if (m->handle != NULL)
+			m->handle(w, r, req);
+	}
 	if (m->serve != NULL)
 		wl_call_serve(w, r, bcd_now_real());
 	protobuf_c_message_free_unpacked(req, NULL);
+	if ((m->flags & WL_METHOD_BIDI) && !r->finished && !r->closed)
+	{
+		grpc_op		op;
+
+		memset(&op, 0, sizeof(op));
+		op.op = GRPC_OP_RECV_MESSAGE;
+		op.data.recv_message.recv_message = &r->req_payload;
+		(void) start_batch(r, &op, 1, &r->t_recv);
+	}
 }
 
 /* One event of the completion queue: the batch or the shutdown its tag names. */
@@ -452,6 +481,8 @@ wl_handle_event(bcd_workload *w, grpc_event ev)
 			r->send_in_flight = 0;
 			if (!ev.success)
 				stream_stop(r);
+			else if (r->method != NULL && (r->method->flags & WL_METHOD_BIDI))
+				wl_call_serve(w, r, bcd_now_real());	/* what waited for this push */
 			wl_call_batch_done(w, r);
 			break;
 		case WL_TAG_STATUS:

@@ -40,8 +40,13 @@
 #define WL_FIRST_CALL_SECONDS 5.0
 #define WL_IDLE_SECONDS 60.0
 #define WL_IDLE_RULELESS_SECONDS 5.0
-/* What one caller may send in one message, and how many calls it may have open on one connection. */
-#define WL_MESSAGE_MAX (64 * 1024)
+/*
+ * What one caller may send in one message, and how many calls it may have
+ * open on one connection.  256 KiB: Envoy puts every extension compiled in
+ * into its SDS requests' node (node.extensions, 40-80 KB by estimate) and
+ * resends it; memory stays bounded by the 64 connections of a uid.
+ */
+#define WL_MESSAGE_MAX (256 * 1024)
 #define WL_STREAMS_MAX 16
 
 /*

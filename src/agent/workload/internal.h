@@ -13,8 +13,10 @@
  *   authorize.c    a call's caller: the identity its rule names, bound to its
  *                  connection, checked again before a secret goes; refusals logged
  *   methods.c      the method table and its handlers
+ *   sds.c          Envoy's SDS v3 (StreamSecrets, FetchSecrets): its handlers
  *   x509_svids.c   the X509-SVIDs kept per identity, provisioned again at half life
  *   jwt_svids.c    the JWT-SVIDs FetchJWTSVID answers (jwt_svids.h)
+ *   files.c        files mode: identities kept in directories, a reload run (files.h)
  *   protobuf.c     messages to and from gRPC byte buffers; JSON to Struct
  *
  * Locking.  One mutex (w->mu) guards the connections, calls and
@@ -36,12 +38,14 @@
 #include <openssl/x509.h>
 
 #include "workload.pb-c.h"
+#include "sds.pb-c.h"
 
 #include "core/local_socket.h"
 #include "core/provisioner.h"
 #include "core/trust_bundles.h"
 #include "workload/accept.h"
 #include "workload/attest.h"
+#include "workload/files.h"
 #include "workload/jwt.h"
 #include "workload/jwt_svids.h"
 #include "workload/refusals.h"
@@ -123,6 +127,8 @@ typedef struct wl_call
 	int			sent_once;		/* bundles: sent */
 	unsigned long sent_trust;	/* bundles: the trust generation last sent */
 	unsigned long sent_crl;		/* the CRL generation last sent */
+	int			got_first;		/* its first request was handed to its method's handle */
+	struct wl_sds *sds;			/* an SDS call's state (sds.c) */
 	grpc_slice	status_details;
 	int			have_details;
 	wl_tag		t_new,
@@ -158,21 +164,42 @@ typedef struct wl_conn
 /* What a method's answer is (wl_method.flags). */
 #define WL_METHOD_SECRET 1		/* a secret: its caller bound as its rule asks, checked before it goes */
 #define WL_METHOD_STRINGS 2		/* a request with strings: refused unless packed again to its length */
+#define WL_METHOD_BIDI 4		/* a bidirectional stream: every later request goes to more */
+
+/* The services a method is of: its path is the service's, then its name. */
+#define WL_SERVICE_WORKLOAD "/SpiffeWorkloadAPI/"
+#define WL_SERVICE_SDS "/envoy.service.secret.v3.SecretDiscoveryService/"
 
 /*
  * One method of the Workload API: a row of methods.c's table.  A call of
- * /SpiffeWorkloadAPI/<name> has its request unpacked against request
+ * <service><name> has its request unpacked against request
  * (protobuf_c_message_unpack) and handed to handle; a stream (serve not
- * NULL) is then served at once and at every tick.
+ * NULL) is then served at once and at every tick.  A bidirectional one
+ * (WL_METHOD_BIDI) hands every later request to more.  Only the calls of
+ * WL_SERVICE_WORKLOAD must carry the security header (Envoy sends none).
  */
 typedef struct wl_method
 {
+	const char *service;		/* WL_SERVICE_* */
 	const char *name;
 	const ProtobufCMessageDescriptor *request;
 	unsigned	flags;			/* WL_METHOD_* */
 	void		(*handle) (struct bcd_workload *w, wl_call *r, const ProtobufCMessage *req);
 	void		(*serve) (struct bcd_workload *w, wl_call *r, double now);
+	void		(*more) (struct bcd_workload *w, wl_call *r, const ProtobufCMessage *req);
 } wl_method;
+
+/* One trust domain a call may see (wl_trust_domains): its name (no scheme) and roots. */
+typedef struct wl_trust_domain
+{
+	const char *name;
+	const unsigned char *roots;	/* DER, concatenated */
+	size_t		roots_len;
+	int			own;			/* bcd's own (the node CA's CRL is about it) */
+} wl_trust_domain;
+
+/* The most trust domains wl_trust_domains gives. */
+#define WL_TRUST_DOMAINS_MAX 17
 
 /* The Workload API server of bcd run. */
 struct bcd_workload
@@ -190,11 +217,13 @@ struct bcd_workload
 	const bcd_service_keys *keys;
 	bcd_wl_rules *rules;
 	const wl_method *methods;	/* the table (methods.c), handed over by workload.c */
+	int			sds_validation; /* --sds-validation: BCD_SDS_VALIDATION_* (sds.c) */
 	int			n_methods;
 	bcd_wl_jwt *jwt;
 	unsigned long trust_gen;	/* bumped whenever a bundle changes (jwt-svid keys, federated ones) */
 	bcd_trust_set *fed;			/* the federated trust domains' bundles (a reference), or NULL */
 	bcd_wl_jwt_svids *jwt_svids;	/* FetchJWTSVID's cache, fetches and limits */
+	bcd_wl_files *files;		/* files mode (files.c), NULL without --svid-files */
 	char	   *trust_domain;
 	unsigned char *bundle;		/* DER of the trust domain's root */
 	size_t		bundle_len;
@@ -242,6 +271,8 @@ void		wl_log_refusal(struct bcd_workload *w, const bcd_wl_caller *cl, const char
 grpc_status_code wl_authorize_call(struct bcd_workload *w, wl_call *r, const char *method,
 								   const char **details, int *drop);
 int			wl_authorize_secret(wl_call *r, int *drop);
+int			wl_trust_domains(const struct bcd_workload *w, const wl_call *r,
+							 wl_trust_domain *out, int max);
 
 /* methods.c */
 extern const wl_method wl_methods[];
@@ -249,6 +280,14 @@ extern const int wl_n_methods;
 void		wl_jwt_take_done(struct bcd_workload *w);
 void		wl_jwt_drain(struct bcd_workload *w);
 void		wl_trust_take(struct bcd_workload *w);
+
+/* sds.c */
+void		wl_sds_stream(struct bcd_workload *w, wl_call *r, const ProtobufCMessage *req);
+void		wl_sds_stream_more(struct bcd_workload *w, wl_call *r, const ProtobufCMessage *req);
+void		wl_sds_stream_serve(struct bcd_workload *w, wl_call *r, double now);
+void		wl_sds_fetch(struct bcd_workload *w, wl_call *r, const ProtobufCMessage *req);
+void		wl_sds_fetch_serve(struct bcd_workload *w, wl_call *r, double now);
+void		wl_sds_free(struct wl_sds *s);
 
 /* x509_svids.c */
 wl_identity *wl_identity_get(struct bcd_workload *w, const char *session, const char *context,

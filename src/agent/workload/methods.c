@@ -1,8 +1,9 @@
 /*
  * methods.c: the Workload API's methods (SPIFFE Workload API; docs/agent.md,
- * "The SPIFFE Workload API"): one table, a row per method (its name, the
- * descriptor its request is unpacked against, what its answer is, its
- * handler and, for a stream, what it is sent now), and their handlers.  A
+ * "The SPIFFE Workload API"; Envoy's SDS, whose handlers are sds.c's): one
+ * table, a row per method (its service and name, the descriptor its request
+ * is unpacked against, what its answer is, its handler and, for a stream,
+ * what it is sent now and what a later request does), and their handlers.  A
  * new method is one row and its handler (docs/design.md, "Adding a
  * Workload API method").  The handlers run on the completion-queue thread
  * under the Workload API's mutex, with the call's caller already matched
@@ -420,14 +421,22 @@ serve_jwt_bundles(bcd_workload *w, wl_call *r, double now)
 
 /* Every method of the Workload API, looked up by name (call.c). */
 const wl_method wl_methods[] = {
-	{"FetchX509SVID", &x509_svidrequest__descriptor, WL_METHOD_SECRET,
-	fetch_x509_svid, serve_x509_svid},
-	{"FetchX509Bundles", &x509_bundles_request__descriptor, 0, NULL, serve_x509_bundles},
-	{"FetchJWTSVID", &jwtsvidrequest__descriptor, WL_METHOD_SECRET | WL_METHOD_STRINGS,
-	fetch_jwt_svid, NULL},
-	{"FetchJWTBundles", &jwtbundles_request__descriptor, 0, NULL, serve_jwt_bundles},
-	{"ValidateJWTSVID", &validate_jwtsvidrequest__descriptor, WL_METHOD_STRINGS,
-	validate_jwt_svid, NULL},
+	{WL_SERVICE_WORKLOAD, "FetchX509SVID", &x509_svidrequest__descriptor, WL_METHOD_SECRET,
+	fetch_x509_svid, serve_x509_svid, NULL},
+	{WL_SERVICE_WORKLOAD, "FetchX509Bundles", &x509_bundles_request__descriptor, 0, NULL,
+	serve_x509_bundles, NULL},
+	{WL_SERVICE_WORKLOAD, "FetchJWTSVID", &jwtsvidrequest__descriptor,
+	WL_METHOD_SECRET | WL_METHOD_STRINGS, fetch_jwt_svid, NULL, NULL},
+	{WL_SERVICE_WORKLOAD, "FetchJWTBundles", &jwtbundles_request__descriptor, 0, NULL,
+	serve_jwt_bundles, NULL},
+	{WL_SERVICE_WORKLOAD, "ValidateJWTSVID", &validate_jwtsvidrequest__descriptor,
+	WL_METHOD_STRINGS, validate_jwt_svid, NULL, NULL},
+	/* Envoy's SDS v3 (sds.c); DeltaSecrets is not one: UNIMPLEMENTED, as with SPIRE */
+	{WL_SERVICE_SDS, "StreamSecrets", &discovery_request__descriptor,
+	WL_METHOD_SECRET | WL_METHOD_STRINGS | WL_METHOD_BIDI, wl_sds_stream, wl_sds_stream_serve,
+	wl_sds_stream_more},
+	{WL_SERVICE_SDS, "FetchSecrets", &discovery_request__descriptor,
+	WL_METHOD_SECRET | WL_METHOD_STRINGS, wl_sds_fetch, wl_sds_fetch_serve, NULL},
 };
 
 const int	wl_n_methods = sizeof(wl_methods) / sizeof(wl_methods[0]);

@@ -346,6 +346,42 @@ parse_target(rule *r, const char *t, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * Parse "session=S[,context=C][,federates=TD[+TD...]]" into session,
+ * context and federates ("td+td..." sorted, "" for none; BCD_WL_FEDERATES_LEN
+ * bytes) (rules.h); 0 or -1 with err.
+ */
+int
+bcd_wl_target_parse_fed(const char *t, char *session, char *context, char *federates,
+						char *err, size_t errlen)
+{
+	rule		r;
+
+	memset(&r, 0, sizeof(r));
+	if (parse_target(&r, t, err, errlen) != 0)
+		return -1;
+	memcpy(session, r.session, sizeof(r.session));
+	memcpy(context, r.context, sizeof(r.context));
+	memcpy(federates, r.federates, sizeof(r.federates));
+	return 0;
+}
+
+/* Parse "session=S[,context=C]" into session and context (rules.h); 0 or -1 with err. */
+int
+bcd_wl_target_parse(const char *t, char *session, char *context, char *err, size_t errlen)
+{
+	char		federates[BCD_WL_FEDERATES_LEN];
+
+	if (bcd_wl_target_parse_fed(t, session, context, federates, err, errlen) != 0)
+		return -1;
+	if (federates[0] != '\0')
+	{
+		snprintf(err, errlen, "federates= is not taken here: the target is session=S[,context=C]");
+		return -1;
+	}
+	return 0;
+}
+
 /* Parse one rule, "SELECTOR[,SELECTOR...]=>TARGET", into r; 0 or -1 with err. */
 static int
 parse_rule(rule *r, const char *text, char *err, size_t errlen)

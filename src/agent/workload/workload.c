@@ -147,6 +147,7 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	w->idle_logged = w->share_logged = -BCD_WL_REFUSALS_INTERVAL;
 	w->methods = wl_methods;
 	w->n_methods = wl_n_methods;
+	w->sds_validation = o->sds_validation;
 	w->rules = bcd_wl_rules_parse(o->workload_rules, o->n_workload_rules, err, errlen);
 	if (w->rules == NULL)
 		goto fail;
@@ -170,6 +171,19 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 		goto fail;
 	if (keys->trust != NULL)
 		w->fed = bcd_trust_bundles_get(keys->trust);
+	if (bcd_wl_files_start(w, o, &w->files, err, errlen) != BC_OK)
+		goto fail;
+	/* files mode alone (no rule, no --workload-api PATH): no socket */
+	if (o->workload_api != NULL ? strcmp(o->workload_api, "off") == 0 : o->n_workload_rules == 0)
+	{
+		grpc_init();
+		w->cq = grpc_completion_queue_create_for_next(NULL);
+		w->creds = grpc_insecure_server_credentials_create();
+		bcd_log("workload api: no socket; files mode only (%d director%s), trust domain %s",
+				o->n_svid_files, o->n_svid_files == 1 ? "y" : "ies", w->trust_domain);
+		*out = w;
+		return BC_OK;
+	}
 	w->path = o->workload_api != NULL ? strdup(o->workload_api) : default_path(socket_path);
 	if (w->path == NULL)
 	{
@@ -233,7 +247,8 @@ bcd_workload_run(bcd_workload *w)
 		return;
 	}
 	w->running = 1;
-	if (bcd_wl_acceptor_start(w->acceptor) != BC_OK)
+	bcd_wl_files_run(w->files);
+	if (w->acceptor != NULL && bcd_wl_acceptor_start(w->acceptor) != BC_OK)
 		bcd_workload_stop(w);
 }
 
@@ -244,7 +259,9 @@ bcd_workload_stop(bcd_workload *w)
 	if (w == NULL || !w->running)
 		return;
 	/* no connection is added after this; then the calls and connections end */
-	bcd_wl_acceptor_stop(w->acceptor);
+	if (w->acceptor != NULL)
+		bcd_wl_acceptor_stop(w->acceptor);
+	bcd_wl_files_stop(w->files);
 	atomic_store(&w->stopping, 1);
 	pthread_join(w->cq_thread, NULL);
 	w->running = 0;
@@ -267,7 +284,9 @@ bcd_workload_free(bcd_workload *w)
 		grpc_server_credentials_release(w->creds);
 		grpc_shutdown();
 	}
-	bcd_wl_acceptor_free(w->acceptor);
+	if (w->acceptor != NULL)
+		bcd_wl_acceptor_free(w->acceptor);
+	bcd_wl_files_free(w->files);
 	if (w->path != NULL)
 		bcd_socket_close(&w->sock, w->path);
 	wl_identities_free(w);
