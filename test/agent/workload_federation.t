@@ -20,6 +20,9 @@ federated with no one. With gRPC clients made from src/agent/workload/workload.p
   the subject's trust domain, then the kid);
 - a caller whose rule has no federates= (uid 65534 on A) sees A's bundle only and cannot
   validate B's token;
+- Envoy's SDS (test/agent/sds_client.js, grpc-js on Envoy's upstream protos) on A's
+  socket: ALL is one SPIFFE validator holding A's and B's roots, each its own trust domain;
+  spiffe://b.bc-join.test holds B's alone;
 - B's bundle changed in A's database (a new sequence): A's FetchX509Bundles stream pushes
   the new generation without a restart.
 """
@@ -27,6 +30,8 @@ import base64
 import json
 import os
 import queue
+import select
+import shutil
 import subprocess
 import sys
 import threading
@@ -144,6 +149,41 @@ def mtls(env, a, b):
             "verify error" not in sout, cout, sout)
 
 
+def sds_fetch(env, exe, sock, names):
+    """FetchSecrets of names through sds_client.js run by exe: its answer (JSON)."""
+    wkt = "/usr/lib/python3/dist-packages/grpc_tools/_proto"
+    p = subprocess.Popen([exe, os.path.join(agentlib.HERE, "sds_client.js"), sock, wkt],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write((json.dumps({"op": "fetch", "req": {"resource_names": names}}) + "\n").encode())
+    p.stdin.flush()
+    r, _, _ = select.select([p.stdout], [], [], 20)
+    line = p.stdout.readline() if r else b""
+    p.stdin.close()
+    try:
+        p.wait(5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    return json.loads(line) if line else {"error": p.stderr.read().decode()[-1000:]}
+
+
+def spiffe_tds(res):
+    """The SPIFFE validator's trust domains of an SDS Secret: {name: certificates' DER}, or None."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    cfg = (((res or {}).get("validation_context") or {}).get("custom_validator_config") or {})
+    if cfg.get("name") != "envoy.tls.cert_validator.spiffe":
+        return None
+    end = "-----END CERTIFICATE-----"
+    out = {}
+    for t in (cfg.get("typed_config") or {}).get("trust_domains", []):
+        pem_text = (t.get("trust_bundle") or {}).get("inline_bytes") or ""
+        out[t.get("name")] = b"".join(
+            x509.load_pem_x509_certificate((c + end).encode()).public_bytes(serialization.Encoding.DER)
+            for c in pem_text.split(end) if "-----BEGIN CERTIFICATE-----" in c)
+    return out
+
+
 def mint(keyfile, kid, sub, aud, alg="ES256"):
     """A JWT signed by the PEM key in keyfile, with kid."""
     from jwcrypto import jwk, jws
@@ -242,8 +282,15 @@ def run(tap, env, envb):
     envb.psql("SELECT bc_join.add_federation('%s', NULL, 'static', NULL, '%s'::jsonb)" % (TD_A, bundle_a))
 
     me = os.path.realpath("/proc/self/exe")
-    da, wa = start(env, "a", ["uid:0,exe:%s=>session=fa,federates=%s" % (me, TD_B),
-                              "uid:65534=>session=plain"], ["--workload-api-mode", "0666"])
+    have_node = shutil.which("node") is not None and os.path.isdir(
+        os.path.join(agentlib.TOP, "test", "node", "node_modules", "@grpc", "grpc-js-xds"))
+    node_exe = os.path.join(env.dir, "node-a")
+    rules_a = ["uid:0,exe:%s=>session=fa,federates=%s" % (me, TD_B), "uid:65534=>session=plain"]
+    if have_node:
+        # a copy of node (exe: matches the file): Envoy's stand-in, the same identity
+        subprocess.run(["cp", os.path.realpath(shutil.which("node")), node_exe], check=True)
+        rules_a.append("uid:0,exe:%s=>session=fa,federates=%s" % (node_exe, TD_B))
+    da, wa = start(env, "a", rules_a, ["--workload-api-mode", "0666"])
     db, wb = start(envb, "b", ["uid:0,exe:%s=>session=fb,federates=%s" % (me, TD_A)])
     sa = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wa))
     sb = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wb))
@@ -337,6 +384,18 @@ def run(tap, env, envb):
            out.get("fed") == [], "a rule without federates=: A's bundle only, no federated_bundles", out)
     tap.ok(str(out.get("validate", "")).startswith("INVALID_ARGUMENT") and TD_B in out.get("validate", ""),
            "... and B's token is not validated for it", out.get("validate"))
+
+    # -- Envoy's SDS: ALL and spiffe://<federated td> --------------------------------------
+    if have_node:
+        ans = sds_fetch(env, node_exe, wa, ["ALL", "spiffe://" + TD_B])
+        res = {r.get("name"): r for r in ans.get("resources", [])}
+        tap.ok(spiffe_tds(res.get("ALL")) == {TD_A: va.bundle, TD_B: vb.bundle},
+               "SDS ALL: one SPIFFE validator, A's and B's roots each under its own trust domain",
+               ans if "error" in ans else sorted(res))
+        tap.ok(spiffe_tds(res.get("spiffe://" + TD_B)) == {TD_B: vb.bundle},
+               "SDS spiffe://%s: B's roots alone" % TD_B, sorted(res))
+    else:
+        tap.skip("SDS with a federated domain", "no node or test/node/node_modules (tools/install-deps)")
 
     # -- B's bundle changes in A's database: pushed --------------------------------------------
     pushes = queue.Queue()
