@@ -16,7 +16,7 @@
 # end on one long script alone.
 AGENT_SLOW = test/agent/rotation.t test/agent/x509pop.t test/agent/discovery.t \
 	test/agent/workload_attest.t test/agent/attest.t test/agent/kill.t test/agent/sessions.t \
-	test/agent/workload_sds.t
+	test/agent/workload_sds.t test/agent/workload_federation.t test/agent/workload_jwt_keys.t
 # Alone, after the others: setup.t creates /var/lib/systemd/linger/<its user>
 # for a moment (bcd run must refuse to start under lingering), which would make
 # any bcd run of a script beside it refuse too.
