@@ -16,7 +16,7 @@
 # end on one long script alone.
 AGENT_SLOW = test/agent/rotation.t test/agent/x509pop.t test/agent/discovery.t \
 	test/agent/workload_attest.t test/agent/attest.t test/agent/kill.t test/agent/sessions.t \
-	test/agent/workload_sds.t
+	test/agent/workload_sds.t test/agent/workload_federation.t test/agent/workload_jwt_keys.t
 # Alone, after the others: setup.t creates /var/lib/systemd/linger/<its user>
 # for a moment (bcd run must refuse to start under lingering), which would make
 # any bcd run of a script beside it refuse too.
@@ -36,10 +36,12 @@ build/bcd build/asan/bcd: HOST_LIBS += $(shell pkg-config --libs tss2-esys tss2-
 # The agent's files the unit tests reach, and what they link.
 BCD_UNIT_NAMES     = $(basename $(notdir $(wildcard test/unit/test_bcd_*.c)))
 BCD_UNIT_SRCS      = src/agent/core/attest_rules.c src/agent/core/backoff.c src/agent/core/clock.c \
-	src/agent/core/job.c \
+	src/agent/core/fileio.c src/agent/core/job.c \
 	src/agent/core/log.c src/agent/core/outcome.c src/agent/core/peer.c \
+	src/agent/core/service_keys.c src/agent/core/signals.c src/agent/core/transport.c \
+	src/agent/core/trust_bundles.c \
 	src/agent/workload/refusals.c src/agent/workload/rules.c
-BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lm -pthread
+BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lcurl -lm -pthread
 BCD_TEST_OBJS      = $(BCD_UNIT_SRCS:%.c=build/testobj/%.o)
 BCD_ASAN_TEST_OBJS = $(BCD_UNIT_SRCS:%.c=build/asan/testobj/%.o)
 

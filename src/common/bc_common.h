@@ -210,6 +210,24 @@ int			bc_jws_verify_es256(EVP_PKEY *pub, const char *jws, size_t n,
 								unsigned char **payload_out, size_t *payload_len);
 
 /*
+ * A public JWK of kty EC (crv P-256, P-384 or P-521; the point checked on
+ * its curve) or RSA (n of 2048 to 8192 bits, e) as a key, through OpenSSL
+ * (EVP_PKEY_fromdata, EVP_PKEY_public_check).  A private member (d, p) is
+ * BC_EUNSUPPORTED, as is another kty or curve; malformed is BC_EINVAL.
+ */
+int			bc_pkey_from_jwk_any(struct json_t *jwk, EVP_PKEY **out);
+
+/*
+ * Verify a JWS compact serialization whose header alg is one of RS256,
+ * RS384, RS512, PS256, PS384, PS512 (RSASSA-PSS, MGF1 of the same digest,
+ * salt its length), ES256, ES384, ES512 (the curve that alg names), and
+ * fits pub's type (anything else, "none" included, BC_EUNSUPPORTED; "crit"
+ * refused).  Otherwise as bc_jws_verify_es256.
+ */
+int			bc_jws_verify_any(EVP_PKEY *pub, const char *jws, size_t n, size_t max_payload,
+							  unsigned char **payload_out, size_t *payload_len);
+
+/*
  * JWE compact serialization (RFC 7516/7518): alg ECDH-ES (direct key
  * agreement, Concat KDF), enc A256GCM, to a P-256 public key.  The protected
  * header is {"alg":"ECDH-ES","enc":"A256GCM","epk":{...}} plus, when hdr_name

@@ -1,6 +1,10 @@
 /*
  * jose.c: JWS compact serialization with ES256 (RFC 7515, RFC 7518 3.4) and
  * JWE compact serialization with ECDH-ES + A256GCM (RFC 7516, RFC 7518 4.6).
+ * Verification only, for the bundles of federated trust domains (whose
+ * servers may sign with RSA): RS256..RS512, PS256..PS512, ES256..ES512,
+ * each through OpenSSL's EVP with the digest, padding and curve RFC 7518
+ * section 3 names (bc_jws_verify_any, bc_pkey_from_jwk_any).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -13,8 +17,11 @@
 #include <openssl/bn.h>
 #include <openssl/ec.h>
 #include <openssl/err.h>
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/param_build.h>
 #include <openssl/rand.h>
+#include <openssl/rsa.h>
 
 #include "bc_common.h"
 
@@ -816,6 +823,281 @@ out:
 		bc_free_secret(ct, ct_len + 1);
 	free(value);
 	EVP_PKEY_free(epk);
+	json_decref(hdr);
+	return rc;
+}
+
+/* ------------------------------------------------- other algorithms (federation) */
+
+/* Longest RSA modulus accepted (bits), and shortest. */
+#define JWK_RSA_BITS_MAX 8192
+#define JWK_RSA_BITS_MIN 2048
+/* Longest JWS signature: an RSA one of JWK_RSA_BITS_MAX bits. */
+#define JWS_SIG_MAX (JWK_RSA_BITS_MAX / 8)
+
+/* One JWS algorithm of RFC 7518 section 3 that is verified here. */
+typedef struct jws_alg
+{
+	const char *name;
+	const char *kty;			/* "EC" or "RSA" */
+	const char *group;			/* EC: the curve's OpenSSL group name */
+	int			half;			/* EC: bytes of r and of s */
+	int			pss;			/* RSA: RSASSA-PSS, salt the digest's length */
+	const char *md;
+} jws_alg;
+
+static const jws_alg jws_algs[] = {
+	{"ES256", "EC", "prime256v1", 32, 0, "SHA256"},
+	{"ES384", "EC", "secp384r1", 48, 0, "SHA384"},
+	{"ES512", "EC", "secp521r1", 66, 0, "SHA512"},
+	{"RS256", "RSA", NULL, 0, 0, "SHA256"},
+	{"RS384", "RSA", NULL, 0, 0, "SHA384"},
+	{"RS512", "RSA", NULL, 0, 0, "SHA512"},
+	{"PS256", "RSA", NULL, 0, 1, "SHA256"},
+	{"PS384", "RSA", NULL, 0, 1, "SHA384"},
+	{"PS512", "RSA", NULL, 0, 1, "SHA512"},
+};
+
+/* The unsigned big-endian bytes of base64url member name of jwk (at most cap): BC_OK or BC_EINVAL. */
+static int
+jwk_bytes(json_t *jwk, const char *name, unsigned char *out, size_t cap, size_t *len)
+{
+	json_t	   *member = json_object_get(jwk, name);
+	int			rc;
+
+	if (!json_is_string(member))
+		return BC_EINVAL;
+	rc = bc_b64url_decode(json_string_value(member), json_string_length(member), out, cap, len);
+	return rc == BC_OK && *len > 0 ? BC_OK : BC_EINVAL;
+}
+
+/* An EVP_PKEY of type name from params; BC_OK or BC_EINVAL (OpenSSL refused them). */
+static int
+pkey_fromdata(const char *type, OSSL_PARAM *params, EVP_PKEY **out)
+{
+	EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_from_name(NULL, type, NULL);
+	EVP_PKEY_CTX *check = NULL;
+	int			rc = BC_EINVAL;
+
+	if (ctx != NULL && EVP_PKEY_fromdata_init(ctx) == 1 &&
+		EVP_PKEY_fromdata(ctx, out, EVP_PKEY_PUBLIC_KEY, params) == 1)
+	{
+		/* the point on its curve; the modulus and exponent sane */
+		check = EVP_PKEY_CTX_new_from_pkey(NULL, *out, NULL);
+		if (check != NULL && EVP_PKEY_public_check(check) == 1)
+			rc = BC_OK;
+	}
+	if (rc != BC_OK)
+	{
+		EVP_PKEY_free(*out);
+		*out = NULL;
+		ERR_clear_error();
+	}
+	EVP_PKEY_CTX_free(check);
+	EVP_PKEY_CTX_free(ctx);
+	return rc;
+}
+
+/* A public JWK of kty EC (P-256, P-384, P-521) or RSA (2048 to 8192 bits) as a key (bc_common.h). */
+int
+bc_pkey_from_jwk_any(struct json_t *jwk, EVP_PKEY **out)
+{
+	static const struct
+	{
+		const char *crv;
+		const char *group;
+		size_t		len;
+	}			curves[] = {{"P-256", "prime256v1", 32}, {"P-384", "secp384r1", 48},
+	{"P-521", "secp521r1", 66}};
+	const char *kty;
+	unsigned char a[JWS_SIG_MAX];
+	unsigned char b[JWS_SIG_MAX];
+	unsigned char point[1 + 2 * 66];
+	size_t		alen = 0;
+	size_t		blen = 0;
+	OSSL_PARAM_BLD *bld = NULL;
+	OSSL_PARAM *params = NULL;
+	BIGNUM	   *n = NULL;
+	BIGNUM	   *e = NULL;
+	int			rc = BC_EINVAL;
+	size_t		i;
+
+	*out = NULL;
+	if (!json_is_object(jwk) || !json_is_string(json_object_get(jwk, "kty")))
+		return BC_EINVAL;
+	if (json_object_get(jwk, "d") != NULL || json_object_get(jwk, "p") != NULL)
+		return BC_EUNSUPPORTED;	/* a private key: never */
+	kty = json_string_value(json_object_get(jwk, "kty"));
+	if (strcmp(kty, "EC") == 0)
+	{
+		const char *crv = json_string_value(json_object_get(jwk, "crv"));
+
+		for (i = 0; crv != NULL && i < sizeof(curves) / sizeof(curves[0]); i++)
+			if (strcmp(crv, curves[i].crv) == 0)
+				break;
+		if (crv == NULL || i == sizeof(curves) / sizeof(curves[0]))
+			return BC_EUNSUPPORTED;
+		if (jwk_bytes(jwk, "x", a, curves[i].len, &alen) != BC_OK || alen != curves[i].len ||
+			jwk_bytes(jwk, "y", b, curves[i].len, &blen) != BC_OK || blen != curves[i].len)
+			return BC_EINVAL;
+		point[0] = 0x04;
+		memcpy(point + 1, a, alen);
+		memcpy(point + 1 + alen, b, blen);
+		rc = BC_ENOMEM;
+		bld = OSSL_PARAM_BLD_new();
+		if (bld == NULL ||
+			OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, curves[i].group, 0) != 1 ||
+			OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, point, 1 + alen + blen) != 1 ||
+			(params = OSSL_PARAM_BLD_to_param(bld)) == NULL)
+			goto out;
+		rc = pkey_fromdata("EC", params, out);
+	}
+	else if (strcmp(kty, "RSA") == 0)
+	{
+		if (jwk_bytes(jwk, "n", a, sizeof(a), &alen) != BC_OK ||
+			jwk_bytes(jwk, "e", b, 8, &blen) != BC_OK)
+			return BC_EINVAL;
+		rc = BC_ENOMEM;
+		n = BN_bin2bn(a, (int) alen, NULL);
+		e = BN_bin2bn(b, (int) blen, NULL);
+		if (n == NULL || e == NULL)
+			goto out;
+		rc = BC_EUNSUPPORTED;
+		if (BN_num_bits(n) < JWK_RSA_BITS_MIN || BN_num_bits(n) > JWK_RSA_BITS_MAX)
+			goto out;
+		rc = BC_ENOMEM;
+		bld = OSSL_PARAM_BLD_new();
+		if (bld == NULL || OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, n) != 1 ||
+			OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, e) != 1 ||
+			(params = OSSL_PARAM_BLD_to_param(bld)) == NULL)
+			goto out;
+		rc = pkey_fromdata("RSA", params, out);
+	}
+	else
+		rc = BC_EUNSUPPORTED;
+out:
+	OSSL_PARAM_free(params);
+	OSSL_PARAM_BLD_free(bld);
+	BN_free(n);
+	BN_free(e);
+	ERR_clear_error();
+	return rc;
+}
+
+/* 1 when pub is a key alg signs with: its type, and for EC its curve. */
+static int
+alg_fits_key(const jws_alg *alg, EVP_PKEY *pub)
+{
+	char		group[64];
+
+	if (!EVP_PKEY_is_a(pub, alg->kty))
+		return 0;
+	if (alg->group == NULL)
+		return EVP_PKEY_get_bits(pub) >= JWK_RSA_BITS_MIN;
+	return EVP_PKEY_get_utf8_string_param(pub, OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof(group),
+										  NULL) == 1 && strcmp(group, alg->group) == 0;
+}
+
+/* Verify sig (sig_len bytes, JWS form) over data with alg and pub: BC_OK or BC_EVERIFY. */
+static int
+alg_verify(const jws_alg *alg, EVP_PKEY *pub, const char *data, size_t n,
+		   const unsigned char *sig, size_t sig_len)
+{
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	EVP_PKEY_CTX *pctx = NULL;
+	unsigned char *der = NULL;
+	size_t		der_len = 0;
+	int			rc = BC_ECRYPTO;
+
+	if (alg->group != NULL)
+	{
+		/* JWS: r || s, each of the curve's length; OpenSSL: a DER ECDSA-Sig-Value */
+		if (sig_len != 2 * (size_t) alg->half)
+		{
+			rc = BC_EVERIFY;
+			goto out;
+		}
+		rc = bc_ecdsa_sig_to_der(sig, (size_t) alg->half, sig + alg->half, (size_t) alg->half,
+								 &der, &der_len);
+		if (rc != BC_OK)
+		{
+			rc = rc == BC_EVERIFY || rc == BC_EINVAL ? BC_EVERIFY : BC_ECRYPTO;
+			goto out;
+		}
+		sig = der;
+		sig_len = der_len;
+		rc = BC_ECRYPTO;
+	}
+	if (md == NULL || EVP_DigestVerifyInit_ex(md, &pctx, alg->md, NULL, NULL, pub, NULL) != 1)
+		goto out;
+	if (alg->pss &&
+		(EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) != 1 ||
+		 EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, RSA_PSS_SALTLEN_DIGEST) != 1 ||
+		 EVP_PKEY_CTX_set_rsa_mgf1_md_name(pctx, alg->md, NULL) != 1))
+		goto out;
+	rc = EVP_DigestVerify(md, sig, sig_len, (const unsigned char *) data, n) == 1 ?
+		BC_OK : BC_EVERIFY;
+out:
+	ERR_clear_error();
+	EVP_MD_CTX_free(md);
+	free(der);
+	return rc;
+}
+
+/* Verify a JWS of RS/PS/ES 256 to 512 with pub and hand back its payload (bc_common.h). */
+int
+bc_jws_verify_any(EVP_PKEY *pub, const char *jws, size_t n, size_t max_payload,
+				  unsigned char **payload_out, size_t *payload_len)
+{
+	jose_part	parts[JWS_PARTS];
+	json_t	   *hdr = NULL;
+	unsigned char sig[JWS_SIG_MAX + 3];
+	size_t		sig_len = 0;
+	unsigned char *payload = NULL;
+	size_t		len = 0;
+	const jws_alg *alg = NULL;
+	const char *name;
+	size_t		i;
+	int			rc;
+
+	*payload_out = NULL;
+	*payload_len = 0;
+	if (n > BC_JOSE_MAX)
+		return BC_ETOOBIG;
+	rc = split_compact(jws, n, parts, JWS_PARTS);
+	if (rc != BC_OK)
+		goto out;
+	rc = parse_header(&parts[0], &hdr);
+	if (rc != BC_OK)
+		goto out;
+	rc = BC_EUNSUPPORTED;
+	name = json_string_value(json_object_get(hdr, "alg"));
+	for (i = 0; name != NULL && i < sizeof(jws_algs) / sizeof(jws_algs[0]); i++)
+		if (strcmp(name, jws_algs[i].name) == 0)
+			alg = &jws_algs[i];
+	if (alg == NULL || json_object_get(hdr, "crit") != NULL || !alg_fits_key(alg, pub))
+		goto out;
+	rc = bc_b64url_decode(parts[2].text, parts[2].len, sig, sizeof(sig), &sig_len);
+	if (rc == BC_ETOOBIG)
+		rc = BC_EINVAL;
+	if (rc != BC_OK)
+		goto out;
+	if (bc_b64url_decoded_maxlen(parts[1].len) > max_payload)
+	{
+		rc = parts[1].len % 4 == 1 ? BC_EINVAL : BC_ETOOBIG;
+		goto out;
+	}
+	rc = decode_part(&parts[1], max_payload, &payload, &len);
+	if (rc != BC_OK)
+		goto out;
+	rc = alg_verify(alg, pub, jws, parts[0].len + 1 + parts[1].len, sig, sig_len);
+	if (rc != BC_OK)
+		goto out;
+	*payload_out = payload;
+	*payload_len = len;
+	payload = NULL;
+out:
+	free(payload);
 	json_decref(hdr);
 	return rc;
 }

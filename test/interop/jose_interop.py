@@ -154,6 +154,73 @@ def main():
     check("tampered JWE refused by jose-tool", tampered_jwe_refused_by_tool)
     check("JWK imports in jwcrypto; RFC 7638 thumbprints agree", jwk_and_thumbprint_agree)
 
+    # A federated trust domain's keys (issue 46): RS/PS/ES 256-512 signed by jwcrypto,
+    # verified by bc_jws_verify_any with the key from bc_pkey_from_jwk_any.
+    rsa = jwk.JWK.generate(kty="RSA", size=2048)
+    ecs = {"ES256": jwk.JWK.generate(kty="EC", crv="P-256"),
+           "ES384": jwk.JWK.generate(kty="EC", crv="P-384"),
+           "ES512": jwk.JWK.generate(kty="EC", crv="P-521")}
+
+    def pub_file(k, name):
+        path = os.path.join(tmp, name + ".jwk")
+        with open(path, "w") as f:
+            f.write(k.export_public())
+        return path
+
+    def signed(k, alg, body=payload):
+        sig = jws.JWS(body)
+        sig.add_signature(k, alg=alg, protected=json_encode({"alg": alg, "kid": "k"}))
+        return sig.serialize(compact=True)
+
+    def any_alg_verifies(alg, k):
+        def fn():
+            path = pub_file(k, alg)
+            out, _ = run(tool, ["verify-any", path], signed(k, alg).encode())
+            assert out == payload, f"payload differs: {out!r}"
+            h, p, s = signed(k, alg).split(".")
+            flipped = s[:10] + ("A" if s[10] != "A" else "B") + s[11:]
+            run(tool, ["verify-any", path], f"{h}.{p}.{flipped}".encode(), expect_ok=False)
+            other = b64url(payload.replace(b"issued", b"pendin"))
+            run(tool, ["verify-any", path], f"{h}.{other}.{s}".encode(), expect_ok=False)
+        return fn
+
+    def any_alg_mismatch_refused():
+        rsa_pub = pub_file(rsa, "rsa")
+        # an EC alg with an RSA key, an RSA alg with an EC key, another curve, alg none
+        run(tool, ["verify-any", rsa_pub], signed(ecs["ES256"], "ES256").encode(), expect_ok=False)
+        run(tool, ["verify-any", pub_file(ecs["ES256"], "p256")], signed(rsa, "RS256").encode(),
+            expect_ok=False)
+        run(tool, ["verify-any", pub_file(ecs["ES384"], "p384")], signed(ecs["ES256"], "ES256").encode(),
+            expect_ok=False)
+        # PS256 signed, header rewritten to RS256: the padding differs, refused
+        h, p, s = signed(rsa, "PS256").split(".")
+        hdr_RS256, hdr_none, hdr_HS256 = (b64url(json.dumps({"alg": a}).encode())
+                                          for a in ("RS256", "none", "HS256"))
+        run(tool, ["verify-any", rsa_pub], f"{hdr_RS256}.{p}.{s}".encode(),
+            expect_ok=False)
+        run(tool, ["verify-any", rsa_pub], f"{hdr_none}.{p}.".encode(),
+            expect_ok=False)
+        # HS256 with the RSA modulus as the secret (the alg confusion attack)
+        run(tool, ["verify-any", rsa_pub], f"{hdr_HS256}.{p}.{s}".encode(),
+            expect_ok=False)
+        # a private JWK is refused as a verification key; a 1024-bit RSA key too
+        priv = os.path.join(tmp, "priv.jwk")
+        with open(priv, "w") as f:
+            f.write(ecs["ES256"].export_private())
+        run(tool, ["verify-any", priv], signed(ecs["ES256"], "ES256").encode(), expect_ok=False)
+        small = jwk.JWK.generate(kty="RSA", size=1024)
+        run(tool, ["verify-any", pub_file(small, "small")], signed(small, "RS256").encode(),
+            expect_ok=False)
+
+    for alg in ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"):
+        check(f"{alg} JWS by jwcrypto verifies with verify-any; tampered refused",
+              any_alg_verifies(alg, rsa))
+    for alg, k in ecs.items():
+        check(f"{alg} JWS by jwcrypto verifies with verify-any; tampered refused",
+              any_alg_verifies(alg, k))
+    check("verify-any refuses an alg that does not fit the key, none, HS256, a private JWK, "
+          "RSA-1024", any_alg_mismatch_refused)
+
     for name in os.listdir(tmp):
         os.unlink(os.path.join(tmp, name))
     os.rmdir(tmp)

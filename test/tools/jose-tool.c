@@ -3,6 +3,7 @@
  *
  *   jose-tool sign KEY.pem [KID] < payload > jws
  *   jose-tool verify PUB.jwk < jws > payload          (exit 1 on failure)
+ *   jose-tool verify-any PUB.jwk < jws > payload      (RS/PS/ES 256-512, an EC or RSA JWK)
  *   jose-tool x5c-verify < jws > payload              (x5c JWS, the leaf's key)
  *   jose-tool seal PUB.jwk HDRNAME HDRVALUE < pt > jwe
  *   jose-tool open KEY.pem HDRNAME < jwe > pt         (header value on stderr)
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "bc_common.h"
 
@@ -25,6 +28,7 @@ usage(FILE *stream)
 	fputs("usage:\n"
 		  "  jose-tool sign KEY.pem [KID] < payload > jws\n"
 		  "  jose-tool verify PUB.jwk < jws > payload\n"
+		  "  jose-tool verify-any PUB.jwk < jws > payload (RS/PS/ES 256-512)\n"
 		  "  jose-tool x5c-verify < jws > payload      (x5c JWS: ES256/ES384/RS256/PS256)\n"
 		  "  jose-tool seal PUB.jwk HDRNAME HDRVALUE < plaintext > jwe\n"
 		  "  jose-tool open KEY.pem HDRNAME < jwe > plaintext\n"
@@ -183,6 +187,54 @@ cmd_verify(int argc, char **argv)
 	return rc == BC_OK ? 0 : 1;
 }
 
+/* jose-tool verify-any PUB.jwk: bc_pkey_from_jwk_any + bc_jws_verify_any; the payload on stdout. */
+static int
+cmd_verify_any(int argc, char **argv)
+{
+	EVP_PKEY   *key = NULL;
+	char	   *text = NULL;
+	size_t		text_len = 0;
+	json_t	   *jwk = NULL;
+	char	   *jws = NULL;
+	size_t		len = 0;
+	unsigned char *payload = NULL;
+	size_t		payload_len = 0;
+	int			rc;
+	FILE	   *f;
+
+	if (argc != 3)
+	{
+		usage(stderr);
+		return 2;
+	}
+	f = fopen(argv[2], "r");
+	rc = f != NULL ? read_stream(f, &text, &text_len) : BC_EINVAL;
+	if (f != NULL)
+		fclose(f);
+	if (rc == BC_OK)
+	{
+		jwk = json_loadb(text, text_len, 0, NULL);
+		rc = bc_pkey_from_jwk_any(jwk, &key);
+	}
+	if (rc == BC_OK)
+		rc = read_stream(stdin, &jws, &len);
+	if (rc == BC_OK)
+	{
+		trim_trailing_space(jws, &len);
+		rc = bc_jws_verify_any(key, jws, len, BC_JOSE_MAX, &payload, &payload_len);
+	}
+	if (rc == BC_OK && fwrite(payload, 1, payload_len, stdout) != payload_len)
+		rc = BC_EINVAL;
+	if (rc != BC_OK)
+		fprintf(stderr, "jose-tool verify-any: %s\n", bc_status_str(rc));
+	free(payload);
+	free(jws);
+	free(text);
+	json_decref(jwk);
+	EVP_PKEY_free(key);
+	return rc == BC_OK ? 0 : 1;
+}
+
 /* jose-tool x5c-verify: parse and verify an x5c JWS; the payload on stdout. */
 static int
 cmd_x5c_verify(int argc, char **argv)
@@ -332,6 +384,8 @@ main(int argc, char **argv)
 		return cmd_sign(argc, argv);
 	if (strcmp(argv[1], "verify") == 0)
 		return cmd_verify(argc, argv);
+	if (strcmp(argv[1], "verify-any") == 0)
+		return cmd_verify_any(argc, argv);
 	if (strcmp(argv[1], "x5c-verify") == 0)
 		return cmd_x5c_verify(argc, argv);
 	if (strcmp(argv[1], "seal") == 0)

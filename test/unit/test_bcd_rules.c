@@ -97,6 +97,14 @@ test_parse_refusals(void **state)
 		{"uid:1=>session=", "the session (1 to 128) and context (0 to 128)"},
 		{"uid:1=>session=a b", "the session (1 to 128) and context (0 to 128)"},
 		{"uid:1=>session=a,context=b/c", "the session (1 to 128) and context (0 to 128)"},
+		{"uid:1=>session=a,federates=", "federates= names 1 to 8 trust domains"},
+		{"uid:1=>session=a,federates=B.org", "'B.org' is not a trust domain"},
+		{"uid:1=>session=a,federates=spiffe://b.org", "'spiffe://b.org' is not a trust domain"},
+		{"uid:1=>session=a,federates=b.org+", "'' is not a trust domain"},
+		{"uid:1=>session=a,federates=b.org+c.org+b.org", "federates= names b.org twice"},
+		{"uid:1=>session=a,federates=a+b+c+d+e+f+g+h+i", "at most 8 trust domains"},
+		{"uid:1=>session=a,federates=b.org,federates=c.org", "the target is session=S"},
+		{"uid:1=>session=a,federates=b.org,context=c", "the target is session=S"},
 	};
 	char		longest[300];
 
@@ -129,19 +137,63 @@ test_same_selectors_conflict(void **state)
 	const char *context[] = {"uid:1000=>session=a", "uid:1000=>session=a,context=x"};
 	const char *alike[] = {"uid:1000,gid:100=>session=a", "gid:100,uid:1000=>session=a"};
 	const char *other[] = {"uid:1000=>session=a", "uid:1001=>session=b"};
+	const char *fed[] = {"uid:1000=>session=a,federates=b.org",
+	"uid:1000=>session=a,federates=b.org+c.org"};
+	const char *fed_alike[] = {"uid:1000=>session=a,context=x,federates=c.org+b.org",
+	"uid:1000=>session=a,context=x,federates=b.org+c.org"};
 	char		err[512];
 	bcd_wl_rules *r;
 
 	(void) state;
 	assert_null(bcd_wl_rules_parse_ns(apart, 2, ULONG_MAX, ULONG_MAX, err, sizeof(err)));
-	assert_non_null(strstr(err, "the same selectors give different sessions or contexts"));
+	assert_non_null(strstr(err, "the same selectors give different sessions, contexts or "
+						   "federates= sets"));
 	assert_non_null(strstr(err, "'uid:1000,unit:billing.service=>session=a' and "
 						   "'unit:billing.service,uid:1000=>session=b'"));
 	assert_null(bcd_wl_rules_parse_ns(context, 2, ULONG_MAX, ULONG_MAX, err, sizeof(err)));
+	assert_null(bcd_wl_rules_parse_ns(fed, 2, ULONG_MAX, ULONG_MAX, err, sizeof(err)));
+	assert_non_null(strstr(err, "federates= sets"));
+	/* the same set in another order is the same target */
+	r = rules_of(fed_alike, 2);
+	bcd_wl_rules_free(r);
 	/* the same target twice, or other selectors: both kept */
 	r = rules_of(alike, 2);
 	bcd_wl_rules_free(r);
 	r = rules_of(other, 2);
+	bcd_wl_rules_free(r);
+}
+
+/* federates=: the rule's set, sorted, handed with the match; its own trust domain refused. */
+static void
+test_federates(void **state)
+{
+	const char *texts[] = {"uid:1000=>session=a,federates=c.org+b.org", "uid:1001=>session=b"};
+	const char *own[] = {"uid:1=>session=a,federates=x.org+agent.test"};
+	bcd_wl_rules *r = rules_of(texts, 2);
+	bcd_wl_caller c = caller(1000, 1);
+	const char *session = NULL;
+	const char *context = NULL;
+	const char *federates = NULL;
+	char		err[512];
+	int			bind;
+
+	(void) state;
+	assert_int_equal(bcd_wl_rules_match_fed(r, &c, &session, &context, &federates, &bind, err,
+											sizeof(err)), 1);
+	assert_string_equal(federates, "b.org+c.org");
+	assert_true(bcd_wl_federates_has(federates, "b.org") && bcd_wl_federates_has(federates, "c.org"));
+	assert_false(bcd_wl_federates_has(federates, "b.or") || bcd_wl_federates_has(federates, "org") ||
+				 bcd_wl_federates_has(federates, "b.org+c.org"));
+	c = caller(1001, 1);
+	assert_int_equal(bcd_wl_rules_match_fed(r, &c, &session, &context, &federates, &bind, err,
+											sizeof(err)), 1);
+	assert_string_equal(federates, "");
+	assert_false(bcd_wl_federates_has(federates, "b.org"));
+	assert_int_equal(bcd_wl_rules_check_federates(r, "agent.test", err, sizeof(err)), 0);
+	bcd_wl_rules_free(r);
+	r = rules_of(own, 1);
+	assert_int_equal(bcd_wl_rules_check_federates(r, "agent.test", err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "names bcd's own trust domain agent.test"));
 	bcd_wl_rules_free(r);
 }
 
@@ -493,6 +545,7 @@ main(void)
 		cmocka_unit_test(test_binding_asked),
 		cmocka_unit_test(test_may_match_ids),
 		cmocka_unit_test(test_warn_exe_alone),
+		cmocka_unit_test(test_federates),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,6 +30,7 @@
 #include "core/sessions.h"
 #include "core/signals.h"
 #include "core/store.h"
+#include "core/trust_bundles.h"
 #include "workload/workload.h"
 
 /* The provisioner's two clients while bcd run serves (its provisioner is bcd_agent's). */
@@ -445,6 +446,17 @@ bcd_daemon_run(const bcd_run_opts *opts)
 	/* The service's current keys (a next key staged meanwhile); a failure is only logged. */
 	if (!opts->once)
 		(void) bcd_service_keys_refresh(agent.http, &agent.keys);
+	/* The federated trust domains' bundles (none until one is taken up); the watch follows them. */
+	if (!opts->once && !opts->memory_only)
+	{
+		agent.keys.trust = bcd_trust_bundles_new(&agent.keys);
+		if (agent.keys.trust == NULL)
+		{
+			bcd_log("out of memory");
+			goto out;
+		}
+		(void) bcd_trust_bundles_refresh(agent.http, agent.keys.trust);
+	}
 	if (!opts->once && !opts->memory_only && start_services(&agent, &services) != BC_OK)
 		goto out;
 	rc = run_agent(&agent);
@@ -453,6 +465,7 @@ bcd_daemon_run(const bcd_run_opts *opts)
 out:
 	stop_services(&agent, &services);
 	bcd_http_free(agent.http);
+	bcd_trust_bundles_free(agent.keys.trust);
 	bcd_service_keys_free(&agent.keys);
 	if (started && opts->producer->stop != NULL)
 		opts->producer->stop();

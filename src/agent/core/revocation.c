@@ -47,6 +47,7 @@
 #include "core/store.h"
 #include "core/ticker.h"
 #include "core/transport.h"
+#include "core/trust_bundles.h"
 #include "core/verify.h"
 
 /* The service's intermediates are fetched again at most this often (the gateway's copy lives 10 s). */
@@ -56,6 +57,8 @@
  * intervals: a signing key an operator marked compromised (and so no longer
  * published) is dropped by every bcd within that time, not at its next
  * renewal (bcd_service_keys_refresh: the rollover rules of service_keys.c).
+ * So are the jwt-svid keys (their jwtKeys) and, beside them, the federated
+ * trust domains' bundles (GET /v1/trust-bundles, trust_bundles.c).
  */
 #define KEYS_EVERY_ROUNDS 6
 
@@ -422,6 +425,8 @@ watch_once(bcd_revwatch *rw)
 	{
 		rw->keys_taken = time(NULL);
 		(void) bcd_service_keys_refresh(rw->http, rw->keys);
+		if (rw->keys->trust != NULL)
+			(void) bcd_trust_bundles_refresh(rw->http, rw->keys->trust);
 	}
 	bcd_node_release(&node);
 	for (size_t i = 0; i < n; i++)

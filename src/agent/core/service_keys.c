@@ -3,6 +3,7 @@
  * bc_join.service_keys() returns:
  * {"trustDomain": "...", "signingKey": {JWK}, "encryptionKey": {JWK},
  *  "signingKeys": [{JWK, "kid"}...], "encryptionKeys": [...],
+ *  "jwtKeys": [{JWK, "kid"}...],
  *  "nodeCa": "<PEM: the issuing CA .. the root>"}
  *  "issuedAt": "<RFC 3339>", "signed": "<JWS of the document with issuedAt>"}
  * and their rollover: bc_join.signed_service_keys() ({"keys": [JWS...]}, the
@@ -22,6 +23,11 @@
  * rollover in the state directory) and never taken back.  A file without
  * "signed" (made before 0.2.0) still loads, without a time: until its first
  * rollover an older set is not recognised as older (docs/operator.md).
+ *
+ * The jwt-svid keys (jwtKeys: the current one first, then a staged or a
+ * previous one) follow the same rules: taken up with every rollover, each
+ * new list a new generation (the Workload API pushes its JWT bundle and
+ * validates tokens with them), and a kid a rollover dropped never returns.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -58,6 +64,9 @@ typedef struct parsed_keys
 	EVP_PKEY   *enc;
 	char		issued_at[32];	/* "" when the document has none */
 	int64_t		issued;			/* issued_at as Unix seconds (0: none) */
+	int			n_jwt;			/* jwtKeys, the current one first */
+	EVP_PKEY   *jwt[BCD_JWT_KEYS_MAX];
+	char		jwt_kid[BCD_JWT_KEYS_MAX][BCD_KID_MAX];
 	size_t		n_ca;			/* nodeCa's certificates (anchor the last) */
 	X509	   *ca[NODE_CA_MAX];
 } parsed_keys;
@@ -72,8 +81,12 @@ struct bcd_keyset
 	EVP_PKEY   *enc;
 	char		issued_at[32];	/* of the set pinned ("" for a file without "signed") */
 	int64_t		issued;			/* the same as Unix seconds (0: no time) */
+	int			n_jwt;			/* the jwt-svid keys, the current one first */
+	EVP_PKEY   *jwt[BCD_JWT_KEYS_MAX];
+	char		jwt_kid[BCD_JWT_KEYS_MAX][BCD_KID_MAX];
+	unsigned long jwt_gen;		/* bumped whenever their list changes */
 	int			n_dropped;		/* kids of keys a rollover dropped, never taken back */
-	char		dropped[DROPPED_MAX][44];
+	char		dropped[DROPPED_MAX][BCD_KID_MAX];
 	char		base[44];		/* SHA-256 (b64url) of the --service-keys file */
 	char	   *state_dir;		/* where a rollover is kept, or NULL */
 };
@@ -129,6 +142,8 @@ parsed_free(parsed_keys *p)
 		X509_free(p->ca[i]);
 	for (i = 0; i < p->n_sig; i++)
 		EVP_PKEY_free(p->sig[i]);
+	for (i = 0; i < p->n_jwt; i++)
+		EVP_PKEY_free(p->jwt[i]);
 	EVP_PKEY_free(p->enc);
 	memset(p, 0, sizeof(*p));
 }
@@ -159,6 +174,52 @@ add_signing(parsed_keys *p, EVP_PKEY *key)
 	memcpy(p->kid[p->n_sig], kid, sizeof(kid));
 	p->sig[p->n_sig++] = key;
 	return BC_OK;
+}
+
+/*
+ * jwtKeys (absent or an array of at most BCD_JWT_KEYS_MAX public P-256 JWKs,
+ * each with its own kid, the current one first) into p.
+ */
+static int
+parse_jwt_keys(json_t *list, parsed_keys *p, const char **what)
+{
+	size_t		i;
+
+	*what = "jwtKeys is not an array of at most 4 public P-256 JWKs, each with a kid of its own";
+	if (list == NULL)
+		return BC_OK;
+	if (!json_is_array(list) || json_array_size(list) > BCD_JWT_KEYS_MAX)
+		return BC_EINVAL;
+	for (i = 0; i < json_array_size(list); i++)
+	{
+		json_t	   *jwk = json_array_get(list, i);
+		json_t	   *kid = json_object_get(jwk, "kid");
+
+		if (!json_is_string(kid) || json_string_length(kid) == 0 ||
+			json_string_length(kid) >= BCD_KID_MAX ||
+			strlen(json_string_value(kid)) != json_string_length(kid))
+			return BC_EINVAL;
+		for (int k = 0; k < p->n_jwt; k++)
+			if (strcmp(p->jwt_kid[k], json_string_value(kid)) == 0)
+				return BC_EINVAL;
+		if (bc_pkey_from_jwk_object(jwk, &p->jwt[p->n_jwt]) != BC_OK)
+			return BC_EINVAL;
+		memcpy(p->jwt_kid[p->n_jwt], json_string_value(kid), json_string_length(kid) + 1);
+		p->n_jwt++;
+	}
+	return BC_OK;
+}
+
+/* 1 when a and b list the same jwt-svid kids in the same order. */
+static int
+same_jwt(int na, char (*a)[BCD_KID_MAX], int nb, char (*b)[BCD_KID_MAX])
+{
+	if (na != nb)
+		return 0;
+	for (int i = 0; i < na; i++)
+		if (strcmp(a[i], b[i]) != 0)
+			return 0;
+	return 1;
 }
 
 /* Parse a service-keys document (an object); *what says what was wrong. */
@@ -201,6 +262,9 @@ parse_doc(json_t *doc, parsed_keys *p, const char **what)
 		if (rc != BC_OK || (rc = add_signing(p, k)) != BC_OK)
 			goto out;
 	}
+	rc = parse_jwt_keys(json_object_get(doc, "jwtKeys"), p, what);
+	if (rc != BC_OK)
+		goto out;
 	*what = "encryptionKey is not a public P-256 JWK";
 	rc = jwk_key(json_object_get(doc, "encryptionKey"), &p->enc);
 	if (rc != BC_OK)
@@ -248,7 +312,15 @@ set_take(struct bcd_keyset *set, parsed_keys *p)
 	set->enc = p->enc;
 	snprintf(set->issued_at, sizeof(set->issued_at), "%s", p->issued_at);
 	set->issued = p->issued;
+	if (!same_jwt(set->n_jwt, set->jwt_kid, p->n_jwt, p->jwt_kid))
+		set->jwt_gen++;
+	for (i = 0; i < set->n_jwt; i++)
+		EVP_PKEY_free(set->jwt[i]);
+	set->n_jwt = p->n_jwt;
+	memcpy(set->jwt, p->jwt, sizeof(set->jwt));
+	memcpy(set->jwt_kid, p->jwt_kid, sizeof(set->jwt_kid));
 	p->n_sig = 0;
+	p->n_jwt = 0;
 	p->enc = NULL;
 }
 
@@ -259,7 +331,9 @@ same_set(const parsed_keys *a, const parsed_keys *b)
 	size_t		i;
 
 	if (strcmp(a->trust_domain, b->trust_domain) != 0 || a->n_sig != b->n_sig ||
-		EVP_PKEY_eq(a->enc, b->enc) != 1 || a->n_ca != b->n_ca)
+		EVP_PKEY_eq(a->enc, b->enc) != 1 || a->n_ca != b->n_ca ||
+		!same_jwt(a->n_jwt, (char (*)[BCD_KID_MAX]) a->jwt_kid, b->n_jwt,
+				  (char (*)[BCD_KID_MAX]) b->jwt_kid))
 		return 0;
 	for (i = 0; i < (size_t) a->n_sig; i++)
 		if (strcmp(a->kid[i], b->kid[i]) != 0)
@@ -659,6 +733,15 @@ bcd_service_keys_rollover(const bcd_service_keys *keys, const char *text, size_t
 	for (i = 0; i < (size_t) p.n_sig; i++)
 		if (is_dropped(set, p.kid[i]))
 			break;
+	for (j = 0; j < p.n_jwt; j++)
+		if (is_dropped(set, p.jwt_kid[j]))
+		{
+			pthread_mutex_unlock(&set->mu);
+			snprintf(why, sizeof(why), "it brings back a jwt-svid key the pinned set dropped "
+					 "(kid %s)", p.jwt_kid[j]);
+			what = why;
+			goto out;
+		}
 	if (i < (size_t) p.n_sig || is_dropped(set, enc_kid))
 	{
 		pthread_mutex_unlock(&set->mu);
@@ -679,6 +762,27 @@ bcd_service_keys_rollover(const bcd_service_keys *keys, const char *text, size_t
 	}
 	if (bc_jwk_thumbprint(set->enc, old_enc_kid) == BC_OK && strcmp(old_enc_kid, enc_kid) != 0)
 		add_dropped(set, old_enc_kid);
+	/* jwt-svid keys it no longer lists are retired: their tokens validate no more */
+	for (j = 0; j < set->n_jwt; j++)
+	{
+		int			k;
+
+		for (k = 0; k < p.n_jwt; k++)
+			if (strcmp(set->jwt_kid[j], p.jwt_kid[k]) == 0)
+				break;
+		if (k == p.n_jwt)
+			add_dropped(set, set->jwt_kid[j]);
+	}
+	if (!same_jwt(set->n_jwt, set->jwt_kid, p.n_jwt, p.jwt_kid))
+	{
+		char		kids[BCD_JWT_KEYS_MAX * (BCD_KID_MAX + 1) + 8] = "";
+
+		for (j = 0; j < p.n_jwt; j++)
+			snprintf(kids + strlen(kids), sizeof(kids) - strlen(kids), "%s%s",
+					 j > 0 ? " " : "", p.jwt_kid[j]);
+		bcd_log("jwt-svid keys rolled over (issued %s): %s", p.issued_at,
+				p.n_jwt > 0 ? kids : "none");
+	}
 	changed = set->n_sig != p.n_sig || EVP_PKEY_eq(set->enc, p.enc) != 1;
 	for (i = 0; !changed && i < (size_t) p.n_sig; i++)
 		changed = strcmp(set->kid[i], p.kid[i]) != 0;
@@ -771,4 +875,71 @@ bcd_service_keys_cas(const bcd_service_keys *keys, const char *text, size_t len,
 	json_decref(payload);
 	json_decref(doc);
 	return rc;
+}
+
+unsigned long
+bcd_service_keys_jwt_gen(const bcd_service_keys *keys)
+{
+	unsigned long gen;
+
+	pthread_mutex_lock(&keys->set->mu);
+	gen = keys->set->jwt_gen;
+	pthread_mutex_unlock(&keys->set->mu);
+	return gen;
+}
+
+char *
+bcd_service_keys_jwks(const bcd_service_keys *keys, unsigned long *gen, int *n)
+{
+	struct bcd_keyset *set = keys->set;
+	json_t	   *list = json_array();
+	json_t	   *doc;
+	char	   *text = NULL;
+	int			i;
+
+	pthread_mutex_lock(&set->mu);
+	*gen = set->jwt_gen;
+	*n = set->n_jwt;
+	for (i = 0; list != NULL && i < set->n_jwt; i++)
+	{
+		char	   *jwk = NULL;
+		json_t	   *o = NULL;
+
+		if (bc_jwk_from_pkey(set->jwt[i], &jwk) == BC_OK)
+			o = json_loads(jwk, 0, NULL);
+		free(jwk);
+		if (o == NULL || json_object_set_new(o, "kid", json_string(set->jwt_kid[i])) != 0 ||
+			json_object_set_new(o, "use", json_string("jwt-svid")) != 0)
+		{
+			json_decref(o);
+			o = NULL;
+		}
+		if (o == NULL || json_array_append_new(list, o) != 0)
+		{
+			json_decref(list);
+			list = NULL;
+		}
+	}
+	pthread_mutex_unlock(&set->mu);
+	doc = list != NULL ? json_pack("{s:o}", "keys", list) : NULL;
+	if (doc != NULL)
+		text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(doc);
+	return text;
+}
+
+EVP_PKEY *
+bcd_service_keys_jwt_key(const bcd_service_keys *keys, const char *kid)
+{
+	struct bcd_keyset *set = keys->set;
+	EVP_PKEY   *key = NULL;
+
+	pthread_mutex_lock(&set->mu);
+	for (int i = 0; i < set->n_jwt && key == NULL; i++)
+		if (strcmp(set->jwt_kid[i], kid) == 0)
+			key = set->jwt[i];
+	if (key != NULL)
+		EVP_PKEY_up_ref(key);
+	pthread_mutex_unlock(&set->mu);
+	return key;
 }

@@ -16,6 +16,10 @@
 #define BCD_SERVICE_KEYS_MAX (64 * 1024)
 /* Most signing (or encryption) keys pinned at once. */
 #define BCD_PINNED_MAX 4
+/* Most jwt-svid keys (jwtKeys: current, staged, previous) held at once. */
+#define BCD_JWT_KEYS_MAX 4
+/* Longest kid kept, with its NUL. */
+#define BCD_KID_MAX 64
 /* The file in the state directory that keeps an accepted rollover. */
 #define BCD_ROLLOVER_FILE "service-keys.json"
 
@@ -32,6 +36,8 @@ typedef struct bcd_service_keys
 	char	   *trust_domain;	/* malloc()ed */
 	X509	   *node_ca;		/* the root node certificates chain to (nodeCa's last) */
 	struct bcd_keyset *set;		/* signing keys by kid, the current encryption key */
+	/* bcd run's: the federated trust domains' bundles, signed by these keys (trust_bundles.c) */
+	struct bcd_trust_bundles *trust;
 } bcd_service_keys;
 
 int			bcd_service_keys_load(const char *path, bcd_service_keys *keys,
@@ -82,5 +88,20 @@ int			bcd_service_keys_cas(const bcd_service_keys *keys, const char *text, size_
 
 /* GET /v1/service-keys through http and take it up (logged). */
 int			bcd_service_keys_refresh(struct bcd_http *http, const bcd_service_keys *keys);
+
+/*
+ * The jwt-svid keys (jwtKeys of the set pinned now, taken up with every
+ * rollover): their generation, bumped whenever the list of kids changes.
+ */
+unsigned long bcd_service_keys_jwt_gen(const bcd_service_keys *keys);
+
+/*
+ * Their JWKS, {"keys":[{kty, crv, x, y, kid, "use":"jwt-svid"}...]} the
+ * current one first (malloc()ed, or NULL), with its generation and count.
+ */
+char	   *bcd_service_keys_jwks(const bcd_service_keys *keys, unsigned long *gen, int *n);
+
+/* The jwt-svid key of kid (a reference: EVP_PKEY_free it), or NULL: none (retired or unknown). */
+EVP_PKEY   *bcd_service_keys_jwt_key(const bcd_service_keys *keys, const char *kid);
 
 #endif							/* BCD_SERVICE_KEYS_H */

@@ -62,6 +62,7 @@ wl_authorize_call(bcd_workload *w, wl_call *r, const char *method, const char **
 {
 	const char *session;
 	const char *context;
+	const char *federates = "";
 	char		why[768];
 	bcd_wl_caller now = r->conn->caller;
 	int			bind = 0;
@@ -70,13 +71,15 @@ wl_authorize_call(bcd_workload *w, wl_call *r, const char *method, const char **
 	*drop = 0;
 	*details = "no identity issued";
 	bcd_peer_refresh(&now.peer);
-	m = bcd_wl_rules_match(w->rules, &now, &session, &context, &bind, why, sizeof(why));
+	m = bcd_wl_rules_match_fed(w->rules, &now, &session, &context, &federates, &bind, why,
+							   sizeof(why));
 	if (m <= 0)
 	{
 		wl_log_refusal(w, &now, method, m < 0 || why[0] != '\0' ? why : "no --workload-rule matches");
 		return GRPC_STATUS_PERMISSION_DENIED;
 	}
 	r->bind = bind;
+	r->federates = federates;	/* the federated trust domains whose bundles it is given */
 	/* the calls that get a secret: bound now, and again before it is sent */
 	if ((r->method->flags & WL_METHOD_SECRET) && bound(r, &now, why, sizeof(why)) != 0)
 	{
@@ -137,18 +140,33 @@ wl_authorize_secret(wl_call *r, int *drop)
 /*
  * The trust domains r's caller may see, bcd's own first, at most max of
  * them in out; how many.  The one place that says so: SDS (sds.c) serves
- * from it.  Own domain only for now; federation adds the domains r's rule
- * federates with, each its own entry (never merged).
+ * from it.  After bcd's own, the federated domains r's rule federates
+ * with (federates=) whose bundles bcd holds (w->fed), each its own entry
+ * (never merged); valid while w->fed is, under w->mu.
  */
 int
 wl_trust_domains(const bcd_workload *w, const wl_call *r, wl_trust_domain *out, int max)
 {
-	(void) r;
+	int			n = 0;
+
 	if (max < 1)
 		return 0;
-	out[0].name = w->trust_domain;
-	out[0].roots = w->bundle;
-	out[0].roots_len = w->bundle_len;
-	out[0].own = 1;
-	return 1;
+	out[n].name = w->trust_domain;
+	out[n].roots = w->bundle;
+	out[n].roots_len = w->bundle_len;
+	out[n].own = 1;
+	n++;
+	for (int i = 0; w->fed != NULL && i < w->fed->n && n < max; i++)
+	{
+		const bcd_trust_domain *d = &w->fed->d[i];
+
+		if (r->federates == NULL || !bcd_wl_federates_has(r->federates, d->td))
+			continue;
+		out[n].name = d->td;
+		out[n].roots = d->x509;
+		out[n].roots_len = d->x509_len;
+		out[n].own = 0;
+		n++;
+	}
+	return n;
 }

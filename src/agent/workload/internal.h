@@ -42,6 +42,7 @@
 
 #include "core/local_socket.h"
 #include "core/provisioner.h"
+#include "core/trust_bundles.h"
 #include "workload/accept.h"
 #include "workload/attest.h"
 #include "workload/files.h"
@@ -120,9 +121,11 @@ typedef struct wl_call
 	int			send_in_flight;
 	int			finished;		/* a status was sent */
 	int			bind;			/* BCD_WL_RULE_*: what its rule asks of the caller */
+	const char *federates;		/* its rule's federated trust domains ("td+td...", "" none) */
 	int			counted;		/* a call: counted in its connection's calls */
 	unsigned long sent_gen;		/* the identity's SVID last sent */
 	int			sent_once;		/* bundles: sent */
+	unsigned long sent_trust;	/* bundles: the trust generation last sent */
 	unsigned long sent_crl;		/* the CRL generation last sent */
 	int			got_first;		/* its first request was handed to its method's handle */
 	struct wl_sds *sds;			/* an SDS call's state (sds.c) */
@@ -217,6 +220,8 @@ struct bcd_workload
 	int			sds_validation; /* --sds-validation: BCD_SDS_VALIDATION_* (sds.c) */
 	int			n_methods;
 	bcd_wl_jwt *jwt;
+	unsigned long trust_gen;	/* bumped whenever a bundle changes (jwt-svid keys, federated ones) */
+	bcd_trust_set *fed;			/* the federated trust domains' bundles (a reference), or NULL */
 	bcd_wl_jwt_svids *jwt_svids;	/* FetchJWTSVID's cache, fetches and limits */
 	bcd_wl_files *files;		/* files mode (files.c), NULL without --svid-files */
 	char	   *trust_domain;
@@ -274,6 +279,7 @@ extern const wl_method wl_methods[];
 extern const int wl_n_methods;
 void		wl_jwt_take_done(struct bcd_workload *w);
 void		wl_jwt_drain(struct bcd_workload *w);
+void		wl_trust_take(struct bcd_workload *w);
 
 /* sds.c */
 void		wl_sds_stream(struct bcd_workload *w, wl_call *r, const ProtobufCMessage *req);

@@ -2,8 +2,11 @@
  * jwt.c: the JWT profile of bcd's Workload API (docs/agent.md, "The SPIFFE
  * Workload API"; the service side in docs/research/workload-api/INTERFACE.md).
  *
- * The jwt-svid keys are the "jwtKeys" of the pinned --service-keys file
- * (bc_join.service_keys(): public JWKs with their kid).  FetchJWTBundles
+ * The jwt-svid keys are the "jwtKeys" of the pinned service keys
+ * (bc_join.service_keys(): public JWKs with their kid, the current one
+ * first), followed through every rollover the revocation watch takes up
+ * (core/service_keys.c: a new list is a new generation, a retired kid never
+ * returns; docs/agent.md "JWT key rollover").  FetchJWTBundles
  * serves them as a JWKS; ValidateJWTSVID verifies a token against them
  * (ES256 through src/common's JOSE, i.e. OpenSSL: the kid must name one of
  * them), then its subject's trust domain (the Workload API validates a
@@ -24,69 +27,34 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "workload/jwt.h"
-
-/* jwt-svid keys kept at most. */
-#define JWT_KEYS_MAX 8
+#include "workload/rules.h"
 
 struct bcd_wl_jwt
 {
+	const bcd_service_keys *keys;	/* the jwt-svid keys: their jwtKeys */
+	unsigned long gen;			/* the generation of jwks */
 	int			n;
-	EVP_PKEY   *key[JWT_KEYS_MAX];
-	char		kid[JWT_KEYS_MAX][64];
 	char	   *jwks;			/* {"keys":[...]} */
 	size_t		jwks_len;
 };
 
-/* The jwt-svid keys of the --service-keys file at service_keys_path, or NULL (out of memory). */
+/* The jwt-svid keys of keys (their jwtKeys, followed through rollovers), or NULL (out of memory). */
 bcd_wl_jwt *
-bcd_wl_jwt_new(const char *service_keys_path)
+bcd_wl_jwt_new(const bcd_service_keys *keys)
 {
 	bcd_wl_jwt *j = calloc(1, sizeof(*j));
-	json_t	   *doc = json_load_file(service_keys_path, JSON_REJECT_DUPLICATES, NULL);
-	json_t	   *keys = json_object_get(doc, "jwtKeys");
-	json_t	   *jwks = json_array();
-	json_t	   *out;
-	json_t	   *k;
-	size_t		i;
 
-	if (j == NULL || jwks == NULL)
-		goto fail;
-	json_array_foreach(keys, i, k)
-	{
-		const char *kid = bcd_json_str(k, "kid", NULL);
-		EVP_PKEY   *pub = NULL;
-		json_t	   *copy;
-
-		if (j->n >= JWT_KEYS_MAX || kid == NULL || strlen(kid) >= sizeof(j->kid[0]) ||
-			bc_pkey_from_jwk_object(k, &pub) != BC_OK)
-		{
-			bcd_log("workload api: a jwtKeys entry of %s is not a P-256 JWK with a kid; ignored",
-					service_keys_path);
-			continue;
-		}
-		j->key[j->n] = pub;
-		snprintf(j->kid[j->n], sizeof(j->kid[0]), "%s", kid);
-		j->n++;
-		copy = json_pack("{s:s, s:s, s:O, s:O, s:s, s:s}", "kty", "EC", "crv", "P-256",
-						 "x", json_object_get(k, "x"), "y", json_object_get(k, "y"),
-						 "kid", kid, "use", "jwt-svid");
-		if (copy != NULL)
-			json_array_append_new(jwks, copy);
-	}
-	out = json_pack("{s:o}", "keys", jwks);
-	jwks = NULL;
-	j->jwks = out != NULL ? json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(out);
+	if (j == NULL)
+		return NULL;
+	j->keys = keys;
+	j->jwks = bcd_service_keys_jwks(keys, &j->gen, &j->n);
 	if (j->jwks == NULL)
-		goto fail;
+	{
+		free(j);
+		return NULL;
+	}
 	j->jwks_len = strlen(j->jwks);
-	json_decref(doc);
 	return j;
-fail:
-	json_decref(jwks);
-	json_decref(doc);
-	bcd_wl_jwt_free(j);
-	return NULL;
 }
 
 /* Free j. */
@@ -95,10 +63,39 @@ bcd_wl_jwt_free(bcd_wl_jwt *j)
 {
 	if (j == NULL)
 		return;
-	for (int i = 0; i < j->n; i++)
-		EVP_PKEY_free(j->key[i]);
 	free(j->jwks);
 	free(j);
+}
+
+/* Take up a new generation of the keys (jwt.h). */
+int
+bcd_wl_jwt_take(bcd_wl_jwt *j)
+{
+	unsigned long gen;
+	int			n;
+	char	   *jwks;
+
+	if (bcd_service_keys_jwt_gen(j->keys) == j->gen)
+		return 0;
+	jwks = bcd_service_keys_jwks(j->keys, &gen, &n);
+	if (jwks == NULL)
+		return 0;				/* out of memory: tried again at the next tick */
+	free(j->jwks);
+	j->jwks = jwks;
+	j->jwks_len = strlen(jwks);
+	j->gen = gen;
+	j->n = n;
+	return 1;
+}
+
+/* 1 when kid names one of j's keys now (jwt.h). */
+int
+bcd_wl_jwt_known(const bcd_wl_jwt *j, const char *kid)
+{
+	EVP_PKEY   *key = bcd_service_keys_jwt_key(j->keys, kid);
+
+	EVP_PKEY_free(key);
+	return key != NULL;
 }
 
 /* The JWKS of j's keys. */
@@ -186,14 +183,50 @@ bcd_wl_spiffe_trust_domain(const char *id, char *td, size_t tdlen)
 	return *p == '\0' ? BC_OK : BC_EINVAL;
 }
 
+/* The longest JWT-SVID payload read. */
+#define JWT_PAYLOAD_MAX (64 * 1024)
+
+/*
+ * The trust domain of the token's sub, read before anything is verified,
+ * to pick the bundle it must verify with (a colliding kid in another
+ * domain's bundle never comes into it).  BC_OK, or BC_EINVAL with err.
+ */
+static int
+unverified_trust_domain(const char *token, char *td, size_t tdlen, char *err, size_t errlen)
+{
+	const char *dot1 = strchr(token, '.');
+	const char *dot2 = dot1 != NULL ? strchr(dot1 + 1, '.') : NULL;
+	unsigned char *buf = NULL;
+	size_t		len = 0;
+	json_t	   *doc = NULL;
+	const char *sub;
+	int			rc = BC_EINVAL;
+
+	if (dot2 == NULL || (size_t) (dot2 - dot1 - 1) > JWT_PAYLOAD_MAX * 4 / 3 + 4 ||
+		(buf = malloc(JWT_PAYLOAD_MAX)) == NULL ||
+		bc_b64url_decode(dot1 + 1, (size_t) (dot2 - dot1 - 1), buf, JWT_PAYLOAD_MAX, &len) != BC_OK ||
+		(doc = json_loadb((const char *) buf, len, JSON_REJECT_DUPLICATES, NULL)) == NULL)
+		snprintf(err, errlen, "the token's payload is not a JSON object");
+	else if ((sub = bcd_json_str(doc, "sub", NULL)) == NULL)
+		snprintf(err, errlen, "the token has no subject (sub)");
+	else if (bcd_wl_spiffe_trust_domain(sub, td, tdlen) != BC_OK)
+		snprintf(err, errlen, "the token's subject (sub) is not a SPIFFE ID");
+	else
+		rc = BC_OK;
+	json_decref(doc);
+	free(buf);
+	return rc;
+}
+
 /* ValidateJWTSVID's checks of token for audience (jwt.h). */
 int
-bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *token,
-					const char *audience, char **spiffe_id, json_t **claims, char *err,
-					size_t errlen)
+bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const bcd_trust_set *fed,
+					const char *federates, const char *token, const char *audience,
+					char **spiffe_id, json_t **claims, char *err, size_t errlen)
 {
 	char		kid[64];
 	char		td[TRUST_DOMAIN_MAX + 1];
+	char		td2[TRUST_DOMAIN_MAX + 1];
 	unsigned char *payload = NULL;
 	size_t		plen = 0;
 	json_t	   *doc = NULL;
@@ -201,7 +234,8 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 	json_t	   *nbf;
 	const char *sub;
 	double		now = (double) time(NULL);
-	int			i;
+	EVP_PKEY   *key = NULL;
+	int			rc;
 
 	*spiffe_id = NULL;
 	*claims = NULL;
@@ -220,18 +254,52 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 		snprintf(err, errlen, "the token is not a JWS with a kid");
 		return BC_EINVAL;
 	}
-	for (i = 0; i < j->n; i++)
-		if (strcmp(j->kid[i], kid) == 0)
-			break;
-	if (i == j->n)
-	{
-		snprintf(err, errlen, "the token's kid names no jwt-svid key of trust domain "
-				 BC_SPIFFE_SCHEME "%s", trust_domain);
+	/* the bundle of the subject's trust domain, then the kid within that bundle only */
+	if (unverified_trust_domain(token, td, sizeof(td), err, errlen) != BC_OK)
 		return BC_EINVAL;
-	}
-	if (bc_jws_verify_es256(j->key[i], token, strlen(token), 64 * 1024, &payload, &plen) != BC_OK)
+	if (strcmp(td, trust_domain) == 0)
 	{
-		snprintf(err, errlen, "the token's signature does not verify");
+		key = bcd_service_keys_jwt_key(j->keys, kid);
+		if (key == NULL)
+		{
+			snprintf(err, errlen, "unknown kid: the token's kid names no jwt-svid key of trust "
+					 "domain " BC_SPIFFE_SCHEME "%s (never one, or retired)", trust_domain);
+			return BC_EINVAL;
+		}
+		rc = bc_jws_verify_es256(key, token, strlen(token), JWT_PAYLOAD_MAX, &payload, &plen);
+		EVP_PKEY_free(key);
+	}
+	else
+	{
+		const bcd_trust_domain *d = NULL;
+		int			i;
+
+		if (federates != NULL && bcd_wl_federates_has(federates, td))
+			d = bcd_trust_set_find(fed, td);
+		if (d == NULL)
+		{
+			snprintf(err, errlen, "the token's subject is in trust domain " BC_SPIFFE_SCHEME
+					 "%s; bcd holds the bundle of trust domain " BC_SPIFFE_SCHEME "%s%s, so it "
+					 "cannot validate it", td, trust_domain,
+					 federates != NULL && federates[0] != '\0' ?
+					 " and of the federated ones this caller's rule names only" : " only");
+			return BC_EINVAL;
+		}
+		for (i = 0; i < d->n_jwt; i++)
+			if (strcmp(d->kid[i], kid) == 0)
+				break;
+		if (i == d->n_jwt)
+		{
+			snprintf(err, errlen, "unknown kid: the token's kid names no jwt-svid key of the "
+					 "federated trust domain " BC_SPIFFE_SCHEME "%s", td);
+			return BC_EINVAL;
+		}
+		rc = bc_jws_verify_any(d->jwt[i], token, strlen(token), JWT_PAYLOAD_MAX, &payload, &plen);
+	}
+	if (rc != BC_OK)
+	{
+		snprintf(err, errlen, rc == BC_EUNSUPPORTED ? "the token's alg is not one its key signs "
+				 "with" : "the token's signature does not verify");
 		return BC_EINVAL;
 	}
 	doc = json_loadb((const char *) payload, plen, JSON_REJECT_DUPLICATES, NULL);
@@ -241,12 +309,8 @@ bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain, const char *t
 	sub = bcd_json_str(doc, "sub", NULL);
 	if (!json_is_object(doc) || sub == NULL)
 		snprintf(err, errlen, "the token has no subject (sub)");
-	else if (bcd_wl_spiffe_trust_domain(sub, td, sizeof(td)) != BC_OK)
-		snprintf(err, errlen, "the token's subject (sub) is not a SPIFFE ID");
-	else if (strcmp(td, trust_domain) != 0)
-		snprintf(err, errlen, "the token's subject is in trust domain " BC_SPIFFE_SCHEME "%s; "
-				 "bcd holds the bundle of trust domain " BC_SPIFFE_SCHEME "%s only, so it "
-				 "cannot validate it", td, trust_domain);
+	else if (bcd_wl_spiffe_trust_domain(sub, td2, sizeof(td2)) != BC_OK || strcmp(td, td2) != 0)
+		snprintf(err, errlen, "the token's subject (sub) is not a SPIFFE ID of trust domain %s", td);
 	else if (!json_is_number(exp))
 		snprintf(err, errlen, "the token has no expiry (exp)");
 	else if (json_number_value(exp) <= now)

@@ -11,24 +11,33 @@
 #include <jansson.h>
 
 #include "core/job.h"
+#include "core/service_keys.h"
+#include "core/trust_bundles.h"
 
-/* The jwt-svid keys of the trust domain (the --service-keys file's jwtKeys). */
+/* The jwt-svid keys of the trust domain (the pinned service keys' jwtKeys). */
 typedef struct bcd_wl_jwt bcd_wl_jwt;
 
-bcd_wl_jwt *bcd_wl_jwt_new(const char *service_keys_path);
+bcd_wl_jwt *bcd_wl_jwt_new(const bcd_service_keys *keys);
 void		bcd_wl_jwt_free(bcd_wl_jwt *j);
+/* 1 when the keys changed since the last call (a rollover): the JWKS is the new one now. */
+int			bcd_wl_jwt_take(bcd_wl_jwt *j);
+/* 1 when kid names one of the keys now. */
+int			bcd_wl_jwt_known(const bcd_wl_jwt *j, const char *kid);
 /* How many jwt-svid keys are known. */
 int			bcd_wl_jwt_keys(const bcd_wl_jwt *j);
 /* Their JWKS, {"keys":[...]} (len bytes, owned by j). */
 const char *bcd_wl_jwt_bundle(const bcd_wl_jwt *j, size_t *len);
 /*
- * Verify token as a JWT-SVID of trust_domain (ES256, its kid one of the
- * keys; sub a SPIFFE ID of trust_domain, the only one bcd holds a bundle
- * for; exp in the future, nbf (when present) past; aud holds audience):
- * BC_OK with *spiffe_id (malloc) and *claims (the payload), or BC_EINVAL
- * with err.
+ * Verify token as a JWT-SVID: the bundle of its sub's trust domain is
+ * picked first (trust_domain, bcd's own: ES256 with j's keys; or a domain
+ * of fed that federates, the caller's rule's set, names: RS/PS/ES with that
+ * domain's keys), then the kid within that bundle only; then sub a SPIFFE
+ * ID of that domain, exp in the future, nbf (when present) past, aud holds
+ * audience: BC_OK with *spiffe_id (malloc) and *claims (the payload), or
+ * BC_EINVAL with err.
  */
 int			bcd_wl_jwt_validate(const bcd_wl_jwt *j, const char *trust_domain,
+								const bcd_trust_set *fed, const char *federates,
 								const char *token, const char *audience,
 								char **spiffe_id, json_t **claims, char *err, size_t errlen);
 /*

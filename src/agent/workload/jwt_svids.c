@@ -494,6 +494,23 @@ waiter_done(bcd_wl_jwt_svids *c, waiter *x)
 	free(x);
 }
 
+/* Forget the cached JWT-SVIDs of keys known() no longer knows: a retired key's tokens validate nowhere. */
+void
+bcd_wl_jwt_svids_forget(bcd_wl_jwt_svids *c, int (*known) (void *arg, const char *kid), void *arg)
+{
+	for (entry *e = c->entries; e != NULL; e = e->next)
+	{
+		char		kid[64];
+
+		if (e->token == NULL ||
+			(bc_jws_header_kid(e->token, strlen(e->token), kid, sizeof(kid)) == BC_OK &&
+			 known(arg, kid)))
+			continue;
+		token_free(e->token);
+		e->token = NULL;
+	}
+}
+
 /* Answer every waiter of the fetches that have ended. */
 void
 bcd_wl_jwt_svids_answer(bcd_wl_jwt_svids *c, bcd_wl_jwt_answer_fn fn, void *arg)

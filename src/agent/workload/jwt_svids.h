@@ -44,6 +44,9 @@ int			bcd_wl_jwt_svids_fetch(bcd_wl_jwt_svids *c, const bcd_peer *caller,
 								   const bcd_audiences *aud, const char *want_id, void *waiter,
 								   grpc_status_code *code, const char **spiffe_id,
 								   const char **token, char *msg, size_t msglen);
+/* Forget every cached JWT-SVID whose kid known(arg, kid) no longer knows (a retired key). */
+void		bcd_wl_jwt_svids_forget(bcd_wl_jwt_svids *c, int (*known) (void *arg, const char *kid),
+									void *arg);
 /* Answer (through fn) every waiter whose fetch has ended. */
 void		bcd_wl_jwt_svids_answer(bcd_wl_jwt_svids *c, bcd_wl_jwt_answer_fn fn, void *arg);
 /* Stopping: answer every waiter UNAVAILABLE now; later fetches answer no one. */

@@ -16,17 +16,63 @@
 #include <openssl/x509.h>
 
 #include "bc_common.h"
+#include "core/log.h"
 #include "workload/internal.h"
 
 /* ------------------------------------------------------------ X.509 */
 
-/* FetchX509SVID's message: the identity's X509-SVID (chain, key) and the bundle. */
+/*
+ * The federated trust domains r's rule names whose bundles bcd holds, into
+ * out (at most BCD_WL_FEDERATES_MAX, each its own, never merged); how many.
+ */
+static int
+allowed_domains(const bcd_workload *w, const wl_call *r, const bcd_trust_domain **out)
+{
+	int			n = 0;
+
+	for (int i = 0; w->fed != NULL && i < w->fed->n && n < BCD_WL_FEDERATES_MAX; i++)
+		if (r->federates != NULL && bcd_wl_federates_has(r->federates, w->fed->d[i].td))
+			out[n++] = &w->fed->d[i];
+	return n;
+}
+
+/* "spiffe://td" (malloc()ed, or NULL). */
+static char *
+td_key(const char *td)
+{
+	size_t		n = strlen(BC_SPIFFE_SCHEME) + strlen(td) + 1;
+	char	   *key = malloc(n);
+
+	if (key != NULL)
+		snprintf(key, n, BC_SPIFFE_SCHEME "%s", td);
+	return key;
+}
+
+/* Free the keys of n bundle map entries (X509 and JWT entries alike: the key first). */
+static void
+free_keys(char **keys, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(keys[i]);
+}
+
+/*
+ * FetchX509SVID's message: the identity's X509-SVID (chain, key), the
+ * bundle, and the bundles of the federated trust domains its rule names
+ * (federated_bundles, keyed spiffe://TD, each domain's roots DER).
+ */
 static grpc_byte_buffer *
-x509_svid_response(bcd_workload *w, const wl_identity *id)
+x509_svid_response(bcd_workload *w, const wl_call *r, const wl_identity *id)
 {
 	X509SVIDResponse resp = X509_SVIDRESPONSE__INIT;
 	X509SVID	svid = X509_SVID__INIT;
 	X509SVID   *svids[1] = {&svid};
+	const bcd_trust_domain *fed[BCD_WL_FEDERATES_MAX];
+	X509SVIDResponse__FederatedBundlesEntry fe[BCD_WL_FEDERATES_MAX];
+	X509SVIDResponse__FederatedBundlesEntry *fes[BCD_WL_FEDERATES_MAX];
+	char	   *keys[BCD_WL_FEDERATES_MAX];
+	int			nfed = allowed_domains(w, r, fed);
+	grpc_byte_buffer *bb;
 
 	svid.spiffe_id = (char *) id->spiffe_id;
 	svid.x509_svid.data = id->chain;
@@ -45,7 +91,24 @@ x509_svid_response(bcd_workload *w, const wl_identity *id)
 		resp.n_crl = 1;
 		resp.crl = &crl;
 	}
-	return wl_pack(&resp.base);
+	for (int i = 0; i < nfed; i++)
+	{
+		x509_svidresponse__federated_bundles_entry__init(&fe[i]);
+		keys[i] = fe[i].key = td_key(fed[i]->td);
+		fe[i].value.data = fed[i]->x509;
+		fe[i].value.len = fed[i]->x509_len;
+		fes[i] = &fe[i];
+		if (keys[i] == NULL)
+		{
+			free_keys(keys, i);
+			return NULL;
+		}
+	}
+	resp.n_federated_bundles = (size_t) nfed;
+	resp.federated_bundles = nfed > 0 ? fes : NULL;
+	bb = wl_pack(&resp.base);
+	free_keys(keys, nfed);
+	return bb;
 }
 
 /*
@@ -64,22 +127,36 @@ bundle_key(const bcd_workload *w)
 	return key;
 }
 
-/* FetchX509Bundles' message: {spiffe://TD: DER of the root}. */
+/*
+ * FetchX509Bundles' message: {spiffe://TD: DER of the root}, and each
+ * federated trust domain the caller's rule names, {spiffe://FTD: its roots}.
+ */
 static grpc_byte_buffer *
-x509_bundles_response(bcd_workload *w)
+x509_bundles_response(bcd_workload *w, const wl_call *r)
 {
 	X509BundlesResponse resp = X509_BUNDLES_RESPONSE__INIT;
-	X509BundlesResponse__BundlesEntry e = X509_BUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
-	X509BundlesResponse__BundlesEntry *es[1] = {&e};
+	X509BundlesResponse__BundlesEntry e[1 + BCD_WL_FEDERATES_MAX];
+	X509BundlesResponse__BundlesEntry *es[1 + BCD_WL_FEDERATES_MAX];
+	const bcd_trust_domain *fed[BCD_WL_FEDERATES_MAX];
+	char	   *keys[1 + BCD_WL_FEDERATES_MAX];
+	int			nfed = allowed_domains(w, r, fed);
 	ProtobufCBinaryData crl = {w->crl_len, w->crl};
 	grpc_byte_buffer *bb;
 
-	e.key = bundle_key(w);
-	if (e.key == NULL)
-		return NULL;
-	e.value.data = w->bundle;
-	e.value.len = w->bundle_len;
-	resp.n_bundles = 1;
+	for (int i = 0; i <= nfed; i++)
+	{
+		x509_bundles_response__bundles_entry__init(&e[i]);
+		keys[i] = e[i].key = i == 0 ? bundle_key(w) : td_key(fed[i - 1]->td);
+		e[i].value.data = i == 0 ? w->bundle : fed[i - 1]->x509;
+		e[i].value.len = i == 0 ? w->bundle_len : fed[i - 1]->x509_len;
+		es[i] = &e[i];
+		if (keys[i] == NULL)
+		{
+			free_keys(keys, i);
+			return NULL;
+		}
+	}
+	resp.n_bundles = (size_t) nfed + 1;
 	resp.bundles = es;
 	if (w->crl != NULL)
 	{
@@ -88,7 +165,7 @@ x509_bundles_response(bcd_workload *w)
 		resp.crl = &crl;
 	}
 	bb = wl_pack(&resp.base);
-	free(e.key);
+	free_keys(keys, nfed + 1);
 	return bb;
 }
 
@@ -112,7 +189,8 @@ serve_x509_svid(bcd_workload *w, wl_call *r, double now)
 {
 	wl_identity *id = r->id;
 
-	if (id->gen != 0 && (id->gen != r->sent_gen || w->crl_gen != r->sent_crl) &&
+	if (id->gen != 0 &&
+		(id->gen != r->sent_gen || w->crl_gen != r->sent_crl || w->trust_gen != r->sent_trust) &&
 		id->not_after > now && !id->listed)
 	{
 		if (wl_call_secret_may_go(r) != 0)
@@ -122,20 +200,22 @@ serve_x509_svid(bcd_workload *w, wl_call *r, double now)
 		}
 		r->sent_gen = id->gen;
 		r->sent_crl = w->crl_gen;
-		wl_call_push(r, x509_svid_response(w, id));
+		r->sent_trust = w->trust_gen;
+		wl_call_push(r, x509_svid_response(w, r, id));
 	}
 }
 
-/* FetchX509Bundles' stream: the bundles, and again with every new CRL. */
+/* FetchX509Bundles' stream: the bundles, and again with every new CRL or bundle. */
 static void
 serve_x509_bundles(bcd_workload *w, wl_call *r, double now)
 {
 	(void) now;
-	if (!r->sent_once || r->sent_crl != w->crl_gen)
+	if (!r->sent_once || r->sent_crl != w->crl_gen || r->sent_trust != w->trust_gen)
 	{
 		r->sent_once = 1;
 		r->sent_crl = w->crl_gen;
-		wl_call_push(r, x509_bundles_response(w));
+		r->sent_trust = w->trust_gen;
+		wl_call_push(r, x509_bundles_response(w, r));
 	}
 }
 
@@ -185,6 +265,39 @@ wl_jwt_take_done(bcd_workload *w)
 	bcd_wl_jwt_svids_answer(w->jwt_svids, jwt_answered, w);
 }
 
+/* 1 when a cached JWT-SVID's kid is one of the jwt-svid keys now. */
+static int
+jwt_kid_known(void *arg, const char *kid)
+{
+	return bcd_wl_jwt_known(arg, kid);
+}
+
+/*
+ * The tick: a new generation of the jwt-svid keys (a rollover the
+ * revocation watch took up) is a new trust generation, which the bundle
+ * streams push; cached JWT-SVIDs of a retired key are forgotten.
+ */
+void
+wl_trust_take(bcd_workload *w)
+{
+	if (bcd_wl_jwt_take(w->jwt))
+	{
+		w->trust_gen++;
+		bcd_wl_jwt_svids_forget(w->jwt_svids, jwt_kid_known, w->jwt);
+		bcd_log("workload api: %d jwt-svid key(s) now; the JWT bundle streams are sent them",
+				bcd_wl_jwt_keys(w->jwt));
+	}
+	/* a new generation of the federated trust domains' bundles: every bundle stream pushes */
+	if (w->fed != NULL && bcd_trust_bundles_gen(w->keys->trust) != w->fed->gen)
+	{
+		bcd_trust_set *s = bcd_trust_bundles_get(w->keys->trust);
+
+		bcd_trust_set_release(w->keys->trust, w->fed);
+		w->fed = s;
+		w->trust_gen++;
+	}
+}
+
 /* Stopping: every FetchJWTSVID waiting for a fetch answered UNAVAILABLE. */
 void
 wl_jwt_drain(bcd_workload *w)
@@ -232,8 +345,8 @@ validate_jwt_svid(bcd_workload *w, wl_call *r, const ProtobufCMessage *msg)
 	json_t	   *claims = NULL;
 	char		err[512];
 
-	if (bcd_wl_jwt_validate(w->jwt, w->trust_domain, req->svid, req->audience, &spiffe_id,
-							&claims, err, sizeof(err)) != BC_OK)
+	if (bcd_wl_jwt_validate(w->jwt, w->trust_domain, w->fed, r->federates, req->svid,
+							req->audience, &spiffe_id, &claims, err, sizeof(err)) != BC_OK)
 	{
 		wl_call_finish(r, 0, NULL, GRPC_STATUS_INVALID_ARGUMENT, err);
 		return;
@@ -248,37 +361,59 @@ validate_jwt_svid(bcd_workload *w, wl_call *r, const ProtobufCMessage *msg)
 	free(spiffe_id);
 }
 
-/* FetchJWTBundles' message: {spiffe://TD: JWKS of the jwt-svid keys}. */
+/*
+ * FetchJWTBundles' message: {spiffe://TD: JWKS of the jwt-svid keys}, and
+ * each federated trust domain the caller's rule names, {spiffe://FTD: its
+ * jwt-svid keys' JWKS}.
+ */
 static grpc_byte_buffer *
-jwt_bundles_response(bcd_workload *w)
+jwt_bundles_response(bcd_workload *w, const wl_call *r)
 {
 	JWTBundlesResponse resp = JWTBUNDLES_RESPONSE__INIT;
-	JWTBundlesResponse__BundlesEntry e = JWTBUNDLES_RESPONSE__BUNDLES_ENTRY__INIT;
-	JWTBundlesResponse__BundlesEntry *es[1] = {&e};
+	JWTBundlesResponse__BundlesEntry e[1 + BCD_WL_FEDERATES_MAX];
+	JWTBundlesResponse__BundlesEntry *es[1 + BCD_WL_FEDERATES_MAX];
+	const bcd_trust_domain *fed[BCD_WL_FEDERATES_MAX];
+	char	   *keys[1 + BCD_WL_FEDERATES_MAX];
+	int			nfed = allowed_domains(w, r, fed);
 	grpc_byte_buffer *bb;
 	size_t		len;
 
-	e.key = bundle_key(w);
-	if (e.key == NULL)
-		return NULL;
-	e.value.data = (uint8_t *) bcd_wl_jwt_bundle(w->jwt, &len);
-	e.value.len = len;
-	resp.n_bundles = 1;
+	for (int i = 0; i <= nfed; i++)
+	{
+		jwtbundles_response__bundles_entry__init(&e[i]);
+		keys[i] = e[i].key = i == 0 ? bundle_key(w) : td_key(fed[i - 1]->td);
+		if (i == 0)
+			e[i].value.data = (uint8_t *) bcd_wl_jwt_bundle(w->jwt, &len);
+		else
+		{
+			e[i].value.data = (uint8_t *) fed[i - 1]->jwks;
+			len = fed[i - 1]->jwks_len;
+		}
+		e[i].value.len = len;
+		es[i] = &e[i];
+		if (keys[i] == NULL)
+		{
+			free_keys(keys, i);
+			return NULL;
+		}
+	}
+	resp.n_bundles = (size_t) nfed + 1;
 	resp.bundles = es;
 	bb = wl_pack(&resp.base);
-	free(e.key);
+	free_keys(keys, nfed + 1);
 	return bb;
 }
 
-/* FetchJWTBundles' stream: the bundles, once. */
+/* FetchJWTBundles' stream: the bundles, and again whenever they change (a key rollover). */
 static void
 serve_jwt_bundles(bcd_workload *w, wl_call *r, double now)
 {
 	(void) now;
-	if (!r->sent_once)
+	if (!r->sent_once || r->sent_trust != w->trust_gen)
 	{
 		r->sent_once = 1;
-		wl_call_push(r, jwt_bundles_response(w));
+		r->sent_trust = w->trust_gen;
+		wl_call_push(r, jwt_bundles_response(w, r));
 	}
 }
 

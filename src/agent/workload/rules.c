@@ -1,10 +1,13 @@
 /*
- * rules.c: --workload-rule 'SELECTORS=>session=S[,context=C]': which
- * caller of the Workload API gets which session identity.
+ * rules.c: --workload-rule 'SELECTORS=>session=S[,context=C][,federates=TD[+TD...]]':
+ * which caller of the Workload API gets which session identity, and which
+ * federated trust domains' bundles it is given besides its own.
  *
  * SELECTORS is one or more of uid:N, gid:N, exe:/ABS/PATH, unit:NAME
  * (a .service or .scope unit) and cgroup:/PATH, separated by ','; every one
- * must match (AND).  Each kind at most once in a rule.  Two rules with the
+ * must match (AND).  Each kind at most once in a rule.  The target is the
+ * session, the context and the set of federated trust domains (kept sorted,
+ * joined by '+': "" for none).  Two rules with the
  * same selectors (in any order) and different targets are refused at start;
  * a caller that rules with different targets match at call time (e.g.
  * uid:1000 and exe:/usr/bin/envoy, both true of it) is given no identity.
@@ -51,6 +54,7 @@ typedef struct rule
 	char	   *str[SEL_KINDS];	/* exe, unit, cgroup */
 	char		session[BC_SELECTOR_MAX + 1];
 	char		context[BC_SELECTOR_MAX + 1];
+	char		federates[BCD_WL_FEDERATES_LEN];	/* "td+td..." sorted, "" for none */
 	const char *text;
 } rule;
 
@@ -204,35 +208,134 @@ parse_selector(rule *r, const char *s, size_t len, char *err, size_t errlen)
 	return 0;
 }
 
-/* Parse "session=S[,context=C]" into r. */
+/* The target's syntax, for messages. */
+#define TARGET_SYNTAX "session=S[,context=C][,federates=TD[+TD...]]"
+
+/* qsort order of trust domains. */
+static int
+td_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *) a, *(const char *const *) b);
+}
+
+/* 1 when the len bytes at s are a trust domain as a SPIFFE ID spells one (no scheme). */
+static int
+trust_domain_ok(const char *s, size_t len)
+{
+	if (len == 0 || len > 255)
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+			  s[i] == '-' || s[i] == '_'))
+			return 0;
+	return 1;
+}
+
+/* Parse "TD[+TD...]" (len bytes at v) into r->federates, sorted; 0 or -1 with err. */
+static int
+parse_federates(rule *r, const char *v, size_t len, char *err, size_t errlen)
+{
+	char		buf[BCD_WL_FEDERATES_LEN];
+	char	   *tds[BCD_WL_FEDERATES_MAX];
+	int			n = 0;
+	char	   *p;
+
+	if (len == 0 || len >= sizeof(buf))
+	{
+		snprintf(err, errlen, "federates= names 1 to %d trust domains joined by '+' "
+				 "(at most %d bytes)", BCD_WL_FEDERATES_MAX, BCD_WL_FEDERATES_LEN - 1);
+		return -1;
+	}
+	memcpy(buf, v, len);
+	buf[len] = '\0';
+	for (p = buf;;)
+	{
+		char	   *plus = strchr(p, '+');
+		size_t		tlen = plus != NULL ? (size_t) (plus - p) : strlen(p);
+
+		if (!trust_domain_ok(p, tlen))
+		{
+			snprintf(err, errlen, "federates=: '%.*s' is not a trust domain (lower-case "
+					 "a-z 0-9 . - _, without spiffe://)", (int) tlen, p);
+			return -1;
+		}
+		if (n == BCD_WL_FEDERATES_MAX)
+		{
+			snprintf(err, errlen, "federates= names at most %d trust domains", BCD_WL_FEDERATES_MAX);
+			return -1;
+		}
+		tds[n++] = p;
+		if (plus == NULL)
+			break;
+		*plus = '\0';
+		p = plus + 1;
+	}
+	qsort(tds, (size_t) n, sizeof(tds[0]), td_cmp);
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0 && strcmp(tds[i - 1], tds[i]) == 0)
+		{
+			snprintf(err, errlen, "federates= names %s twice", tds[i]);
+			return -1;
+		}
+		snprintf(r->federates + strlen(r->federates), sizeof(r->federates) - strlen(r->federates),
+				 "%s%s", i > 0 ? "+" : "", tds[i]);
+	}
+	return 0;
+}
+
+/* Parse "session=S[,context=C][,federates=TD[+TD...]]" into r. */
 static int
 parse_target(rule *r, const char *t, char *err, size_t errlen)
 {
-	const char *comma = strchr(t, ',');
-	size_t		slen;
+	int			seen_context = 0;
+	int			seen_federates = 0;
 
 	if (strncmp(t, "session=", 8) != 0)
 	{
-		snprintf(err, errlen, "the target is session=S[,context=C]");
+		snprintf(err, errlen, "the target is " TARGET_SYNTAX);
 		return -1;
 	}
-	t += 8;
-	slen = comma != NULL ? (size_t) (comma - t) : strlen(t);
-	if (slen > BC_SELECTOR_MAX)
+	for (int first = 1;; first = 0)
 	{
-		snprintf(err, errlen, "the session is 1 to 128 of A-Z a-z 0-9 . _ : -");
-		return -1;
-	}
-	memcpy(r->session, t, slen);
-	r->session[slen] = '\0';
-	if (comma != NULL)
-	{
-		if (strncmp(comma + 1, "context=", 8) != 0 || strlen(comma + 9) > BC_SELECTOR_MAX)
+		const char *comma = strchr(t, ',');
+		size_t		len = comma != NULL ? (size_t) (comma - t) : strlen(t);
+
+		if (first)
 		{
-			snprintf(err, errlen, "the target is session=S[,context=C]");
+			if (len - 8 > BC_SELECTOR_MAX)
+			{
+				snprintf(err, errlen, "the session is 1 to 128 of A-Z a-z 0-9 . _ : -");
+				return -1;
+			}
+			memcpy(r->session, t + 8, len - 8);
+			r->session[len - 8] = '\0';
+		}
+		else if (strncmp(t, "context=", 8) == 0 && !seen_context && !seen_federates)
+		{
+			seen_context = 1;
+			if (len - 8 > BC_SELECTOR_MAX)
+			{
+				snprintf(err, errlen, "the context is 0 to 128 of A-Z a-z 0-9 . _ : -");
+				return -1;
+			}
+			memcpy(r->context, t + 8, len - 8);
+			r->context[len - 8] = '\0';
+		}
+		else if (strncmp(t, "federates=", 10) == 0 && !seen_federates)
+		{
+			seen_federates = 1;
+			if (parse_federates(r, t + 10, len - 10, err, errlen) != 0)
+				return -1;
+		}
+		else
+		{
+			snprintf(err, errlen, "the target is " TARGET_SYNTAX);
 			return -1;
 		}
-		strcpy(r->context, comma + 9);
+		if (comma == NULL)
+			break;
+		t = comma + 1;
 	}
 	if (!bc_selector_valid(r->session, 1) || !bc_selector_valid(r->context, 0))
 	{
@@ -243,9 +346,14 @@ parse_target(rule *r, const char *t, char *err, size_t errlen)
 	return 0;
 }
 
-/* Parse "session=S[,context=C]" into session and context (rules.h); 0 or -1 with err. */
+/*
+ * Parse "session=S[,context=C][,federates=TD[+TD...]]" into session,
+ * context and federates ("td+td..." sorted, "" for none; BCD_WL_FEDERATES_LEN
+ * bytes) (rules.h); 0 or -1 with err.
+ */
 int
-bcd_wl_target_parse(const char *t, char *session, char *context, char *err, size_t errlen)
+bcd_wl_target_parse_fed(const char *t, char *session, char *context, char *federates,
+						char *err, size_t errlen)
 {
 	rule		r;
 
@@ -254,10 +362,27 @@ bcd_wl_target_parse(const char *t, char *session, char *context, char *err, size
 		return -1;
 	memcpy(session, r.session, sizeof(r.session));
 	memcpy(context, r.context, sizeof(r.context));
+	memcpy(federates, r.federates, sizeof(r.federates));
 	return 0;
 }
 
-/* Parse one rule, "SELECTOR[,SELECTOR...]=>session=S[,context=C]", into r; 0 or -1 with err. */
+/* Parse "session=S[,context=C]" into session and context (rules.h); 0 or -1 with err. */
+int
+bcd_wl_target_parse(const char *t, char *session, char *context, char *err, size_t errlen)
+{
+	char		federates[BCD_WL_FEDERATES_LEN];
+
+	if (bcd_wl_target_parse_fed(t, session, context, federates, err, errlen) != 0)
+		return -1;
+	if (federates[0] != '\0')
+	{
+		snprintf(err, errlen, "federates= is not taken here: the target is session=S[,context=C]");
+		return -1;
+	}
+	return 0;
+}
+
+/* Parse one rule, "SELECTOR[,SELECTOR...]=>TARGET", into r; 0 or -1 with err. */
 static int
 parse_rule(rule *r, const char *text, char *err, size_t errlen)
 {
@@ -268,7 +393,7 @@ parse_rule(rule *r, const char *text, char *err, size_t errlen)
 	r->text = text;
 	if (arrow == NULL || arrow == text)
 	{
-		snprintf(err, errlen, "a rule is SELECTOR[,SELECTOR...]=>session=S[,context=C]");
+		snprintf(err, errlen, "a rule is SELECTOR[,SELECTOR...]=>" TARGET_SYNTAX);
 		return -1;
 	}
 	while (p < arrow)
@@ -304,11 +429,12 @@ same_selectors(const rule *a, const rule *b)
 	return 1;
 }
 
-/* 1 when a and b name the same session and context. */
+/* 1 when a and b name the same session, context and federated trust domains. */
 static int
 same_target(const rule *a, const rule *b)
 {
-	return strcmp(a->session, b->session) == 0 && strcmp(a->context, b->context) == 0;
+	return strcmp(a->session, b->session) == 0 && strcmp(a->context, b->context) == 0 &&
+		strcmp(a->federates, b->federates) == 0;
 }
 
 /* Parse the rules for bcd's own user namespace (rules.h). */
@@ -352,7 +478,7 @@ bcd_wl_rules_parse_ns(const char *const *texts, int n, unsigned long overflow_ui
 				!same_target(&r->rules[i], &r->rules[j]))
 			{
 				snprintf(err, errlen, "--workload-rule '%s' and '%s': the same selectors give "
-						 "different sessions or contexts", texts[j], texts[i]);
+						 "different sessions, contexts or federates= sets", texts[j], texts[i]);
 				bcd_wl_rules_free(r);
 				return NULL;
 			}
@@ -482,6 +608,17 @@ int
 bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **session,
 				   const char **context, int *bind, char *err, size_t errlen)
 {
+	const char *federates;
+
+	return bcd_wl_rules_match_fed(r, c, session, context, &federates, bind, err, errlen);
+}
+
+/* The same, with the federated trust domains of the rule (rules.h). */
+int
+bcd_wl_rules_match_fed(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **session,
+					   const char **context, const char **federates, int *bind, char *err,
+					   size_t errlen)
+{
 	const rule *found = NULL;
 	int			need = BCD_WL_RULE_BIND | BCD_WL_RULE_EXE;
 
@@ -513,6 +650,7 @@ bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *c, const char **s
 		err[0] = '\0';			/* a rule matched: no near miss to tell */
 	*session = found->session;
 	*context = found->context;
+	*federates = found->federates;
 	*bind = need;
 	return 1;
 }
@@ -524,4 +662,36 @@ bcd_wl_rules_unmapped(const bcd_wl_rules *r, unsigned long *uid, unsigned long *
 	*uid = r->overflow[SEL_UID];
 	*gid = r->overflow[SEL_GID];
 	return r->overflow[SEL_UID] != ULONG_MAX || r->overflow[SEL_GID] != ULONG_MAX;
+}
+
+/* 1 when td is one of the trust domains of federates ("td+td...") (rules.h). */
+int
+bcd_wl_federates_has(const char *federates, const char *td)
+{
+	size_t		n = strlen(td);
+
+	for (const char *p = federates; p != NULL && *p != '\0';)
+	{
+		const char *plus = strchr(p, '+');
+		size_t		len = plus != NULL ? (size_t) (plus - p) : strlen(p);
+
+		if (len == n && strncmp(p, td, n) == 0)
+			return 1;
+		p = plus != NULL ? plus + 1 : NULL;
+	}
+	return 0;
+}
+
+/* "" when no rule federates with own_td, else the first rule that does in err (rules.h). */
+int
+bcd_wl_rules_check_federates(const bcd_wl_rules *r, const char *own_td, char *err, size_t errlen)
+{
+	for (int i = 0; r != NULL && i < r->n; i++)
+		if (bcd_wl_federates_has(r->rules[i].federates, own_td))
+		{
+			snprintf(err, errlen, "--workload-rule '%s': federates= names bcd's own trust "
+					 "domain %s (its bundle is always given)", r->rules[i].text, own_td);
+			return -1;
+		}
+	return 0;
 }

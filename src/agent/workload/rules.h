@@ -1,7 +1,8 @@
 /*
- * rules.h: --workload-rule 'SELECTORS=>session=S[,context=C]' (rules.c):
- * which caller of the Workload API gets which session identity, and what
- * it must hold to (docs/agent.md, "The SPIFFE Workload API").
+ * rules.h: --workload-rule 'SELECTORS=>session=S[,context=C][,federates=TD[+TD...]]'
+ * (rules.c): which caller of the Workload API gets which session identity,
+ * which federated trust domains it sees, and what it must hold to
+ * (docs/agent.md, "The SPIFFE Workload API").
  */
 #ifndef BCD_WL_RULES_H
 #define BCD_WL_RULES_H
@@ -17,6 +18,10 @@ typedef struct bcd_wl_caller
 	bcd_peer	peer;			/* uid, pid, exe, cgroup, unit */
 	gid_t		gid;
 } bcd_wl_caller;
+
+/* Most trust domains one rule federates with, and the longest federates= set ("td+td...", NUL). */
+#define BCD_WL_FEDERATES_MAX 8
+#define BCD_WL_FEDERATES_LEN 1024
 
 /* What a match asks of the caller (bcd_wl_rules_match's *bind). */
 #define BCD_WL_RULE_BIND 1		/* bound to its connection: exe:, unit: or cgroup: (attest.c) */
@@ -48,10 +53,14 @@ unsigned long bcd_wl_overflow_id(const char *map, const char *overflow);
 void		bcd_wl_rules_free(bcd_wl_rules *r);
 /*
  * A rule's target alone, "session=S[,context=C]" (--svid-files): 0 with
- * session and context (each BC_SELECTOR_MAX + 1 bytes), or -1 with err.
+ * session and context (each BC_SELECTOR_MAX + 1 bytes), or -1 with err
+ * (federates= too: files mode does not write federated bundles yet).
  */
 int			bcd_wl_target_parse(const char *t, char *session, char *context, char *err,
 								size_t errlen);
+/* The same with ",federates=TD[+TD...]" taken into federates (BCD_WL_FEDERATES_LEN bytes). */
+int			bcd_wl_target_parse_fed(const char *t, char *session, char *context,
+									char *federates, char *err, size_t errlen);
 /*
  * The (session, context) of caller: 1 with them and *bind (BCD_WL_RULE_*:
  * what the least demanding matching rule asks), 0 when no rule matches
@@ -62,6 +71,19 @@ int			bcd_wl_target_parse(const char *t, char *session, char *context, char *err
 int			bcd_wl_rules_match(const bcd_wl_rules *r, const bcd_wl_caller *caller,
 							   const char **session, const char **context, int *bind,
 							   char *err, size_t errlen);
+
+/*
+ * bcd_wl_rules_match, with *federates the rule's federated trust domains
+ * ("td+td..." sorted, "" for none; valid while r is).
+ */
+int			bcd_wl_rules_match_fed(const bcd_wl_rules *r, const bcd_wl_caller *caller,
+								   const char **session, const char **context,
+								   const char **federates, int *bind, char *err, size_t errlen);
+/* 1 when trust domain td (no scheme) is one of federates ("td+td..."). */
+int			bcd_wl_federates_has(const char *federates, const char *td);
+/* 0, or -1 with err when a rule federates with own_td (bcd's own trust domain). */
+int			bcd_wl_rules_check_federates(const bcd_wl_rules *r, const char *own_td,
+										 char *err, size_t errlen);
 
 /*
  * 0 when no rule can ever match a caller of uid and gid (each names another

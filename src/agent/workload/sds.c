@@ -668,9 +668,10 @@ wl_sds_stream_serve(bcd_workload *w, wl_call *r, double now)
 
 	if (s == NULL || id->gen == 0 || id->not_after <= now || id->listed)
 		return;
-	/* what is pushed: an answer asked for, a new SVID, a new CRL (and, with federation,
-	 * new trust bundles: the generation of what wl_trust_domains gives) */
-	if (!s->answer && id->gen == r->sent_gen && w->crl_gen == r->sent_crl)
+	/* what is pushed: an answer asked for, a new SVID, a new CRL, new trust bundles
+	 * (w->trust_gen: the generation of what wl_trust_domains gives) */
+	if (!s->answer && id->gen == r->sent_gen && w->crl_gen == r->sent_crl &&
+		w->trust_gen == r->sent_trust)
 		return;
 	if (wl_call_secret_may_go(r) != 0)
 	{
@@ -692,6 +693,7 @@ wl_sds_stream_serve(bcd_workload *w, wl_call *r, double now)
 	s->answer = 0;
 	r->sent_gen = id->gen;
 	r->sent_crl = w->crl_gen;
+	r->sent_trust = w->trust_gen;
 	wl_call_push(r, bb);
 }
 

@@ -69,6 +69,7 @@ cq_main(void *arg)
 		}
 		now = bcd_now_real();
 		wl_jwt_take_done(w);
+		wl_trust_take(w);
 		wl_reap(w);
 		/* the connections closed at once, told once per interval */
 		if (pthread_mutex_trylock(&w->closed_mu) == 0)
@@ -150,7 +151,7 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	w->rules = bcd_wl_rules_parse(o->workload_rules, o->n_workload_rules, err, errlen);
 	if (w->rules == NULL)
 		goto fail;
-	w->jwt = bcd_wl_jwt_new(o->service_keys);
+	w->jwt = bcd_wl_jwt_new(keys);
 	w->jwt_svids = bcd_wl_jwt_svids_new(&w->mu, prov);
 	if (w->jwt == NULL || w->jwt_svids == NULL)
 	{
@@ -166,6 +167,10 @@ bcd_workload_start(const bcd_run_opts *o, const bcd_service_keys *keys, const ch
 	}
 	p = w->bundle;
 	w->bundle_len = (size_t) i2d_X509(keys->node_ca, &p);
+	if (bcd_wl_rules_check_federates(w->rules, w->trust_domain, err, errlen) != 0)
+		goto fail;
+	if (keys->trust != NULL)
+		w->fed = bcd_trust_bundles_get(keys->trust);
 	if (bcd_wl_files_start(w, o, &w->files, err, errlen) != BC_OK)
 		goto fail;
 	/* files mode alone (no rule, no --workload-api PATH): no socket */
@@ -289,6 +294,8 @@ bcd_workload_free(bcd_workload *w)
 	bcd_wl_refusals_free(w->refusals);
 	bcd_wl_jwt_free(w->jwt);
 	bcd_wl_jwt_svids_free(w->jwt_svids);
+	if (w->fed != NULL)
+		bcd_trust_set_release(w->keys->trust, w->fed);
 	free(w->trust_domain);
 	free(w->bundle);
 	free(w->path);
