@@ -23,6 +23,22 @@ server's directory and requires a client certificate:
 - refused at start (bcd exits non-zero, saying why): a DIR writable by others, a DIR
   under /tmp (a directory above it writable by others), and a reload executable
   writable by others.
+
+Federated trust domains (#46, item 5): the database federates with a second trust domain,
+b.bc-join.test, as `static` (a root and a workload certificate of B made here with
+OpenSSL); the gateway serves its signed /v1/trust-bundles at most 1 s old
+(--service-keys-max-age 1).  A third directory, 'FED=>session=client,context=c1,
+federates=b.bc-join.test' (the client's identity again), with its own reload:
+- FED/federated/b.bc-join.test.pem holds B's root alone: B's workload certificate
+  verifies against it (openssl verify) and not against svid_bundle.pem, which holds the
+  own root only; the reload runs once, after the SVID's files and B's file are written;
+- a symbolic link planted there as b.bc-join.test.pem is replaced, its target untouched;
+  a file of a domain not in the set (c.bc-join.test.pem) and a temporary file an earlier
+  bcd left are removed;
+- the directories without federates= get no federated/;
+- B's bundle emptied in the database (set_federated_bundle, keys []): bcd takes up the new
+  generation, removes federated/b.bc-join.test.pem and runs the reload again, no restart;
+- refused at start: federates= naming a trust domain that cannot be a file name ("..").
 """
 import os
 import shutil
@@ -122,6 +138,73 @@ def client_uri(out):
     return None
 
 
+TD_B = "b.bc-join.test"
+
+
+def b64u(data):
+    """base64url without padding (RFC 7515)."""
+    import base64
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def domain_b(tdir):
+    """A root of trust domain B and a workload certificate it issued (OpenSSL through
+    cryptography): (B's bundle as a JWK Set, root PEM path, leaf PEM path)."""
+    import base64
+    import datetime
+    import json
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "B root")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                         critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+          .add_extension(x509.SubjectAlternativeName(
+              [x509.UniformResourceIdentifier("spiffe://" + TD_B)]), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    leaf_key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([]))
+            .issuer_name(ca_name).public_key(leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.UniformResourceIdentifier("spiffe://%s/web" % TD_B)]), critical=True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                           False)
+            .sign(ca_key, hashes.SHA256()))
+    nums = ca_key.public_key().public_numbers()
+    bundle = {"keys": [{"use": "x509-svid", "kty": "EC", "crv": "P-256",
+                        "x": b64u(nums.x.to_bytes(32, "big")), "y": b64u(nums.y.to_bytes(32, "big")),
+                        "x5c": [base64.b64encode(ca.public_bytes(serialization.Encoding.DER))
+                                .decode()]}],
+              "spiffe_sequence": 1}
+    ca_pem = os.path.join(tdir, "b-root.pem")
+    leaf_pem = os.path.join(tdir, "b-leaf.pem")
+    with open(ca_pem, "wb") as f:
+        f.write(ca.public_bytes(serialization.Encoding.PEM))
+    with open(leaf_pem, "wb") as f:
+        f.write(leaf.public_bytes(serialization.Encoding.PEM))
+    return json.dumps(bundle), ca_pem, leaf_pem
+
+
+def verify(ca, leaf):
+    """openssl verify of leaf against ca alone: (True when it verifies, output)."""
+    r = subprocess.run(["openssl", "verify", "-CAfile", ca, leaf], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    return r.returncode == 0, r.stdout.decode("utf-8", "replace")
+
+
 def body(tap, env):
     tdir = trusted_dir()
     try:
@@ -135,6 +218,11 @@ def script(tap, env, tdir):
     if not os.access(NGINX, os.X_OK):
         tap.skip("files mode with nginx", "no %s (Debian package nginx)" % NGINX)
         return
+    federation = env.has_function("bc_join.add_federation(text,text,text,text,jsonb)")
+    if federation:
+        bundle_b, root_b, leaf_b = domain_b(tdir)
+        env.psql("SELECT bc_join.add_federation('%s', NULL, 'static', NULL, '%s'::jsonb)"
+                 % (TD_B, bundle_b))
     state = os.path.join(env.dir, "state")
     r = env.bcd("run", *env.run_args(state, token_file=env.token_file("f"), extra=["--once"]))
     if not tap.ok(r.returncode == 0, "the host joins", r.stdout + r.stderr):
@@ -179,6 +267,23 @@ def script(tap, env, tdir):
            "a reload executable writable by others: bcd refuses to start, saying so",
            (r.returncode, r.stderr))
 
+    # a third directory, federated with B, the client's identity again: a link planted as
+    # B's file, a domain's file no longer in the set, a temporary file an earlier bcd left
+    fed = os.path.join(tdir, "fed")
+    fed_sub = os.path.join(fed, "federated")
+    os.mkdir(fed, 0o700)
+    os.mkdir(fed_sub, 0o755)
+    victim_b = os.path.join(env.dir, "victim-b")
+    with open(victim_b, "w") as f:
+        f.write("not a bundle\n")
+    os.symlink(victim_b, os.path.join(fed_sub, TD_B + ".pem"))
+    for stale in ("c.bc-join.test.pem", ".%s.pem.tmp.0011223344556677" % TD_B):
+        with open(os.path.join(fed_sub, stale), "w") as f:
+            f.write("stale\n")
+    reload_fed = write_exe(os.path.join(tdir, "reload-fed"), "#!/bin/sh\nexit 0\n")
+    fed_args = ["--svid-files", fed + "=>session=client,context=c1,federates=" + TD_B,
+                "--svid-files-reload", fed + "=" + reload_fed] if federation else []
+
     # a symbolic link planted as svid_key.pem
     victim = os.path.join(env.dir, "victim")
     with open(victim, "w") as f:
@@ -193,11 +298,25 @@ def script(tap, env, tdir):
         "--svid-files", srv + "=>session=web",
         "--svid-files", cli + "/=>session=client,context=c1",
         "--svid-files-reload", srv + "=" + reload,
-        "--status-interval", "1"]))
+        "--status-interval", "1"] + fed_args))
+    t_start = time.time()
     ok = p.wait_log("files: %s: a new" % srv, 20) and p.wait_log("files: %s: a new" % cli, 10)
     tap.ok(ok, "bcd writes both directories", p.text())
     if not ok:
         return
+    if federation:
+        fed_ok = federated_first(tap, env, p, fed, cli, srv, reload_fed, victim_b, root_b, leaf_b)
+        # B's bundle emptied: taken up by bcd's watch (every 6 status intervals), checked below
+        env.psql("""SELECT bc_join.set_federated_bundle('%s', '{"keys": [], "spiffe_sequence": 2}')"""
+                 % TD_B)
+    else:
+        tap.skip("federated/", "bc_join.add_federation is not installed")
+    # federates= naming a trust domain that cannot be a file name (refused before the state
+    # directory is locked: run while the daemon waits for the watch)
+    r = env.bcd("run", *env.run_args(state, extra=[
+        "--svid-files", srv + "=>session=web,federates=b.bc-join.test+.."]), timeout=30)
+    tap.ok(r.returncode != 0 and "federates=: '..' cannot name a file" in r.stderr,
+           "federates= naming '..': bcd refuses to start, saying so", (r.returncode, r.stderr))
     key = os.path.join(srv, "svid_key.pem")
     tap.ok(not os.path.islink(key) and open(victim).read() == "not a key\n",
            "the link planted as svid_key.pem is replaced, its target untouched")
@@ -254,6 +373,19 @@ def script(tap, env, tdir):
     crl = x509.load_pem_x509_crl(open(os.path.join(srv, "crl.pem"), "rb").read())
     tap.ok(crl.get_revoked_certificate_by_serial_number(chain[0].serial_number) is not None,
            "crl.pem lists the old serial")
+    if federation and fed_ok:
+        # B's bundle now empty: its file removed, the reload run again, no restart
+        gone = "files: %s/federated: nothing written; removed: %s.pem" % (fed, TD_B)
+        done = "files: %s: reload %s done" % (fed, reload_fed)
+        ok = p.wait_log(gone, max(1.0, t_start + 12 - time.time()))
+        deadline = time.time() + 5
+        while ok and done not in p.text()[p.text().find(gone):] and time.time() < deadline:
+            time.sleep(0.05)
+        text = p.text()
+        tap.ok(ok and not os.path.lexists(os.path.join(fed_sub, TD_B + ".pem")) and
+               done in text[text.find(gone):],
+               "B's bundle emptied: federated/%s.pem removed and the reload run (%.1f s after "
+               "the start)" % (TD_B, time.time() - t_start), text[-3000:])
     # the node revoked: as the Workload API's streams end, the key and certificate go
     env.psql("SELECT bc_join.revoke_node('%s', 'keyCompromise')" % node)
     t0 = time.time()
@@ -269,4 +401,52 @@ def script(tap, env, tdir):
            p.text()[-3000:])
 
 
-agentlib.main(body)
+def federated_first(tap, env, p, fed, cli, srv, reload_fed, victim_b, root_b, leaf_b):
+    """The federated directory's first write; True when it was made."""
+    from cryptography import x509
+    fed_sub = os.path.join(fed, "federated")
+    b_file = os.path.join(fed_sub, TD_B + ".pem")
+    written = "files: %s/federated: %s.pem written" % (fed, TD_B)
+    ok = p.wait_log(written, 10) and p.wait_log("files: %s: reload %s done" % (fed, reload_fed), 10)
+    tap.ok(ok, "bcd writes federated/%s.pem and runs FED's reload" % TD_B, p.text()[-3000:])
+    if not ok:
+        return False
+    text = p.text()
+    tap.ok(0 <= text.find("files: %s: a new X509-SVID" % fed) < text.find(written) <
+           text.find("files: %s: reload" % fed),
+           "the reload runs once, after the SVID's files and B's file are written", text[-3000:])
+    roots = load_pems(open(b_file, "rb").read())
+    root = x509.load_pem_x509_certificate(open(root_b, "rb").read())
+    tap.ok(not os.path.islink(b_file) and open(victim_b).read() == "not a bundle\n" and
+           oct(agentlib.mode(b_file)) == "0o644",
+           "the link planted as federated/%s.pem is replaced (0644), its target untouched" % TD_B)
+    tap.ok(len(roots) == 1 and roots[0] == root, "federated/%s.pem holds B's root alone" % TD_B,
+           [c.subject for c in roots])
+    ok_b, out_b = verify(b_file, leaf_b)
+    ok_own, out_own = verify(os.path.join(fed, "svid_bundle.pem"), leaf_b)
+    tap.ok(ok_b and not ok_own,
+           "B's workload certificate verifies against federated/%s.pem, not against "
+           "svid_bundle.pem (never merged)" % TD_B, (out_b, out_own))
+    own = load_pems(open(os.path.join(fed, "svid_bundle.pem"), "rb").read())
+    tap.ok(len(own) == 1 and own[0] != root and
+           own == load_pems(open(os.path.join(srv, "svid_bundle.pem"), "rb").read()),
+           "FED's svid_bundle.pem holds the own root only")
+    tap.eq(sorted(os.listdir(fed_sub)), [TD_B + ".pem"],
+           "a domain's file no longer in the set and a temporary file an earlier bcd left: removed")
+    st = os.stat(fed_sub)
+    tap.ok(st.st_uid == os.geteuid() and not st.st_mode & 0o022,
+           "federated/ is bcd's uid's, writable by neither group nor others")
+    tap.ok(not os.path.lexists(os.path.join(cli, "federated")) and
+           not os.path.lexists(os.path.join(srv, "federated")),
+           "the directories without federates= get no federated/")
+    return True
+
+
+def setup(env):
+    """As agentlib.main's, with the gateway's signed documents at most 1 s old."""
+    env.start_cluster("agents")
+    env.make_tls()
+    env.gateway("--service-keys-max-age", "1")
+
+
+agentlib.run(agentlib.Env(), setup, body)

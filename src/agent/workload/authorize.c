@@ -138,14 +138,16 @@ wl_authorize_secret(wl_call *r, int *drop)
 }
 
 /*
- * The trust domains r's caller may see, bcd's own first, at most max of
- * them in out; how many.  The one place that says so: SDS (sds.c) serves
- * from it.  After bcd's own, the federated domains r's rule federates
- * with (federates=) whose bundles bcd holds (w->fed), each its own entry
- * (never merged); valid while w->fed is, under w->mu.
+ * The trust domains a holder of federates ("td+td...", NULL or "" for
+ * none) may see, bcd's own first, at most max of them in out; how many.
+ * The one place that says so: SDS (sds.c) serves from it for a call's
+ * rule, files mode (files.c) writes from it for --svid-files' federates=.
+ * After bcd's own, the federated domains federates names whose bundles bcd
+ * holds (w->fed), each its own entry (never merged); valid while w->fed
+ * is, under w->mu.
  */
 int
-wl_trust_domains(const bcd_workload *w, const wl_call *r, wl_trust_domain *out, int max)
+wl_trust_domains_of(const bcd_workload *w, const char *federates, wl_trust_domain *out, int max)
 {
 	int			n = 0;
 
@@ -160,7 +162,7 @@ wl_trust_domains(const bcd_workload *w, const wl_call *r, wl_trust_domain *out, 
 	{
 		const bcd_trust_domain *d = &w->fed->d[i];
 
-		if (r->federates == NULL || !bcd_wl_federates_has(r->federates, d->td))
+		if (federates == NULL || !bcd_wl_federates_has(federates, d->td))
 			continue;
 		out[n].name = d->td;
 		out[n].roots = d->x509;
@@ -169,4 +171,11 @@ wl_trust_domains(const bcd_workload *w, const wl_call *r, wl_trust_domain *out, 
 		n++;
 	}
 	return n;
+}
+
+/* The trust domains r's caller may see: those of its rule's federates= (wl_trust_domains_of). */
+int
+wl_trust_domains(const bcd_workload *w, const wl_call *r, wl_trust_domain *out, int max)
+{
+	return wl_trust_domains_of(w, r->federates, out, max);
 }

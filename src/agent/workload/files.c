@@ -4,13 +4,23 @@
  * does, bcd keeps a session identity's X509-SVID in a directory and runs a
  * reload command after each change.
  *
- *   --svid-files 'DIR=>session=S[,context=C]'   (16 at most, each DIR once)
+ *   --svid-files 'DIR=>session=S[,context=C][,federates=TD[+TD...]]'
+ *                                                (16 at most, each DIR once)
  *   --svid-files-reload 'DIR=EXECUTABLE'         (no arguments)
  *
  * DIR holds svid.pem (the leaf and its intermediates, no root; 0644),
  * svid_key.pem (PKCS#8 PEM; 0600), svid_bundle.pem (the roots of bcd's own
  * trust domain only; 0644) and, once bcd holds the node CA's CRL, crl.pem
- * (0644).
+ * (0644).  With federates= (parsed as a --workload-rule's target is), each
+ * of those federated trust domains whose bundle bcd holds with x509-svid
+ * roots gets DIR/federated/<td>.pem (0644), its roots alone: never merged
+ * into svid_bundle.pem nor with another domain's (the domains are those
+ * wl_trust_domains_of gives, as SDS serves them).  Each is rewritten when
+ * the bundles' generation changes its content; a file of a domain that
+ * left the set, or whose bundle is now empty, is removed; the reload runs
+ * once after the change.  A trust domain becomes a file name only when it
+ * is DNS-like (labels of a-z 0-9 - _ joined by single dots, 200 bytes at
+ * most: no '/', no "..", no leading dot).
  *
  * The identity is one of the Workload API's (x509_svids.c): held with a
  * stream's count (streams++) from the start, so it is provisioned, renewed
@@ -28,9 +38,12 @@
  * O_EXCL | O_NOFOLLOW under a random name, written, fsync()ed and renamed
  * over its name (renameat replaces a symbolic link planted there, never
  * follows it); key first, then the certificate, then the bundle (and the
- * CRL), then the directory fsync()ed.  A path swapped for another directory
- * or a link after the start changes nothing: bcd holds the directory it
- * checked.  EXECUTABLE is opened and checked as --producer's is
+ * CRL), then the directory fsync()ed.  DIR/federated is made (mkdirat) and
+ * opened relative to DIR's descriptor (O_DIRECTORY | O_NOFOLLOW: a link
+ * there is refused), must be owned by bcd's uid and writable by neither
+ * group nor others, and its files are written the same way relative to
+ * its descriptor.  A path swapped for another directory or a link after
+ * the start changes nothing: bcd holds the directory it checked.  EXECUTABLE is opened and checked as --producer's is
  * (bcd_exec_open_checked: it and every directory above it owned by root or
  * bcd's user and writable by neither group nor others) and that descriptor
  * is what runs (fexecve through core/child.c), with a clean environment,
@@ -79,6 +92,10 @@
 #define FILE_KEY "svid_key.pem"
 #define FILE_BUNDLE "svid_bundle.pem"
 #define FILE_CRL "crl.pem"
+/* The federated trust domains' subdirectory, its files' suffix, the longest td named so. */
+#define FED_DIR "federated"
+#define FED_SUFFIX ".pem"
+#define FED_NAME_MAX 200
 
 /* How long a reload may run (s), and how much of its output is logged. */
 #define RELOAD_TIMEOUT 30.0
@@ -99,6 +116,12 @@ typedef struct files_dir
 	unsigned long written_crl;	/* the CRL generation last written */
 	double		next_try;		/* monotonic: after a failed write */
 	int			withdrawn;		/* the key and certificate removed (a refusal) */
+	char		federates[BCD_WL_FEDERATES_LEN];	/* federates= ("td+td...", "" for none) */
+	int			fedfd;			/* DIR/federated, or -1 (none: no federates=, none there) */
+	int			fed_taken;		/* fed_gen is the generation written */
+	unsigned long fed_gen;		/* the federated bundles' generation last written */
+	char	   *fed_text;		/* what DIR/federated holds: "td\nPEM" of each, or NULL */
+	size_t		fed_len;
 } files_dir;
 
 /* Files mode of a Workload API server. */
@@ -123,6 +146,49 @@ dir_len(const char *arg, const char *end)
 	return arg[0] == '/' ? n : 0;
 }
 
+/*
+ * 1 when trust domain td may become a file name in DIR/federated: DNS-like
+ * (labels of a-z 0-9 - _ joined by single dots), FED_NAME_MAX bytes at
+ * most; so no '/', no "..", no leading dot.
+ */
+static int
+fed_name_ok(const char *td, size_t n)
+{
+	if (n == 0 || n > FED_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+	{
+		char		c = td[i];
+
+		if (c == '.')
+		{
+			if (i == 0 || i + 1 == n || td[i + 1] == '.')
+				return 0;
+		}
+		else if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
+			return 0;
+	}
+	return 1;
+}
+
+/* NULL when every trust domain of federates ("td+td...") may become a file name, else the first. */
+static const char *
+fed_names_check(const char *federates, size_t *len)
+{
+	for (const char *p = federates; *p != '\0';)
+	{
+		const char *plus = strchr(p, '+');
+
+		*len = plus != NULL ? (size_t) (plus - p) : strlen(p);
+		if (!fed_name_ok(p, *len))
+			return p;
+		if (plus == NULL)
+			break;
+		p = plus + 1;
+	}
+	return NULL;
+}
+
 /* --svid-files and --svid-files-reload as given: NULL, or what is wrong (files.h). */
 const char *
 bcd_wl_files_check(const char *const *files, int n_files, const char *const *reloads,
@@ -131,6 +197,7 @@ bcd_wl_files_check(const char *const *files, int n_files, const char *const *rel
 	static char why[512];
 	char		session[BC_SELECTOR_MAX + 1];
 	char		context[BC_SELECTOR_MAX + 1];
+	char		federates[BCD_WL_FEDERATES_LEN];
 	char		err[256];
 
 	if (n_files > BCD_SVID_FILES_MAX || n_reloads > BCD_SVID_FILES_MAX)
@@ -139,12 +206,23 @@ bcd_wl_files_check(const char *const *files, int n_files, const char *const *rel
 	{
 		const char *arrow = strstr(files[i], "=>");
 		size_t		n = arrow != NULL ? dir_len(files[i], arrow) : 0;
+		const char *bad;
+		size_t		bad_len;
 
 		if (n == 0)
-			return "--svid-files is 'DIR=>session=S[,context=C]', DIR an absolute path";
-		if (bcd_wl_target_parse(arrow + 2, session, context, err, sizeof(err)) != 0)
+			return "--svid-files is 'DIR=>session=S[,context=C][,federates=TD[+TD...]]', "
+				"DIR an absolute path";
+		if (bcd_wl_target_parse_fed(arrow + 2, session, context, federates, err,
+									sizeof(err)) != 0)
 		{
 			snprintf(why, sizeof(why), "--svid-files %s: %s", files[i], err);
+			return why;
+		}
+		if ((bad = fed_names_check(federates, &bad_len)) != NULL)
+		{
+			snprintf(why, sizeof(why), "--svid-files %s: federates=: '%.*s' cannot name a file "
+					 "in DIR/" FED_DIR " (labels of a-z 0-9 - _ joined by single dots, %d bytes "
+					 "at most)", files[i], (int) bad_len, bad, FED_NAME_MAX);
 			return why;
 		}
 		for (int j = 0; j < i; j++)
@@ -194,6 +272,45 @@ open_dir(const char *path, char *err, size_t errlen)
 	if (fd < 0)
 		snprintf(err, errlen, "--svid-files %s cannot be opened: %s", path, strerror(errno));
 	close(pfd);
+	return fd;
+}
+
+/*
+ * Open DIR/federated relative to d's descriptor, made first (0755) when
+ * make: O_DIRECTORY | O_NOFOLLOW (a link there is refused), owned by bcd's
+ * uid, writable by neither group nor others.  Its descriptor; -1 with err,
+ * err "" when !make and there is none.
+ */
+static int
+open_fed_dir(files_dir *d, int make, char *err, size_t errlen)
+{
+	struct stat st;
+	int			fd;
+
+	err[0] = '\0';
+	if (make && mkdirat(d->dirfd, FED_DIR, 0755) != 0 && errno != EEXIST)
+	{
+		snprintf(err, errlen, "--svid-files %s: cannot make %s/" FED_DIR ": %s", d->path,
+				 d->path, strerror(errno));
+		return -1;
+	}
+	fd = openat(d->dirfd, FED_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+	{
+		if (!make && errno == ENOENT)
+			return -1;
+		snprintf(err, errlen, "--svid-files %s/" FED_DIR " cannot be opened as a directory "
+				 "(a link is refused): %s", d->path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022) != 0)
+	{
+		snprintf(err, errlen, "--svid-files %s/" FED_DIR " is refused: it must be owned by "
+				 "bcd's uid %ld and writable by neither group nor others (uid %ld, mode %04o)",
+				 d->path, (long) geteuid(), (long) st.st_uid, (unsigned) (st.st_mode & 07777));
+		close(fd);
+		return -1;
+	}
 	return fd;
 }
 
@@ -251,6 +368,9 @@ bcd_wl_files_free(bcd_wl_files *f)
 			close(f->dirs[i].dirfd);
 		if (f->dirs[i].reload_fd >= 0)
 			close(f->dirs[i].reload_fd);
+		if (f->dirs[i].fedfd >= 0)
+			close(f->dirs[i].fedfd);
+		free(f->dirs[i].fed_text);
 		free(f->dirs[i].path);
 		free(f->dirs[i].reload);
 	}
@@ -299,19 +419,34 @@ bcd_wl_files_start(bcd_workload *w, const bcd_run_opts *o, bcd_wl_files **out, c
 		size_t		n = dir_len(o->svid_files[i], arrow);
 		char		session[BC_SELECTOR_MAX + 1];
 		char		context[BC_SELECTOR_MAX + 1];
-		char		e[256];
+		char		e[768];
 
-		d->dirfd = d->reload_fd = -1;
+		d->dirfd = d->reload_fd = d->fedfd = -1;
 		f->n++;
 		if ((d->path = strndup(o->svid_files[i], n)) == NULL)
 		{
 			snprintf(err, errlen, "out of memory");
 			goto fail;
 		}
-		(void) bcd_wl_target_parse(arrow + 2, session, context, e, sizeof(e));
+		(void) bcd_wl_target_parse_fed(arrow + 2, session, context, d->federates, e, sizeof(e));
+		if (bcd_wl_federates_has(d->federates, w->trust_domain))
+		{
+			snprintf(err, errlen, "--svid-files %s: federates= names bcd's own trust domain %s "
+					 "(its bundle is svid_bundle.pem)", d->path, w->trust_domain);
+			goto fail;
+		}
 		if ((d->dirfd = open_dir(d->path, err, errlen)) < 0)
 			goto fail;
 		remove_leftovers(d->dirfd, d->path);
+		/* federated/: made for federates=; without, only its old files removed (if any) */
+		d->fedfd = open_fed_dir(d, d->federates[0] != '\0', e, sizeof(e));
+		if (d->fedfd < 0 && d->federates[0] != '\0')
+		{
+			snprintf(err, errlen, "%s", e);
+			goto fail;
+		}
+		if (d->fedfd < 0 && e[0] != '\0')
+			bcd_log("files: %s; left as it is", e);
 		for (int j = 0; j < i; j++)
 		{
 			struct stat a;
@@ -348,8 +483,10 @@ bcd_wl_files_start(bcd_workload *w, const bcd_run_opts *o, bcd_wl_files **out, c
 			goto fail;
 		}
 		d->id->streams++;		/* held for good: provisioned and renewed */
-		bcd_log("files: %s: session %s%s%s, reload %s", d->path, session,
-				context[0] ? " context " : "", context, d->reload != NULL ? d->reload : "none");
+		bcd_log("files: %s: session %s%s%s%s%s, reload %s", d->path, session,
+				context[0] ? " context " : "", context,
+				d->federates[0] ? ", federates " : "", d->federates,
+				d->reload != NULL ? d->reload : "none");
 	}
 	*out = f;
 	return BC_OK;
@@ -458,19 +595,186 @@ snap_take(bcd_workload *w, files_dir *d, files_snap *s)
 	return 1;
 }
 
-/* Write one file of s into d (mode); 0 or -1 (logged). */
+/* What one write of DIR/federated takes (under w->mu): each allowed domain's roots as PEM. */
+typedef struct fed_snap
+{
+	unsigned long gen;			/* the federated bundles' generation */
+	int			n;
+	char		name[BCD_WL_FEDERATES_MAX][FED_NAME_MAX + sizeof(FED_SUFFIX)];	/* "<td>.pem" */
+	BIO		   *pem[BCD_WL_FEDERATES_MAX];
+} fed_snap;
+
+/* Free a federated snapshot. */
+static void
+fed_free(fed_snap *s)
+{
+	for (int i = 0; i < s->n; i++)
+		BIO_free(s->pem[i]);
+	memset(s, 0, sizeof(*s));
+}
+
+/*
+ * Under w->mu: when d has DIR/federated and the federated bundles'
+ * generation is not the one written, a snapshot of the domains d's
+ * federates= may see (wl_trust_domains_of, bcd's own left out), those with
+ * x509-svid roots only: 1; 0 when nothing changed; -1 when it cannot be
+ * made.
+ */
 static int
-write_one(files_dir *d, const char *name, BIO *bio, mode_t mode)
+fed_take(bcd_workload *w, files_dir *d, fed_snap *s)
+{
+	wl_trust_domain tds[WL_TRUST_DOMAINS_MAX];
+	int			n;
+
+	memset(s, 0, sizeof(*s));
+	s->gen = w->fed != NULL ? w->fed->gen : 0;
+	if (d->fedfd < 0 || (d->fed_taken && s->gen == d->fed_gen))
+		return 0;
+	n = wl_trust_domains_of(w, d->federates, tds, WL_TRUST_DOMAINS_MAX);
+	for (int i = 0; i < n && s->n < BCD_WL_FEDERATES_MAX; i++)
+	{
+		size_t		len = strlen(tds[i].name);
+
+		/* bcd's own is svid_bundle.pem; an empty bundle: no file */
+		if (tds[i].own || tds[i].roots_len == 0 || !fed_name_ok(tds[i].name, len))
+			continue;
+		snprintf(s->name[s->n], sizeof(s->name[s->n]), "%s" FED_SUFFIX, tds[i].name);
+		s->pem[s->n] = BIO_new(BIO_s_mem());
+		s->n++;
+		if (s->pem[s->n - 1] == NULL ||
+			certs_pem(s->pem[s->n - 1], tds[i].roots, tds[i].roots_len) != 0)
+			return -1;
+	}
+	return 1;
+}
+
+/* Write one file into fd, d's directory or its federated/ (mode); 0 or -1 (logged). */
+static int
+write_at(files_dir *d, int fd, const char *name, BIO *bio, mode_t mode)
 {
 	const char *data;
 	size_t		len;
 	char		err[512];
 
 	bio_text(bio, &data, &len);
-	if (bcd_delivery_write_file_mode(d->dirfd, name, data, len, mode, err, sizeof(err)) == BC_OK)
+	if (bcd_delivery_write_file_mode(fd, name, data, len, mode, err, sizeof(err)) == BC_OK)
 		return 0;
-	bcd_log("files: %s: %s; retrying in %.0f s", d->path, err, FILES_RETRY);
+	bcd_log("files: %s%s: %s; retrying in %.0f s", d->path, fd == d->dirfd ? "" : "/" FED_DIR,
+			err, FILES_RETRY);
 	return -1;
+}
+
+/* Write one file of s into d (mode); 0 or -1 (logged). */
+static int
+write_one(files_dir *d, const char *name, BIO *bio, mode_t mode)
+{
+	return write_at(d, d->dirfd, name, bio, mode);
+}
+
+/*
+ * Remove from DIR/federated every "*.pem" (and temporary ".*.pem.tmp.*")
+ * that is not one of s's names: a domain that left the set, or whose
+ * bundle is now empty, or a file an earlier bcd left.  Only regular files
+ * and symbolic links (removed, never followed); their names into removed
+ * (logged by the caller); how many.
+ */
+static int
+fed_remove_stale(files_dir *d, const fed_snap *s, char *removed, size_t len)
+{
+	int			fd = openat(d->fedfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR		   *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	int			n = 0;
+
+	removed[0] = '\0';
+	if (dir == NULL)
+	{
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	while ((e = readdir(dir)) != NULL)
+	{
+		size_t		nl = strlen(e->d_name);
+		int			pem = nl > strlen(FED_SUFFIX) &&
+			strcmp(e->d_name + nl - strlen(FED_SUFFIX), FED_SUFFIX) == 0;
+		int			tmp = e->d_name[0] == '.' && strstr(e->d_name, FED_SUFFIX ".tmp.") != NULL;
+		int			keep = 0;
+		struct stat st;
+
+		for (int i = 0; i < s->n; i++)
+			if (strcmp(e->d_name, s->name[i]) == 0)
+				keep = 1;
+		if (keep || !(pem || tmp) ||
+			fstatat(d->fedfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+			!(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) || unlinkat(d->fedfd, e->d_name, 0) != 0)
+			continue;
+		n++;
+		if (strlen(removed) + nl + 3 < len)
+			snprintf(removed + strlen(removed), len - strlen(removed), "%s%s", n > 1 ? ", " : "",
+					 e->d_name);
+	}
+	closedir(dir);
+	return n;
+}
+
+/*
+ * Write s into DIR/federated: each file (as the others are), the stale
+ * ones removed, the directory fsync()ed.  1 when what it holds changed, 0
+ * when it already held exactly that, -1 when a write failed (logged).
+ */
+static int
+fed_write(files_dir *d, const fed_snap *s)
+{
+	BIO		   *all = BIO_new(BIO_s_mem());
+	const char *text;
+	size_t		len;
+	char		removed[512];
+	char		written[512] = "";
+	int			n_removed;
+	int			rc = -1;
+
+	if (all == NULL)
+		return -1;
+	for (int i = 0; i < s->n; i++)
+	{
+		const char *pem;
+		size_t		plen;
+
+		bio_text(s->pem[i], &pem, &plen);
+		if (BIO_printf(all, "%s\n", s->name[i]) <= 0 ||
+			BIO_write(all, pem, (int) plen) != (int) plen)
+			goto out;
+	}
+	bio_text(all, &text, &len);
+	if (d->fed_text != NULL && d->fed_len == len &&
+		(len == 0 || memcmp(d->fed_text, text, len) == 0))
+	{
+		rc = 0;					/* another domain's bundle changed, not d's */
+		goto out;
+	}
+	for (int i = 0; i < s->n; i++)
+	{
+		if (write_at(d, d->fedfd, s->name[i], s->pem[i], 0644) != 0)
+			goto out;
+		snprintf(written + strlen(written), sizeof(written) - strlen(written), "%s%s",
+				 i > 0 ? ", " : "", s->name[i]);
+	}
+	n_removed = fed_remove_stale(d, s, removed, sizeof(removed));
+	(void) fsync(d->fedfd);
+	free(d->fed_text);
+	d->fed_len = 0;
+	if ((d->fed_text = malloc(len > 0 ? len : 1)) != NULL && len > 0)
+	{
+		memcpy(d->fed_text, text, len);
+		d->fed_len = len;
+	}
+	bcd_log("files: %s/" FED_DIR ": %s written%s%s", d->path, s->n > 0 ? written : "nothing",
+			n_removed > 0 ? "; removed: " : "", removed);
+	rc = 1;
+out:
+	BIO_free(all);
+	return rc;
 }
 
 /* In the reload's child: every other descriptor closed (3 is the file to run), cwd /. */
@@ -577,7 +881,10 @@ static void
 files_round(bcd_wl_files *f, files_dir *d)
 {
 	files_snap	s;
+	fed_snap	fs;
 	int			got;
+	int			fgot = 0;
+	int			changed = 0;
 	double		now = bcd_now_s();
 	char		why[768];
 
@@ -592,33 +899,56 @@ files_round(bcd_wl_files *f, files_dir *d)
 		return;
 	pthread_mutex_lock(&f->w->mu);
 	got = snap_take(f->w, d, &s);
+	/* federated/ once the SVID's files are there (or are being written now) */
+	if (got >= 0 && (got > 0 || d->written_gen != 0))
+		fgot = fed_take(f->w, d, &fs);
+	else
+		memset(&fs, 0, sizeof(fs));
 	pthread_mutex_unlock(&f->w->mu);
-	if (got < 0)
-		bcd_log("files: %s: cannot encode the X509-SVID (out of memory?); retrying", d->path);
-	if (got <= 0)
+	if (got < 0 || fgot < 0)
 	{
-		if (got < 0)
-			d->next_try = now + FILES_RETRY;
-		snap_free(&s);
-		return;
-	}
-	if (write_one(d, FILE_KEY, s.key, 0600) != 0 || write_one(d, FILE_CERT, s.cert, 0644) != 0 ||
-		write_one(d, FILE_BUNDLE, s.bundle, 0644) != 0 ||
-		(s.crl != NULL && write_one(d, FILE_CRL, s.crl, 0644) != 0))
-	{
+		bcd_log("files: %s: cannot encode the X509-SVID or a bundle (out of memory?); retrying",
+				d->path);
 		d->next_try = now + FILES_RETRY;
-		snap_free(&s);
-		return;
+		goto out;
 	}
-	(void) fsync(d->dirfd);
-	bcd_log("files: %s: %s written (SVID %lu%s)", d->path,
-			d->written_gen != s.gen ? "a new X509-SVID" : "a new CRL", s.gen,
-			s.crl != NULL ? ", with crl.pem" : "");
-	d->written_gen = s.gen;
-	d->written_crl = s.crl_gen;
-	snap_free(&s);
-	if (d->reload_fd >= 0)
+	if (got > 0)
+	{
+		if (write_one(d, FILE_KEY, s.key, 0600) != 0 ||
+			write_one(d, FILE_CERT, s.cert, 0644) != 0 ||
+			write_one(d, FILE_BUNDLE, s.bundle, 0644) != 0 ||
+			(s.crl != NULL && write_one(d, FILE_CRL, s.crl, 0644) != 0))
+		{
+			d->next_try = now + FILES_RETRY;
+			goto out;
+		}
+		(void) fsync(d->dirfd);
+		bcd_log("files: %s: %s written (SVID %lu%s)", d->path,
+				d->written_gen != s.gen ? "a new X509-SVID" : "a new CRL", s.gen,
+				s.crl != NULL ? ", with crl.pem" : "");
+		d->written_gen = s.gen;
+		d->written_crl = s.crl_gen;
+		changed = 1;
+	}
+	if (fgot > 0)
+	{
+		int			rc = fed_write(d, &fs);
+
+		if (rc < 0)
+			d->next_try = now + FILES_RETRY;
+		else
+		{
+			d->fed_taken = 1;
+			d->fed_gen = fs.gen;
+			changed |= rc;
+		}
+	}
+	/* once, after every file of the change */
+	if (changed && d->reload_fd >= 0)
 		run_reload(f, d);
+out:
+	snap_free(&s);
+	fed_free(&fs);
 }
 
 /* The writer's thread: every directory's round, every FILES_POLL_MS. */

@@ -273,6 +273,8 @@ grpc_status_code wl_authorize_call(struct bcd_workload *w, wl_call *r, const cha
 int			wl_authorize_secret(wl_call *r, int *drop);
 int			wl_trust_domains(const struct bcd_workload *w, const wl_call *r,
 							 wl_trust_domain *out, int max);
+int			wl_trust_domains_of(const struct bcd_workload *w, const char *federates,
+								wl_trust_domain *out, int max);
 
 /* methods.c */
 extern const wl_method wl_methods[];

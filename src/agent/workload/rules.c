@@ -366,22 +366,6 @@ bcd_wl_target_parse_fed(const char *t, char *session, char *context, char *feder
 	return 0;
 }
 
-/* Parse "session=S[,context=C]" into session and context (rules.h); 0 or -1 with err. */
-int
-bcd_wl_target_parse(const char *t, char *session, char *context, char *err, size_t errlen)
-{
-	char		federates[BCD_WL_FEDERATES_LEN];
-
-	if (bcd_wl_target_parse_fed(t, session, context, federates, err, errlen) != 0)
-		return -1;
-	if (federates[0] != '\0')
-	{
-		snprintf(err, errlen, "federates= is not taken here: the target is session=S[,context=C]");
-		return -1;
-	}
-	return 0;
-}
-
 /* Parse one rule, "SELECTOR[,SELECTOR...]=>TARGET", into r; 0 or -1 with err. */
 static int
 parse_rule(rule *r, const char *text, char *err, size_t errlen)

@@ -52,13 +52,11 @@ bcd_wl_rules *bcd_wl_rules_parse_ns(const char *const *rules, int n, unsigned lo
 unsigned long bcd_wl_overflow_id(const char *map, const char *overflow);
 void		bcd_wl_rules_free(bcd_wl_rules *r);
 /*
- * A rule's target alone, "session=S[,context=C]" (--svid-files): 0 with
- * session and context (each BC_SELECTOR_MAX + 1 bytes), or -1 with err
- * (federates= too: files mode does not write federated bundles yet).
+ * A rule's target alone (--svid-files), "session=S[,context=C][,federates=TD[+TD...]]",
+ * parsed as a rule's is: 0 with session and context (each BC_SELECTOR_MAX
+ * + 1 bytes) and federates ("td+td..." sorted, "" for none;
+ * BCD_WL_FEDERATES_LEN bytes), or -1 with err.
  */
-int			bcd_wl_target_parse(const char *t, char *session, char *context, char *err,
-								size_t errlen);
-/* The same with ",federates=TD[+TD...]" taken into federates (BCD_WL_FEDERATES_LEN bytes). */
 int			bcd_wl_target_parse_fed(const char *t, char *session, char *context,
 									char *federates, char *err, size_t errlen);
 /*
