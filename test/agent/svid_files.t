@@ -35,7 +35,8 @@ federates=b.bc-join.test' (the client's identity again), with its own reload:
 - a symbolic link planted there as b.bc-join.test.pem is replaced, its target untouched;
   a file of a domain not in the set (c.bc-join.test.pem) and a temporary file an earlier
   bcd left are removed;
-- the directories without federates= get no federated/;
+- the directories without federates= get no federated/ file (one an earlier configuration
+  left in the client's directory is removed);
 - B's bundle emptied in the database (set_federated_bundle, keys []): bcd takes up the new
   generation, removes federated/b.bc-join.test.pem and runs the reload again, no restart;
 - refused at start: federates= naming a trust domain that cannot be a file name ("..").
@@ -280,6 +281,10 @@ def script(tap, env, tdir):
     for stale in ("c.bc-join.test.pem", ".%s.pem.tmp.0011223344556677" % TD_B):
         with open(os.path.join(fed_sub, stale), "w") as f:
             f.write("stale\n")
+    # what an earlier configuration with federates= left in a directory that has none now
+    os.mkdir(os.path.join(cli, "federated"), 0o755)
+    with open(os.path.join(cli, "federated", "old.bc-join.test.pem"), "w") as f:
+        f.write("old\n")
     reload_fed = write_exe(os.path.join(tdir, "reload-fed"), "#!/bin/sh\nexit 0\n")
     fed_args = ["--svid-files", fed + "=>session=client,context=c1,federates=" + TD_B,
                 "--svid-files-reload", fed + "=" + reload_fed] if federation else []
@@ -436,9 +441,10 @@ def federated_first(tap, env, p, fed, cli, srv, reload_fed, victim_b, root_b, le
     st = os.stat(fed_sub)
     tap.ok(st.st_uid == os.geteuid() and not st.st_mode & 0o022,
            "federated/ is bcd's uid's, writable by neither group nor others")
-    tap.ok(not os.path.lexists(os.path.join(cli, "federated")) and
+    tap.ok(os.listdir(os.path.join(cli, "federated")) == [] and
            not os.path.lexists(os.path.join(srv, "federated")),
-           "the directories without federates= get no federated/")
+           "the directories without federates= get no federated/ file (an earlier "
+           "configuration's removed)", (os.listdir(os.path.join(cli, "federated")),))
     return True
 
 
