@@ -2,7 +2,8 @@
 """workload_federation.t: bcd's Workload API across two federated trust domains (issue 46, item 2).
 
 Two JoinServices, A (agent.bc-join.test) and B (b.bc-join.test): two throwaway clusters,
-two gateways (--service-keys-max-age 1), a bcd in each at --status-interval 1. Each
+two gateways (--service-keys-max-age 1), a bcd in each at --status-interval 1 (A's with
+--keys-interval 1: it takes GET /v1/trust-bundles up every second). Each
 database federates with the other's gateway over https_web (bc_join.add_federation with
 https://<the other gateway>/v1/spiffe-bundle), and bc-join-federate --once, a login role of
 bc_join_federation, fetches it (--ca-file: the CA of the other gateway's TLS certificate);
@@ -338,7 +339,8 @@ def run(tap, env, envb):
         # a copy of node (exe: matches the file): Envoy's stand-in, the same identity
         subprocess.run(["cp", os.path.realpath(shutil.which("node")), node_exe], check=True)
         rules_a.append("uid:0,exe:%s=>session=fa,federates=%s" % (node_exe, TD_B))
-    da, wa = start(env, "a", rules_a, ["--workload-api-mode", "0666"])
+    # A's bcd takes the bundles up every second (--keys-interval 1), B's every 6 intervals (the default)
+    da, wa = start(env, "a", rules_a, ["--workload-api-mode", "0666", "--keys-interval", "1"])
     db, wb = start(envb, "b", ["uid:0,exe:%s=>session=fb,federates=%s" % (me, TD_A)])
     sa = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wa))
     sb = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wb))
