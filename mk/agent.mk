@@ -84,10 +84,11 @@ build/wl-attack: build/obj/test/tools/wl-attack.o
 # the installed extension (make && make install first).  workload_sds.t runs Envoy's
 # stand-in, test/agent/sds_client.js, under node with test/node's npm packages
 # (test/node/package-lock.json, installed by tools/install-deps: npm ci).
-agent-test: build/asan/bcd build/bc-gateway build/tpm-check build/wl-attack build/asan/ocsp-verify
+agent-test: build/asan/bcd build/bc-gateway build/tpm-check build/wl-attack build/asan/ocsp-verify \
+	build/asan/bc-join-federate
 	BCJ_BCD=$(CURDIR)/build/asan/bcd BCJ_GATEWAY=$(CURDIR)/build/bc-gateway \
 	BCJ_TPM_CHECK=$(CURDIR)/build/tpm-check BCJ_WL_ATTACK=$(CURDIR)/build/wl-attack \
-	BCJ_OCSP_VERIFY=$(CURDIR)/build/asan/ocsp-verify \
+	BCJ_OCSP_VERIFY=$(CURDIR)/build/asan/ocsp-verify BCJ_FEDERATE=$(CURDIR)/build/asan/bc-join-federate \
 	sh -c 'rc=0; prove --timer -j$(BCJ_PROVE_JOBS) $(AGENT_TESTS) || rc=1; \
 		prove --timer $(AGENT_ALONE) || rc=1; exit $$rc'
 

@@ -4326,6 +4326,21 @@ CREATE FUNCTION bc_join.federation_interval(refresh_hint integer) RETURNS interv
 COMMENT ON FUNCTION bc_join.federation_interval(integer) IS
 	'Internal: the time from one fetch of a federated bundle to the next: a quarter of the refresh hint, at least 60 s; 300 s without a hint.';
 
+-- Internal: the most bytes federated_bundles() may have in all (every domain's
+-- bundle, as jsonb text), so that GET /v1/trust-bundles passes every bound on
+-- its way: signed by up to 3 signing keys (BC_KEYSET_MAX), each JWS of
+-- {trustDomain (up to 255 bytes), issuedAt, bundles} base64url (4/3), the
+-- document {"keys": [JWS, JWS, JWS]} within the gateway's 256 KiB for a
+-- document (src/gateway/documents.c) and each JWS within the JOSE bound of
+-- the extension and bcd (BC_JOSE_MAX, 256 KiB): 3 x (64,318 x 4/3 + 180)
+-- + 16 = 257,830 <= 262,144.
+CREATE FUNCTION bc_join.federated_bundles_max() RETURNS integer
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp
+	AS $$ SELECT 64000 $$;
+COMMENT ON FUNCTION bc_join.federated_bundles_max() IS
+	'Internal: the most bytes the federated bundles may have in all (federated_bundles() as text, 64000), so that every agent takes the signed GET /v1/trust-bundles (3 signing keys, the gateway''s and the JOSE bounds of 256 KiB).';
+
 -- Internal: judge bundle for trust_domain (row locked) and store it;
 -- {stored, changed, sequence, next_fetch_at} or {stored: false, refused}.
 -- The caller decides what a refusal does (the fetcher's: recorded; the
@@ -4343,7 +4358,10 @@ DECLARE
 	now timestamptz := bc_join.compute_now();
 	nxt timestamptz;
 	changed boolean;
+	total bigint;
 BEGIN
+	-- one store at a time: the total below holds for what is committed
+	LOCK TABLE bc_join.federated_trust_domains IN SHARE ROW EXCLUSIVE MODE;
 	SELECT * INTO r FROM bc_join.federated_trust_domains f
 		WHERE f.trust_domain = federation_accept.trust_domain FOR UPDATE;
 	IF NOT FOUND THEN
@@ -4367,6 +4385,18 @@ BEGIN
 			problem := format('spiffe_sequence %s is lower than the stored %s', seq, r.sequence);
 		ELSIF r.bundle IS NOT NULL AND seq = r.sequence AND b <> r.bundle THEN
 			problem := format('spiffe_sequence %s is the stored one, but the content differs', seq);
+		END IF;
+	END IF;
+	IF problem IS NULL THEN
+		-- every domain's bundle goes to agents in one signed document: its bound
+		SELECT octet_length(coalesce(jsonb_object_agg('spiffe://' || f.trust_domain,
+				CASE WHEN f.trust_domain = r.trust_domain THEN b ELSE f.bundle END), '{}')::text)
+			INTO total
+			FROM bc_join.federated_trust_domains f
+			WHERE f.bundle IS NOT NULL OR f.trust_domain = r.trust_domain;
+		IF total > bc_join.federated_bundles_max() THEN
+			problem := format('the federated bundles would be %s bytes in all with this one, over %s (what agents take in one signed document)',
+							  total, bc_join.federated_bundles_max());
 		END IF;
 	END IF;
 	IF problem IS NOT NULL THEN
@@ -4397,7 +4427,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION bc_join.federation_accept(text, text, boolean) IS
-	'Internal: judges a federated bundle (federated_bundle_problem; its spiffe_sequence neither lower than the stored one nor equal with other content, present once the stored one had one) and stores it with its clamped hint and next fetch; a change is evented (federation.bundle.updated) and notified on bc_join_federation; returns {stored, changed, sequence, next_fetch_at} or {stored: false, refused, sequence, next_fetch_at} without storing anything.';
+	'Internal: judges a federated bundle (federated_bundle_problem; its spiffe_sequence neither lower than the stored one nor equal with other content, present once the stored one had one; every domain''s bundle with it at most federated_bundles_max() bytes) and stores it with its clamped hint and next fetch; a change is evented (federation.bundle.updated) and notified on bc_join_federation; returns {stored, changed, sequence, next_fetch_at} or {stored: false, refused, sequence, next_fetch_at} without storing anything.';
 
 -- Federate with another trust domain (its bundle endpoint, or a bundle by hand).
 CREATE FUNCTION bc_join.add_federation(trust_domain text, bundle_endpoint_url text DEFAULT NULL,
@@ -4448,6 +4478,7 @@ BEGIN
 			PERFORM bc_join.invalid_input(format('the https_spiffe profile needs a bundle of %s to authenticate the endpoint (bundle, or a federation with it first)', id_td));
 		END IF;
 	END IF;
+	LOCK TABLE bc_join.federated_trust_domains IN SHARE ROW EXCLUSIVE MODE;	-- federation_accept's
 	IF EXISTS (SELECT 1 FROM bc_join.federated_trust_domains f WHERE f.trust_domain = td) THEN
 		PERFORM bc_join.invalid_input(format('trust domain %s is federated already (remove_federation first)', td));
 	END IF;
@@ -4680,7 +4711,7 @@ COMMENT ON VIEW bc_join.federations IS
 
 REVOKE ALL ON bc_join.federated_trust_domains, bc_join.federations FROM PUBLIC;
 REVOKE ALL ON FUNCTION bc_join.federated_bundle_problem(text), bc_join.federation_interval(integer),
-	bc_join.federation_accept(text, text, boolean),
+	bc_join.federation_accept(text, text, boolean), bc_join.federated_bundles_max(),
 	bc_join.add_federation(text, text, text, text, jsonb), bc_join.set_federated_bundle(text, jsonb),
 	bc_join.remove_federation(text), bc_join.federation_due(),
 	bc_join.store_fetched_bundle(text, text, text), bc_join.federated_bundles(),

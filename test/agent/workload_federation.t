@@ -2,10 +2,12 @@
 """workload_federation.t: bcd's Workload API across two federated trust domains (issue 46, item 2).
 
 Two JoinServices, A (agent.bc-join.test) and B (b.bc-join.test): two throwaway clusters,
-two gateways (--service-keys-max-age 1), a bcd in each at --status-interval 1. Each
-database federates with the other as `static` (bc_join.add_federation with the other's
-bc_join.spiffe_bundle(): the fetcher, bc-join-federate, is test/tap/federation.t's); bcd
-takes the signed GET /v1/trust-bundles. A third key directory, C (c.bc-join.test), is
+two gateways (--service-keys-max-age 1), a bcd in each at --status-interval 1 (A's with
+--keys-interval 1: it takes GET /v1/trust-bundles up every second). Each
+database federates with the other's gateway over https_web (bc_join.add_federation with
+https://<the other gateway>/v1/spiffe-bundle), and bc-join-federate --once, a login role of
+bc_join_federation, fetches it (--ca-file: the CA of the other gateway's TLS certificate);
+bcd takes the signed GET /v1/trust-bundles. A third key directory, C (c.bc-join.test), is
 federated with no one. With gRPC clients made from src/agent/workload/workload.proto:
 - A's workload (rule federates=b.bc-join.test) gets X509SVIDResponse.federated_bundles
   {spiffe://b.bc-join.test: B's root}, never merged into its own bundle; FetchX509Bundles
@@ -23,8 +25,9 @@ federated with no one. With gRPC clients made from src/agent/workload/workload.p
 - Envoy's SDS (test/agent/sds_client.js, grpc-js on Envoy's upstream protos) on A's
   socket: ALL is one SPIFFE validator holding A's and B's roots, each its own trust domain;
   spiffe://b.bc-join.test holds B's alone;
-- B's bundle changed in A's database (a new sequence): A's FetchX509Bundles stream pushes
-  the new generation without a restart.
+- B's bundle changes (a new jwt-svid key in B's key directory: a new kid, a higher
+  sequence) and A's fetcher runs again: A's FetchX509Bundles stream pushes the new
+  generation without a restart.
 """
 import base64
 import json
@@ -47,6 +50,11 @@ TD_A = agentlib.TRUST_DOMAIN
 TD_B = "b.bc-join.test"
 TD_C = "c.bc-join.test"
 KEYGEN = os.path.join(agentlib.TOP, "tools", "bc-join-keygen")
+# the ASan + UBSan build when there is one (make agent-test names it in BCJ_FEDERATE)
+FEDERATE = os.environ.get("BCJ_FEDERATE") or next(
+    (p for p in (os.path.join(agentlib.TOP, "build/asan/bc-join-federate"),
+                 os.path.join(agentlib.TOP, "build/bc-join-federate")) if os.path.exists(p)),
+    os.path.join(agentlib.TOP, "build/bc-join-federate"))
 
 # Run as uid 65534 (its rule names no federated domain): bundles' keys, then a validation.
 NOBODY_CLIENT = r'''
@@ -196,6 +204,27 @@ def mint(keyfile, kid, sub, aud, alg="ES256"):
     return t.serialize(compact=True), k
 
 
+def fed_login(env):
+    """A login role of bc_join_federation in env's database; its connection string."""
+    env.psql("CREATE ROLE fed_login LOGIN IN ROLE bc_join_federation")
+    return "host=%s port=%d dbname=%s user=fed_login" % (os.path.join(env.pg, "sock"), env.pgport, env.db)
+
+
+def federate(env, ca_file):
+    """bc-join-federate --once against env's database: {trust domain: the database's answer}, and
+    stderr."""
+    r = subprocess.run([FEDERATE, "--db", env.fed_conninfo, "--once", "--ca-file", ca_file],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    out = {}
+    for line in r.stdout.splitlines():
+        try:
+            o = json.loads(line)
+            out[o.get("trustDomain")] = o.get("result", {})
+        except ValueError:
+            out.setdefault("_raw", []).append(line)
+    return out, "rc %d: %s" % (r.returncode, r.stderr[-1500:])
+
+
 def join(env, name):
     """Join env's host (state-NAME); raise when it does not."""
     state = os.path.join(env.dir, "state-" + name)
@@ -264,12 +293,14 @@ def run(tap, env, envb):
         envb.start_cluster("agents-b")
         envb.make_tls()
         envb.gateway("--service-keys-max-age", "1")
+        envb.fed_conninfo = fed_login(envb)
         join(envb, "b")
 
     def domain_a():
         out["py"] = agentlib.workload_stubs(env)
         # domain C: a key directory only, federated with no one
         subprocess.run([KEYGEN, keys_c], check=True, stdout=subprocess.DEVNULL)
+        env.fed_conninfo = fed_login(env)
         join(env, "a")
     in_parallel(domain_a, domain_b)
     py = out["py"]
@@ -278,8 +309,26 @@ def run(tap, env, envb):
     import workload_pb2_grpc as pbg
     bundle_a = env.psql("SELECT bc_join.spiffe_bundle()")
     bundle_b = envb.psql("SELECT bc_join.spiffe_bundle()")
-    env.psql("SELECT bc_join.add_federation('%s', NULL, 'static', NULL, '%s'::jsonb)" % (TD_B, bundle_b))
-    envb.psql("SELECT bc_join.add_federation('%s', NULL, 'static', NULL, '%s'::jsonb)" % (TD_A, bundle_a))
+    # each database federates with the other's gateway; the fetcher takes the bundles
+    env.psql("SELECT bc_join.add_federation('%s', '%s/v1/spiffe-bundle', 'https_web')" % (TD_B, envb.gw_url))
+    envb.psql("SELECT bc_join.add_federation('%s', '%s/v1/spiffe-bundle', 'https_web')" % (TD_A, env.gw_url))
+    fetched = {}
+    t_fetch = time.time()
+
+    def fetch(e, ca, key):
+        fetched[key] = federate(e, ca)
+    in_parallel(lambda: fetch(env, envb.ca, "a"), lambda: fetch(envb, env.ca, "b"))
+    tap.note("both fetchers ran in %.1f s" % (time.time() - t_fetch))
+    stored = {"a": env.psql("SELECT bundle FROM bc_join.federated_trust_domains WHERE trust_domain = '%s'" % TD_B),
+              "b": envb.psql("SELECT bundle FROM bc_join.federated_trust_domains WHERE trust_domain = '%s'"
+                             % TD_A)}
+    tap.ok(fetched["a"][0].get(TD_B, {}).get("stored") is True and
+           json.loads(stored["a"] or "null") == json.loads(bundle_b),
+           "A's bc-join-federate fetched B's gateway's /v1/spiffe-bundle (https_web) and A's database "
+           "stored B's bundle", fetched["a"])
+    tap.ok(fetched["b"][0].get(TD_A, {}).get("stored") is True and
+           json.loads(stored["b"] or "null") == json.loads(bundle_a),
+           "B's fetcher the same with A's gateway: B's database stored A's bundle", fetched["b"])
 
     me = os.path.realpath("/proc/self/exe")
     have_node = shutil.which("node") is not None and os.path.isdir(
@@ -290,7 +339,8 @@ def run(tap, env, envb):
         # a copy of node (exe: matches the file): Envoy's stand-in, the same identity
         subprocess.run(["cp", os.path.realpath(shutil.which("node")), node_exe], check=True)
         rules_a.append("uid:0,exe:%s=>session=fa,federates=%s" % (node_exe, TD_B))
-    da, wa = start(env, "a", rules_a, ["--workload-api-mode", "0666"])
+    # A's bcd takes the bundles up every second (--keys-interval 1), B's every 6 intervals (the default)
+    da, wa = start(env, "a", rules_a, ["--workload-api-mode", "0666", "--keys-interval", "1"])
     db, wb = start(envb, "b", ["uid:0,exe:%s=>session=fb,federates=%s" % (me, TD_A)])
     sa = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wa))
     sb = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wb))
@@ -409,17 +459,29 @@ def run(tap, env, envb):
             pass
     threading.Thread(target=reader, daemon=True).start()
     pushes.get(timeout=10)
-    changed = json.loads(bundle_b)
-    changed["spiffe_sequence"] = int(changed.get("spiffe_sequence", 0)) + 1
-    changed["keys"] = [k for k in changed["keys"] if k.get("use") == "x509-svid"]
-    env.psql("SELECT bc_join.set_federated_bundle('%s', '%s'::jsonb)" % (TD_B, json.dumps(changed)))
+    # B's jwt-svid key replaced (renamed into place: the key directory changes, its keys are read
+    # again): B's bundle has a new kid and a higher sequence; A's fetcher takes it (made due now)
+    new_key = os.path.join(envb.keys, ".jwt-svid.key.new")
+    env.openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", new_key)
+    os.chmod(new_key, 0o600)
+    if os.geteuid() == 0:       # the cluster runs as postgres (tools/pg-throwaway), else as us
+        shutil.chown(new_key, "postgres")
+    os.rename(new_key, os.path.join(envb.keys, "jwt-svid.key"))
+    bundle_b2 = json.loads(envb.psql("SELECT bc_join.spiffe_bundle()"))
+    env.psql("UPDATE bc_join.federated_trust_domains SET next_fetch_at = now()")
     t1 = time.time()
+    res, err = federate(env, envb.ca)
+    r = res.get(TD_B, {})
+    tap.ok(r.get("stored") is True and r.get("changed") is True and
+           r.get("sequence") == bundle_b2.get("spiffe_sequence") > json.loads(bundle_b)["spiffe_sequence"],
+           "B's jwt-svid key replaced: A's second bc-join-federate --once stores B's new bundle (a higher "
+           "sequence)", (res, err))
     try:
         got = pushes.get(timeout=9)
     except queue.Empty:
         got = None
-    tap.ok(got is not None, "B's bundle changed in A's database: A's FetchX509Bundles stream pushes "
-           "it in %.1f s, same bcd" % (time.time() - t1), da.text()[-1500:])
+    tap.ok(got is not None, "A's FetchX509Bundles stream pushes it in %.1f s, same bcd"
+           % (time.time() - t1), da.text()[-1500:])
     code, det = validate(sa, tok_b)
     tap.ok(code == "INVALID_ARGUMENT" and "kid" in str(det),
            "... and B's token no longer validates at A (its jwt-svid key left B's bundle)", (code, det))

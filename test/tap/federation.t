@@ -17,8 +17,9 @@ login role of bc_join_federation.  Shows:
 - Hostile bundles served by `openssl s_server -HTTP` (a real HTTPS server):
   a lower sequence, the same sequence with other content, a sequence of
   2^63-1, two certificates in x5c, a certificate that is no CA, a
-  certificate of another key, 65 keys, a body over 256 KiB, a redirect to
-  http:// are each refused: the old bundle kept, last_error set, event
+  certificate of another key, 65 keys, a body over 256 KiB, a bundle that takes
+  every domain's bundles over 64000 bytes in all (the signed document agents take
+  would pass no bound on its way), a redirect to http:// are each refused: the old bundle kept, last_error set, event
   federation.bundle.refused (or federation.fetch.failed for the redirect);
   a redirect to https:// is followed; a hint of 0 is clamped to 60 s; an
   empty key set is stored (the domain wholly distrusted); add_federation
@@ -301,6 +302,9 @@ def body(tap, env):
         ("big", json.dumps(dict(good, spiffe_sequence=101, pad="x" * (300 * 1024))).encode(),
          "larger than 262144 bytes", "a body over 256 KiB"),
         ("not-json", b'{"keys": [}', "not JSON", "a body that is not JSON"),
+        # under 256 KiB alone, but every domain's bundle goes to agents in one signed document
+        ("total", dict(good, spiffe_sequence=101, pad="x" * 60000), "over 64000",
+         "a bundle of 60 KB that takes the federated bundles over 64000 bytes in all"),
     ]
     for name, doc, _, _ in refusals:
         serve(www, name, doc if isinstance(doc, bytes) else json.dumps(doc))

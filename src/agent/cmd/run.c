@@ -51,7 +51,8 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--svid-files 'DIR=>TARGET']... [--svid-files-reload DIR=EXE]...\n"
 			  "               [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
 			  "               [--command-timeout S] [--no-attest] [--event-log PATH]\n"
-			  "               [--ima-log PATH] [--status-interval S] [--hook-crl]\n"
+			  "               [--ima-log PATH] [--status-interval S] [--keys-interval S]\n"
+			  "               [--hook-crl]\n"
 			  "\n"
 			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
 			  "then renews the node certificate at about F of its lifetime, until\n"
@@ -152,6 +153,11 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --status-interval S  every S seconds check the node certificate by OCSP\n"
 			  "                       (POST /v1/ocsp) and fetch the node CA's CRL when it\n"
 			  "                       is wanted (default 10, [0, 3600]; 0: neither)\n"
+			  "  --keys-interval S    take up the service keys (GET /v1/service-keys: a\n"
+			  "                       signing key marked compromised, the jwt-svid keys) and\n"
+			  "                       the federated bundles (GET /v1/trust-bundles) every S\n"
+			  "                       seconds, at a status interval's round (default 6 status\n"
+			  "                       intervals, [1, 86400]; needs --status-interval above 0)\n"
 			  "  --hook-crl           fetch the CRL even without the Workload API, so\n"
 			  "                       that hooks may ask for crl.pem (bcd credential --crl)\n"
 			  "\n"
@@ -214,6 +220,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"event-log", required_argument, NULL, 'E'},
 		{"ima-log", required_argument, NULL, 'i'},
 		{"status-interval", required_argument, NULL, 'V'},
+		{"keys-interval", required_argument, NULL, 1002},
 		{"hook-crl", no_argument, NULL, 'L'},
 		{"svid-files", required_argument, NULL, 'f'},
 		{"svid-files-reload", required_argument, NULL, 'y'},
@@ -270,6 +277,12 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 				if (parse_number(optarg, 0, 3600, &v) || v != floor(v))
 					bad = "--status-interval must be a whole number of seconds in [0, 3600]";
 				o->status_interval = (long) v;
+				server_opt = 1;
+				break;
+			case 1002:
+				if (parse_number(optarg, 1, 86400, &v) || v != floor(v))
+					bad = "--keys-interval must be a whole number of seconds in [1, 86400]";
+				o->keys_interval = (long) v;
 				server_opt = 1;
 				break;
 			case 'n': o->renew_now = 1; break;
@@ -396,7 +409,9 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	else if (server_opt && o->once)
 		bad = "--socket, --max-provisioning, --max-queue, --metrics-file, --workload-*, "
 			"--svid-files*, --command-*, --no-attest, --event-log, --ima-log, "
-			"--status-interval and --hook-crl serve the daemon, not --once";
+			"--status-interval, --keys-interval and --hook-crl serve the daemon, not --once";
+	else if (o->keys_interval > 0 && o->status_interval == 0)
+		bad = "--keys-interval needs --status-interval above 0 (the watch that takes the keys up)";
 	else if ((o->event_log != NULL || o->ima_log != NULL) && o->producer->quote == NULL)
 		bad = "--event-log and --ima-log are for a node that attests (--attestor tpm)";
 	else if ((o->event_log != NULL && o->event_log[0] != '/') ||

@@ -84,6 +84,7 @@ typedef struct bcd_run_opts
 	const char *ima_log;		/* --ima-log PATH, or NULL for the default */
 	/* the revocation watch (revocation.c): OCSP of the node certificate, the CRL */
 	long		status_interval;	/* --status-interval S: seconds, 0 none (default 10) */
+	long		keys_interval;	/* --keys-interval S: seconds, 0: 6 status intervals */
 	int			hook_crl;		/* --hook-crl: fetch the CRL for hooks without the Workload API */
 	/*
 	 * bcd ramdisk: no state directory (state_dir NULL), every key in memory

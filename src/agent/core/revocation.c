@@ -54,7 +54,7 @@
 #define CAS_AGAIN_S 10
 /*
  * The service keys (GET /v1/service-keys) taken up every this many status
- * intervals: a signing key an operator marked compromised (and so no longer
+ * intervals, unless --keys-interval says otherwise: a signing key an operator marked compromised (and so no longer
  * published) is dropped by every bcd within that time, not at its next
  * renewal (bcd_service_keys_refresh: the rollover rules of service_keys.c).
  * So are the jwt-svid keys (their jwtKeys) and, beside them, the federated
@@ -421,7 +421,8 @@ watch_once(bcd_revwatch *rw)
 		crl_round(rw, leaf, cas, serial);
 	if (leaf != NULL)
 		ocsp_round(rw, leaf, certs[1], cas, serial);
-	if (time(NULL) - rw->keys_taken >= KEYS_EVERY_ROUNDS * rw->interval)
+	if (time(NULL) - rw->keys_taken >= (rw->o->keys_interval > 0 ? rw->o->keys_interval :
+										KEYS_EVERY_ROUNDS * rw->interval))
 	{
 		rw->keys_taken = time(NULL);
 		(void) bcd_service_keys_refresh(rw->http, rw->keys);
