@@ -4443,8 +4443,8 @@ DECLARE
 	id_td text;
 	res jsonb;
 BEGIN
-	IF td IS NULL OR td !~ '^[a-z0-9._-]{1,255}$' THEN
-		PERFORM bc_join.invalid_input('trust_domain must be a trust domain name: lower-case letters, digits, ".", "-" and "_", without spiffe://');
+	IF td IS NULL OR length(td) > 255 OR td !~ '^[a-z0-9_-]+(\.[a-z0-9_-]+)*$' THEN
+		PERFORM bc_join.invalid_input('trust_domain must be a trust domain name: labels of lower-case letters, digits, "-" and "_" joined by single dots, at most 255 characters, without spiffe://');
 	END IF;
 	IF td = own THEN
 		PERFORM bc_join.invalid_input('trust_domain is this service''s own trust domain');
@@ -4481,6 +4481,11 @@ BEGIN
 	LOCK TABLE bc_join.federated_trust_domains IN SHARE ROW EXCLUSIVE MODE;	-- federation_accept's
 	IF EXISTS (SELECT 1 FROM bc_join.federated_trust_domains f WHERE f.trust_domain = td) THEN
 		PERFORM bc_join.invalid_input(format('trust domain %s is federated already (remove_federation first)', td));
+	END IF;
+	-- Every bcd holds at most 64 federated domains (BCD_TRUST_DOMAINS_MAX) and refuses
+	-- a document with more, so the database never publishes more.
+	IF (SELECT count(*) FROM bc_join.federated_trust_domains) >= 64 THEN
+		PERFORM bc_join.invalid_input('64 trust domains are federated already, the most every bcd holds (remove_federation first)');
 	END IF;
 	INSERT INTO bc_join.federated_trust_domains (trust_domain, endpoint_url, profile, endpoint_spiffe_id,
 												 bundle, next_fetch_at)

@@ -350,6 +350,36 @@ def body(tap, env):
         tap.ok(e == "" and a.q("SELECT count(*) FROM bc_join.federated_trust_domains WHERE trust_domain = "
                                   "'x.example'") == "0", "add_federation refuses a URL with %s" % why)
 
+    for bad in ("..", "a..b.example", ".lead.example", "trail.example."):
+        e = a.q("SELECT bc_join.add_federation('%s', NULL, 'static', NULL, '{\"keys\": []}')" % bad, check=False)
+        tap.ok(e == "" and a.q("SELECT count(*) FROM bc_join.federated_trust_domains WHERE trust_domain = "
+                                  "'%s'" % bad) == "0", "add_federation refuses the trust domain name %r" % bad)
+    # at most 64 federated domains (what every bcd holds): filled up to 64 and the next one
+    # refused, all in a subtransaction rolled back
+    a.q("""CREATE FUNCTION pg_temp.cap_check() RETURNS text LANGUAGE plpgsql AS $f$
+        DECLARE msg text; n int;
+        BEGIN
+          BEGIN
+            n := 64 - (SELECT count(*) FROM bc_join.federated_trust_domains);
+            FOR i IN 1..n LOOP
+              PERFORM bc_join.add_federation('cap' || i || '.example', NULL, 'static', NULL, '{"keys": []}');
+            END LOOP;
+            BEGIN
+              PERFORM bc_join.add_federation('cap65.example', NULL, 'static', NULL, '{"keys": []}');
+              msg := 'added a 65th';
+            EXCEPTION WHEN OTHERS THEN msg := SQLERRM;
+            END;
+            RAISE EXCEPTION 'roll back';
+          EXCEPTION WHEN raise_exception THEN NULL;
+          END;
+          RETURN msg;
+        END $f$""")
+    before = a.q("SELECT count(*) FROM bc_join.federated_trust_domains")
+    msg = a.q("SELECT pg_temp.cap_check()")
+    tap.ok("64 trust domains are federated already" in msg and
+           a.q("SELECT count(*) FROM bc_join.federated_trust_domains") == before,
+           "add_federation refuses a 65th federated trust domain (every bcd holds 64)", msg)
+
     # -- https_spiffe ----------------------------------------------------------------------
     ep_id = "spiffe://%s/bundle-endpoint" % TD_B
     node_ca = os.path.join(b.keys, "node-ca.crt")
