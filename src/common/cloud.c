@@ -21,9 +21,7 @@
 
 #include <jansson.h>
 #include <openssl/bn.h>
-#include <openssl/core_names.h>
 #include <openssl/err.h>
-#include <openssl/param_build.h>
 #include <openssl/pem.h>
 #include <openssl/pkcs7.h>
 #include <openssl/x509v3.h>
@@ -458,54 +456,18 @@ out:
 	return rc;
 }
 
-/* An RSA public key from a JWK's base64url n and e, 2048 to 8192 bits. */
+/*
+ * An RSA public key from a JWK's base64url n and e, 2048 to 8192 bits: the
+ * one JWK reader of src/common (jose.c, bc_pkey_from_jwk_any; EVP_PKEY_fromdata
+ * and OpenSSL's public-key check); callers have checked kty is RSA.
+ */
 static int
 rsa_from_jwk(json_t *jwk, EVP_PKEY **out)
 {
-	const char *ns = json_string_value(json_object_get(jwk, "n"));
-	const char *es = json_string_value(json_object_get(jwk, "e"));
-	unsigned char nb[1024];
-	unsigned char eb[16];
-	size_t		nl;
-	size_t		el;
-	BIGNUM	   *bn = NULL;
-	BIGNUM	   *be = NULL;
-	OSSL_PARAM_BLD *bld = NULL;
-	OSSL_PARAM *params = NULL;
-	EVP_PKEY_CTX *ctx = NULL;
-	int			rc = BC_EINVAL;
-
 	*out = NULL;
-	if (ns == NULL || es == NULL ||
-		bc_b64url_decode(ns, strlen(ns), nb, sizeof(nb), &nl) != BC_OK ||
-		bc_b64url_decode(es, strlen(es), eb, sizeof(eb), &el) != BC_OK ||
-		nl == 0 || el == 0 || nb[0] == 0 || eb[0] == 0)
-		return BC_EINVAL;
-	bn = BN_bin2bn(nb, (int) nl, NULL);
-	be = BN_bin2bn(eb, (int) el, NULL);
-	if (bn == NULL || be == NULL)
-		goto out;
-	if (BN_num_bits(bn) < 2048 || BN_num_bits(bn) > 8192 || !BN_is_odd(be) || BN_is_one(be))
-		goto out;
-	rc = BC_ECRYPTO;
-	bld = OSSL_PARAM_BLD_new();
-	if (bld == NULL || !OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, bn) ||
-		!OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, be) ||
-		(params = OSSL_PARAM_BLD_to_param(bld)) == NULL)
-		goto out;
-	ctx = EVP_PKEY_CTX_new_from_name(NULL, "RSA", NULL);
-	if (ctx == NULL || EVP_PKEY_fromdata_init(ctx) != 1 ||
-		EVP_PKEY_fromdata(ctx, out, EVP_PKEY_PUBLIC_KEY, params) != 1)
-		goto out;
-	rc = BC_OK;
-out:
-	ERR_clear_error();
-	EVP_PKEY_CTX_free(ctx);
-	OSSL_PARAM_free(params);
-	OSSL_PARAM_BLD_free(bld);
-	BN_free(bn);
-	BN_free(be);
-	return rc;
+	if (bc_pkey_from_jwk_any(jwk, out) == BC_OK)
+		return BC_OK;
+	return BC_EINVAL;
 }
 
 /* The "keys" array of a JWKS document, or NULL. */

@@ -17,15 +17,11 @@
 #include <string.h>
 
 #include <jansson.h>
-#include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
-#include <openssl/param_build.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
-/* The largest base64url member of a JWK we decode (an RSA modulus of 8192 bits). */
-#define JWK_MEMBER_MAX 1024
 /* The largest certificate of an x509-svid key (DER). */
 #define X5C_DER_MAX (16 * 1024)
 
@@ -35,103 +31,6 @@ refuse(char *why, size_t whylen, int rc, const char *fmt, const char *a, long b)
 {
 	if (why != NULL && whylen > 0)
 		snprintf(why, whylen, fmt, a, b);
-	return rc;
-}
-
-/* A base64url member of jwk decoded into a BIGNUM; NULL when missing or malformed. */
-static BIGNUM *
-jwk_bn(json_t *jwk, const char *name, size_t *len)
-{
-	json_t	   *m = json_object_get(jwk, name);
-	unsigned char buf[JWK_MEMBER_MAX];
-
-	*len = 0;
-	if (!json_is_string(m) ||
-		bc_b64url_decode(json_string_value(m), json_string_length(m), buf, sizeof(buf), len) != BC_OK ||
-		*len == 0)
-		return NULL;
-	return BN_bin2bn(buf, (int) *len, NULL);
-}
-
-/* The OpenSSL group name and coordinate length of a JWK crv; NULL when unknown. */
-static const char *
-ec_group(const char *crv, size_t *coord)
-{
-	if (strcmp(crv, "P-256") == 0)
-		return *coord = 32, "prime256v1";
-	if (strcmp(crv, "P-384") == 0)
-		return *coord = 48, "secp384r1";
-	if (strcmp(crv, "P-521") == 0)
-		return *coord = 66, "secp521r1";
-	return NULL;
-}
-
-/* An EC public key from crv, x, y (OpenSSL refuses a point off the curve). */
-static int
-ec_from_jwk(json_t *jwk, EVP_PKEY **out)
-{
-	const char *crv = json_string_value(json_object_get(jwk, "crv"));
-	const char *x = json_string_value(json_object_get(jwk, "x"));
-	const char *y = json_string_value(json_object_get(jwk, "y"));
-	const char *group;
-	size_t		coord = 0;
-	unsigned char point[1 + 2 * 66];
-	size_t		xl = 0,
-				yl = 0;
-	OSSL_PARAM	params[3];
-	EVP_PKEY_CTX *ctx;
-	int			rc = BC_EINVAL;
-
-	if (crv == NULL || x == NULL || y == NULL || (group = ec_group(crv, &coord)) == NULL)
-		return BC_EINVAL;
-	point[0] = 0x04;
-	if (bc_b64url_decode(x, strlen(x), point + 1, coord, &xl) != BC_OK || xl != coord ||
-		bc_b64url_decode(y, strlen(y), point + 1 + coord, coord, &yl) != BC_OK || yl != coord)
-		return BC_EINVAL;
-	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, (char *) group, 0);
-	params[1] = OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY, point, 1 + 2 * coord);
-	params[2] = OSSL_PARAM_construct_end();
-	ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
-	if (ctx != NULL && EVP_PKEY_fromdata_init(ctx) == 1 &&
-		EVP_PKEY_fromdata(ctx, out, EVP_PKEY_PUBLIC_KEY, params) == 1)
-		rc = BC_OK;
-	EVP_PKEY_CTX_free(ctx);
-	ERR_clear_error();
-	return rc;
-}
-
-/* An RSA public key from n and e, 2048 to 8192 bits. */
-static int
-rsa_from_jwk(json_t *jwk, EVP_PKEY **out)
-{
-	size_t		nl,
-				el;
-	BIGNUM	   *n = jwk_bn(jwk, "n", &nl);
-	BIGNUM	   *e = jwk_bn(jwk, "e", &el);
-	OSSL_PARAM_BLD *bld = NULL;
-	OSSL_PARAM *params = NULL;
-	EVP_PKEY_CTX *ctx = NULL;
-	int			rc = BC_EINVAL;
-
-	if (n == NULL || e == NULL || BN_num_bits(n) < 2048 || BN_num_bits(n) > 8192 ||
-		!BN_is_odd(e) || BN_is_one(e) || el > 8)
-		goto out;
-	bld = OSSL_PARAM_BLD_new();
-	if (bld == NULL || !OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, n) ||
-		!OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, e) ||
-		(params = OSSL_PARAM_BLD_to_param(bld)) == NULL)
-		goto out;
-	ctx = EVP_PKEY_CTX_new_from_name(NULL, "RSA", NULL);
-	if (ctx != NULL && EVP_PKEY_fromdata_init(ctx) == 1 &&
-		EVP_PKEY_fromdata(ctx, out, EVP_PKEY_PUBLIC_KEY, params) == 1)
-		rc = BC_OK;
-out:
-	ERR_clear_error();
-	EVP_PKEY_CTX_free(ctx);
-	OSSL_PARAM_free(params);
-	OSSL_PARAM_BLD_free(bld);
-	BN_free(n);
-	BN_free(e);
 	return rc;
 }
 
@@ -146,11 +45,11 @@ jwk_pkey(json_t *jwk, EVP_PKEY **out)
 		return BC_EINVAL;
 	if (json_object_get(jwk, "d") != NULL || json_object_get(jwk, "p") != NULL)
 		return BC_EINVAL;		/* a private key has no place in a bundle */
-	if (strcmp(kty, "EC") == 0)
-		return ec_from_jwk(jwk, out);
-	if (strcmp(kty, "RSA") == 0)
-		return rsa_from_jwk(jwk, out);
-	return BC_EUNSUPPORTED;
+	if (strcmp(kty, "EC") != 0 && strcmp(kty, "RSA") != 0)
+		return BC_EUNSUPPORTED;
+	/* EC P-256/384/521 or RSA 2048-8192, the one JWK reader of src/common (jose.c):
+	 * a curve or size it does not take refuses the bundle, as a malformed key does */
+	return bc_pkey_from_jwk_any(jwk, out) == BC_OK ? BC_OK : BC_EINVAL;
 }
 
 /* The one certificate of an x509-svid key's x5c, or NULL (why says what is wrong). */
