@@ -228,6 +228,15 @@ int			bc_jws_verify_any(EVP_PKEY *pub, const char *jws, size_t n, size_t max_pay
 							  unsigned char **payload_out, size_t *payload_len);
 
 /*
+ * Verify sig (sig_len bytes as a JWS carries it: r || s for ECDSA) over
+ * data with pub under alg, one of bc_jws_verify_any's: BC_OK, BC_EVERIFY,
+ * BC_EUNSUPPORTED (alg unknown or not pub's kind), BC_ECRYPTO.  The one
+ * place a JWS signature is checked for RS/PS/ES (jose_x5c.c uses it too).
+ */
+int			bc_jws_alg_verify(const char *alg, EVP_PKEY *pub, const char *data, size_t n,
+							  const unsigned char *sig, size_t sig_len);
+
+/*
  * JWE compact serialization (RFC 7516/7518): alg ECDH-ES (direct key
  * agreement, Concat KDF), enc A256GCM, to a P-256 public key.  The protected
  * header is {"alg":"ECDH-ES","enc":"A256GCM","epk":{...}} plus, when hdr_name

@@ -1044,6 +1044,18 @@ out:
 	return rc;
 }
 
+/* A JWS signature under alg by name (bc_common.h). */
+int
+bc_jws_alg_verify(const char *alg, EVP_PKEY *pub, const char *data, size_t n,
+				  const unsigned char *sig, size_t sig_len)
+{
+	for (size_t i = 0; alg != NULL && i < sizeof(jws_algs) / sizeof(jws_algs[0]); i++)
+		if (strcmp(alg, jws_algs[i].name) == 0)
+			return alg_fits_key(&jws_algs[i], pub) ?
+				alg_verify(&jws_algs[i], pub, data, n, sig, sig_len) : BC_EUNSUPPORTED;
+	return BC_EUNSUPPORTED;
+}
+
 /* Verify a JWS of RS/PS/ES 256 to 512 with pub and hand back its payload (bc_common.h). */
 int
 bc_jws_verify_any(EVP_PKEY *pub, const char *jws, size_t n, size_t max_payload,

@@ -293,9 +293,9 @@ out:
 
 #undef FAIL
 
-/* The digest context of alg for key, to sign (sign = 1) or verify. */
+/* The digest context of alg for key, to sign (verifying is jose.c's bc_jws_alg_verify). */
 static EVP_MD_CTX *
-alg_md_ctx(int alg, EVP_PKEY *key, int sign)
+alg_md_ctx(int alg, EVP_PKEY *key)
 {
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	EVP_PKEY_CTX *pctx = NULL;
@@ -304,8 +304,7 @@ alg_md_ctx(int alg, EVP_PKEY *key, int sign)
 
 	if (md == NULL)
 		return NULL;
-	ok = sign ? EVP_DigestSignInit(md, &pctx, h, NULL, key) == 1
-		: EVP_DigestVerifyInit(md, &pctx, h, NULL, key) == 1;
+	ok = EVP_DigestSignInit(md, &pctx, h, NULL, key) == 1;
 	if (ok && alg == BC_JWS_PS256)
 		ok = EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) == 1 &&
 			EVP_PKEY_CTX_set_rsa_mgf1_md(pctx, EVP_sha256()) == 1 &&
@@ -322,18 +321,14 @@ alg_md_ctx(int alg, EVP_PKEY *key, int sign)
 
 /*
  * Verify the signature of a parsed x5c JWS (jws as parsed) with its leaf's
- * key: BC_OK or BC_EVERIFY.  ECDSA's R||S is turned into DER first; PS256
- * requires MGF1-SHA-256 and a salt of exactly 32 bytes.
+ * key: BC_OK or BC_EVERIFY (BC_ECRYPTO when OpenSSL fails).  jose.c's
+ * bc_jws_alg_verify checks it: ECDSA's R||S turned into DER; PS256 with
+ * MGF1-SHA-256 and a salt of the digest's length, 32 bytes.
  */
 int
 bc_jws_x5c_verify(const bc_x5c_jws *j, const char *jws)
 {
 	EVP_PKEY   *pub;
-	EVP_MD_CTX *md = NULL;
-	unsigned char *der = NULL;
-	size_t		der_len = 0;
-	const unsigned char *sig = j->sig;
-	size_t		sig_len = j->sig_len;
 	int			rc;
 
 	if (j->ncerts == 0 || j->sig == NULL)
@@ -341,27 +336,10 @@ bc_jws_x5c_verify(const bc_x5c_jws *j, const char *jws)
 	pub = X509_get0_pubkey(j->certs[0]);
 	if (pub == NULL)
 		return BC_EINVAL;
-	if (j->alg == BC_JWS_ES256 || j->alg == BC_JWS_ES384)
-	{
-		size_t		half = j->sig_len / 2;
-
-		rc = bc_ecdsa_sig_to_der(j->sig, half, j->sig + half, half, &der, &der_len);
-		if (rc != BC_OK)
-			return BC_EVERIFY;
-		sig = der;
-		sig_len = der_len;
-	}
-	rc = BC_ECRYPTO;
-	md = alg_md_ctx(j->alg, pub, 0);
-	if (md == NULL)
-		goto out;
-	rc = EVP_DigestVerify(md, sig, sig_len, (const unsigned char *) jws,
-						  j->signing_input_len) == 1 ? BC_OK : BC_EVERIFY;
-out:
+	rc = bc_jws_alg_verify(bc_jws_alg_name(j->alg), pub, jws, j->signing_input_len, j->sig,
+						   j->sig_len);
 	ERR_clear_error();
-	EVP_MD_CTX_free(md);
-	free(der);
-	return rc;
+	return rc == BC_OK || rc == BC_ECRYPTO ? rc : BC_EVERIFY;
 }
 
 /*
@@ -444,7 +422,7 @@ bc_jws_sign_x5c(EVP_PKEY *key, int alg, X509 *const *chain, size_t nchain,
 	used += bc_b64url_encode(payload, n, jws + used);
 
 	rc = BC_ECRYPTO;
-	md = alg_md_ctx(alg, key, 1);
+	md = alg_md_ctx(alg, key);
 	if (md == NULL || EVP_DigestSign(md, NULL, &sig_len, (const unsigned char *) jws, used) != 1)
 		goto out;
 	sig = malloc(sig_len);
