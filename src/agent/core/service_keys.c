@@ -828,6 +828,30 @@ bcd_service_keys_refresh(bcd_http *http, const bcd_service_keys *keys)
 	return st;
 }
 
+/* The first JWS of doc a pinned key verifies, its payload parsed (service_keys.h). */
+json_t *
+bcd_service_keys_first_verified(const bcd_service_keys *keys, json_t *doc, size_t max_payload)
+{
+	json_t	   *list = json_object_get(doc, "keys");
+	json_t	   *out = NULL;
+
+	if (!json_is_object(doc) || !json_is_array(list))
+		return NULL;
+	for (size_t i = 0; i < json_array_size(list) && i < ROLLOVER_MAX && out == NULL; i++)
+	{
+		json_t	   *jws = json_array_get(list, i);
+		unsigned char *pl = NULL;
+		size_t		plen = 0;
+
+		if (json_is_string(jws) &&
+			bcd_service_keys_verify(keys, json_string_value(jws), json_string_length(jws),
+									max_payload, &pl, &plen, NULL) == BC_OK)
+			out = json_loadb((const char *) pl, plen, JSON_REJECT_DUPLICATES, NULL);
+		free(pl);
+	}
+	return out;
+}
+
 /*
  * The CA certificates below the root in the nodeCa of the service's current
  * keys (the text of GET /v1/service-keys: a JWS verified by a pinned signing
@@ -842,26 +866,13 @@ bcd_service_keys_cas(const bcd_service_keys *keys, const char *text, size_t len,
 					 STACK_OF(X509) *out)
 {
 	json_t	   *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
-	json_t	   *list = json_object_get(doc, "keys");
 	json_t	   *payload = NULL;
 	json_t	   *pem;
 	X509	   *certs[NODE_CA_MAX];
 	size_t		n = 0;
 	int			rc = BC_EVERIFY;
 
-	for (size_t i = 0; json_is_array(list) && i < json_array_size(list) && i < ROLLOVER_MAX &&
-		 payload == NULL; i++)
-	{
-		json_t	   *jws = json_array_get(list, i);
-		unsigned char *pl = NULL;
-		size_t		plen = 0;
-
-		if (json_is_string(jws) &&
-			bcd_service_keys_verify(keys, json_string_value(jws), json_string_length(jws),
-									BCD_SERVICE_KEYS_MAX, &pl, &plen, NULL) == BC_OK)
-			payload = json_loadb((const char *) pl, plen, JSON_REJECT_DUPLICATES, NULL);
-		free(pl);
-	}
+	payload = bcd_service_keys_first_verified(keys, doc, BCD_SERVICE_KEYS_MAX);
 	pem = json_object_get(payload, "nodeCa");
 	if (json_is_string(pem) &&
 		(rc = bc_cert_read_pem_bundle(NULL, json_string_value(pem), json_string_length(pem),

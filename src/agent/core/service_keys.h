@@ -60,6 +60,15 @@ int			bcd_service_keys_verify(const bcd_service_keys *keys, const char *jws, siz
 									size_t *payload_len, int *unknown_kid);
 
 /*
+ * The payload of the first JWS in doc's "keys" (a document signed by each
+ * signing key: /v1/service-keys, /v1/trust-bundles; at most 8 looked at)
+ * that a pinned signing key verifies, parsed as JSON (at most max_payload
+ * bytes); NULL when none does.  The caller json_decref()s it.
+ */
+struct json_t *bcd_service_keys_first_verified(const bcd_service_keys *keys, struct json_t *doc,
+											   size_t max_payload);
+
+/*
  * The time of the set pinned now (Unix seconds): the signed issuedAt of the
  * --service-keys file or of the last rollover taken up; 0 for a file
  * without one (made before 0.2.0).

@@ -37,8 +37,7 @@
 #define BC_PATH_TRUST_BUNDLES "/v1/trust-bundles"
 #endif
 
-/* Most JWSs in the document (one per signing key), keys in one bundle. */
-#define TRUST_JWS_MAX 8
+/* Most keys in one bundle (the JWSs of the document: bcd_service_keys_first_verified's bound). */
 #define TRUST_KEYS_MAX 64
 /* The largest spiffe_sequence believed (JSON numbers are exact up to 2^53). */
 #define SEQUENCE_MAX 9007199254740992LL
@@ -338,29 +337,6 @@ domain_cmp(const void *a, const void *b)
 	return strcmp(((const bcd_trust_domain *) a)->td, ((const bcd_trust_domain *) b)->td);
 }
 
-/* The payload of the first JWS of doc a pinned signing key verifies, parsed; NULL when none. */
-static json_t *
-verified_payload(const bcd_service_keys *keys, json_t *doc)
-{
-	json_t	   *list = json_object_get(doc, "keys");
-	json_t	   *out = NULL;
-
-	if (!json_is_object(doc) || !json_is_array(list))
-		return NULL;
-	for (size_t i = 0; i < json_array_size(list) && i < TRUST_JWS_MAX && out == NULL; i++)
-	{
-		json_t	   *jws = json_array_get(list, i);
-		unsigned char *pl = NULL;
-		size_t		plen = 0;
-
-		if (json_is_string(jws) &&
-			bcd_service_keys_verify(keys, json_string_value(jws), json_string_length(jws),
-									BCD_TRUST_DOC_MAX, &pl, &plen, NULL) == BC_OK)
-			out = json_loadb((const char *) pl, plen, JSON_REJECT_DUPLICATES, NULL);
-		free(pl);
-	}
-	return out;
-}
 
 /* Take up a signed document (trust_bundles.h). */
 int
@@ -388,7 +364,7 @@ bcd_trust_bundles_take(bcd_trust_bundles *t, const char *text, size_t len, int *
 		goto out;
 	}
 	doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
-	payload = verified_payload(t->keys, doc);
+	payload = bcd_service_keys_first_verified(t->keys, doc, BCD_TRUST_DOC_MAX);
 	if (payload == NULL)
 		goto out;
 	rc = BC_EINVAL;
