@@ -41,6 +41,17 @@
 #define BC_PATH_OIDC_DISCOVERY	"/.well-known/openid-configuration"
 /* GET: the JWT-SVID keys as a JWKS (bc_join.jwks()), the discovery's jwks_uri. */
 #define BC_PATH_JWKS			"/v1/jwks"
+/* #47 ssh: POST the host certificate (bc_join.issue_ssh_host_cert(request)). */
+#define BC_PATH_SSH_HOST		"/v1/ssh/host"
+/* GET: the OpenSSH KRL (bc_join.ssh_krl()), unsigned. */
+#define BC_PATH_SSH_KRL			"/v1/ssh/krl"
+/* GET: CA lines and the KRL's hash signed by each signing key (bc_join.signed_ssh()). */
+#define BC_PATH_SSH_SIGNED		"/v1/ssh/signed"
+/* GET: the host and user CA public key lines (bc_join.ssh_host_ca(), ssh_user_ca()). */
+#define BC_PATH_SSH_HOST_CA		"/v1/ssh/host-ca"
+#define BC_PATH_SSH_USER_CA		"/v1/ssh/user-ca"
+/* Bound of the KRL, bytes. */
+#define BC_SSH_KRL_MAX			(4 * 1024 * 1024)
 
 /* ---------------------------------------------------------------- roles */
 

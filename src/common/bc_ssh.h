@@ -1,0 +1,104 @@
+/*
+ * bc_ssh.h: OpenSSH public keys, certificates and KRLs (PROTOCOL.certkeys,
+ * PROTOCOL.krl; RFC 4251 encodings), written and parsed in src/common as
+ * jose.c does JOSE: OpenSSL does every hash and signature (EVP_DigestSign
+ * with the CA's EVP_PKEY, so file, TPM and PKCS#11 CA keys sign alike).
+ *
+ * No PostgreSQL headers.  Returns BC_OK, BC_EINVAL (malformed input or
+ * params), BC_ECRYPTO (OpenSSL failed) as bc_common.h; buffers handed back
+ * are malloc()ed (free()).
+ */
+#ifndef BC_SSH_H
+#define BC_SSH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <openssl/evp.h>
+
+#define BC_SSH_BLOB_MAX 1024			/* a certified public key, wire form */
+#define BC_SSH_CERT_MAX 16384
+#define BC_SSH_PRINCIPALS_MAX 32
+#define BC_SSH_PRINCIPAL_MAX 255
+
+enum
+{
+	BC_SSH_CERT_USER = 1, BC_SSH_CERT_HOST = 2
+};
+enum
+{
+	BC_SSH_EXT_X11 = 1, BC_SSH_EXT_AGENT = 2, BC_SSH_EXT_PORT = 4, BC_SSH_EXT_PTY = 8,
+	BC_SSH_EXT_USER_RC = 16
+};
+
+typedef struct bc_ssh_cert_params
+{
+	int			type;
+	const unsigned char *key_blob;
+	size_t		key_blob_len;
+	uint64_t	serial;
+	const char *key_id;
+	const char *const *principals;
+	size_t		n_principals;
+	uint64_t	valid_after,
+				valid_before;
+	const char *force_command,
+			   *source_address;	/* user only; NULL: absent */
+	unsigned	extensions;		/* user only; BC_SSH_EXT_* */
+} bc_ssh_cert_params;
+
+typedef struct bc_ssh_cert_info
+{								/* spans point into the parsed buffer */
+	int			type;
+	const unsigned char *key_blob;
+	size_t		key_blob_len;
+	uint64_t	serial;
+	char		key_id[256];
+	char	   *principals[BC_SSH_PRINCIPALS_MAX];
+	size_t		n_principals;
+	uint64_t	valid_after,
+				valid_before;
+	const unsigned char *ca_blob;
+	size_t		ca_blob_len;
+} bc_ssh_cert_info;
+
+typedef struct bc_ssh_krl_ca
+{
+	const unsigned char *ca_blob;
+	size_t		ca_blob_len;
+	const uint64_t *serials;
+	size_t		n_serials;
+} bc_ssh_krl_ca;				/* serials ascending, unique, non-zero */
+
+/* The wire blob of pk: EC P-256/384/521, Ed25519. */
+int			bc_ssh_pubkey_blob(EVP_PKEY *pk, unsigned char **blob, size_t *len);
+
+/* The key of a wire blob: on-curve via EVP_PKEY_fromdata; exact length. */
+int			bc_ssh_pubkey_parse(const unsigned char *blob, size_t len, EVP_PKEY **pk);
+
+/* The blob of a "type b64 [comment]" line; type must match the blob's. */
+int			bc_ssh_pubkey_line_parse(const char *line, size_t len, unsigned char **blob,
+									 size_t *blob_len);
+
+/* "type b64 [comment]\n", malloc()ed; NULL on a malformed blob. */
+char	   *bc_ssh_pubkey_line(const unsigned char *blob, size_t len, const char *comment);
+
+/* "SHA256:<base64 without padding>", as ssh-keygen -l prints it. */
+int			bc_ssh_fingerprint(const unsigned char *blob, size_t len, char out[64]);
+
+/*
+ * A certificate signed by ca (ECDSA P-256: ecdsa-sha2-nistp256), nonce of 32
+ * RAND_bytes; signs as bc_jws_sign_es256 (bc_pkey_sign_props, bc_pkey_libctx).
+ */
+int			bc_ssh_cert_sign(const bc_ssh_cert_params *p, EVP_PKEY *ca, unsigned char **cert,
+							 size_t *len);
+
+/* Structure only; no signature check. */
+int			bc_ssh_cert_parse(const unsigned char *cert, size_t len, bc_ssh_cert_info *out);
+void		bc_ssh_cert_info_free(bc_ssh_cert_info *i);
+
+/* An unsigned KRL: one CERTIFICATES section with one SERIAL_LIST per CA. */
+int			bc_ssh_krl_build(uint64_t krl_version, uint64_t generated, const char *comment,
+							 const bc_ssh_krl_ca *cas, size_t n, unsigned char **krl, size_t *len);
+
+#endif							/* BC_SSH_H */
