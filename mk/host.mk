@@ -2,7 +2,7 @@
 # their sanitizer build.  Included at the end of the top-level Makefile, after
 # PGXS, so every variable here is prefixed HOST_ and never touches PGXS's.
 #
-#   make host        build/bcd, build/jose-tool
+#   make host        build/bcd, build/jose-tool, build/ssh-tool
 #   make unit        build and run the cmocka unit tests
 #   make unit-asan   the same, plus bcd and jose-tool, with ASan + UBSan under build/asan/
 #   make interop     jwcrypto interop against build/jose-tool and build/asan/bcd
@@ -27,12 +27,14 @@ HOST_COMMON_SRCS = $(sort $(wildcard src/common/*.c))
 HOST_AGENT_DIRS  = src/agent/cmd src/agent/core src/agent/producers src/agent/workload
 HOST_AGENT_SRCS  = $(sort $(foreach d,$(HOST_AGENT_DIRS),$(wildcard $(d)/*.c)))
 HOST_JOSE_SRCS   = test/tools/jose-tool.c
+HOST_SSH_SRCS    = test/tools/ssh-tool.c
 HOST_UNIT_SRCS   = $(sort $(wildcard test/unit/test_*.c))
 HOST_UNIT_NAMES  = $(basename $(notdir $(HOST_UNIT_SRCS)))
 
 HOST_COMMON_OBJS = $(HOST_COMMON_SRCS:%.c=build/obj/%.o)
 HOST_AGENT_OBJS  = $(HOST_AGENT_SRCS:%.c=build/obj/%.o)
 HOST_JOSE_OBJS   = $(HOST_JOSE_SRCS:%.c=build/obj/%.o)
+HOST_SSH_OBJS    = $(HOST_SSH_SRCS:%.c=build/obj/%.o)
 HOST_UNIT_BINS   = $(HOST_UNIT_NAMES:%=build/unit/%)
 
 # The unit tests' own build of src/common and of themselves, with BC_TEST_BUILD:
@@ -52,7 +54,7 @@ $(HOST_AGENT_OBJS) $(HOST_ASAN_AGENT_OBJS): HOST_CPPFLAGS += -Isrc/agent
 
 .PHONY: host unit unit-asan interop
 
-host: build/bcd build/jose-tool
+host: build/bcd build/jose-tool build/ssh-tool
 
 build/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -74,6 +76,10 @@ build/bcd: $(HOST_AGENT_OBJS) $(HOST_COMMON_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) $(HOST_LDFLAGS) -o $@ $^ $(HOST_LIBS)
 
 build/jose-tool: $(HOST_JOSE_OBJS) $(HOST_COMMON_OBJS)
+	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)
+
+# ssh-tool: OpenSSH certificates and KRLs of src/common/ssh.c (test/tap/ssh_codec.t).
+build/ssh-tool: $(HOST_SSH_OBJS) $(HOST_COMMON_OBJS)
 	$(HOST_CC) $(HOST_CFLAGS) -o $@ $^ $(HOST_LIBS)
 
 build/unit/%: build/testobj/test/unit/%.o $(HOST_TEST_COMMON_OBJS)
