@@ -47,8 +47,14 @@ typedef struct bc_ssh_cert_params
 	unsigned	extensions;		/* user only; BC_SSH_EXT_* */
 } bc_ssh_cert_params;
 
+/*
+ * What bc_ssh_cert_parse read.  ca_blob points into the parsed buffer;
+ * key_blob (the certified key as a plain public key blob, which the
+ * certificate does not hold in one piece) and the principals are malloc()ed:
+ * bc_ssh_cert_info_free releases them.
+ */
 typedef struct bc_ssh_cert_info
-{								/* spans point into the parsed buffer */
+{
 	int			type;
 	const unsigned char *key_blob;
 	size_t		key_blob_len;
@@ -89,15 +95,33 @@ int			bc_ssh_fingerprint(const unsigned char *blob, size_t len, char out[64]);
 /*
  * A certificate signed by ca (ECDSA P-256: ecdsa-sha2-nistp256), nonce of 32
  * RAND_bytes; signs as bc_jws_sign_es256 (bc_pkey_sign_props, bc_pkey_libctx).
+ * BC_EINVAL: type not user/host, serial 0, valid_after >= valid_before, key_id
+ * missing, over 255 bytes or with control characters, 0 or over 32 principals,
+ * a principal empty, over 255 bytes or with NUL, ',', white space, '*' or '?',
+ * a host certificate with force_command, source_address or extensions, an
+ * option value with control characters or over 1024 bytes, a key blob that
+ * does not parse (RSA, DSA, sk-*: refused), a CA not P-256.  Options and
+ * extensions are written sorted by name, each value string(string(value)).
  */
 int			bc_ssh_cert_sign(const bc_ssh_cert_params *p, EVP_PKEY *ca, unsigned char **cert,
 							 size_t *len);
 
-/* Structure only; no signature check. */
+/*
+ * Structure only; no signature check.  Exact length, at most BC_SSH_CERT_MAX;
+ * an Ed25519 or ECDSA certified key and CA (each point on its curve), 1..32
+ * principals of 1..255 bytes without NUL, options and extensions sorted and
+ * unique, no critical option but force-command and source-address, none of
+ * either in a host certificate.  BC_EINVAL (out zeroed) otherwise.
+ */
 int			bc_ssh_cert_parse(const unsigned char *cert, size_t len, bc_ssh_cert_info *out);
 void		bc_ssh_cert_info_free(bc_ssh_cert_info *i);
 
-/* An unsigned KRL: one CERTIFICATES section with one SERIAL_LIST per CA. */
+/*
+ * An unsigned KRL (OpenSSH >= 9.4 refuses signed ones): the header, then one
+ * CERTIFICATES section with one SERIAL_LIST per CA that has serials.
+ * BC_EINVAL for a CA blob that does not parse or serials not ascending,
+ * repeated or zero; BC_ETOOBIG over BC_SSH_KRL_MAX (bc_protocol.h).
+ */
 int			bc_ssh_krl_build(uint64_t krl_version, uint64_t generated, const char *comment,
 							 const bc_ssh_krl_ca *cas, size_t n, unsigned char **krl, size_t *len);
 

@@ -351,7 +351,8 @@ bc_ssh_pubkey_parse(const unsigned char *blob, size_t len, EVP_PKEY **pk)
 		return BC_EINVAL;
 	if (!r_str(&r, &d, &n) || (kt = type_by_name(d, n)) == NULL)
 		return BC_EINVAL;
-	rc = read_key_fields(&r, kt, pk ? &key : NULL);
+	/* the key is always built: that is the point's check, even when the caller wants no key */
+	rc = read_key_fields(&r, kt, &key);
 	if (rc != BC_OK)
 		return rc;
 	if (r.len != 0)
@@ -362,12 +363,7 @@ bc_ssh_pubkey_parse(const unsigned char *blob, size_t len, EVP_PKEY **pk)
 	if (pk)
 		*pk = key;
 	else
-	{
-		/* still check the point when the caller wants no key */
-		rc = read_key_fields(&(rbuf) {blob + 4 + n, len - 4 - n, 0}, kt, &key);
 		EVP_PKEY_free(key);
-		return rc;
-	}
 	return BC_OK;
 }
 
@@ -705,8 +701,8 @@ bc_ssh_cert_sign(const bc_ssh_cert_params *p, EVP_PKEY *ca, unsigned char **cert
 		return BC_EINVAL;
 	if (p->serial == 0 || p->valid_after >= p->valid_before)
 		return BC_EINVAL;
-	if (p->key_id == NULL || strlen(p->key_id) > 255)
-		return BC_EINVAL;
+	if (p->key_id == NULL || !value_ok(p->key_id) || strlen(p->key_id) > 255)
+		return BC_EINVAL;		/* sshd logs it: no control characters */
 	if (p->n_principals == 0 || p->n_principals > BC_SSH_PRINCIPALS_MAX || p->principals == NULL)
 		return BC_EINVAL;
 	for (size_t i = 0; i < p->n_principals; i++)
@@ -853,7 +849,7 @@ bc_ssh_cert_parse(const unsigned char *cert, size_t len, bc_ssh_cert_info *out)
 	}
 	if (kt == NULL)
 		return BC_EINVAL;
-	if (!r_str(&r, &d, &n) || n < 16 || n > 64)	/* nonce */
+	if (!r_str(&r, &d, &n) || n < 16 || n > 64)	/* nonce: ssh-keygen and we write 32 */
 		return BC_EINVAL;
 	fields = r.p;
 	if (read_key_fields(&r, kt, NULL) != BC_OK)

@@ -271,6 +271,30 @@ test_truncations(void **state)
 		assert_null(i.key_blob);
 		free(t);
 	}
+	/* the same certificate with its two extensions swapped: unsorted, refused */
+	{
+		const unsigned char *crit,
+				   *ext,
+				   *sig;
+		size_t		cn,
+					en,
+					sn,
+					signed_len;
+		static const unsigned char swapped[] =
+			"\0\0\0\x0a" "permit-pty" "\0\0\0\0"
+			"\0\0\0\x16" "permit-port-forwarding" "\0\0\0\0";
+
+		blocks(cert, &crit, &cn, &ext, &en, &sig, &sn, &signed_len);
+		assert_int_equal(en, sizeof(swapped) - 1);
+		big = malloc(len);
+		memcpy(big, cert, len);
+		memcpy(big + (ext - cert), swapped, en);
+		assert_int_equal(bc_ssh_cert_parse(big, len, &i), BC_EINVAL);
+		memcpy(big + (ext - cert), ext, en);
+		assert_int_equal(bc_ssh_cert_parse(big, len, &i), BC_OK);
+		bc_ssh_cert_info_free(&i);
+		free(big);
+	}
 	big = malloc(len + 1);
 	memcpy(big, cert, len);
 	big[len] = 0;
@@ -301,6 +325,8 @@ test_sign_refusals(void **state)
 	REFUSED(p.valid_after = p.valid_before + 1);
 	REFUSED(p.type = 3);
 	REFUSED(p.key_id = NULL);
+	REFUSED(p.key_id = "");
+	REFUSED(p.key_id = "a\nb");
 	REFUSED(p.extensions = 32);
 	REFUSED((p.type = BC_SSH_CERT_HOST, p.force_command = "x"));
 	REFUSED((p.type = BC_SSH_CERT_HOST, p.source_address = "10.0.0.0/8"));
