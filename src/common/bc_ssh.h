@@ -82,7 +82,11 @@ int			bc_ssh_pubkey_blob(EVP_PKEY *pk, unsigned char **blob, size_t *len);
 /* The key of a wire blob: on-curve via EVP_PKEY_fromdata; exact length. */
 int			bc_ssh_pubkey_parse(const unsigned char *blob, size_t len, EVP_PKEY **pk);
 
-/* The blob of a "type b64 [comment]" line; type must match the blob's. */
+/*
+ * The blob of one "type b64 [comment]" line (a .pub or -cert.pub file's):
+ * type must match the blob's, and the blob must parse (bc_ssh_pubkey_parse,
+ * or bc_ssh_cert_parse for a *-cert-v01@openssh.com type).
+ */
 int			bc_ssh_pubkey_line_parse(const char *line, size_t len, unsigned char **blob,
 									 size_t *blob_len);
 
