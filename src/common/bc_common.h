@@ -643,6 +643,13 @@ int			bc_cloud_is_uuid(const char *s);
  */
 int			bc_spiffe_bundle_check(const char *json, size_t n, char *why, size_t whylen);
 
+/*
+ * The one certificate of an x509-svid JWK's x5c (exactly one standard base64
+ * DER certificate of at most 16 KiB, nothing after it), or NULL with why
+ * naming key i.  The database's check above and bcd's trust bundles use it.
+ */
+X509	   *bc_spiffe_x5c_cert(struct json_t *jwk, char *why, size_t whylen, long i);
+
 /* The certificates of a bundle's x509-svid keys (after the check above), a new stack. */
 int			bc_spiffe_bundle_x509_roots(const char *json, size_t n, STACK_OF(X509) **out);
 

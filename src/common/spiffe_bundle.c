@@ -53,8 +53,8 @@ jwk_pkey(json_t *jwk, EVP_PKEY **out)
 }
 
 /* The one certificate of an x509-svid key's x5c, or NULL (why says what is wrong). */
-static X509 *
-x5c_cert(json_t *jwk, char *why, size_t whylen, long i)
+X509 *
+bc_spiffe_x5c_cert(struct json_t *jwk, char *why, size_t whylen, long i)
 {
 	json_t	   *x5c = json_object_get(jwk, "x5c");
 	json_t	   *b64;
@@ -76,7 +76,10 @@ x5c_cert(json_t *jwk, char *why, size_t whylen, long i)
 	}
 	der = malloc(X5C_DER_MAX);
 	if (der == NULL)
+	{
+		refuse(why, whylen, 0, "%skey %ld: out of memory", "", i);
 		return NULL;
+	}
 	if (bc_b64_decode(json_string_value(b64), json_string_length(b64), der, X5C_DER_MAX, &len) != BC_OK ||
 		len == 0)
 	{
@@ -189,7 +192,7 @@ bc_spiffe_bundle_check(const char *json, size_t n, char *why, size_t whylen)
 		}
 		else
 		{
-			X509	   *cert = x5c_cert(jwk, why, whylen, (long) i);
+			X509	   *cert = bc_spiffe_x5c_cert(jwk, why, whylen, (long) i);
 
 			if (cert == NULL)
 				rc = BC_EINVAL;
@@ -240,7 +243,7 @@ bc_spiffe_bundle_x509_roots(const char *json, size_t n, STACK_OF(X509) **out)
 		if (use == NULL || strcmp(use, "x509-svid") != 0 || jwk_pkey(jwk, &pkey) != BC_OK)
 			continue;			/* ignored, as the check above ignored it */
 		EVP_PKEY_free(pkey);
-		cert = x5c_cert(jwk, NULL, 0, (long) i);
+		cert = bc_spiffe_x5c_cert(jwk, NULL, 0, (long) i);
 		if (cert != NULL && !sk_X509_push(roots, cert))
 			X509_free(cert);
 	}

@@ -173,16 +173,13 @@ td_ok(const char *s)
 	return 1;
 }
 
-/* Append the x509-svid JWK's certificate (x5c: exactly one, DER) to d. */
+/* Append the x509-svid JWK's certificate (x5c: exactly one, DER; bc_spiffe_x5c_cert) to d. */
 static int
 add_x509(bcd_trust_domain *d, json_t *jwk, const char **what)
 {
-	json_t	   *x5c = json_object_get(jwk, "x5c");
-	const char *b64;
 	unsigned char *der = NULL;
-	size_t		der_len = 0;
-	const unsigned char *p;
-	X509	   *cert = NULL;
+	int			der_len;
+	X509	   *cert;
 	BIO		   *bio = NULL;
 	char	   *pem;
 	long		pem_len;
@@ -190,26 +187,19 @@ add_x509(bcd_trust_domain *d, json_t *jwk, const char **what)
 	int			rc = BC_EINVAL;
 
 	*what = "an x509-svid key's x5c is not exactly one base64 DER certificate";
-	if (!json_is_array(x5c) || json_array_size(x5c) != 1 ||
-		!json_is_string(json_array_get(x5c, 0)))
+	cert = bc_spiffe_x5c_cert(jwk, NULL, 0, 0);
+	if (cert == NULL)
 		return BC_EINVAL;
-	b64 = json_string_value(json_array_get(x5c, 0));
-	der = malloc(strlen(b64));
-	if (der == NULL)
-		return BC_ENOMEM;
-	if (bc_b64_decode(b64, strlen(b64), der, strlen(b64), &der_len) != BC_OK || der_len == 0)
-		goto out;
-	p = der;
-	cert = d2i_X509(NULL, &p, (long) der_len);
-	if (cert == NULL || p != der + der_len)
-		goto out;
 	rc = BC_ENOMEM;
-	grown = realloc(d->x509, d->x509_len + der_len);
+	der_len = i2d_X509(cert, &der);	/* the encoding received: OpenSSL keeps it */
+	if (der_len <= 0)
+		goto out;
+	grown = realloc(d->x509, d->x509_len + (size_t) der_len);
 	if (grown == NULL)
 		goto out;
 	d->x509 = grown;
-	memcpy(d->x509 + d->x509_len, der, der_len);
-	d->x509_len += der_len;
+	memcpy(d->x509 + d->x509_len, der, (size_t) der_len);
+	d->x509_len += (size_t) der_len;
 	bio = BIO_new(BIO_s_mem());
 	if (bio == NULL || PEM_write_bio_X509(bio, cert) != 1)
 		goto out;
@@ -230,7 +220,7 @@ out:
 	ERR_clear_error();
 	BIO_free(bio);
 	X509_free(cert);
-	free(der);
+	OPENSSL_free(der);
 	return rc;
 }
 
