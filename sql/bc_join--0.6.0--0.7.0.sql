@@ -334,8 +334,8 @@ BEGIN
 				coalesce(set_ssh_settings.user_principals, '{}'),
 				nullif(set_ssh_settings.user_force_command, ''),
 				nullif(array_to_string(addrs, ','), ''),
-				coalesce(ARRAY(SELECT DISTINCT e FROM unnest(set_ssh_settings.user_extensions) e ORDER BY e),
-						 '{permit-pty}'))
+				CASE WHEN set_ssh_settings.user_extensions IS NULL THEN '{permit-pty}'
+					 ELSE ARRAY(SELECT DISTINCT e FROM unnest(set_ssh_settings.user_extensions) e ORDER BY e) END)
 		ON CONFLICT ON CONSTRAINT ssh_settings_pkey DO UPDATE SET
 			host_principals = coalesce(set_ssh_settings.host_principals, s.host_principals),
 			host_hostname_patterns = coalesce(set_ssh_settings.host_hostname_patterns, s.host_hostname_patterns),
@@ -344,8 +344,9 @@ BEGIN
 									  ELSE nullif(set_ssh_settings.user_force_command, '') END,
 			user_source_address = CASE WHEN set_ssh_settings.user_source_address IS NULL THEN s.user_source_address
 									   ELSE nullif(array_to_string(addrs, ','), '') END,
-			user_extensions = coalesce(ARRAY(SELECT DISTINCT e FROM unnest(set_ssh_settings.user_extensions) e
-											 ORDER BY e), s.user_extensions),
+			user_extensions = CASE WHEN set_ssh_settings.user_extensions IS NULL THEN s.user_extensions
+								   ELSE ARRAY(SELECT DISTINCT e FROM unnest(set_ssh_settings.user_extensions) e
+											  ORDER BY e) END,
 			updated_at = bc_join.compute_now()
 		RETURNING * INTO r;
 	INSERT INTO bc_join.audit_log (action, tenant_id, detail)
@@ -361,7 +362,8 @@ COMMENT ON FUNCTION bc_join.set_ssh_settings(text, text[], text[], text[], text,
 -- session, context), each of its kind's syntax and within the tenant's
 -- ssh_names, in the rule's order, once each; NULL when the pool has no rule
 -- of that kind.  A hostname is taken only when it matches one of the
--- rule's host_hostname_patterns (a claim, never proof).
+-- rule's host_hostname_patterns (a claim, never proof).  In a host name an
+-- id's '_' is written '-' ({node}: node-0190...), DNS labels having none.
 CREATE FUNCTION bc_join.ssh_rule_principals(kind text, pool_id text, vars jsonb) RETURNS text[]
 	LANGUAGE plpgsql STABLE SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -391,7 +393,9 @@ BEGIN
 	FOREACH t IN ARRAY templates LOOP
 		name := t;
 		FOR k IN SELECT jsonb_object_keys(v) LOOP
-			name := replace(name, '{' || k || '}', v->>k);
+			-- ids in a host name: node_0190... as node-0190... (no '_' in a DNS label)
+			name := replace(name, '{' || k || '}', CASE WHEN kind = 'host' AND k <> 'hostname'
+														THEN replace(v->>k, '_', '-') ELSE v->>k END);
 		END LOOP;
 		CONTINUE WHEN name ~ '\{[a-z]+\}' OR NOT bc_join.ssh_name_valid(kind, name)
 			OR name = ANY (out);

@@ -571,17 +571,21 @@ ssh_host_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		bytea	   *cert;
 		char	  **names;
 		int			n;
+		int64		old_serial;
+		TimestampTz issued_at;
+		TimestampTz valid_before;
 
 		if (bc_spi_bool(Anum_fh_revoked))
 			bc_refuse_join(WHO ":revoked", c.tenant);
 		cert = bc_spi_bytea_copy(Anum_fh_certificate);
 		names = array_strings(bc_spi_datum(Anum_fh_principals, &isnull), &n);
+		old_serial = bc_spi_int8(Anum_fh_serial);
+		issued_at = DatumGetTimestampTz(bc_spi_datum(Anum_fh_issued_at, &isnull));
+		valid_before = DatumGetTimestampTz(bc_spi_datum(Anum_fh_valid_before, &isnull));
 		bc_node_seen(c.node_id, false);
-		return host_answer(a, c.node_id, c.tenant,
-						   DatumGetTimestampTz(bc_spi_datum(Anum_fh_issued_at, &isnull)),
-						   bc_spi_int8(Anum_fh_serial), (unsigned char *) VARDATA_ANY(cert),
-						   VARSIZE_ANY_EXHDR(cert), json_strings(names, n),
-						   DatumGetTimestampTz(bc_spi_datum(Anum_fh_valid_before, &isnull)), outcxt);
+		return host_answer(a, c.node_id, c.tenant, issued_at, old_serial,
+						   (unsigned char *) VARDATA_ANY(cert), VARSIZE_ANY_EXHDR(cert),
+						   json_strings(names, n), valid_before, outcxt);
 	}
 	if (bc_spi_exec(&count_host_keys, v, NULL, true, 1) != 1)
 		elog(ERROR, "could not count the SSH host keys of certificate %s", serial);
