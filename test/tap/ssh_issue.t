@@ -18,8 +18,9 @@ session and revoke_node revoke their SSH certificates (audit rows, verify_audit_
 ssh-keygen -Q on ssh_krl() finds them revoked, while a renewal's old host certificate
 stays valid; the KRL's version only grows and two calls give the same bytes;
 signed_ssh() verifies with the signing key and carries the KRL's hash and the CA lines;
-a tenant operator sees only its tenant's ssh_certs, ssh_settings and audit rows.
-Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
+a tenant operator sees only its tenant's ssh_certs, ssh_settings and audit rows;
+prune_certificates, once they have long expired, removes them (and the KRL lists them no
+more).  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
 """
 import base64
 import hashlib
@@ -343,5 +344,17 @@ eq(one("SELECT count(*) FROM bc_join.audit_log WHERE action LIKE 'ssh.%%' AND te
 eq(code("SELECT bc_join.set_ssh_settings(%s, host_principals => ARRAY['y.b.example'])", p2), "42501",
    "and cannot set another tenant's pool's rule")
 cur.execute("RESET ROLE")
+
+# -- retention: expired SSH certificates are pruned with the certificates ----------------
+cur.execute("SET bc_join.clock_offset = %s", (400 * 86400,))
+ok(one("SELECT bc_join.prune_certificates(100000)") > 0, "prune_certificates, 400 days on")
+eq(one("SELECT count(*) FROM bc_join.ssh_certs"), 0, "has pruned every expired SSH certificate")
+ok(one("SELECT version FROM bc_join.ssh_krl_state") > v2, "revoked ones among them: the KRL's version grew")
+with open(krlf, "wb") as f:
+    f.write(bytes(one("SELECT bc_join.ssh_krl()")))
+lst = subprocess.run(["ssh-keygen", "-Q", "-l", "-f", krlf], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     text=True).stdout
+ok("serial:" not in lst, "and it lists no serial any more", lst)
+cur.execute("RESET bc_join.clock_offset")
 tap.note("%.1f s" % (time.time() - t0))
 sys.exit(tap.done())
