@@ -465,6 +465,25 @@ CREATE TRIGGER ssh_cascade AFTER UPDATE OF revoked_at ON bc_join.session_certs
 	FOR EACH ROW WHEN (OLD.revoked_at IS NULL AND NEW.revoked_at IS NOT NULL)
 	EXECUTE FUNCTION bc_join.ssh_cascade();
 
+-- Internal trigger: revoked SSH certificates deleted (pruned, or their node
+-- deleted) leave the KRL, which then changes: its version is bumped.
+CREATE FUNCTION bc_join.ssh_certs_deleted() RETURNS trigger
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM gone g WHERE g.revoked_at IS NOT NULL) THEN
+		PERFORM bc_join.ssh_krl_bump();
+	END IF;
+	RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION bc_join.ssh_certs_deleted() IS
+	'Internal trigger: deleting revoked SSH certificates (pruned, their node deleted) bumps the KRL''s version, whose content changes.';
+CREATE TRIGGER ssh_certs_deleted AFTER DELETE ON bc_join.ssh_certs
+	REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+	EXECUTE FUNCTION bc_join.ssh_certs_deleted();
+
 -- Revoke one SSH certificate by serial for an RFC 5280 reason name
 -- (check_revocation_reason): false when it was revoked already.  Audited,
 -- evented, the KRL bumped and the gateway's cached copy told.
@@ -515,7 +534,6 @@ DECLARE
 	node_cutoff timestamptz := now_ - greatest(keep, bc_join.setting_interval('x509pop_grace'));
 	n bigint;
 	m bigint := 0;
-	revoked bigint := 0;
 BEGIN
 	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
 		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
@@ -538,18 +556,14 @@ BEGIN
 		n := n + m;
 		m := 0;
 	END IF;
-	-- #47: SSH certificates expired as long; the KRL lists a revoked one no more
+	-- #47: SSH certificates expired as long (a revoked one leaves the KRL: ssh_certs_deleted)
 	IF n < batch THEN
-		WITH d AS (DELETE FROM bc_join.ssh_certs c
-				   WHERE c.ctid = ANY (ARRAY(
-					   SELECT x.ctid FROM bc_join.ssh_certs x
-					   WHERE x.valid_before < now_ - keep AND x.valid_before < now_
-					   LIMIT batch - n FOR UPDATE SKIP LOCKED))
-				   RETURNING c.revoked_at IS NOT NULL AS revoked)
-			SELECT count(*), count(*) FILTER (WHERE d.revoked) INTO m, revoked FROM d;
-		IF revoked > 0 THEN
-			PERFORM bc_join.ssh_krl_bump();
-		END IF;
+		DELETE FROM bc_join.ssh_certs c
+			WHERE c.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM bc_join.ssh_certs x
+				WHERE x.valid_before < now_ - keep AND x.valid_before < now_
+				LIMIT batch - n FOR UPDATE SKIP LOCKED));
+		GET DIAGNOSTICS m = ROW_COUNT;
 	END IF;
 	RETURN n + m;
 END
@@ -625,7 +639,8 @@ REVOKE ALL ON FUNCTION bc_join.ssh_krl_bump(), bc_join.ssh_name_valid(text, text
 	bc_join.disallow_ssh_names(text, text, text[]), bc_join.ssh_template_valid(text, text),
 	bc_join.set_ssh_settings(text, text[], text[], text[], text, text, text[]),
 	bc_join.ssh_rule_principals(text, text, jsonb), bc_join.issue_ssh_host_cert(jsonb),
-	bc_join.ssh_cascade(), bc_join.revoke_ssh_certificate(bigint, text), bc_join.ssh_krl(),
+	bc_join.ssh_cascade(), bc_join.ssh_certs_deleted(), bc_join.revoke_ssh_certificate(bigint, text),
+	bc_join.ssh_krl(),
 	bc_join.signed_ssh(), bc_join.ssh_host_ca(), bc_join.ssh_user_ca() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION bc_join.issue_ssh_host_cert(jsonb), bc_join.ssh_krl(), bc_join.signed_ssh(),
 	bc_join.ssh_host_ca(), bc_join.ssh_user_ca() TO bc_join_gateway;
