@@ -20,8 +20,10 @@ stays valid; the KRL's version only grows and two calls give the same bytes;
 signed_ssh() verifies with the signing key and carries the KRL's hash and the CA lines;
 a tenant operator sees only its tenant's ssh_certs, ssh_settings and audit rows;
 prune_certificates, once they have long expired, removes them (and the KRL lists them no
-more); revoke_ssh_certificate; a key directory without the SSH CA keys is INVALID_CONFIG until
-bc-join-keygen --add-ssh-ca-keys adds them.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
+more); revoke_ssh_certificate; a key directory without the SSH CA keys is INVALID_CONFIG (a
+session asking for SSH too, never a refusal) until bc-join-keygen --add-ssh-ca-keys adds them;
+--stage-ssh-ca publishes the next CA keys after the current ones, --promote-ssh-ca makes them
+sign (the old ones still published), --retire-ssh-ca drops the old ones.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
 """
 import base64
 import hashlib
@@ -269,6 +271,61 @@ eq(one("SELECT payload->>'reason' FROM bc_join.events WHERE type = 'ssh.user.ref
    "no-principals", "and ssh.user.refused says no-principals")
 one("SELECT bc_join.set_ssh_settings(%s, user_principals => ARRAY['root', '{session}'])", pool)
 
+# -- the CA keys: without them INVALID_CONFIG; --add-ssh-ca-keys; a rollover ---------------
+kd = os.path.join(d, "keys")
+KG = os.path.join(bctest.TOP, "tools/bc-join-keygen")
+subprocess.run([KG, kd], check=True, stdout=subprocess.DEVNULL)
+for k in ("ssh-host-ca.key", "ssh-user-ca.key"):
+    os.unlink(os.path.join(kd, k))
+cur.execute("SET bc_join.key_dir = %s", (kd,))
+
+
+def user_cert_ca(tag):
+    """The fingerprint of the CA that signed a new session's user certificate (ssh-keygen -L)."""
+    r, _ = session("svc-" + tag)
+    rc, o, _ = keygen_l(payload(r).get("sshCertificate", ""), "u-" + tag, "ecdsa-sha2-nistp256")
+    return field(o, "Signing CA").split()[1] if rc == 0 and field(o, "Signing CA") else o
+
+
+def fingerprints(lines):
+    f = os.path.join(d, "ca-lines.pub")
+    with open(f, "w") as fh:
+        fh.write(lines)
+    return [l.split()[1] for l in subprocess.run(["ssh-keygen", "-l", "-f", f], stdout=subprocess.PIPE,
+                                                 text=True).stdout.splitlines()]
+
+
+eq((code("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)", json.dumps(host_req(keygen("k7", "-t", "ed25519")[1]))),
+    code("SELECT bc_join.ssh_host_ca()"),
+    code("SELECT bc_join.ssh_user_ca()")), ("F0000", "F0000", "F0000"),
+   "a key directory without the SSH CA keys: host issuance, ssh_host_ca(), ssh_user_ca() are INVALID_CONFIG")
+try:
+    session("svc-nokey")
+    got = "ok"
+except psycopg2.Error as e:
+    got = e.pgcode
+eq(got, "F0000", "and a session asking for SSH under a user rule is INVALID_CONFIG, never a refusal")
+r = subprocess.run([KG, "--add-ssh-ca-keys", kd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+eq(r.returncode, 0, "bc-join-keygen --add-ssh-ca-keys", r.stdout)
+ok(one("SELECT bc_join.ssh_host_ca()").startswith("ecdsa-sha2-nistp256 ") and
+   one("SELECT bc_join.ssh_user_ca()").startswith("ecdsa-sha2-nistp256 "), "then both CAs are published")
+r = subprocess.run([KG, "--add-ssh-ca-keys", kd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+ok(r.returncode != 0 and "refusing to overwrite" in r.stdout, "and it never overwrites them", r.stdout)
+old_ca = fingerprints(one("SELECT bc_join.ssh_user_ca()"))
+eq(user_cert_ca("a"), old_ca[0], "a user certificate is signed by the new ssh-user-ca.key")
+subprocess.run([KG, "--stage-ssh-ca", kd], check=True, stdout=subprocess.DEVNULL)
+staged = fingerprints(one("SELECT bc_join.ssh_user_ca()"))
+ok(len(staged) == 2 and staged[0] == old_ca[0] and len(fingerprints(one("SELECT bc_join.ssh_host_ca()"))) == 2,
+   "--stage-ssh-ca: the next CA keys are published after the current ones", staged)
+eq(user_cert_ca("b"), old_ca[0], "and the current one still signs")
+subprocess.run([KG, "--promote-ssh-ca", kd], check=True, stdout=subprocess.DEVNULL)
+eq(fingerprints(one("SELECT bc_join.ssh_user_ca()")), [staged[1], old_ca[0]],
+   "--promote-ssh-ca: the staged key is current (first), the old one previous (still published)")
+eq(user_cert_ca("c"), staged[1], "and the promoted key signs")
+subprocess.run([KG, "--retire-ssh-ca", kd], check=True, stdout=subprocess.DEVNULL)
+eq(fingerprints(one("SELECT bc_join.ssh_user_ca()")), [staged[1]], "--retire-ssh-ca: the old key is gone")
+cur.execute("RESET bc_join.key_dir")
+
 # -- revocation and the KRL ------------------------------------------------------------
 krl0 = bytes(one("SELECT bc_join.ssh_krl()"))
 eq(krl0, bytes(one("SELECT bc_join.ssh_krl()")), "two calls of ssh_krl() give the same bytes")
@@ -356,25 +413,6 @@ eq(one("SELECT count(*) FROM bc_join.audit_log WHERE action LIKE 'ssh.%%' AND te
 eq(code("SELECT bc_join.set_ssh_settings(%s, host_principals => ARRAY['y.b.example'])", p2), "42501",
    "and cannot set another tenant's pool's rule")
 cur.execute("RESET ROLE")
-
-# -- the CA keys: without them INVALID_CONFIG, bc-join-keygen --add-ssh-ca-keys adds them --
-kd = os.path.join(d, "keys")
-subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), kd], check=True, stdout=subprocess.DEVNULL)
-for k in ("ssh-host-ca.key", "ssh-user-ca.key"):
-    os.unlink(os.path.join(kd, k))
-cur.execute("SET bc_join.key_dir = %s", (kd,))
-eq((code("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)", json.dumps(host_req(keygen("k7", "-t", "ed25519")[1]))),
-    code("SELECT bc_join.ssh_host_ca()")), ("F0000", "F0000"),
-   "a key directory without ssh-host-ca.key: issuance and ssh_host_ca() are INVALID_CONFIG")
-r = subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), "--add-ssh-ca-keys", kd],
-                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-eq(r.returncode, 0, "bc-join-keygen --add-ssh-ca-keys", r.stdout)
-ok(one("SELECT bc_join.ssh_host_ca()").startswith("ecdsa-sha2-nistp256 ") and
-   one("SELECT bc_join.ssh_user_ca()").startswith("ecdsa-sha2-nistp256 "), "then both CAs are published")
-r = subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), "--add-ssh-ca-keys", kd],
-                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-ok(r.returncode != 0 and "refusing to overwrite" in r.stdout, "and it never overwrites them", r.stdout)
-cur.execute("RESET bc_join.key_dir")
 
 # -- retention: expired SSH certificates are pruned with the certificates ----------------
 cur.execute("SET bc_join.clock_offset = %s", (400 * 86400,))
