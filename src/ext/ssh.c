@@ -305,6 +305,13 @@ issue_cert(SshIssue *s)
 	int			i;
 	int			tries;
 
+	/* an SSH key ID holds 255 bytes: a SPIFFE ID longer than that is the trust domain's */
+	if (strlen(s->key_id) > 255)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("the SPIFFE ID %s is too long for an SSH key ID", s->key_id),
+				 errdetail("INVALID_CONFIG: an OpenSSH key ID holds at most 255 bytes."),
+				 errhint("A shorter bc_join.trust_domain makes every SPIFFE ID shorter.")));
 	memset(&p, 0, sizeof(p));
 	for (i = 0; i < s->n_extensions; i++)
 	{
