@@ -81,7 +81,7 @@ static BcPlan count_host_keys = {
 };
 
 static BcPlan node_facts = {
-	"SELECT n.pool_id, extract(epoch FROM c.not_after)::bigint "
+	"SELECT n.pool_id, floor(extract(epoch FROM c.not_after))::bigint "
 	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = $1",
 	1, {TEXTOID}
 };
