@@ -360,6 +360,37 @@ ok(pn.get("sshSerial") not in (None, p["sshSerial"]), "the new node certificate 
 newhost = os.path.join(d, "host_new-cert.pub")
 with open(newhost, "w") as f:
     f.write("ssh-ed25519-cert-v01@openssh.com %s\n" % pn.get("sshCertificate"))
+# Two requests for one key at once: the second waits for the first and answers its certificate.
+import threading  # noqa: E402
+k8 = keygen("k8", "-t", "ed25519")[1]
+c1 = psycopg2.connect(dbname=sdb.dbname)
+c1.cursor().execute("BEGIN")
+cx = c1.cursor()
+cx.execute("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)::text", (json.dumps(host_req(k8)),))
+first = payload(json.loads(cx.fetchone()[0])).get("sshSerial")
+second = {}
+
+
+def other():
+    c2 = psycopg2.connect(dbname=sdb.dbname)
+    c2.autocommit = True
+    k = c2.cursor()
+    k.execute("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)::text", (json.dumps(host_req(k8)),))
+    second["serial"] = payload(json.loads(k.fetchone()[0])).get("sshSerial")
+    c2.close()
+
+
+th = threading.Thread(target=other)
+th.start()
+th.join(1.0)
+waited = th.is_alive()
+c1.commit()
+th.join(10)
+c1.close()
+ok(waited and first is not None and second.get("serial") == first and
+   one("SELECT count(*) FROM bc_join.ssh_certs WHERE key_sha256 = %s", hashlib.sha256(k8).digest()) == 1,
+   "two requests for one key at once: the second waits for the first and answers the same certificate",
+   (waited, first, second))
 p3f = os.path.join(d, "p384-cert.pub")
 with open(p3f, "w") as f:
     f.write("ecdsa-sha2-nistp384-cert-v01@openssh.com %s\n" % p3["sshCertificate"])
