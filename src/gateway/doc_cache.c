@@ -139,6 +139,8 @@ gw_doc_servable(const struct gw_doc_moment *m)
 		if (!(m->age < limit))
 			return -1;
 		left = m->max_age - m->age;
+		if (m->channel && left > GW_DOC_NEXT_UPDATE_CC_MAX)
+			left = GW_DOC_NEXT_UPDATE_CC_MAX;
 		return left > 0 ? (long) left : 0;
 	}
 	left = next_update_left(m);
@@ -184,6 +186,7 @@ moment(const struct gw_doc_cache *c, struct gw_doc_moment *m)
 	m->rule = c->spec->rule;
 	m->has_copy = c->copy.body != NULL;
 	m->max_age = (double) c->cfg->service_keys_max_age_s;
+	m->channel = c->spec->channel != NULL;
 	m->failed = c->failed;
 	m->since_failure = now - c->failed_mono;
 	m->retry_after = (double) c->cfg->retry_after_s;

@@ -33,7 +33,9 @@ enum gw_doc_rule
 	 * without a gap since then (the next request fetches again; #47: the
 	 * KRL and the signed SSH document); while fetches fail, served up to
 	 * GW_DOC_STALE_MAX old (or --service-keys-max-age, when that is longer).
-	 * Cache-Control max-age: what is left of --service-keys-max-age.
+	 * Cache-Control max-age: what is left of --service-keys-max-age, at
+	 * most GW_DOC_NEXT_UPDATE_CC_MAX for a document with a channel (a CDN
+	 * passes a revocation on within a minute, as for the CRL).
 	 */
 	GW_DOC_MAX_AGE,
 
@@ -138,6 +140,7 @@ struct gw_doc_moment
 	int			has_copy;
 	double		age;			/* MAX_AGE: seconds since the fetch that made the copy started */
 	double		max_age;		/* MAX_AGE: --service-keys-max-age */
+	int			channel;		/* MAX_AGE: the spec names a channel (max-age at most GW_DOC_NEXT_UPDATE_CC_MAX) */
 	double		wall_left;		/* NEXT_UPDATE: seconds until nextUpdate by the wall clock */
 	double		mono_left;		/* NEXT_UPDATE: the same by the monotonic clock from the fetch */
 	int			unseen;			/* a notification on the spec's channel since that fetch started, or a gap in listening */

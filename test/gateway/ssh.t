@@ -2,7 +2,7 @@
 """ssh.t: the gateway's SSH routes (#47).
 
 A real cluster with the real extension and the ASan gateway (--service-keys-max-age
-60, so only the notification can refresh a copy within this script); a node joined
+120, so only the notification can refresh a copy within this script); a node joined
 through it.  Shows: POST /v1/ssh/host is relayed (a proof by the node key over an
 ssh-keygen ed25519 host key gets a host certificate that ssh-keygen -L reads, signed
 by the key /v1/ssh/host-ca serves; an unknown member is 400 INVALID_INPUT); GET
@@ -12,7 +12,7 @@ read by ssh-keygen -Q -l, with an ETag (304 for If-None-Match) and from the cach
 and its krlSha256 is the SHA-256 of the raw KRL; GET /v1/ssh/host-ca and
 /v1/ssh/user-ca are text/plain, equal to bc_join.ssh_host_ca()/ssh_user_ca(), each
 line read by ssh-keygen -l; after bc_join.revoke_ssh_certificate commits in psql the
-next GET of /v1/ssh/krl (within 1 s; the copy is 60 s young) lists that serial,
+next GET of /v1/ssh/krl (within 1 s; the copy is 120 s young) lists that serial,
 ssh-keygen -Q refuses the certificate, the ETag changed and /v1/ssh/signed names the
 new KRL's hash; the gateway exits 0.
 """
@@ -51,6 +51,12 @@ def keygen(*args, data=None):
     return r.returncode, r.stdout.decode("utf-8", "replace")
 
 
+def max_age(h):
+    """The max-age of a Cache-Control header, or -1."""
+    m = re.fullmatch(r"max-age=(\d+)", h.get("cache-control", ""))
+    return int(m.group(1)) if m else -1
+
+
 def krl_serials(path):
     """The serials ssh-keygen -Q -l lists in the KRL at path, or None when it cannot read it."""
     rc, out = keygen("-Q", "-l", "-f", path)
@@ -65,7 +71,7 @@ def body(tap, env):
         return
     env.psql("SELECT bc_join.allow_ssh_names('%s', 'host', ARRAY['%s'])" % (env.tenant, HOSTNAME))
     env.psql("SELECT bc_join.set_ssh_settings('%s', host_principals => ARRAY['%s'])" % (env.pool, HOSTNAME))
-    g = env.gateway("main", "--service-keys-max-age", "60")
+    g = env.gateway("main", "--service-keys-max-age", "120")
 
     # -- POST /v1/ssh/host, relayed -----------------------------------------------------------
     req, d = env.join_request("n1", env.token())
@@ -109,8 +115,8 @@ def body(tap, env):
         code, h, b = env.curl(g, path)
         text = b.decode("ascii", "replace")
         tap.ok(code == 200 and h.get("content-type", "").startswith("text/plain") and
-               text == env.psql("SELECT bc_join.%s()" % fn) + "\n",
-               "GET %s: 200, text/plain, bc_join.%s()" % (path, fn), (code, h, text))
+               text == env.psql("SELECT bc_join.%s()" % fn) + "\n" and max_age(h) > 60,
+               "GET %s: 200, text/plain, bc_join.%s(), max-age what is left of 120 s" % (path, fn), (code, h, text))
         lines = text.splitlines()
         read = []
         for i, line in enumerate(lines):
@@ -137,8 +143,9 @@ def body(tap, env):
         return bytes.fromhex(env.psql("SELECT encode(bc_join.ssh_krl(), 'hex')"))
 
     code, h, raw, krl = get_krl("krl-1")
-    tap.ok(code == 200 and h.get("content-type") == "application/octet-stream" and raw == db_krl(),
-           "GET /v1/ssh/krl: 200, application/octet-stream, bc_join.ssh_krl() to the byte",
+    tap.ok(code == 200 and h.get("content-type") == "application/octet-stream" and raw == db_krl() and
+           0 < max_age(h) <= 60,
+           "GET /v1/ssh/krl: 200, application/octet-stream, bc_join.ssh_krl() to the byte, max-age <= 60",
            (code, h, raw[:64]))
     first = krl_serials(krl)
     tap.ok(first is not None and serial not in first, "ssh-keygen -Q -l reads it; the serial is not in it",
@@ -197,7 +204,7 @@ def body(tap, env):
         time.sleep(0.1)
     waited = time.time() - t0
     tap.ok(seen is not None and serial in seen and waited < 1,
-           "a GET of /v1/ssh/krl lists serial %d within 1 s (%.2f s, GET %d; the copy was 60 s young)"
+           "a GET of /v1/ssh/krl lists serial %d within 1 s (%.2f s, GET %d; the copy was 120 s young)"
            % (serial, waited, tries),
            (seen, waited))
     tap.ok(raw2 == db_krl() and keygen("-Q", "-f", krl2, cert)[0] == 1,

@@ -179,6 +179,17 @@ test_max_age_unseen(void **state)
 	/* nothing unseen: the same copy is current */
 	m = max_age_copy(1);
 	assert_true(gw_doc_current(&m));
+	/* with a channel, Cache-Control max-age is at most a minute, however long the max age */
+	m = max_age_copy(100);
+	m.max_age = 3600;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	assert_int_equal(ma, 3500);
+	m.channel = 1;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	assert_int_equal(ma, GW_DOC_NEXT_UPDATE_CC_MAX);
+	m.age = 3590;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	assert_int_equal(ma, 10);
 }
 
 /* Which documents are stale on a channel: the CRL, the SSH KRL and signed document on bc_join_crl. */
