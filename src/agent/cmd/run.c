@@ -52,7 +52,7 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
 			  "               [--command-timeout S] [--no-attest] [--event-log PATH]\n"
 			  "               [--ima-log PATH] [--status-interval S] [--keys-interval S]\n"
-			  "               [--hook-crl]\n"
+			  "               [--hook-crl] [--ssh-user-certs]\n"
 			  "\n"
 			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
 			  "then renews the node certificate at about F of its lifetime, until\n"
@@ -96,6 +96,9 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --max-provisioning N provisionings in flight at most (default 4)\n"
 			  "  --max-queue N        callers waiting at most (default 256); beyond: busy\n"
 			  "  --metrics-file PATH  Prometheus text, rewritten atomically on change\n"
+			  "  --ssh-user-certs     every session credential asks an OpenSSH user\n"
+			  "                       certificate of its key too (docs/agent.md, \"SSH\";\n"
+			  "                       a hook asks for one with bcd credential --ssh)\n"
 			  "\n"
 			  "The SPIFFE Workload API (docs/agent.md, \"The SPIFFE Workload API\"), the\n"
 			  "daemon only, served with a rule or --workload-api PATH: SVIDs of sessions\n"
@@ -208,6 +211,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"max-provisioning", required_argument, NULL, 'P'},
 		{"max-queue", required_argument, NULL, 'Q'},
 		{"metrics-file", required_argument, NULL, 'M'},
+		{"ssh-user-certs", no_argument, NULL, 1101},
 		{"workload-api", required_argument, NULL, 'w'},
 		{"workload-rule", required_argument, NULL, 'u'},
 		{"workload-api-mode", required_argument, NULL, 'X'},
@@ -288,6 +292,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
+			case 1101: o->ssh_user_certs = 1; break;	/* refused with --once below */
 			case 'w': o->workload_api = optarg; server_opt = 1; break;
 			case 'X':
 				server_opt = 1;
@@ -436,6 +441,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	}
 	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
 		bad = "--metrics-file must be an absolute path";
+	else if (o->ssh_user_certs && o->once)
+		bad = "--ssh-user-certs serves the daemon's session credentials, not --once";
 	else if (o->claims != NULL)
 	{
 		claims = bcd_build_claims(o->claims, NULL);

@@ -18,11 +18,15 @@ int			bcd_runtime_dir_open(const char *runtime_dir, int *fd, char *err, size_t e
 int			bcd_delivery_open(const char *runtime_dir, const bcd_dir_id *own, int n_own,
 							  const char *path, int *dirfd, char **norm, char *err, size_t errlen);
 int			bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job,
-							   char **key_path, char **cert_path, char *err, size_t errlen);
+							   char **key_path, char **cert_path, char **ssh_path, char *err,
+							   size_t errlen);
 int			bcd_delivery_write_file(int dirfd, const char *name, const char *data, size_t len,
 									char *err, size_t errlen);
 int			bcd_delivery_write_file_mode(int dirfd, const char *name, const char *data,
 										 size_t len, mode_t mode, char *err, size_t errlen);
+
+/* What the SSH user certificate's name adds to the session's (ssh-keygen's -cert.pub of the .key). */
+#define BCD_SSH_CERT_SUFFIX ".key-cert.pub"
 
 /* The name of the CRL a hook asks for (bcd credential --crl), in its directory. */
 #define BCD_CRL_FILE "crl.pem"

@@ -51,6 +51,7 @@ struct bcd_provisioner
 	const char *gateway;
 	const char *gateway_ca;
 	long		max_provisioning;
+	int			ssh_user_certs;	/* --ssh-user-certs: every session job asks an SSH user cert */
 	bcd_published_node *node;	/* the node credential, published by the main thread */
 	bcd_workers *workers;
 	int			wake[2];		/* its thread's pipe: a job is done, an ask failed at once */
@@ -215,6 +216,7 @@ bcd_provisioner_new(const bcd_run_opts *o, const bcd_service_keys *keys,
 	p->gateway = o->gateway;
 	p->gateway_ca = o->gateway_ca;
 	p->max_provisioning = o->max_provisioning;
+	p->ssh_user_certs = o->ssh_user_certs;
 	p->counters.max_provisioning = o->max_provisioning;
 	p->node = bcd_node_new();
 	if (p->node == NULL || pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0)
@@ -260,11 +262,13 @@ failed_job(bcd_job_kind kind, const char *session, const char *context,
 
 /*
  * The provisioning of kind for (session, context[, aud]): found, or created
- * and queued for caller; NULL on OOM (under mu).
+ * and queued for caller, asking an SSH user certificate when ssh says so or
+ * bcd runs with --ssh-user-certs (a session's; one found is taken as it is);
+ * NULL on OOM (under mu).
  */
 static bcd_job *
 find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const char *context,
-			  const bcd_audiences *aud, const bcd_peer *caller)
+			  const bcd_audiences *aud, const bcd_peer *caller, int ssh)
 {
 	bcd_job    *job;
 
@@ -276,6 +280,7 @@ find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const 
 	job = bcd_job_new(kind, session, context, aud, caller);
 	if (job == NULL)
 		return NULL;
+	job->ssh_user = kind == BCD_JOB_SESSION && (ssh || p->ssh_user_certs);
 	job->next = p->jobs;
 	p->jobs = job;
 	if (p->fifo_tail != NULL)
@@ -287,11 +292,10 @@ find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const 
 	return job;
 }
 
-/* Ask for a provisioning, from any thread (provisioner.h). */
-int
-bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
-					const char *context, const bcd_audiences *aud, const bcd_peer *caller,
-					bcd_job_cb cb, void *arg)
+/* Ask for a provisioning (ssh: an SSH user certificate too), from any thread. */
+static int
+ask(bcd_provisioner *p, bcd_job_kind kind, const char *session, const char *context,
+	const bcd_audiences *aud, const bcd_peer *caller, int ssh, bcd_job_cb cb, void *arg)
 {
 	bcd_job_waiter *x = calloc(1, sizeof(*x));
 	bcd_node_snapshot node;
@@ -335,7 +339,7 @@ bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 			p->failed = job;
 		}
 	}
-	else if ((job = find_or_queue(p, kind, session, context, aud, caller)) != NULL)
+	else if ((job = find_or_queue(p, kind, session, context, aud, caller, ssh)) != NULL)
 	{
 		queued = 1;
 		dispatch(p);
@@ -356,6 +360,23 @@ bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 	else
 		wake(p);
 	return BC_OK;
+}
+
+/* Ask for a provisioning, from any thread (provisioner.h). */
+int
+bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
+					const char *context, const bcd_audiences *aud, const bcd_peer *caller,
+					bcd_job_cb cb, void *arg)
+{
+	return ask(p, kind, session, context, aud, caller, 0, cb, arg);
+}
+
+/* Ask for a session credential with an SSH user certificate, from any thread (provisioner.h). */
+int
+bcd_provisioner_ask_ssh(bcd_provisioner *p, const char *session, const char *context,
+						const bcd_peer *caller, bcd_job_cb cb, void *arg)
+{
+	return ask(p, BCD_JOB_SESSION, session, context, NULL, caller, 1, cb, arg);
 }
 
 /* Stop the workers (an HTTPS request in flight aborted); the thread calls back what they finished. */
