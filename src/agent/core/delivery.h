@@ -13,6 +13,9 @@
 /* Longest delivery directory path. */
 #define BCD_DIR_MAX 1024
 
+/* What the SSH user certificate's name adds to the session's (ssh -i S.key reads S.key-cert.pub). */
+#define BCD_SSH_CERT_SUFFIX ".key-cert.pub"
+
 char	   *bcd_runtime_dir(void);
 int			bcd_runtime_dir_open(const char *runtime_dir, int *fd, char *err, size_t errlen);
 int			bcd_delivery_open(const char *runtime_dir, const bcd_dir_id *own, int n_own,
@@ -24,9 +27,6 @@ int			bcd_delivery_write_file(int dirfd, const char *name, const char *data, siz
 									char *err, size_t errlen);
 int			bcd_delivery_write_file_mode(int dirfd, const char *name, const char *data,
 										 size_t len, mode_t mode, char *err, size_t errlen);
-
-/* What the SSH user certificate's name adds to the session's (ssh-keygen's -cert.pub of the .key). */
-#define BCD_SSH_CERT_SUFFIX ".key-cert.pub"
 
 /* The name of the CRL a hook asks for (bcd credential --crl), in its directory. */
 #define BCD_CRL_FILE "crl.pem"
