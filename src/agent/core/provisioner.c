@@ -51,7 +51,6 @@ struct bcd_provisioner
 	const char *gateway;
 	const char *gateway_ca;
 	long		max_provisioning;
-	int			ssh_user_certs;	/* --ssh-user-certs: every session job asks an SSH user cert */
 	bcd_published_node *node;	/* the node credential, published by the main thread */
 	bcd_workers *workers;
 	int			wake[2];		/* its thread's pipe: a job is done, an ask failed at once */
@@ -216,7 +215,6 @@ bcd_provisioner_new(const bcd_run_opts *o, const bcd_service_keys *keys,
 	p->gateway = o->gateway;
 	p->gateway_ca = o->gateway_ca;
 	p->max_provisioning = o->max_provisioning;
-	p->ssh_user_certs = o->ssh_user_certs;
 	p->counters.max_provisioning = o->max_provisioning;
 	p->node = bcd_node_new();
 	if (p->node == NULL || pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0)
@@ -262,9 +260,8 @@ failed_job(bcd_job_kind kind, const char *session, const char *context,
 
 /*
  * The provisioning of kind for (session, context[, aud]): found, or created
- * and queued for caller, asking an SSH user certificate when ssh says so or
- * bcd runs with --ssh-user-certs (a session's; one found is taken as it is);
- * NULL on OOM (under mu).
+ * and queued for caller, asking an SSH user certificate when ssh says so
+ * (a session's; one found is taken as it is); NULL on OOM (under mu).
  */
 static bcd_job *
 find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const char *context,
@@ -280,7 +277,7 @@ find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const 
 	job = bcd_job_new(kind, session, context, aud, caller);
 	if (job == NULL)
 		return NULL;
-	job->ssh_user = kind == BCD_JOB_SESSION && (ssh || p->ssh_user_certs);
+	job->ssh_user = kind == BCD_JOB_SESSION && ssh;
 	job->next = p->jobs;
 	p->jobs = job;
 	if (p->fifo_tail != NULL)

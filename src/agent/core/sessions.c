@@ -125,6 +125,7 @@ struct bcd_hook_server
 	int			wake[2];		/* the I/O thread's pipe: a provisioning ended, a number changed */
 	long		max_queue;
 	int			crl_fetched;	/* the daemon fetches the CRL (revocation.c): hooks may ask for it */
+	int			ssh_user_certs; /* --ssh-user-certs: every provisioning asks an SSH user cert */
 	pthread_t	io_thread;
 	int			io_started;
 	int			io_stopped;		/* it ran, and stopped */
@@ -597,7 +598,7 @@ handle_credential(bcd_hook_server *s, bcd_conn *c, json_t *req)
 	}
 	c->dir_dev = st.st_dev;
 	c->dir_ino = st.st_ino;
-	hw = find_or_ask(s, session, context, &c->peer, c->want_ssh);
+	hw = find_or_ask(s, session, context, &c->peer, c->want_ssh || s->ssh_user_certs);
 	if (hw == NULL)
 	{
 		answer_error(s, c, BCD_CODE_FAILED, "out of memory");
@@ -943,6 +944,7 @@ bcd_hook_server_listen(const bcd_run_opts *o, bcd_provisioner *prov, const char 
 	s->max_queue = o->max_queue;
 	s->counters.max_queue = o->max_queue;
 	s->crl_fetched = bcd_crl_wanted(o);
+	s->ssh_user_certs = o->ssh_user_certs;
 	s->runtime_dir = strdup(runtime_dir);
 	if (s->runtime_dir == NULL ||
 		(o->metrics_file != NULL && (s->metrics_file = strdup(o->metrics_file)) == NULL))
