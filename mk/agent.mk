@@ -47,9 +47,9 @@ BCD_UNIT_SRCS      = src/agent/core/attest_rules.c src/agent/core/backoff.c src/
 	src/agent/core/service_keys.c src/agent/core/signals.c src/agent/core/transport.c \
 	src/agent/core/trust_bundles.c \
 	src/agent/workload/refusals.c src/agent/workload/rules.c
+BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lcurl -lm -pthread
 # The session's SSH user certificate (test_bcd_ssh_user.c): its answer check and its delivery.
 BCD_UNIT_SRCS     += src/agent/core/ssh_user.c src/agent/core/delivery.c src/agent/core/local_socket.c
-BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lcurl -lm -pthread
 BCD_TEST_OBJS      = $(BCD_UNIT_SRCS:%.c=build/testobj/%.o)
 BCD_ASAN_TEST_OBJS = $(BCD_UNIT_SRCS:%.c=build/asan/testobj/%.o)
 
