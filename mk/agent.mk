@@ -47,6 +47,8 @@ BCD_UNIT_SRCS      = src/agent/core/attest_rules.c src/agent/core/backoff.c src/
 	src/agent/core/service_keys.c src/agent/core/signals.c src/agent/core/transport.c \
 	src/agent/core/trust_bundles.c \
 	src/agent/workload/refusals.c src/agent/workload/rules.c
+# SSH, the host side: the signed document, the KRL, the host certificate's checks (test_bcd_ssh.c)
+BCD_UNIT_SRCS     += src/agent/core/ssh_docs.c
 BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lcurl -lm -pthread
 BCD_TEST_OBJS      = $(BCD_UNIT_SRCS:%.c=build/testobj/%.o)
 BCD_ASAN_TEST_OBJS = $(BCD_UNIT_SRCS:%.c=build/asan/testobj/%.o)
