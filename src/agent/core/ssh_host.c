@@ -112,7 +112,7 @@ struct bcd_ssh
 	int			fds[BCD_SSH_HOST_KEYS_MAX + 8];	/* every directory opened */
 	int			n_fds;
 	int			reload_fd;
-	char		hostname[256];
+	char		hostname[254];	/* the claim of the proof: --hostname, or gethostname() */
 	ssh_file	krl,
 				user_ca,
 				host_ca;
@@ -203,8 +203,15 @@ bcd_ssh_opts_check(const bcd_run_opts *o)
 									strlen(o->ssh_cert_dir) >= PATH_MAX - 64))
 		return "--ssh-cert-dir must be an absolute directory path";
 	for (int i = 0; i < o->n_ssh_principals; i++)
+	{
 		if (!principal_ok(o->ssh_principals[i]))
 			return "--ssh-principal must be 1 to 255 bytes without white space, ',', '*' or '?'";
+		for (int j = 0; j < i; j++)
+			if (strcmp(o->ssh_principals[j], o->ssh_principals[i]) == 0)
+				return "--ssh-principal: each name once";
+	}
+	if (o->hostname != NULL && keys > 0 && (strlen(o->hostname) == 0 || strlen(o->hostname) > 253))
+		return "--hostname: 1 to 253 bytes (the host certificate's claimed hostname)";
 	if (keys == 0 && (o->ssh_cert_dir != NULL || o->n_ssh_principals > 0 || o->ssh_reload != NULL))
 		return "--ssh-cert-dir, --ssh-principal and --ssh-reload need --ssh-host-key or "
 			"--ssh-own-host-key";
@@ -753,6 +760,8 @@ bcd_ssh_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_provision
 	if (o->hostname != NULL)
 		snprintf(s->hostname, sizeof(s->hostname), "%s", o->hostname);
 	else if (gethostname(s->hostname, sizeof(s->hostname) - 1) != 0)
+		snprintf(s->hostname, sizeof(s->hostname), "localhost");
+	if (s->hostname[0] == '\0')
 		snprintf(s->hostname, sizeof(s->hostname), "localhost");
 	if (o->ssh_cert_dir != NULL &&
 		(cert_dirfd = keep_fd(s, bcd_delivery_open_checked("--ssh-cert-dir", o->ssh_cert_dir,
