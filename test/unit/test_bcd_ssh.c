@@ -419,10 +419,15 @@ test_host_answer(void **state)
 											  names, 2, NOT_AFTER), "77"), NULL, 0, err),
 					 BC_EINVAL);
 	assert_non_null(strstr(err, "not a host"));
-	/* valid beyond the node certificate */
+	/* valid through the node certificate's last second (notAfter + 1, exclusive): taken */
 	assert_int_equal(check(f, answer(f->blob, f->blob_len,
 									 cert_b64(f, BC_SSH_CERT_HOST, f->blob, f->blob_len, 77,
 											  names, 2, NOT_AFTER + 1), "77"), NULL, 0, err),
+					 BC_OK);
+	/* valid beyond the node certificate */
+	assert_int_equal(check(f, answer(f->blob, f->blob_len,
+									 cert_b64(f, BC_SSH_CERT_HOST, f->blob, f->blob_len, 77,
+											  names, 2, NOT_AFTER + 2), "77"), NULL, 0, err),
 					 BC_EINVAL);
 	assert_non_null(strstr(err, "beyond"));
 	/* sshSerial not the certificate's */
@@ -472,6 +477,12 @@ test_host_held(void **state)
 	assert_int_equal(info.serial, 77);
 	assert_null(info.ca_blob);
 	bc_ssh_cert_info_free(&info);
+	/* notAfter + 1 (the same end) held too */
+	assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len, NOT_AFTER - 1,
+											&info, err, sizeof(err)), BC_OK);
+	bc_ssh_cert_info_free(&info);
+	assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len, NOT_AFTER - 2,
+											&info, err, sizeof(err)), BC_EINVAL);
 	/* a renewal moved notAfter: asked for again */
 	assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len,
 											NOT_AFTER + 3600, &info, err, sizeof(err)), BC_EINVAL);

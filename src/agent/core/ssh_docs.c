@@ -228,8 +228,10 @@ bcd_ssh_krl_check(const bcd_ssh_signed *s, const unsigned char *krl, size_t len,
 
 /*
  * The checks common to an answered and a held certificate: cert parses, a
- * host certificate of blob, valid before at most node_not_after (exactly,
- * when exact).  BC_OK with info, else BC_EINVAL with err.
+ * host certificate of blob, valid before at most node_not_after + 1 (X.509's
+ * notAfter is the last second of validity, OpenSSH's valid_before the first
+ * second after it: notAfter + 1 ends both at the same instant); when exact,
+ * no earlier than node_not_after.  BC_OK with info, else BC_EINVAL with err.
  */
 static int
 host_cert_check(const unsigned char *cert, size_t cert_len, const unsigned char *blob,
@@ -245,11 +247,11 @@ host_cert_check(const unsigned char *cert, size_t cert_len, const unsigned char 
 		snprintf(err, errlen, "the certificate is not a host certificate");
 	else if (info->key_blob_len != blob_len || memcmp(info->key_blob, blob, blob_len) != 0)
 		snprintf(err, errlen, "the certificate certifies another key");
-	else if (info->valid_before > (uint64_t) node_not_after)
+	else if (info->valid_before > (uint64_t) node_not_after + 1)
 		snprintf(err, errlen, "the certificate is valid beyond the node certificate "
 				 "(%llu > %lld)", (unsigned long long) info->valid_before,
 				 (long long) node_not_after);
-	else if (exact && info->valid_before != (uint64_t) node_not_after)
+	else if (exact && info->valid_before < (uint64_t) node_not_after)
 		snprintf(err, errlen, "the certificate ends before the node certificate (%llu < %lld)",
 				 (unsigned long long) info->valid_before, (long long) node_not_after);
 	else

@@ -9,8 +9,9 @@
  * and its .pub: OpenSSH 9.2 reads that key as a HostKey).  Its certificate
  * is <key name>-cert.pub in --ssh-cert-dir or the key's directory.  A round
  * with a usable node credential looks at each: the file held is kept when it
- * is a host certificate of that key valid before exactly the node
- * certificate's notAfter (one got with this node certificate:
+ * is a host certificate of that key valid before the node
+ * certificate's notAfter (or a second later, the same end; one got with
+ * this node certificate:
  * bcd_ssh_host_cert_held); else POST /v1/ssh/host {"sshPublicKey": <base64
  * blob>, "proof": <JWS by the node key over {"purpose":"ssh-host", "serial",
  * "sshKeySha256", "iat", "hostname", "principals"?}>}, the answer verified

@@ -77,7 +77,8 @@ int			bcd_ssh_krl_check(const bcd_ssh_signed *s, const unsigned char *krl, size_
  * The signed payload of POST /v1/ssh/host's answer for the host key blob:
  * sshKeySha256 that of blob, sshCertificate the standard base64 of a
  * certificate (at most BC_SSH_CERT_MAX) that bc_ssh_cert_parse reads, of
- * type host, certifying blob, valid before at most node_not_after, its
+ * type host, certifying blob, valid before at most node_not_after + 1 (the
+ * same end: X.509's notAfter is inclusive, valid_before exclusive), its
  * serial sshSerial (decimal); when principals were asked (n_asked > 0),
  * none beyond them.  BC_OK with *cert (malloc()ed), *cert_len and info
  * (bc_ssh_cert_info_free it), or BC_EVERIFY / BC_EINVAL with err.
@@ -89,8 +90,8 @@ int			bcd_ssh_host_answer(json_t *payload, const unsigned char *blob, size_t blo
 
 /*
  * A certificate file's text (a -cert.pub line) held for blob: BC_OK when it
- * parses as a host certificate of blob valid before exactly node_not_after
- * (one got with the node certificate held), with info filled
+ * parses as a host certificate of blob valid before node_not_after or
+ * node_not_after + 1 (one got with the node certificate held), with info filled
  * (bc_ssh_cert_info_free it); else BC_EINVAL with why in err (a new one is
  * asked for).
  */
