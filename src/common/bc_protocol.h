@@ -198,6 +198,8 @@ bc_mac_valid(const char *m)
 #define BC_PURPOSE_SITE_EPOCH	"site-epoch"
 /* A node attesting its TPM's state (POST /v1/attest, both rounds). */
 #define BC_PURPOSE_ATTEST		"attest"
+/* A node asking for an OpenSSH host certificate (POST /v1/ssh/host). */
+#define BC_PURPOSE_SSH_HOST		"ssh-host"
 
 /* A proof's "iat" must be within this many seconds of the service clock. */
 #define BC_PROOF_WINDOW 300

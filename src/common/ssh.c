@@ -9,9 +9,11 @@
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/ec.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
 #include <openssl/rand.h>
+#include <openssl/x509.h>
 
 #include "bc_common.h"
 #include "bc_protocol.h"
@@ -280,6 +282,27 @@ read_key_fields(rbuf *r, const struct key_type *kt, EVP_PKEY **pk)
 }
 
 /* The wire blob of pk: EC P-256/384/521, Ed25519. */
+/*
+ * The public half of key as a plain key of the default provider: an
+ * engine's key (a PKCS#11 token's, through libp11) answers no parameters,
+ * its public half encoded and decoded does (as keys.c reads it); NULL when
+ * it cannot be had.
+ */
+static EVP_PKEY *
+public_half(EVP_PKEY *key)
+{
+	unsigned char *der = NULL;
+	const unsigned char *p;
+	int			n = i2d_PUBKEY(key, &der);
+	EVP_PKEY   *pub = NULL;
+
+	p = der;
+	if (n > 0)
+		pub = d2i_PUBKEY(NULL, &p, n);
+	OPENSSL_free(der);
+	return pub;
+}
+
 int
 bc_ssh_pubkey_blob(EVP_PKEY *pk, unsigned char **blob, size_t *len)
 {
@@ -289,6 +312,22 @@ bc_ssh_pubkey_blob(EVP_PKEY *pk, unsigned char **blob, size_t *len)
 	*len = 0;
 	if (pk == NULL)
 		return BC_EINVAL;
+	if (EVP_PKEY_get0_provider(pk) == NULL)
+	{
+		/* a legacy (engine) key: its public half, which a provider holds */
+		EVP_PKEY   *pub = public_half(pk);
+		int			rc;
+
+		ERR_clear_error();
+		if (pub == NULL || EVP_PKEY_get0_provider(pub) == NULL)
+		{
+			EVP_PKEY_free(pub);
+			return BC_ECRYPTO;
+		}
+		rc = bc_ssh_pubkey_blob(pub, blob, len);
+		EVP_PKEY_free(pub);
+		return rc;
+	}
 	if (EVP_PKEY_is_a(pk, "ED25519"))
 	{
 		unsigned char raw[32];

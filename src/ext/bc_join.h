@@ -167,6 +167,16 @@ typedef struct BcKeys
 	 * certificate node-ca.key issues in memory (ocsp.c); NULL when absent.
 	 */
 	EVP_PKEY   *ocsp;			/* private */
+	/*
+	 * ssh-host-ca.key, ssh-user-ca.key (optional, P-256, any kind hwkeys.c
+	 * loads): sign OpenSSH host and user certificates (ssh.c); [0] signs,
+	 * .next.key and .previous.key are published beside it (ssh_host_ca(),
+	 * ssh_user_ca(), signed_ssh()).  n_* is 0 without the key.
+	 */
+	int			n_ssh_host_ca;
+	EVP_PKEY   *ssh_host_ca_set[BC_KEYSET_MAX];
+	int			n_ssh_user_ca;
+	EVP_PKEY   *ssh_user_ca_set[BC_KEYSET_MAX];
 	/* A new number at every load: what was made from the keys is made again. */
 	uint64		generation;
 } BcKeys;
@@ -183,6 +193,8 @@ extern const BcKeys *bc_keys(void);
 extern void bc_append_jwt_jwk(StringInfo buf, EVP_PKEY *key, const char *name, const char *value);
 /* Forget the loaded keys (bc_join.key_dir changed). */
 extern void bc_keys_reset(void);
+/* {"keys": [JWS...]}: doc signed by every live signing key (signed_trust_bundles' shape). */
+extern char *bc_signed_by_each(const BcKeys *k, const char *doc);
 /* Keys loaded and a trust domain set, or INVALID_CONFIG: before a round runs. */
 extern void bc_require_config(void);
 /* INVALID_CONFIG when the current signing key is marked compromised (compromise.c). */
@@ -227,7 +239,7 @@ typedef struct BcPlan
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[12];
+	Oid			argtypes[16];
 	SPIPlanPtr	plan;
 } BcPlan;
 
@@ -744,10 +756,44 @@ extern char *bc_proof_caller(const char *who, Jsonb *pj, const char *tenant);
 extern char *bc_reserve_session(const char *who, const char *node_id, const char *tenant,
 								const char *session_ref, const char *context_ref,
 								bool *created);
+/*
+ * Check a node's proof for purpose who, bound (when bind_member is given)
+ * by its string member bind_member == bind_value, else "<who>:<bind_refusal>";
+ * returns its verified payload.  bc_check_node_proof binds csrSha256.
+ */
+extern Jsonb *bc_check_node_proof_bound(const char *who, const char *proof, const char *serial,
+										bytea *cert_der, const char *node_id, const char *tenant,
+										const char *bind_member, const char *bind_value,
+										const char *bind_refusal);
 /* Check a node's proof for purpose who; returns its verified payload. */
 extern Jsonb *bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof,
 								  const char *serial, bytea *cert_der, const char *node_id,
 								  const char *tenant);
+
+/* ------------------------------------------------------------------- ssh.c */
+
+/* The session an SSH user certificate is asked for (session.c). */
+typedef struct BcSshSession
+{
+	const char *tenant;
+	const char *node_id;
+	const char *node_serial;	/* the node certificate that proved the request */
+	const char *session_id;
+	const char *session_ref;
+	const char *context_ref;	/* "" when none */
+	const char *session_cert_serial;
+	const char *spiffe_id;		/* the session's: the key ID */
+	TimestampTz not_before;
+	TimestampTz not_after;
+} BcSshSession;
+
+/*
+ * A session proof said "sshUser": true: append "sshCertificate" and
+ * "sshSerial" for the CSR's key to payload, or nothing and event
+ * ssh.user.refused (SPI connected).
+ */
+extern void bc_ssh_session_cert(const BcJoinRequest *req, const BcSshSession *u,
+								StringInfo payload);
 
 /* ----------------------------------------------------------------- stats.c */
 

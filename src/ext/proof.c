@@ -255,6 +255,33 @@ Jsonb *
 bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof,
 					const char *serial, bytea *cert_der, const char *node_id, const char *tenant)
 {
+	/*
+	 * A request without a CSR (commands, jwt-svid) is bound by its purpose
+	 * and members instead; a renewal or a session always has one.
+	 */
+	if (req->csr_der == NULL &&
+		(strcmp(who, BC_PURPOSE_RENEW) == 0 || strcmp(who, BC_PURPOSE_SESSION) == 0))
+		elog(ERROR, "a %s proof is checked without its CSR", who);
+	if (req->csr_der != NULL)
+		return bc_check_node_proof_bound(who, proof, serial, cert_der, node_id, tenant,
+										 "csrSha256", req->csr_sha256_b64, "csr-binding");
+	return bc_check_node_proof_bound(who, proof, serial, cert_der, node_id, tenant,
+									 NULL, NULL, NULL);
+}
+
+/*
+ * Check a proof: signed by the certificate's key, for purpose who, naming
+ * serial, fresh and used once, and, when bind_member is given, bound to what
+ * the request carries: that string member equals bind_value (a CSR's
+ * csrSha256, an SSH key's sshKeySha256), else "<who>:<bind_refusal>".
+ * Returns its payload.
+ */
+Jsonb *
+bc_check_node_proof_bound(const char *who, const char *proof, const char *serial,
+						  bytea *cert_der, const char *node_id, const char *tenant,
+						  const char *bind_member, const char *bind_value,
+						  const char *bind_refusal)
+{
 	X509	   *cert = NULL;
 	unsigned char *payload = NULL;
 	size_t		plen = 0;
@@ -286,16 +313,9 @@ bc_check_node_proof(const char *who, const BcJoinRequest *req, const char *proof
 	if (strcmp(bc_proof_member(who, pj, "purpose", tenant), who) != 0 ||
 		strcmp(bc_proof_member(who, pj, "serial", tenant), serial) != 0)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);
-	/*
-	 * A request without a CSR (commands, jwt-svid) is bound by its purpose
-	 * and members instead; a renewal or a session always has one.
-	 */
-	if (req->csr_der == NULL &&
-		(strcmp(who, BC_PURPOSE_RENEW) == 0 || strcmp(who, BC_PURPOSE_SESSION) == 0))
-		elog(ERROR, "a %s proof is checked without its CSR", who);
-	if (req->csr_der != NULL &&
-		strcmp(bc_proof_member(who, pj, "csrSha256", tenant), req->csr_sha256_b64) != 0)
-		bc_refuse_join(psprintf("%s:csr-binding", who), tenant);
+	if (bind_member != NULL &&
+		strcmp(bc_proof_member(who, pj, bind_member, tenant), bind_value) != 0)
+		bc_refuse_join(psprintf("%s:%s", who, bind_refusal), tenant);
 	iat = getKeyJsonValueFromContainer(&pj->root, "iat", 3, NULL);
 	if (iat == NULL || iat->type != jbvNumeric)
 		bc_refuse_join(psprintf("%s:malformed-proof", who), tenant);

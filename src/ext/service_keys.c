@@ -68,6 +68,16 @@ bc_keys_reset(void)
 	}
 	bc_ossl_cache_forget(keys.ocsp);
 	EVP_PKEY_free(keys.ocsp);
+	for (i = 0; i < keys.n_ssh_host_ca; i++)
+	{
+		bc_ossl_cache_forget(keys.ssh_host_ca_set[i]);
+		EVP_PKEY_free(keys.ssh_host_ca_set[i]);
+	}
+	for (i = 0; i < keys.n_ssh_user_ca; i++)
+	{
+		bc_ossl_cache_forget(keys.ssh_user_ca_set[i]);
+		EVP_PKEY_free(keys.ssh_user_ca_set[i]);
+	}
 	EVP_PKEY_free(keys.node_ca_key);
 	for (i = 0; i < keys.n_node_ca_chain; i++)
 		X509_free(keys.node_ca_chain[i]);
@@ -468,6 +478,15 @@ load_all(LoadError *e)
 	 */
 	if (!load_private("ocsp.key", true, &keys.ocsp, e))
 		return false;
+
+	/*
+	 * ssh-host-ca.key, ssh-user-ca.key (optional, P-256, any kind hwkeys.c
+	 * loads): the OpenSSH CAs (ssh.c).  Without one, issuance of its kind is
+	 * INVALID_CONFIG; with it, its .next.key and .previous.key are published.
+	 */
+	if (!load_set("ssh-host-ca", true, keys.ssh_host_ca_set, &keys.n_ssh_host_ca, NULL, e) ||
+		!load_set("ssh-user-ca", true, keys.ssh_user_ca_set, &keys.n_ssh_user_ca, NULL, e))
+		return false;
 	return encode_bundle(e);
 }
 
@@ -792,8 +811,8 @@ bc_service_keys(PG_FUNCTION_ARGS)
  * JWS names its kid), never by a key marked compromised
  * (mark_key_compromised); palloc()ed.
  */
-static char *
-signed_by_each(const BcKeys *k, const char *doc)
+char *
+bc_signed_by_each(const BcKeys *k, const char *doc)
 {
 	StringInfoData out;
 	int			i;
@@ -832,7 +851,7 @@ bc_signed_service_keys(PG_FUNCTION_ARGS)
 	const BcKeys *k = bc_keys();
 
 	bc_require_signing_key_live(k);
-	PG_RETURN_JSONB_P(bc_jsonb(signed_by_each(k, service_keys_text(k, bc_rfc3339(bc_now())))));
+	PG_RETURN_JSONB_P(bc_jsonb(bc_signed_by_each(k, service_keys_text(k, bc_rfc3339(bc_now())))));
 }
 
 /* #46 federation */
@@ -873,7 +892,7 @@ bc_signed_trust_bundles(PG_FUNCTION_ARGS)
 	bc_json_member(&doc, "issuedAt", bc_rfc3339(bc_now()));
 	bc_json_member_raw(&doc, "bundles", bundles);
 	bc_json_end(&doc);
-	PG_RETURN_JSONB_P(bc_jsonb(signed_by_each(k, doc.data)));
+	PG_RETURN_JSONB_P(bc_jsonb(bc_signed_by_each(k, doc.data)));
 }
 
 PG_FUNCTION_INFO_V1(bc_federated_bundle_problem);

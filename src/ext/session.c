@@ -21,6 +21,11 @@
  * (session:too-fast); the refusal event's detail names the node and the
  * setting.  An identity already reserved is never refused by them.
  *
+ * SSH (issue 47, ssh.c): a proof with "sshUser": true also gets an OpenSSH
+ * user certificate for the session key ("sshCertificate", "sshSerial")
+ * when the pool's user rule gives it principals; else the session is issued
+ * without one and event ssh.user.refused says why.
+ *
  * The caller (issue 26.8): bcd adds to the proof what the kernel told it of
  * the process that asked on its socket ("caller": {"pid", "exe", "unit",
  * "cgroup"}, SO_PEERCRED and /proc); it is the host's claim, signed by the
@@ -265,6 +270,7 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	BcIssued	issued;
 	StringInfoData payload;
 	char	   *caller;
+	JsonbValue *ssh_user;
 	char		nulls[9] = "        ";
 
 	bc_lock_proof_cert(BC_PURPOSE_SESSION, serial, false, &c);
@@ -279,6 +285,9 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	if (bc_csr_verify_pop(req->csr) != BC_OK)
 		bc_refuse_join("session:csr-signature", tenant);
 	caller = bc_proof_caller(BC_PURPOSE_SESSION, pj, tenant);
+	ssh_user = getKeyJsonValueFromContainer(&pj->root, "sshUser", 7, NULL);
+	if (ssh_user != NULL && ssh_user->type != jbvBool && ssh_user->type != jbvNull)
+		bc_refuse_join("session:malformed-proof", tenant);
 
 	/* Reserved when the session first asks, within the node's bounds; the same identity after that. */
 	session_id = bc_reserve_session(BC_PURPOSE_SESSION, node_id, tenant, session_ref, context_ref,
@@ -330,6 +339,23 @@ session_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_json_member(&payload, "serial", issued.serial_hex);
 	bc_append_chain(&payload, &issued);
 	bc_json_member(&payload, "notAfter", bc_rfc3339(issued.not_after));
+	/* "sshUser": true, signed by the node key (the gateway can neither add nor drop it) */
+	if (ssh_user != NULL && ssh_user->type == jbvBool && ssh_user->val.boolean)
+	{
+		BcSshSession u;
+
+		u.tenant = tenant;
+		u.node_id = node_id;
+		u.node_serial = serial;
+		u.session_id = session_id;
+		u.session_ref = session_ref;
+		u.context_ref = context_ref;
+		u.session_cert_serial = issued.serial_hex;
+		u.spiffe_id = issued.spiffe_id;
+		u.not_before = issued.not_before;
+		u.not_after = issued.not_after;
+		bc_ssh_session_cert(req, &u, &payload);
+	}
 	bc_json_end(&payload);
 	return bc_signed_response(BC_STATUS_ISSUED, &payload, outcxt);
 }

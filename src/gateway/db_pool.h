@@ -50,7 +50,7 @@ int			gw_db_submit(struct gw_db_pool *pool, const char *sql, const char *param,
 typedef void (*gw_db_notify_cb) (const char *channel, const char *extra, void *arg);
 
 /* Subscribers of the pool's one channel at most. */
-#define GW_DB_MAX_LISTENERS 4
+#define GW_DB_MAX_LISTENERS 8
 
 /*
  * Run LISTEN channel on every connection right after it is made (before any

@@ -14,7 +14,12 @@
  * is younger than --service-keys-max-age, counted from the start of the fetch
  * that made it.  Nothing signals a change (keys rotate by files in the
  * server's key directory), so the age is the bound, and the Cache-Control
- * max-age is what is left of it, so a cache in front adds nothing.
+ * max-age is what is left of it, so a cache in front adds nothing.  A MAX_AGE
+ * document may also name a channel (#47: the SSH KRL and the signed SSH
+ * document on bc_join_crl): a notification there, or a gap in the pool's
+ * listening, makes the copy not current, and the next request fetches (no
+ * fetch is started by the notification itself: the signed document costs a
+ * signature per signing key, and nobody may ask for it).
  *
  * NEXT_UPDATE (the CRL): every pool connection runs LISTEN on the document's
  * channel (see gw_db_pool_listen); a notification (a revocation committed)
@@ -109,9 +114,11 @@ gw_doc_current(const struct gw_doc_moment *m)
 {
 	if (!m->has_copy)
 		return 0;
+	if (m->unseen)
+		return 0;
 	if (m->rule == GW_DOC_MAX_AGE)
 		return m->age < m->max_age;
-	return !m->unseen && next_update_left(m) > 0;
+	return next_update_left(m) > 0;
 }
 
 /* The Cache-Control max-age of the copy now, or -1; see doc_cache.h. */
@@ -132,6 +139,8 @@ gw_doc_servable(const struct gw_doc_moment *m)
 		if (!(m->age < limit))
 			return -1;
 		left = m->max_age - m->age;
+		if (m->channel && left > GW_DOC_NEXT_UPDATE_CC_MAX)
+			left = GW_DOC_NEXT_UPDATE_CC_MAX;
 		return left > 0 ? (long) left : 0;
 	}
 	left = next_update_left(m);
@@ -177,6 +186,7 @@ moment(const struct gw_doc_cache *c, struct gw_doc_moment *m)
 	m->rule = c->spec->rule;
 	m->has_copy = c->copy.body != NULL;
 	m->max_age = (double) c->cfg->service_keys_max_age_s;
+	m->channel = c->spec->channel != NULL;
 	m->failed = c->failed;
 	m->since_failure = now - c->failed_mono;
 	m->retry_after = (double) c->cfg->retry_after_s;
@@ -185,13 +195,16 @@ moment(const struct gw_doc_cache *c, struct gw_doc_moment *m)
 	if (!m->has_copy)
 		return;
 	m->age = now - c->started_mono;
-	if (m->rule == GW_DOC_NEXT_UPDATE)
+	if (c->spec->channel != NULL)
 	{
 		unsigned long p = gw_db_pool_listen_period(c->pool);
 
+		m->unseen = c->seq != c->notify_seq || p == 0 || p != c->period;
+	}
+	if (m->rule == GW_DOC_NEXT_UPDATE)
+	{
 		m->wall_left = difftime(c->copy.next_update, time(NULL));
 		m->mono_left = c->expires_mono - now;
-		m->unseen = c->seq != c->notify_seq || p == 0 || p != c->period;
 	}
 }
 
@@ -249,11 +262,10 @@ keep(struct gw_doc_cache *c, struct gw_doc_copy *copy, uint64_t seq)
 	c->started_mono = c->fetch_started;
 	c->kept_mono = gw_mono_now();
 	c->seq = seq;
-	if (c->spec->rule == GW_DOC_NEXT_UPDATE)
-	{
-		c->expires_mono = c->kept_mono + difftime(copy->next_update, time(NULL));
+	if (c->spec->channel != NULL)
 		c->period = gw_db_pool_listen_period(c->pool);
-	}
+	if (c->spec->rule == GW_DOC_NEXT_UPDATE)
+		c->expires_mono = c->kept_mono + difftime(copy->next_update, time(NULL));
 }
 
 /* The fetch finished: keep its copy, answer the waiters it satisfies, go on if needed. */
@@ -334,8 +346,9 @@ fetch_done(const struct gw_db_result *r, void *arg)
 		answer(c, w->cb, w->arg);
 		free(w);
 	}
+	/* NEXT_UPDATE refreshes after a notification at once; MAX_AGE only for a waiter */
 	if (!c->closing && !c->fetching && why == NULL &&
-		(!TAILQ_EMPTY(&c->waiters) || c->seq != c->notify_seq))
+		(!TAILQ_EMPTY(&c->waiters) || (d->rule == GW_DOC_NEXT_UPDATE && c->seq != c->notify_seq)))
 		start_fetch(c);
 }
 
@@ -358,7 +371,7 @@ start_fetch(struct gw_doc_cache *c)
 	}
 }
 
-/* NEXT_UPDATE: a notification on the pool (for the CRL: a revocation committed). */
+/* A notification on the spec's channel (bc_join_crl: a revocation committed): the copy is stale. */
 static void
 on_notify(const char *channel, const char *extra, void *arg)
 {
@@ -371,8 +384,8 @@ on_notify(const char *channel, const char *extra, void *arg)
 	c->notify_seq++;
 	gw_log(GW_LOG_DEBUG, log_msg(c, "stale: notified", msg, sizeof(msg)),
 		   json_pack("{s:s,s:s}", "document", c->spec->name, "channel", channel));
-	/* refresh now, so the next request finds it done */
-	if (c->copy.body != NULL)
+	/* NEXT_UPDATE: refresh now, so the next request finds it done; MAX_AGE: the next request fetches */
+	if (c->spec->rule == GW_DOC_NEXT_UPDATE && c->copy.body != NULL)
 		start_fetch(c);
 }
 
@@ -407,12 +420,13 @@ gw_doc_cache_new(struct event_base *base, struct gw_db_pool *pool, const struct 
 			free(c);
 			return NULL;
 		}
-		if (gw_db_pool_listen(pool, spec->channel, on_notify, c) != 0)
-		{
+	}
+	if (spec->channel != NULL && gw_db_pool_listen(pool, spec->channel, on_notify, c) != 0)
+	{
+		if (c->timer != NULL)
 			event_free(c->timer);
-			free(c);
-			return NULL;
-		}
+		free(c);
+		return NULL;
 	}
 	return c;
 }

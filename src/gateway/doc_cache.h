@@ -28,9 +28,14 @@ enum gw_doc_rule
 {
 	/*
 	 * Younger than --service-keys-max-age (counted from the start of the
-	 * fetch that made it); while fetches fail, served up to GW_DOC_STALE_MAX
-	 * old (or --service-keys-max-age, when that is longer).
-	 * Cache-Control max-age: what is left of --service-keys-max-age.
+	 * fetch that made it) and, when the spec names a channel, no
+	 * notification on it since that fetch started and the pool listening
+	 * without a gap since then (the next request fetches again; #47: the
+	 * KRL and the signed SSH document); while fetches fail, served up to
+	 * GW_DOC_STALE_MAX old (or --service-keys-max-age, when that is longer).
+	 * Cache-Control max-age: what is left of --service-keys-max-age, at
+	 * most GW_DOC_NEXT_UPDATE_CC_MAX for a document with a channel (a CDN
+	 * passes a revocation on within a minute, as for the CRL).
 	 */
 	GW_DOC_MAX_AGE,
 
@@ -80,7 +85,7 @@ struct gw_doc_spec
 	const char *name;			/* crl, service_keys, ...: bc_gateway_<name>_* and the logs' document */
 	const char *sql;			/* its query: one column */
 	enum gw_doc_rule rule;
-	const char *channel;		/* NEXT_UPDATE: the NOTIFY channel that makes it stale */
+	const char *channel;		/* the NOTIFY channel that makes it stale (NEXT_UPDATE: required; MAX_AGE: NULL for none) */
 	gw_doc_check check;
 	const char *content_type;	/* of the 200 */
 	const char *unavailable;	/* the reason logged with a 503 */
@@ -99,7 +104,8 @@ typedef void (*gw_doc_cb) (const char *body, size_t len, long max_age, const cha
 
 /*
  * A cache of spec fed by pool, answering path (for the metrics' HELP); a
- * NEXT_UPDATE document registers LISTEN on the pool and a timer on base.
+ * spec with a channel registers LISTEN on the pool, a NEXT_UPDATE document
+ * a timer on base too.
  * spec and path must outlive the cache.  NULL when out of memory.
  */
 struct gw_doc_cache *gw_doc_cache_new(struct event_base *base, struct gw_db_pool *pool,
@@ -134,9 +140,10 @@ struct gw_doc_moment
 	int			has_copy;
 	double		age;			/* MAX_AGE: seconds since the fetch that made the copy started */
 	double		max_age;		/* MAX_AGE: --service-keys-max-age */
+	int			channel;		/* MAX_AGE: the spec names a channel (max-age at most GW_DOC_NEXT_UPDATE_CC_MAX) */
 	double		wall_left;		/* NEXT_UPDATE: seconds until nextUpdate by the wall clock */
 	double		mono_left;		/* NEXT_UPDATE: the same by the monotonic clock from the fetch */
-	int			unseen;			/* NEXT_UPDATE: a notification since that fetch started, or a gap in listening */
+	int			unseen;			/* a notification on the spec's channel since that fetch started, or a gap in listening */
 	int			failed;			/* the last fetch failed */
 	double		since_failure;	/* seconds since it failed */
 	double		retry_after;	/* --retry-after */

@@ -14,10 +14,21 @@
  * --service-keys-max-age (the MAX_AGE rule: a key or CA rotation is served
  * within that).  The copy is never believed by anyone but bcd or a federating
  * peer, which check it; a stale one does no harm beyond its age.
+ *
+ * #47 ssh: the OpenSSH KRL (bc_join.ssh_krl(), bytea: kept when it starts
+ * with the KRL magic and format version 1, at most --crl-max-size and
+ * BC_SSH_KRL_MAX) and the signed SSH document (bc_join.signed_ssh(), JSON)
+ * are MAX_AGE documents that a notification on bc_join_crl (a revocation,
+ * and so a new KRL) also makes stale; the SSH CA lines (bc_join.ssh_host_ca(),
+ * ssh_user_ca(): text, bounded printable lines) change only with the key
+ * directory, MAX_AGE alone.  bcd takes the KRL only when its SHA-256 is the
+ * signed document's krlSha256, and the CA lines only from that document.
  */
 #include "documents.h"
 #include "clock.h"
 #include "config.h"
+
+#include "bc_protocol.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -108,6 +119,73 @@ check_json(const char *value, size_t len, const struct gw_config *cfg, struct gw
 	return NULL;
 }
 
+/* The start of every OpenSSH KRL (PROTOCOL.krl): the magic, then the format version 1 (uint32, big-endian). */
+static const unsigned char ssh_krl_head[] = {'S', 'S', 'H', 'K', 'R', 'L', '\n', '\0', 0, 0, 0, 1};
+
+/* The KRL: bytea in hex form to bytes starting as a KRL, within its bound; see gw_doc_check. */
+static const char *
+check_ssh_krl(const char *text, size_t text_len, const struct gw_config *cfg, struct gw_doc_copy *copy)
+{
+	size_t		max = cfg->crl_max_size < BC_SSH_KRL_MAX ? cfg->crl_max_size : BC_SSH_KRL_MAX;
+	unsigned char *krl;
+	size_t		len = 0;
+	const char *why = NULL;
+
+	/* hex form: "\x" and two digits a byte; refuse before decoding anything big */
+	if (text == NULL)
+		return "bc_join.ssh_krl() returned NULL";
+	if (text_len > 2 + 2 * max)
+		return "the KRL is larger than --crl-max-size or BC_SSH_KRL_MAX";
+	krl = PQunescapeBytea((const unsigned char *) text, &len);
+	if (krl == NULL)
+		return "out of memory";
+	if (len > max)
+		why = "the KRL is larger than --crl-max-size or BC_SSH_KRL_MAX";
+	else if (len < sizeof(ssh_krl_head) || memcmp(krl, ssh_krl_head, sizeof(ssh_krl_head)) != 0)
+		why = "bc_join.ssh_krl() is not an OpenSSH KRL of format 1";
+	else if ((copy->body = malloc(len)) == NULL)
+		why = "out of memory";
+	else
+	{
+		memcpy(copy->body, krl, len);
+		copy->len = len;
+	}
+	PQfreemem(krl);
+	return why;
+}
+
+/* The largest text document (the SSH CA lines) accepted from the database. */
+#define GW_DOC_TEXT_MAX (64 * 1024)
+
+/*
+ * A text document: lines of printable ASCII, none empty, each ending in a
+ * newline, at most 64 KiB in all; kept as it is.  See gw_doc_check.
+ */
+static const char *
+check_text(const char *value, size_t len, const struct gw_config *cfg, struct gw_doc_copy *copy)
+{
+	(void) cfg;
+	if (value == NULL || len == 0)
+		return "the query returned no lines";
+	if (len > GW_DOC_TEXT_MAX)
+		return "the document is larger than 64 KiB";
+	for (size_t i = 0; i < len; i++)
+	{
+		unsigned char ch = (unsigned char) value[i];
+
+		if (ch == '\n' ? i == 0 || value[i - 1] == '\n' : ch < 0x20 || ch > 0x7e)
+			return "the document is not lines of printable ASCII";
+	}
+	if (value[len - 1] != '\n')
+		return "the document's last line has no newline";
+	copy->body = malloc(len);
+	if (copy->body == NULL)
+		return "out of memory";
+	memcpy(copy->body, value, len);
+	copy->len = len;
+	return NULL;
+}
+
 /* The CRL's metrics, named as they were before the caches were one. */
 static const struct gw_doc_metric_text crl_metric_text = {
 	.fetches = "CRL fetches from the database, by result.",
@@ -184,4 +262,48 @@ const struct gw_doc_spec gw_doc_jwks = {
 	.content_type = "application/json",
 	.unavailable = "no JWKS (bc_join.jwt_issuer or jwt-svid.key missing?)",
 	.cors = "*",
+};
+
+/*
+ * #47 ssh: the OpenSSH KRL, public as the CRL is (sshd's RevokedKeys, a
+ * client's RevokedHostKeys), with an ETag; stale on bc_join_crl.
+ */
+const struct gw_doc_spec gw_doc_ssh_krl = {
+	.name = "ssh_krl",
+	.sql = "SELECT bc_join.ssh_krl()",
+	.rule = GW_DOC_MAX_AGE,
+	.channel = "bc_join_crl",
+	.check = check_ssh_krl,
+	.content_type = "application/octet-stream",
+	.unavailable = "no SSH KRL",
+};
+
+/* The CA lines and the KRL's SHA-256, signed by each signing key: what bcd takes up; stale on bc_join_crl. */
+const struct gw_doc_spec gw_doc_ssh_signed = {
+	.name = "ssh_signed",
+	.sql = "SELECT bc_join.signed_ssh()::text",
+	.rule = GW_DOC_MAX_AGE,
+	.channel = "bc_join_crl",
+	.check = check_json,
+	.content_type = "application/json",
+	.unavailable = "no signed SSH document",
+};
+
+/* The SSH CAs' public key lines (@cert-authority, TrustedUserCAKeys), current key first. */
+const struct gw_doc_spec gw_doc_ssh_host_ca = {
+	.name = "ssh_host_ca",
+	.sql = "SELECT bc_join.ssh_host_ca()",
+	.rule = GW_DOC_MAX_AGE,
+	.check = check_text,
+	.content_type = "text/plain",
+	.unavailable = "no SSH host CA (ssh-host-ca.key missing?)",
+};
+
+const struct gw_doc_spec gw_doc_ssh_user_ca = {
+	.name = "ssh_user_ca",
+	.sql = "SELECT bc_join.ssh_user_ca()",
+	.rule = GW_DOC_MAX_AGE,
+	.check = check_text,
+	.content_type = "text/plain",
+	.unavailable = "no SSH user CA (ssh-user-ca.key missing?)",
 };

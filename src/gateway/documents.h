@@ -23,4 +23,16 @@ extern const struct gw_doc_spec gw_doc_trust_bundles;
 extern const struct gw_doc_spec gw_doc_oidc_discovery;
 extern const struct gw_doc_spec gw_doc_jwks;
 
+/*
+ * #47 ssh: GET /v1/ssh/krl (bc_join.ssh_krl(), the OpenSSH KRL) and GET
+ * /v1/ssh/signed (bc_join.signed_ssh()), at most --service-keys-max-age old
+ * and stale on bc_join_crl; GET /v1/ssh/host-ca and /v1/ssh/user-ca
+ * (bc_join.ssh_host_ca(), ssh_user_ca(): text/plain), at most
+ * --service-keys-max-age old.
+ */
+extern const struct gw_doc_spec gw_doc_ssh_krl;
+extern const struct gw_doc_spec gw_doc_ssh_signed;
+extern const struct gw_doc_spec gw_doc_ssh_host_ca;
+extern const struct gw_doc_spec gw_doc_ssh_user_ca;
+
 #endif

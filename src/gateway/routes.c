@@ -82,6 +82,18 @@ const struct gw_route gw_routes[] = {
 	{"GET", BC_PATH_OIDC_DISCOVERY, "oidc_discovery", GW_ROUTE_DOCUMENT, NULL,
 	&gw_doc_oidc_discovery, 0, NULL, 0},
 	{"GET", BC_PATH_JWKS, "jwks", GW_ROUTE_DOCUMENT, NULL, &gw_doc_jwks, 0, NULL, 0},
+
+	/*
+	 * #47 ssh: a node's host certificate (a proof by its node key), relayed;
+	 * the KRL and the CA lines, public as /v1/crl (sshd's RevokedKeys, a
+	 * client's @cert-authority); the signed document bcd takes them from.
+	 */
+	{"POST", BC_PATH_SSH_HOST, "ssh_host", GW_ROUTE_RELAY, RELAY("bc_join.issue_ssh_host_cert"), NULL, API,
+	NULL, 0},
+	{"GET", BC_PATH_SSH_KRL, "ssh_krl", GW_ROUTE_DOCUMENT, NULL, &gw_doc_ssh_krl, 0, NULL, 0},
+	{"GET", BC_PATH_SSH_SIGNED, "ssh_signed", GW_ROUTE_DOCUMENT, NULL, &gw_doc_ssh_signed, API, NULL, 0},
+	{"GET", BC_PATH_SSH_HOST_CA, "ssh_host_ca", GW_ROUTE_DOCUMENT, NULL, &gw_doc_ssh_host_ca, 0, NULL, 0},
+	{"GET", BC_PATH_SSH_USER_CA, "ssh_user_ca", GW_ROUTE_DOCUMENT, NULL, &gw_doc_ssh_user_ca, 0, NULL, 0},
 };
 
 const size_t gw_nroutes = sizeof(gw_routes) / sizeof(gw_routes[0]);

@@ -66,7 +66,7 @@ SELECT ok(NOT (bc_join.signing_jwk() ? 'd') AND NOT (bc_join.encryption_jwk() ? 
 CREATE TEMP TABLE secrets AS
 	SELECT lpad(right(h, 64), 64, '0') AS hex, rtrim(translate(encode(decode(lpad(right(h, 64), 64, '0'), 'hex'), 'base64'), E'+/\n', '-_'), '=') AS b64
 	FROM unnest(string_to_array(:'privhex', ',')) h;
-SELECT is((SELECT count(*) FROM secrets WHERE length(hex) = 64), 6::bigint, 'the test knows the six private keys (jwt-svid.key and ocsp.key too)');
+SELECT is((SELECT count(*) FROM secrets WHERE length(hex) = 64), 8::bigint, 'the test knows the eight private keys (jwt-svid.key, ocsp.key and the SSH CA keys too)');
 
 -- Some data in every table: a join and a refusal.
 SELECT bc_join.create_tenant('k') AS t \gset

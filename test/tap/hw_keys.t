@@ -12,7 +12,8 @@ state the challenge key sealed and opened, a CRL the node CA key signed;
 rotation (--stage, --promote, --retire, --rotate-intermediate, and the
 JWT-SVID key's --stage-jwt-key, --promote-jwt-key, --retire-jwt-key) makes the new
 keys in the same hardware and the server takes them up; a persistent TPM key
-by handle: reference works.  The key directories copied where that TPM and
+by handle: reference works; ssh-user-ca.key there signs an OpenSSH user certificate
+(a session asked with "sshUser": true) that ssh-keygen -L reads (#47).  The key directories copied where that TPM and
 that token are not (another swtpm, another token with the same label and
 PIN): every key of them is refused (INVALID_CONFIG), one at a time.
 
@@ -39,13 +40,18 @@ Its own clusters (bctest.ClusterEnv), the TLS CA, gateway and bcd processes
 of test/agent/agentlib.py.
 """
 import base64
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 
 import psycopg2
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from jwcrypto import jwk, jws
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
@@ -61,7 +67,12 @@ RM = "test/lib/tpm-rm.sh"
 KEYGEN = "tools/bc-join-keygen"
 P11MOD = "/usr/lib/softhsm/libsofthsm2.so"
 PIN = "4711"
-KEYS = ("signing.key", "encryption.key", "challenge.key", "node-ca.key", "jwt-svid.key", "ocsp.key")
+KEYS = ("signing.key", "encryption.key", "challenge.key", "node-ca.key", "jwt-svid.key", "ocsp.key",
+        "ssh-host-ca.key", "ssh-user-ca.key")
+
+
+def b64u(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 
 
 def b64u_decode(s):
@@ -231,6 +242,26 @@ def body(tap, env):
         return sorted(line.split(":", 1)[1].strip() for line in r.stdout.splitlines()
                       if line.strip().startswith("label:"))
 
+    def ssh_user_cert(node_key_path, node_serial):
+        """The sshCertificate of a session asked with "sshUser": true, proven by the node key."""
+        with open(node_key_path, "rb") as f:
+            nk = jwk.JWK.from_pem(f.read())
+        sk = ec.generate_private_key(ec.SECP256R1())
+        der = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).sign(
+            sk, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+        claims = {"purpose": "session", "serial": node_serial, "iat": int(time.time()), "session": "hw",
+                  "csrSha256": b64u(hashlib.sha256(der).digest()), "sshUser": True}
+        s = jws.JWS(json.dumps(claims))
+        s.add_signature(nk, alg="ES256", protected=json.dumps({"alg": "ES256"}))
+        r = one("SELECT bc_join.issue_session(%s::jsonb)",
+                json.dumps({"csr": b64u(der), "proof": s.serialize(compact=True)}))
+        if r.get("status") != "issued":
+            return None
+        return json.loads(b64u_decode(r["response"].split(".")[1])).get("sshCertificate")
+
+    one("SELECT bc_join.allow_ssh_names(%s, 'user', ARRAY['hw'])", env.tenant)
+    one("SELECT bc_join.set_ssh_settings(%s, user_principals => ARRAY['hw'])", env.pool)
+
     # Plain files as they always were: PEM loads (the cluster's own directory), DER does not.
     der = os.path.join(env.hw, "keys-der")
     as_pg(["cp", "-a", env.kd["file"], der])
@@ -306,6 +337,24 @@ def body(tap, env):
         tap.ok(v.returncode == 0 and "Response verify OK" in v.stdout and "Cert Status: unknown" in v.stdout,
                "%s: an OCSP answer signed by ocsp.key through a responder certificate node-ca.key issued verifies"
                % kind, v.stdout[-800:])
+
+        # An SSH user certificate (#47) signed by ssh-user-ca.key in the hardware, which
+        # ssh-keygen -L reads (it verifies the CA's signature) naming the published CA.
+        if r.get("status") == "issued":
+            cert_b64 = ssh_user_cert(os.path.join(env.dir, "req-" + kind + "-t", "node.key"), payload["serial"])
+            cf = os.path.join(env.dir, kind + "-ssh-cert.pub")
+            with open(cf, "w") as f:
+                f.write("ecdsa-sha2-nistp256-cert-v01@openssh.com %s\n" % cert_b64)
+            caf = os.path.join(env.dir, kind + "-ssh-user-ca.pub")
+            with open(caf, "w") as f:
+                f.write(one("SELECT bc_join.ssh_user_ca()"))
+            v = subprocess.run(["ssh-keygen", "-L", "-f", cf], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+            fp = subprocess.run(["ssh-keygen", "-l", "-f", caf], stdout=subprocess.PIPE, text=True).stdout.split()
+            tap.ok(v.returncode == 0 and "user certificate" in v.stdout and len(fp) > 1 and
+                   ("Signing CA: ECDSA " + fp[1]) in v.stdout and "                hw" in v.stdout,
+                   "%s: an SSH user certificate signed by ssh-user-ca.key in the hardware: ssh-keygen -L reads it, "
+                   "signed by the CA ssh_user_ca() publishes" % kind, v.stdout)
 
         # Rotation in the same hardware.
         before = p11_objects() if kind == "pkcs11" else None

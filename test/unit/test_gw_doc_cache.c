@@ -3,8 +3,9 @@
  * freshness decision (doc_cache.c: gw_doc_current, gw_doc_servable,
  * gw_doc_decide, gw_doc_refresh_in), a pure function of what the cache knows
  * at one moment: the MAX_AGE rule of the service keys and the SPIFFE bundle,
- * the NEXT_UPDATE rule of the CRL, and the --retry-after window after a
- * failed fetch.
+ * the NEXT_UPDATE rule of the CRL, a MAX_AGE document's channel (#47: the
+ * SSH KRL and signed document, stale on bc_join_crl), and the --retry-after
+ * window after a failed fetch; and the documents' checks.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -146,6 +147,189 @@ test_max_age_closing(void **state)
 	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
 	m.age = 301;
 	assert_int_equal(decide(&m, &ma), GW_DOC_UNAVAILABLE);
+}
+
+/*
+ * MAX_AGE with a channel (#47): a notification, or a gap in listening, since
+ * the fetch makes a young copy not current, so the next request fetches; its
+ * waiters, and requests while fetches fail, still get the copy within the
+ * max age (or GW_DOC_STALE_MAX).
+ */
+static void
+test_max_age_unseen(void **state)
+{
+	struct gw_doc_moment m = max_age_copy(1);
+	long		ma;
+
+	(void) state;
+	m.unseen = 1;
+	assert_false(gw_doc_current(&m));
+	assert_int_equal(decide(&m, &ma), GW_DOC_WAIT);
+	m.fetching = 1;
+	assert_int_equal(decide(&m, &ma), GW_DOC_WAIT);
+	assert_int_equal(gw_doc_servable(&m), 9);
+	/* a failed fetch: the stale copy for --retry-after, no new attempt */
+	m.fetching = 0;
+	m.failed = 1;
+	m.since_failure = 1;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	assert_int_equal(ma, 9);
+	m.since_failure = 5;
+	assert_int_equal(decide(&m, &ma), GW_DOC_WAIT);
+	/* nothing unseen: the same copy is current */
+	m = max_age_copy(1);
+	assert_true(gw_doc_current(&m));
+	/* with a channel, Cache-Control max-age is at most a minute, however long the max age */
+	m = max_age_copy(100);
+	m.max_age = 3600;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	assert_int_equal(ma, 3500);
+	m.channel = 1;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	assert_int_equal(ma, GW_DOC_NEXT_UPDATE_CC_MAX);
+	m.age = 3590;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	assert_int_equal(ma, 10);
+}
+
+/* Which documents are stale on a channel: the CRL, the SSH KRL and signed document on bc_join_crl. */
+static void
+test_channels(void **state)
+{
+	(void) state;
+	assert_string_equal(gw_doc_ssh_krl.channel, "bc_join_crl");
+	assert_int_equal(gw_doc_ssh_krl.rule, GW_DOC_MAX_AGE);
+	assert_string_equal(gw_doc_ssh_signed.channel, "bc_join_crl");
+	assert_int_equal(gw_doc_ssh_signed.rule, GW_DOC_MAX_AGE);
+	assert_null(gw_doc_ssh_host_ca.channel);
+	assert_null(gw_doc_ssh_user_ca.channel);
+	assert_null(gw_doc_service_keys.channel);
+	assert_null(gw_doc_spiffe_bundle.channel);
+	assert_string_equal(gw_doc_ssh_krl.content_type, "application/octet-stream");
+	assert_string_equal(gw_doc_ssh_signed.content_type, "application/json");
+	assert_string_equal(gw_doc_ssh_host_ca.content_type, "text/plain");
+	assert_string_equal(gw_doc_ssh_user_ca.content_type, "text/plain");
+	assert_string_equal(gw_doc_ssh_krl.sql, "SELECT bc_join.ssh_krl()");
+	assert_string_equal(gw_doc_ssh_signed.sql, "SELECT bc_join.signed_ssh()::text");
+	assert_string_equal(gw_doc_ssh_host_ca.sql, "SELECT bc_join.ssh_host_ca()");
+	assert_string_equal(gw_doc_ssh_user_ca.sql, "SELECT bc_join.ssh_user_ca()");
+}
+
+/* bytes as bytea's hex text (malloc'd). */
+static char *
+to_hex(const unsigned char *b, size_t n)
+{
+	char	   *hex = malloc(2 + 2 * n + 1);
+
+	assert_non_null(hex);
+	strcpy(hex, "\\x");
+	for (size_t i = 0; i < n; i++)
+		sprintf(hex + 2 + 2 * i, "%02x", b[i]);
+	return hex;
+}
+
+/* The KRL's check: the magic and format 1, within --crl-max-size and BC_SSH_KRL_MAX, kept to the byte. */
+static void
+test_ssh_krl_check(void **state)
+{
+	/* a KRL as ssh-keygen -k writes it, empty: header, version 7, generated, flags, reserved, comment */
+	static const unsigned char krl[] = {
+		'S', 'S', 'H', 'K', 'R', 'L', '\n', '\0', 0, 0, 0, 1,
+		0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0x65, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	};
+	struct gw_config cfg = {.crl_max_size = 8 * 1024 * 1024};
+	struct gw_doc_copy copy = {0};
+	unsigned char bad[sizeof(krl)];
+	char	   *hex;
+	size_t		big = (size_t) 4 * 1024 * 1024 + 1;
+	unsigned char *huge;
+
+	(void) state;
+	assert_string_equal(gw_doc_ssh_krl.check(NULL, 0, &cfg, &copy), "bc_join.ssh_krl() returned NULL");
+	assert_string_equal(gw_doc_ssh_krl.check("\\x", 2, &cfg, &copy),
+						"bc_join.ssh_krl() is not an OpenSSH KRL of format 1");
+	hex = to_hex(krl, sizeof(krl));
+	assert_null(gw_doc_ssh_krl.check(hex, strlen(hex), &cfg, &copy));
+	assert_int_equal(copy.len, sizeof(krl));
+	assert_memory_equal(copy.body, krl, sizeof(krl));
+	free(copy.body);
+	memset(&copy, 0, sizeof(copy));
+	/* over --crl-max-size */
+	cfg.crl_max_size = sizeof(krl) - 1;
+	assert_string_equal(gw_doc_ssh_krl.check(hex, strlen(hex), &cfg, &copy),
+						"the KRL is larger than --crl-max-size or BC_SSH_KRL_MAX");
+	cfg.crl_max_size = 8 * 1024 * 1024;
+	free(hex);
+	/* a truncated header; one bit flipped in the magic or the format version */
+	hex = to_hex(krl, 11);
+	assert_string_equal(gw_doc_ssh_krl.check(hex, strlen(hex), &cfg, &copy),
+						"bc_join.ssh_krl() is not an OpenSSH KRL of format 1");
+	free(hex);
+	for (size_t i = 0; i < 12; i++)
+	{
+		memcpy(bad, krl, sizeof(krl));
+		bad[i] ^= 0x01;
+		hex = to_hex(bad, sizeof(bad));
+		assert_string_equal(gw_doc_ssh_krl.check(hex, strlen(hex), &cfg, &copy),
+							"bc_join.ssh_krl() is not an OpenSSH KRL of format 1");
+		free(hex);
+	}
+	/* over BC_SSH_KRL_MAX, though --crl-max-size (8 MiB) allows it: bcd would refuse it */
+	huge = calloc(1, big);
+	assert_non_null(huge);
+	memcpy(huge, krl, sizeof(krl));
+	hex = to_hex(huge, big);
+	assert_string_equal(gw_doc_ssh_krl.check(hex, strlen(hex), &cfg, &copy),
+						"the KRL is larger than --crl-max-size or BC_SSH_KRL_MAX");
+	free(hex);
+	hex = to_hex(huge, big - 1);
+	assert_null(gw_doc_ssh_krl.check(hex, strlen(hex), &cfg, &copy));
+	assert_int_equal(copy.len, big - 1);
+	free(copy.body);
+	free(hex);
+	free(huge);
+}
+
+/* The CA lines' check: printable ASCII lines, each ended by a newline, none empty, at most 64 KiB. */
+static void
+test_text_check(void **state)
+{
+	static const char two[] = "ecdsa-sha2-nistp256 AAAAE2Vj bc_join-host-ca@test\n"
+		"ecdsa-sha2-nistp256 AAAAE2Vk bc_join-host-ca@test\n";
+	static const char *const refused[] = {
+		"no newline", "a\n\nb\n", "\n", "tab\there\n", "cr\r\n", "nul\0x\n", "del\x7f\n", "\xc3\xa9\n",
+	};
+	static char big[64 * 1024 + 1];
+	struct gw_doc_copy copy = {0};
+
+	(void) state;
+	assert_string_equal(gw_doc_ssh_host_ca.check(NULL, 0, NULL, &copy), "the query returned no lines");
+	assert_string_equal(gw_doc_ssh_user_ca.check("", 0, NULL, &copy), "the query returned no lines");
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+	{
+		size_t		n = strlen(refused[i]);
+
+		if (i == 5)
+			n = 6;				/* "nul\0x\n" */
+		assert_non_null(gw_doc_ssh_host_ca.check(refused[i], n, NULL, &copy));
+	}
+	assert_string_equal(gw_doc_ssh_host_ca.check("no newline", 10, NULL, &copy),
+						"the document's last line has no newline");
+	assert_string_equal(gw_doc_ssh_host_ca.check("a\n\nb\n", 5, NULL, &copy),
+						"the document is not lines of printable ASCII");
+	memset(big, 'a', sizeof(big));
+	big[sizeof(big) - 1] = '\n';
+	assert_string_equal(gw_doc_ssh_host_ca.check(big, sizeof(big), NULL, &copy),
+						"the document is larger than 64 KiB");
+	assert_null(copy.body);
+	assert_null(gw_doc_ssh_host_ca.check(big + 1, sizeof(big) - 1, NULL, &copy));
+	assert_int_equal(copy.len, sizeof(big) - 1);
+	free(copy.body);
+	memset(&copy, 0, sizeof(copy));
+	assert_null(gw_doc_ssh_user_ca.check(two, sizeof(two) - 1, NULL, &copy));
+	assert_int_equal(copy.len, sizeof(two) - 1);
+	assert_memory_equal(copy.body, two, sizeof(two) - 1);
+	free(copy.body);
 }
 
 /* NEXT_UPDATE: current before nextUpdate with nothing unseen; max-age the time left, at most 60. */
@@ -370,6 +554,10 @@ main(void)
 		cmocka_unit_test(test_max_age_after_failure),
 		cmocka_unit_test(test_max_age_longer_than_stale),
 		cmocka_unit_test(test_max_age_closing),
+		cmocka_unit_test(test_max_age_unseen),
+		cmocka_unit_test(test_channels),
+		cmocka_unit_test(test_ssh_krl_check),
+		cmocka_unit_test(test_text_check),
 		cmocka_unit_test(test_next_update_current),
 		cmocka_unit_test(test_next_update_unseen),
 		cmocka_unit_test(test_next_update_after_failure),

@@ -56,6 +56,12 @@ static const struct wire_route wire[] = {
 	{"GET", "/.well-known/openid-configuration", "oidc_discovery", GW_ROUTE_DOCUMENT, 0, 0, NULL,
 	&gw_doc_oidc_discovery, 0, 0},
 	{"GET", "/v1/jwks", "jwks", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_jwks, 0, 0},
+	/* #47 ssh: the host certificate relayed and the signed document as the API; KRL and CA lines public */
+	{"POST", "/v1/ssh/host", "ssh_host", GW_ROUTE_RELAY, 1, 1, NULL, NULL, 0, 0},
+	{"GET", "/v1/ssh/krl", "ssh_krl", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_ssh_krl, 0, 0},
+	{"GET", "/v1/ssh/signed", "ssh_signed", GW_ROUTE_DOCUMENT, 1, 1, NULL, &gw_doc_ssh_signed, 0, 0},
+	{"GET", "/v1/ssh/host-ca", "ssh_host_ca", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_ssh_host_ca, 0, 0},
+	{"GET", "/v1/ssh/user-ca", "ssh_user_ca", GW_ROUTE_DOCUMENT, 0, 0, NULL, &gw_doc_ssh_user_ca, 0, 0},
 };
 
 #define NWIRE (sizeof(wire) / sizeof(wire[0]))
@@ -118,6 +124,9 @@ test_relay_statements(void **state)
 						"WHERE $1::text IS NOT NULL");
 	assert_int_equal(gw_route_match("POST", "/v1/attest", &r, allow, sizeof(allow)), 200);
 	assert_string_equal(r->sql, "SELECT t.r, t.r->>'status' FROM bc_join.attest($1::jsonb) AS t(r)");
+	assert_int_equal(gw_route_match("POST", "/v1/ssh/host", &r, allow, sizeof(allow)), 200);
+	assert_string_equal(r->sql,
+						"SELECT t.r, t.r->>'status' FROM bc_join.issue_ssh_host_cert($1::jsonb) AS t(r)");
 	/* the HTTP server reads at most the largest row's bound: attest's */
 	assert_int_equal(gw_routes_max_body(), 8 * 1024 * 1024);
 }
@@ -129,6 +138,7 @@ test_unknown_path_404(void **state)
 	static const char *const paths[] = {
 		"/nowhere", "/", "", "/v1", "/v1/crl/", "/v1/join/", "/HEALTHZ", "/h", "/m", "/v1/c",
 		"/healthz/", "/v1/joinx", "/v1/commands/", "/v1/commands/completed",
+		"/v1/ssh", "/v1/ssh/", "/v1/ssh/krl/", "/v1/ssh/hostx", "/v1/ssh/host-ca/x",
 	};
 
 	(void) state;
@@ -216,7 +226,7 @@ test_metrics_endpoints(void **state)
 	static const char *const counted[] = {
 		"join", "renew", "session", "commands", "commands_complete", "site_epoch",
 		"audit_anchor", "service_keys", "jwt_svid", "spiffe_bundle", "attest", "ocsp", "ocsp_get",
-		"trust_bundles", "other",
+		"trust_bundles", "ssh_host", "ssh_signed", "other",
 	};
 	struct gw_metrics *m = calloc(1, sizeof(*m));
 	struct gw_gauges g = {0};
@@ -259,11 +269,13 @@ test_metrics_endpoints(void **state)
 	assert_non_null(strstr(text, "bc_gateway_requests_total{endpoint=\"other\",outcome=\"unsupported\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_bucket{endpoint=\"join\",le=\"0.005\"} 1\n"));
 	assert_non_null(strstr(text, "bc_gateway_request_duration_seconds_count{endpoint=\"spiffe_bundle\"} 0\n"));
-	/* 15 endpoints x 13 outcomes */
+	assert_null(strstr(text, "endpoint=\"ssh_krl\""));
+	assert_null(strstr(text, "endpoint=\"ssh_host_ca\""));
+	/* 17 endpoints x 13 outcomes */
 	n = 0;
 	for (p = text; (p = strstr(p, "bc_gateway_requests_total{")) != NULL; p++)
 		n++;
-	assert_int_equal(n, 15 * GW_OUT_COUNT);
+	assert_int_equal(n, 17 * GW_OUT_COUNT);
 	free(text);
 	evbuffer_free(buf);
 	free(m);
