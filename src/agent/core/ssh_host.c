@@ -436,7 +436,7 @@ host_request(bcd_ssh *s, const bcd_node_snapshot *node, const unsigned char *blo
 		if (p == NULL || json_object_set_new(extra, "principals", p) != 0)
 			goto out;
 	}
-	proof = bcd_node_proof(&cred, BCD_PURPOSE_SSH_HOST, extra);
+	proof = bcd_node_proof(&cred, BC_PURPOSE_SSH_HOST, extra);
 	doc = proof != NULL ? json_pack("{s:s, s:s}", "sshPublicKey", b64, "proof", proof) : NULL;
 	if (doc != NULL)
 		body = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -35,8 +35,6 @@
 #define BCD_SSH_CA_LINES_MAX 8
 /* Bound of a .pub or -cert.pub file read. */
 #define BCD_SSH_LINE_MAX (64 * 1024)
-/* The purpose of the host certificate's proof. */
-#define BCD_PURPOSE_SSH_HOST "ssh-host"
 
 /* GET /v1/ssh/signed as believed: what bcd writes and what it compares later ones with. */
 typedef struct bcd_ssh_signed
