@@ -131,7 +131,24 @@ def script(tap, env, d, sshd_bin):
     pidfile = os.path.join(d, "sshd.pid")
     reload_exe = write_exe(os.path.join(d, "reload-sshd"),
                            "#!/bin/sh\n[ -f %s ] || exit 0\nkill -HUP \"$(cat %s)\"\n" % (pidfile, pidfile))
+    # refusals at start: a relative key path (usage, 64); a KRL under /tmp, where env.dir is
+    # (a directory above it writable by others), and a reload writable by others (exit 1)
     state = os.path.join(env.dir, "state")
+    r = env.bcd("run", *env.run_args(state, extra=["--ssh-host-key", "ssh_host_ed25519_key.pub"]),
+                timeout=30)
+    tap.ok(r.returncode == 64 and "--ssh-host-key must be the absolute path" in r.stderr,
+           "a relative --ssh-host-key: usage error", r.stderr)
+    r = env.bcd("run", *env.run_args(state, token_file=env.token_file("x"), extra=[
+        "--ssh-krl", os.path.join(env.dir, "krl")]), timeout=30)
+    tap.ok(r.returncode == 1 and "--ssh-krl" in r.stderr and "refused" in r.stderr,
+           "a --ssh-krl in a directory others can write to: bcd refuses to start", r.stderr)
+    loose = write_exe(os.path.join(d, "loose"), "#!/bin/sh\n")
+    os.chmod(loose, 0o777)
+    r = env.bcd("run", *env.run_args(state, token_file=env.token_file("y"), extra=[
+        "--ssh-host-key", ed + ".pub", "--ssh-reload", loose]), timeout=30)
+    tap.ok(r.returncode == 1 and "--ssh-reload %s is refused" % loose in r.stderr,
+           "a --ssh-reload writable by others: bcd refuses to start", r.stderr)
+    shutil.rmtree(state, ignore_errors=True)
     rt = os.path.join(env.dir, "rt")       # the runtime directory: the socket, the hook's DIR
     os.mkdir(rt, 0o700)
     benv = env.bcd_env()
