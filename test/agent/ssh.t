@@ -154,7 +154,7 @@ def script(tap, env, d, sshd_bin):
     benv = env.bcd_env()
     benv["XDG_RUNTIME_DIR"] = rt
     bcd = Proc(env, "bcd", [env.bcd_bin, "run"] + env.run_args(state, token_file=env.token_file("ssh"), extra=[
-        "--status-interval", str(STATUS_INTERVAL), "--renew-at", "0.15", "--hostname", HOST_NAME,
+        "--status-interval", str(STATUS_INTERVAL), "--renew-at", "0.12", "--hostname", HOST_NAME,
         "--ssh-host-key", ed + ".pub", "--ssh-own-host-key", own, "--ssh-reload", reload_exe,
         "--ssh-krl", krl, "--ssh-user-ca", user_ca, "--ssh-host-ca", host_ca]), benv)
     env.procs.append(bcd)
@@ -322,6 +322,16 @@ def script(tap, env, d, sshd_bin):
     r = ssh(STATIC_NAME)
     tap.ok(r.returncode == 0, "(6) and without the KRL it would have connected", r.stderr[-2000:])
     tap.eq(os.path.exists(krl) and os.path.exists(certs[0]), True, "bcd never removed a file")
+
+    # -- what bcd never installs, sshd survives: a HUP with a certificate of another key ------
+    shutil.copy(certs[0], certs[1])
+    hups = sshd_log().count("Received SIGHUP")
+    run([reload_exe])
+    wait_for(lambda: sshd_log().count("Received SIGHUP") > hups, 5)
+    r = ssh(STATIC_NAME)
+    tap.ok(r.returncode == 0 and sshd.proc.poll() is None,
+           "sshd HUPed with a host certificate of another key keeps serving (its other key)",
+           r.stderr[-1500:] + sshd_log()[-1500:])
     sshd.stop(signal.SIGTERM, 10)
 
 
