@@ -50,6 +50,11 @@ BCD_UNIT_SRCS      = src/agent/core/attest_rules.c src/agent/core/backoff.c src/
 # SSH, the host side: the signed document, the KRL, the host certificate's checks (test_bcd_ssh.c)
 BCD_UNIT_SRCS     += src/agent/core/ssh_docs.c
 BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lcurl -lm -pthread
+# The session's SSH user certificate (test_bcd_ssh_user.c): its answer check and its delivery
+# (delivery.c's checked directory open reaches producers/exec.c, which reaches the rest).
+BCD_UNIT_SRCS     += src/agent/core/ssh_user.c src/agent/core/delivery.c src/agent/core/local_socket.c \
+	src/agent/producers/exec.c src/agent/core/child.c src/agent/producers/join_token.c \
+	src/agent/producers/evidence.c
 BCD_TEST_OBJS      = $(BCD_UNIT_SRCS:%.c=build/testobj/%.o)
 BCD_ASAN_TEST_OBJS = $(BCD_UNIT_SRCS:%.c=build/asan/testobj/%.o)
 

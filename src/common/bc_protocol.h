@@ -392,6 +392,7 @@ bc_spiffe_session_of(char *buf, size_t size, const char *node_uri, const char *s
 #define BC_SOCK_BAD_DIR			"bad-dir"
 #define BC_SOCK_FORBIDDEN		"forbidden"
 #define BC_SOCK_FAILED			"failed"
+#define BC_SOCK_NO_SSH_CERTIFICATE "no-ssh-certificate"	/* asked "ssh": true, none issued */
 /* ... and the clients' own (no answer came, or none was asked for). */
 #define BC_SOCK_NO_DAEMON		"no-daemon"
 #define BC_SOCK_NO_ANSWER		"no-answer"

@@ -1,7 +1,8 @@
 /*
  * credential.c: `bcd credential`, what a hook runs to get a session
- * credential: bcd writes the key and chain into --dir and this prints their
- * paths (core/client.c talks to the socket and reports refusals).
+ * credential: bcd writes the key and chain (with --ssh, the SSH user
+ * certificate too) into --dir and this prints their paths (core/client.c
+ * talks to the socket and reports refusals).
  */
 /* Default --timeout, in seconds. */
 #include <getopt.h>
@@ -28,7 +29,7 @@ static void
 credential_usage(FILE *stream)
 {
 	fputs("usage: bcd credential --session S [--context C] --dir DIR [--socket PATH]\n"
-		  "                      [--timeout SECONDS] [--json] [--crl]\n"
+		  "                      [--timeout SECONDS] [--json] [--crl] [--ssh]\n"
 		  "\n"
 		  "Asks the local bcd for a session credential.  bcd writes the key and its\n"
 		  "certificate chain (0600) into DIR, which must be under the runtime directory\n"
@@ -37,13 +38,20 @@ credential_usage(FILE *stream)
 		  "answer).  --crl: bcd also writes DIR/crl.pem, the node CA's CRL as it last\n"
 		  "verified it, and its path is printed after the notAfter (bcd run needs\n"
 		  "--hook-crl or the Workload API; unavailable until it holds one).\n"
+		  "--ssh: the credential also carries an OpenSSH user certificate of the\n"
+		  "session key, which bcd writes as DIR/S[@C].key-cert.pub (0644; ssh -i\n"
+		  "DIR/S.key finds it), and its path is printed last; refused\n"
+		  "no-ssh-certificate when the service issued none (the pool has no SSH user\n"
+		  "rule, or allows none of its names), or when this hook joined a provisioning\n"
+		  "of the session already running without it (ask again once it ended).\n"
 		  "The socket: --socket, $BCD_SOCKET, or $XDG_RUNTIME_DIR/bcd/bcd.sock.\n"
 		  "On a refusal prints \"bcd credential: CODE: MESSAGE\" on stderr.\n"
 		  "\n"
 		  "Exit status: 0 delivered; 64 usage; 65 bad-request, bad-dir; 69 no-daemon,\n"
 		  "no-answer; 70 failed; 75 busy, unavailable, timeout (try again later);\n"
 		  "77 no-node-credential, refused, forbidden, untrusted-socket (the socket's\n"
-		  "directory or the process listening on it is not yours).  Default --timeout 120.\n",
+		  "directory or the process listening on it is not yours), no-ssh-certificate.\n"
+		  "Default --timeout 120.\n",
 		  stream);
 }
 
@@ -59,6 +67,7 @@ bcd_cmd_credential(int argc, char **argv)
 		{BC_SOCK_TIMEOUT, required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},
 		{"crl", no_argument, NULL, 'r'},
+		{"ssh", no_argument, NULL, 'x'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -69,6 +78,7 @@ bcd_cmd_credential(int argc, char **argv)
 	double		timeout = DEFAULT_TIMEOUT;
 	int			as_json = 0;
 	int			want_crl = 0;
+	int			want_ssh = 0;
 	char		cwd[4096];
 	char		abs_dir[BCD_DIR_MAX + 1];
 	char		err[512];
@@ -90,6 +100,7 @@ bcd_cmd_credential(int argc, char **argv)
 			case 'S': socket_opt = optarg; break;
 			case 'j': as_json = 1; break;
 			case 'r': want_crl = 1; break;
+			case 'x': want_ssh = 1; break;
 			case 't':
 				if (bcd_client_parse_timeout(optarg, &timeout))
 				{
@@ -128,7 +139,8 @@ bcd_cmd_credential(int argc, char **argv)
 	}
 	req = json_pack("{s:s, s:s, s:s, s:s}", "op", BC_SOCK_OP_CREDENTIAL, "session", session,
 					"context", context != NULL ? context : "", "dir", dir);
-	if (req != NULL && want_crl && json_object_set_new(req, "crl", json_true()) != 0)
+	if (req != NULL && ((want_crl && json_object_set_new(req, "crl", json_true()) != 0) ||
+						(want_ssh && json_object_set_new(req, "ssh", json_true()) != 0)))
 	{
 		json_decref(req);
 		req = NULL;
@@ -147,10 +159,12 @@ bcd_cmd_credential(int argc, char **argv)
 		free(text);
 	}
 	else
-		rc = printf("%s\n%s\n%s\n%s%s", bcd_json_str(answer, "keyPath", "?"),
+		rc = printf("%s\n%s\n%s\n%s%s%s%s", bcd_json_str(answer, "keyPath", "?"),
 					bcd_json_str(answer, "certPath", "?"), bcd_json_str(answer, "notAfter", "?"),
 					want_crl ? bcd_json_str(answer, "crlPath", "?") : "",
-					want_crl ? "\n" : "") > 0 &&
+					want_crl ? "\n" : "",
+					want_ssh ? bcd_json_str(answer, "sshCertPath", "?") : "",
+					want_ssh ? "\n" : "") > 0 &&
 			fflush(stdout) == 0 ? BCD_RC_OK : BCD_RC_SOFTWARE;
 out:
 	json_decref(answer);

@@ -48,6 +48,7 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--hostname H] [--max-retry-after S] [--renew-at F]\n"
 			  "               [--once] [--renew-now] [--socket PATH]\n"
 			  "               [--max-provisioning N] [--max-queue N] [--metrics-file PATH]\n"
+			  "               [--ssh-user-certs]\n"
 			  "               [--workload-api PATH|off] [--workload-rule RULE]...\n"
 			  "               [--svid-files 'DIR=>TARGET']... [--svid-files-reload DIR=EXE]...\n"
 			  "               [--command-handler PREFIX=EXECUTABLE]... [--command-interval S]\n"
@@ -101,6 +102,10 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --max-provisioning N provisionings in flight at most (default 4)\n"
 			  "  --max-queue N        callers waiting at most (default 256); beyond: busy\n"
 			  "  --metrics-file PATH  Prometheus text, rewritten atomically on change\n"
+			  "  --ssh-user-certs     every hook's session credential asks for an OpenSSH\n"
+			  "                       user certificate of its key too, written beside the\n"
+			  "                       key (docs/agent.md, \"SSH user certificates for\n"
+			  "                       sessions\"; one hook asks with bcd credential --ssh)\n"
 			  "\n"
 			  "The SPIFFE Workload API (docs/agent.md, \"The SPIFFE Workload API\"), the\n"
 			  "daemon only, served with a rule or --workload-api PATH: SVIDs of sessions\n"
@@ -236,6 +241,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"max-provisioning", required_argument, NULL, 'P'},
 		{"max-queue", required_argument, NULL, 'Q'},
 		{"metrics-file", required_argument, NULL, 'M'},
+		{"ssh-user-certs", no_argument, NULL, 1101},
 		{"workload-api", required_argument, NULL, 'w'},
 		{"workload-rule", required_argument, NULL, 'u'},
 		{"workload-api-mode", required_argument, NULL, 'X'},
@@ -325,6 +331,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 			case 'n': o->renew_now = 1; break;
 			case 'S': o->socket = optarg; server_opt = 1; break;
 			case 'M': o->metrics_file = optarg; server_opt = 1; break;
+			case 1101: o->ssh_user_certs = 1; break;	/* refused with --once below */
 			case 'w': o->workload_api = optarg; server_opt = 1; break;
 			case 'X':
 				server_opt = 1;
@@ -496,6 +503,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	}
 	else if (o->metrics_file != NULL && o->metrics_file[0] != '/')
 		bad = "--metrics-file must be an absolute path";
+	else if (o->ssh_user_certs && o->once)
+		bad = "--ssh-user-certs serves the daemon's session credentials, not --once";
 	else if (o->claims != NULL)
 	{
 		claims = bcd_build_claims(o->claims, NULL);

@@ -66,6 +66,8 @@ typedef struct bcd_run_opts
 	const char *metrics_file;	/* --metrics-file PATH, or NULL */
 	long		max_provisioning;
 	long		max_queue;
+	int			ssh_user_certs;	/* --ssh-user-certs: every hook's session credential asks an
+								 * SSH user certificate (sessions.c, ssh_user.c) */
 	/* the SPIFFE Workload API (workload/workload.c), the daemon only */
 	const char *workload_api;	/* --workload-api PATH, "off", or NULL for the default */
 	const char *workload_rules[BCD_WORKLOAD_RULES_MAX];	/* --workload-rule, as given */

@@ -14,15 +14,19 @@
  * device and inode): nothing is delivered into or under them, so a session
  * named "node" never lands on the node key.  The
  * files are then created relative to that descriptor: the key and the chain
- * each to a temporary name with O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600,
- * written and fsync()ed; then the old .crt is removed, the key renamed over
- * its final name, the chain renamed to its (the commit point), and the
- * directory fsync()ed.  So a .crt is only ever beside the .key it certifies,
- * even when bcd is killed (then a new .key may be left without its .crt, and
- * a temporary file may be left behind):
+ * (and the SSH user certificate when the credential carries one) each to a
+ * temporary name with O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600 (the SSH
+ * certificate 0644, as ssh-keygen writes a -cert.pub), written and
+ * fsync()ed; then the old .crt and the old .key-cert.pub are removed, the
+ * key renamed over its final name, the SSH certificate renamed to its, the
+ * chain renamed to its (the commit point), and the directory fsync()ed.  So
+ * a .crt or a .key-cert.pub is only ever beside the .key it certifies, even
+ * when bcd is killed (then a new .key may be left without its .crt, and a
+ * temporary file may be left behind):
  *
  *   DIR/<session>.key, DIR/<session>.crt                    (no context)
  *   DIR/<session>@<context>.key, DIR/<session>@<context>.crt
+ *   DIR/<session>[@<context>].key-cert.pub                  (SSH, docs/agent.md)
  *
  * '@' is not a selector character, so two selectors never share a name.
  * The .key is the session key (PKCS#8 PEM), the .crt its certificate and
@@ -248,87 +252,123 @@ write_tmp(int dirfd, const char *name, const char *data, size_t len, mode_t mode
 	return BC_EINVAL;
 }
 
+/* Rename dirfd/tmp (when tmp is not empty) to name; tmp emptied once renamed. */
+static int
+rename_in(int dirfd, char *tmp, const char *name, char *err, size_t errlen)
+{
+	if (tmp[0] == '\0')
+		return BC_OK;
+	if (renameat(dirfd, tmp, dirfd, name) != 0)
+	{
+		snprintf(err, errlen, "cannot write %s in the directory: %s", name, strerror(errno));
+		return BC_EINVAL;
+	}
+	tmp[0] = '\0';
+	return BC_OK;
+}
+
+/* Remove dirfd/name (gone already is fine). */
+static int
+remove_in(int dirfd, const char *name, char *err, size_t errlen)
+{
+	if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT)
+	{
+		snprintf(err, errlen, "cannot replace %s in the directory: %s", name, strerror(errno));
+		return BC_EINVAL;
+	}
+	return BC_OK;
+}
+
 /*
- * Replace dirfd/key_name and dirfd/cert_name with key and chain so that a
- * .crt is never beside a .key it does not certify, whenever bcd stops: both
- * are written to temporary names first, then the old .crt is removed, the
- * key renamed into place, the chain renamed into place (the commit point).
- * A stop between the last two leaves the new .key without a .crt; never a
- * mismatched pair.
+ * Replace dirfd/key_name, dirfd/ssh_name and dirfd/cert_name with key,
+ * ssh_line (NULL: none, the old one only removed) and chain so that a .crt
+ * or a .key-cert.pub is never beside a .key it does not certify, whenever
+ * bcd stops: all are written to temporary names first, then the old .crt
+ * and the old .key-cert.pub are removed, the key renamed into place, the
+ * SSH certificate renamed into place, the chain renamed into place (the
+ * commit point).  A stop before the last leaves the new .key without a
+ * .crt (and maybe without its .key-cert.pub); never a mismatched pair.
  */
 static int
-write_pair(int dirfd, const char *key_name, const char *key, size_t key_len,
-		   const char *cert_name, const char *chain, size_t chain_len, char *err, size_t errlen)
+write_set(int dirfd, const char *key_name, const char *key, size_t key_len,
+		  const char *ssh_name, const char *ssh_line, const char *cert_name, const char *chain,
+		  size_t chain_len, char *err, size_t errlen)
 {
 	char		tmp_key[BC_SELECTOR_MAX * 2 + 64] = "";
+	char		tmp_ssh[BC_SELECTOR_MAX * 2 + 64] = "";
 	char		tmp_crt[BC_SELECTOR_MAX * 2 + 64] = "";
 	int			rc;
 
 	rc = write_tmp(dirfd, key_name, key, key_len, 0600, tmp_key, sizeof(tmp_key), err, errlen);
+	if (rc == BC_OK && ssh_line != NULL)
+		rc = write_tmp(dirfd, ssh_name, ssh_line, strlen(ssh_line), 0644, tmp_ssh,
+					   sizeof(tmp_ssh), err, errlen);
 	if (rc == BC_OK)
 		rc = write_tmp(dirfd, cert_name, chain, chain_len, 0600, tmp_crt, sizeof(tmp_crt), err,
 					   errlen);
-	if (rc == BC_OK && unlinkat(dirfd, cert_name, 0) != 0 && errno != ENOENT)
-	{
-		snprintf(err, errlen, "cannot replace %s in the directory: %s", cert_name, strerror(errno));
-		rc = BC_EINVAL;
-	}
-	if (rc == BC_OK && renameat(dirfd, tmp_key, dirfd, key_name) != 0)
-	{
-		snprintf(err, errlen, "cannot write %s in the directory: %s", key_name, strerror(errno));
-		rc = BC_EINVAL;
-	}
-	else if (rc == BC_OK)
-		tmp_key[0] = '\0';
-	if (rc == BC_OK && renameat(dirfd, tmp_crt, dirfd, cert_name) != 0)
-	{
-		snprintf(err, errlen, "cannot write %s in the directory: %s", cert_name, strerror(errno));
-		rc = BC_EINVAL;
-	}
-	else if (rc == BC_OK)
-		tmp_crt[0] = '\0';
+	if (rc == BC_OK)
+		rc = remove_in(dirfd, cert_name, err, errlen);
+	if (rc == BC_OK)
+		rc = remove_in(dirfd, ssh_name, err, errlen);
+	if (rc == BC_OK)
+		rc = rename_in(dirfd, tmp_key, key_name, err, errlen);
+	if (rc == BC_OK)
+		rc = rename_in(dirfd, tmp_ssh, ssh_name, err, errlen);
+	if (rc == BC_OK)
+		rc = rename_in(dirfd, tmp_crt, cert_name, err, errlen);
 	if (tmp_key[0] != '\0')
 		(void) unlinkat(dirfd, tmp_key, 0);
+	if (tmp_ssh[0] != '\0')
+		(void) unlinkat(dirfd, tmp_ssh, 0);
 	if (tmp_crt[0] != '\0')
 		(void) unlinkat(dirfd, tmp_crt, 0);
 	return rc;
 }
 
 /*
- * Deliver job's key and chain into dirfd (the directory dir, as checked);
- * *key_path and *cert_path are malloc()ed.  With dirfd -1 nothing is
- * written (the same directory was written for this provisioning already):
- * only the paths are made.  BC_OK or BC_EINVAL with err.
+ * Deliver job's key, SSH certificate (when it holds one) and chain into
+ * dirfd (the directory dir, as checked); *key_path, *cert_path and
+ * *ssh_path (NULL without an SSH certificate) are malloc()ed.  An old
+ * .key-cert.pub is removed even when the new credential has none: it
+ * certifies the old key.  With dirfd -1 nothing is written (the same
+ * directory was written for this provisioning already): only the paths are
+ * made.  BC_OK or BC_EINVAL with err.
  */
 int
 bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job, char **key_path,
-				   char **cert_path, char *err, size_t errlen)
+				   char **cert_path, char **ssh_path, char *err, size_t errlen)
 {
 	char		key_name[BC_SELECTOR_MAX * 2 + 8];
 	char		cert_name[BC_SELECTOR_MAX * 2 + 8];
+	char		ssh_name[BC_SELECTOR_MAX * 2 + 24];
+	const char *at = job->context[0] != '\0' ? "@" : "";
 	int			rc;
 
 	*key_path = NULL;
 	*cert_path = NULL;
-	snprintf(key_name, sizeof(key_name), "%s%s%s.key", job->session,
-			 job->context[0] != '\0' ? "@" : "", job->context);
-	snprintf(cert_name, sizeof(cert_name), "%s%s%s.crt", job->session,
-			 job->context[0] != '\0' ? "@" : "", job->context);
+	*ssh_path = NULL;
+	snprintf(key_name, sizeof(key_name), "%s%s%s.key", job->session, at, job->context);
+	snprintf(cert_name, sizeof(cert_name), "%s%s%s.crt", job->session, at, job->context);
+	snprintf(ssh_name, sizeof(ssh_name), "%s%s%s" BCD_SSH_CERT_SUFFIX, job->session, at,
+			 job->context);
 	if (dirfd >= 0)
 	{
-		rc = write_pair(dirfd, key_name, job->key_pem, job->key_len, cert_name,
-						job->chain_pem, job->chain_len, err, errlen);
+		rc = write_set(dirfd, key_name, job->key_pem, job->key_len, ssh_name, job->ssh_cert,
+					   cert_name, job->chain_pem, job->chain_len, err, errlen);
 		if (rc != BC_OK)
 			return rc;
 		(void) fsync(dirfd);
 	}
 	*key_path = bcd_path_join(dir, key_name);
 	*cert_path = bcd_path_join(dir, cert_name);
-	if (*key_path == NULL || *cert_path == NULL)
+	if (job->ssh_cert != NULL)
+		*ssh_path = bcd_path_join(dir, ssh_name);
+	if (*key_path == NULL || *cert_path == NULL || (job->ssh_cert != NULL && *ssh_path == NULL))
 	{
 		free(*key_path);
 		free(*cert_path);
-		*key_path = *cert_path = NULL;
+		free(*ssh_path);
+		*key_path = *cert_path = *ssh_path = NULL;
 		snprintf(err, errlen, "out of memory");
 		return BC_ENOMEM;
 	}

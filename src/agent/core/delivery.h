@@ -13,12 +13,16 @@
 /* Longest delivery directory path. */
 #define BCD_DIR_MAX 1024
 
+/* What the SSH user certificate's name adds to the session's (ssh -i S.key reads S.key-cert.pub). */
+#define BCD_SSH_CERT_SUFFIX ".key-cert.pub"
+
 char	   *bcd_runtime_dir(void);
 int			bcd_runtime_dir_open(const char *runtime_dir, int *fd, char *err, size_t errlen);
 int			bcd_delivery_open(const char *runtime_dir, const bcd_dir_id *own, int n_own,
 							  const char *path, int *dirfd, char **norm, char *err, size_t errlen);
 int			bcd_delivery_write(int dirfd, const char *dir, const bcd_job *job,
-							   char **key_path, char **cert_path, char *err, size_t errlen);
+							   char **key_path, char **cert_path, char **ssh_path, char *err,
+							   size_t errlen);
 int			bcd_delivery_write_file(int dirfd, const char *name, const char *data, size_t len,
 									char *err, size_t errlen);
 int			bcd_delivery_write_file_mode(int dirfd, const char *name, const char *data,

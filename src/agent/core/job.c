@@ -27,6 +27,7 @@ static const struct
 	{BC_SOCK_BAD_DIR, 0},
 	{BC_SOCK_FORBIDDEN, 0},
 	{BC_SOCK_FAILED, 0},
+	{BC_SOCK_NO_SSH_CERTIFICATE, 0},
 };
 
 /* The provisioning results (the metrics' outcome labels), in bcd_job_result order. */
@@ -78,6 +79,10 @@ bcd_job_clear_result(bcd_job *job)
 	job->token = NULL;
 	job->token_ttl = 0;
 	free(job->chain_pem);
+	free(job->ssh_cert);
+	job->ssh_cert = NULL;
+	job->ssh_serial[0] = '\0';
+	job->ssh_why[0] = '\0';
 	job->key_pem = NULL;
 	job->key_len = 0;
 	job->chain_pem = NULL;

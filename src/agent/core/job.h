@@ -27,6 +27,7 @@ typedef enum bcd_code
 	BCD_CODE_BAD_DIR,
 	BCD_CODE_FORBIDDEN,
 	BCD_CODE_FAILED,
+	BCD_CODE_NO_SSH_CERTIFICATE,	/* asked --ssh; the credential carries no SSH certificate */
 	BCD_CODE_COUNT
 } bcd_code;
 
@@ -97,6 +98,8 @@ typedef struct bcd_job
 	char		context[BC_SELECTOR_MAX + 1];
 	bcd_audiences audience;		/* BCD_JOB_JWT_SVID: what the JWT-SVID is for */
 	bcd_peer	caller;			/* the caller that started it (its claim in the proof) */
+	int			ssh_user;		/* BCD_JOB_SESSION: ask for an SSH user certificate too
+								 * ("sshUser": true in the proof; ssh_user.c) */
 	bcd_job_waiter *waiters;	/* the clients waiting for it, called back when it ends */
 	int			dispatched;		/* handed to a worker (and how often) */
 	atomic_int	refs;			/* the provisioner's, and bcd_job_hold's */
@@ -113,6 +116,9 @@ typedef struct bcd_job
 	char		not_after[64];
 	char		serial[41];
 	char		spiffe_id[512];
+	char	   *ssh_cert;		/* ssh_user: the `.key-cert.pub` line, or NULL (why in ssh_why) */
+	char		ssh_serial[21];	/* its serial, decimal */
+	char		ssh_why[256];	/* why there is none (asked for) */
 	char	   *token;			/* BCD_JOB_JWT_SVID: the JWT-SVID (a bearer token: wiped) */
 	long		token_ttl;		/* its lifetime in seconds (the service's expiresAt - issuedAt) */
 } bcd_job;

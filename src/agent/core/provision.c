@@ -11,6 +11,15 @@
  * and then must name the node's own SPIFFE ID followed by /session/
  * <sessionId>, and the session and context asked for.  Only then are the key
  * and chain handed back, for delivery (delivery.c).
+ *
+ * SSH.  When the job asks for an SSH user certificate (bcd run
+ * --ssh-user-certs, or a hook's bcd credential --ssh), the proof says
+ * "sshUser": true, signed with the rest, so the gateway can neither add nor
+ * drop it.  The answer then carries sshCertificate and sshSerial when the
+ * pool's rule allowed one; ssh_user.c checks that it is a user certificate
+ * of this session key before it is handed back with the key.  Without one
+ * (none issued, or one not taken) the X.509 credential is still delivered,
+ * and the reason is logged and kept for the hooks that asked (sessions.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +31,7 @@
 #include "core/log.h"
 #include "core/proof.h"
 #include "core/provision.h"
+#include "core/ssh_user.h"
 #include "core/verify.h"
 
 /* Check that a verified issued answer is for this node, session and context. */
@@ -73,6 +83,26 @@ take_issued(bcd_job *job, EVP_PKEY *key, bcd_answer *ans)
 	job->message[0] = '\0';
 }
 
+/*
+ * Take the SSH user certificate of an issued answer for key into job (it
+ * asked for one): the line of the .key-cert.pub file and its serial, or why
+ * there is none (logged).
+ */
+static void
+take_ssh(bcd_job *job, EVP_PKEY *key, bcd_answer *ans)
+{
+	bcd_ssh_user_rc rc;
+
+	rc = bcd_ssh_user_take(ans->payload, key, job->spiffe_id, &job->ssh_cert, job->ssh_serial,
+						   job->ssh_why, sizeof(job->ssh_why));
+	if (rc == BCD_SSH_USER_BAD)
+		bcd_log("session %s%s%s: the SSH certificate of the answer is not taken: %s",
+				job->session, job->context[0] ? " context " : "", job->context, job->ssh_why);
+	else if (rc == BCD_SSH_USER_NONE)
+		bcd_log("session %s%s%s: no SSH certificate: %s", job->session,
+				job->context[0] ? " context " : "", job->context, job->ssh_why);
+}
+
 /* Act on the gateway's answer (200 or 403) to the session request of key and csr. */
 static void
 on_answer(bcd_http *http, const bcd_service_keys *keys, const bcd_node_snapshot *node, bcd_job *job,
@@ -96,7 +126,11 @@ on_answer(bcd_http *http, const bcd_service_keys *keys, const bcd_node_snapshot 
 	else if (check_session(node, job, &ans, err, sizeof(err)) != BC_OK)
 		bcd_job_fail(job, BCD_CODE_FAILED, BCD_RESULT_FAILED, "the answer does not verify: %s", err);
 	else
+	{
 		take_issued(job, key, &ans);
+		if (job->code == BCD_CODE_OK && job->ssh_user)
+			take_ssh(job, key, &ans);
+	}
 	bcd_answer_free(&ans);
 }
 
@@ -128,6 +162,12 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 	/* who asked: the host's claim, signed with the rest (docs/sessions.md, "Who asked") */
 	if (extra != NULL && (caller = bcd_peer_json(&job->caller)) != NULL)
 		json_object_set_new(extra, "caller", caller);
+	/* an SSH user certificate too: signed, so the gateway can neither add nor drop it */
+	if (extra != NULL && job->ssh_user && json_object_set_new(extra, "sshUser", json_true()) != 0)
+	{
+		json_decref(extra);
+		extra = NULL;
+	}
 	if (key == NULL || extra == NULL || bc_csr_create(key, NULL, &csr, &csr_len) != BC_OK ||
 		bcd_proof_request(node->key, node->serial, BC_PURPOSE_SESSION, extra, csr, csr_len,
 						  &body) != BC_OK)
@@ -150,9 +190,10 @@ bcd_provision(const bcd_service_keys *keys, bcd_http *http, const bcd_node_snaps
 		on_answer(http, keys, node, job, &reply, key, csr, csr_len);
 out:
 	if (job->code == BCD_CODE_OK)
-		bcd_log("session %s%s%s: issued %s (serial %s, not after %s)", job->session,
+		bcd_log("session %s%s%s: issued %s (serial %s, not after %s)%s%s", job->session,
 				job->context[0] ? " context " : "", job->context, job->spiffe_id,
-				job->serial, job->not_after);
+				job->serial, job->not_after, job->ssh_cert != NULL ?
+				", SSH user certificate serial " : "", job->ssh_serial);
 	else
 		bcd_log("session %s%s%s: %s: %s", job->session, job->context[0] ? " context " : "",
 				job->context, bcd_code_name(job->code), job->message);

@@ -260,11 +260,12 @@ failed_job(bcd_job_kind kind, const char *session, const char *context,
 
 /*
  * The provisioning of kind for (session, context[, aud]): found, or created
- * and queued for caller; NULL on OOM (under mu).
+ * and queued for caller, asking an SSH user certificate when ssh says so
+ * (a session's; one found is taken as it is); NULL on OOM (under mu).
  */
 static bcd_job *
 find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const char *context,
-			  const bcd_audiences *aud, const bcd_peer *caller)
+			  const bcd_audiences *aud, const bcd_peer *caller, int ssh)
 {
 	bcd_job    *job;
 
@@ -276,6 +277,7 @@ find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const 
 	job = bcd_job_new(kind, session, context, aud, caller);
 	if (job == NULL)
 		return NULL;
+	job->ssh_user = kind == BCD_JOB_SESSION && ssh;
 	job->next = p->jobs;
 	p->jobs = job;
 	if (p->fifo_tail != NULL)
@@ -287,11 +289,10 @@ find_or_queue(bcd_provisioner *p, bcd_job_kind kind, const char *session, const 
 	return job;
 }
 
-/* Ask for a provisioning, from any thread (provisioner.h). */
-int
-bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
-					const char *context, const bcd_audiences *aud, const bcd_peer *caller,
-					bcd_job_cb cb, void *arg)
+/* Ask for a provisioning (ssh: an SSH user certificate too), from any thread. */
+static int
+ask(bcd_provisioner *p, bcd_job_kind kind, const char *session, const char *context,
+	const bcd_audiences *aud, const bcd_peer *caller, int ssh, bcd_job_cb cb, void *arg)
 {
 	bcd_job_waiter *x = calloc(1, sizeof(*x));
 	bcd_node_snapshot node;
@@ -335,7 +336,7 @@ bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 			p->failed = job;
 		}
 	}
-	else if ((job = find_or_queue(p, kind, session, context, aud, caller)) != NULL)
+	else if ((job = find_or_queue(p, kind, session, context, aud, caller, ssh)) != NULL)
 	{
 		queued = 1;
 		dispatch(p);
@@ -356,6 +357,23 @@ bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 	else
 		wake(p);
 	return BC_OK;
+}
+
+/* Ask for a provisioning, from any thread (provisioner.h). */
+int
+bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
+					const char *context, const bcd_audiences *aud, const bcd_peer *caller,
+					bcd_job_cb cb, void *arg)
+{
+	return ask(p, kind, session, context, aud, caller, 0, cb, arg);
+}
+
+/* Ask for a session credential with an SSH user certificate, from any thread (provisioner.h). */
+int
+bcd_provisioner_ask_ssh(bcd_provisioner *p, const char *session, const char *context,
+						const bcd_peer *caller, bcd_job_cb cb, void *arg)
+{
+	return ask(p, BCD_JOB_SESSION, session, context, NULL, caller, 1, cb, arg);
 }
 
 /* Stop the workers (an HTTPS request in flight aborted); the thread calls back what they finished. */

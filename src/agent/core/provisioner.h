@@ -57,6 +57,17 @@ void		bcd_provisioner_free(bcd_provisioner *p);
 int			bcd_provisioner_ask(bcd_provisioner *p, bcd_job_kind kind, const char *session,
 								const char *context, const bcd_audiences *aud,
 								const bcd_peer *caller, bcd_job_cb cb, void *arg);
+/*
+ * The same for a session credential that asks an SSH user certificate too
+ * ("sshUser": true in the proof; the hooks' socket asks it for bcd
+ * credential --ssh, or for every hook with bcd run --ssh-user-certs).
+ * Joined to the provisioning of the same key already queued or running as
+ * it is: when that one was asked without it, its result carries no SSH
+ * certificate (job->ssh_cert NULL, ssh_user 0).
+ */
+int			bcd_provisioner_ask_ssh(bcd_provisioner *p, const char *session,
+									const char *context, const bcd_peer *caller,
+									bcd_job_cb cb, void *arg);
 
 /* Publish cred as the node credential (NULL: none), from the main thread. */
 void		bcd_provisioner_publish(bcd_provisioner *p, const bcd_credential *cred);

@@ -88,6 +88,7 @@ typedef struct bcd_conn
 	ino_t		dir_ino;
 	int			delivered;		/* the credential is in dir */
 	int			want_crl;		/* the hook asked for crl.pem too ("crl": true) */
+	int			want_ssh;		/* the hook asked for the SSH user certificate ("ssh": true) */
 	int			drain;			/* once answered, read the rest before closing */
 	size_t		drained;		/* bytes read and discarded since */
 	struct bcd_conn *next;		/* every connection */
@@ -125,6 +126,7 @@ struct bcd_hook_server
 	int			wake[2];		/* the I/O thread's pipe: a provisioning ended, a number changed */
 	long		max_queue;
 	int			crl_fetched;	/* the daemon fetches the CRL (revocation.c): hooks may ask for it */
+	int			ssh_user_certs; /* --ssh-user-certs: every provisioning asks an SSH user cert */
 	pthread_t	io_thread;
 	int			io_started;
 	int			io_stopped;		/* it ran, and stopped */
@@ -327,16 +329,33 @@ deliver_to(bcd_hook_server *s, const bcd_job *job, bcd_conn *w, bcd_dir_id *seen
 	char	   *key_path = NULL;
 	char	   *cert_path = NULL;
 	char	   *crl_path = NULL;
+	char	   *ssh_path = NULL;
 	char		err[512];
 	size_t		i;
 	int			written = 0;
 	json_t	   *doc;
 
+	if (w->want_ssh && job->ssh_cert == NULL)
+	{
+		/* nothing written: the hook asked for what this credential lacks */
+		bcd_log("session %s%s%s: no-ssh-certificate for a hook that asked --ssh: %s",
+				job->session, job->context[0] ? " context " : "", job->context,
+				job->ssh_user ? job->ssh_why : "its provisioning was asked without one");
+		if (job->ssh_user)
+			answer_error(s, w, BCD_CODE_NO_SSH_CERTIFICATE, "the session credential carries "
+						 "no SSH certificate: %s", job->ssh_why);
+		else
+			answer_error(s, w, BCD_CODE_NO_SSH_CERTIFICATE, "the provisioning of this session "
+						 "was already running, asked without an SSH certificate (by another "
+						 "hook or the Workload API); ask again once it ended, or run bcd "
+						 "with --ssh-user-certs");
+		return;
+	}
 	for (i = 0; seen != NULL && i < *n_seen; i++)
 		if (seen[i].dev == w->dir_dev && seen[i].ino == w->dir_ino)
 			written = 1;
 	if (bcd_delivery_write(written ? -1 : w->dirfd, w->dir, job, &key_path, &cert_path,
-						   err, sizeof(err)) != BC_OK)
+						   &ssh_path, err, sizeof(err)) != BC_OK)
 	{
 		answer_error(s, w, BCD_CODE_BAD_DIR, "cannot deliver into %s: %s", w->dir, err);
 		return;
@@ -348,14 +367,17 @@ deliver_to(bcd_hook_server *s, const bcd_job *job, bcd_conn *w, bcd_dir_id *seen
 		answer_error(s, w, BCD_CODE_BAD_DIR, "cannot deliver the CRL into %s: %s", w->dir, err);
 		free(key_path);
 		free(cert_path);
+		free(ssh_path);
 		return;
 	}
 	{
 		char		who[BCD_PEER_EXE_MAX + BCD_PEER_UNIT_MAX + 64];
 
 		bcd_peer_describe(&w->peer, who, sizeof(who));
-		bcd_log("session %s%s%s: delivered %s (serial %s)%s into %s for %s", job->session,
+		bcd_log("session %s%s%s: delivered %s (serial %s)%s%s%s%s into %s for %s", job->session,
 				job->context[0] ? " context " : "", job->context, job->spiffe_id, job->serial,
+				ssh_path != NULL ? ", the SSH certificate (serial " : "",
+				ssh_path != NULL ? job->ssh_serial : "", ssh_path != NULL ? ")" : "",
 				crl_path != NULL ? " and the CRL" : "", w->dir, who);
 	}
 	s->counters.answers[BCD_CODE_OK]++;
@@ -366,10 +388,16 @@ deliver_to(bcd_hook_server *s, const bcd_job *job, bcd_conn *w, bcd_dir_id *seen
 					"context", job->context);
 	if (doc != NULL && crl_path != NULL)
 		json_object_set_new(doc, "crlPath", json_string(crl_path));
+	if (doc != NULL && ssh_path != NULL)
+	{
+		json_object_set_new(doc, "sshCertPath", json_string(ssh_path));
+		json_object_set_new(doc, "sshSerial", json_string(job->ssh_serial));
+	}
 	answer_doc(s, w, doc);
 	free(key_path);
 	free(cert_path);
 	free(crl_path);
+	free(ssh_path);
 }
 
 /* Take hw out of the I/O thread's table. */
@@ -433,11 +461,14 @@ on_provisioned(void *arg, const bcd_job *job)
 
 /*
  * The hooks waiting for (session, context): found (until the I/O thread
- * has answered them, even once their provisioning ended), or made and
- * asked of the provisioner on behalf of caller; NULL when out of memory.
+ * has answered them, even once their provisioning ended: then as it was
+ * asked, with or without an SSH certificate), or made and asked of the
+ * provisioner on behalf of caller, with an SSH user certificate when ssh;
+ * NULL when out of memory.
  */
 static hook_wait *
-find_or_ask(bcd_hook_server *s, const char *session, const char *context, const bcd_peer *caller)
+find_or_ask(bcd_hook_server *s, const char *session, const char *context, const bcd_peer *caller,
+			int ssh)
 {
 	hook_wait  *hw;
 
@@ -450,8 +481,9 @@ find_or_ask(bcd_hook_server *s, const char *session, const char *context, const 
 	snprintf(hw->session, sizeof(hw->session), "%s", session);
 	snprintf(hw->context, sizeof(hw->context), "%s", context);
 	hw->s = s;
-	if (bcd_provisioner_ask(s->prov, BCD_JOB_SESSION, session, context, NULL, caller,
-							on_provisioned, hw) != BC_OK)
+	if ((ssh ? bcd_provisioner_ask_ssh(s->prov, session, context, caller, on_provisioned, hw) :
+		 bcd_provisioner_ask(s->prov, BCD_JOB_SESSION, session, context, NULL, caller,
+							 on_provisioned, hw)) != BC_OK)
 	{
 		free(hw);
 		return NULL;
@@ -485,7 +517,7 @@ req_string(json_t *req, const char *name, int *bad)
 	return s;
 }
 
-/* {"op":"credential","session","context","dir"}: refuse, or wait for a provisioning. */
+/* {"op":"credential","session","context","dir"[,"crl"][,"ssh"]}: refuse, or wait for a provisioning. */
 static void
 handle_credential(bcd_hook_server *s, bcd_conn *c, json_t *req)
 {
@@ -496,6 +528,7 @@ handle_credential(bcd_hook_server *s, bcd_conn *c, json_t *req)
 	const char *context = req_string(req, "context", &bad);
 	const char *dir = req_string(req, "dir", &bad);
 	json_t	   *want_crl = json_object_get(req, "crl");
+	json_t	   *want_ssh = json_object_get(req, "ssh");
 	bcd_node_snapshot node;
 	char		err[768];
 	struct stat st;
@@ -504,20 +537,23 @@ handle_credential(bcd_hook_server *s, bcd_conn *c, json_t *req)
 
 	json_object_foreach(req, key, value)
 		if (strcmp(key, "op") != 0 && strcmp(key, "session") != 0 &&
-			strcmp(key, "context") != 0 && strcmp(key, "dir") != 0 && strcmp(key, "crl") != 0)
+			strcmp(key, "context") != 0 && strcmp(key, "dir") != 0 && strcmp(key, "crl") != 0 &&
+			strcmp(key, "ssh") != 0)
 			bad = 1;
 	if (context == NULL)
 		context = "";
-	if (want_crl != NULL && !json_is_boolean(want_crl))
+	if ((want_crl != NULL && !json_is_boolean(want_crl)) ||
+		(want_ssh != NULL && !json_is_boolean(want_ssh)))
 		bad = 1;
 	if (bad || session == NULL || dir == NULL)
 	{
 		answer_error(s, c, BCD_CODE_BAD_REQUEST, "a credential request is {\"op\":\"credential\","
 					 "\"session\":S,\"context\":C (optional),\"dir\":DIR,\"crl\":true "
-					 "(optional)}, strings only but crl");
+					 "(optional),\"ssh\":true (optional)}, strings only but crl and ssh");
 		return;
 	}
 	c->want_crl = json_is_true(want_crl);
+	c->want_ssh = json_is_true(want_ssh);
 	if (c->want_crl && !s->crl_fetched)
 	{
 		answer_error(s, c, BCD_CODE_BAD_REQUEST, "this bcd does not fetch the CRL: start it with "
@@ -564,7 +600,7 @@ handle_credential(bcd_hook_server *s, bcd_conn *c, json_t *req)
 	}
 	c->dir_dev = st.st_dev;
 	c->dir_ino = st.st_ino;
-	hw = find_or_ask(s, session, context, &c->peer);
+	hw = find_or_ask(s, session, context, &c->peer, c->want_ssh || s->ssh_user_certs);
 	if (hw == NULL)
 	{
 		answer_error(s, c, BCD_CODE_FAILED, "out of memory");
@@ -915,6 +951,7 @@ bcd_hook_server_listen(const bcd_run_opts *o, bcd_provisioner *prov, const char 
 	s->max_queue = o->max_queue;
 	s->counters.max_queue = o->max_queue;
 	s->crl_fetched = bcd_crl_wanted(o);
+	s->ssh_user_certs = o->ssh_user_certs;
 	s->runtime_dir = strdup(runtime_dir);
 	if (s->runtime_dir == NULL ||
 		(o->metrics_file != NULL && (s->metrics_file = strdup(o->metrics_file)) == NULL))
