@@ -2981,7 +2981,6 @@ DECLARE
 	node_cutoff timestamptz := now_ - greatest(keep, bc_join.setting_interval('x509pop_grace'));
 	n bigint;
 	m bigint := 0;
-	revoked bigint := 0;
 BEGIN
 	IF batch IS NULL OR batch < 1 OR batch > 1000000 THEN
 		PERFORM bc_join.invalid_input('batch must be between 1 and 1000000');
@@ -3004,18 +3003,14 @@ BEGIN
 		n := n + m;
 		m := 0;
 	END IF;
-	-- #47: SSH certificates expired as long; the KRL lists a revoked one no more
+	-- #47: SSH certificates expired as long (a revoked one leaves the KRL: ssh_certs_deleted)
 	IF n < batch THEN
-		WITH d AS (DELETE FROM bc_join.ssh_certs c
-				   WHERE c.ctid = ANY (ARRAY(
-					   SELECT x.ctid FROM bc_join.ssh_certs x
-					   WHERE x.valid_before < now_ - keep AND x.valid_before < now_
-					   LIMIT batch - n FOR UPDATE SKIP LOCKED))
-				   RETURNING c.revoked_at IS NOT NULL AS revoked)
-			SELECT count(*), count(*) FILTER (WHERE d.revoked) INTO m, revoked FROM d;
-		IF revoked > 0 THEN
-			PERFORM bc_join.ssh_krl_bump();
-		END IF;
+		DELETE FROM bc_join.ssh_certs c
+			WHERE c.ctid = ANY (ARRAY(
+				SELECT x.ctid FROM bc_join.ssh_certs x
+				WHERE x.valid_before < now_ - keep AND x.valid_before < now_
+				LIMIT batch - n FOR UPDATE SKIP LOCKED));
+		GET DIAGNOSTICS m = ROW_COUNT;
 	END IF;
 	RETURN n + m;
 END
@@ -4871,10 +4866,13 @@ COMMENT ON FUNCTION bc_join.ssh_krl_bump() IS
 
 -- Whether name has the syntax of an SSH principal of kind: host, lower-case
 -- LDH labels of at most 63, 253 in all, not an IPv4 literal (no IP
--- principals); user, [A-Za-z0-9._@-]{1,255}.
+-- principals); user, [A-Za-z0-9._@-]{1,255}.  This and the four helpers
+-- below have no SET clause, so that the planner inlines them into their
+-- callers (the SECURITY DEFINER functions of this section, whose
+-- search_path is pg_catalog, pg_temp): a rule is expanded at every session
+-- that asks for an SSH certificate.
 CREATE FUNCTION bc_join.ssh_name_valid(kind text, name text) RETURNS boolean
 	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, pg_temp
 	AS $$
 	SELECT CASE kind
 		WHEN 'host' THEN coalesce(length(name) <= 253
@@ -4890,7 +4888,6 @@ COMMENT ON FUNCTION bc_join.ssh_name_valid(text, text) IS
 -- host, a name or *.name; user, a name or a prefix followed by *.
 CREATE FUNCTION bc_join.ssh_pattern_valid(kind text, pattern text) RETURNS boolean
 	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, pg_temp
 	AS $$
 	SELECT CASE kind
 		WHEN 'host' THEN bc_join.ssh_name_valid('host', CASE WHEN left(pattern, 2) = '*.'
@@ -4906,7 +4903,6 @@ COMMENT ON FUNCTION bc_join.ssh_pattern_valid(text, text) IS
 -- leftmost label, or user prefix* for any name starting with prefix.
 CREATE FUNCTION bc_join.ssh_name_matches(kind text, pattern text, name text) RETURNS boolean
 	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, pg_temp
 	AS $$
 	SELECT coalesce(pattern = name OR CASE kind
 		WHEN 'host' THEN left(pattern, 2) = '*.' AND length(name) > length(pattern) - 1
@@ -4921,7 +4917,6 @@ COMMENT ON FUNCTION bc_join.ssh_name_matches(text, text, text) IS
 -- Whether two host patterns name a host in common.
 CREATE FUNCTION bc_join.ssh_host_patterns_overlap(a text, b text) RETURNS boolean
 	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, pg_temp
 	AS $$
 	SELECT a = b OR bc_join.ssh_name_matches('host', a, b) OR bc_join.ssh_name_matches('host', b, a)
 $$;
@@ -5019,7 +5014,6 @@ COMMENT ON FUNCTION bc_join.disallow_ssh_names(text, text, text[]) IS
 -- and otherwise the characters of its kind's names.
 CREATE FUNCTION bc_join.ssh_template_valid(kind text, template text) RETURNS boolean
 	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	SET search_path = pg_catalog, pg_temp
 	AS $$
 	SELECT coalesce(length(template) BETWEEN 1 AND 255 AND CASE kind
 		WHEN 'host' THEN regexp_replace(template, '\{(node|pool|tenant|hostname)\}', 'x', 'g') ~ '^[a-z0-9.-]+$'
@@ -5126,6 +5120,7 @@ COMMENT ON FUNCTION bc_join.set_ssh_settings(text, text[], text[], text[], text,
 -- of that kind.  A hostname is taken only when it matches one of the
 -- rule's host_hostname_patterns (a claim, never proof).  In a host name an
 -- id's '_' is written '-' ({node}: node-0190...), DNS labels having none.
+-- One statement (no loop): it runs at every session asking for SSH.
 CREATE FUNCTION bc_join.ssh_rule_principals(kind text, pool_id text, vars jsonb) RETURNS text[]
 	LANGUAGE plpgsql STABLE SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -5133,11 +5128,9 @@ CREATE FUNCTION bc_join.ssh_rule_principals(kind text, pool_id text, vars jsonb)
 DECLARE
 	s bc_join.ssh_settings;
 	templates text[];
-	t text;
-	name text;
-	k text;
-	out text[] := '{}';
 	v jsonb := coalesce(vars, '{}');
+	h boolean := kind = 'host';
+	out text[];
 BEGIN
 	SELECT * INTO s FROM bc_join.ssh_settings x WHERE x.pool_id = ssh_rule_principals.pool_id;
 	IF NOT FOUND THEN
@@ -5147,25 +5140,33 @@ BEGIN
 	IF cardinality(templates) = 0 THEN
 		RETURN NULL;
 	END IF;
-	IF kind = 'host' AND (v->>'hostname' IS NULL OR NOT bc_join.ssh_name_valid('host', v->>'hostname')
+	IF h AND (v->>'hostname' IS NULL OR NOT bc_join.ssh_name_valid('host', v->>'hostname')
 			OR NOT EXISTS (SELECT 1 FROM unnest(s.host_hostname_patterns) p
 						   WHERE bc_join.ssh_name_matches('host', p, v->>'hostname'))) THEN
 		v := v - 'hostname';
 	END IF;
-	FOREACH t IN ARRAY templates LOOP
-		name := t;
-		FOR k IN SELECT jsonb_object_keys(v) LOOP
-			-- ids in a host name: node_0190... as node-0190... (no '_' in a DNS label)
-			name := replace(name, '{' || k || '}', CASE WHEN kind = 'host' AND k <> 'hostname'
-														THEN replace(v->>k, '_', '-') ELSE v->>k END);
-		END LOOP;
-		CONTINUE WHEN name ~ '\{[a-z]+\}' OR NOT bc_join.ssh_name_valid(kind, name)
-			OR name = ANY (out);
-		CONTINUE WHEN NOT EXISTS (SELECT 1 FROM bc_join.ssh_names n
-								  WHERE n.tenant_id = s.tenant_id AND n.kind = ssh_rule_principals.kind
-									AND bc_join.ssh_name_matches(n.kind, n.pattern, name));
-		out := out || name;
-	END LOOP;
+	-- Each template with its kind's placeholders replaced (one left unreplaced,
+	-- a value missing, drops it); ids in a host name written with '-' for '_'
+	-- (node_0190... as node-0190...: no '_' in a DNS label).  No value holds
+	-- a brace (ids, selectors, a valid hostname), so none makes a placeholder.
+	SELECT coalesce(array_agg(e.name ORDER BY e.ord), '{}') INTO out
+	FROM (SELECT DISTINCT ON (x.name) x.name, x.ord
+		  FROM (SELECT t.ord, CASE WHEN h THEN
+					replace(replace(replace(replace(t.tpl,
+						'{node}', coalesce(replace(v->>'node', '_', '-'), '{node}')),
+						'{pool}', coalesce(replace(v->>'pool', '_', '-'), '{pool}')),
+						'{tenant}', coalesce(replace(v->>'tenant', '_', '-'), '{tenant}')),
+						'{hostname}', coalesce(v->>'hostname', '{hostname}'))
+				ELSE replace(replace(replace(t.tpl,
+						'{session}', coalesce(v->>'session', '{session}')),
+						'{context}', coalesce(v->>'context', '{context}')),
+						'{node}', coalesce(v->>'node', '{node}')) END AS name
+				FROM unnest(templates) WITH ORDINALITY AS t(tpl, ord)) x
+		  WHERE x.name !~ '[{}]' AND bc_join.ssh_name_valid(kind, x.name)
+			AND EXISTS (SELECT 1 FROM bc_join.ssh_names n
+						WHERE n.tenant_id = s.tenant_id AND n.kind = ssh_rule_principals.kind
+						  AND bc_join.ssh_name_matches(n.kind, n.pattern, x.name))
+		  ORDER BY x.name, x.ord) e;
 	RETURN out;
 END
 $$;
@@ -5220,6 +5221,25 @@ CREATE TRIGGER ssh_cascade AFTER UPDATE OF revoked_at ON bc_join.node_certs
 CREATE TRIGGER ssh_cascade AFTER UPDATE OF revoked_at ON bc_join.session_certs
 	FOR EACH ROW WHEN (OLD.revoked_at IS NULL AND NEW.revoked_at IS NOT NULL)
 	EXECUTE FUNCTION bc_join.ssh_cascade();
+
+-- Internal trigger: revoked SSH certificates deleted (pruned, or their node
+-- deleted) leave the KRL, which then changes: its version is bumped.
+CREATE FUNCTION bc_join.ssh_certs_deleted() RETURNS trigger
+	LANGUAGE plpgsql SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM gone g WHERE g.revoked_at IS NOT NULL) THEN
+		PERFORM bc_join.ssh_krl_bump();
+	END IF;
+	RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION bc_join.ssh_certs_deleted() IS
+	'Internal trigger: deleting revoked SSH certificates (pruned, their node deleted) bumps the KRL''s version, whose content changes.';
+CREATE TRIGGER ssh_certs_deleted AFTER DELETE ON bc_join.ssh_certs
+	REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+	EXECUTE FUNCTION bc_join.ssh_certs_deleted();
 
 -- Revoke one SSH certificate by serial for an RFC 5280 reason name
 -- (check_revocation_reason): false when it was revoked already.  Audited,
@@ -5328,7 +5348,8 @@ REVOKE ALL ON FUNCTION bc_join.ssh_krl_bump(), bc_join.ssh_name_valid(text, text
 	bc_join.disallow_ssh_names(text, text, text[]), bc_join.ssh_template_valid(text, text),
 	bc_join.set_ssh_settings(text, text[], text[], text[], text, text, text[]),
 	bc_join.ssh_rule_principals(text, text, jsonb), bc_join.issue_ssh_host_cert(jsonb),
-	bc_join.ssh_cascade(), bc_join.revoke_ssh_certificate(bigint, text), bc_join.ssh_krl(),
+	bc_join.ssh_cascade(), bc_join.ssh_certs_deleted(), bc_join.revoke_ssh_certificate(bigint, text),
+	bc_join.ssh_krl(),
 	bc_join.signed_ssh(), bc_join.ssh_host_ca(), bc_join.ssh_user_ca() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION bc_join.issue_ssh_host_cert(jsonb), bc_join.ssh_krl(), bc_join.signed_ssh(),
 	bc_join.ssh_host_ca(), bc_join.ssh_user_ca() TO bc_join_gateway;

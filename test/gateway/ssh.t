@@ -11,7 +11,7 @@ read by ssh-keygen -Q -l, with an ETag (304 for If-None-Match) and from the cach
 (one fetch for several GETs); GET /v1/ssh/signed is signed by the pinned signing key
 and its krlSha256 is the SHA-256 of the raw KRL; GET /v1/ssh/host-ca and
 /v1/ssh/user-ca are text/plain, equal to bc_join.ssh_host_ca()/ssh_user_ca(), each
-line read by ssh-keygen -l; after bc_join.revoke_ssh_certificate commits in psql the
+line read by ssh-keygen -l; after bc_join.revoke_ssh_certificate commits the
 next GET of /v1/ssh/krl (within 1 s; the copy is 120 s young) lists that serial,
 ssh-keygen -Q refuses the certificate, the ETag changed and /v1/ssh/signed names the
 new KRL's hash; the gateway exits 0.
@@ -66,11 +66,12 @@ def krl_serials(path):
 
 
 def body(tap, env):
-    if env.psql("SELECT to_regprocedure('bc_join.ssh_krl()') IS NOT NULL") != "t":
+    db = env.connect()          # one connection for every query (a psql each costs seconds in all)
+    if not db.one("SELECT to_regprocedure('bc_join.ssh_krl()') IS NOT NULL"):
         tap.skip("ssh", "bc_join.ssh_krl() is not in the installed extension")
         return
-    env.psql("SELECT bc_join.allow_ssh_names('%s', 'host', ARRAY['%s'])" % (env.tenant, HOSTNAME))
-    env.psql("SELECT bc_join.set_ssh_settings('%s', host_principals => ARRAY['%s'])" % (env.pool, HOSTNAME))
+    db.one("SELECT bc_join.allow_ssh_names(%s, 'host', %s)", env.tenant, [HOSTNAME])
+    db.one("SELECT bc_join.set_ssh_settings(%s, host_principals => %s)", env.pool, [HOSTNAME])
     g = env.gateway("main", "--service-keys-max-age", "120")
 
     # -- POST /v1/ssh/host, relayed -----------------------------------------------------------
@@ -83,7 +84,7 @@ def body(tap, env):
     blob = base64.b64decode(open(hk + ".pub").read().split()[1])
     payload = json.dumps({"purpose": "ssh-host", "serial": joined.get("serial"),
                           "sshKeySha256": b64u(hashlib.sha256(blob).digest()),
-                          "iat": int(float(env.psql("SELECT extract(epoch FROM bc_join.compute_now())")))})
+                          "iat": int(db.one("SELECT extract(epoch FROM bc_join.compute_now())::bigint"))})
     request = {"sshPublicKey": base64.b64encode(blob).decode(), "proof": sign(os.path.join(d, "node.key"), payload)}
     code, _, b = env.curl(g, "/v1/ssh/host", data=json.dumps(dict(request, extra=1)))
     tap.ok(code == 400 and json.loads(b)["error"]["code"] == "INVALID_INPUT",
@@ -115,7 +116,7 @@ def body(tap, env):
         code, h, b = env.curl(g, path)
         text = b.decode("ascii", "replace")
         tap.ok(code == 200 and h.get("content-type", "").startswith("text/plain") and
-               text == env.psql("SELECT bc_join.%s()" % fn) + "\n" and max_age(h) > 60,
+               text == db.one("SELECT bc_join.%s()" % fn) and max_age(h) > 60,
                "GET %s: 200, text/plain, bc_join.%s(), max-age what is left of 120 s" % (path, fn), (code, h, text))
         lines = text.splitlines()
         read = []
@@ -140,7 +141,7 @@ def body(tap, env):
         return code, h, b, p
 
     def db_krl():
-        return bytes.fromhex(env.psql("SELECT encode(bc_join.ssh_krl(), 'hex')"))
+        return bytes(db.one("SELECT bc_join.ssh_krl()"))
 
     code, h, raw, krl = get_krl("krl-1")
     tap.ok(code == 200 and h.get("content-type") == "application/octet-stream" and raw == db_krl() and
@@ -177,7 +178,7 @@ def body(tap, env):
            "GET /v1/ssh/signed: 200, application/json, one JWS by the pinned signing key", (code, h, sp))
     sp = sp or {}
     tap.eq(sp.get("krlSha256"), b64u(hashlib.sha256(raw).digest()), "its krlSha256 is the raw KRL's SHA-256")
-    host_ca = env.psql("SELECT bc_join.ssh_host_ca()").splitlines()
+    host_ca = db.one("SELECT bc_join.ssh_host_ca()").splitlines()
     tap.ok([x.strip() for x in sp.get("hostCa", [])] == host_ca, "its hostCa lines are /v1/ssh/host-ca's",
            (sp.get("hostCa"), host_ca))
 
@@ -190,8 +191,8 @@ def body(tap, env):
     tap.eq(fetches(), (1.0, 1.0), "/metrics: three GETs of the KRL, one fetch; one of the signed document")
 
     # -- a revocation: the next GET has it ---------------------------------------------------
-    tap.eq(env.psql("SELECT bc_join.revoke_ssh_certificate(%d, 'keyCompromise')" % serial), "t",
-           "bc_join.revoke_ssh_certificate(%d) in psql" % serial)
+    tap.eq(db.one("SELECT bc_join.revoke_ssh_certificate(%s, 'keyCompromise')", serial), True,
+           "bc_join.revoke_ssh_certificate(%d) committed" % serial)
     t0 = time.time()
     seen = None
     tries = 0
@@ -217,6 +218,7 @@ def body(tap, env):
            "/v1/ssh/signed names the new KRL's SHA-256", sp2)
 
     tap.eq(fetches(), (2.0, 2.0), "/metrics: after the notification, one more fetch of each")
+    db.conn.close()
     tap.eq(g.stop(), 0, "the gateway exits 0")
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""sql_fuzz.t: mutated requests against bc_join(), bc_join.renew() and
-bc_join.issue_session() on the real cluster of test/run-all
+"""sql_fuzz.t: mutated requests against bc_join(), bc_join.renew(),
+bc_join.issue_session() and bc_join.issue_ssh_host_cert() (#47) on the real
+cluster of test/run-all
 (docs/security.md, "Fuzzing").
 
 Valid requests are made fresh (a new P-256 key and CSR, a token sealed to
@@ -24,13 +25,14 @@ import json
 import os
 import random
 import re
+import struct
 import sys
 import time
 
 import psycopg2
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from jwcrypto import jwe, jwk
 
@@ -136,6 +138,17 @@ class World:
             p["session"] = "s%d" % rng.randrange(100)
             p["context"] = "c"
         return {"csr": b64u(der), "proof": jws_es256(self.node_key, p)}, key
+
+    def ssh_doc(self):
+        """An issue_ssh_host_cert request (#47) for one Ed25519 host key, proven by the node key."""
+        if not hasattr(self, "ssh_blob"):
+            raw = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+                serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+            self.ssh_blob = struct.pack(">I", 11) + b"ssh-ed25519" + struct.pack(">I", 32) + raw
+        p = {"purpose": "ssh-host", "serial": self.serial, "iat": int(time.time()),
+             "sshKeySha256": b64u(hashlib.sha256(self.ssh_blob).digest()), "hostname": "h.fuzz.example"}
+        return {"sshPublicKey": base64.b64encode(self.ssh_blob).decode(),
+                "proof": jws_es256(self.node_key, p)}, None
 
     def live_serial(self):
         return self.one("SELECT serial FROM bc_join.node_certs WHERE node_id = %s AND revoked_at IS NULL "
@@ -256,7 +269,12 @@ def main():
     funcs = [("public.bc_join", lambda: (w.join_doc(), None),
               ["csr", "role", "attestor", "sealedToken", "claims"]),
              ("bc_join.renew", lambda: w.proof_doc("renew"), ["csr", "proof"]),
-             ("bc_join.issue_session", lambda: w.proof_doc("session"), ["csr", "proof"])]
+             ("bc_join.issue_session", lambda: w.proof_doc("session"), ["csr", "proof"]),
+             ("bc_join.issue_ssh_host_cert", w.ssh_doc, ["sshPublicKey", "proof"])]
+    # #47: the pool's SSH rule, so that a valid host certificate request is issued
+    w.one("SELECT bc_join.allow_ssh_names(%s, 'host', ARRAY['*.fuzz.example'])", (w.tenant,))
+    w.one("SELECT bc_join.set_ssh_settings(%s, host_principals => ARRAY['{hostname}'], "
+          "host_hostname_patterns => ARRAY['*.fuzz.example'])", (w.pool,))
     seen = {}
     seen_fn = {}
     bad = []
@@ -266,7 +284,8 @@ def main():
     for i in range(N):
         if time.time() - start > SECONDS:
             break
-        fn, make, fields = funcs[0] if i % 5 < 2 else funcs[1] if i % 5 < 4 else funcs[2]
+        fn, make, fields = funcs[0] if i % 6 < 2 else funcs[1] if i % 6 < 4 else funcs[2] if i % 6 < 5 \
+            else funcs[3]
         doc, key = make()
         text, what = mutate(doc, fields)
         try:
@@ -317,7 +336,7 @@ def main():
     else:
         tap.skip("no backend was ended by a signal", "BCJ_SERVER_LOG is not set")
     tap.note("function answers: " + ", ".join("%s %d" % kv for kv in sorted(seen_fn.items())))
-    for f in ("bc_join", "renew", "issue_session"):
+    for f in ("bc_join", "renew", "issue_session", "issue_ssh_host_cert"):
         tap.ok(seen_fn.get(f + " status issued", 0) > 0,
                "some %s requests were issued (the generator makes valid ones)" % f)
     for name, sql in invariants():

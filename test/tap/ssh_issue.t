@@ -18,8 +18,10 @@ session and revoke_node revoke their SSH certificates (audit rows, verify_audit_
 ssh-keygen -Q on ssh_krl() finds them revoked, while a renewal's old host certificate
 stays valid; the KRL's version only grows and two calls give the same bytes;
 signed_ssh() verifies with the signing key and carries the KRL's hash and the CA lines;
-a tenant operator sees only its tenant's ssh_certs, ssh_settings and audit rows.
-Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
+a tenant operator sees only its tenant's ssh_certs, ssh_settings and audit rows;
+prune_certificates, once they have long expired, removes them (and the KRL lists them no
+more); revoke_ssh_certificate; a key directory without the SSH CA keys is INVALID_CONFIG until
+bc-join-keygen --add-ssh-ca-keys adds them.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
 """
 import base64
 import hashlib
@@ -317,6 +319,17 @@ eq(revs, one("SELECT count(*) FROM bc_join.ssh_certs WHERE revoked_at IS NOT NUL
 ok(one("SELECT bc_join.verify_audit_log()"), "verify_audit_log() holds")
 eq(code("SELECT bc_join.revoke_ssh_certificate(%s, 'certificateHold')", int(p3["sshSerial"])), "22023",
    "revoke_ssh_certificate refuses certificateHold")
+p3f = os.path.join(d, "p384-cert.pub")
+with open(p3f, "w") as f:
+    f.write("ecdsa-sha2-nistp384-cert-v01@openssh.com %s\n" % p3["sshCertificate"])
+eq(krl_query(p3f), 0, "a host certificate of the renewed node certificate is not in the KRL")
+eq((one("SELECT bc_join.revoke_ssh_certificate(%s, 'keyCompromise')", int(p3["sshSerial"])),
+    one("SELECT bc_join.revoke_ssh_certificate(%s, 'keyCompromise')", int(p3["sshSerial"]))), (True, False),
+   "revoke_ssh_certificate revokes it (true), and again is false")
+eq(krl_query(p3f), 1, "ssh-keygen -Q: now the KRL has it")
+eq(one("SELECT payload->>'reason' FROM bc_join.events WHERE type = 'ssh.certificate.revoked' "
+       "AND payload->>'serial' = %s", p3["sshSerial"]), "keyCompromise", "event ssh.certificate.revoked")
+v2 = one("SELECT version FROM bc_join.ssh_krl_state")
 
 # -- signed_ssh ------------------------------------------------------------------------
 sk = json.loads(one("SELECT bc_join.service_keys()::text"))
@@ -343,5 +356,36 @@ eq(one("SELECT count(*) FROM bc_join.audit_log WHERE action LIKE 'ssh.%%' AND te
 eq(code("SELECT bc_join.set_ssh_settings(%s, host_principals => ARRAY['y.b.example'])", p2), "42501",
    "and cannot set another tenant's pool's rule")
 cur.execute("RESET ROLE")
+
+# -- the CA keys: without them INVALID_CONFIG, bc-join-keygen --add-ssh-ca-keys adds them --
+kd = os.path.join(d, "keys")
+subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), kd], check=True, stdout=subprocess.DEVNULL)
+for k in ("ssh-host-ca.key", "ssh-user-ca.key"):
+    os.unlink(os.path.join(kd, k))
+cur.execute("SET bc_join.key_dir = %s", (kd,))
+eq((code("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)", json.dumps(host_req(keygen("k7", "-t", "ed25519")[1]))),
+    code("SELECT bc_join.ssh_host_ca()")), ("F0000", "F0000"),
+   "a key directory without ssh-host-ca.key: issuance and ssh_host_ca() are INVALID_CONFIG")
+r = subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), "--add-ssh-ca-keys", kd],
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+eq(r.returncode, 0, "bc-join-keygen --add-ssh-ca-keys", r.stdout)
+ok(one("SELECT bc_join.ssh_host_ca()").startswith("ecdsa-sha2-nistp256 ") and
+   one("SELECT bc_join.ssh_user_ca()").startswith("ecdsa-sha2-nistp256 "), "then both CAs are published")
+r = subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), "--add-ssh-ca-keys", kd],
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+ok(r.returncode != 0 and "refusing to overwrite" in r.stdout, "and it never overwrites them", r.stdout)
+cur.execute("RESET bc_join.key_dir")
+
+# -- retention: expired SSH certificates are pruned with the certificates ----------------
+cur.execute("SET bc_join.clock_offset = %s", (400 * 86400,))
+ok(one("SELECT bc_join.prune_certificates(100000)") > 0, "prune_certificates, 400 days on")
+eq(one("SELECT count(*) FROM bc_join.ssh_certs"), 0, "has pruned every expired SSH certificate")
+ok(one("SELECT version FROM bc_join.ssh_krl_state") > v2, "revoked ones among them: the KRL's version grew")
+with open(krlf, "wb") as f:
+    f.write(bytes(one("SELECT bc_join.ssh_krl()")))
+lst = subprocess.run(["ssh-keygen", "-Q", "-l", "-f", krlf], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                     text=True).stdout
+ok("serial:" not in lst, "and it lists no serial any more", lst)
+cur.execute("RESET bc_join.clock_offset")
 tap.note("%.1f s" % (time.time() - t0))
 sys.exit(tap.done())
