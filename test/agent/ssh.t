@@ -333,6 +333,9 @@ def script(tap, env, d, sshd_bin):
            "sshd HUPed with a host certificate of another key keeps serving (its other key)",
            r.stderr[-1500:] + sshd_log()[-1500:])
     sshd.stop(signal.SIGTERM, 10)
+    rc, _ = bcd.stop(signal.SIGTERM, 20)
+    tap.ok(rc == 0 and "Sanitizer" not in bcd.text() and "runtime error" not in bcd.text(),
+           "bcd stops on SIGTERM, exit 0, no sanitizer report", bcd.text()[-3000:])
 
 
 def setup(env):
