@@ -281,9 +281,24 @@ test_signed(void **state)
 	assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-12-07T05:00:00Z", 9,
 																	 SHA_A, expect)),
 						  &held, &next, err), BC_EINVAL);
-	/* not a document at all */
+	/* not a document at all, not JSON, over 256 KiB */
 	assert_int_equal(bcd_ssh_signed_take(&f->keys, "{\"keys\":[\"x.y.z\"]}", 18, &held, &next,
 										 err, sizeof(err)), BC_EVERIFY);
+	assert_int_equal(bcd_ssh_signed_take(&f->keys, "not json", 8, &held, &next, err, sizeof(err)),
+					 BC_EVERIFY);
+	assert_int_equal(bcd_ssh_signed_take(&f->keys, "{}", BCD_SSH_SIGNED_MAX + 1, &held, &next,
+										 err, sizeof(err)), BC_ETOOBIG);
+	/* nine CA lines: refused */
+	{
+		json_t	   *p9 = signed_payload(f, TD, "2026-12-07T05:00:00Z", 9, SHA_A, NULL);
+		json_t	   *arr = json_object_get(p9, "userCa");
+		json_t	   *one = json_array_get(arr, 0);
+
+		for (int i = 0; i < 8; i++)
+			json_array_append(arr, one);
+		assert_int_equal(take(f, signed_by(f->sig, p9), &held, &next, err), BC_EINVAL);
+		assert_non_null(strstr(err, "at most 8"));
+	}
 	free(line);
 	free(cert_line);
 	free(cert);
