@@ -23,6 +23,7 @@ UserKnownHostsFile bcd's --ssh-host-ca (only '@cert-authority * <host CA>').
       disk, sshd HUPed by --ssh-reload, the client sees the new serial;
   (6) revoke_node: a client with RevokedHostKeys=bcd's KRL refuses the host.
 """
+import json
 import os
 import re
 import shutil
@@ -303,9 +304,17 @@ def script(tap, env, d, sshd_bin):
            "(5) the client sees a renewed host certificate (serial %s)" % (m.group(1) if m else "?"),
            r.stderr[-2000:])
     st = run([env.bcd_bin, "status", "--socket", sock], env=benv)
-    tap.ok(st.returncode == 0 and '"sshHostCertificates"' in st.stdout and
-           '"sshKrlVersion"' in st.stdout, "bcd status shows the host certificates and the KRL "
-           "version", st.stdout + st.stderr)
+    try:
+        doc = json.loads(st.stdout)
+    except ValueError:
+        doc = {}
+    shown = {c.get("path"): c.get("serial") for c in doc.get("sshHostCertificates", [])}
+    tap.ok(shown == {p: cert_field(p, "Serial") for p in certs} and
+           isinstance(doc.get("sshKrlVersion"), int) and
+           all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", c.get("validBefore", ""))
+               for c in doc.get("sshHostCertificates", [])),
+           "bcd status: each host certificate's path, serial and validBefore, the KRL's version",
+           st.stdout + st.stderr)
 
     tap.note("%.1f s" % (time.time() - T0))
     # -- (6) the node revoked: a client with bcd's KRL refuses the host ------------------

@@ -321,6 +321,8 @@ test_krl(void **state)
 	assert_int_equal(bc_ssh_krl_build(4, 1700000000, "", &ca, 1, &krl, &len), BC_OK);
 	assert_int_equal(bc_sha256_b64url(krl, len, s.krl_sha256), BC_OK);
 	assert_int_equal(bcd_ssh_krl_check(&s, krl, len, err, sizeof(err)), BC_OK);
+	assert_int_equal(bcd_ssh_krl_version(krl, len), 4);
+	assert_int_equal(bcd_ssh_krl_version(krl, 19), -1);
 	/* one byte changed (a serial dropped by the gateway): refused */
 	krl[len - 1] ^= 1;
 	assert_int_equal(bcd_ssh_krl_check(&s, krl, len, err, sizeof(err)), BC_EVERIFY);
@@ -331,6 +333,7 @@ test_krl(void **state)
 	/* not a KRL */
 	krl[0] = 'X';
 	assert_int_equal(bcd_ssh_krl_check(&s, krl, len, err, sizeof(err)), BC_EINVAL);
+	assert_int_equal(bcd_ssh_krl_version(krl, len), -1);
 	assert_int_equal(bcd_ssh_krl_check(&s, krl, 5, err, sizeof(err)), BC_EINVAL);
 	/* over BC_SSH_KRL_MAX */
 	assert_int_equal(bcd_ssh_krl_check(&s, krl, (size_t) BC_SSH_KRL_MAX + 1, err, sizeof(err)),

@@ -226,6 +226,20 @@ bcd_ssh_krl_check(const bcd_ssh_signed *s, const unsigned char *krl, size_t len,
 	return BC_OK;
 }
 
+/* The krl_version of a KRL's header (ssh_host.h). */
+int64_t
+bcd_ssh_krl_version(const unsigned char *krl, size_t len)
+{
+	uint64_t	v = 0;
+
+	if (len < 20 || memcmp(krl, krl_magic, sizeof(krl_magic)) != 0 ||
+		krl[8] != 0 || krl[9] != 0 || krl[10] != 0 || krl[11] != KRL_FORMAT)
+		return -1;
+	for (int i = 12; i < 20; i++)
+		v = (v << 8) | krl[i];
+	return v > (uint64_t) INT64_MAX ? INT64_MAX : (int64_t) v;
+}
+
 /*
  * The checks common to an answered and a held certificate: cert parses, a
  * host certificate of blob, valid before at most node_not_after + 1 (X.509's

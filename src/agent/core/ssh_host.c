@@ -708,9 +708,8 @@ ssh_round(void *arg)
 }
 
 /*
- * The krlVersion of the --ssh-krl file already there (a KRL's header:
- * magic, format, then krl_version big-endian), the floor of what is taken
- * up; -1 when there is none.
+ * The krlVersion of the --ssh-krl file already there (bcd_ssh_krl_version),
+ * the floor of what is taken up; -1 when there is none.
  */
 static int64_t
 krl_version_on_disk(bcd_ssh *s)
@@ -722,14 +721,7 @@ krl_version_on_disk(bcd_ssh *s)
 	if (s->krl.path == NULL ||
 		bcd_read_file_at(s->krl.dirfd, s->krl.name, BC_SSH_KRL_MAX, &text, &len) != BC_OK)
 		return -1;
-	if (len >= 20 && memcmp(text, "SSHKRL\n", 8) == 0)
-	{
-		uint64_t	u = 0;
-
-		for (int i = 12; i < 20; i++)
-			u = (u << 8) | (unsigned char) text[i];
-		v = u > (uint64_t) INT64_MAX ? INT64_MAX : (int64_t) u;
-	}
+	v = bcd_ssh_krl_version((const unsigned char *) text, len);
 	free(text);
 	return v;
 }

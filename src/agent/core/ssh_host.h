@@ -72,6 +72,13 @@ int			bcd_ssh_krl_check(const bcd_ssh_signed *s, const unsigned char *krl, size_
 							  char *err, size_t errlen);
 
 /*
+ * The krl_version of a KRL's header (magic, format 1, then krl_version
+ * big-endian: PROTOCOL.krl), or -1 when krl is not one: the floor bcd takes
+ * from the --ssh-krl file already there at start.
+ */
+int64_t		bcd_ssh_krl_version(const unsigned char *krl, size_t len);
+
+/*
  * The signed payload of POST /v1/ssh/host's answer for the host key blob:
  * sshKeySha256 that of blob, sshCertificate the standard base64 of a
  * certificate (at most BC_SSH_CERT_MAX) that bc_ssh_cert_parse reads, of
