@@ -678,12 +678,12 @@ docs_round(bcd_ssh *s)
 		bcd_http_reply_free(&reply);
 		if (attempt == 0)
 		{
-			bcd_log("ssh: GET %s: %s; fetching %s once more (a revocation in between?)",
-					BC_PATH_SSH_KRL, err, BC_PATH_SSH_SIGNED);
+			/* a revocation between the two GETs: the signed document once more */
 			bcd_ssh_signed_clear(&next);
 			continue;
 		}
-		say(s, 1, "GET %s: %s; the KRL held is kept", BC_PATH_SSH_KRL, err);
+		say(s, 1, "GET %s: %s (and again after %s once more); the KRL held is kept",
+			BC_PATH_SSH_KRL, err, BC_PATH_SSH_SIGNED);
 	}
 	if (next.issued == 0)
 		return;
