@@ -5184,8 +5184,9 @@ COMMENT ON FUNCTION bc_join.issue_ssh_host_cert(jsonb) IS
 	'Issues an OpenSSH host certificate (ssh-host-ca.key) for a joined node''s SSH host key from a proof signed by the node key; principals from the pool''s rule within the tenant''s SSH names; valid to the node certificate''s notAfter; returns the signed response or the one refusal.';
 
 -- Internal trigger: a node or session certificate revoked (not renewed)
--- revokes the SSH certificates that hang on it, with the same reason, one
--- audit row each, and bumps the KRL.
+-- revokes the SSH certificates that hang on it (a node certificate's: also
+-- those of the certificates it renewed), with the same reason, one audit
+-- row each, and bumps the KRL.
 CREATE FUNCTION bc_join.ssh_cascade() RETURNS trigger
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -5194,10 +5195,19 @@ DECLARE
 	c record;
 	n integer := 0;
 	cause text := CASE TG_TABLE_NAME WHEN 'node_certs' THEN 'node-certificate' ELSE 'session-certificate' END;
+	node_serials text[];
 BEGIN
+	-- A node certificate's: those proven with it, and with the certificates it
+	-- renewed (a renewal revokes none: the old host certificate lives on, for
+	-- the same host key, until the old notAfter), so that a revoked node keeps
+	-- no live SSH certificate.  A session certificate's: its user certificate.
+	IF TG_TABLE_NAME = 'node_certs' THEN
+		node_serials := NEW.serial || ARRAY(SELECT r.serial FROM bc_join.node_certs r
+											WHERE r.node_id = NEW.node_id AND r.revocation_reason = 'renewed');
+	END IF;
 	FOR c IN UPDATE bc_join.ssh_certs x SET revoked_at = NEW.revoked_at, revocation_reason = NEW.revocation_reason
 			 WHERE x.revoked_at IS NULL
-			   AND CASE TG_TABLE_NAME WHEN 'node_certs' THEN x.node_serial = NEW.serial
+			   AND CASE WHEN node_serials IS NOT NULL THEN x.node_serial = ANY (node_serials)
 					   ELSE x.session_cert_serial = NEW.serial END
 			 RETURNING x.serial, x.kind, x.tenant_id, x.node_id LOOP
 		INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail)
@@ -5213,7 +5223,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION bc_join.ssh_cascade() IS
-	'Internal trigger: revoking a node or session certificate (not by renewal) revokes its SSH certificates with the same reason, audited one by one, and bumps the KRL.';
+	'Internal trigger: revoking a node or session certificate (not by renewal) revokes its SSH certificates (a node certificate''s: also those of the certificates it renewed) with the same reason, audited one by one, and bumps the KRL.';
 CREATE TRIGGER ssh_cascade AFTER UPDATE OF revoked_at ON bc_join.node_certs
 	FOR EACH ROW WHEN (OLD.revoked_at IS NULL AND NEW.revoked_at IS NOT NULL
 					   AND NEW.revocation_reason IS DISTINCT FROM 'renewed')

@@ -81,7 +81,7 @@ static BcPlan count_host_keys = {
 };
 
 static BcPlan node_facts = {
-	"SELECT n.pool_id, extract(epoch FROM c.not_after)::bigint "
+	"SELECT n.pool_id, floor(extract(epoch FROM c.not_after))::bigint "
 	"FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE c.serial = $1",
 	1, {TEXTOID}
 };
@@ -305,6 +305,13 @@ issue_cert(SshIssue *s)
 	int			i;
 	int			tries;
 
+	/* an SSH key ID holds 255 bytes: a SPIFFE ID longer than that is the trust domain's */
+	if (strlen(s->key_id) > 255)
+		ereport(ERROR,
+				(errcode(ERRCODE_BC_INVALID_CONFIG),
+				 errmsg("the SPIFFE ID %s is too long for an SSH key ID", s->key_id),
+				 errdetail("INVALID_CONFIG: an OpenSSH key ID holds at most 255 bytes."),
+				 errhint("A shorter bc_join.trust_domain makes every SPIFFE ID shorter.")));
 	memset(&p, 0, sizeof(p));
 	for (i = 0; i < s->n_extensions; i++)
 	{
@@ -563,10 +570,24 @@ ssh_host_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	bc_require_live_cert(WHO, &c);
 	proof_host_members(pj, c.tenant, &hostname, &asked, &n_asked);
 
-	/* One certificate per node certificate and key: a repeat is answered again. */
+	/*
+	 * One certificate per node certificate and key (a repeat is answered
+	 * again), at most BC_SSH_HOST_KEYS_MAX keys: the node certificate's
+	 * requests one at a time, so that two at once cannot both issue (the
+	 * reads after the lock are not read-only: a snapshot of their own sees
+	 * what the request before committed).
+	 */
+	{
+		unsigned char h[BC_SHA256_LEN];
+
+		if (bc_sha256(serial, strlen(serial), h) != BC_OK)
+			elog(ERROR, "could not hash a serial");
+		(void) bc_xact_lock(BC_LOCK_SSH_HOST,
+							((uint32) h[0] << 24) | ((uint32) h[1] << 16) | ((uint32) h[2] << 8) | h[3], true);
+	}
 	v[0] = CStringGetTextDatum(serial);
 	v[1] = PointerGetDatum(bc_bytea(a->key_sha, BC_SHA256_LEN));
-	if (bc_spi_exec(&find_host_cert, v, NULL, true, 1) == 1)
+	if (bc_spi_exec(&find_host_cert, v, NULL, false, 1) == 1)
 	{
 		bytea	   *cert;
 		char	  **names;
@@ -587,7 +608,7 @@ ssh_host_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 						   (unsigned char *) VARDATA_ANY(cert), VARSIZE_ANY_EXHDR(cert),
 						   json_strings(names, n), valid_before, outcxt);
 	}
-	if (bc_spi_exec(&count_host_keys, v, NULL, true, 1) != 1)
+	if (bc_spi_exec(&count_host_keys, v, NULL, false, 1) != 1)
 		elog(ERROR, "could not count the SSH host keys of certificate %s", serial);
 	if (bc_spi_int8(1) >= BC_SSH_HOST_KEYS_MAX)
 		bc_refuse_join(WHO ":too-many-keys", c.tenant);

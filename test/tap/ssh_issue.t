@@ -16,12 +16,14 @@ for its CSR's key (force-command, source-address, only permit-pty; the session's
 validity), one without a rule gets none and ssh.user.refused; revoke_certificate of the
 session and revoke_node revoke their SSH certificates (audit rows, verify_audit_log), and
 ssh-keygen -Q on ssh_krl() finds them revoked, while a renewal's old host certificate
-stays valid; the KRL's version only grows and two calls give the same bytes;
+stays valid until the node is revoked (then it is revoked too); the KRL's version only grows and two calls give the same bytes;
 signed_ssh() verifies with the signing key and carries the KRL's hash and the CA lines;
 a tenant operator sees only its tenant's ssh_certs, ssh_settings and audit rows;
 prune_certificates, once they have long expired, removes them (and the KRL lists them no
-more); revoke_ssh_certificate; a key directory without the SSH CA keys is INVALID_CONFIG until
-bc-join-keygen --add-ssh-ca-keys adds them.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
+more); revoke_ssh_certificate; a key directory without the SSH CA keys is INVALID_CONFIG (a
+session asking for SSH too, never a refusal) until bc-join-keygen --add-ssh-ca-keys adds them;
+--stage-ssh-ca publishes the next CA keys after the current ones, --promote-ssh-ca makes them
+sign (the old ones still published), --retire-ssh-ca drops the old ones.  Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*).
 """
 import base64
 import hashlib
@@ -174,10 +176,11 @@ ok(rc == 0 and field(out, "Type").startswith("ssh-ed25519-cert-v01@openssh.com h
 eq(field(out, "Key ID"), '"spiffe://test.bc-join.local/tenant/%s/node/%s"' % (t1, node),
    "key ID: the node's SPIFFE ID")
 eq(field(out, "Serial"), p.get("sshSerial"), "serial as answered (sshSerial)")
-na = one("SELECT extract(epoch FROM not_after)::bigint FROM bc_join.node_certs WHERE serial = %s", w.serial)
+na = one("SELECT floor(extract(epoch FROM not_after))::bigint FROM bc_join.node_certs WHERE serial = %s", w.serial)
 va, vb = one("SELECT array[extract(epoch FROM valid_after)::bigint, extract(epoch FROM valid_before)::bigint] "
              "FROM bc_join.ssh_certs WHERE serial = %s", int(p["sshSerial"]))
-ok(vb == na and abs(va - (time.time() - 60)) < 10, "valid from 60 s ago to the node certificate's notAfter",
+ok(vb == na and abs(va - (time.time() - 60)) < 10, "valid from 60 s ago to the node certificate's notAfter "
+   "(its whole seconds, as X.509 has it)",
    (va, vb, na))
 ok("Critical Options: (none)" in out and "Extensions: (none)" in out, "no options, no extensions", out)
 eq(p.get("sshKeySha256"), fz.b64u(hashlib.sha256(ed).digest()), "the answer names the key's SHA-256")
@@ -269,6 +272,61 @@ eq(one("SELECT payload->>'reason' FROM bc_join.events WHERE type = 'ssh.user.ref
    "no-principals", "and ssh.user.refused says no-principals")
 one("SELECT bc_join.set_ssh_settings(%s, user_principals => ARRAY['root', '{session}'])", pool)
 
+# -- the CA keys: without them INVALID_CONFIG; --add-ssh-ca-keys; a rollover ---------------
+kd = os.path.join(d, "keys")
+KG = os.path.join(bctest.TOP, "tools/bc-join-keygen")
+subprocess.run([KG, kd], check=True, stdout=subprocess.DEVNULL)
+for k in ("ssh-host-ca.key", "ssh-user-ca.key"):
+    os.unlink(os.path.join(kd, k))
+cur.execute("SET bc_join.key_dir = %s", (kd,))
+
+
+def user_cert_ca(tag):
+    """The fingerprint of the CA that signed a new session's user certificate (ssh-keygen -L)."""
+    r, _ = session("svc-" + tag)
+    rc, o, _ = keygen_l(payload(r).get("sshCertificate", ""), "u-" + tag, "ecdsa-sha2-nistp256")
+    return field(o, "Signing CA").split()[1] if rc == 0 and field(o, "Signing CA") else o
+
+
+def fingerprints(lines):
+    f = os.path.join(d, "ca-lines.pub")
+    with open(f, "w") as fh:
+        fh.write(lines)
+    return [l.split()[1] for l in subprocess.run(["ssh-keygen", "-l", "-f", f], stdout=subprocess.PIPE,
+                                                 text=True).stdout.splitlines()]
+
+
+eq((code("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)", json.dumps(host_req(keygen("k7", "-t", "ed25519")[1]))),
+    code("SELECT bc_join.ssh_host_ca()"),
+    code("SELECT bc_join.ssh_user_ca()")), ("F0000", "F0000", "F0000"),
+   "a key directory without the SSH CA keys: host issuance, ssh_host_ca(), ssh_user_ca() are INVALID_CONFIG")
+try:
+    session("svc-nokey")
+    got = "ok"
+except psycopg2.Error as e:
+    got = e.pgcode
+eq(got, "F0000", "and a session asking for SSH under a user rule is INVALID_CONFIG, never a refusal")
+r = subprocess.run([KG, "--add-ssh-ca-keys", kd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+eq(r.returncode, 0, "bc-join-keygen --add-ssh-ca-keys", r.stdout)
+ok(one("SELECT bc_join.ssh_host_ca()").startswith("ecdsa-sha2-nistp256 ") and
+   one("SELECT bc_join.ssh_user_ca()").startswith("ecdsa-sha2-nistp256 "), "then both CAs are published")
+r = subprocess.run([KG, "--add-ssh-ca-keys", kd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+ok(r.returncode != 0 and "refusing to overwrite" in r.stdout, "and it never overwrites them", r.stdout)
+old_ca = fingerprints(one("SELECT bc_join.ssh_user_ca()"))
+eq(user_cert_ca("a"), old_ca[0], "a user certificate is signed by the new ssh-user-ca.key")
+subprocess.run([KG, "--stage-ssh-ca", kd], check=True, stdout=subprocess.DEVNULL)
+staged = fingerprints(one("SELECT bc_join.ssh_user_ca()"))
+ok(len(staged) == 2 and staged[0] == old_ca[0] and len(fingerprints(one("SELECT bc_join.ssh_host_ca()"))) == 2,
+   "--stage-ssh-ca: the next CA keys are published after the current ones", staged)
+eq(user_cert_ca("b"), old_ca[0], "and the current one still signs")
+subprocess.run([KG, "--promote-ssh-ca", kd], check=True, stdout=subprocess.DEVNULL)
+eq(fingerprints(one("SELECT bc_join.ssh_user_ca()")), [staged[1], old_ca[0]],
+   "--promote-ssh-ca: the staged key is current (first), the old one previous (still published)")
+eq(user_cert_ca("c"), staged[1], "and the promoted key signs")
+subprocess.run([KG, "--retire-ssh-ca", kd], check=True, stdout=subprocess.DEVNULL)
+eq(fingerprints(one("SELECT bc_join.ssh_user_ca()")), [staged[1]], "--retire-ssh-ca: the old key is gone")
+cur.execute("RESET bc_join.key_dir")
+
 # -- revocation and the KRL ------------------------------------------------------------
 krl0 = bytes(one("SELECT bc_join.ssh_krl()"))
 eq(krl0, bytes(one("SELECT bc_join.ssh_krl()")), "two calls of ssh_krl() give the same bytes")
@@ -302,11 +360,52 @@ ok(pn.get("sshSerial") not in (None, p["sshSerial"]), "the new node certificate 
 newhost = os.path.join(d, "host_new-cert.pub")
 with open(newhost, "w") as f:
     f.write("ssh-ed25519-cert-v01@openssh.com %s\n" % pn.get("sshCertificate"))
+# Two requests for one key at once: the second waits for the first and answers its certificate.
+import threading  # noqa: E402
+k8 = keygen("k8", "-t", "ed25519")[1]
+c1 = psycopg2.connect(dbname=sdb.dbname)
+c1.cursor().execute("BEGIN")
+cx = c1.cursor()
+cx.execute("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)::text", (json.dumps(host_req(k8)),))
+first = payload(json.loads(cx.fetchone()[0])).get("sshSerial")
+second = {}
+
+
+def other():
+    c2 = psycopg2.connect(dbname=sdb.dbname)
+    c2.autocommit = True
+    k = c2.cursor()
+    k.execute("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)::text", (json.dumps(host_req(k8)),))
+    second["serial"] = payload(json.loads(k.fetchone()[0])).get("sshSerial")
+    c2.close()
+
+
+th = threading.Thread(target=other)
+th.start()
+th.join(1.0)
+waited = th.is_alive()
+c1.commit()
+th.join(10)
+c1.close()
+ok(waited and first is not None and second.get("serial") == first and
+   one("SELECT count(*) FROM bc_join.ssh_certs WHERE key_sha256 = %s", hashlib.sha256(k8).digest()) == 1,
+   "two requests for one key at once: the second waits for the first and answers the same certificate",
+   (waited, first, second))
+p3f = os.path.join(d, "p384-cert.pub")
+with open(p3f, "w") as f:
+    f.write("ecdsa-sha2-nistp384-cert-v01@openssh.com %s\n" % p3["sshCertificate"])
+eq(krl_query(p3f), 0, "another host certificate of the renewed node certificate is not in the KRL either")
+eq((one("SELECT bc_join.revoke_ssh_certificate(%s, 'keyCompromise')", int(p3["sshSerial"])),
+    one("SELECT bc_join.revoke_ssh_certificate(%s, 'keyCompromise')", int(p3["sshSerial"]))), (True, False),
+   "revoke_ssh_certificate revokes it (true), and again is false")
+eq(krl_query(p3f), 1, "ssh-keygen -Q: now the KRL has it")
+eq(one("SELECT payload->>'reason' FROM bc_join.events WHERE type = 'ssh.certificate.revoked' "
+       "AND payload->>'serial' = %s", p3["sshSerial"]), "keyCompromise", "event ssh.certificate.revoked")
 eq(one("SELECT bc_join.revoke_node(%s, 'cessationOfOperation')", node), 1, "revoke_node")
 eq(krl_query(newhost), 1, "ssh-keygen -Q: the live host certificate is revoked")
-eq(krl_query(cert_path), 0, "the renewed one's (its node certificate revoked by renewal) is not")
-eq(one("SELECT count(*) FROM bc_join.ssh_certs WHERE node_id = %s AND revoked_at IS NULL "
-       "AND node_serial = %s", node, w.serial), 0, "no SSH certificate of the revoked node certificate is live")
+eq(krl_query(cert_path), 1, "and so is the one of the certificate it renewed (the same host key, still valid)")
+eq(one("SELECT count(*) FROM bc_join.ssh_certs WHERE node_id = %s AND revoked_at IS NULL", node), 0,
+   "no SSH certificate of the revoked node is live")
 v2 = one("SELECT version FROM bc_join.ssh_krl_state")
 ok(v2 > v1 > 0, "the KRL version grew with each revocation", (v1, v2))
 lst = subprocess.run(["ssh-keygen", "-Q", "-l", "-f", krlf], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -319,17 +418,6 @@ eq(revs, one("SELECT count(*) FROM bc_join.ssh_certs WHERE revoked_at IS NOT NUL
 ok(one("SELECT bc_join.verify_audit_log()"), "verify_audit_log() holds")
 eq(code("SELECT bc_join.revoke_ssh_certificate(%s, 'certificateHold')", int(p3["sshSerial"])), "22023",
    "revoke_ssh_certificate refuses certificateHold")
-p3f = os.path.join(d, "p384-cert.pub")
-with open(p3f, "w") as f:
-    f.write("ecdsa-sha2-nistp384-cert-v01@openssh.com %s\n" % p3["sshCertificate"])
-eq(krl_query(p3f), 0, "a host certificate of the renewed node certificate is not in the KRL")
-eq((one("SELECT bc_join.revoke_ssh_certificate(%s, 'keyCompromise')", int(p3["sshSerial"])),
-    one("SELECT bc_join.revoke_ssh_certificate(%s, 'keyCompromise')", int(p3["sshSerial"]))), (True, False),
-   "revoke_ssh_certificate revokes it (true), and again is false")
-eq(krl_query(p3f), 1, "ssh-keygen -Q: now the KRL has it")
-eq(one("SELECT payload->>'reason' FROM bc_join.events WHERE type = 'ssh.certificate.revoked' "
-       "AND payload->>'serial' = %s", p3["sshSerial"]), "keyCompromise", "event ssh.certificate.revoked")
-v2 = one("SELECT version FROM bc_join.ssh_krl_state")
 
 # -- signed_ssh ------------------------------------------------------------------------
 sk = json.loads(one("SELECT bc_join.service_keys()::text"))
@@ -356,25 +444,6 @@ eq(one("SELECT count(*) FROM bc_join.audit_log WHERE action LIKE 'ssh.%%' AND te
 eq(code("SELECT bc_join.set_ssh_settings(%s, host_principals => ARRAY['y.b.example'])", p2), "42501",
    "and cannot set another tenant's pool's rule")
 cur.execute("RESET ROLE")
-
-# -- the CA keys: without them INVALID_CONFIG, bc-join-keygen --add-ssh-ca-keys adds them --
-kd = os.path.join(d, "keys")
-subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), kd], check=True, stdout=subprocess.DEVNULL)
-for k in ("ssh-host-ca.key", "ssh-user-ca.key"):
-    os.unlink(os.path.join(kd, k))
-cur.execute("SET bc_join.key_dir = %s", (kd,))
-eq((code("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)", json.dumps(host_req(keygen("k7", "-t", "ed25519")[1]))),
-    code("SELECT bc_join.ssh_host_ca()")), ("F0000", "F0000"),
-   "a key directory without ssh-host-ca.key: issuance and ssh_host_ca() are INVALID_CONFIG")
-r = subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), "--add-ssh-ca-keys", kd],
-                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-eq(r.returncode, 0, "bc-join-keygen --add-ssh-ca-keys", r.stdout)
-ok(one("SELECT bc_join.ssh_host_ca()").startswith("ecdsa-sha2-nistp256 ") and
-   one("SELECT bc_join.ssh_user_ca()").startswith("ecdsa-sha2-nistp256 "), "then both CAs are published")
-r = subprocess.run([os.path.join(bctest.TOP, "tools/bc-join-keygen"), "--add-ssh-ca-keys", kd],
-                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-ok(r.returncode != 0 and "refusing to overwrite" in r.stdout, "and it never overwrites them", r.stdout)
-cur.execute("RESET bc_join.key_dir")
 
 # -- retention: expired SSH certificates are pruned with the certificates ----------------
 cur.execute("SET bc_join.clock_offset = %s", (400 * 86400,))
