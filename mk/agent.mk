@@ -24,6 +24,8 @@ AGENT_SLOW = test/agent/rotation.t test/agent/x509pop.t test/agent/discovery.t \
 # every call of the legitimate callers is still answered in time, which
 # another script's load beside it would make flaky.
 AGENT_ALONE = test/agent/workload_attest.t test/agent/setup.t
+# test/agent/ssh.t (its own sshd on a loopback port: openssh-server, test/lib/tools.txt;
+# ~15 s, mostly a renewal's wait) is one of these others.
 # The others mostly wait (renewals, expiries, watches): three at a time
 # (BCJ_AGENT_PROVE_JOBS; 2 cores), which keeps the suite near 250 s.
 BCJ_AGENT_PROVE_JOBS ?= 3
