@@ -24,6 +24,8 @@ AGENT_SLOW = test/agent/rotation.t test/agent/x509pop.t test/agent/discovery.t \
 # every call of the legitimate callers is still answered in time, which
 # another script's load beside it would make flaky.
 AGENT_ALONE = test/agent/workload_attest.t test/agent/setup.t
+# test/agent/ssh.t (its own sshd on a loopback port: openssh-server, test/lib/tools.txt;
+# ~15 s, mostly a renewal's wait) is one of these others.
 # The others mostly wait (renewals, expiries, watches): three at a time
 # (BCJ_AGENT_PROVE_JOBS; 2 cores), which keeps the suite near 250 s.
 BCJ_AGENT_PROVE_JOBS ?= 3
@@ -47,6 +49,8 @@ BCD_UNIT_SRCS      = src/agent/core/attest_rules.c src/agent/core/backoff.c src/
 	src/agent/core/service_keys.c src/agent/core/signals.c src/agent/core/transport.c \
 	src/agent/core/trust_bundles.c \
 	src/agent/workload/refusals.c src/agent/workload/rules.c
+# SSH, the host side: the signed document, the KRL, the host certificate's checks (test_bcd_ssh.c)
+BCD_UNIT_SRCS     += src/agent/core/ssh_docs.c
 BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lcurl -lm -pthread
 # The session's SSH user certificate (test_bcd_ssh_user.c): its answer check and its delivery
 # (delivery.c's checked directory open reaches producers/exec.c, which reaches the rest).

@@ -17,6 +17,7 @@
 #include "core/daemon.h"
 #include "core/join_request.h"
 #include "core/linger.h"
+#include "core/ssh_host.h"
 #include "workload/files.h"
 #include "workload/rules.h"
 
@@ -54,6 +55,10 @@ run_usage(FILE *stream, int renew_cmd)
 			  "               [--command-timeout S] [--no-attest] [--event-log PATH]\n"
 			  "               [--ima-log PATH] [--status-interval S] [--keys-interval S]\n"
 			  "               [--hook-crl]\n"
+			  "               [--ssh-host-key FILE.pub]... [--ssh-own-host-key DIR]\n"
+			  "               [--ssh-cert-dir DIR] [--ssh-principal NAME]...\n"
+			  "               [--ssh-reload EXECUTABLE] [--ssh-krl FILE]\n"
+			  "               [--ssh-user-ca FILE] [--ssh-host-ca FILE]\n"
 			  "\n"
 			  "The agent daemon: joins the host when DIR holds no valid credential,\n"
 			  "then renews the node certificate at about F of its lifetime, until\n"
@@ -166,6 +171,29 @@ run_usage(FILE *stream, int renew_cmd)
 			  "  --hook-crl           fetch the CRL even without the Workload API, so\n"
 			  "                       that hooks may ask for crl.pem (bcd credential --crl)\n"
 			  "\n"
+			  "SSH, the host side (docs/agent.md, \"SSH\"), the daemon only:\n"
+			  "  --ssh-host-key FILE.pub  a host key of sshd (its public key; the private\n"
+			  "                       key is never read): bcd keeps its OpenSSH host\n"
+			  "                       certificate, proven by the node key, renewed with\n"
+			  "                       the node certificate, as <name>-cert.pub beside it\n"
+			  "                       (sshd_config HostCertificate); repeatable (4)\n"
+			  "  --ssh-own-host-key DIR  the same for a key bcd makes once in DIR\n"
+			  "                       (ssh_host_ecdsa_key, P-256 PKCS#8, 0600, and .pub)\n"
+			  "  --ssh-cert-dir DIR   write the certificates into DIR instead\n"
+			  "  --ssh-principal NAME ask for these principals only (default: all the\n"
+			  "                       pool's rule allows); repeatable (32)\n"
+			  "  --ssh-reload EXECUTABLE  run it (no arguments) after a host certificate\n"
+			  "                       changed (say, kill -HUP sshd); checked as --producer\n"
+			  "  --ssh-krl FILE       keep the service's OpenSSH KRL there (sshd_config\n"
+			  "                       RevokedKeys, ssh_config RevokedHostKeys), checked\n"
+			  "                       against the signed GET /v1/ssh/signed every\n"
+			  "                       --status-interval; replaced atomically, never removed\n"
+			  "  --ssh-user-ca FILE   the user CA keys (sshd_config TrustedUserCAKeys)\n"
+			  "  --ssh-host-ca FILE   the host CA keys as @cert-authority * lines (for\n"
+			  "                       known_hosts of this host's own ssh clients)\n"
+			  "                       Every directory: bcd's uid's, it and every one above\n"
+			  "                       writable by root or bcd's uid only\n"
+			  "\n"
 			  "The daemon refuses to start when lingering is enabled for its user\n"
 			  "(/var/lib/systemd/linger/USER, loginctl enable-linger): the node\n"
 			  "credential would stay resident while nobody is logged in.\n"
@@ -230,6 +258,15 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 		{"hook-crl", no_argument, NULL, 'L'},
 		{"svid-files", required_argument, NULL, 'f'},
 		{"svid-files-reload", required_argument, NULL, 'y'},
+		/* SSH, the host side (core/ssh_host.c) */
+		{"ssh-host-key", required_argument, NULL, 1470},
+		{"ssh-own-host-key", required_argument, NULL, 1471},
+		{"ssh-cert-dir", required_argument, NULL, 1472},
+		{"ssh-principal", required_argument, NULL, 1473},
+		{"ssh-reload", required_argument, NULL, 1474},
+		{"ssh-krl", required_argument, NULL, 1475},
+		{"ssh-user-ca", required_argument, NULL, 1476},
+		{"ssh-host-ca", required_argument, NULL, 1477},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -339,6 +376,27 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 					o->svid_files_reload[o->n_svid_files_reload++] = optarg;
 				server_opt = 1;
 				break;
+			/* SSH, the host side (core/ssh_host.c) */
+			case 1470:
+				if (o->n_ssh_host_keys >= BCD_SSH_HOST_KEYS_MAX)
+					bad = "--ssh-host-key: 4 at most";
+				else
+					o->ssh_host_keys[o->n_ssh_host_keys++] = optarg;
+				server_opt = 1;
+				break;
+			case 1471: o->ssh_own_host_key = optarg; server_opt = 1; break;
+			case 1472: o->ssh_cert_dir = optarg; server_opt = 1; break;
+			case 1473:
+				if (o->n_ssh_principals >= BCD_SSH_PRINCIPALS_MAX)
+					bad = "--ssh-principal: 32 at most";
+				else
+					o->ssh_principals[o->n_ssh_principals++] = optarg;
+				server_opt = 1;
+				break;
+			case 1474: o->ssh_reload = optarg; server_opt = 1; break;
+			case 1475: o->ssh_krl = optarg; server_opt = 1; break;
+			case 1476: o->ssh_user_ca = optarg; server_opt = 1; break;
+			case 1477: o->ssh_host_ca = optarg; server_opt = 1; break;
 			case 'P':
 				if (parse_number(optarg, 1, MAX_PROVISIONING_MAX, &v) || v != floor(v))
 					bad = "--max-provisioning must be a whole number in [1, 64]";
@@ -416,7 +474,7 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	else if (server_opt && o->once)
 		bad = "--socket, --max-provisioning, --max-queue, --metrics-file, --workload-*, "
 			"--svid-files*, --command-*, --no-attest, --event-log, --ima-log, "
-			"--status-interval, --keys-interval and --hook-crl serve the daemon, not --once";
+			"--status-interval, --keys-interval, --hook-crl and --ssh-* serve the daemon, not --once";
 	else if (o->keys_interval > 0 && o->status_interval == 0)
 		bad = "--keys-interval needs --status-interval above 0 (the watch that takes the keys up)";
 	else if ((o->event_log != NULL || o->ima_log != NULL) && o->producer->quote == NULL)
@@ -430,6 +488,8 @@ parse_run_args(int argc, char **argv, bcd_run_opts *o, int *help)
 	else if ((o->n_svid_files > 0 || o->n_svid_files_reload > 0) &&
 			 (bad = bcd_wl_files_check(o->svid_files, o->n_svid_files, o->svid_files_reload,
 									   o->n_svid_files_reload)) != NULL)
+		;
+	else if ((bad = bcd_ssh_opts_check(o)) != NULL)
 		;
 	else if (o->n_workload_rules > 0)
 	{

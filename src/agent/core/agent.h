@@ -20,6 +20,10 @@
 /* --svid-files (and --svid-files-reload), at most. */
 #define BCD_SVID_FILES_MAX 16
 
+/* --ssh-host-key (with --ssh-own-host-key's), --ssh-principal, at most. */
+#define BCD_SSH_HOST_KEYS_MAX 4
+#define BCD_SSH_PRINCIPALS_MAX 32
+
 /* Handlers of --command-handler, at most. */
 #define BCD_COMMAND_HANDLERS_MAX 16
 
@@ -88,6 +92,17 @@ typedef struct bcd_run_opts
 	long		status_interval;	/* --status-interval S: seconds, 0 none (default 10) */
 	long		keys_interval;	/* --keys-interval S: seconds, 0: 6 status intervals */
 	int			hook_crl;		/* --hook-crl: fetch the CRL for hooks without the Workload API */
+	/* SSH, the host side (ssh_host.c; docs/agent.md, "SSH"), the daemon only */
+	const char *ssh_host_keys[BCD_SSH_HOST_KEYS_MAX];	/* --ssh-host-key FILE.pub */
+	int			n_ssh_host_keys;
+	const char *ssh_own_host_key;	/* --ssh-own-host-key DIR */
+	const char *ssh_cert_dir;	/* --ssh-cert-dir DIR, or NULL: each key's directory */
+	const char *ssh_principals[BCD_SSH_PRINCIPALS_MAX];	/* --ssh-principal NAME */
+	int			n_ssh_principals;
+	const char *ssh_reload;		/* --ssh-reload EXECUTABLE */
+	const char *ssh_krl;		/* --ssh-krl FILE */
+	const char *ssh_user_ca;	/* --ssh-user-ca FILE */
+	const char *ssh_host_ca;	/* --ssh-host-ca FILE */
 	/*
 	 * bcd ramdisk: no state directory (state_dir NULL), every key in memory
 	 * only, no local socket.
@@ -99,6 +114,7 @@ typedef struct bcd_run_opts
 struct bcd_provisioner;
 struct bcd_attest;
 struct bcd_revwatch;
+struct bcd_ssh;
 
 /* The daemon's state shared by the join loop and renewal. */
 typedef struct bcd_agent
@@ -111,6 +127,7 @@ typedef struct bcd_agent
 											 * --once, for bcd renew and bcd ramdisk */
 	struct bcd_attest *attest;	/* continuous attestation, a TPM-bound daemon's; else NULL */
 	struct bcd_revwatch *revwatch;	/* the revocation watch, the daemon's; else NULL */
+	struct bcd_ssh *ssh;		/* SSH host certificates and files (ssh_host.c), or NULL */
 } bcd_agent;
 
 #endif							/* BCD_AGENT_H */

@@ -29,6 +29,7 @@
 #include "core/revocation.h"
 #include "core/sessions.h"
 #include "core/signals.h"
+#include "core/ssh_host.h"
 #include "core/store.h"
 #include "core/trust_bundles.h"
 #include "workload/workload.h"
@@ -40,6 +41,7 @@ typedef struct bcd_services
 	bcd_workload *workload;		/* the SPIFFE Workload API, when asked for (workload/) */
 	bcd_attest *attest;			/* continuous attestation of a TPM-bound node (attest.c) */
 	bcd_revwatch *revwatch;		/* the revocation watch: OCSP, the CRL (revocation.c) */
+	bcd_ssh    *ssh;			/* SSH host certificates, CA keys, KRL (ssh_host.c) */
 } bcd_services;
 
 /*
@@ -211,6 +213,7 @@ rejoin_again(bcd_agent *a, bcd_credential *cred, const char *who)
 	bcd_credential_free(cred);
 	*cred = next;
 	bcd_provisioner_publish(a->provisioner, cred);
+	bcd_ssh_kick(a->ssh);
 	return BCD_RC_OK;
 }
 
@@ -233,6 +236,7 @@ run_agent(bcd_agent *a)
 		if (rc != BCD_RC_OK)
 			return rc;
 		bcd_provisioner_publish(a->provisioner, &cred);
+		bcd_ssh_kick(a->ssh);
 		force_join = 0;
 		if (o->once && !renew_now)
 		{
@@ -272,7 +276,10 @@ run_agent(bcd_agent *a)
 				bcd_provisioner_renewing(a->provisioner, 1);
 				rc = bcd_renew_until_done(a, &cred);
 				if (rc == BCD_RC_OK)
+				{
 					bcd_provisioner_publish(a->provisioner, &cred);
+					bcd_ssh_kick(a->ssh);
+				}
 				bcd_provisioner_renewing(a->provisioner, 0);
 			}
 			if (rc == BCD_RC_OK && o->once)
@@ -353,6 +360,10 @@ start_services(bcd_agent *a, bcd_services *svc)
 	if (rc == BC_OK && bcd_revwatch_wanted(o))
 		rc = bcd_revwatch_start(o, &a->keys, a->provisioner, &svc->revwatch, err, sizeof(err));
 	a->revwatch = svc->revwatch;
+	if (rc == BC_OK && bcd_ssh_wanted(o))
+		rc = bcd_ssh_start(o, &a->keys, a->provisioner, &svc->ssh, err, sizeof(err));
+	a->ssh = svc->ssh;
+	bcd_hook_server_set_ssh(svc->hooks, svc->ssh);
 	if (rc != BC_OK)
 		bcd_log("cannot serve the local socket: %s", err);
 	return rc;
@@ -373,6 +384,8 @@ stop_services(bcd_agent *a, bcd_services *svc)
 	bcd_stop_now();
 	bcd_attest_stop(svc->attest);
 	bcd_revwatch_stop(svc->revwatch);
+	bcd_ssh_stop(svc->ssh);
+	bcd_hook_server_set_ssh(svc->hooks, NULL);
 	bcd_workload_stop(svc->workload);
 	bcd_provisioner_stop_workers(a->provisioner);
 	bcd_hook_server_stop(svc->hooks);
@@ -383,6 +396,9 @@ stop_services(bcd_agent *a, bcd_services *svc)
 	bcd_revwatch_free(svc->revwatch);
 	svc->revwatch = NULL;
 	a->revwatch = NULL;
+	bcd_ssh_free(svc->ssh);
+	svc->ssh = NULL;
+	a->ssh = NULL;
 	bcd_workload_free(svc->workload);
 	bcd_hook_server_free(svc->hooks);
 	bcd_provisioner_free(a->provisioner);

@@ -48,6 +48,7 @@
 #include "core/delivery.h"
 #include "core/fileio.h"
 #include "core/local_socket.h"
+#include "producers/exec.h"
 
 /* The runtime directory deliveries go under (malloc()ed, no trailing '/'). */
 char *
@@ -409,4 +410,20 @@ bcd_delivery_write_file_mode(int dirfd, const char *name, const char *data, size
 	}
 	(void) fsync(dirfd);
 	return BC_OK;
+}
+
+/* Open and check a directory bcd keeps files in (delivery.h). */
+int
+bcd_delivery_open_checked(const char *opt, const char *path, char *err, size_t errlen)
+{
+	int			pfd = bcd_exec_open_checked_dir(opt, path, err, errlen);
+	int			fd;
+
+	if (pfd < 0)
+		return -1;
+	fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		snprintf(err, errlen, "%s %s cannot be opened: %s", opt, path, strerror(errno));
+	close(pfd);
+	return fd;
 }

@@ -27,6 +27,16 @@ int			bcd_delivery_write_file(int dirfd, const char *name, const char *data, siz
 									char *err, size_t errlen);
 int			bcd_delivery_write_file_mode(int dirfd, const char *name, const char *data,
 										 size_t len, mode_t mode, char *err, size_t errlen);
+/*
+ * A directory bcd keeps files in (--svid-files DIR, --ssh-cert-dir DIR, the
+ * directory of --ssh-krl FILE), walked from / as --producer's path is
+ * (bcd_exec_open_checked_dir: owned by bcd's uid, it and every directory
+ * above it writable by root or bcd's uid only), then opened for reading and
+ * writing relative to that descriptor: its descriptor, or -1 with err
+ * naming opt.
+ */
+int			bcd_delivery_open_checked(const char *opt, const char *path, char *err,
+									  size_t errlen);
 
 /* The name of the CRL a hook asks for (bcd credential --crl), in its directory. */
 #define BCD_CRL_FILE "crl.pem"

@@ -25,28 +25,18 @@ bcd_path_join(const char *dir, const char *name)
 }
 
 /*
- * Read at most max bytes of path ("-" is standard input) into a malloc()ed,
- * NUL-terminated buffer.  BC_ETOOBIG when the file is longer.
+ * Read at most max bytes of the open fd into a malloc()ed, NUL-terminated
+ * buffer (the fd is left open).  BC_ETOOBIG when the file is longer.
  */
-int
-bcd_read_file(const char *path, size_t max, char **out, size_t *len)
+static int
+read_fd(int fd, size_t max, char **out, size_t *len)
 {
-	int			fd;
-	char	   *buf = NULL;
+	char	   *buf = malloc(max + 2);
 	size_t		got = 0;
 	int			rc = BC_EINVAL;
 
-	*out = NULL;
-	*len = 0;
-	fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return BC_EINVAL;
-	buf = malloc(max + 2);
 	if (buf == NULL)
-	{
-		rc = BC_ENOMEM;
-		goto out;
-	}
+		return BC_ENOMEM;
 	for (;;)
 	{
 		ssize_t		n = read(fd, buf + got, max + 1 - got);
@@ -72,8 +62,55 @@ bcd_read_file(const char *path, size_t max, char **out, size_t *len)
 out:
 	if (buf != NULL)
 		bc_free_secret(buf, max + 2);
+	return rc;
+}
+
+/*
+ * Read at most max bytes of path ("-" is standard input) into a malloc()ed,
+ * NUL-terminated buffer.  BC_ETOOBIG when the file is longer.
+ */
+int
+bcd_read_file(const char *path, size_t max, char **out, size_t *len)
+{
+	int			fd;
+	int			rc;
+
+	*out = NULL;
+	*len = 0;
+	fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return BC_EINVAL;
+	rc = read_fd(fd, max, out, len);
 	if (fd != STDIN_FILENO)
 		close(fd);
+	return rc;
+}
+
+/*
+ * The same for name in the directory dirfd, a regular file opened
+ * O_NOFOLLOW (a symbolic link there is refused): BC_OK, BC_ETOOBIG, or
+ * BC_EINVAL with errno (ENOENT: there is none).
+ */
+int
+bcd_read_file_at(int dirfd, const char *name, size_t max, char **out, size_t *len)
+{
+	struct stat st;
+	int			fd;
+	int			rc;
+
+	*out = NULL;
+	*len = 0;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return BC_EINVAL;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+	{
+		close(fd);
+		errno = EINVAL;
+		return BC_EINVAL;
+	}
+	rc = read_fd(fd, max, out, len);
+	close(fd);
 	return rc;
 }
 

@@ -15,6 +15,7 @@ typedef struct bcd_dir_id
 } bcd_dir_id;
 
 int			bcd_read_file(const char *path, size_t max, char **out, size_t *len);
+int			bcd_read_file_at(int dirfd, const char *name, size_t max, char **out, size_t *len);
 int			bcd_ensure_dir(const char *path);
 int			bcd_write_all(int fd, const void *data, size_t len);
 int			bcd_write_file_atomic(const char *dir, const char *name,

@@ -119,7 +119,7 @@ status_in(const char *status, const char *const *list)
 /*
  * The same for a request answered with one of several signed statuses
  * (statuses, NULL-terminated): the signed payload's "status" must be the
- * outer one.
+ * outer one; its "purpose" is not looked at when purpose is NULL.
  */
 json_t *
 bcd_node_exchange_status(bcd_http *http, const bcd_service_keys *keys,
@@ -180,8 +180,9 @@ bcd_node_exchange_status(bcd_http *http, const bcd_service_keys *keys,
 	payload = json_loadb((const char *) pl, plen, JSON_REJECT_DUPLICATES, NULL);
 	node = json_string_value(json_object_get(payload, "nodeId"));
 	if (payload == NULL ||
-		!json_is_string(json_object_get(payload, "purpose")) ||
-		strcmp(json_string_value(json_object_get(payload, "purpose")), purpose) != 0 ||
+		(purpose != NULL && (!json_is_string(json_object_get(payload, "purpose")) ||
+							 strcmp(json_string_value(json_object_get(payload, "purpose")),
+									purpose) != 0)) ||
 		node == NULL || !bc_spiffe_parse(cred->spiffe_id, NULL, &sp) || sp.session != NULL ||
 		strlen(node) != sp.node_len || strncmp(sp.node, node, sp.node_len) != 0 ||
 		(json_object_get(payload, "status") != NULL &&

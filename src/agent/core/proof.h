@@ -44,7 +44,8 @@ json_t	   *bcd_node_exchange_rc(bcd_http *http, const bcd_service_keys *keys,
  * The same for a request answered with one of several statuses (statuses
  * NULL-terminated: POST /v1/attest's "challenge", "attested",
  * "quarantined"); a signed payload's "status", when it has one, must be the
- * outer one.
+ * outer one.  purpose NULL: an answer that names none (POST /v1/ssh/host's,
+ * bound to its request by the caller's own check of sshKeySha256).
  */
 json_t	   *bcd_node_exchange_status(bcd_http *http, const bcd_service_keys *keys,
 									 const bcd_credential *cred, const char *path,

@@ -53,6 +53,7 @@
 #include "core/metrics.h"
 #include "core/revocation.h"
 #include "core/sessions.h"
+#include "core/ssh_host.h"
 
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -141,6 +142,7 @@ struct bcd_hook_server
 	int			metrics_dirty;
 	double		metrics_next;
 	unsigned long prov_changes;	/* the provisioner's changes written in the metrics file */
+	_Atomic(struct bcd_ssh *) ssh;	/* bcd status's SSH members (ssh_host.c), or NULL */
 };
 
 /* Seconds a caller has to send its request line, and we to write an answer. */
@@ -632,7 +634,12 @@ handle_request(bcd_hook_server *s, bcd_conn *c)
 	{
 		numbers(s, &counters, &node);
 		if (strcmp(json_string_value(op), BC_SOCK_OP_STATUS) == 0)
-			answer_doc(s, c, bcd_status_json(&counters, &node));
+		{
+			json_t	   *doc = bcd_status_json(&counters, &node);
+
+			bcd_ssh_status(atomic_load(&s->ssh), doc);
+			answer_doc(s, c, doc);
+		}
 		else
 		{
 			text = bcd_metrics_text(&counters, &node);
@@ -1095,3 +1102,11 @@ bcd_sessions_fuzz_line(const unsigned char *data, size_t n, char *answer, size_t
 	return len > 0 ? len : -1;
 }
 #endif							/* BC_TEST_BUILD */
+
+/* The SSH module bcd status shows (sessions.h). */
+void
+bcd_hook_server_set_ssh(bcd_hook_server *s, struct bcd_ssh *ssh)
+{
+	if (s != NULL)
+		atomic_store(&s->ssh, ssh);
+}

@@ -35,6 +35,9 @@ int			bcd_hook_server_run(bcd_hook_server *s, char *err, size_t errlen);
 void		bcd_hook_server_stop(bcd_hook_server *s);
 /* Free it (stopped first), after the provisioner has stopped. */
 void		bcd_hook_server_free(bcd_hook_server *s);
+/* The SSH module whose state bcd status shows (ssh_host.c), or NULL; s NULL: nothing. */
+struct bcd_ssh;
+void		bcd_hook_server_set_ssh(bcd_hook_server *s, struct bcd_ssh *ssh);
 
 #ifdef BC_TEST_BUILD			/* the fuzz build only (mk/fuzz.mk) */
 /*

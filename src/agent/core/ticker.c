@@ -16,6 +16,7 @@ bcd_ticker_init(bcd_ticker *t)
 
 	t->started = 0;
 	t->stop = 0;
+	t->kick = 0;
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -33,8 +34,9 @@ wait_or_stop(bcd_ticker *t, long seconds)
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += seconds;
 	pthread_mutex_lock(&t->mu);
-	while (!t->stop && pthread_cond_timedwait(&t->cv, &t->mu, &until) != ETIMEDOUT)
+	while (!t->stop && !t->kick && pthread_cond_timedwait(&t->cv, &t->mu, &until) != ETIMEDOUT)
 		;
+	t->kick = 0;
 	stop = t->stop;
 	pthread_mutex_unlock(&t->mu);
 	return stop;
@@ -61,6 +63,16 @@ bcd_ticker_start(bcd_ticker *t, bcd_round_fn round, void *arg)
 		return -1;
 	t->started = 1;
 	return 0;
+}
+
+/* Run the next round now (ticker.h). */
+void
+bcd_ticker_kick(bcd_ticker *t)
+{
+	pthread_mutex_lock(&t->mu);
+	t->kick = 1;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
 }
 
 /* Stop t's thread (ticker.h). */

@@ -22,12 +22,15 @@ typedef struct bcd_ticker
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int			stop;			/* under mu */
+	int			kick;			/* under mu: the next round now */
 } bcd_ticker;
 
 /* Make t ready to start (its mutex, its condition variable on the monotonic clock). */
 void		bcd_ticker_init(bcd_ticker *t);
 /* Start t's thread: round(arg), then the seconds it returns, until stopped.  0, or -1. */
 int			bcd_ticker_start(bcd_ticker *t, bcd_round_fn round, void *arg);
+/* Run the next round now (one in flight: the next right after it). */
+void		bcd_ticker_kick(bcd_ticker *t);
 /* Stop t's thread (a round in flight ends first) and join it; not started: nothing. */
 void		bcd_ticker_stop(bcd_ticker *t);
 /* Release t (stopped first). */

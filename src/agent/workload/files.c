@@ -83,6 +83,7 @@
 #include "core/delivery.h"
 #include "core/log.h"
 #include "core/peer.h"
+#include "core/reload.h"
 #include "producers/exec.h"
 #include "workload/files.h"
 #include "workload/internal.h"
@@ -97,9 +98,6 @@
 #define FED_SUFFIX ".pem"
 #define FED_NAME_MAX 200
 
-/* How long a reload may run (s), and how much of its output is logged. */
-#define RELOAD_TIMEOUT 30.0
-#define RELOAD_OUTPUT_MAX 2048
 /* The writer's poll (ms), and its wait after a failed write (s). */
 #define FILES_POLL_MS 200
 #define FILES_RETRY 5.0
@@ -253,26 +251,6 @@ bcd_wl_files_check(const char *const *files, int n_files, const char *const *rel
 		}
 	}
 	return NULL;
-}
-
-/*
- * Open and check DIR (see the file comment): walked from / as --producer's
- * path is (bcd_exec_open_checked_dir), then opened for reading through that
- * descriptor; its descriptor, or -1 with err.
- */
-static int
-open_dir(const char *path, char *err, size_t errlen)
-{
-	int			pfd = bcd_exec_open_checked_dir("--svid-files", path, err, errlen);
-	int			fd;
-
-	if (pfd < 0)
-		return -1;
-	fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		snprintf(err, errlen, "--svid-files %s cannot be opened: %s", path, strerror(errno));
-	close(pfd);
-	return fd;
 }
 
 /*
@@ -435,7 +413,7 @@ bcd_wl_files_start(bcd_workload *w, const bcd_run_opts *o, bcd_wl_files **out, c
 					 "(its bundle is svid_bundle.pem)", d->path, w->trust_domain);
 			goto fail;
 		}
-		if ((d->dirfd = open_dir(d->path, err, errlen)) < 0)
+		if ((d->dirfd = bcd_delivery_open_checked("--svid-files", d->path, err, errlen)) < 0)
 			goto fail;
 		remove_leftovers(d->dirfd, d->path);
 		/* federated/: made for federates=; without, only its old files removed (if any) */
@@ -777,79 +755,19 @@ out:
 	return rc;
 }
 
-/* In the reload's child: every other descriptor closed (3 is the file to run), cwd /. */
-static int
-reload_setup(void *arg)
-{
-	(void) arg;
-	close_range(4, ~0U, 0);
-	return chdir("/") != 0 ? -1 : 0;
-}
-
 /*
- * Run d's reload once: argv [EXECUTABLE], environment PATH, LC_ALL and
- * BCD_SVID_DIR; its exit and the start of its output logged.  It counts as
- * done when it exits (whoever still holds its output); killed with its
- * process group after RELOAD_TIMEOUT.
+ * Run d's reload once (core/reload.c): environment BCD_SVID_DIR besides
+ * PATH and LC_ALL; its exit and the start of its output logged.
  */
 static void
 run_reload(bcd_wl_files *f, files_dir *d)
 {
 	char		dirv[BCD_DIR_MAX + 16];
-	char	   *argv[2] = {d->reload, NULL};
-	char	   *envp[4] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"LC_ALL=C", dirv, NULL};
-	char		out[RELOAD_OUTPUT_MAX + 1];
-	size_t		len = 0;
-	double		deadline = bcd_now_ms() / 1000.0 + RELOAD_TIMEOUT;
-	bcd_child	c;
-	int			status = 0;
-	int			reaped = 0;
+	char		prefix[BCD_DIR_MAX + 16];
 
 	snprintf(dirv, sizeof(dirv), "BCD_SVID_DIR=%s", d->path);
-	if (bcd_child_spawn_fd(&c, d->reload_fd, argv, envp, 0, reload_setup, NULL) != BC_OK)
-	{
-		bcd_log("files: %s: cannot run %s: %s", d->path, d->reload, strerror(errno));
-		return;
-	}
-	bcd_child_close(&c.in);
-	while (!reaped && bcd_now_ms() / 1000.0 < deadline && !atomic_load(&f->stopping))
-	{
-		struct pollfd pfd = {.fd = c.out, .events = POLLIN};
-
-		if (c.out >= 0 && poll(&pfd, 1, 50) > 0)
-		{
-			char		junk[4096];
-			ssize_t		r = len < RELOAD_OUTPUT_MAX ?
-				read(c.out, out + len, RELOAD_OUTPUT_MAX - len) : read(c.out, junk, sizeof(junk));
-
-			if (r > 0 && len < RELOAD_OUTPUT_MAX)
-				len += (size_t) r;
-			else if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN))
-				bcd_child_close(&c.out);
-		}
-		else if (c.out < 0)
-		{
-			struct timespec ts = {0, 50 * 1000 * 1000};
-
-			nanosleep(&ts, NULL);
-		}
-		reaped = waitpid(c.pid, &status, WNOHANG) == c.pid;
-	}
-	bcd_child_end(&c, reaped, &status);
-	out[len] = '\0';
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char) out[i] < 0x20 || (unsigned char) out[i] >= 0x7f)
-			out[i] = out[i] == '\n' && i + 1 == len ? '\0' : ' ';
-	if (!reaped)
-		bcd_log("files: %s: reload %s killed after %.0f s%s%s", d->path, d->reload,
-				RELOAD_TIMEOUT, len ? ": " : "", out);
-	else if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-		bcd_log("files: %s: reload %s done%s%s", d->path, d->reload, len ? ": " : "", out);
-	else
-		bcd_log("files: %s: reload %s failed (%s %d)%s%s", d->path, d->reload,
-				WIFEXITED(status) ? "exit" : "signal",
-				WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), len ? ": " : "", out);
+	snprintf(prefix, sizeof(prefix), "files: %s", d->path);
+	(void) bcd_reload_run(prefix, d->reload, d->reload_fd, dirv, &f->stopping);
 }
 
 /*
