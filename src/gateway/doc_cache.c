@@ -19,7 +19,10 @@
  * document on bc_join_crl): a notification there, or a gap in the pool's
  * listening, makes the copy not current, and the next request fetches (no
  * fetch is started by the notification itself: the signed document costs a
- * signature per signing key, and nobody may ask for it).
+ * signature per signing key, and nobody may ask for it).  While no
+ * connection listens at all, the copy is current for
+ * GW_DOC_UNLISTENED_MAX_AGE seconds from its fetch: a missed revocation
+ * reaches it that late, and requests do not each cost a fetch.
  *
  * NEXT_UPDATE (the CRL): every pool connection runs LISTEN on the document's
  * channel (see gw_db_pool_listen); a notification (a revocation committed)
@@ -117,7 +120,8 @@ gw_doc_current(const struct gw_doc_moment *m)
 	if (m->unseen)
 		return 0;
 	if (m->rule == GW_DOC_MAX_AGE)
-		return m->age < m->max_age;
+		return m->age < (m->unlistened && m->max_age > GW_DOC_UNLISTENED_MAX_AGE
+						 ? GW_DOC_UNLISTENED_MAX_AGE : m->max_age);
 	return next_update_left(m) > 0;
 }
 
@@ -199,7 +203,14 @@ moment(const struct gw_doc_cache *c, struct gw_doc_moment *m)
 	{
 		unsigned long p = gw_db_pool_listen_period(c->pool);
 
-		m->unseen = c->seq != c->notify_seq || p == 0 || p != c->period;
+		if (m->rule == GW_DOC_MAX_AGE)
+		{
+			/* not listening now: a short max age (GW_DOC_UNLISTENED_MAX_AGE), not a fetch per request */
+			m->unlistened = p == 0;
+			m->unseen = c->seq != c->notify_seq || (p != 0 && p != c->period);
+		}
+		else
+			m->unseen = c->seq != c->notify_seq || p == 0 || p != c->period;
 	}
 	if (m->rule == GW_DOC_NEXT_UPDATE)
 	{

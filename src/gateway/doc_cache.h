@@ -22,6 +22,14 @@ struct gw_doc_cache;
 
 /* The longest Cache-Control max-age of a NEXT_UPDATE document, so a CDN passes a revocation on within a minute. */
 #define GW_DOC_NEXT_UPDATE_CC_MAX 60
+/*
+ * A MAX_AGE document with a channel, while no pool connection listens on it
+ * (at start, in a database outage): its copy is current for this many
+ * seconds from its fetch, not for the max age (a revocation may be missed)
+ * and not never (each request would fetch, and the signed SSH document costs
+ * a signature per signing key: a TPM's or a token's, tens of milliseconds).
+ */
+#define GW_DOC_UNLISTENED_MAX_AGE 5
 
 /* When a copy is current. */
 enum gw_doc_rule
@@ -144,6 +152,7 @@ struct gw_doc_moment
 	double		wall_left;		/* NEXT_UPDATE: seconds until nextUpdate by the wall clock */
 	double		mono_left;		/* NEXT_UPDATE: the same by the monotonic clock from the fetch */
 	int			unseen;			/* a notification on the spec's channel since that fetch started, or a gap in listening */
+	int			unlistened;		/* MAX_AGE with a channel: no connection listens now (GW_DOC_UNLISTENED_MAX_AGE) */
 	int			failed;			/* the last fetch failed */
 	double		since_failure;	/* seconds since it failed */
 	double		retry_after;	/* --retry-after */

@@ -190,6 +190,24 @@ test_max_age_unseen(void **state)
 	m.age = 3590;
 	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
 	assert_int_equal(ma, 10);
+	/*
+	 * no connection listening: current for GW_DOC_UNLISTENED_MAX_AGE from
+	 * its fetch (not a fetch per request, not the whole max age)
+	 */
+	m = max_age_copy(1);
+	m.max_age = 3600;
+	m.channel = 1;
+	m.unlistened = 1;
+	assert_true(gw_doc_current(&m));
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	m.age = GW_DOC_UNLISTENED_MAX_AGE;
+	assert_false(gw_doc_current(&m));
+	assert_int_equal(decide(&m, &ma), GW_DOC_WAIT);
+	/* a max age shorter than that bound stays the bound */
+	m = max_age_copy(2);
+	m.max_age = 2;
+	m.unlistened = 1;
+	assert_false(gw_doc_current(&m));
 }
 
 /* Which documents are stale on a channel: the CRL, the SSH KRL and signed document on bc_join_crl. */
