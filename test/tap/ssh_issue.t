@@ -14,7 +14,7 @@ principal the proof asks for and the rule lacks is ssh-host:principal; a repeat 
 the same serial; a fifth key is ssh-host:too-many-keys; a proof for another key is
 ssh-host:key-binding; another node of the pool claiming a hostname the first's live host
 certificate carries does not get it (ssh-host:principal when asked) until the first is
-revoked; a reclaim's revocation of SSH certificates sends NOTIFY bc_join_crl; a session whose proof says "sshUser": true gets a user certificate
+revoked, and of two claiming one at once the second waits and is refused; a reclaim's revocation of SSH certificates sends NOTIFY bc_join_crl; a session whose proof says "sshUser": true gets a user certificate
 for its CSR's key (force-command, source-address, only permit-pty; the session's
 validity), one without a rule gets none and ssh.user.refused; revoke_certificate of the
 session and revoke_node revoke their SSH certificates (audit rows, verify_audit_log), and
@@ -429,6 +429,36 @@ ok(waited and first is not None and second.get("serial") == first and
    one("SELECT count(*) FROM bc_join.ssh_certs WHERE key_sha256 = %s", hashlib.sha256(k8).digest()) == 1,
    "two requests for one key at once: the second waits for the first and answers the same certificate",
    (waited, first, second))
+# Two nodes claiming one hostname at once: the second waits for the first and does not get it.
+c1 = psycopg2.connect(dbname=sdb.dbname)
+cx = c1.cursor()
+cx.execute("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)::text",
+           (json.dumps(host_req(keygen("k9", "-t", "ed25519")[1], hostname="race.a.example")),))
+race1 = payload(json.loads(cx.fetchone()[0])).get("principals")
+race2 = {}
+
+
+def other2():
+    c2 = psycopg2.connect(dbname=sdb.dbname)
+    c2.autocommit = True
+    k = c2.cursor()
+    k.execute("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)::text",
+              (json.dumps(host_req(keygen("n2r", "-t", "ed25519")[1], hostname="race.a.example",
+                                   principals=["race.a.example"], key=n2key, serial=n2serial)),))
+    race2["status"] = json.loads(k.fetchone()[0]).get("status")
+    c2.close()
+
+
+th = threading.Thread(target=other2)
+th.start()
+th.join(1.0)
+waited = th.is_alive()
+c1.commit()
+th.join(10)
+c1.close()
+ok(waited and race1 is not None and "race.a.example" in race1 and race2.get("status") == "refused",
+   "two nodes claiming one hostname at once: the second waits for the first's commit and is refused",
+   (waited, race1, race2))
 p3f = os.path.join(d, "p384-cert.pub")
 with open(p3f, "w") as f:
     f.write("ecdsa-sha2-nistp384-cert-v01@openssh.com %s\n" % p3["sshCertificate"])
