@@ -18,8 +18,8 @@
 
 -- What a tenant may ever be called: the SSH CAs are trust-domain wide, so
 -- the platform operator alone gives each tenant its host names (a DNS name,
--- or *.suffix for one leftmost label; no two tenants' overlap) and user
--- names (a name, or prefix*).
+-- or *.suffix for one leftmost label) and user names (a name, prefix* or
+-- *); no two tenants' names of a kind overlap.
 CREATE TABLE bc_join.ssh_names (
 	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
 	kind text NOT NULL CHECK (kind IN ('host', 'user')),
@@ -29,7 +29,7 @@ CREATE TABLE bc_join.ssh_names (
 	PRIMARY KEY (tenant_id, kind, pattern)
 );
 COMMENT ON TABLE bc_join.ssh_names IS
-	'The SSH names a tenant may be certified for, set by the platform operator only (allow_ssh_names): host patterns (a DNS name or *.suffix, never overlapping another tenant''s) and user patterns (a name or prefix*).';
+	'The SSH names a tenant may be certified for, set by the platform operator only (allow_ssh_names): host patterns (a DNS name or *.suffix) and user patterns (a name, prefix* or *), neither overlapping another tenant''s.';
 
 -- Per pool: the principals (templates) and options of its SSH certificates.
 CREATE TABLE bc_join.ssh_settings (
@@ -83,6 +83,9 @@ CREATE INDEX ssh_certs_session_cert_idx ON bc_join.ssh_certs (session_cert_seria
 	WHERE session_cert_serial IS NOT NULL;
 CREATE INDEX ssh_certs_valid_before_idx ON bc_join.ssh_certs USING brin (valid_before);
 CREATE INDEX ssh_certs_revoked_idx ON bc_join.ssh_certs (ca_key, serial) WHERE revoked_at IS NOT NULL;
+-- who holds a host name already (a claimed hostname: ssh_rule_principals)
+CREATE INDEX ssh_certs_host_principals_idx ON bc_join.ssh_certs USING gin (principals)
+	WHERE kind = 'host' AND revoked_at IS NULL;
 
 -- The KRL's version and time: one row, bumped with every SSH revocation (in
 -- the database, so every HA node serves the same KRL).  No row: version 0.
@@ -190,19 +193,36 @@ BEGIN
 	IF patterns IS NULL OR cardinality(patterns) = 0 OR cardinality(patterns) > 1000 THEN
 		PERFORM bc_join.invalid_input('patterns: 1 to 1000 patterns');
 	END IF;
-	-- one at a time: two tenants' overlapping host names are refused whatever the order
+	-- The overlap check below must see every name committed before the lock:
+	-- under repeatable read the snapshot was taken before it (at this
+	-- statement), so a name given at the same time would be missed.  Read
+	-- committed takes a snapshot per statement; serializable detects the
+	-- conflict itself.
+	IF current_setting('transaction_isolation') = 'repeatable read' THEN
+		RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
+			MESSAGE = 'allow_ssh_names cannot run under repeatable read',
+			DETAIL = 'Its check that two tenants'' names do not overlap needs a snapshot taken after its lock.',
+			HINT = 'Run it in a read committed (the default) or serializable transaction.';
+	END IF;
+	-- one at a time: two tenants' overlapping names are refused whatever the order
 	LOCK TABLE bc_join.ssh_names IN SHARE ROW EXCLUSIVE MODE;
 	FOREACH p IN ARRAY patterns LOOP
 		IF NOT bc_join.ssh_pattern_valid(kind, p) THEN
 			PERFORM bc_join.invalid_input(format('%s is no SSH %s name pattern', left(coalesce(p, 'NULL'), 300), kind));
 		END IF;
-		IF kind = 'host' THEN
-			SELECT n.tenant_id INTO other FROM bc_join.ssh_names n
-				WHERE n.kind = 'host' AND n.tenant_id <> allow_ssh_names.tenant_id
-				  AND bc_join.ssh_host_patterns_overlap(n.pattern, p) LIMIT 1;
-			IF FOUND THEN
-				PERFORM bc_join.invalid_input(format('%s overlaps a host name of tenant %s', p, other));
-			END IF;
+		-- No two tenants' names overlap, host or user: with one user CA per
+		-- trust domain and sshd's default (principal = account), tenant A's
+		-- root would log in as root on tenant B's hosts.  User patterns
+		-- overlap when equal or when one's prefix* matches the other (a
+		-- name, or a prefix: svc-* and svc-a*); '*' overlaps every one.
+		SELECT n.tenant_id INTO other FROM bc_join.ssh_names n
+			WHERE n.kind = allow_ssh_names.kind AND n.tenant_id <> allow_ssh_names.tenant_id
+			  AND CASE allow_ssh_names.kind WHEN 'host' THEN bc_join.ssh_host_patterns_overlap(n.pattern, p)
+				  ELSE n.pattern = p OR bc_join.ssh_name_matches('user', n.pattern, p)
+					  OR bc_join.ssh_name_matches('user', p, n.pattern) END
+			LIMIT 1;
+		IF FOUND THEN
+			PERFORM bc_join.invalid_input(format('%s overlaps a %s name of tenant %s', p, kind, other));
 		END IF;
 		INSERT INTO bc_join.ssh_names (tenant_id, kind, pattern)
 			VALUES (allow_ssh_names.tenant_id, allow_ssh_names.kind, p) ON CONFLICT DO NOTHING;
@@ -219,7 +239,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION bc_join.allow_ssh_names(text, text, text[]) IS
-	'Gives a tenant SSH names of kind host (a DNS name or *.suffix, never overlapping another tenant''s) or user (a name or prefix*); the platform operator only; audited; returns how many were new.';
+	'Gives a tenant SSH names of kind host (a DNS name or *.suffix) or user (a name, prefix* or *), never overlapping another tenant''s of that kind; the platform operator only; refused under repeatable read; audited; returns how many were new.';
 
 -- Take SSH names from a tenant (platform operator only): returns how many
 -- were removed.  Certificates already issued stay until they expire.
@@ -361,9 +381,12 @@ COMMENT ON FUNCTION bc_join.set_ssh_settings(text, text[], text[], text[], text,
 -- session, context), each of its kind's syntax and within the tenant's
 -- ssh_names, in the rule's order, once each; NULL when the pool has no rule
 -- of that kind.  A hostname is taken only when it matches one of the
--- rule's host_hostname_patterns (a claim, never proof).  In a host name an
--- id's '_' is written '-' ({node}: node-0190...), DNS labels having none.
--- One statement (no loop): it runs at every session asking for SSH.
+-- rule's host_hostname_patterns (a claim, never proof), and a principal
+-- made from it is dropped when a live host certificate of another node
+-- carries it already (vars' node: the asking one), so that no node of a pool
+-- claims a name another holds.  In a host name an id's '_' is written '-'
+-- ({node}: node-0190...), DNS labels having none.  One statement (no loop):
+-- it runs at every session asking for SSH.
 CREATE FUNCTION bc_join.ssh_rule_principals(kind text, pool_id text, vars jsonb) RETURNS text[]
 	LANGUAGE plpgsql STABLE SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -394,7 +417,7 @@ BEGIN
 	-- a brace (ids, selectors, a valid hostname), so none makes a placeholder.
 	SELECT coalesce(array_agg(e.name ORDER BY e.ord), '{}') INTO out
 	FROM (SELECT DISTINCT ON (x.name) x.name, x.ord
-		  FROM (SELECT t.ord, CASE WHEN h THEN
+		  FROM (SELECT t.ord, h AND strpos(t.tpl, '{hostname}') > 0 AS claimed, CASE WHEN h THEN
 					replace(replace(replace(replace(t.tpl,
 						'{node}', coalesce(replace(v->>'node', '_', '-'), '{node}')),
 						'{pool}', coalesce(replace(v->>'pool', '_', '-'), '{pool}')),
@@ -409,12 +432,16 @@ BEGIN
 			AND EXISTS (SELECT 1 FROM bc_join.ssh_names n
 						WHERE n.tenant_id = s.tenant_id AND n.kind = ssh_rule_principals.kind
 						  AND bc_join.ssh_name_matches(n.kind, n.pattern, x.name))
+			AND NOT (x.claimed AND EXISTS (
+				SELECT 1 FROM bc_join.ssh_certs c
+				WHERE c.kind = 'host' AND c.revoked_at IS NULL AND c.principals @> ARRAY[x.name]
+				  AND c.valid_before > bc_join.compute_now() AND c.node_id IS DISTINCT FROM v->>'node'))
 		  ORDER BY x.name, x.ord) e;
 	RETURN out;
 END
 $$;
 COMMENT ON FUNCTION bc_join.ssh_rule_principals(text, text, jsonb) IS
-	'Internal: the principals of kind host or user a pool''s rule gives with these placeholder values, each of its kind''s syntax and within the tenant''s ssh_names; NULL when the pool has no rule of that kind.';
+	'Internal: the principals of kind host or user a pool''s rule gives with these placeholder values, each of its kind''s syntax and within the tenant''s ssh_names (one made from the claimed hostname: also carried by no live host certificate of another node); NULL when the pool has no rule of that kind.';
 
 -- Issue an OpenSSH host certificate: {"sshPublicKey": <base64 key blob>,
 -- "proof": <JWS by the node key over purpose "ssh-host", serial,
@@ -461,12 +488,15 @@ BEGIN
 	END LOOP;
 	IF n > 0 THEN
 		PERFORM bc_join.ssh_krl_bump();
+		-- the KRL changed: the gateway refetches it (a reclaim's revocation
+		-- sends no NOTIFY of its own)
+		PERFORM pg_notify('bc_join_crl', '');
 	END IF;
 	RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION bc_join.ssh_cascade() IS
-	'Internal trigger: revoking a node or session certificate (not by renewal) revokes its SSH certificates (a node certificate''s: also those of the certificates it renewed) with the same reason, audited one by one, and bumps the KRL.';
+	'Internal trigger: revoking a node or session certificate (not by renewal) revokes its SSH certificates (a node certificate''s: also those of the certificates it renewed) with the same reason, audited one by one, bumps the KRL and sends NOTIFY bc_join_crl.';
 CREATE TRIGGER ssh_cascade AFTER UPDATE OF revoked_at ON bc_join.node_certs
 	FOR EACH ROW WHEN (OLD.revoked_at IS NULL AND NEW.revoked_at IS NOT NULL
 					   AND NEW.revocation_reason IS DISTINCT FROM 'renewed')

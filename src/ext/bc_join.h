@@ -249,6 +249,7 @@ typedef struct BcPlan
 #define BC_LOCK_AUDIT_CHAIN 0x626a6163	/* "bjac": key = the chain */
 #define BC_LOCK_JOIN_KEY 0x626a6b6c		/* "bjkl": key = 32 bits of the CSR key's SPKI hash */
 #define BC_LOCK_SSH_HOST 0x626a7368		/* "bjsh": key = 32 bits of the node certificate serial's hash */
+#define BC_LOCK_SSH_HOSTNAME 0x626a736e	/* "bjsn": key = 32 bits of a claimed hostname's hash */
 extern bool bc_xact_lock(uint32 kind, uint32 key, bool wait);
 
 /* version.c */

@@ -229,9 +229,12 @@ random_serial(void)
 	return (int64) v;
 }
 
-/* The principals a pool's rule gives (ssh_rule_principals); NULL: no rule. */
+/*
+ * The principals a pool's rule gives (ssh_rule_principals); NULL: no rule.
+ * fresh: a snapshot of its own (sees what committed before a lock taken).
+ */
 static char **
-rule_names(const char *kind, const char *pool_id, const char *vars, int *n)
+rule_names(const char *kind, const char *pool_id, const char *vars, bool fresh, int *n)
 {
 	Datum		v[3];
 	char		nulls[3] = {' ', ' ', ' '};
@@ -244,7 +247,7 @@ rule_names(const char *kind, const char *pool_id, const char *vars, int *n)
 	v[0] = CStringGetTextDatum(kind);
 	v[1] = CStringGetTextDatum(pool_id);
 	v[2] = JsonbPGetDatum(bc_jsonb(vars));
-	if (bc_spi_exec(&rule_principals, v, nulls, true, 1) != 1)
+	if (bc_spi_exec(&rule_principals, v, nulls, !fresh, 1) != 1)
 		elog(ERROR, "bc_join.ssh_rule_principals returned no row");
 	a = bc_spi_datum(1, &isnull);
 	if (isnull)
@@ -627,7 +630,22 @@ ssh_host_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 	if (hostname != NULL)
 		bc_json_member(&vars, "hostname", hostname);
 	bc_json_end(&vars);
-	allowed = rule_names("host", pool_id, vars.data, &n_allowed);
+	/*
+	 * A claimed hostname, one request at a time (whatever the node): the
+	 * rule drops a name another node's live host certificate carries, and
+	 * reads after this lock with a snapshot of its own, so two nodes
+	 * claiming one name at once cannot both get it.
+	 */
+	if (hostname != NULL)
+	{
+		unsigned char h[BC_SHA256_LEN];
+
+		if (bc_sha256(hostname, strlen(hostname), h) != BC_OK)
+			elog(ERROR, "could not hash a hostname");
+		(void) bc_xact_lock(BC_LOCK_SSH_HOSTNAME,
+							((uint32) h[0] << 24) | ((uint32) h[1] << 16) | ((uint32) h[2] << 8) | h[3], true);
+	}
+	allowed = rule_names("host", pool_id, vars.data, hostname != NULL, &n_allowed);
 	if (allowed == NULL)
 		bc_refuse_join(WHO ":no-rule", c.tenant);
 	if (asked != NULL)
@@ -777,7 +795,7 @@ bc_ssh_session_cert(const BcJoinRequest *req, const BcSshSession *u, StringInfo 
 	if (u->context_ref[0] != '\0')
 		bc_json_member(&vars, "context", u->context_ref);
 	bc_json_end(&vars);
-	names = rule_names("user", pool_id, vars.data, &n);
+	names = rule_names("user", pool_id, vars.data, false, &n);
 	if (names == NULL)
 	{
 		user_refused(u, "no-rule");

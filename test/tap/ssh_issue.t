@@ -4,14 +4,17 @@
 reads the KRL) and python3-jwcrypto (the signed documents).
 
 Shows: ssh_names are the platform operator's (a tenant operator's allow_ssh_names is
-42501), host patterns of two tenants never overlap, malformed patterns are refused;
+42501), host patterns of two tenants never overlap, nor do user patterns (root, prefix*,
+*), allow_ssh_names refuses repeatable read (25000), malformed patterns are refused;
 issue_ssh_host_cert certifies a host key (ssh-keygen made: Ed25519, ECDSA P-384) with the
 pool rule's principals and no more (a name outside the tenant's ssh_names dropped, a
 hostname claim outside host_hostname_patterns ignored, one inside taken), the node's
 SPIFFE ID as key ID, valid from 60 s before to the node certificate's notAfter; a
 principal the proof asks for and the rule lacks is ssh-host:principal; a repeat answers
 the same serial; a fifth key is ssh-host:too-many-keys; a proof for another key is
-ssh-host:key-binding; a session whose proof says "sshUser": true gets a user certificate
+ssh-host:key-binding; another node of the pool claiming a hostname the first's live host
+certificate carries does not get it (ssh-host:principal when asked) until the first is
+revoked, and of two claiming one at once the second waits and is refused; a reclaim's revocation of SSH certificates sends NOTIFY bc_join_crl; a session whose proof says "sshUser": true gets a user certificate
 for its CSR's key (force-command, source-address, only permit-pty; the session's
 validity), one without a rule gets none and ssh.user.refused; revoke_certificate of the
 session and revoke_node revoke their SSH certificates (audit rows, verify_audit_log), and
@@ -70,14 +73,14 @@ def keygen(name, *args):
         return path, base64.b64decode(f.read().split()[1])
 
 
-def host_req(blob, hostname=None, principals=None, bind=None):
-    p = {"purpose": "ssh-host", "serial": w.serial, "iat": int(time.time()),
+def host_req(blob, hostname=None, principals=None, bind=None, key=None, serial=None):
+    p = {"purpose": "ssh-host", "serial": serial or w.serial, "iat": int(time.time()),
          "sshKeySha256": fz.b64u(hashlib.sha256(bind or blob).digest())}
     if hostname is not None:
         p["hostname"] = hostname
     if principals is not None:
         p["principals"] = principals
-    return {"sshPublicKey": base64.b64encode(blob).decode(), "proof": fz.jws_es256(w.node_key, p)}
+    return {"sshPublicKey": base64.b64encode(blob).decode(), "proof": fz.jws_es256(key or w.node_key, p)}
 
 
 def call(fn, req):
@@ -135,6 +138,26 @@ eq([code("SELECT bc_join.allow_ssh_names(%s, 'host', ARRAY[%s])", t2, p) for p i
    "another tenant's host pattern overlapping them is refused (same, under the wildcard, equal)")
 eq(one("SELECT bc_join.allow_ssh_names(%s, 'host', ARRAY['*.b.example', 'x.y.a.example'])", t2), 2,
    "patterns that do not overlap (two labels under *.a.example) are another tenant's")
+eq([code("SELECT bc_join.allow_ssh_names(%s, 'user', ARRAY[%s])", t2, p) for p in
+    ("root", "ro*", "svc-backup", "svc-a*", "s*", "*")], ["22023"] * 6,
+   "another tenant's user pattern overlapping them is refused (equal, a prefix* matching root, a name or "
+   "prefix under svc-*, a shorter prefix, *): else its root logs in as root on the first tenant's hosts")
+eq(one("SELECT bc_join.allow_ssh_names(%s, 'user', ARRAY['deploy', 'rt-*'])", t2), 2,
+   "user names that overlap none (deploy, rt-*) are another tenant's")
+rr = psycopg2.connect(dbname=sdb.dbname)
+rr.set_session(isolation_level="REPEATABLE READ")
+try:
+    rr.cursor().execute("SELECT bc_join.allow_ssh_names(%s, 'user', ARRAY['ops'])", (t2,))
+    rr_code = "ok"
+except psycopg2.Error as e:
+    rr_code = e.pgcode
+rr.rollback()
+rr.set_session(isolation_level="SERIALIZABLE")
+rr.cursor().execute("SELECT bc_join.allow_ssh_names(%s, 'user', ARRAY['ops'])", (t2,))
+rr.rollback()
+rr.close()
+eq(rr_code, "25000", "allow_ssh_names under repeatable read is refused (its snapshot predates its lock): 25000; "
+   "serializable runs")
 eq([code("SELECT bc_join.allow_ssh_names(%s, %s, ARRAY[%s])", t1, k, p) for k, p in
     (("host", "Web.a.example"), ("host", "10.0.0.1"), ("host", "*.*.a.example"), ("host", "a..example"),
      ("user", "ro ot"), ("user", "r*t"), ("nope", "x"))], ["22023"] * 7,
@@ -221,6 +244,21 @@ eq(one("SELECT count(*) FROM bc_join.audit_log WHERE action = 'ssh.host.issue' A
    "an audit row per host certificate (ssh.host.issue)")
 eq(one("SELECT count(*) FROM bc_join.events WHERE type = 'ssh.certificate.issued' AND tenant_id = %s", t1), 4,
    "and an event ssh.certificate.issued")
+
+# A claimed hostname another node's live host certificate carries is not given again.
+n2key, n2der = fz.new_csr()
+n2 = json.loads(one("SELECT bc_join(%s::jsonb)::text", json.dumps(w.join_doc(n2key, n2der))))
+node2 = payload(n2).get("nodeId")
+n2serial = one("SELECT serial FROM bc_join.node_certs WHERE node_id = %s AND revoked_at IS NULL", node2)
+r8 = call("issue_ssh_host_cert", host_req(keygen("n2a", "-t", "ed25519")[1], hostname="myhost.a.example",
+                                          principals=["myhost.a.example"], key=n2key, serial=n2serial))
+eq((r8.get("status"), last_refusal()), ("refused", "ssh-host:principal"),
+   "another node of the pool asking for a hostname a live host certificate of the first carries: "
+   "ssh-host:principal")
+p9 = payload(call("issue_ssh_host_cert", host_req(keygen("n2b", "-t", "ed25519")[1], hostname="myhost.a.example",
+                                                  key=n2key, serial=n2serial)))
+eq(p9.get("principals"), [node2.replace("_", "-") + ".a.example", "web.a.example"],
+   "claiming it without asking: the certificate leaves it out", p9)
 
 
 # -- a user certificate for a session -------------------------------------------------
@@ -391,6 +429,36 @@ ok(waited and first is not None and second.get("serial") == first and
    one("SELECT count(*) FROM bc_join.ssh_certs WHERE key_sha256 = %s", hashlib.sha256(k8).digest()) == 1,
    "two requests for one key at once: the second waits for the first and answers the same certificate",
    (waited, first, second))
+# Two nodes claiming one hostname at once: the second waits for the first and does not get it.
+c1 = psycopg2.connect(dbname=sdb.dbname)
+cx = c1.cursor()
+cx.execute("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)::text",
+           (json.dumps(host_req(keygen("k9", "-t", "ed25519")[1], hostname="race.a.example")),))
+race1 = payload(json.loads(cx.fetchone()[0])).get("principals")
+race2 = {}
+
+
+def other2():
+    c2 = psycopg2.connect(dbname=sdb.dbname)
+    c2.autocommit = True
+    k = c2.cursor()
+    k.execute("SELECT bc_join.issue_ssh_host_cert(%s::jsonb)::text",
+              (json.dumps(host_req(keygen("n2r", "-t", "ed25519")[1], hostname="race.a.example",
+                                   principals=["race.a.example"], key=n2key, serial=n2serial)),))
+    race2["status"] = json.loads(k.fetchone()[0]).get("status")
+    c2.close()
+
+
+th = threading.Thread(target=other2)
+th.start()
+th.join(1.0)
+waited = th.is_alive()
+c1.commit()
+th.join(10)
+c1.close()
+ok(waited and race1 is not None and "race.a.example" in race1 and race2.get("status") == "refused",
+   "two nodes claiming one hostname at once: the second waits for the first's commit and is refused",
+   (waited, race1, race2))
 p3f = os.path.join(d, "p384-cert.pub")
 with open(p3f, "w") as f:
     f.write("ecdsa-sha2-nistp384-cert-v01@openssh.com %s\n" % p3["sshCertificate"])
@@ -432,6 +500,26 @@ eq((sp["krlVersion"], sp["krlSha256"]), (v2, fz.b64u(hashlib.sha256(krl_now).dig
    "signed_ssh() verifies with the signing key and names the KRL's version and SHA-256")
 eq(sp["hostCa"], one("SELECT bc_join.ssh_host_ca()").splitlines(), "and the host CA lines")
 eq(sp["userCa"], one("SELECT bc_join.ssh_user_ca()").splitlines(), "and the user CA lines")
+
+# The first node revoked, its hostname is free for the other.
+p10 = payload(call("issue_ssh_host_cert", host_req(keygen("n2c", "-t", "ed25519")[1], hostname="myhost.a.example",
+                                                   principals=["myhost.a.example"], key=n2key, serial=n2serial)))
+eq(p10.get("principals"), ["myhost.a.example"], "once the node holding it is revoked, another may claim the hostname",
+   p10)
+# A reclaim revokes the old node certificates by a plain UPDATE (admit.c, revoke_older):
+# the cascade itself tells the gateway the KRL changed.
+lc = psycopg2.connect(dbname=sdb.dbname)
+lc.autocommit = True
+lc.cursor().execute("LISTEN bc_join_crl")
+cur.execute("UPDATE bc_join.node_certs SET revoked_at = bc_join.compute_now(), revocation_reason = 'reclaimed' "
+            "WHERE node_id = %s AND revoked_at IS NULL", (node2,))
+time.sleep(0.2)
+lc.poll()
+chans = [x.channel for x in lc.notifies]
+lc.close()
+eq((chans.count("bc_join_crl") > 0,
+    one("SELECT count(*) FROM bc_join.ssh_certs WHERE node_id = %s AND revocation_reason = 'reclaimed'", node2)),
+   (True, 2), "a reclaim revokes the node's host certificates (reclaimed) and sends NOTIFY bc_join_crl", chans)
 
 # -- a tenant operator sees its own tenant's only -------------------------------------
 one("SELECT bc_join.set_ssh_settings(%s, host_principals => ARRAY['x.b.example'])", p2)
