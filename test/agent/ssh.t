@@ -149,6 +149,15 @@ def script(tap, env, d, sshd_bin):
         "--ssh-host-key", ed + ".pub", "--ssh-reload", loose]), timeout=30)
     tap.ok(r.returncode == 1 and "--ssh-reload %s is refused" % loose in r.stderr,
            "a --ssh-reload writable by others: bcd refuses to start", r.stderr)
+    # --ssh-host-key in a directory others can write to (env.dir, under /tmp): refused even
+    # when its certificate goes elsewhere (--ssh-cert-dir): the key is read only through it
+    loose_pub = os.path.join(env.dir, "loose_ed25519_key.pub")
+    shutil.copy(ed + ".pub", loose_pub)
+    r = env.bcd("run", *env.run_args(state, token_file=env.token_file("z"), extra=[
+        "--ssh-host-key", loose_pub, "--ssh-cert-dir", files]), timeout=30)
+    tap.ok(r.returncode == 1 and "--ssh-host-key's directory" in r.stderr,
+           "a --ssh-host-key in a directory others can write to, with --ssh-cert-dir: bcd "
+           "refuses to start", r.stderr[-1500:])
     shutil.rmtree(state, ignore_errors=True)
     rt = os.path.join(env.dir, "rt")       # the runtime directory: the socket, the hook's DIR
     os.mkdir(rt, 0o700)
@@ -314,10 +323,12 @@ def script(tap, env, d, sshd_bin):
         doc = {}
     shown = {c.get("path"): c.get("serial") for c in doc.get("sshHostCertificates", [])}
     tap.ok(shown == {p: cert_field(p, "Serial") for p in certs} and
-           isinstance(doc.get("sshKrlVersion"), int) and
+           isinstance(doc.get("sshKrlVersion"), int) and doc.get("sshSignedError") is None and
+           re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", doc.get("sshSignedIssuedAt") or "") and
            all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", c.get("validBefore", ""))
                for c in doc.get("sshHostCertificates", [])),
-           "bcd status: each host certificate's path, serial and validBefore, the KRL's version",
+           "bcd status: each host certificate's path, serial and validBefore, the KRL's version, "
+           "the signed document's issuedAt and no error",
            st.stdout + st.stderr)
 
     tap.note("%.1f s" % (time.time() - T0))
@@ -351,6 +362,15 @@ def script(tap, env, d, sshd_bin):
     rc, _ = bcd.stop(signal.SIGTERM, 20)
     tap.ok(rc == 0 and "Sanitizer" not in bcd.text() and "runtime error" not in bcd.text(),
            "bcd stops on SIGTERM, exit 0, no sanitizer report", bcd.text()[-3000:])
+    # the floor of the signed documents (issuedAt, krlVersion) for the next start: the KRL's
+    try:
+        with open(os.path.join(state, "ssh-signed-floor")) as f:
+            floor = [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        floor = []
+    tap.ok(len(floor) == 2 and floor[1] >= version + 1 and abs(floor[0] - time.time()) < 600,
+           "the state directory keeps the signed documents' floor (issuedAt, krlVersion %d) "
+           "for the next start" % (version + 1), str(floor))
 
 
 def setup(env):

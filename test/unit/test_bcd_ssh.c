@@ -31,6 +31,8 @@
 
 #define TD "agent.test"
 #define NOT_AFTER 2000000000LL
+/* bcd's clock in the signed document's tests: 2026-12-07T05:00:00Z */
+#define NOW 1796619600LL
 
 /* What every test shares: the service's keys, the pinned set, SSH keys. */
 typedef struct fixture
@@ -186,7 +188,7 @@ signed_payload(fixture *f, const char *td, const char *at, json_int_t version, c
 static int
 take(fixture *f, char *text, const bcd_ssh_signed *held, bcd_ssh_signed *out, char *err)
 {
-	int			rc = bcd_ssh_signed_take(&f->keys, text, strlen(text), held, out, err, 512);
+	int			rc = bcd_ssh_signed_take(&f->keys, text, strlen(text), held, NOW, out, err, 512);
 
 	free(text);
 	return rc;
@@ -282,11 +284,11 @@ test_signed(void **state)
 																	 SHA_A, expect)),
 						  &held, &next, err), BC_EINVAL);
 	/* not a document at all, not JSON, over 256 KiB */
-	assert_int_equal(bcd_ssh_signed_take(&f->keys, "{\"keys\":[\"x.y.z\"]}", 18, &held, &next,
+	assert_int_equal(bcd_ssh_signed_take(&f->keys, "{\"keys\":[\"x.y.z\"]}", 18, &held, NOW, &next,
 										 err, sizeof(err)), BC_EVERIFY);
-	assert_int_equal(bcd_ssh_signed_take(&f->keys, "not json", 8, &held, &next, err, sizeof(err)),
+	assert_int_equal(bcd_ssh_signed_take(&f->keys, "not json", 8, &held, NOW, &next, err, sizeof(err)),
 					 BC_EVERIFY);
-	assert_int_equal(bcd_ssh_signed_take(&f->keys, "{}", BCD_SSH_SIGNED_MAX + 1, &held, &next,
+	assert_int_equal(bcd_ssh_signed_take(&f->keys, "{}", BCD_SSH_SIGNED_MAX + 1, &held, NOW, &next,
 										 err, sizeof(err)), BC_ETOOBIG);
 	/* nine CA lines: refused */
 	{
@@ -491,28 +493,158 @@ test_host_held(void **state)
 	assert_int_equal(bc_b64_decode(b64, strlen(b64), cert, sizeof(cert), &len), BC_OK);
 	line = bc_ssh_pubkey_line(cert, len, "spiffe://" TD "/node/n1");
 	assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len, NOT_AFTER,
-											&info, err, sizeof(err)), BC_OK);
+											NULL, &info, err, sizeof(err)), BC_OK);
 	assert_int_equal(info.serial, 77);
 	assert_null(info.ca_blob);
 	bc_ssh_cert_info_free(&info);
 	/* notAfter + 1 (the same end) held too */
 	assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len, NOT_AFTER - 1,
-											&info, err, sizeof(err)), BC_OK);
+											NULL, &info, err, sizeof(err)), BC_OK);
 	bc_ssh_cert_info_free(&info);
 	assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len, NOT_AFTER - 2,
-											&info, err, sizeof(err)), BC_EINVAL);
+											NULL, &info, err, sizeof(err)), BC_EINVAL);
 	/* a renewal moved notAfter: asked for again */
 	assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len,
-											NOT_AFTER + 3600, &info, err, sizeof(err)), BC_EINVAL);
+											NOT_AFTER + 3600, NULL, &info, err, sizeof(err)), BC_EINVAL);
 	assert_non_null(strstr(err, "ends before"));
 	/* for another key (sshd's key replaced) */
 	assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob2, f->blob2_len,
-											NOT_AFTER, &info, err, sizeof(err)), BC_EINVAL);
+											NOT_AFTER, NULL, &info, err, sizeof(err)), BC_EINVAL);
 	/* not a certificate line */
 	assert_int_equal(bcd_ssh_host_cert_held("junk\n", 5, f->blob, f->blob_len, NOT_AFTER,
-											&info, err, sizeof(err)), BC_EINVAL);
+											NULL, &info, err, sizeof(err)), BC_EINVAL);
+
+	/* the CA among the signed host CA keys: kept; a retired CA (published no more): asked again */
+	{
+		bcd_ssh_signed pub;
+		EVP_PKEY   *next_ca = bc_p256_generate();
+		size_t		nlen = 0;
+		unsigned char *nblob = blob_of(next_ca, &nlen);
+		char	   *nline = bc_ssh_pubkey_line(nblob, nlen, NULL);
+
+		nline[strlen(nline) - 1] = '\0';
+		assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-12-07T05:00:00Z",
+																		 1, SHA_A, NULL)),
+							  NULL, &pub, err), BC_OK);
+		assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len,
+												NOT_AFTER, &pub, &info, err, sizeof(err)), BC_OK);
+		bc_ssh_cert_info_free(&info);
+		bcd_ssh_signed_clear(&pub);
+		assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-12-07T05:00:00Z",
+																		 1, SHA_A, nline)),
+							  NULL, &pub, err), BC_OK);
+		assert_int_equal(bcd_ssh_host_cert_held(line, strlen(line), f->blob, f->blob_len,
+												NOT_AFTER, &pub, &info, err, sizeof(err)),
+						 BC_EINVAL);
+		assert_non_null(strstr(err, "no longer among the signed host CA keys"));
+		assert_int_equal(bcd_ssh_host_ca_published(&pub, f->ca_blob, f->ca_blob_len), 0);
+		assert_int_equal(bcd_ssh_host_ca_published(&pub, nblob, nlen), 1);
+		bcd_ssh_signed_clear(&pub);
+		/* no host CA key known (no signed document taken up): not a reason */
+		assert_int_equal(bcd_ssh_host_ca_published(&pub, f->ca_blob, f->ca_blob_len), 1);
+		free(nline);
+		free(nblob);
+		EVP_PKEY_free(next_ca);
+	}
 	free(line);
 	free(b64);
+}
+
+/* The signed document's age: at most BCD_SSH_SIGNED_MAX_AGE before bcd's clock. */
+static void
+test_signed_age(void **state)
+{
+	fixture    *f = *state;
+	bcd_ssh_signed next;
+	char		err[512];
+
+	/* exactly an hour old: taken; a second more: refused, with nothing held (after a start) */
+	assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-12-07T04:00:00Z", 1,
+																	 SHA_A, NULL)),
+						  NULL, &next, err), BC_OK);
+	bcd_ssh_signed_clear(&next);
+	assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-12-07T03:59:59Z", 1,
+																	 SHA_A, NULL)),
+						  NULL, &next, err), BC_EVERIFY);
+	assert_non_null(strstr(err, "more than 3600 s old"));
+	assert_null(next.host_ca);
+	/* a week old, a higher krlVersion than any held: refused all the same */
+	assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-11-30T05:00:00Z", 99,
+																	 SHA_A, NULL)),
+						  NULL, &next, err), BC_EVERIFY);
+}
+
+/* The floor across a restart: saved in the state directory, loaded, older documents refused. */
+static void
+test_floor(void **state)
+{
+	fixture    *f = *state;
+	bcd_ssh_signed held;
+	bcd_ssh_signed next;
+	char		err[512];
+	char		path[128];
+	int64_t		issued = 0;
+	int64_t		version = -1;
+	FILE	   *fp;
+
+	memset(&held, 0, sizeof(held));
+	bcd_ssh_signed_clear(&held);
+	/* nothing kept yet: nothing changes */
+	bcd_ssh_floor_load(f->dir, &issued, &version);
+	assert_int_equal(issued, 0);
+	assert_int_equal(version, -1);
+	/* 04:30:00 and version 7 kept; a restart loads them */
+	assert_int_equal(bcd_ssh_floor_save(f->dir, NOW - 1800, 7), BC_OK);
+	snprintf(path, sizeof(path), "%s/" BCD_SSH_FLOOR_FILE, f->dir);
+	bcd_ssh_floor_load(f->dir, &held.issued, &held.krl_version);
+	assert_int_equal(held.issued, NOW - 1800);
+	assert_int_equal(held.krl_version, 7);
+	/* within the hour but older than the floor, or a lower version: refused after the restart */
+	assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-12-07T04:29:59Z", 7,
+																	 SHA_A, NULL)),
+						  &held, &next, err), BC_EVERIFY);
+	assert_non_null(strstr(err, "older than the one held"));
+	assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-12-07T04:40:00Z", 6,
+																	 SHA_A, NULL)),
+						  &held, &next, err), BC_EVERIFY);
+	assert_int_equal(take(f, signed_by(f->sig, signed_payload(f, TD, "2026-12-07T04:40:00Z", 7,
+																	 SHA_A, NULL)),
+						  &held, &next, err), BC_OK);
+	bcd_ssh_signed_clear(&next);
+	/* a floor never lowers what is held already (the KRL file's version) */
+	issued = NOW;
+	version = 9;
+	bcd_ssh_floor_load(f->dir, &issued, &version);
+	assert_int_equal(issued, NOW);
+	assert_int_equal(version, 9);
+	/* a damaged file changes nothing */
+	fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs("12 x\n", fp);
+	fclose(fp);
+	issued = 0;
+	version = -1;
+	bcd_ssh_floor_load(f->dir, &issued, &version);
+	assert_int_equal(issued, 0);
+	assert_int_equal(version, -1);
+	unlink(path);
+}
+
+/* The hostname claim: lower case, one trailing dot dropped. */
+static void
+test_hostname(void **state)
+{
+	char		a[] = "DB.Hosts.Test.";
+	char		b[] = "db.hosts.test";
+	char		c[] = ".";
+
+	(void) state;
+	bcd_ssh_hostname_norm(a);
+	assert_string_equal(a, "db.hosts.test");
+	bcd_ssh_hostname_norm(b);
+	assert_string_equal(b, "db.hosts.test");
+	bcd_ssh_hostname_norm(c);
+	assert_string_equal(c, ".");
 }
 
 int
@@ -523,6 +655,9 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_krl, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_answer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_host_held, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_signed_age, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_floor, setup, teardown),
+		cmocka_unit_test(test_hostname),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

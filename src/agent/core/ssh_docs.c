@@ -7,14 +7,19 @@
  * The gateway is not trusted with any of it: the CA keys and the KRL's
  * hash come only from a JWS a pinned signing key verifies, for our trust
  * domain, never older (issuedAt) nor with a lower krlVersion than the one
- * held (a replay would bring back a certificate since revoked); the KRL
+ * held (a replay would bring back a certificate since revoked), nor issued
+ * more than BCD_SSH_SIGNED_MAX_AGE before now (a replay of an old copy, over
+ * and over, would freeze the KRL); the floor (issuedAt, krlVersion) is kept
+ * in bcd's state directory across restarts (bcd_ssh_floor_*); the KRL
  * must hash to the signed krlSha256 (the KRL itself is unsigned: OpenSSH
  * 9.4 and later refuse signed KRLs).  Every CA line is parsed
  * (bc_ssh_pubkey_line_parse: a plain Ed25519 or ECDSA key) and written
  * again from its blob with our own comment, so no byte of the gateway's
  * text reaches sshd's files.  A host certificate is a JWS-signed answer's,
- * parsed by bc_ssh_cert_parse and compared with the key it is for.
+ * parsed by bc_ssh_cert_parse and compared with the key it is for, and one
+ * held is kept only while its CA is among the signed hostCa keys.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +29,7 @@
 #include "bc_common.h"
 #include "bc_protocol.h"
 #include "bc_ssh.h"
+#include "core/fileio.h"
 #include "core/ssh_host.h"
 
 /* The KRL's magic ("SSHKRL\n\0") and format version (PROTOCOL.krl). */
@@ -36,18 +42,20 @@ bcd_ssh_signed_clear(bcd_ssh_signed *s)
 {
 	free(s->host_ca);
 	free(s->user_ca);
+	for (int i = 0; i < BCD_SSH_CA_LINES_MAX; i++)
+		free(s->host_ca_blob[i]);
 	memset(s, 0, sizeof(*s));
 	s->krl_version = -1;
 }
 
 /*
  * The lines of arr (at most BCD_SSH_CA_LINES_MAX plain public keys) written
- * again into *out, each prefixed by prefix, with comment: BC_OK, or
- * BC_EINVAL / BC_ENOMEM with *what.
+ * again into *out, each prefixed by prefix, with comment; each key's blob
+ * into blobs[] (NULL: not kept): BC_OK, or BC_EINVAL / BC_ENOMEM with *what.
  */
 static int
 ca_lines(json_t *arr, const char *prefix, const char *comment, char **out, int *n,
-		 const char **what)
+		 unsigned char **blobs, size_t *blob_lens, const char **what)
 {
 	size_t		i;
 	json_t	   *v;
@@ -83,7 +91,13 @@ ca_lines(json_t *arr, const char *prefix, const char *comment, char **out, int *
 			return BC_EINVAL;
 		}
 		line = bc_ssh_pubkey_line(blob, blob_len, comment);
-		free(blob);
+		if (blobs != NULL && line != NULL)
+		{
+			blobs[*n] = blob;
+			blob_lens[*n] = blob_len;
+		}
+		else
+			free(blob);
 		if (line == NULL)
 		{
 			free(text);
@@ -110,7 +124,8 @@ ca_lines(json_t *arr, const char *prefix, const char *comment, char **out, int *
 /* Take up GET /v1/ssh/signed (ssh_host.h). */
 int
 bcd_ssh_signed_take(const bcd_service_keys *keys, const char *text, size_t len,
-					const bcd_ssh_signed *held, bcd_ssh_signed *out, char *err, size_t errlen)
+					const bcd_ssh_signed *held, int64_t now, bcd_ssh_signed *out, char *err,
+					size_t errlen)
 {
 	json_t	   *doc = NULL;
 	json_t	   *payload = NULL;
@@ -159,11 +174,12 @@ bcd_ssh_signed_take(const bcd_service_keys *keys, const char *text, size_t len,
 	memcpy(out->krl_sha256, sha, 44);
 	snprintf(comment, sizeof(comment), "bc_join-host-ca@%s", keys->trust_domain);
 	if ((rc = ca_lines(json_object_get(payload, "hostCa"), "@cert-authority * ", comment,
-					   &out->host_ca, &out->n_host_ca, &what)) != BC_OK)
+					   &out->host_ca, &out->n_host_ca, out->host_ca_blob, out->host_ca_blob_len,
+					   &what)) != BC_OK)
 		goto out;
 	snprintf(comment, sizeof(comment), "bc_join-user-ca@%s", keys->trust_domain);
 	if ((rc = ca_lines(json_object_get(payload, "userCa"), "", comment, &out->user_ca,
-					   &out->n_user_ca, &what)) != BC_OK)
+					   &out->n_user_ca, NULL, NULL, &what)) != BC_OK)
 		goto out;
 	rc = BC_EVERIFY;
 	if (held != NULL && out->issued < held->issued)
@@ -180,6 +196,14 @@ bcd_ssh_signed_take(const bcd_service_keys *keys, const char *text, size_t len,
 		what = why;
 		goto out;
 	}
+	if (out->issued < now - BCD_SSH_SIGNED_MAX_AGE)
+	{
+		snprintf(why, sizeof(why), "its issuedAt %s is more than %d s old (a replay, or "
+				 "bcd's clock is wrong)", json_string_value(json_object_get(payload, "issuedAt")),
+				 BCD_SSH_SIGNED_MAX_AGE);
+		what = why;
+		goto out;
+	}
 	rc = BC_OK;
 out:
 	if (rc != BC_OK)
@@ -192,6 +216,70 @@ out:
 	json_decref(payload);
 	json_decref(doc);
 	return rc;
+}
+
+/* 1 when ca_blob is a published host CA key, or none is known (ssh_host.h). */
+int
+bcd_ssh_host_ca_published(const bcd_ssh_signed *s, const unsigned char *ca_blob,
+						  size_t ca_blob_len)
+{
+	if (s == NULL || s->n_host_ca == 0)
+		return 1;
+	for (int i = 0; i < s->n_host_ca; i++)
+		if (s->host_ca_blob[i] != NULL && s->host_ca_blob_len[i] == ca_blob_len &&
+			memcmp(s->host_ca_blob[i], ca_blob, ca_blob_len) == 0)
+			return 1;
+	return 0;
+}
+
+/* Keep the floor in state_dir (ssh_host.h). */
+int
+bcd_ssh_floor_save(const char *state_dir, int64_t issued, int64_t krl_version)
+{
+	char		text[64];
+	int			n;
+
+	if (state_dir == NULL)
+		return BC_OK;
+	n = snprintf(text, sizeof(text), "%lld %lld\n", (long long) issued, (long long) krl_version);
+	return bcd_write_file_atomic(state_dir, BCD_SSH_FLOOR_FILE, text, (size_t) n, 0600);
+}
+
+/* Raise *issued, *krl_version to the floor kept in state_dir (ssh_host.h). */
+void
+bcd_ssh_floor_load(const char *state_dir, int64_t *issued, int64_t *krl_version)
+{
+	char	   *path;
+	char	   *text = NULL;
+	size_t		len = 0;
+	long long	i = 0;
+	long long	v = -1;
+	char		extra;
+
+	if (state_dir == NULL || (path = bcd_path_join(state_dir, BCD_SSH_FLOOR_FILE)) == NULL)
+		return;
+	if (bcd_read_file(path, 64, &text, &len) == BC_OK &&
+		sscanf(text, "%lld %lld %c", &i, &v, &extra) == 2 && i >= 0 && v >= -1)
+	{
+		if (i > *issued)
+			*issued = i;
+		if (v > *krl_version)
+			*krl_version = v;
+	}
+	free(text);
+	free(path);
+}
+
+/* Lower case, one trailing dot dropped (ssh_host.h). */
+void
+bcd_ssh_hostname_norm(char *name)
+{
+	size_t		n = strlen(name);
+
+	for (size_t i = 0; i < n; i++)
+		name[i] = (char) tolower((unsigned char) name[i]);
+	if (n > 1 && name[n - 1] == '.')
+		name[n - 1] = '\0';
 }
 
 /* Check GET /v1/ssh/krl's body against s (ssh_host.h). */
@@ -348,7 +436,8 @@ refused:
 /* Check a certificate file held (ssh_host.h). */
 int
 bcd_ssh_host_cert_held(const char *text, size_t len, const unsigned char *blob, size_t blob_len,
-					   int64_t node_not_after, bc_ssh_cert_info *info, char *err, size_t errlen)
+					   int64_t node_not_after, const bcd_ssh_signed *published,
+					   bc_ssh_cert_info *info, char *err, size_t errlen)
 {
 	unsigned char *cert = NULL;
 	size_t		cert_len = 0;
@@ -361,6 +450,13 @@ bcd_ssh_host_cert_held(const char *text, size_t len, const unsigned char *blob, 
 		return BC_EINVAL;
 	}
 	rc = host_cert_check(cert, cert_len, blob, blob_len, node_not_after, 1, info, err, errlen);
+	if (rc == BC_OK && !bcd_ssh_host_ca_published(published, info->ca_blob, info->ca_blob_len))
+	{
+		snprintf(err, errlen, "its CA is no longer among the signed host CA keys");
+		bc_ssh_cert_info_free(info);
+		memset(info, 0, sizeof(*info));
+		rc = BC_EINVAL;
+	}
 	free(cert);
 	info->ca_blob = NULL;		/* it pointed into cert */
 	info->ca_blob_len = 0;

@@ -17,14 +17,17 @@
  * "sshKeySha256", "iat", "hostname", "principals"?}>}, the answer verified
  * (signed by the pinned key, for this node: bcd_node_exchange_status; then
  * bcd_ssh_host_answer) and written.  After a renewal the node certificate's
- * notAfter moves, so every certificate is asked for again.  When one
+ * notAfter moves, so every certificate is asked for again; so it is when
+ * the signed document's host CA keys change and the one held was signed
+ * by a CA no longer among them (bcd_ssh_host_ca_published).  When one
  * changed, --ssh-reload runs once (core/reload.c).  A failure is logged and
  * tried again after FAIL_AGAIN_S.
  *
  * CA keys and KRL.  Every round GET /v1/ssh/signed, taken up only as
- * bcd_ssh_signed_take says (a pinned signing key, never older, krlVersion
- * never lower: at start the krl_version of the --ssh-krl file already there
- * is the floor); when its krlSha256 is not that of the KRL written, GET
+ * bcd_ssh_signed_take says (a pinned signing key, at most an hour old,
+ * never older, krlVersion never lower: at start the floor is the one kept
+ * in the state directory, BCD_SSH_FLOOR_FILE, and the krl_version of the
+ * --ssh-krl file already there); when its krlSha256 is not that of the KRL written, GET
  * /v1/ssh/krl, which must hash to it (a KRL newer than the signed document
  * fetched just before: the signed document is fetched once more).  Files are
  * written only when their content changes.
@@ -32,7 +35,9 @@
  * Files.  Every directory is opened once at start and checked as files
  * mode's (bcd_delivery_open_checked: owned by bcd's uid, it and every
  * directory above writable by root or bcd's uid only); every write is
- * relative to it, a new file O_CREAT | O_EXCL | O_NOFOLLOW under a random
+ * relative to it (and every read: a host key file through its own
+ * directory, also with --ssh-cert-dir, by bcd_read_file_at: O_NOFOLLOW,
+ * a regular file), a new file O_CREAT | O_EXCL | O_NOFOLLOW under a random
  * name, fsync()ed and renamed over the name (bcd_delivery_write_file_mode):
  * sshd never sees a missing or partial RevokedKeys, HostCertificate or
  * TrustedUserCAKeys file, and bcd never removes one.
@@ -73,6 +78,8 @@
 #define OWN_PUB OWN_KEY ".pub"
 /* A host key whose certificate could not be got is tried again after this long (s). */
 #define FAIL_AGAIN_S 30.0
+/* The floor (issuedAt) is saved again once it moved this much (s). */
+#define FLOOR_SAVE_S 300
 /* The round's interval without a revocation watch (s). */
 #define INTERVAL_DEFAULT 10
 
@@ -80,6 +87,8 @@
 typedef struct ssh_key
 {
 	char	   *pub_path;		/* FILE.pub */
+	char		pub_name[NAME_MAX + 1];	/* its name in pub_dirfd */
+	int			pub_dirfd;		/* its directory, checked (owned by struct bcd_ssh's fds) */
 	char	   *cert_path;		/* the certificate's path, as logged and in bcd status */
 	char		cert_name[NAME_MAX + 1];	/* <key name>-cert.pub in cert_dirfd */
 	int			cert_dirfd;		/* its directory (owned by struct bcd_ssh's fds) */
@@ -118,12 +127,15 @@ struct bcd_ssh
 				user_ca,
 				host_ca;
 	bcd_ssh_signed held;		/* the signed document taken up last */
+	int64_t		floor_saved;	/* issuedAt of the floor last saved in the state directory */
 	char		krl_written[44];	/* krlSha256 of the KRL written ("" none yet) */
 	long		interval;
 	bcd_ticker	ticker;
 	atomic_int	stopping;
 	pthread_mutex_t mu;			/* bcd status's: hk[].have/serial/valid_before, krl_version */
 	int64_t		krl_version;	/* of the KRL written, -1 none */
+	int64_t		signed_issued;	/* issuedAt of the signed document taken up, 0 none */
+	char		signed_error[700];	/* why the last one was not taken up ("" it was) */
 	bcd_said	said[2];		/* the last line said: 0 host certificates, 1 signed document */
 };
 
@@ -345,10 +357,14 @@ out:
 	return rc;
 }
 
-/* Add the host key pub_path, its certificate in cert_dir (NULL: the key's directory). */
+/*
+ * Add the host key pub_path (its directory pub_dirfd, opened checked; -1:
+ * opened and checked here, whatever --ssh-cert-dir says: the key is read
+ * only through it), its certificate in cert_dir (NULL: the key's directory).
+ */
 static int
-add_key(bcd_ssh *s, const char *pub_path, int cert_dirfd, const char *cert_dir, char *err,
-		size_t errlen)
+add_key(bcd_ssh *s, const char *pub_path, int pub_dirfd, int cert_dirfd, const char *cert_dir,
+		char *err, size_t errlen)
 {
 	ssh_key    *k = &s->hk[s->n];
 	const char *base = strrchr(pub_path, '/') + 1;
@@ -357,15 +373,20 @@ add_key(bcd_ssh *s, const char *pub_path, int cert_dirfd, const char *cert_dir, 
 
 	memset(k, 0, sizeof(*k));
 	snprintf(k->cert_name, sizeof(k->cert_name), "%.*s-cert.pub", (int) (strlen(base) - 4), base);
+	snprintf(k->pub_name, sizeof(k->pub_name), "%s", base);
+	dir_of(pub_path, dir, sizeof(dir));
+	if (pub_dirfd < 0)
+	{
+		pub_dirfd = keep_fd(s, bcd_delivery_open_checked("--ssh-host-key's directory", dir, err,
+														 errlen));
+		if (pub_dirfd < 0)
+			return BC_EINVAL;
+	}
+	k->pub_dirfd = pub_dirfd;
 	if (cert_dirfd < 0)
 	{
-		dir_of(pub_path, dir, sizeof(dir));
 		cert_dir = dir;
-		cert_dirfd = keep_fd(s, bcd_delivery_open_checked("--ssh-host-key's directory "
-														  "(the certificate's, without "
-														  "--ssh-cert-dir)", dir, err, errlen));
-		if (cert_dirfd < 0)
-			return BC_EINVAL;
+		cert_dirfd = pub_dirfd;
 	}
 	k->cert_dirfd = cert_dirfd;
 	k->pub_path = strdup(pub_path);
@@ -382,13 +403,17 @@ add_key(bcd_ssh *s, const char *pub_path, int cert_dirfd, const char *cert_dir, 
 	return BC_OK;
 }
 
-/* The public key blob of k's file; BC_OK, or an error (said). */
+/*
+ * The public key blob of k's file, read relative to its checked directory
+ * (bcd_read_file_at: O_NOFOLLOW, O_NONBLOCK, a regular file only); BC_OK,
+ * or an error (said).
+ */
 static int
 key_blob(bcd_ssh *s, ssh_key *k, unsigned char **blob, size_t *len)
 {
 	char	   *text = NULL;
 	size_t		n = 0;
-	int			rc = bcd_read_file(k->pub_path, BCD_SSH_LINE_MAX, &text, &n);
+	int			rc = bcd_read_file_at(k->pub_dirfd, k->pub_name, BCD_SSH_LINE_MAX, &text, &n);
 
 	*blob = NULL;
 	if (rc == BC_OK && (bc_ssh_pubkey_line_parse(text, n, blob, len) != BC_OK ||
@@ -400,8 +425,8 @@ key_blob(bcd_ssh *s, ssh_key *k, unsigned char **blob, size_t *len)
 	}
 	free(text);
 	if (rc != BC_OK)
-		say(s, 0, "%s cannot be read as one Ed25519 or ECDSA public key line; its "
-			"certificate is not asked for", k->pub_path);
+		say(s, 0, "%s cannot be read as one Ed25519 or ECDSA public key line (a regular "
+			"file, not a symbolic link); its certificate is not asked for", k->pub_path);
 	return rc;
 }
 
@@ -476,8 +501,8 @@ host_one(bcd_ssh *s, ssh_key *k, const bcd_node_snapshot *node)
 	/* the certificate held, when it is right for this key and node certificate */
 	if (bcd_read_file_at(k->cert_dirfd, k->cert_name, BCD_SSH_LINE_MAX, &text, &len) == BC_OK)
 	{
-		if (bcd_ssh_host_cert_held(text, len, blob, blob_len, node->not_after, &info, why,
-								   sizeof(why)) == BC_OK)
+		if (bcd_ssh_host_cert_held(text, len, blob, blob_len, node->not_after, &s->held, &info,
+								   why, sizeof(why)) == BC_OK)
 		{
 			ok = 1;
 			goto out;
@@ -637,14 +662,21 @@ docs_round(bcd_ssh *s)
 		{
 			bcd_http_reply_free(&reply);
 			say(s, 1, "GET %s: %s; the SSH files are kept", BC_PATH_SSH_SIGNED, err);
+			pthread_mutex_lock(&s->mu);
+			snprintf(s->signed_error, sizeof(s->signed_error), "GET %s: %s", BC_PATH_SSH_SIGNED,
+					 err);
+			pthread_mutex_unlock(&s->mu);
 			return;
 		}
-		rc = bcd_ssh_signed_take(s->keys, reply.body, reply.len, &s->held, &next, err,
-								 sizeof(err)) == BC_OK ? BCD_RC_OK : BCD_RC_FAILED;
+		rc = bcd_ssh_signed_take(s->keys, reply.body, reply.len, &s->held, (int64_t) time(NULL),
+								 &next, err, sizeof(err)) == BC_OK ? BCD_RC_OK : BCD_RC_FAILED;
 		bcd_http_reply_free(&reply);
 		if (rc != BCD_RC_OK)
 		{
 			say(s, 1, "%s; the SSH files are kept", err);
+			pthread_mutex_lock(&s->mu);
+			snprintf(s->signed_error, sizeof(s->signed_error), "%s", err);
+			pthread_mutex_unlock(&s->mu);
 			return;
 		}
 		if (s->krl.path == NULL || strcmp(next.krl_sha256, s->krl_written) == 0)
@@ -689,7 +721,27 @@ docs_round(bcd_ssh *s)
 		return;
 	(void) file_write(s, &s->user_ca, next.user_ca, strlen(next.user_ca));
 	(void) file_write(s, &s->host_ca, next.host_ca, strlen(next.host_ca));
-	/* the floor of what is taken up next (issuedAt, krlVersion) */
+	/* other host CA keys: each certificate held is looked at again (a retired CA's is replaced) */
+	if (s->held.host_ca == NULL || strcmp(s->held.host_ca, next.host_ca) != 0)
+		for (int i = 0; i < s->n; i++)
+			s->hk[i].ok_for[0] = '\0';
+	/*
+	 * The floor of what is taken up next (issuedAt, krlVersion), kept in the
+	 * state directory for the next start: when the KRL version rises, and
+	 * every FLOOR_SAVE_S of issuedAt (not at every round: a write each).
+	 */
+	if (next.krl_version > s->held.krl_version || next.issued >= s->floor_saved + FLOOR_SAVE_S)
+	{
+		if (bcd_ssh_floor_save(s->o->state_dir, next.issued, next.krl_version) == BC_OK)
+			s->floor_saved = next.issued;
+		else
+			say(s, 1, "cannot keep the SSH documents' floor in %s/" BCD_SSH_FLOOR_FILE,
+				s->o->state_dir);
+	}
+	pthread_mutex_lock(&s->mu);
+	s->signed_issued = next.issued;
+	s->signed_error[0] = '\0';
+	pthread_mutex_unlock(&s->mu);
 	bcd_ssh_signed_clear(&s->held);
 	s->held = next;
 }
@@ -756,12 +808,14 @@ bcd_ssh_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_provision
 		snprintf(s->hostname, sizeof(s->hostname), "localhost");
 	if (s->hostname[0] == '\0')
 		snprintf(s->hostname, sizeof(s->hostname), "localhost");
+	bcd_ssh_hostname_norm(s->hostname);
 	if (o->ssh_cert_dir != NULL &&
 		(cert_dirfd = keep_fd(s, bcd_delivery_open_checked("--ssh-cert-dir", o->ssh_cert_dir,
 														   err, errlen))) < 0)
 		goto fail;
 	for (int i = 0; i < o->n_ssh_host_keys; i++)
-		if (add_key(s, o->ssh_host_keys[i], cert_dirfd, o->ssh_cert_dir, err, errlen) != BC_OK)
+		if (add_key(s, o->ssh_host_keys[i], -1, cert_dirfd, o->ssh_cert_dir, err, errlen) !=
+			BC_OK)
 			goto fail;
 	if (o->ssh_own_host_key != NULL)
 	{
@@ -771,7 +825,7 @@ bcd_ssh_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_provision
 		if (own_key(s, o->ssh_own_host_key, &own_fd, err, errlen) != BC_OK)
 			goto fail;
 		snprintf(pub, sizeof(pub), "%s/" OWN_PUB, o->ssh_own_host_key);
-		if (add_key(s, pub, cert_dirfd >= 0 ? cert_dirfd : own_fd,
+		if (add_key(s, pub, own_fd, cert_dirfd,
 					o->ssh_cert_dir != NULL ? o->ssh_cert_dir : o->ssh_own_host_key, err,
 					errlen) != BC_OK)
 			goto fail;
@@ -784,6 +838,8 @@ bcd_ssh_start(const bcd_run_opts *o, const bcd_service_keys *keys, bcd_provision
 		file_open(s, &s->host_ca, "--ssh-host-ca", o->ssh_host_ca, err, errlen) != BC_OK)
 		goto fail;
 	s->held.krl_version = krl_version_on_disk(s);
+	bcd_ssh_floor_load(o->state_dir, &s->held.issued, &s->held.krl_version);
+	s->floor_saved = s->held.issued;
 	s->http = bcd_http_new(o->gateway, o->gateway_ca, err, errlen);
 	if (s->http == NULL)
 		goto fail;
@@ -839,6 +895,19 @@ bcd_ssh_status(bcd_ssh *s, json_t *doc)
 	}
 	json_object_set_new(doc, "sshKrlVersion", s->krl_version >= 0 ?
 						json_integer((json_int_t) s->krl_version) : json_null());
+	if (s->krl.path != NULL || s->user_ca.path != NULL || s->host_ca.path != NULL)
+	{
+		char		at[32] = "";
+		time_t		t = (time_t) s->signed_issued;
+		struct tm	tm;
+
+		if (s->signed_issued > 0 && gmtime_r(&t, &tm) != NULL)
+			strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		json_object_set_new(doc, "sshSignedIssuedAt", at[0] != '\0' ? json_string(at) :
+							json_null());
+		json_object_set_new(doc, "sshSignedError", s->signed_error[0] != '\0' ?
+							json_string(s->signed_error) : json_null());
+	}
 	pthread_mutex_unlock(&s->mu);
 	if (certs != NULL)
 		json_object_set_new(doc, "sshHostCertificates", certs);
