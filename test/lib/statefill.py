@@ -9,24 +9,33 @@ ramdisk by discovery, reclaims a node by x509pop, renews, issues sessions,
 queues, dispatches and completes commands, revokes a certificate, leaves a
 join request pending and rejects another, registers a custom SQL attestor
 and joins through it, prunes by retention, and appends to the issuance log
-from several backends (so from several of its 16 chains).  Everything a
-later check needs (keys, tokens, requests, serials) stays in the object.
+from several backends (so from several of its 16 chains).  Where the
+extension has SSH (#47, 0.7.0) it gives a tenant SSH host and user names and
+a pool a rule, certifies two SSH host keys of a node (bc_join.issue_ssh_host_cert,
+a proof by the node's key) and a session's key (a session proof with
+"sshUser": true), and revokes one host certificate (revoke_ssh_certificate:
+ssh_krl_state's row).  Everything a later check needs (keys, tokens,
+requests, serials) stays in the object.
 
 The checks (Filler.check_*) run against any database that should be the
 same service: rows table by table, the audit chains and an anchor published
 before, a renewal of a node joined before, a token's remaining uses, used
 evidence refused, a pending request approved and completed, the CRL, a
-queued command dispatched once.  They work with the 0.1.0 library as well
-(the fill of test/tap/upgrade.t runs on it).
+queued command dispatched once; and after an SSH fill, ssh_krl() the same
+bytes, the revoked serial still listed (ssh-keygen -Q -l), the host key
+certified before answered its same certificate, the revoked one's refused
+(ssh-host:revoked), a session's user certificate by the pool's rule.  They
+work with the 0.1.0 library as well (the fill of test/tap/upgrade.t runs on
+it, without SSH).
 
 Standard library, psycopg2, python3-cryptography and the repo's tools.
 """
-import base64, datetime, hashlib, json, os, shutil, subprocess, time
+import base64, datetime, hashlib, json, os, shutil, subprocess, tempfile, time
 
 import psycopg2
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 import cloudfix
@@ -36,6 +45,9 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # The tables whose rows are compared; a column list replaces '*' where a
 # column's text depends on the reader (none today).
 ORDER = {"audit_log": "chain, id", "events": "id", "refusal_rate": "attestor, refusal"}
+
+# The tables an SSH fill (#47) puts rows in.
+SSH_TABLES = ("ssh_names", "ssh_settings", "ssh_certs", "ssh_krl_state")
 
 
 def b64u(b):
@@ -67,6 +79,23 @@ def new_csr():
     return k, d, b64u(d), b64u(hashlib.sha256(d).digest())
 
 
+def ssh_host_key():
+    """A fresh Ed25519 key's OpenSSH public key blob (as sshd's host key would be)."""
+    line = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return base64.b64decode(line.split()[1])
+
+
+def ssh_keygen(*args, data=None):
+    """ssh-keygen args with data (text or bytes) in a file named by {} among them: (rc, output)."""
+    with tempfile.NamedTemporaryFile(mode="wb" if isinstance(data, bytes) else "w", suffix="-cert.pub") as f:
+        f.write(data)
+        f.flush()
+        r = subprocess.run(["ssh-keygen"] + [f.name if a == "{}" else a for a in args],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return r.returncode, r.stdout
+
+
 class Node:
     """A joined node as its agent knows it: id, current key and serial."""
 
@@ -86,6 +115,7 @@ class Filler:
         self.nodes = {}
         self.conns = []
         self.tpm_dir = None
+        self.ssh = False
 
     # ------------------------------------------------------------ plumbing
     def connect(self, dbname=None):
@@ -182,13 +212,24 @@ class Filler:
             node.key, node.serial = k, payload_of(ans)["serial"]
         return ans
 
-    def session(self, node, session, context=None, i=0):
+    def session(self, node, session, context=None, i=0, ssh_user=False):
         _, _, csr, sha = new_csr()
         body = {"purpose": "session", "serial": node.serial, "csrSha256": sha,
                 "iat": int(time.time()) + self.offset(), "session": session}
         if context:
             body["context"] = context
+        if ssh_user:
+            body["sshUser"] = True
         return self.send("bc_join.issue_session", {"csr": csr, "proof": jws_es256(node.key, body)}, i)
+
+    def ssh_host(self, node, blob, hostname=None, i=0):
+        """bc_join.issue_ssh_host_cert for an SSH public key blob, proven by the node's key."""
+        body = {"purpose": "ssh-host", "serial": node.serial, "iat": int(time.time()) + self.offset(),
+                "sshKeySha256": b64u(hashlib.sha256(blob).digest())}
+        if hostname:
+            body["hostname"] = hostname
+        return self.send("bc_join.issue_ssh_host_cert", {"sshPublicKey": base64.b64encode(blob).decode(),
+                                                         "proof": jws_es256(node.key, body)}, i)
 
     def fetch_commands(self, node, i=0):
         proof = jws_es256(node.key, {"purpose": "commands", "serial": node.serial,
@@ -313,11 +354,40 @@ class Filler:
         self.fill_config()
         self.fill_discovery()
         self.fill_tpm()
+        self.fill_ssh()
         # A few more rows from other backends, then the anchor the world saw.
         for i in range(5):
             self.one("SELECT bc_join.create_site(%s, %s)", self.t2, "extra-%d" % i, i=i)
         self.anchor = self.one("SELECT bc_join.audit_anchor()")
         self.crl = self.crl_serials()
+        if self.ssh:
+            self.krl = bytes(self.one("SELECT bc_join.ssh_krl()"))
+
+    def fill_ssh(self):
+        """SSH (#47, 0.7.0; nothing before it): tenant acme's host and user names,
+        pool gpu's rule, two host certificates of n1 (one revoked by the operator:
+        ssh_krl_state's row) and a session's user certificate."""
+        one = self.one
+        self.ssh = one("SELECT to_regprocedure('bc_join.issue_ssh_host_cert(jsonb)') IS NOT NULL")
+        if not self.ssh:
+            return
+        one("SELECT bc_join.allow_ssh_names(%s, 'host', ARRAY['*.acme.example'])", self.t1)
+        one("SELECT bc_join.allow_ssh_names(%s, 'user', ARRAY['deploy', 'svc-*'])", self.t1)
+        one("SELECT bc_join.set_ssh_settings(%s, host_principals => ARRAY['{node}.acme.example', '{hostname}'], "
+            "host_hostname_patterns => ARRAY['*.acme.example'], user_principals => ARRAY['deploy', '{session}'], "
+            "user_force_command => 'echo filled')", self.p1)
+        n1 = self.nodes["n1"]
+        self.ssh_key = ssh_host_key()
+        a = self.ssh_host(n1, self.ssh_key, "web.acme.example", i=1)
+        assert a.get("status") == "issued", (a, self.last_refusal())
+        self.ssh_serial = payload_of(a)["sshSerial"]
+        self.ssh_revoked_key = ssh_host_key()
+        a = self.ssh_host(n1, self.ssh_revoked_key, i=2)
+        assert a.get("status") == "issued", (a, self.last_refusal())
+        self.ssh_revoked = payload_of(a)["sshSerial"]
+        assert one("SELECT bc_join.revoke_ssh_certificate(%s, 'keyCompromise')", int(self.ssh_revoked))
+        a = self.session(n1, "svc-fill", i=3, ssh_user=True)
+        assert a.get("status") == "issued" and "sshCertificate" in payload_of(a), (a, self.last_refusal())
 
     def fill_config(self):
         """The rest of the operator's configuration: a provisioning token, the
@@ -480,6 +550,32 @@ class Filler:
         tap.ok(not bad, "%s: every row of every table equal (%d tables, %d rows)" %
                (what, len([k for k in before if k not in skip]), counted), "\n".join(bad))
 
+    def check_ssh_rows(self, tap, snap, what):
+        """After an SSH fill: every SSH table has rows in snap."""
+        if self.ssh:
+            empty = [t for t in SSH_TABLES if not snap.get(t, ([], []))[1]]
+            tap.ok(not empty, what + ": the SSH tables have rows (%s)" % ", ".join(SSH_TABLES), empty)
+
+    def check_krl(self, tap, what):
+        """After an SSH fill: ssh_krl() the fill's bytes, the revoked serial in it."""
+        if not self.ssh:
+            return
+        krl = bytes(self.one("SELECT bc_join.ssh_krl()"))
+        tap.ok(krl == self.krl, what + ": ssh_krl() is the same bytes", (len(krl), len(self.krl)))
+        rc, out = ssh_keygen("-Q", "-l", "-f", "{}", data=krl)
+        tap.ok(rc == 0 and "serial: %s" % self.ssh_revoked in out,
+               what + ": the SSH certificate revoked before is listed (ssh-keygen -Q -l)", out)
+
+    def check_ssh(self, tap, what, node):
+        """The SSH side as it was: the KRL, a host key's certificate, a revoked one's none."""
+        self.check_krl(tap, what)
+        a = self.ssh_host(node, self.ssh_key, "web.acme.example")
+        tap.eq(payload_of(a).get("sshSerial") if a.get("status") == "issued" else (a, self.last_refusal()),
+               self.ssh_serial, what + ": the host key certified before answers the same SSH certificate")
+        a = self.ssh_host(node, self.ssh_revoked_key)
+        tap.eq((a.get("status"), self.last_refusal()), ("refused", "ssh-host:revoked"),
+               what + ": the host key whose certificate was revoked gets none (ssh-host:revoked)")
+
     def check_service(self, tap, what, dbname=None):
         """The copy answers as the original would (each check against dbname)."""
         saved = self.dbname
@@ -493,10 +589,20 @@ class Filler:
                what + ": the anchor published before still matches (verify_audit_log(anchor))")
             eq(self.crl_serials(), self.crl, what + ": the CRL lists the same serials")
             n1 = self.nodes["n1"]
+            if self.ssh:
+                self.check_ssh(tap, what, n1)
             a = self.renew(n1)
             eq(a.get("status"), "issued", what + ": a node joined before renews", self.last_refusal())
             a = self.session(n1, "s-after")
             eq(a.get("status"), "issued", what + ": and gets a session credential", self.last_refusal())
+            if self.ssh:
+                a = self.session(n1, "svc-after", ssh_user=True)
+                rc, out = ssh_keygen("-L", "-f", "{}", data="ecdsa-sha2-nistp256-cert-v01@openssh.com %s\n" %
+                                     payload_of(a).get("sshCertificate") if a.get("status") == "issued" else "")
+                ok(rc == 0 and "user certificate" in out and "deploy" in out and "svc-after" in out and
+                   "force-command echo filled" in out,
+                   what + ": and with sshUser an SSH user certificate by the pool's rule (ssh-keygen -L)",
+                   out or (a, self.last_refusal()))
             eq(one("SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part(%s, '.', 1)", self.tok3), 2,
                what + ": the three-use token has 2 uses left")
             got = [self.token_join("%s-t%d" % (what, i), self.tok3).id for i in range(2)]

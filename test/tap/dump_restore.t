@@ -6,7 +6,9 @@ kind of state (test/lib/statefill.py: token, tpm, x509pop, cloud-iid,
 discovery and custom-attestor joins, a renewal, sessions, commands queued
 and completed, a revocation, a pending and a rejected join request,
 retention-pruned rows, the 16 audit chains, a published anchor, an operator
-of one tenant: its regrole restored by name, the role made first).  Then
+of one tenant: its regrole restored by name, the role made first; SSH names,
+a pool's SSH rule, SSH host and user certificates, one revoked: the KRL's
+state).  Then
 pg_dump -Fc restored with pg_restore into a new cluster with the same key
 directory, pg_dump | psql, and pg_dumpall | psql into a third cluster: every
 row of every table is equal, table by table (the root tenant's too: its
@@ -15,7 +17,10 @@ CREATE EXTENSION), and the restored service
 answers as the original would (statefill's checks: the audit chains and
 the anchor, a renewal, a token's remaining uses, the AWS instance refused as
 used, the pending request approved and completed, the CRL, the queued
-command dispatched once).  A backup older than an anchor published later
+command dispatched once; ssh_krl() the same bytes, its revoked serial listed
+by ssh-keygen -Q -l, the SSH host key certified before answered the same
+certificate and the revoked one refused, a session's SSH user certificate by
+the pool's rule; the KRL after the other two restores too).  A backup older than an anchor published later
 is shown behind it, in SQL and by tools/bc-audit-verify offline.
 Needs the environment test/run-all sets (BCJ_BCD)."""
 import json, os, shutil, subprocess, sys, tempfile
@@ -66,6 +71,7 @@ try:
                                     if r and not t.startswith(":")))
     ok(len([t for t, (_, r) in before.items() if r and not t.startswith(":")]) >= 25,
        "the fill put rows in (nearly) every table", sorted(t for t, (_, r) in before.items() if not r))
+    filler.check_ssh_rows(tap, before, "filled")
 
     fc, plain, allsql = (os.path.join(work, n) for n in ("bcj.dump", "bcj.sql", "all.sql"))
     r = sh(a, "pg_dump", "-Fc", "-d", "bcj", "-f", fc)
@@ -76,8 +82,8 @@ try:
     eq(r.returncode, 0, "pg_dumpall", r.stderr)
     with open(plain) as f:
         text = f.read()
-    ok("COPY bc_join.audit_log" in text and "COPY bc_join.node_certs" in text,
-       "the dump holds the extension's rows (COPY bc_join.audit_log, node_certs ...)")
+    ok(all("COPY bc_join.%s " % t in text for t in ("audit_log", "node_certs") + statefill.SSH_TABLES),
+       "the dump holds the extension's rows (COPY bc_join.audit_log, node_certs, ssh_certs ...)")
 
     # After the backup: one more row, and an anchor the world sees.
     filler.one("SELECT bc_join.create_site(%s, 'after-the-backup')", filler.t1)
@@ -122,6 +128,7 @@ try:
     statefill.Filler.compare(tap, before, filler.snapshot("bcj_plain"), "pg_dump | psql")
     filler.dbname = "bcj_plain"
     ok(filler.one("SELECT bc_join.verify_audit_log(%s)", filler.anchor), "pg_dump | psql: the log holds against the anchor")
+    filler.check_krl(tap, "pg_dump | psql")
     filler.close()
     filler.dbname = "bcj"
 
@@ -134,6 +141,7 @@ try:
     filler.pgenv = c3
     statefill.Filler.compare(tap, before, filler.snapshot(), "pg_dumpall")
     ok(filler.one("SELECT bc_join.verify_audit_log(%s)", filler.anchor), "pg_dumpall: the log holds against the anchor")
+    filler.check_krl(tap, "pg_dumpall")
     ok(filler.one("SELECT count(*) FROM pg_roles WHERE rolname IN ('bc_join_gateway', 'bc_join_operator')") == 2,
        "pg_dumpall: the extension's roles are there")
     filler.close()

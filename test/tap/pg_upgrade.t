@@ -79,6 +79,7 @@ try:
     filler = statefill.Filler("bcj", env, os.path.join(work, "fill"), bcd, service_keys, note=tap.note)
     filler.fill()
     before = filler.snapshot()
+    filler.check_ssh_rows(tap, before, "filled")
     filler.close()
     stop("old")
     start("new", p_new)          # initdb with bc_join preloaded and the key directory, then stopped
