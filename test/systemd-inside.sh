@@ -36,6 +36,8 @@ psql_ -d bc_join -c 'CREATE ROLE "bc-gateway" LOGIN IN ROLE bc_join_gateway' >/d
 
 echo "# bc-gateway from its packaged system unit"
 check "the package made the system user bc-gateway" getent passwd bc-gateway
+check "the package installed the alert rules (/usr/share/bc-gateway/prometheus/bc-join.rules.yml, nine alerts)" \
+  test "$(grep -c '^ *- alert: ' /usr/share/bc-gateway/prometheus/bc-join.rules.yml)" = 9
 cd /etc/bc-gateway
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=test TLS CA" \
   -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
