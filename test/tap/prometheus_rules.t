@@ -44,7 +44,7 @@ def promtool(*args):
 
 
 def test_copy(tmp, rules_doc, alert):
-    """Copies of the test files of alert beside a changed rules file; their paths."""
+    """Copies of the tests of alert beside a changed rules file; their paths."""
     d = tempfile.mkdtemp(dir=tmp)
     os.mkdir(os.path.join(d, "tests"))
     with open(os.path.join(d, "bc-join.rules.yml"), "w") as f:
@@ -52,10 +52,15 @@ def test_copy(tmp, rules_doc, alert):
     copies = []
     for t in TESTS:
         with open(t) as f:
-            if "alertname: %s\n" % alert not in f.read():
-                continue
+            tests = yaml.safe_load(f)
+        # only the cases that evaluate alert (promtool's time goes on evaluations)
+        tests["tests"] = [c for c in tests["tests"]
+                          if any(a["alertname"] == alert for a in c.get("alert_rule_test", []))]
+        if not tests["tests"]:
+            continue
         dst = os.path.join(d, "tests", os.path.basename(t))
-        shutil.copy(t, dst)
+        with open(dst, "w") as f:
+            yaml.safe_dump(tests, f, sort_keys=False)
         copies.append(dst)
     return copies
 
@@ -104,9 +109,12 @@ def main():
                "every alert has a severity, a summary and a description")
 
         tap.ok(len(TESTS) >= 4, "unit test files in contrib/prometheus/tests (%d)" % len(TESTS))
+        rc, out = promtool("test", "rules", *TESTS)     # one run (promtool's start is most of it)
+        parts = per_file(out)
         for t in TESTS:
-            rc, out = promtool("test", "rules", t)
-            tap.ok(rc == 0 and "SUCCESS" in out, "promtool test rules %s" % os.path.relpath(t, TOP), out)
+            part = parts.get(t, "")
+            tap.ok(part.strip() == "SUCCESS", "promtool test rules %s" % os.path.relpath(t, TOP), part or out)
+        tap.eq(rc, 0, "promtool test rules: exit 0")
 
         # which alerts the tests expect firing somewhere, and quiet somewhere
         fires, quiet = set(), set()
