@@ -381,6 +381,9 @@ CREATE UNIQUE INDEX node_certs_spki_idx ON bc_join.node_certs (spki_sha256);
 -- prune_certificates: rows come in roughly notAfter order, so a BRIN index
 -- finds the expired ones for a fraction of a btree's cost to every issuance.
 CREATE INDEX node_certs_not_after_idx ON bc_join.node_certs USING brin (not_after);
+-- bc_join.metrics() (#48): live and expiring certificates counted from this
+-- alone (an index-only scan), never from the certificates' pages.
+CREATE INDEX node_certs_live_idx ON bc_join.node_certs (not_after) WHERE revoked_at IS NULL;
 
 -- A stable hardware identity (32-byte hash) bound to one node for good, per
 -- attestor: one attestor's binding is never matched by another's result.
@@ -774,6 +777,8 @@ CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
 CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
 CREATE INDEX session_certs_not_after_idx ON bc_join.session_certs USING brin (not_after);
+-- bc_join.metrics() (#48): live session certificates, as node_certs_live_idx.
+CREATE INDEX session_certs_live_idx ON bc_join.session_certs (not_after) WHERE revoked_at IS NULL;
 
 /* ------------------------------ join requests: approval by an operator */
 
@@ -5443,7 +5448,9 @@ GRANT SELECT ON bc_join.ssh_krl_state TO bc_join_operator;
 CREATE FUNCTION bc_join.metrics() RETURNS text
 	AS 'MODULE_PATHNAME', 'bc_metrics'
 	LANGUAGE C VOLATILE SECURITY DEFINER
-	SET search_path = pg_catalog, pg_temp;
+	SET search_path = pg_catalog, pg_temp
+	-- a few index-only scans: starting parallel workers costs more than they save
+	SET max_parallel_workers_per_gather = 0;
 COMMENT ON FUNCTION bc_join.metrics() IS
 	'Returns the service''s numbers as Prometheus text (rounds and refusals by attestor and reason, pending join requests by tenant, live and expiring certificates, sessions, audit log and anchor times, key rotations, continuous-attestation failures, stale and quarantined nodes); to the gateway and the platform operator.';
 

@@ -5,8 +5,9 @@
  *
  * Cheap by construction, whatever the size of the service: the counters are
  * in shared memory (stats.c); every query below is answered from an index
- * (a partial one, a BRIN range, or the audit log's 16 chain heads), never by
- * scanning the events or the audit log; the key times are a stat() of each
+ * (partial ones: pending requests, live certificates, quarantined and missed
+ * nodes, each row of these probing nodes by its key; the audit log's 16
+ * chain heads), never by scanning a table, the events or the audit log; the key times are a stat() of each
  * current key file.  Labels are bounded: no node id or serial; at most
  * BC_METRICS_TENANTS tenants (the most waiting, the rest as "_other"); the
  * (attestor, reason) pairs stats.c bounds.
@@ -62,14 +63,16 @@ static BcPlan audit_head = {
 
 /* Live nodes attestation_sweep() found overdue and that have not passed since. */
 static BcPlan attestation_overdue = {
-	"SELECT count(*) FROM bc_join.node_attestation a JOIN bc_join.nodes n ON n.id = a.node_id "
-	"WHERE a.missed_reported_at IS NOT NULL AND a.state = 'healthy' AND n.state <> 'retired'",
+	"SELECT count(*) FROM bc_join.node_attestation a "
+	"WHERE a.missed_reported_at IS NOT NULL AND a.state = 'healthy' "
+	"  AND (SELECT n.state FROM bc_join.nodes n WHERE n.id = a.node_id) <> 'retired'",
 	0, {InvalidOid}
 };
 
 static BcPlan quarantined = {
-	"SELECT count(*) FROM bc_join.node_attestation a JOIN bc_join.nodes n ON n.id = a.node_id "
-	"WHERE a.state = 'quarantined' AND n.state <> 'retired'",
+	"SELECT count(*) FROM bc_join.node_attestation a "
+	"WHERE a.state = 'quarantined' "
+	"  AND (SELECT n.state FROM bc_join.nodes n WHERE n.id = a.node_id) <> 'retired'",
 	0, {InvalidOid}
 };
 
