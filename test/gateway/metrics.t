@@ -3,7 +3,7 @@
 gateway's own families followed by bc_join.metrics(), as a scrape sees them.
 
 A real cluster with the installed extension, the ASan gateway with a
-metrics listener (--metrics-max-age 0.7s, --retry-after 1), the real agent's
+metrics listener (--metrics-max-age 0.5s, --retry-after 1), the real agent's
 join requests over HTTPS, and an attestor deferring to an operator's
 approval (a custom one, as test/tap/approval.t's).  Shows:
   - the metrics listener answers GET /metrics (200, text 0.0.4): the
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gwlib  # noqa: E402
 
 STARTED = time.time()
-MAX_AGE = 0.7           # --metrics-max-age: a copy is served for 5 x that (3.5 s) while fetches fail
+MAX_AGE = 0.5           # --metrics-max-age: a copy is served for 5 x that (2.5 s) while fetches fail
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 FAMILY = re.compile(r"^(?:# (?:HELP|TYPE) )?bc_join_", re.M)
 
