@@ -147,7 +147,8 @@ refusal_notify_payload(int64 event_id, const char *attestor, const char *refusal
 /*
  * Record security.join.refused: the reason, the attestor, and hashes of the
  * CSR and of the claimed hardware identity, never the evidence.  It lands in
- * the tenant's stream only when the evidence authenticated that tenant.
+ * the tenant's stream only when the evidence authenticated that tenant, and
+ * is told on that stream's tenant's refusal_channel (issue 48).
  */
 void
 bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinRequest *req)

@@ -485,7 +485,7 @@ bc_stats_append_metrics(StringInfo buf)
 
 	require_stats();
 	bc_prom_family(buf, "bc_join_rounds_total", "counter",
-				   "Join, renewal, session and attestation rounds by attestor and outcome since the counters started.");
+				   "Rounds (joins, renewals, sessions, attestations, commands, SSH) by attestor and outcome since the counters started.");
 	for (i = 0; i < BC_STATS_SLOTS; i++)
 	{
 		BcStatsSlot *slot = &stats->slots[i];

@@ -3,12 +3,13 @@
 refusal is told on its tenant's refusal channel (issue 48).
 
 A cluster of its own (the counters are the server's: no other script's
-rounds in them), its own keys.  Scripted through the real entry points:
-refusals of two custom attestors with three reasons and two tenants (one
-no evidence authenticated), a refused attest round, a join that waits for
-an approval and is approved, joins with short certificates, a renewal, a
-session, a node found overdue by attestation_sweep() and then quarantined,
-an audit anchor, a key promotion, a reset.  After each step every sample of
+rounds in them), a copy of test/run-all's keys.  Scripted through the real
+entry points: refusals of two custom attestors with three reasons and two
+tenants (one no evidence authenticated), a refused attest round, a join
+that waits for an approval and is approved, joins with short certificates,
+a renewal, a session, a node found overdue by attestation_sweep() and then
+quarantined, an audit anchor, a key promotion, 52 tenants with waiting
+requests (50 lines and "_other"), a reset.  After each step every sample of
 bc_join.metrics() is what the step makes it, no more (counters by exactly
 the rounds made, gauges to the numbers the database holds); the text passes
 promtool check metrics; the gateway's and the platform operator's roles
@@ -22,7 +23,8 @@ minute's first says suppressedBefore 2), each payload
 {"event","type","attestor","refusal","at"} with the event's id, at most 512
 bytes for a refusal of 159 escaped bytes, and never the evidence nor a
 hash; the other tenant's listener gets only its own, root's the one no
-evidence authenticated.  Needs BCJ_BCD (test/run-all).
+evidence authenticated; rotate_request_channel() rotates the refusal
+channel too.  Needs BCJ_BCD (test/run-all); promtool (Debian's prometheus).
 """
 import json, os, re, select, subprocess, sys, time
 
@@ -67,10 +69,6 @@ END $f$;
 SELECT bc_join.register_attestor('m-one', '1', ARRAY['node'], 'public.m_verify(jsonb,jsonb)');
 SELECT bc_join.register_attestor('m-two', '1', ARRAY['node'], 'public.m_verify(jsonb,jsonb)');
 """
-
-
-class Env(bctest.ClusterEnv):
-    pass
 
 
 def parse(text):
@@ -118,7 +116,6 @@ def body(tap, env):
     env.psql("SELECT bc_join.grant_tenant_operator('m_top', '%s')" % ta)
     scratch = os.path.join(env.dir, "fill")
     f = statefill.Filler(db, env.pgenv, scratch, BCD, sk, note=tap.note)
-    sql = f.cur()
 
     def as_role(role, q):
         import psycopg2
@@ -280,6 +277,9 @@ def body(tap, env):
            "a refusal of 159 escaped bytes: the payload stays within 512 bytes (%s)"
            % [len(p.encode()) for _, p in h.get("a", [])])
     tap.eq(set(h) - {"a"}, set(), "nobody else heard them")
+    f.one("SELECT bc_join.rotate_request_channel(%s)", ta)
+    tap.ok(as_role("m_top", "SELECT bc_join.refusal_channel('%s')" % ta) not in (cha, None),
+           "rotate_request_channel() gives the tenant a new refusal channel too")
     c.execute("SET bc_join.clock_offset = 0")
     got, text = check("the next minute", {R("m-one", "refused"): 2, F("m-one", "m-one:bad-x"): 1,
                                           F("m-one", "m-one:" + long_reason): 1})
@@ -370,6 +370,22 @@ def body(tap, env):
            sorted(["signing", "encryption", "node-ca", "jwt-svid", "ocsp", "ssh-host-ca", "ssh-user-ca"]),
            "every kind of key present has its line")
 
+    # -- more than 50 tenants waiting: the 50 with most, the rest summed as _other
+    f.one("""WITH t AS (SELECT g, bc_join.create_tenant('w' || g) AS id FROM generate_series(1, 52) g)
+             INSERT INTO bc_join.join_requests (id, tenant_id, attestor, role, csr_sha256, expires_at, created_at)
+             SELECT 'jr_w' || t.g || '_' || k, t.id, 'm-one', 'node', sha256((t.id || k)::bytea),
+                    now() + interval '1 day', now() - (t.g || ' minutes')::interval
+             FROM t, generate_series(1, CASE WHEN t.g > 50 THEN 1 ELSE 2 END) k RETURNING 1""")
+    want = {G("bc_join_pending_join_requests", ("tenant", "_other")): ("=", 2)}
+    for g in range(1, 51):
+        want[G("bc_join_pending_join_requests", ("tenant", f.one("SELECT id FROM bc_join.tenants WHERE name = %s",
+                                                                   "w%d" % g)))] = ("=", 2)
+    got, _ = check("52 tenants waiting", want)
+    tap.ok(abs(got.get(G("bc_join_pending_join_request_oldest_age_seconds", ("tenant", "_other")), 0) - 52 * 60) < 30,
+           "the _other line's age is the oldest of the rest (52 minutes)")
+    tap.eq(len([k for k in got if k[0] == "bc_join_pending_join_request_oldest_age_seconds"]), 51,
+           "51 age lines: 50 tenants and _other")
+
     # -- a reset: the counters from zero, the start moved
     f.one("SELECT bc_join.attestor_stats_reset()")
     got, _ = check("a reset", {k: ("=", 0.0) for k in last
@@ -388,4 +404,4 @@ def setup(env):
     env.start_cluster("ma", make_keys=not os.environ.get("BCJ_KEY_DIR"))
 
 
-bctest.run(Env("bcj-metrics-", "bcj", "test.bc-join.local"), setup, body)
+bctest.run(bctest.ClusterEnv("bcj-metrics-", "bcj", "test.bc-join.local"), setup, body)
