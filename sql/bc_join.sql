@@ -179,10 +179,13 @@ CREATE TABLE bc_join.tenants (
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	-- the NOTIFY channel of the tenant's waiting join requests (#42.7): random, so
 	-- that no one who cannot read this row can name it (LISTEN needs no grant)
-	request_channel text NOT NULL DEFAULT bc_join.new_id('bc_join_requests')
+	request_channel text NOT NULL DEFAULT bc_join.new_id('bc_join_requests'),
+	-- the NOTIFY channel of the tenant's refused joins (#48), random for the
+	-- same reason (bc_join.refusal_channel)
+	refusal_channel text NOT NULL DEFAULT bc_join.new_id('bc_join_refusals')
 );
 COMMENT ON TABLE bc_join.tenants IS
-	'The tenants; the tenant root exists from the start and receives the refusals no evidence authenticated; request_channel is the random NOTIFY channel of the tenant''s waiting join requests.';
+	'The tenants; the tenant root exists from the start and receives the refusals no evidence authenticated; request_channel and refusal_channel are the random NOTIFY channels of the tenant''s waiting join requests and of its refused joins.';
 -- The root tenant receives refusal events that no evidence authenticated.
 INSERT INTO bc_join.tenants (id, name) VALUES ('root', 'root');
 
@@ -203,7 +206,8 @@ CREATE FUNCTION bc_join.tenants_restore_root() RETURNS trigger
 BEGIN
 	IF NEW.id = 'root' AND EXISTS (SELECT 1 FROM bc_join.tenants t WHERE t.id = 'root') THEN
 		UPDATE bc_join.tenants t
-			SET name = NEW.name, created_at = NEW.created_at, request_channel = NEW.request_channel
+			SET name = NEW.name, created_at = NEW.created_at, request_channel = NEW.request_channel,
+				refusal_channel = NEW.refusal_channel
 			WHERE t.id = 'root';
 		RETURN NULL;
 	END IF;
@@ -377,6 +381,9 @@ CREATE UNIQUE INDEX node_certs_spki_idx ON bc_join.node_certs (spki_sha256);
 -- prune_certificates: rows come in roughly notAfter order, so a BRIN index
 -- finds the expired ones for a fraction of a btree's cost to every issuance.
 CREATE INDEX node_certs_not_after_idx ON bc_join.node_certs USING brin (not_after);
+-- bc_join.metrics() (#48): live and expiring certificates counted from this
+-- alone (an index-only scan), never from the certificates' pages.
+CREATE INDEX node_certs_live_idx ON bc_join.node_certs (not_after) WHERE revoked_at IS NULL;
 
 -- A stable hardware identity (32-byte hash) bound to one node for good, per
 -- attestor: one attestor's binding is never matched by another's result.
@@ -770,6 +777,8 @@ CREATE INDEX session_certs_node_serial_idx ON bc_join.session_certs (node_serial
 CREATE INDEX session_certs_session_idx ON bc_join.session_certs (session_id);
 CREATE INDEX session_certs_spki_idx ON bc_join.session_certs (spki_sha256);
 CREATE INDEX session_certs_not_after_idx ON bc_join.session_certs USING brin (not_after);
+-- bc_join.metrics() (#48): live session certificates, as node_certs_live_idx.
+CREATE INDEX session_certs_live_idx ON bc_join.session_certs (not_after) WHERE revoked_at IS NULL;
 
 /* ------------------------------ join requests: approval by an operator */
 
@@ -880,7 +889,22 @@ $$;
 COMMENT ON FUNCTION bc_join.request_channel(text) IS
 	'Returns the random channel on which the tenant''s waiting join requests are notified (LISTEN on it); to the tenant''s operators and the platform operator only.';
 
--- A new channel for a tenant's requests (after an operator of it was revoked).
+-- The NOTIFY channel of a tenant's refused joins, for its operators (#48):
+-- told {"event","type","attestor","refusal","at"[,"suppressedBefore"]} each
+-- time a security.join.refused event is recorded in the tenant's stream.
+CREATE FUNCTION bc_join.refusal_channel(tenant_id text) RETURNS text
+	LANGUAGE plpgsql STABLE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	AS $$
+BEGIN
+	PERFORM bc_join.check_tenant(refusal_channel.tenant_id, 'tenant');
+	RETURN (SELECT t.refusal_channel FROM bc_join.tenants t WHERE t.id = refusal_channel.tenant_id);
+END
+$$;
+COMMENT ON FUNCTION bc_join.refusal_channel(text) IS
+	'Returns the random channel on which the tenant''s refused joins are notified as they are recorded as events (LISTEN on it; payload: event id, type, attestor, refusal, time, no evidence); to the tenant''s operators and the platform operator only.';
+
+-- New channels for a tenant's requests and refusals (after an operator of it was revoked).
 CREATE FUNCTION bc_join.rotate_request_channel(tenant_id text) RETURNS text
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
@@ -889,7 +913,8 @@ DECLARE
 	chan text := bc_join.new_id('bc_join_requests');
 BEGIN
 	PERFORM bc_join.check_tenant(rotate_request_channel.tenant_id, 'tenant');
-	UPDATE bc_join.tenants t SET request_channel = chan WHERE t.id = rotate_request_channel.tenant_id;
+	UPDATE bc_join.tenants t SET request_channel = chan, refusal_channel = bc_join.new_id('bc_join_refusals')
+		WHERE t.id = rotate_request_channel.tenant_id;
 	IF NOT FOUND THEN
 		PERFORM bc_join.invalid_input('the tenant does not exist');
 	END IF;
@@ -899,7 +924,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION bc_join.rotate_request_channel(text) IS
-	'Gives the tenant a new random request channel and returns it (the old one is told nothing more): after revoking one of its operators, who knew the old one; audited.';
+	'Gives the tenant a new random request channel and refusal channel and returns the request channel (the old ones are told nothing more): after revoking one of its operators, who knew the old ones; audited.';
 
 /*
  * Consume an approved join request in the round that issues: it must be
@@ -3503,6 +3528,7 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.verify_audit_log(text),
 	bc_join.audit_log_problems(integer),
 	bc_join.request_channel(text),
+	bc_join.refusal_channel(text),
 	bc_join.rotate_request_channel(text),
 	bc_join.check_evidence(text, bytea, timestamptz, bytea, text),
 	bc_join.audit_anchor(),
@@ -3608,6 +3634,7 @@ GRANT EXECUTE ON FUNCTION
 	bc_join.approve_join_request(text),
 	bc_join.reject_join_request(text, text),
 	bc_join.request_channel(text),
+	bc_join.refusal_channel(text),
 	bc_join.rotate_request_channel(text),
 	bc_join.revoke_certificate(text, text),
 	bc_join.revoke_node(text, text),
@@ -3767,6 +3794,12 @@ CREATE TABLE bc_join.node_attestation (
 );
 COMMENT ON TABLE bc_join.node_attestation IS
 	'Continuous attestation per node: state (unattested, healthy, quarantined), the last quote, its result and reason, the TPM resetCount/restartCount/clock of the last accepted quote, the IMA offset and running PCR 10, failures and quarantine.';
+-- bc_join.metrics() (#48) counts the quarantined and the missed nodes from
+-- these: few rows, and a quote that changes neither column stays a HOT update.
+CREATE INDEX node_attestation_quarantined_idx ON bc_join.node_attestation (node_id)
+	WHERE state = 'quarantined';
+CREATE INDEX node_attestation_missed_idx ON bc_join.node_attestation (node_id)
+	WHERE missed_reported_at IS NOT NULL;
 
 -- Set a pool's attestation settings (NULL keeps a value, or takes the default).
 CREATE FUNCTION bc_join.set_attestation_settings(pool_id text, mode text DEFAULT NULL,
@@ -5402,3 +5435,24 @@ GRANT EXECUTE ON FUNCTION bc_join.allow_ssh_names(text, text, text[]),
 GRANT SELECT ON bc_join.ssh_names, bc_join.ssh_settings, bc_join.ssh_certs, bc_join.ssh_certificates
 	TO bc_join_operator, bc_join_tenant_operator;
 GRANT SELECT ON bc_join.ssh_krl_state TO bc_join_operator;
+
+/* ------------------------------------- #48: the service's numbers for Prometheus */
+
+/*
+ * What the service knows, as Prometheus text exposition 0.0.4: the gateway's
+ * metrics listener (bc-gateway --metrics-listen) serves it after its own
+ * families.  Counters from shared memory, gauges from indexes only (never
+ * the events or the audit log), bounded labels (docs/operator.md
+ * "Watching it" lists every family; docs/performance.md its cost).
+ */
+CREATE FUNCTION bc_join.metrics() RETURNS text
+	AS 'MODULE_PATHNAME', 'bc_metrics'
+	LANGUAGE C VOLATILE SECURITY DEFINER
+	SET search_path = pg_catalog, pg_temp
+	-- a few index-only scans: starting parallel workers costs more than they save
+	SET max_parallel_workers_per_gather = 0;
+COMMENT ON FUNCTION bc_join.metrics() IS
+	'Returns the service''s numbers as Prometheus text (rounds and refusals by attestor and reason, pending join requests by tenant, live and expiring certificates, sessions, audit log and anchor times, key rotations, continuous-attestation failures, stale and quarantined nodes); to the gateway and the platform operator.';
+
+REVOKE ALL ON FUNCTION bc_join.metrics() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bc_join.metrics() TO bc_join_gateway, bc_join_operator;

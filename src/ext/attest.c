@@ -963,6 +963,7 @@ quote_round(BcJoinRequest *req, AttestRequest *a, MemoryContext outcxt)
 		args[1] = CStringGetTextDatum(v.fail_reason);
 		args[2] = JsonbPGetDatum(bc_jsonb(d.data));
 		bc_spi_exec(&quarantine, args, NULL, false, 1);
+		bc_stats_attest_failure(v.fail_reason);
 		status = "quarantined";
 	}
 	else

@@ -390,6 +390,8 @@ extern bool bc_kid_listed(List *kids, const char *kid);
 
 /* Insert into bc_join.events (SPI connected). */
 extern void bc_emit_event(const char *tenant_id, const char *type, Jsonb *payload);
+/* The same, returning the event's id. */
+extern int64 bc_emit_event_id(const char *tenant_id, const char *type, Jsonb *payload);
 /* Insert into bc_join.audit_log (SPI connected). */
 extern void bc_audit(const char *action, const char *tenant_id, const char *node_id,
 					 Jsonb *detail);
@@ -813,6 +815,37 @@ typedef enum BcOutcomeKind
 extern void bc_stats_init(void);
 /* Count one round of attestor with outcome, lasting ms milliseconds. */
 extern void bc_stats_record(const char *attestor, BcOutcomeKind outcome, double ms);
+
+/* The fixed reasons of bc_join_attestation_failures_total. */
+typedef enum BcAttestFailure
+{
+	BC_ATTEST_FAILURE_QUOTE,
+	BC_ATTEST_FAILURE_EVENTLOG,
+	BC_ATTEST_FAILURE_EVENTLOG_REPLAY,
+	BC_ATTEST_FAILURE_BOOT_POLICY,
+	BC_ATTEST_FAILURE_IMA,
+	BC_ATTEST_FAILURE_IMA_REPLAY,
+	BC_ATTEST_FAILURE_IMA_POLICY,
+	BC_ATTEST_FAILURE_CLOCK_ROLLBACK
+} BcAttestFailure;
+#define BC_ATTEST_FAILURES 8
+
+/* The BcAttestFailure of "attest:<reason>" or a verdict's reason; -1: none. */
+extern int	bc_attest_failure_kind(const char *reason);
+/* Count one refused round of attestor by its precise refusal (not rate bounded). */
+extern void bc_stats_refusal(const char *attestor, const char *refusal);
+/* Count one continuous-attestation failure, when reason is one. */
+extern void bc_stats_attest_failure(const char *reason);
+/* Note that bc_join.audit_anchor() made an anchor now. */
+extern void bc_stats_anchor_made(void);
+/* Prometheus text: an escaped label name="value", a family's HELP and TYPE, epoch seconds. */
+extern void bc_prom_label(StringInfo buf, const char *name, const char *value);
+extern void bc_prom_family(StringInfo buf, const char *name, const char *type, const char *help);
+extern double bc_prom_seconds(TimestampTz t);
+/* The shared-memory families of bc_join.metrics(). */
+extern void bc_stats_append_metrics(StringInfo buf);
+extern void bc_stats_append_anchor(StringInfo buf);
+extern void bc_stats_append_attest_failures(StringInfo buf);
 
 /* ------------------------------------------------------------- node_cert.c */
 

@@ -18,6 +18,11 @@ static BcPlan insert_audit = {
 	4, {TEXTOID, TEXTOID, TEXTOID, JSONBOID}
 };
 
+static BcPlan insert_event_id = {
+	"INSERT INTO bc_join.events (tenant_id, type, payload) VALUES ($1, $2, $3) RETURNING id",
+	3, {TEXTOID, TEXTOID, JSONBOID}
+};
+
 /* Insert into bc_join.events (SPI connected). */
 void
 bc_emit_event(const char *tenant_id, const char *type, Jsonb *payload)
@@ -28,6 +33,20 @@ bc_emit_event(const char *tenant_id, const char *type, Jsonb *payload)
 	values[1] = CStringGetTextDatum(type);
 	values[2] = JsonbPGetDatum(payload);
 	bc_spi_exec(&insert_event, values, NULL, false, 0);
+}
+
+/* Insert into bc_join.events and return the new row's id (SPI connected). */
+int64
+bc_emit_event_id(const char *tenant_id, const char *type, Jsonb *payload)
+{
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(tenant_id);
+	values[1] = CStringGetTextDatum(type);
+	values[2] = JsonbPGetDatum(payload);
+	if (bc_spi_exec(&insert_event_id, values, NULL, false, 1) != 1)
+		elog(ERROR, "the event was not inserted");
+	return bc_spi_int8(1);
 }
 
 /* Insert into bc_join.audit_log (SPI connected). */
@@ -115,6 +134,7 @@ bc_audit_anchor(PG_FUNCTION_ARGS)
 	SPI_finish();
 	if (st != BC_OK)
 		bc_key_failed("sign the audit anchor with signing.key", keys->signing, st);
+	bc_stats_anchor_made();
 	PG_RETURN_TEXT_P(cstring_to_text(bc_take_cstring(jws)));
 }
 

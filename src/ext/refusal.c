@@ -11,7 +11,9 @@
  */
 #include "bc_join.h"
 
+#include "commands/async.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -101,14 +103,52 @@ enum
 	Anum_rr_carried
 };
 
-static BcPlan tenant_exists = {
-	"SELECT 1 FROM bc_join.tenants WHERE id = $1", 1, {TEXTOID}
+/* The tenant whose evidence authenticated, else root: its id and refusal channel. */
+static BcPlan refusal_tenant = {
+	"SELECT t.id, t.refusal_channel FROM bc_join.tenants t "
+	"WHERE t.id = $1 OR t.id = 'root' ORDER BY t.id = 'root' LIMIT 1",
+	1, {TEXTOID}
 };
+
+/* The largest refusal NOTIFY payload (docs/operator.md). */
+#define BC_REFUSAL_NOTIFY_MAX 512
+
+/*
+ * The refusal NOTIFY's payload: the event's id, type, attestor, refusal,
+ * time and suppressedBefore, compact, never evidence nor hashes.  A refusal
+ * (a custom attestor's, up to 159 bytes, escaped) that would make it longer
+ * than BC_REFUSAL_NOTIFY_MAX is cut at a character boundary.
+ */
+static char *
+refusal_notify_payload(int64 event_id, const char *attestor, const char *refusal,
+					   int64 suppressed_before)
+{
+	StringInfoData buf;
+	int			keep = strlen(refusal);
+
+	for (;;)
+	{
+		initStringInfo(&buf);
+		bc_json_begin(&buf);
+		bc_json_member_int(&buf, "event", event_id);
+		bc_json_member(&buf, "type", "security.join.refused");
+		bc_json_member(&buf, "attestor", attestor);
+		bc_json_member(&buf, "refusal", pnstrdup(refusal, keep));
+		bc_json_member_int(&buf, "at", bc_timestamp_to_unix(bc_now()));
+		if (suppressed_before > 0)
+			bc_json_member_int(&buf, "suppressedBefore", suppressed_before);
+		bc_json_end(&buf);
+		if (buf.len <= BC_REFUSAL_NOTIFY_MAX || keep == 0)
+			return buf.data;
+		keep = pg_mbcliplen(refusal, keep, keep - 1);
+	}
+}
 
 /*
  * Record security.join.refused: the reason, the attestor, and hashes of the
  * CSR and of the claimed hardware identity, never the evidence.  It lands in
- * the tenant's stream only when the evidence authenticated that tenant.
+ * the tenant's stream only when the evidence authenticated that tenant, and
+ * is told on that stream's tenant's refusal_channel (issue 48).
  */
 void
 bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinRequest *req)
@@ -117,8 +157,10 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 	unsigned char claims_hash[BC_SHA256_LEN];
 	char		claims_b64[44];
 	char	   *claims_text;
-	const char *stream = "root";
+	const char *stream;
+	const char *channel;
 	int64		suppressed_before = 0;
+	int64		event_id;
 
 	/* At most bc_join.refusal_events_per_minute a minute per attestor and reason. */
 	if (bc_refusal_events_per_minute > 0)
@@ -135,12 +177,13 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 		suppressed_before = DatumGetInt64(bc_spi_datum(Anum_rr_carried, &isnull));
 	}
 
-	if (tenant_id != NULL)
 	{
-		Datum		v = CStringGetTextDatum(tenant_id);
+		Datum		v = CStringGetTextDatum(tenant_id != NULL ? tenant_id : "root");
 
-		if (bc_spi_exec(&tenant_exists, &v, NULL, true, 1) == 1)
-			stream = tenant_id;
+		if (bc_spi_exec(&refusal_tenant, &v, NULL, true, 1) != 1)
+			elog(ERROR, "the root tenant is missing");
+		stream = bc_spi_text_req(1);
+		channel = bc_spi_text_req(2);
 	}
 
 	claims_text = JsonbToCString(NULL, &req->claims->root, VARSIZE(req->claims));
@@ -162,8 +205,14 @@ bc_record_refusal(const char *refusal, const char *tenant_id, const BcJoinReques
 	taken_detail[0] = '\0';
 	bc_json_end(&buf);
 
-	bc_emit_event(stream, "security.join.refused",
-				  bc_jsonb(buf.data));
+	event_id = bc_emit_event_id(stream, "security.join.refused", bc_jsonb(buf.data));
+
+	/*
+	 * Told on the tenant's random refusal channel (LISTEN needs no grant: see
+	 * request_channel), only when the event is recorded, so at the events'
+	 * rate; sent at commit, as every NOTIFY.
+	 */
+	Async_Notify(channel, refusal_notify_payload(event_id, req->attestor, refusal, suppressed_before));
 }
 
 /* What bc_join() returns for every refusal, whatever the reason. */

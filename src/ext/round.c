@@ -129,6 +129,10 @@ bc_run_round(BcJoinRequest *req, BcRoundFn round, void *arg, const char *who,
 	{
 		MemoryContext old;
 
+		/* Counted before the event, which the rate bound may leave out. */
+		bc_stats_refusal(who, end.refusal);
+		if (strcmp(who, "attest") == 0)
+			bc_stats_attest_failure(end.refusal);
 		bc_record_refusal(end.refusal, end.tenant, req);
 		old = MemoryContextSwitchTo(outcxt);
 		response = bc_refusal_response();

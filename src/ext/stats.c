@@ -10,12 +10,20 @@
  * latency histogram.  Counters are not transactional: a rolled-back join
  * still counts.  Input rejected before a round starts (22023, 0A000) is not
  * a verification and is not counted.
+ *
+ * Beside them (issue 48, bc_join.metrics()): every refused round by its
+ * attestor and precise refusal (at most BC_REFUSAL_PAIRS pairs, the rest
+ * counted as one "_other" pair), never rate bounded as the events are;
+ * continuous-attestation failures by a fixed set of reasons; and when
+ * bc_join.audit_anchor() last made an anchor.  Reset with the rounds
+ * (attestor_stats_reset), except the anchor's time, and with the server.
  */
 #include "bc_join.h"
 
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "portability/instr_time.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -27,6 +35,9 @@
 
 #define BC_STATS_SLOTS 128
 #define BC_HIST_BUCKETS 16
+/* (attestor, refusal) pairs counted apart; beyond them one "_other" count. */
+#define BC_REFUSAL_PAIRS 256
+#define BC_REFUSAL_LEN 160
 
 /* Upper bounds of the histogram buckets, milliseconds; the last is +inf. */
 static const double hist_bounds_ms[BC_HIST_BUCKETS - 1] = {
@@ -53,12 +64,25 @@ typedef struct BcStatsSlot
 	BcOutcomeStats out[BC_OUTCOMES];
 } BcStatsSlot;
 
+typedef struct BcRefusalPair
+{
+	char		attestor[BC_ATTESTOR_ID_MAX + 1];
+	char		refusal[BC_REFUSAL_LEN];
+	pg_atomic_uint64 count;
+} BcRefusalPair;
+
 typedef struct BcStatsShared
 {
-	LWLock	   *lock;			/* guards slot allocation */
+	LWLock	   *lock;			/* guards slot and pair allocation */
 	TimestampTz reset_at;
 	int64		dropped;		/* rounds of attestors beyond the slots */
+	int64		dropped_by[BC_OUTCOMES];	/* the same, by outcome */
 	BcStatsSlot slots[BC_STATS_SLOTS];
+	int			n_pairs;		/* pairs[0 .. n_pairs - 1] are in use */
+	BcRefusalPair pairs[BC_REFUSAL_PAIRS];
+	pg_atomic_uint64 refusals_other;	/* refusals beyond the pairs */
+	pg_atomic_uint64 attest_failures[BC_ATTEST_FAILURES];
+	pg_atomic_uint64 anchor_at; /* TimestampTz of the last audit anchor; 0: none */
 } BcStatsShared;
 
 static BcStatsShared *stats = NULL;
@@ -94,6 +118,12 @@ stats_shmem_startup(void)
 		stats->reset_at = GetCurrentTimestamp();
 		for (i = 0; i < BC_STATS_SLOTS; i++)
 			SpinLockInit(&stats->slots[i].mutex);
+		for (i = 0; i < BC_REFUSAL_PAIRS; i++)
+			pg_atomic_init_u64(&stats->pairs[i].count, 0);
+		pg_atomic_init_u64(&stats->refusals_other, 0);
+		for (i = 0; i < BC_ATTEST_FAILURES; i++)
+			pg_atomic_init_u64(&stats->attest_failures[i], 0);
+		pg_atomic_init_u64(&stats->anchor_at, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -164,6 +194,7 @@ bc_stats_record(const char *attestor, BcOutcomeKind outcome, double ms)
 	{
 		LWLockAcquire(stats->lock, LW_EXCLUSIVE);
 		stats->dropped++;
+		stats->dropped_by[outcome]++;
 		LWLockRelease(stats->lock);
 		return;
 	}
@@ -286,7 +317,255 @@ bc_attestor_stats_reset(PG_FUNCTION_ARGS)
 		SpinLockRelease(&stats->slots[i].mutex);
 	}
 	stats->dropped = 0;
+	memset(stats->dropped_by, 0, sizeof(stats->dropped_by));
+	/* Pairs keep their names, as slots do. */
+	for (i = 0; i < stats->n_pairs; i++)
+		pg_atomic_write_u64(&stats->pairs[i].count, 0);
+	pg_atomic_write_u64(&stats->refusals_other, 0);
+	for (i = 0; i < BC_ATTEST_FAILURES; i++)
+		pg_atomic_write_u64(&stats->attest_failures[i], 0);
 	stats->reset_at = GetCurrentTimestamp();
 	LWLockRelease(stats->lock);
 	PG_RETURN_TIMESTAMPTZ(stats->reset_at);
+}
+
+/* The fixed reasons of bc_join_attestation_failures_total, by BcAttestFailure. */
+static const char *const attest_failure_names[BC_ATTEST_FAILURES] = {
+	"quote", "eventlog", "eventlog-replay", "boot-policy", "ima", "ima-replay", "ima-policy",
+	"clock-rollback"
+};
+
+/* Whether s begins with prefix. */
+static bool
+starts_with(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/*
+ * The attestation failure a continuous-attestation refusal or verdict
+ * ("attest:<reason>" or "<reason>") is, or -1 when it says nothing about the
+ * machine (a bad proof, state or nonce, a revoked certificate).
+ */
+int
+bc_attest_failure_kind(const char *reason)
+{
+	int			k;
+
+	if (starts_with(reason, "attest:"))
+		reason += strlen("attest:");
+	for (k = 0; k < BC_ATTEST_FAILURES; k++)
+		if (strcmp(reason, attest_failure_names[k]) == 0)
+			return k;
+	if (starts_with(reason, "eventlog"))
+		return BC_ATTEST_FAILURE_EVENTLOG;
+	if (starts_with(reason, "ima"))
+		return BC_ATTEST_FAILURE_IMA;
+	if (starts_with(reason, "quote") || starts_with(reason, "pcr-") || starts_with(reason, "ak-") ||
+		strcmp(reason, "bad-signature") == 0 || strcmp(reason, "signature-scheme") == 0)
+		return BC_ATTEST_FAILURE_QUOTE;
+	return -1;
+}
+
+/* Count one refused round of attestor by its precise refusal (never rate bounded). */
+void
+bc_stats_refusal(const char *attestor, const char *refusal)
+{
+	int			i;
+	int			n;
+	BcRefusalPair *pair = NULL;
+
+	if (stats == NULL)
+		return;
+	LWLockAcquire(stats->lock, LW_SHARED);
+	n = stats->n_pairs;
+	for (i = 0; i < n; i++)
+	{
+		if (strncmp(stats->pairs[i].refusal, refusal, BC_REFUSAL_LEN - 1) == 0 &&
+			strcmp(stats->pairs[i].attestor, attestor) == 0)
+		{
+			pair = &stats->pairs[i];
+			break;
+		}
+	}
+	LWLockRelease(stats->lock);
+	if (pair == NULL)
+	{
+		LWLockAcquire(stats->lock, LW_EXCLUSIVE);
+		for (i = 0; i < stats->n_pairs; i++)
+		{
+			if (strncmp(stats->pairs[i].refusal, refusal, BC_REFUSAL_LEN - 1) == 0 &&
+				strcmp(stats->pairs[i].attestor, attestor) == 0)
+			{
+				pair = &stats->pairs[i];
+				break;
+			}
+		}
+		if (pair == NULL && stats->n_pairs < BC_REFUSAL_PAIRS)
+		{
+			pair = &stats->pairs[stats->n_pairs];
+			strlcpy(pair->attestor, attestor, sizeof(pair->attestor));
+			strlcpy(pair->refusal, refusal, sizeof(pair->refusal));
+			stats->n_pairs++;
+		}
+		LWLockRelease(stats->lock);
+	}
+	pg_atomic_fetch_add_u64(pair != NULL ? &pair->count : &stats->refusals_other, 1);
+}
+
+/* Count one continuous-attestation failure (refusal or verdict); others are not. */
+void
+bc_stats_attest_failure(const char *reason)
+{
+	int			k;
+
+	if (stats == NULL || reason == NULL)
+		return;
+	k = bc_attest_failure_kind(reason);
+	if (k >= 0)
+		pg_atomic_fetch_add_u64(&stats->attest_failures[k], 1);
+}
+
+/* Note that bc_join.audit_anchor() made an anchor now. */
+void
+bc_stats_anchor_made(void)
+{
+	if (stats != NULL)
+		pg_atomic_write_u64(&stats->anchor_at, (uint64) GetCurrentTimestamp());
+}
+
+/* Append a Prometheus label value, escaped (backslash, double quote, newline). */
+void
+bc_prom_label(StringInfo buf, const char *name, const char *value)
+{
+	const char *p;
+
+	appendStringInfo(buf, "%s=\"", name);
+	for (p = value; *p; p++)
+	{
+		if (*p == '\\')
+			appendStringInfoString(buf, "\\\\");
+		else if (*p == '"')
+			appendStringInfoString(buf, "\\\"");
+		else if (*p == '\n')
+			appendStringInfoString(buf, "\\n");
+		else
+			appendStringInfoChar(buf, *p);
+	}
+	appendStringInfoChar(buf, '"');
+}
+
+/* Append # HELP and # TYPE of a family. */
+void
+bc_prom_family(StringInfo buf, const char *name, const char *type, const char *help)
+{
+	appendStringInfo(buf, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Seconds since the Unix epoch of a timestamp, with milliseconds. */
+double
+bc_prom_seconds(TimestampTz t)
+{
+	return (double) (t - SetEpochTimestamp()) / USECS_PER_SEC;
+}
+
+/*
+ * The families kept in shared memory, as Prometheus text (metrics.c):
+ * rounds, refusals and the counters' start; the audit anchor's time and
+ * the attestation failures by append_stats_late.
+ */
+void
+bc_stats_append_metrics(StringInfo buf)
+{
+	int			i;
+	int			k;
+	int			n;
+	int64		dropped_by[BC_OUTCOMES];
+	TimestampTz reset_at;
+
+	require_stats();
+	bc_prom_family(buf, "bc_join_rounds_total", "counter",
+				   "Rounds (joins, renewals, sessions, attestations, commands, SSH) by attestor and outcome since the counters started.");
+	for (i = 0; i < BC_STATS_SLOTS; i++)
+	{
+		BcStatsSlot *slot = &stats->slots[i];
+		char		attestor[BC_ATTESTOR_ID_MAX + 1];
+		int64		calls[BC_OUTCOMES];
+
+		LWLockAcquire(stats->lock, LW_SHARED);
+		strlcpy(attestor, slot->attestor, sizeof(attestor));
+		LWLockRelease(stats->lock);
+		if (attestor[0] == '\0')
+			break;
+		SpinLockAcquire(&slot->mutex);
+		for (k = 0; k < BC_OUTCOMES; k++)
+			calls[k] = slot->out[k].calls;
+		SpinLockRelease(&slot->mutex);
+		for (k = 0; k < BC_OUTCOMES; k++)
+		{
+			appendStringInfoString(buf, "bc_join_rounds_total{");
+			bc_prom_label(buf, "attestor", attestor);
+			appendStringInfoChar(buf, ',');
+			bc_prom_label(buf, "outcome", outcome_names[k]);
+			appendStringInfo(buf, "} " INT64_FORMAT "\n", calls[k]);
+		}
+	}
+	LWLockAcquire(stats->lock, LW_SHARED);
+	memcpy(dropped_by, stats->dropped_by, sizeof(dropped_by));
+	reset_at = stats->reset_at;
+	n = stats->n_pairs;
+	LWLockRelease(stats->lock);
+	for (k = 0; k < BC_OUTCOMES; k++)
+		if (dropped_by[k] > 0)
+			appendStringInfo(buf, "bc_join_rounds_total{attestor=\"_other\",outcome=\"%s\"} " INT64_FORMAT "\n",
+							 outcome_names[k], dropped_by[k]);
+
+	bc_prom_family(buf, "bc_join_refusals_total", "counter",
+				   "Refused rounds by attestor and precise refusal (not rate bounded) since the counters started.");
+	for (i = 0; i < n; i++)
+	{
+		BcRefusalPair *pair = &stats->pairs[i];
+
+		/* A pair's names are written once, before n_pairs counted it. */
+		appendStringInfoString(buf, "bc_join_refusals_total{");
+		bc_prom_label(buf, "attestor", pair->attestor);
+		appendStringInfoChar(buf, ',');
+		bc_prom_label(buf, "reason", pair->refusal);
+		appendStringInfo(buf, "} " UINT64_FORMAT "\n", pg_atomic_read_u64(&pair->count));
+	}
+	if (pg_atomic_read_u64(&stats->refusals_other) > 0)
+		appendStringInfo(buf, "bc_join_refusals_total{attestor=\"_other\",reason=\"_other\"} " UINT64_FORMAT "\n",
+						 pg_atomic_read_u64(&stats->refusals_other));
+
+	bc_prom_family(buf, "bc_join_counters_reset_timestamp_seconds", "gauge",
+				   "When the shared-memory counters started: server start or bc_join.attestor_stats_reset().");
+	appendStringInfo(buf, "bc_join_counters_reset_timestamp_seconds %.3f\n", bc_prom_seconds(reset_at));
+}
+
+/* The audit anchor's time (0: none since the server started), from shared memory. */
+void
+bc_stats_append_anchor(StringInfo buf)
+{
+	uint64		at;
+
+	require_stats();
+	at = pg_atomic_read_u64(&stats->anchor_at);
+	bc_prom_family(buf, "bc_join_audit_anchor_timestamp_seconds", "gauge",
+				   "When bc_join.audit_anchor() last made an anchor on this server; 0 when none since it started.");
+	appendStringInfo(buf, "bc_join_audit_anchor_timestamp_seconds %.3f\n",
+					 at == 0 ? 0.0 : bc_prom_seconds((TimestampTz) at));
+}
+
+/* Continuous-attestation failures by reason, every reason of the fixed set. */
+void
+bc_stats_append_attest_failures(StringInfo buf)
+{
+	int			k;
+
+	require_stats();
+	bc_prom_family(buf, "bc_join_attestation_failures_total", "counter",
+				   "Continuous-attestation rounds refused or quarantining, by what failed, since the counters started.");
+	for (k = 0; k < BC_ATTEST_FAILURES; k++)
+		appendStringInfo(buf, "bc_join_attestation_failures_total{reason=\"%s\"} " UINT64_FORMAT "\n",
+						 attest_failure_names[k], pg_atomic_read_u64(&stats->attest_failures[k]));
 }

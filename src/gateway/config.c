@@ -20,13 +20,25 @@ static const char usage_text[] =
 "jsonb result is the response body.  GET /v1/audit-anchor relays\n"
 "bc_join.audit_anchor() and GET /v1/service-keys bc_join.signed_service_keys()\n"
 "(cached); "
-"GET /healthz and GET /metrics are served on the same listener.\n"
+"GET /healthz and GET /metrics are served on the same listener; the\n"
+"database's own numbers (bc_join.metrics()) only on --metrics-listen.\n"
 "\n"
 "Listener and TLS (TLS 1.2 or newer only):\n"
 "  --listen HOST:PORT          address to listen on (default 127.0.0.1:8443;\n"
 "                              IPv6 as [::1]:8443)\n"
 "  --tls-cert FILE             PEM certificate chain, leaf first (required)\n"
 "  --tls-key FILE              PEM private key of the certificate (required)\n"
+"\n"
+"Metrics listener (see docs/gateway.md, \"Metrics\"):\n"
+"  --metrics-listen HOST:PORT  a second TLS listener (same certificate) serving\n"
+"                              only GET /metrics and GET /healthz; its /metrics\n"
+"                              is the gateway's followed by bc_join.metrics()\n"
+"                              (tenants, refusal reasons: not for the public\n"
+"                              listener).  Default: none\n"
+"  --metrics-max-age DUR       bc_join.metrics() is answered from a copy at\n"
+"                              most this old, one fetch at a time (default 15s,\n"
+"                              [100ms, 1h]); while fetches fail the last good\n"
+"                              copy is served up to 5 times as old, then none\n"
 "\n"
 "Database:\n"
 "  --db CONNINFO               libpq connection string (default: empty, i.e. the\n"
@@ -140,9 +152,9 @@ parse_int(const char *s, long lo, long hi)
 	return v;
 }
 
-/* Parse "HOST:PORT" or "[V6]:PORT" into the config; 0 on success. */
+/* Parse "HOST:PORT" or "[V6]:PORT" into host (hsize bytes) and *portp; 0 on success. */
 static int
-parse_listen(struct gw_config *cfg, const char *s)
+parse_host_port(const char *s, char *hbuf, size_t hsize, uint16_t *portp)
 {
 	const char *colon;
 	const char *host;
@@ -167,14 +179,14 @@ parse_listen(struct gw_config *cfg, const char *s)
 		host = s;
 		hlen = (size_t) (colon - s);
 	}
-	if (hlen == 0 || hlen >= sizeof(cfg->listen_host))
+	if (hlen == 0 || hlen >= hsize)
 		return -1;
 	port = parse_int(colon + 1, 1, 65535);
 	if (port < 0)
 		return -1;
-	memcpy(cfg->listen_host, host, hlen);
-	cfg->listen_host[hlen] = '\0';
-	cfg->listen_port = (uint16_t) port;
+	memcpy(hbuf, host, hlen);
+	hbuf[hlen] = '\0';
+	*portp = (uint16_t) port;
 	return 0;
 }
 
@@ -258,6 +270,7 @@ set_defaults(struct gw_config *cfg)
 	cfg->crl_max_size = 8 * 1024 * 1024;
 	cfg->large_body_budget = 64 * 1024 * 1024;
 	cfg->service_keys_max_age_s = 10;
+	cfg->metrics_max_age_ms = 15000;
 	cfg->ocsp_cache_entries = 10000;
 	cfg->ocsp_cache_bytes = 16 * 1024 * 1024;
 	cfg->log_level = GW_LOG_INFO;
@@ -269,13 +282,15 @@ enum
 	OPT_STMT, OPT_RETRY, OPT_IO, OPT_REQ, OPT_RATE, OPT_BURST, OPT_TABLE,
 	OPT_PROXY, OPT_SHUTDOWN, OPT_LOGLEVEL, OPT_MAXCONN, OPT_CRLMAX, OPT_NOPREP,
 	OPT_KEYSAGE,
-	OPT_LARGEBODY, OPT_OCSPENTRIES, OPT_OCSPBYTES
+	OPT_LARGEBODY, OPT_OCSPENTRIES, OPT_OCSPBYTES, OPT_METRICSLISTEN, OPT_METRICSAGE
 };
 
 static const struct option options[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
 	{"tls-cert", required_argument, NULL, OPT_CERT},
 	{"tls-key", required_argument, NULL, OPT_KEY},
+	{"metrics-listen", required_argument, NULL, OPT_METRICSLISTEN},
+	{"metrics-max-age", required_argument, NULL, OPT_METRICSAGE},
 	{"db", required_argument, NULL, OPT_DB},
 	{"db-pool", required_argument, NULL, OPT_POOL},
 	{"db-queue", required_argument, NULL, OPT_QUEUE},
@@ -310,8 +325,20 @@ apply_option(struct gw_config *cfg, int c, const char *arg)
 	switch (c)
 	{
 		case OPT_LISTEN:
-			if (parse_listen(cfg, arg) != 0)
+			if (parse_host_port(arg, cfg->listen_host, sizeof(cfg->listen_host),
+								&cfg->listen_port) != 0)
 				goto bad;
+			return 0;
+		case OPT_METRICSLISTEN:
+			if (parse_host_port(arg, cfg->metrics_host, sizeof(cfg->metrics_host),
+								&cfg->metrics_port) != 0)
+				goto bad;
+			return 0;
+		case OPT_METRICSAGE:
+			v = parse_duration_ms(arg);
+			if (v < 100 || v > 3600 * 1000L)
+				goto bad;
+			cfg->metrics_max_age_ms = v;
 			return 0;
 		case OPT_CERT:
 			cfg->tls_cert = arg;

@@ -26,6 +26,9 @@ struct gw_config
 	uint16_t		listen_port;
 	const char	   *tls_cert;
 	const char	   *tls_key;
+	char			metrics_host[256];	/* --metrics-listen: the metrics listener (port 0: none) */
+	uint16_t		metrics_port;
+	long			metrics_max_age_ms;	/* bc_join.metrics() served from a copy this young */
 
 	const char	   *db_conninfo;
 	int				db_pool;

@@ -41,6 +41,7 @@ struct gw_conn
 	size_t		req_bytes;		/* received since the current request began */
 	size_t		reserved;		/* its share of --max-large-body-bytes */
 	int			refused;		/* cut for the budget: count it once */
+	int			metrics;		/* on the metrics listener (gw->mconnections) */
 };
 
 static int	conn_index = -1;
@@ -61,10 +62,18 @@ conn_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, vo
 	if (c->writing)
 		c->gw->writing--;
 	gw_body_budget_release(&c->gw->large_body_used, &c->reserved);
-	c->gw->connections--;
 	if (c->deadline != NULL)
 		event_free(c->deadline);
-	gw_listener_conn_closed(c->gw);
+	if (c->metrics)
+	{
+		c->gw->mconnections--;
+		gw_listener_metrics_conn_closed(c->gw);
+	}
+	else
+	{
+		c->gw->connections--;
+		gw_listener_conn_closed(c->gw);
+	}
 	gw_maybe_finish(c->gw);
 	free(c);
 }
@@ -160,11 +169,10 @@ input_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 	shutdown(fd, SHUT_RDWR);
 }
 
-/* evhttp's bufferevent callback: a TLS bufferevent for a new connection. */
-struct bufferevent *
-gw_conn_bevcb(struct event_base *base, void *arg)
+/* A TLS bufferevent for a new connection, on the metrics listener or not. */
+static struct bufferevent *
+conn_new(struct event_base *base, struct gateway *gw, int metrics)
 {
-	struct gateway *gw = arg;
 	struct gw_conn *c = calloc(1, sizeof(*c));
 	SSL		   *ssl = NULL;
 	struct bufferevent *bev = NULL;
@@ -172,13 +180,17 @@ gw_conn_bevcb(struct event_base *base, void *arg)
 	if (c == NULL)
 		goto fail;
 	c->gw = gw;
+	c->metrics = metrics;
 	c->deadline = evtimer_new(base, deadline_cb, c);
 	ssl = SSL_new(gw->ssl_ctx);
 	if (c->deadline == NULL || ssl == NULL)
 		goto fail;
 	if (SSL_set_ex_data(ssl, conn_index, c) != 1)
 		goto fail;
-	gw->connections++;
+	if (metrics)
+		gw->mconnections++;
+	else
+		gw->connections++;
 	c = NULL;					/* owned by ssl from here on */
 	bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
 										 BEV_OPT_CLOSE_ON_FREE);
@@ -190,7 +202,10 @@ gw_conn_bevcb(struct event_base *base, void *arg)
 	if (evbuffer_add_cb(bufferevent_get_input(bev), input_cb, c) == NULL)
 		goto fail;
 	arm_deadline(c);
-	gw_listener_conn_opened(gw);
+	if (metrics)
+		gw_listener_metrics_conn_opened(gw);
+	else
+		gw_listener_conn_opened(gw);
 	return bev;
 fail:
 
@@ -201,6 +216,20 @@ fail:
 	 */
 	gw_log(GW_LOG_ERROR, "cannot set up a TLS connection; stopping", NULL);
 	abort();
+}
+
+/* evhttp's bufferevent callback: a TLS bufferevent for a new connection. */
+struct bufferevent *
+gw_conn_bevcb(struct event_base *base, void *arg)
+{
+	return conn_new(base, arg, 0);
+}
+
+/* The same on the metrics listener; see conn.h. */
+struct bufferevent *
+gw_conn_metrics_bevcb(struct event_base *base, void *arg)
+{
+	return conn_new(base, arg, 1);
 }
 
 /* The connection a request arrived on, or NULL when the client is gone. */

@@ -14,6 +14,9 @@ int			gw_conn_init(void);
 /* evhttp's bufferevent callback: a TLS bufferevent for a new connection (arg: the gateway). */
 struct bufferevent *gw_conn_bevcb(struct event_base *base, void *arg);
 
+/* The same for the metrics listener: counted in mconnections, within GW_METRICS_MAX_CONNECTIONS. */
+struct bufferevent *gw_conn_metrics_bevcb(struct event_base *base, void *arg);
+
 /* The connection a request arrived on, or NULL when the client is gone. */
 struct gw_conn *gw_conn_of(struct evhttp_request *req);
 

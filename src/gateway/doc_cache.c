@@ -10,9 +10,9 @@
  * changes nothing.  When a copy is current is the document's rule
  * (doc_cache.h, enum gw_doc_rule):
  *
- * MAX_AGE (the service keys, the SPIFFE bundle): the copy is current while it
- * is younger than --service-keys-max-age, counted from the start of the fetch
- * that made it.  Nothing signals a change (keys rotate by files in the
+ * MAX_AGE (the service keys, the SPIFFE bundle; the service's metrics with
+ * --metrics-max-age): the copy is current while it is younger than
+ * --service-keys-max-age, counted from the start of the fetch that made it.  Nothing signals a change (keys rotate by files in the
  * server's key directory), so the age is the bound, and the Cache-Control
  * max-age is what is left of it, so a cache in front adds nothing.  A MAX_AGE
  * document may also name a channel (#47: the SSH KRL and the signed SSH
@@ -38,7 +38,9 @@
  * Cache-Control max-age is the seconds until nextUpdate, at most 60.
  *
  * A fetch that fails leaves the copy served (MAX_AGE: while it is younger
- * than GW_DOC_STALE_MAX; NEXT_UPDATE: until its nextUpdate), then 503; for
+ * than GW_DOC_STALE_MAX, or the spec's stale_factor times its max age: the
+ * service's metrics, 5 x --metrics-max-age; NEXT_UPDATE: until its
+ * nextUpdate), then 503; for
  * --retry-after seconds after a failure, requests get that answer without a
  * new attempt (a database outage is neither hammered nor logged once per
  * request).  The first request after the start fetches.
@@ -138,7 +140,9 @@ gw_doc_servable(const struct gw_doc_moment *m)
 		/* a stale copy only while fetches fail (or we close), and not for ever */
 		double		limit = m->max_age;
 
-		if ((m->failed || m->closing) && limit < GW_DOC_STALE_MAX)
+		if ((m->failed || m->closing) && m->stale_max > 0)
+			limit = m->stale_max;
+		else if ((m->failed || m->closing) && limit < GW_DOC_STALE_MAX)
 			limit = GW_DOC_STALE_MAX;
 		if (!(m->age < limit))
 			return -1;
@@ -189,7 +193,9 @@ moment(const struct gw_doc_cache *c, struct gw_doc_moment *m)
 	memset(m, 0, sizeof(*m));
 	m->rule = c->spec->rule;
 	m->has_copy = c->copy.body != NULL;
-	m->max_age = (double) c->cfg->service_keys_max_age_s;
+	m->max_age = c->spec->max_age != NULL ? c->spec->max_age(c->cfg) :
+		(double) c->cfg->service_keys_max_age_s;
+	m->stale_max = c->spec->stale_factor > 0 ? c->spec->stale_factor * m->max_age : 0;
 	m->channel = c->spec->channel != NULL;
 	m->failed = c->failed;
 	m->since_failure = now - c->failed_mono;
@@ -507,6 +513,13 @@ gw_doc_cache_get(struct gw_doc_cache *c, gw_doc_cb cb, void *arg)
 	return 0;
 }
 
+/* Whether the cache has a copy and the last fetch succeeded; see doc_cache.h. */
+int
+gw_doc_cache_up(const struct gw_doc_cache *c)
+{
+	return c != NULL && c->copy.body != NULL && !c->failed;
+}
+
 /* Append the cache's metrics; see doc_cache.h. */
 int
 gw_doc_cache_render_metrics(const struct gw_doc_cache *c, struct evbuffer *buf)
@@ -539,6 +552,12 @@ gw_doc_cache_render_metrics(const struct gw_doc_cache *c, struct evbuffer *buf)
 							  n, a, t && t->answers ? t->answers : answers, n, a,
 							  n, a, (unsigned long long) c->served,
 							  n, a, (unsigned long long) c->unavailable) < 0;
+	if (t && t->up)
+		rc |= evbuffer_add_printf(buf,
+								  "# HELP bc_gateway_%s_up %s\n"
+								  "# TYPE bc_gateway_%s_up gauge\n"
+								  "bc_gateway_%s_up %d\n",
+								  n, t->up, n, n, gw_doc_cache_up(c)) < 0;
 	if (c->copy.body == NULL)
 		return rc ? -1 : 0;
 

@@ -40,7 +40,9 @@ enum gw_doc_rule
 	 * notification on it since that fetch started and the pool listening
 	 * without a gap since then (the next request fetches again; #47: the
 	 * KRL and the signed SSH document); while fetches fail, served up to
-	 * GW_DOC_STALE_MAX old (or --service-keys-max-age, when that is longer).
+	 * GW_DOC_STALE_MAX old (or --service-keys-max-age, when that is longer;
+	 * or the spec's stale_factor times its max age).  The spec may name its
+	 * own max age (bc_join.metrics(): --metrics-max-age).
 	 * Cache-Control max-age: what is left of --service-keys-max-age, at
 	 * most GW_DOC_NEXT_UPDATE_CC_MAX for a document with a channel (a CDN
 	 * passes a revocation on within a minute, as for the CRL).
@@ -85,6 +87,7 @@ struct gw_doc_metric_text
 	const char *age;			/* bc_gateway_<name>_age_seconds */
 	const char *next_update;	/* bc_gateway_<name>_next_update_seconds (NEXT_UPDATE; NULL: none) */
 	const char *bytes;			/* bc_gateway_<name>_bytes (NULL: none) */
+	const char *up;				/* bc_gateway_<name>_up: 1 when the last fetch succeeded (NULL: none) */
 };
 
 /* One cached document. */
@@ -100,6 +103,14 @@ struct gw_doc_spec
 	const char *log_as;			/* the log lines' "<log_as> fetched" (NULL: cached document) */
 	const struct gw_doc_metric_text *metric_text;	/* NULL: the generic texts */
 	const char *cors;			/* Access-Control-Allow-Origin of every answer (NULL: none) */
+
+	/*
+	 * MAX_AGE: the max age in seconds (NULL: --service-keys-max-age), and
+	 * while fetches fail a copy is served until it is stale_factor times as
+	 * old (0: GW_DOC_STALE_MAX or the max age, whichever is longer).
+	 */
+	double		(*max_age) (const struct gw_config *cfg);
+	int			stale_factor;
 };
 
 /*
@@ -135,6 +146,9 @@ void		gw_doc_cache_free(struct gw_doc_cache *c);
  */
 int			gw_doc_cache_get(struct gw_doc_cache *c, gw_doc_cb cb, void *arg);
 
+/* Whether the cache has a copy and the last fetch succeeded (bc_gateway_<name>_up). */
+int			gw_doc_cache_up(const struct gw_doc_cache *c);
+
 /* Append the cache's metrics (Prometheus text) to buf; 0 on success. */
 int			gw_doc_cache_render_metrics(const struct gw_doc_cache *c, struct evbuffer *buf);
 
@@ -147,7 +161,8 @@ struct gw_doc_moment
 	enum gw_doc_rule rule;
 	int			has_copy;
 	double		age;			/* MAX_AGE: seconds since the fetch that made the copy started */
-	double		max_age;		/* MAX_AGE: --service-keys-max-age */
+	double		max_age;		/* MAX_AGE: --service-keys-max-age (or the spec's max_age) */
+	double		stale_max;		/* MAX_AGE: served while fetches fail until this old (0: GW_DOC_STALE_MAX or max_age) */
 	int			channel;		/* MAX_AGE: the spec names a channel (max-age at most GW_DOC_NEXT_UPDATE_CC_MAX) */
 	double		wall_left;		/* NEXT_UPDATE: seconds until nextUpdate by the wall clock */
 	double		mono_left;		/* NEXT_UPDATE: the same by the monotonic clock from the fetch */

@@ -23,6 +23,13 @@
  * ssh_user_ca(): text, bounded printable lines) change only with the key
  * directory, MAX_AGE alone.  bcd takes the KRL only when its SHA-256 is the
  * signed document's krlSha256, and the CA lines only from that document.
+ *
+ * #48: bc_join.metrics() (text: the service's own numbers, Prometheus text
+ * exposition 0.0.4), current while younger than --metrics-max-age, served
+ * while fetches fail until 5 times that old, then not at all; kept when
+ * gw_service_metrics_refusal finds nothing wrong (at most 1 MiB, lines a
+ * Prometheus parser takes, no bc_gateway_ family).  Only the metrics
+ * listener serves it (http.c).
  */
 #include "documents.h"
 #include "clock.h"
@@ -306,4 +313,106 @@ const struct gw_doc_spec gw_doc_ssh_user_ca = {
 	.check = check_text,
 	.content_type = "text/plain",
 	.unavailable = "no SSH user CA (ssh-user-ca.key missing?)",
+};
+
+/* Whether line (n bytes, no newline) names one of the gateway's own families, as a sample or in a comment. */
+static int
+gateway_family(const char *line, size_t n)
+{
+	static const char prefix[] = "bc_gateway_";
+	static const char *const comments[] = {"# HELP ", "# TYPE "};
+
+	for (size_t k = 0; k < sizeof(comments) / sizeof(comments[0]); k++)
+	{
+		size_t		c = strlen(comments[k]);
+
+		if (n >= c && memcmp(line, comments[k], c) == 0)
+		{
+			line += c;
+			n -= c;
+			break;
+		}
+	}
+	return n >= sizeof(prefix) - 1 && memcmp(line, prefix, sizeof(prefix) - 1) == 0;
+}
+
+/* Why text is not bc_join.metrics()'s exposition, or NULL; see documents.h. */
+const char *
+gw_service_metrics_refusal(const char *text, size_t len)
+{
+	size_t		start = 0;
+
+	if (text == NULL || len == 0)
+		return "bc_join.metrics() returned nothing";
+	if (len > GW_SERVICE_METRICS_MAX)
+		return "bc_join.metrics() is larger than 1 MiB";
+	if (text[len - 1] != '\n')
+		return "bc_join.metrics() does not end in a newline";
+	for (size_t i = 0; i < len; i++)
+	{
+		unsigned char ch = (unsigned char) text[i];
+
+		if ((ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f)
+			return "bc_join.metrics() holds a control character";
+		if (ch != '\n')
+			continue;
+		/* a line: empty, a comment, or a sample whose name starts as Prometheus' names do */
+		if (i > start)
+		{
+			unsigned char first = (unsigned char) text[start];
+
+			if (first != '#' && first != '_' && first != ':' &&
+				!(first >= 'a' && first <= 'z') && !(first >= 'A' && first <= 'Z'))
+				return "bc_join.metrics() has a line that is neither a sample nor a comment";
+			if (gateway_family(text + start, i - start))
+				return "bc_join.metrics() names a bc_gateway_ family";
+		}
+		start = i + 1;
+	}
+	return NULL;
+}
+
+/* bc_join.metrics(): kept as it is when gw_service_metrics_refusal finds nothing; see gw_doc_check. */
+static const char *
+check_service_metrics(const char *value, size_t len, const struct gw_config *cfg, struct gw_doc_copy *copy)
+{
+	const char *why = gw_service_metrics_refusal(value, len);
+
+	(void) cfg;
+	if (why != NULL)
+		return why;
+	copy->body = malloc(len);
+	if (copy->body == NULL)
+		return "out of memory";
+	memcpy(copy->body, value, len);
+	copy->len = len;
+	return NULL;
+}
+
+/* --metrics-max-age in seconds. */
+static double
+service_metrics_max_age(const struct gw_config *cfg)
+{
+	return (double) cfg->metrics_max_age_ms / 1000.0;
+}
+
+static const struct gw_doc_metric_text service_metrics_text = {
+	.fetches = "Calls of bc_join.metrics() by the metrics listener, by result.",
+	.answers = "GET /metrics on the metrics listener answered with bc_join.metrics()'s text (served) or without it (unavailable).",
+	.age = "Seconds since the fetch of the bc_join.metrics() text kept started.",
+	.bytes = "Size of the kept bc_join.metrics() text.",
+	.up = "1 when the last call of bc_join.metrics() succeeded (its text is served), else 0.",
+};
+
+const struct gw_doc_spec gw_doc_service_metrics = {
+	.name = "service_metrics",
+	.sql = "SELECT bc_join.metrics()",
+	.rule = GW_DOC_MAX_AGE,
+	.check = check_service_metrics,
+	.content_type = "text/plain; version=0.0.4",
+	.unavailable = "no bc_join.metrics() text",
+	.log_as = "service metrics",
+	.metric_text = &service_metrics_text,
+	.max_age = service_metrics_max_age,
+	.stale_factor = 5,
 };

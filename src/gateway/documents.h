@@ -35,4 +35,23 @@ extern const struct gw_doc_spec gw_doc_ssh_signed;
 extern const struct gw_doc_spec gw_doc_ssh_host_ca;
 extern const struct gw_doc_spec gw_doc_ssh_user_ca;
 
+/*
+ * #48: bc_join.metrics(), the service's own numbers (Prometheus text), for
+ * the metrics listener's GET /metrics only: at most --metrics-max-age old,
+ * 1 MiB, checked line by line (gw_service_metrics_refusal).
+ */
+extern const struct gw_doc_spec gw_doc_service_metrics;
+
+/* The largest text bc_join.metrics() may return. */
+#define GW_SERVICE_METRICS_MAX (1024 * 1024)
+
+/*
+ * Why text (len bytes) is not taken as bc_join.metrics()'s exposition, or
+ * NULL when it is: at most GW_SERVICE_METRICS_MAX, not empty, ending in a
+ * newline, no control byte but newline and tab, every line empty, a comment
+ * or a sample of a name starting [a-zA-Z_:], and none of the gateway's own
+ * families (bc_gateway_*: a second copy of a family fails the whole scrape).
+ */
+const char *gw_service_metrics_refusal(const char *text, size_t len);
+
 #endif

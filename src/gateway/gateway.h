@@ -44,6 +44,15 @@ struct gateway
 	long		accept_backoff_ms;
 	unsigned	max_connections;		/* --max-connections within RLIMIT_NOFILE */
 	long long	nofile;					/* RLIMIT_NOFILE's soft limit at start */
+
+	/* the metrics listener (--metrics-listen; #48): its own evhttp, table and cap */
+	struct evhttp *mhttp;
+	struct evhttp_bound_socket *mbound;
+	struct evconnlistener *mlistener;	/* NULL once closed */
+	struct event *maccept_timer;		/* resumes after an accept() error */
+	int			maccept_paused;
+	unsigned	mconnections;			/* its connections open (not in connections) */
+	struct gw_doc_cache *service_metrics;	/* bc_join.metrics() (documents.c) */
 };
 
 /* Called when in_flight or writing drops: lets a shutdown finish (conn.c). */

@@ -6,6 +6,11 @@
  * A request on a path no row has is 404 (endpoint "other"); another method
  * than the path's is 405 with Allow; past the client's rate (rows marked
  * GW_ROUTE_RATE_LIMITED) 429 with Retry-After, before the database is asked.
+ *
+ * The metrics listener (--metrics-listen, #48) has its own table
+ * (gw_metrics_routes): /healthz, and a /metrics that is the gateway's own
+ * exposition followed by bc_join.metrics()'s text from its cache
+ * (documents.c), which the public listener's /metrics never shows.
  */
 #include "http.h"
 #include "client_addr.h"
@@ -13,6 +18,7 @@
 #include "conn.h"
 #include "db_pool.h"
 #include "doc_cache.h"
+#include "documents.h"
 #include "gateway.h"
 #include "http_cache.h"
 #include "metrics.h"
@@ -69,17 +75,11 @@ handle_health(struct gw_request *rq)
 	}
 }
 
-/* GET /metrics: the Prometheus text exposition; the documents' in the table's order. */
-static void
-handle_metrics(struct gw_request *rq)
+/* Append the gateway's own exposition to buf (the documents' in the table's order); 0 on success. */
+static int
+render_gateway(struct gateway *gw, struct evbuffer *buf)
 {
-	struct gateway *gw = rq->gw;
-	struct evbuffer *buf = evbuffer_new();
-	size_t		n;
-	char	   *text = NULL;
-
 	struct gw_gauges g = {
-		.pool_in_use = gw_db_pool_in_use(gw->pool),
 		.pool_size = gw->cfg.db_pool,
 		.connections = gw->connections,
 		.max_connections = gw->max_connections,
@@ -87,14 +87,27 @@ handle_metrics(struct gw_request *rq)
 		.large_body_budget = gw->cfg.large_body_budget,
 	};
 
-	if (buf == NULL || gw_metrics_render(&gw->metrics, &g, buf) != 0)
-		goto fail;
+	if (gw->pool == NULL)		/* the teardown answering a waiter: a 500 */
+		return -1;
+	g.pool_in_use = gw_db_pool_in_use(gw->pool);
+	if (gw_metrics_render(&gw->metrics, &g, buf) != 0)
+		return -1;
 	for (size_t i = 0; i < gw_nroutes; i++)
 		if (gw->docs[i] != NULL && gw_doc_cache_render_metrics(gw->docs[i], buf) != 0)
-			goto fail;
+			return -1;
 	if (gw->ocsp != NULL && gw_ocsp_cache_render_metrics(gw->ocsp, buf) != 0)
-		goto fail;
-	if (gw_db_pool_render_primary(gw->pool, buf) != 0)
+		return -1;
+	return gw_db_pool_render_primary(gw->pool, buf);
+}
+
+/* Answer 200 with buf's exposition (500 when it cannot be copied); buf is freed. */
+static void
+reply_exposition(struct gw_request *rq, struct evbuffer *buf)
+{
+	size_t		n;
+	char	   *text = NULL;
+
+	if (buf == NULL)
 		goto fail;
 	n = evbuffer_get_length(buf);
 	text = malloc(n + 1);
@@ -106,7 +119,59 @@ fail:
 	gw_reply_internal(rq);
 out:
 	free(text);
-	evbuffer_free(buf);
+	if (buf != NULL)
+		evbuffer_free(buf);
+}
+
+/* GET /metrics: the Prometheus text exposition. */
+static void
+handle_metrics(struct gw_request *rq)
+{
+	struct evbuffer *buf = evbuffer_new();
+
+	if (buf != NULL && render_gateway(rq->gw, buf) != 0)
+	{
+		evbuffer_free(buf);
+		buf = NULL;
+	}
+	reply_exposition(rq, buf);
+}
+
+/*
+ * bc_join.metrics()'s cache answered (body NULL: no text may be served):
+ * the gateway's exposition, the cache's own families
+ * (bc_gateway_service_metrics_*), then the service's text.  Always 200: a
+ * database without its numbers is bc_gateway_service_metrics_up 0, not a
+ * failed scrape of the gateway.
+ */
+static void
+service_metrics_ready(const char *body, size_t len, long max_age, const char *etag, void *arg)
+{
+	struct gw_request *rq = arg;
+	struct evbuffer *buf = evbuffer_new();
+
+	(void) max_age;
+	(void) etag;
+	if (buf != NULL &&
+		(render_gateway(rq->gw, buf) != 0 ||
+		 gw_doc_cache_render_metrics(rq->gw->service_metrics, buf) != 0 ||
+		 (body != NULL && evbuffer_add(buf, body, len) != 0)))
+	{
+		evbuffer_free(buf);
+		buf = NULL;
+	}
+	if (body == NULL)
+		rq->reason = gw_doc_service_metrics.unavailable;
+	reply_exposition(rq, buf);
+}
+
+/* The metrics listener's GET /metrics: after bc_join.metrics()'s cache answers. */
+static void
+handle_service_metrics(struct gw_request *rq)
+{
+	if (rq->gw->service_metrics == NULL ||
+		gw_doc_cache_get(rq->gw->service_metrics, service_metrics_ready, rq) != 0)
+		gw_reply_internal(rq);
 }
 
 /* A document's cache answered: 200 with it (304 when If-None-Match has its ETag), or 503. */
@@ -237,28 +302,58 @@ dispatch(struct gw_request *rq, const struct gw_addr *addr, const char *method, 
 		case GW_ROUTE_OCSP:
 			gw_ocsp_handle(rq, gw_route_tail(route, path));
 			return;
+		case GW_ROUTE_SERVICE_METRICS:
+			break;				/* not in this table */
 	}
 	gw_reply_internal(rq);
 }
 
-/* evhttp's generic callback: route one complete request. */
-void
-gw_http_handle(struct evhttp_request *req, void *arg)
+/* A request on the metrics listener: its own table (routes.c), not counted, never rate limited. */
+static void
+dispatch_metrics(struct gw_request *rq, const char *method, const char *path)
 {
-	struct gateway *gw = arg;
+	const struct gw_route *route;
+	char		allow[64];
+	int			status = gw_route_match_in(gw_metrics_routes, gw_metrics_nroutes, method, path,
+										   &route, allow, sizeof(allow));
+
+	rq->route = route;
+	rq->endpoint = GW_ENDPOINT_OTHER;
+	rq->label = route != NULL ? route->endpoint : "other";
+	rq->observed = 0;
+	if (status == 404)
+	{
+		gw_reply_error(rq, 404, GW_OUT_UNSUPPORTED, BC_ERROR_UNSUPPORTED, "no such endpoint", 0);
+		return;
+	}
+	if (status == 405)
+	{
+		evhttp_add_header(evhttp_request_get_output_headers(rq->req), "Allow", allow);
+		gw_reply_error(rq, 405, GW_OUT_INVALID, BC_ERROR_INVALID_INPUT, "method not allowed", 0);
+		return;
+	}
+	if (route->kind == GW_ROUTE_HEALTH)
+		handle_health(rq);
+	else if (route->kind == GW_ROUTE_SERVICE_METRICS)
+		handle_service_metrics(rq);
+	else
+		gw_reply_internal(rq);
+}
+
+/* A request handed to us: its gw_request (counted in flight), or NULL when answered 500 already. */
+static struct gw_request *
+request_begin(struct gateway *gw, struct evhttp_request *req, struct gw_addr *addr)
+{
 	struct gw_request *rq = calloc(1, sizeof(*rq));
-	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
 	char	   *peer = NULL;
 	ev_uint16_t port = 0;
-	struct gw_addr addr;
 
 	gw_conn_request_begin(gw_conn_of(req));
 	if (rq == NULL)
 	{
 		evhttp_send_error(req, 500, NULL);
-		return;
+		return NULL;
 	}
 	gw->in_flight++;
 	clock_gettime(CLOCK_MONOTONIC, &rq->start);
@@ -266,9 +361,40 @@ gw_http_handle(struct evhttp_request *req, void *arg)
 	rq->req = req;
 	if (evcon != NULL)
 		evhttp_connection_get_peer(evcon, &peer, &port);
-	if (gw_client_address(&gw->cfg, peer, evhttp_request_get_input_headers(req), &addr) == 0)
-		gw_addr_format(&addr, rq->client, sizeof(rq->client));
+	if (gw_client_address(&gw->cfg, peer, evhttp_request_get_input_headers(req), addr) == 0)
+		gw_addr_format(addr, rq->client, sizeof(rq->client));
 	else
-		memset(&addr, 0, sizeof(addr));
-	dispatch(rq, &addr, method_name(evhttp_request_get_command(req)), path);
+		memset(addr, 0, sizeof(*addr));
+	return rq;
+}
+
+/* The path of req, or NULL. */
+static const char *
+request_path(struct evhttp_request *req)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+
+	return uri ? evhttp_uri_get_path(uri) : NULL;
+}
+
+/* evhttp's generic callback: route one complete request. */
+void
+gw_http_handle(struct evhttp_request *req, void *arg)
+{
+	struct gw_addr addr;
+	struct gw_request *rq = request_begin(arg, req, &addr);
+
+	if (rq != NULL)
+		dispatch(rq, &addr, method_name(evhttp_request_get_command(req)), request_path(req));
+}
+
+/* The metrics listener's generic callback; see http.h. */
+void
+gw_http_handle_metrics(struct evhttp_request *req, void *arg)
+{
+	struct gw_addr addr;
+	struct gw_request *rq = request_begin(arg, req, &addr);
+
+	if (rq != NULL)
+		dispatch_metrics(rq, method_name(evhttp_request_get_command(req)), request_path(req));
 }

@@ -120,6 +120,25 @@ resume_accepting(struct gateway *gw)
 	evconnlistener_enable(gw->listener);
 }
 
+/* The metrics listener's accept() failed: pause it for a second (a close resumes it sooner). */
+static void
+metrics_accept_error(struct gateway *gw, int err)
+{
+	static double last;
+	double		t = gw_mono_now();
+	struct timeval tv = {.tv_sec = 1, .tv_usec = 0};
+
+	evconnlistener_disable(gw->mlistener);
+	gw->maccept_paused = 1;
+	evtimer_add(gw->maccept_timer, &tv);
+	if (last == 0 || t - last >= GW_PAUSE_LOG_INTERVAL)
+	{
+		gw_log(GW_LOG_WARN, "metrics listener: accept failed; not accepting for a while",
+			   json_pack("{s:s,s:i}", "error", strerror(err), "connections", (int) gw->mconnections));
+		last = t;
+	}
+}
+
 /* accept() failed with something other than EAGAIN/EINTR/ECONNABORTED. */
 static void
 accept_error_cb(struct evconnlistener *lev, void *arg)
@@ -130,6 +149,11 @@ accept_error_cb(struct evconnlistener *lev, void *arg)
 	struct timeval tv;
 
 	(void) arg;
+	if (gw != NULL && lev != NULL && lev == gw->mlistener)
+	{
+		metrics_accept_error(gw, err);
+		return;
+	}
 	if (gw == NULL || lev != gw->listener)
 		return;
 	gw->accept_backoff_ms = gw->accept_backoff_ms == 0 ? GW_BACKOFF_MIN_MS :
@@ -204,4 +228,68 @@ gw_listener_close(struct gateway *gw)
 	gw->listener = NULL;
 	gw->accept_paused = 0;
 	the_gw = NULL;
+}
+
+/* The metrics listener's back-off is over: accept again unless at its cap (a close resumes). */
+static void
+maccept_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct gateway *gw = arg;
+
+	(void) fd;
+	(void) what;
+	if (gw->mlistener == NULL || gw->mconnections >= GW_METRICS_MAX_CONNECTIONS)
+		return;
+	gw->maccept_paused = 0;
+	evconnlistener_enable(gw->mlistener);
+}
+
+/* Take over the metrics listener's bound socket; see listener.h. */
+int
+gw_listener_metrics_setup(struct gateway *gw)
+{
+	gw->mlistener = evhttp_bound_socket_get_listener(gw->mbound);
+	gw->maccept_timer = evtimer_new(gw->base, maccept_timer_cb, gw);
+	if (gw->mlistener == NULL || gw->maccept_timer == NULL)
+		return -1;
+	the_gw = gw;
+	evconnlistener_set_error_cb(gw->mlistener, accept_error_cb);
+	return 0;
+}
+
+/* A metrics connection was accepted: pause at its cap. */
+void
+gw_listener_metrics_conn_opened(struct gateway *gw)
+{
+	if (gw->mlistener != NULL && gw->mconnections >= GW_METRICS_MAX_CONNECTIONS)
+	{
+		evconnlistener_disable(gw->mlistener);
+		gw->maccept_paused = 1;
+	}
+}
+
+/* A metrics connection went away: below the cap, accept again. */
+void
+gw_listener_metrics_conn_closed(struct gateway *gw)
+{
+	if (gw->mlistener != NULL && gw->maccept_paused &&
+		gw->mconnections < GW_METRICS_MAX_CONNECTIONS)
+	{
+		evtimer_del(gw->maccept_timer);
+		gw->maccept_paused = 0;
+		evconnlistener_enable(gw->mlistener);
+	}
+}
+
+/* Forget the metrics listener before libevent frees it. */
+void
+gw_listener_metrics_close(struct gateway *gw)
+{
+	if (gw->maccept_timer != NULL)
+	{
+		event_free(gw->maccept_timer);
+		gw->maccept_timer = NULL;
+	}
+	gw->mlistener = NULL;
+	gw->maccept_paused = 0;
 }

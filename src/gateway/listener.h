@@ -26,4 +26,24 @@ void		gw_listener_conn_closed(struct gateway *gw);
 /* Forget the listener before libevent frees it (shutdown, teardown). */
 void		gw_listener_close(struct gateway *gw);
 
+/*
+ * The metrics listener (--metrics-listen): at most this many connections at
+ * once (taken from GW_FD_RESERVE), then it waits for a close; an accept()
+ * error pauses it for a second.  Its connections do not count in
+ * --max-connections, so a scraper is answered while the API is at its cap.
+ */
+#define GW_METRICS_MAX_CONNECTIONS 8
+
+/* Take over the metrics listener's bound socket (gw->mbound); 0 on success. */
+int			gw_listener_metrics_setup(struct gateway *gw);
+
+/* A metrics connection was accepted (gw->mconnections already counts it). */
+void		gw_listener_metrics_conn_opened(struct gateway *gw);
+
+/* A metrics connection went away (gw->mconnections no longer counts it). */
+void		gw_listener_metrics_conn_closed(struct gateway *gw);
+
+/* Forget the metrics listener before libevent frees it. */
+void		gw_listener_metrics_close(struct gateway *gw);
+
 #endif

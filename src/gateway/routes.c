@@ -101,10 +101,30 @@ const size_t gw_nroutes = sizeof(gw_routes) / sizeof(gw_routes[0]);
 _Static_assert(sizeof(gw_routes) / sizeof(gw_routes[0]) <= GW_ROUTES_MAX,
 			   "more routes than GW_ROUTES_MAX");
 
+/*
+ * #48: the metrics listener (--metrics-listen): the probes only, its
+ * /metrics with the service's own numbers (tenants, refusal reasons), which
+ * the public listener's /metrics never shows.
+ */
+const struct gw_route gw_metrics_routes[] = {
+	{"GET", "/healthz", "healthz", GW_ROUTE_HEALTH, NULL, NULL, 0, NULL, 0},
+	{"GET", "/metrics", "metrics", GW_ROUTE_SERVICE_METRICS, NULL, NULL, 0, NULL, 0},
+};
+
+const size_t gw_metrics_nroutes = sizeof(gw_metrics_routes) / sizeof(gw_metrics_routes[0]);
+
 /* The route of a request; see routes.h. */
 int
 gw_route_match(const char *method, const char *path, const struct gw_route **route,
 			   char *allow, size_t allow_len)
+{
+	return gw_route_match_in(gw_routes, gw_nroutes, method, path, route, allow, allow_len);
+}
+
+/* The route of a request in table; see routes.h. */
+int
+gw_route_match_in(const struct gw_route *table, size_t n, const char *method, const char *path,
+				  const struct gw_route **route, char *allow, size_t allow_len)
 {
 	size_t		used = 0;
 
@@ -113,9 +133,9 @@ gw_route_match(const char *method, const char *path, const struct gw_route **rou
 		allow[0] = '\0';
 	if (path == NULL)
 		return 404;
-	for (size_t i = 0; i < gw_nroutes; i++)
+	for (size_t i = 0; i < n; i++)
 	{
-		const struct gw_route *r = &gw_routes[i];
+		const struct gw_route *r = &table[i];
 
 		if ((r->limits & GW_ROUTE_TAIL) != 0 ? gw_route_tail(r, path) == NULL :
 			strcmp(r->path, path) != 0)

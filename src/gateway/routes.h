@@ -18,7 +18,8 @@ enum gw_route_kind
 	GW_ROUTE_RELAY,				/* the request body relayed to sql (relay.c) */
 	GW_ROUTE_QUERY,				/* sql run with an empty parameter, its result relayed (relay.c) */
 	GW_ROUTE_DOCUMENT,			/* doc, from its cache (doc_cache.c) */
-	GW_ROUTE_OCSP				/* an OCSP request: the body (POST) or the path's tail (GET; ocsp_route.c) */
+	GW_ROUTE_OCSP,				/* an OCSP request: the body (POST) or the path's tail (GET; ocsp_route.c) */
+	GW_ROUTE_SERVICE_METRICS	/* the metrics listener's: the gateway's exposition, then bc_join.metrics() */
 };
 
 /* limits */
@@ -48,6 +49,19 @@ struct gw_route
 /* The table (routes.c) and its number of rows. */
 extern const struct gw_route gw_routes[];
 extern const size_t gw_nroutes;
+
+/*
+ * The metrics listener's table (--metrics-listen): GET /healthz and GET
+ * /metrics (GW_ROUTE_SERVICE_METRICS), nothing else; never rate limited,
+ * never counted in bc_gateway_requests_total.
+ */
+extern const struct gw_route gw_metrics_routes[];
+extern const size_t gw_metrics_nroutes;
+
+/* gw_route_match in table (n rows) instead of gw_routes. */
+int			gw_route_match_in(const struct gw_route *table, size_t n, const char *method,
+							  const char *path, const struct gw_route **route,
+							  char *allow, size_t allow_len);
 
 /*
  * The route of a request for method (its name, "GET") and path: 200 with

@@ -20,6 +20,8 @@ transaction (certificates revoked attestation-failed, event, audit, NOTIFY);
 a quarantined node is refused renewals and sessions, keeps attesting, and is
 readmitted after a passing quote; a reboot (swtpm power cycle: resetCount
 up) is accepted with a new log; attestation_sweep() finds missed intervals.
+bc_join.metrics()'s bc_join_attestation_failures_total counts each failing
+round by its reason, and not the refusals that prove nothing (issue 48).
 Needs the environment test/run-all sets (PGHOST, PGPORT, BCJ_*)."""
 import base64, hashlib, json, os, select, shutil, struct, subprocess, sys, time, zlib
 import psycopg2
@@ -280,6 +282,21 @@ r, ch = cycle(A)
 eq((ch["imaOffset"], r.get("status"), payload(r)["imaOffset"]), (2, "attested", 3),
    "the next cycle sends the IMA list from offset 2; accepted up to 3 from the kept PCR 10")
 
+# bc_join_attestation_failures_total of bc_join.metrics() (issue 48), by reason: only what
+# the machine sent failing counts (this is the one script whose rounds attest on this cluster)
+def failures():
+    text = one("SELECT bc_join.metrics()")
+    return {l.split('"')[1]: int(l.split()[-1]) for l in text.splitlines()
+            if l.startswith("bc_join_attestation_failures_total{")}
+
+
+def failed_since(before):
+    now = failures()
+    return {k: now[k] - before.get(k, 0) for k in now if now[k] != before.get(k, 0)}
+
+
+fail0 = failures()
+
 # ------------------------------------------- refusals that prove nothing about the machine
 ch = round1(A)
 good = quote(A, ch)
@@ -324,6 +341,9 @@ eq((state(A), live_certs(A), one("SELECT count(*) FROM bc_join.events WHERE type
    ("healthy", 1, 0), "none of these refusals quarantined the node or revoked its certificate")
 r, _ = cycle(A)
 eq(r.get("status"), "attested", "and the node attests on")
+eq(failed_since(fail0), {"quote": 3, "eventlog": 1, "ima": 1},
+   "metrics: the other nonce, AK and PCR values count as quote failures, the truncated log and the "
+   "IMA offset as eventlog and ima; a replay, a foreign state, an expired state or a stale proof not at all")
 
 # ------------------------------------------------------- promote, enforce
 n_rows = one("SELECT bc_join.promote_observations(%s)", pool)
@@ -498,6 +518,10 @@ r, _ = cycle(D)
 ev = one("SELECT payload FROM bc_join.events WHERE type = 'node.quarantined' ORDER BY id DESC LIMIT 1")
 eq((r.get("status"), ev["reason"]), ("quarantined", "clock-rollback"),
    "a quote whose TPM clock is behind the kept one (same boot) quarantines")
+eq(failed_since(fail0), {"quote": 3, "eventlog": 2, "ima": 2, "boot-policy": 2, "ima-policy": 1,
+                         "eventlog-replay": 1, "clock-rollback": 1},
+   "metrics: every failing round by its reason (the quarantined node's next quote failed the boot "
+   "policy again: twice), the enforce-mode refusals (log, IMA list missing) too")
 
 # ------------------------------------------------- a tenant operator of another tenant
 other, _, _ = sdb.tenant("attest-other")

@@ -66,7 +66,7 @@ try:
     filler = statefill.Filler("bcj", a, os.path.join(work, "fill"), bcd, service_keys, note=tap.note)
     filler.fill()
     before = filler.snapshot()
-    root = filler.one("SELECT row(created_at, request_channel)::text FROM bc_join.tenants WHERE id = 'root'")
+    root = filler.one("SELECT row(created_at, request_channel, refusal_channel)::text FROM bc_join.tenants WHERE id = 'root'")
     tap.note("filled: " + ", ".join("%s %d" % (t, len(r)) for t, (_, r) in sorted(before.items())
                                     if r and not t.startswith(":")))
     ok(len([t for t, (_, r) in before.items() if r and not t.startswith(":")]) >= 25,
@@ -100,8 +100,8 @@ try:
     filler.pgenv = b
     after = filler.snapshot()
     statefill.Filler.compare(tap, before, after, "pg_restore")
-    eq(filler.one("SELECT row(created_at, request_channel)::text FROM bc_join.tenants WHERE id = 'root'"), root,
-       "pg_restore: the root tenant's created_at and request channel as they were")
+    eq(filler.one("SELECT row(created_at, request_channel, refusal_channel)::text FROM bc_join.tenants WHERE id = 'root'"), root,
+       "pg_restore: the root tenant's created_at, request and refusal channels as they were")
     got = filler.one("SELECT bc_join.verify_audit_log(%s)", later_anchor)
     eq(got, False, "an anchor published after the backup: verify_audit_log(anchor) is false on the restore")
     c = filler.cur()

@@ -5,7 +5,8 @@
  * at one moment: the MAX_AGE rule of the service keys and the SPIFFE bundle,
  * the NEXT_UPDATE rule of the CRL, a MAX_AGE document's channel (#47: the
  * SSH KRL and signed document, stale on bc_join_crl), and the --retry-after
- * window after a failed fetch; and the documents' checks.
+ * window after a failed fetch, a spec's own stale bound (#48); and the
+ * documents' checks (bc_join.metrics()'s text too).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -117,6 +118,110 @@ test_max_age_after_failure(void **state)
 	/* the waiters of a successful one that took longer than the max age: 503, as ever */
 	m = max_age_copy(11);
 	assert_int_equal(gw_doc_servable(&m), -1);
+}
+
+/*
+ * #48 MAX_AGE with the spec's stale_max (bc_join.metrics(): 5 x
+ * --metrics-max-age): while fetches fail the copy is served until that old,
+ * not GW_DOC_STALE_MAX; while they do not, a copy past its max age waits
+ * for the fetch as ever.
+ */
+static void
+test_max_age_stale_factor(void **state)
+{
+	struct gw_doc_moment m = max_age_copy(20);
+	long		ma;
+
+	(void) state;
+	m.max_age = 15;
+	m.stale_max = 75;
+	assert_false(gw_doc_current(&m));
+	assert_int_equal(decide(&m, &ma), GW_DOC_WAIT);
+	assert_int_equal(gw_doc_servable(&m), -1);
+	m.failed = 1;
+	m.since_failure = 1;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	assert_int_equal(ma, 0);
+	m.age = 74.9;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	m.age = 75;
+	assert_int_equal(decide(&m, &ma), GW_DOC_UNAVAILABLE);
+	/* not the 300 s of the other documents */
+	m.age = GW_DOC_STALE_MAX - 1;
+	assert_int_equal(decide(&m, &ma), GW_DOC_UNAVAILABLE);
+	/* closing: the same bound */
+	m = max_age_copy(74);
+	m.max_age = 15;
+	m.stale_max = 75;
+	m.closing = 1;
+	assert_int_equal(decide(&m, &ma), GW_DOC_SERVE);
+	m.age = 76;
+	assert_int_equal(decide(&m, &ma), GW_DOC_UNAVAILABLE);
+}
+
+/*
+ * #48: bc_join.metrics()'s text: kept when it is lines a Prometheus parser
+ * takes, at most 1 MiB, ending in a newline, without the gateway's own
+ * families; refused otherwise, the copy untouched.
+ */
+static void
+test_service_metrics_check(void **state)
+{
+	static const char good[] =
+		"# HELP bc_join_rounds_total Rounds.\n"
+		"# TYPE bc_join_rounds_total counter\n"
+		"bc_join_rounds_total{attestor=\"join-token\",outcome=\"refused\"} 3\n"
+		"\n"
+		"bc_join_sessions_live\t0\n"
+		"_x 1\n:y 2\n";
+	static char big[GW_SERVICE_METRICS_MAX + 1];
+	struct gw_doc_copy copy = {0};
+	const struct gw_doc_spec *d = &gw_doc_service_metrics;
+
+	(void) state;
+	assert_string_equal(d->name, "service_metrics");
+	assert_int_equal(d->rule, GW_DOC_MAX_AGE);
+	assert_null(d->channel);
+	assert_int_equal(d->stale_factor, 5);
+	assert_string_equal(d->content_type, "text/plain; version=0.0.4");
+	assert_string_equal(d->sql, "SELECT bc_join.metrics()");
+
+	assert_non_null(d->check(NULL, 0, NULL, &copy));
+	assert_non_null(d->check("", 0, NULL, &copy));
+	assert_string_equal(gw_service_metrics_refusal("a 1", 3),
+						"bc_join.metrics() does not end in a newline");
+	assert_string_equal(gw_service_metrics_refusal("a 1\0\n", 5),
+						"bc_join.metrics() holds a control character");
+	assert_string_equal(gw_service_metrics_refusal("a 1\r\n", 5),
+						"bc_join.metrics() holds a control character");
+	assert_string_equal(gw_service_metrics_refusal("a 1\x7f\n", 5),
+						"bc_join.metrics() holds a control character");
+	assert_string_equal(gw_service_metrics_refusal("a 1\n<html>\n", 11),
+						"bc_join.metrics() has a line that is neither a sample nor a comment");
+	assert_string_equal(gw_service_metrics_refusal("a 1\n 1\n", 7),
+						"bc_join.metrics() has a line that is neither a sample nor a comment");
+	assert_string_equal(gw_service_metrics_refusal("9a 1\n", 5),
+						"bc_join.metrics() has a line that is neither a sample nor a comment");
+	assert_string_equal(gw_service_metrics_refusal("bc_gateway_db_pool_size 9\n", 26),
+						"bc_join.metrics() names a bc_gateway_ family");
+	assert_string_equal(gw_service_metrics_refusal("# TYPE bc_gateway_x gauge\n", 26),
+						"bc_join.metrics() names a bc_gateway_ family");
+	assert_string_equal(gw_service_metrics_refusal("# HELP bc_gateway_x y\n", 22),
+						"bc_join.metrics() names a bc_gateway_ family");
+	memset(big, 'a', sizeof(big));
+	big[sizeof(big) - 1] = '\n';
+	assert_string_equal(gw_service_metrics_refusal(big, sizeof(big)),
+						"bc_join.metrics() is larger than 1 MiB");
+	assert_string_equal(d->check(big, sizeof(big), NULL, &copy), "bc_join.metrics() is larger than 1 MiB");
+	assert_null(copy.body);
+	/* 1 MiB exactly, one long line, is taken */
+	assert_null(gw_service_metrics_refusal(big + 1, sizeof(big) - 1));
+
+	assert_null(gw_service_metrics_refusal(good, sizeof(good) - 1));
+	assert_null(d->check(good, sizeof(good) - 1, NULL, &copy));
+	assert_int_equal(copy.len, sizeof(good) - 1);
+	assert_memory_equal(copy.body, good, sizeof(good) - 1);
+	free(copy.body);
 }
 
 /* MAX_AGE: a max age longer than GW_DOC_STALE_MAX still serves a current copy after a failure. */
@@ -571,6 +676,8 @@ main(void)
 		cmocka_unit_test(test_max_age_fresh_and_stale),
 		cmocka_unit_test(test_max_age_after_failure),
 		cmocka_unit_test(test_max_age_longer_than_stale),
+		cmocka_unit_test(test_max_age_stale_factor),
+		cmocka_unit_test(test_service_metrics_check),
 		cmocka_unit_test(test_max_age_closing),
 		cmocka_unit_test(test_max_age_unseen),
 		cmocka_unit_test(test_channels),

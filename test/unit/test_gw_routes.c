@@ -308,6 +308,43 @@ test_ocsp_tail(void **state)
 	assert_int_equal(gw_route_match("GET", "/v1/ocs", &r, allow, sizeof(allow)), 404);
 }
 
+/*
+ * #48: the metrics listener's table: GET /healthz and GET /metrics (the
+ * service's numbers) only, neither rate limited nor counted; any API path
+ * is 404 there, another method 405 with Allow: GET.  The API's /metrics
+ * stays the gateway's own.
+ */
+static void
+test_metrics_listener_table(void **state)
+{
+	const struct gw_route *r;
+	char		allow[32];
+
+	(void) state;
+	assert_int_equal(gw_metrics_nroutes, 2);
+	assert_int_equal(gw_route_match_in(gw_metrics_routes, gw_metrics_nroutes, "GET", "/metrics",
+									   &r, allow, sizeof(allow)), 200);
+	assert_int_equal(r->kind, GW_ROUTE_SERVICE_METRICS);
+	assert_int_equal(r->limits, 0);
+	assert_int_equal(gw_route_match_in(gw_metrics_routes, gw_metrics_nroutes, "GET", "/healthz",
+									   &r, allow, sizeof(allow)), 200);
+	assert_int_equal(r->kind, GW_ROUTE_HEALTH);
+	assert_int_equal(r->limits, 0);
+	assert_int_equal(gw_route_match_in(gw_metrics_routes, gw_metrics_nroutes, "POST", "/metrics",
+									   &r, allow, sizeof(allow)), 405);
+	assert_string_equal(allow, "GET");
+	for (size_t i = 0; i < gw_nroutes; i++)
+		if (strcmp(gw_routes[i].path, "/metrics") != 0 && strcmp(gw_routes[i].path, "/healthz") != 0)
+			assert_int_equal(gw_route_match_in(gw_metrics_routes, gw_metrics_nroutes,
+											   gw_routes[i].method, gw_routes[i].path,
+											   &r, allow, sizeof(allow)), 404);
+	/* the public listener's /metrics is not the service's */
+	assert_int_equal(gw_route_match("GET", "/metrics", &r, allow, sizeof(allow)), 200);
+	assert_int_equal(r->kind, GW_ROUTE_METRICS);
+	for (size_t i = 0; i < gw_nroutes; i++)
+		assert_int_not_equal(gw_routes[i].kind, GW_ROUTE_SERVICE_METRICS);
+}
+
 int
 main(void)
 {
@@ -320,6 +357,7 @@ main(void)
 		cmocka_unit_test(test_allow_bounded),
 		cmocka_unit_test(test_rows_distinct),
 		cmocka_unit_test(test_metrics_endpoints),
+		cmocka_unit_test(test_metrics_listener_table),
 	};
 
 	return cmocka_run_group_tests_name("gw_routes", tests, NULL, NULL);
