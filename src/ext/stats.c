@@ -22,6 +22,7 @@
 
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "portability/instr_time.h"
@@ -367,16 +368,63 @@ bc_attest_failure_kind(const char *reason)
 	return -1;
 }
 
+/*
+ * Copy s into out (outsize bytes) as a Prometheus label value may hold it
+ * and as bc-gateway takes it (documents.c: no control byte but newline,
+ * valid UTF-8): a control character but newline (which bc_prom_label
+ * escapes) and a byte that is not part of valid UTF-8 in a UTF-8 database
+ * (any byte above 0x7f in another encoding) become '?'.  A custom
+ * attestor's refusal is free text, possibly echoing a stranger's evidence.
+ */
+static void
+prom_safe_copy(const char *s, char *out, size_t outsize)
+{
+	size_t		o = 0;
+	bool		utf8 = GetDatabaseEncoding() == PG_UTF8;
+
+	while (*s && o + 1 < outsize)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (c < 0x80)
+		{
+			out[o++] = ((c < 0x20 && c != '\n') || c == 0x7f) ? '?' : (char) c;
+			s++;
+			continue;
+		}
+		if (utf8)
+		{
+			int			len = pg_utf_mblen((const unsigned char *) s);
+
+			if (strnlen(s, len) == (size_t) len && pg_utf8_islegal((const unsigned char *) s, len))
+			{
+				if (o + len >= outsize)
+					break;
+				memcpy(out + o, s, len);
+				o += len;
+				s += len;
+				continue;
+			}
+		}
+		out[o++] = '?';
+		s++;
+	}
+	out[o] = '\0';
+}
+
 /* Count one refused round of attestor by its precise refusal (never rate bounded). */
 void
-bc_stats_refusal(const char *attestor, const char *refusal)
+bc_stats_refusal(const char *attestor, const char *raw_refusal)
 {
 	int			i;
 	int			n;
 	BcRefusalPair *pair = NULL;
+	char		refusal[BC_REFUSAL_LEN];
 
 	if (stats == NULL)
 		return;
+	/* counted under the name the metrics show: two refusals alike there are one pair */
+	prom_safe_copy(raw_refusal, refusal, sizeof(refusal));
 	LWLockAcquire(stats->lock, LW_SHARED);
 	n = stats->n_pairs;
 	for (i = 0; i < n; i++)
@@ -434,14 +482,19 @@ bc_stats_anchor_made(void)
 		pg_atomic_write_u64(&stats->anchor_at, (uint64) GetCurrentTimestamp());
 }
 
-/* Append a Prometheus label value, escaped (backslash, double quote, newline). */
+/*
+ * Append a Prometheus label value, made safe (prom_safe_copy) and escaped
+ * (backslash, double quote, newline).
+ */
 void
 bc_prom_label(StringInfo buf, const char *name, const char *value)
 {
 	const char *p;
+	char	   *safe = palloc(strlen(value) + 1);
 
+	prom_safe_copy(value, safe, strlen(value) + 1);
 	appendStringInfo(buf, "%s=\"", name);
-	for (p = value; *p; p++)
+	for (p = safe; *p; p++)
 	{
 		if (*p == '\\')
 			appendStringInfoString(buf, "\\\\");
@@ -453,6 +506,7 @@ bc_prom_label(StringInfo buf, const char *name, const char *value)
 			appendStringInfoChar(buf, *p);
 	}
 	appendStringInfoChar(buf, '"');
+	pfree(safe);
 }
 
 /* Append # HELP and # TYPE of a family. */
