@@ -13,7 +13,9 @@
  *
  * Beside them (issue 48, bc_join.metrics()): every refused round by its
  * attestor and precise refusal (at most BC_REFUSAL_PAIRS pairs, the rest
- * counted as one "_other" pair), never rate bounded as the events are;
+ * counted as one "_other" pair; at most BC_REFUSAL_PAIRS_PER_ATTESTOR
+ * reasons of one attestor, the rest as its "_other" reason), never rate
+ * bounded as the events are;
  * continuous-attestation failures by a fixed set of reasons; and when
  * bc_join.audit_anchor() last made an anchor.  Reset with the rounds
  * (attestor_stats_reset), except the anchor's time, and with the server.
@@ -38,6 +40,9 @@
 #define BC_HIST_BUCKETS 16
 /* (attestor, refusal) pairs counted apart; beyond them one "_other" count. */
 #define BC_REFUSAL_PAIRS 256
+/* Reasons of one attestor counted apart; beyond them its (attestor, "_other"). */
+#define BC_REFUSAL_PAIRS_PER_ATTESTOR 64
+#define BC_REFUSAL_OTHER "_other"
 #define BC_REFUSAL_LEN 160
 
 /* Upper bounds of the histogram buckets, milliseconds; the last is +inf. */
@@ -449,12 +454,34 @@ bc_stats_refusal(const char *attestor, const char *raw_refusal)
 				break;
 			}
 		}
-		if (pair == NULL && stats->n_pairs < BC_REFUSAL_PAIRS)
+		if (pair == NULL)
 		{
-			pair = &stats->pairs[stats->n_pairs];
-			strlcpy(pair->attestor, attestor, sizeof(pair->attestor));
-			strlcpy(pair->refusal, refusal, sizeof(pair->refusal));
-			stats->n_pairs++;
+			int			mine = 0;
+
+			/*
+			 * An attestor whose refusals echo what a stranger sent could
+			 * otherwise take every pair, and every other attestor's new
+			 * reason would be "_other" until the server restarts: beyond
+			 * BC_REFUSAL_PAIRS_PER_ATTESTOR reasons, its (attestor, "_other").
+			 */
+			for (i = 0; i < stats->n_pairs; i++)
+				if (strcmp(stats->pairs[i].attestor, attestor) == 0)
+				{
+					if (strcmp(stats->pairs[i].refusal, BC_REFUSAL_OTHER) == 0)
+						pair = &stats->pairs[i];
+					else
+						mine++;
+				}
+			if (mine < BC_REFUSAL_PAIRS_PER_ATTESTOR)
+				pair = NULL;
+			if (pair == NULL && stats->n_pairs < BC_REFUSAL_PAIRS)
+			{
+				pair = &stats->pairs[stats->n_pairs];
+				strlcpy(pair->attestor, attestor, sizeof(pair->attestor));
+				strlcpy(pair->refusal, mine < BC_REFUSAL_PAIRS_PER_ATTESTOR ? refusal : BC_REFUSAL_OTHER,
+						sizeof(pair->refusal));
+				stats->n_pairs++;
+			}
 		}
 		LWLockRelease(stats->lock);
 	}
