@@ -13,7 +13,9 @@
  *
  * Beside them (issue 48, bc_join.metrics()): every refused round by its
  * attestor and precise refusal (at most BC_REFUSAL_PAIRS pairs, the rest
- * counted as one "_other" pair), never rate bounded as the events are;
+ * counted as one "_other" pair; at most BC_REFUSAL_PAIRS_PER_ATTESTOR
+ * reasons of one attestor, the rest as its "_other" reason), never rate
+ * bounded as the events are;
  * continuous-attestation failures by a fixed set of reasons; and when
  * bc_join.audit_anchor() last made an anchor.  Reset with the rounds
  * (attestor_stats_reset), except the anchor's time, and with the server.
@@ -22,6 +24,7 @@
 
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "portability/instr_time.h"
@@ -37,6 +40,9 @@
 #define BC_HIST_BUCKETS 16
 /* (attestor, refusal) pairs counted apart; beyond them one "_other" count. */
 #define BC_REFUSAL_PAIRS 256
+/* Reasons of one attestor counted apart; beyond them its (attestor, "_other"). */
+#define BC_REFUSAL_PAIRS_PER_ATTESTOR 64
+#define BC_REFUSAL_OTHER "_other"
 #define BC_REFUSAL_LEN 160
 
 /* Upper bounds of the histogram buckets, milliseconds; the last is +inf. */
@@ -367,16 +373,63 @@ bc_attest_failure_kind(const char *reason)
 	return -1;
 }
 
+/*
+ * Copy s into out (outsize bytes) as a Prometheus label value may hold it
+ * and as bc-gateway takes it (documents.c: no control byte but newline,
+ * valid UTF-8): a control character but newline (which bc_prom_label
+ * escapes) and a byte that is not part of valid UTF-8 in a UTF-8 database
+ * (any byte above 0x7f in another encoding) become '?'.  A custom
+ * attestor's refusal is free text, possibly echoing a stranger's evidence.
+ */
+static void
+prom_safe_copy(const char *s, char *out, size_t outsize)
+{
+	size_t		o = 0;
+	bool		utf8 = GetDatabaseEncoding() == PG_UTF8;
+
+	while (*s && o + 1 < outsize)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (c < 0x80)
+		{
+			out[o++] = ((c < 0x20 && c != '\n') || c == 0x7f) ? '?' : (char) c;
+			s++;
+			continue;
+		}
+		if (utf8)
+		{
+			int			len = pg_utf_mblen((const unsigned char *) s);
+
+			if (strnlen(s, len) == (size_t) len && pg_utf8_islegal((const unsigned char *) s, len))
+			{
+				if (o + len >= outsize)
+					break;
+				memcpy(out + o, s, len);
+				o += len;
+				s += len;
+				continue;
+			}
+		}
+		out[o++] = '?';
+		s++;
+	}
+	out[o] = '\0';
+}
+
 /* Count one refused round of attestor by its precise refusal (never rate bounded). */
 void
-bc_stats_refusal(const char *attestor, const char *refusal)
+bc_stats_refusal(const char *attestor, const char *raw_refusal)
 {
 	int			i;
 	int			n;
 	BcRefusalPair *pair = NULL;
+	char		refusal[BC_REFUSAL_LEN];
 
 	if (stats == NULL)
 		return;
+	/* counted under the name the metrics show: two refusals alike there are one pair */
+	prom_safe_copy(raw_refusal, refusal, sizeof(refusal));
 	LWLockAcquire(stats->lock, LW_SHARED);
 	n = stats->n_pairs;
 	for (i = 0; i < n; i++)
@@ -401,12 +454,34 @@ bc_stats_refusal(const char *attestor, const char *refusal)
 				break;
 			}
 		}
-		if (pair == NULL && stats->n_pairs < BC_REFUSAL_PAIRS)
+		if (pair == NULL)
 		{
-			pair = &stats->pairs[stats->n_pairs];
-			strlcpy(pair->attestor, attestor, sizeof(pair->attestor));
-			strlcpy(pair->refusal, refusal, sizeof(pair->refusal));
-			stats->n_pairs++;
+			int			mine = 0;
+
+			/*
+			 * An attestor whose refusals echo what a stranger sent could
+			 * otherwise take every pair, and every other attestor's new
+			 * reason would be "_other" until the server restarts: beyond
+			 * BC_REFUSAL_PAIRS_PER_ATTESTOR reasons, its (attestor, "_other").
+			 */
+			for (i = 0; i < stats->n_pairs; i++)
+				if (strcmp(stats->pairs[i].attestor, attestor) == 0)
+				{
+					if (strcmp(stats->pairs[i].refusal, BC_REFUSAL_OTHER) == 0)
+						pair = &stats->pairs[i];
+					else
+						mine++;
+				}
+			if (mine < BC_REFUSAL_PAIRS_PER_ATTESTOR)
+				pair = NULL;
+			if (pair == NULL && stats->n_pairs < BC_REFUSAL_PAIRS)
+			{
+				pair = &stats->pairs[stats->n_pairs];
+				strlcpy(pair->attestor, attestor, sizeof(pair->attestor));
+				strlcpy(pair->refusal, mine < BC_REFUSAL_PAIRS_PER_ATTESTOR ? refusal : BC_REFUSAL_OTHER,
+						sizeof(pair->refusal));
+				stats->n_pairs++;
+			}
 		}
 		LWLockRelease(stats->lock);
 	}
@@ -434,14 +509,19 @@ bc_stats_anchor_made(void)
 		pg_atomic_write_u64(&stats->anchor_at, (uint64) GetCurrentTimestamp());
 }
 
-/* Append a Prometheus label value, escaped (backslash, double quote, newline). */
+/*
+ * Append a Prometheus label value, made safe (prom_safe_copy) and escaped
+ * (backslash, double quote, newline).
+ */
 void
 bc_prom_label(StringInfo buf, const char *name, const char *value)
 {
 	const char *p;
+	char	   *safe = palloc(strlen(value) + 1);
 
+	prom_safe_copy(value, safe, strlen(value) + 1);
 	appendStringInfo(buf, "%s=\"", name);
-	for (p = value; *p; p++)
+	for (p = safe; *p; p++)
 	{
 		if (*p == '\\')
 			appendStringInfoString(buf, "\\\\");
@@ -453,6 +533,7 @@ bc_prom_label(StringInfo buf, const char *name, const char *value)
 			appendStringInfoChar(buf, *p);
 	}
 	appendStringInfoChar(buf, '"');
+	pfree(safe);
 }
 
 /* Append # HELP and # TYPE of a family. */

@@ -286,6 +286,28 @@ def body(tap, env):
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     tap.eq((r.returncode, r.stdout + r.stderr), (0, ""), "a reason with quotes and a backslash: still valid text")
 
+    # a custom refusal echoing a stranger's control characters (m_verify does): the
+    # text keeps no control byte but newline (else bc-gateway refuses the whole text,
+    # for as long as the pair lives: until the server restarts), each one shown as
+    # '?', and two refusals alike once so are one sample, not two of the same series
+    send(req1, {"refuse": "ctl\r\x01\tz", "tenant": ta})
+    send(req1, {"refuse": "ctl\x02\x1b\x7fz", "tenant": ta})
+    got, text = check("control characters in a reason", {R("m-one", "refused"): 2, F("m-one", "m-one:ctl???z"): 2})
+    tap.eq(sorted({ch for ch in text if ord(ch) < 0x20 or ord(ch) == 0x7f}), ["\n"],
+           "no control character but newline in the text (what bc-gateway takes)")
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    tap.eq((r.returncode, r.stdout + r.stderr), (0, ""), "a reason with control characters: still valid text")
+
+    # a stranger sending 70 reasons m-two echoes: m-two keeps 64 reasons apart (bad-y
+    # and 63 of these), the other 7 are its "_other"; m-one's next reason is its own
+    for k in range(1, 71):
+        send(req2, {"refuse": "flood-%d" % k, "tenant": tb})
+    send(req1, {"refuse": "after-flood", "tenant": ta})
+    want = {F("m-two", "m-two:flood-%d" % k): 1 for k in range(1, 64)}
+    want |= {R("m-two", "refused"): 70, F("m-two", "_other"): 7, R("m-one", "refused"): 1,
+             F("m-one", "m-one:after-flood"): 1}
+    check("70 reasons of one attestor", want)
+
     # -- a refused continuous-attestation round: a refusal, not an attestation failure
     ok_req = json.loads(f.join_request("n1", attestor="m-one"))
     a = f.send("bc_join", dict(ok_req, attestation=statefill.b64u(json.dumps(
