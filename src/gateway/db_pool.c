@@ -143,8 +143,11 @@ append_kv(char *buf, size_t cap, size_t *off, const char *key, const char *val)
 }
 
 /*
- * The operator's conninfo with statement_timeout added to its options and
- * application_name defaulted to bc-gateway; malloc'd, NULL on error.
+ * The operator's conninfo with statement_timeout added to its options,
+ * application_name defaulted to bc-gateway and client_encoding UTF8 whatever
+ * the operator or PGCLIENTENCODING says (the bodies relayed are JSON, UTF-8 by
+ * RFC 8259, and Prometheus refuses a scrape with a label that is not UTF-8);
+ * malloc'd, NULL on error.
  */
 static char *
 build_conninfo(const struct gw_config *cfg)
@@ -177,12 +180,16 @@ build_conninfo(const struct gw_config *cfg)
 			old_opts = o->val;
 			continue;
 		}
+		if (strcmp(o->keyword, "client_encoding") == 0)
+			continue;
 		if (strcmp(o->keyword, "application_name") == 0)
 			have_app = 1;
 		if (append_kv(buf, cap, &off, o->keyword, o->val) != 0)
 			goto fail;
 	}
 	if (!have_app && append_kv(buf, cap, &off, "application_name", "bc-gateway") != 0)
+		goto fail;
+	if (append_kv(buf, cap, &off, "client_encoding", "UTF8") != 0)
 		goto fail;
 	if (snprintf(options, sizeof(options), "%s%s-c statement_timeout=%ld",
 				 old_opts, old_opts[0] ? " " : "", cfg->db_statement_ms) >= (int) sizeof(options))

@@ -98,7 +98,9 @@ SELECT bc_join.register_attestor('approve-me', '1', ARRAY['node'], 'public.appro
 """ % (env.tenant, env.tenant, env.pool))
 
     mp = MetricsPort(gwlib.free_port())
+    # client_encoding=LATIN1 asked for: the gateway talks UTF8 all the same
     g = env.gateway("m", "--db-pool", "2", "--retry-after", "1",
+                    "--db", env.conninfo + " client_encoding=LATIN1",
                     "--metrics-listen", "127.0.0.1:%d" % mp.port, "--metrics-max-age", "%gs" % MAX_AGE)
 
     def scrape():
@@ -220,6 +222,14 @@ SELECT bc_join.register_attestor('approve-me', '1', ARRAY['node'], 'public.appro
                    "the last good text is still served", text[-300:])
         tap.ok(len(logged) == i + 1 and reason in logged[-1].get("reason", ""),
                "the log says why: %s" % reason, logged[-1:])
+    # a label that is not ASCII reaches Prometheus as UTF-8 (client_encoding UTF8 forced)
+    env.psql("CREATE OR REPLACE FUNCTION bc_join.metrics() RETURNS text LANGUAGE sql AS "
+             "$$ SELECT 'bc_join_enc{x=\"' || chr(233) || '\"} 1' || chr(10) $$")
+    time.sleep(1.05)
+    fetched[0] = time.monotonic()
+    _, _, raw = env.curl(mp, "/metrics")
+    tap.ok('bc_join_enc{x="\u00e9"} 1\n'.encode("utf-8") in raw,
+           "a non-ASCII label arrives as UTF-8 although --db asks client_encoding=LATIN1", raw[-200:])
     env.psql("DROP FUNCTION bc_join.metrics(); ALTER FUNCTION bc_join.metrics_real() RENAME TO metrics")
 
     tap.note("%.1f s: the database gone" % (time.monotonic() - t0))
