@@ -18,6 +18,9 @@ import tempfile
 import time
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# Every cluster tools/pg-throwaway starts for a test is a copy of one initdb
+# (kept under build/pg-templates): 0.2 s instead of 2-3 s on a busy machine.
+os.environ.setdefault("PG_THROWAWAY_TEMPLATES", os.path.join(TOP, "build", "pg-templates"))
 
 
 class Tap:
