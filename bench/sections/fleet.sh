@@ -257,6 +257,9 @@ fleet_report() {
   for label in "${FLEET_TARGETS[@]}"; do
     fleet_report_target "$label"
   done
+  [ "$FLEET_HA" = 1 ] || echo "The HA pair was not measured in this run (BENCH_FLEET_HA=0)."
+  echo "Quotes (continuous attestation, \`POST /v1/attest\`) are not in the generator: they need TPM-bound nodes (a tpm join, an AK per node), which a simulator of thousands cannot have without a TPM per node."
+  echo
 }
 
 # fleet_report_target LABEL: one target's search and where its time goes.
