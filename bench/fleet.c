@@ -24,7 +24,8 @@
  * One point: N nodes (joined as needed), W seconds of warm-up, S seconds
  * measured.  --search: N doubles from --nodes until a point fails (p99 of a
  * kind >= --p99-ms, or any answer 503/429, or any error), then bisection to
- * within --resolution; the largest passing N is the result.  Every point is
+ * within --resolution (not below a sixteenth of --nodes); the largest passing
+ * N is the result.  Every point is
  * one JSON line on stdout; progress on stderr.
  *
  * Keys and CSRs a point will need are made before it (not timed); proofs are
@@ -989,7 +990,8 @@ main(int argc, char **argv)
 			break;
 		}
 	}
-	while (hi > 0 && hi - lo > (long) fmax(1, lo * opt.resolution))
+	/* down to a sixteenth of the first N at most: below that, "fewer than hi" says it */
+	while (hi > 0 && hi - lo > (long) fmax(1, lo * opt.resolution) && hi > opt.nodes / 16)
 	{
 		n = lo + (hi - lo) / 2;
 		if (run_point(n))

@@ -100,7 +100,7 @@ fsql() { psql -qAtX -v ON_ERROR_STOP=1 -d "$FCONN" "$@"; }
 # largest passing N against the database $FCONN (set up already) through a
 # gateway of its own; results in FL_*[LABEL].  PIDFILES: the postmaster.pid
 # of every cluster whose CPU counts (the standby's too).
-declare -gA FL_LARGEST FL_FIRST FL_CONFIRM FL_SECS FL_PG FL_GW FL_WAL FL_SVC FL_WAITS FL_ACTIVE FL_SYNC
+declare -gA FL_BK FL_LARGEST FL_FIRST FL_CONFIRM FL_SECS FL_PG FL_GW FL_WAL FL_SVC FL_WAITS FL_ACTIVE FL_SYNC
 fleet_target() {
   local label=$1 gwuser=$2; shift 2
   local pidfiles=("$@") F=$W/fleet/$label gwpid gwdb
@@ -136,7 +136,7 @@ fleet_target() {
   FL_CONFIRM[$label]=""
   local n=${FL_LARGEST[$label]:-0}
   if [ "$n" -gt 0 ]; then
-    local pg0 pg1 gw0 gw1 lsn0 t0 t1 waits=$F/waits sampler fpid ticks active
+    local pg0 pg1 bk0 bk1 gw0 gw1 lsn0 t0 t1 waits=$F/waits sampler fpid ticks active
     : >"$waits"
     rm -f "$F/measure.go" "$F/measure.stop"
     fsql -c "CHECKPOINT" >/dev/null
@@ -155,17 +155,20 @@ fleet_target() {
     fpid=$!
     while ! grep -q '"phase":"join"' "$F/confirm.jsonl" 2>/dev/null && kill -0 "$fpid" 2>/dev/null; do sleep 0.05; done
     lsn0=$(fsql -c "SELECT pg_current_wal_insert_lsn()")
-    pg0=$(fleet_pg_cpu "${pidfiles[@]}"); gw0=$(fleet_proc_cpu "$gwpid"); t0=$(date +%s.%N)
+    pg0=$(fleet_pg_cpu "${pidfiles[@]}"); bk0=$(fleet_backend_cpu "$gwuser" "${pidfiles[@]}")
+    gw0=$(fleet_proc_cpu "$gwpid"); t0=$(date +%s.%N)
     fsql -c "SELECT bc_join.attestor_stats_reset()" >/dev/null
     touch "$F/measure.go"
     wait "$fpid" || { tail -20 "$F/confirm.err" >&2; die "fleet $label: the run at $n nodes failed"; }
-    t1=$(date +%s.%N); pg1=$(fleet_pg_cpu "${pidfiles[@]}"); gw1=$(fleet_proc_cpu "$gwpid")
+    t1=$(date +%s.%N); pg1=$(fleet_pg_cpu "${pidfiles[@]}"); bk1=$(fleet_backend_cpu "$gwuser" "${pidfiles[@]}")
+    gw1=$(fleet_proc_cpu "$gwpid")
     touch "$F/measure.stop"; wait "$sampler" 2>/dev/null || true
     FL_WAL[$label]=$(fsql -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0')")
     FL_CONFIRM[$label]=$(grep '"phase":"point"' "$F/confirm.jsonl")
     FL_SECS[$label]=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
     FL_PG[$label]=$(awk -v a="$pg0" -v b="$pg1" 'BEGIN { printf "%.2f", b - a }')
     FL_GW[$label]=$(awk -v a="$gw0" -v b="$gw1" 'BEGIN { printf "%.2f", b - a }')
+    FL_BK[$label]=$(awk -v a="$bk0" -v b="$bk1" 'BEGIN { printf "%.2f", b - a }')
     FL_SVC[$label]=$(fsql -F' ' -c "SELECT attestor, sum(calls), round(sum(mean_ms * calls)::numeric / nullif(sum(calls), 0), 2)
                                    FROM bc_join.attestor_statistics WHERE outcome = 'admitted' GROUP BY attestor ORDER BY attestor")
     # per tick: how many backends were active, and on what (CPU: no wait event)
@@ -175,9 +178,22 @@ fleet_target() {
       awk -v n="$active" '{ printf "%s%s %.0f%%", sep, $2, 100 * $1 / n; sep = ", " }')
     FL_ACTIVE[$label]=$(awk -v t="$ticks" -v a="$active" 'BEGIN { if (t > 0) printf "%.1f", a / t; else print "n/a" }')
     log "fleet $label: at $n nodes: ${FL_CONFIRM[$label]}"
-    log "fleet $label: postgres ${FL_PG[$label]} s, gateway ${FL_GW[$label]} s CPU over ${FL_SECS[$label]} s; WAL ${FL_WAL[$label]} B; backends active ${FL_ACTIVE[$label]}: ${FL_WAITS[$label]}"
+    log "fleet $label: postgres ${FL_PG[$label]} s (its backends ${FL_BK[$label]} s), gateway ${FL_GW[$label]} s CPU over ${FL_SECS[$label]} s; WAL ${FL_WAL[$label]} B; backends active ${FL_ACTIVE[$label]}: ${FL_WAITS[$label]}"
   fi
   kill "$gwpid" 2>/dev/null; wait "$gwpid" 2>/dev/null || true
+}
+
+# fleet_backend_cpu USER PIDFILE...: CPU seconds of the backends of USER (the gateway's connections).
+fleet_backend_cpu() {
+  local user=$1 f pm p pids=()
+  shift
+  for f in "$@"; do
+    pm=$(head -1 "$f" 2>/dev/null) || continue
+    for p in $(pgrep -P "$pm" || true); do
+      case "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" in "postgres: $user "*) pids+=("$p") ;; esac
+    done
+  done
+  fleet_proc_cpu "${pids[@]}"
 }
 
 fleet_run() {
@@ -300,6 +316,7 @@ fleet_report_target() {
     echo "| renew / session / JWT-SVID p99 ms | $(fleet_ms "$(fleet_j "$conf" renew.p99)") / $(fleet_ms "$(fleet_j "$conf" session.p99)") / $(fleet_ms "$(fleet_j "$conf" jwt-svid.p99)") |"
     tot=$(awk -v r="$rate" -v s="${FL_SECS[$label]}" 'BEGIN { print r * s }')
     echo "| postgres$( [ "$label" = ha ] && echo ' (both nodes)'), µs of CPU per request | $(awk -v c="${FL_PG[$label]}" -v n="$tot" 'BEGIN { printf "%.0f", c * 1e6 / n }') |"
+    echo "| of which the gateway's backends (the requests themselves), µs per request | $(awk -v c="${FL_BK[$label]}" -v n="$tot" 'BEGIN { printf "%.0f", c * 1e6 / n }') |"
     echo "| bc-gateway, µs of CPU per request | $(awk -v c="${FL_GW[$label]}" -v n="$tot" 'BEGIN { printf "%.0f", c * 1e6 / n }') |"
     echo "| the generator, µs of CPU per request | $(fleet_j "$conf" genUsPerReq) |"
     echo "| the machine (2 cores, other load included), µs per request; busy | $(fleet_j "$conf" machineUsPerReq); $(awk -v m="$(fleet_j "$conf" machineBusyS)" -v w="$(fleet_j "$conf" wallS)" -v c="$NPROC" 'BEGIN { printf "%.0f%%", 100 * m / (w * c) }') |"
