@@ -167,6 +167,10 @@ static keycsr *pool;
 static long pool_n, pool_next;
 static const char *run_tag;
 
+#define MAX_FREE_EASY 4096
+static CURL *free_easy[MAX_FREE_EASY];	/* easy handles of finished requests, reused */
+static int	nfree_easy;
+
 /* Monotonic seconds. */
 static double
 now_mono(void)
@@ -396,7 +400,7 @@ send_req(int kind, long n, double t)
 		snprintf(h, sizeof(h), "X-Forwarded-For: 10.%ld.%ld.%ld", (n >> 16) & 255, (n >> 8) & 255, n & 255);
 		r->hdr = curl_slist_append(r->hdr, h);
 	}
-	r->easy = curl_easy_init();
+	r->easy = nfree_easy > 0 ? free_easy[--nfree_easy] : curl_easy_init();
 	if (r->easy == NULL)
 		die("curl_easy_init");
 	curl_easy_setopt(r->easy, CURLOPT_URL, url);
@@ -539,7 +543,14 @@ complete(request *r, CURLcode res)
 	else if (r->kind != K_JOIN)
 		nodes[r->node].inflight--;
 	curl_multi_remove_handle(multi, r->easy);
-	curl_easy_cleanup(r->easy);
+	/* kept for the next request: its buffers stay allocated (every option is set again) */
+	if (nfree_easy < MAX_FREE_EASY)
+	{
+		curl_easy_reset(r->easy);
+		free_easy[nfree_easy++] = r->easy;
+	}
+	else
+		curl_easy_cleanup(r->easy);
 	curl_slist_free_all(r->hdr);
 	EVP_PKEY_free(r->kc.key);
 	free(r->kc.csr64);

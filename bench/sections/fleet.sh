@@ -80,7 +80,7 @@ SQL
 fleet_proc_cpu() {
   local p tck
   tck=$(getconf CLK_TCK)
-  for p in "$@"; do cat "/proc/$p/stat" 2>/dev/null; done |
+  for p in "$@"; do cat "/proc/$p/stat" 2>/dev/null || true; done |
     awk -v tck="$tck" '{ sub(/^.*\) /, ""); s += $12 + $13 } END { printf "%.2f\n", s / tck }'
 }
 # fleet_pg_cpu PIDFILE...: CPU seconds of every process of these clusters (postmasters and children).
