@@ -10,7 +10,8 @@
 # 429, or any error), then bisects to within 10%.  One more run at the largest
 # passing N measures where its time goes: CPU by process, WAL per request,
 # the service's time per kind (attestor_statistics) and what the backends
-# wait on (pg_stat_activity sampled every 100 ms).  Sourced by bench/run.
+# wait on (pg_stat_activity sampled every 100 ms).  Then the same on the HA
+# pair (tools/ha-throwaway).  Sourced by bench/run.
 #
 # Settings (environment):
 #   BENCH_FLEET=0              skip the section
@@ -100,7 +101,7 @@ fsql() { psql -qAtX -v ON_ERROR_STOP=1 -d "$FCONN" "$@"; }
 # largest passing N against the database $FCONN (set up already) through a
 # gateway of its own; results in FL_*[LABEL].  PIDFILES: the postmaster.pid
 # of every cluster whose CPU counts (the standby's too).
-declare -gA FL_BK FL_LARGEST FL_FIRST FL_CONFIRM FL_SECS FL_PG FL_GW FL_WAL FL_SVC FL_WAITS FL_ACTIVE FL_SYNC
+declare -gA FL_NCERT FL_NRESTR FL_NRENEW FL_BK FL_LARGEST FL_FIRST FL_CONFIRM FL_SECS FL_PG FL_GW FL_WAL FL_SVC FL_WAITS FL_ACTIVE FL_SYNC
 fleet_target() {
   local label=$1 gwuser=$2; shift 2
   local pidfiles=("$@") F=$W/fleet/$label gwpid gwdb
@@ -130,6 +131,13 @@ fleet_target() {
   FL_LARGEST[$label]=$(sed -n 's/.*"phase":"result","largest":\([0-9]*\).*/\1/p' "$F/search.jsonl")
   FL_FIRST[$label]=$(sed -n 's/.*"firstFailing":\([0-9]*\).*/\1/p' "$F/search.jsonl")
   log "fleet $label: largest passing fleet ${FL_LARGEST[$label]} nodes (first failing ${FL_FIRST[$label]:-none})"
+  # every certificate the search issued (joins and renewals) is the attestor's restricted one
+  read -r FL_NCERT[$label] FL_NRESTR[$label] FL_NRENEW[$label] < <(fsql -F' ' -c "SELECT count(*),
+      count(*) FILTER (WHERE allowed_kinds = ARRAY['inventory.refresh']), count(*) FILTER (WHERE join_csr_sha256 IS NULL)
+      FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE n.attestor = 'sim-restricted'")
+  if [ "${FL_NCERT[$label]}" != "${FL_NRESTR[$label]}" ] || [ "${FL_NCERT[$label]}" = 0 ]; then
+    INVALID+=("fleet $label: ${FL_NCERT[$label]} certificates of simulated nodes, ${FL_NRESTR[$label]} restricted to inventory.refresh")
+  fi
 
   # Where the time goes at the largest passing N: a fresh generator (its own
   # nodes, joined first), then one measured point with the cluster's counters.
@@ -306,6 +314,7 @@ fleet_report_target() {
   else
     echo "**No fleet passed**, down to ${FL_FIRST[$label]:-?} nodes (the search stops at a sixteenth of its first N): p99 stays above 50 ms however few the requests."
   fi
+  echo "The search's certificates: ${FL_NCERT[$label]} issued to simulated nodes (${FL_NRENEW[$label]} of them by renewals), ${FL_NRESTR[$label]} restricted to \`allowedKinds\` [\"inventory.refresh\"]."
   conf=${FL_CONFIRM[$label]:-}
   if [ -n "$conf" ]; then
     rate=$(fleet_j "$conf" okPerSec)
