@@ -117,6 +117,7 @@ bench_cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
   [ -z "${W:-}" ] || tools/pg-throwaway stop "$W/pg" >/dev/null 2>&1
+  [ -z "${FLEET_HA_DIR:-}" ] || tools/ha-throwaway stop "$FLEET_HA_DIR" >/dev/null 2>&1
   if [ "${BENCH_KEEP:-0}" = 1 ] || [ $rc -ne 0 ]; then
     log "scratch kept in $W"
   else
