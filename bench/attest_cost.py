@@ -24,6 +24,13 @@ variants, interleaved cycle by cycle so a drifting machine weighs on both
 alike: no IMA increment (an empty one: nothing new measured), and an
 increment of BENCH_IMA (50) entries.  Prints a JSON line per variant and a
 markdown table; exit 1 when a cycle was not "attested".
+
+bench/run's section `credentials` runs it with BENCH_ATTEST_DB=NAME (on that
+database of the cluster the PG* environment names, whose nodes are already
+there, instead of a cluster of its own; a tenant of its own, "attest-cost")
+and BENCH_CEILING=1: after the timed cycles, as many cycles of the plain-SQL
+limit (the two rounds' statements without the crypto, the log's replay or
+the C code), a JSON line per variant ("ceiling-none", "ceiling-ima").
 """
 import base64
 import hashlib
@@ -288,7 +295,8 @@ def main():
             l0 = one("SELECT pg_current_wal_lsn()::text")
             c = cycle()
             l1 = one("SELECT pg_current_wal_lsn()::text")
-            wal[variant] += float(one("SELECT pg_wal_lsn_diff(%s, %s)", l1, l0))
+            c["wal"] = float(one("SELECT pg_wal_lsn_diff(%s, %s)", l1, l0))
+            wal[variant] += c["wal"]
             if c["status"] != "attested" or c["n_ima"] != (IMA_N if variant == "ima" else 0):
                 bad.append((variant, i, c))
                 continue
@@ -355,7 +363,7 @@ def main():
               "EXECUTE q_upd(%(n)s); EXECUTE q_seen(%(n)s); EXECUTE q_kids; RELEASE SAVEPOINT round; COMMIT")
         bodies = {v: (res[v][-1]["body1"], res[v][-1]["body2"]) for v in ("none", "ima")}
         cres = {"none": [], "ima": []}
-        cwal = {"none": 0.0, "ima": 0.0}
+        cwal = {"none": [], "ima": []}
         for i in range(CYCLES + 2):          # the first two warm the plans up, untimed
             for variant in ("none", "ima") if i % 2 == 0 else ("ima", "none"):
                 args = {"s": serial, "n": node_id, "t": tenant, "p": pool, "bp": bpcr, "bt": btyp, "bd": bdig,
@@ -370,13 +378,14 @@ def main():
                 c2 = cpu_ns()
                 l1 = one("SELECT pg_current_wal_lsn()::text")
                 if i >= 2:
-                    cwal[variant] += float(one("SELECT pg_wal_lsn_diff(%s, %s)", l1, l0))
+                    cwal[variant].append(float(one("SELECT pg_wal_lsn_diff(%s, %s)", l1, l0)))
                     cres[variant].append(((c1 - c0) / 1e9, (c2 - c1) / 1e9))
         for variant, cs in cres.items():
             ceil[variant] = {"n": len(cs), "r1_cpu_ms": sum(c[0] for c in cs) / len(cs) * 1e3,
                              "r2_cpu_ms": sum(c[1] for c in cs) / len(cs) * 1e3,
                              "cycle_cpu_ms": sum(c[0] + c[1] for c in cs) / len(cs) * 1e3,
-                             "wal_kB": cwal[variant] / len(cs) / 1024.0, "bev": len(bev), "ima": IMA_N if variant == "ima" else 0}
+                             "wal_kB": sum(cwal[variant]) / len(cs) / 1024.0,
+                             "wal_p50_kB": pct(cwal[variant], 50) / 1024.0, "bev": len(bev), "ima": IMA_N if variant == "ima" else 0}
             print(json.dumps(dict(ceil[variant], variant="ceiling-" + variant)))
     if os.environ.get("BENCH_WALSTATS"):
         cur.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
@@ -409,6 +418,7 @@ def main():
             "r2_cpu_ms": m("c2") * 1e3, "r1_in_ms": pct([c["s1"] for c in cs], 50) * 1e3,
             "r2_in_ms": pct([c["s2"] for c in cs], 50) * 1e3, "cycle_wall_ms": (m("w1") + m("w2")) * 1e3, "cycle_cpu_ms": cyc_cpu * 1e3,
             "tpm_ms": m("tq") * 1e3, "round2_kB": m("bytes2") / 1024.0, "wal_kB": wal[variant] / len(cs) / 1024.0,
+            "wal_p50_kB": pct([c["wal"] for c in cs], 50) / 1024.0,
             "per_s_2cores": 2.0 / cyc_cpu, "nodes_60s_2cores": 2.0 / cyc_cpu * 60}
         print(json.dumps(dict(out[variant], variant=variant)))
     print()

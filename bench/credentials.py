@@ -239,6 +239,7 @@ class Client:
         self.db = connect()
         self.cur = self.db.cursor()
         self.cur.execute("PREPARE call(bigint) AS SELECT %s(r.req)::text FROM bench.creq r WHERE r.id = $1" % fn)
+        self.pid = one(self.cur, "SELECT pg_backend_pid()")
         self.bad = []
 
     def prepare_ceiling(self, stmts):
@@ -282,6 +283,7 @@ def timed(clients, what, ids, pm, adm):
         t.join()
     wall, me = time.monotonic() - t0, time.process_time() - me0
     kids1, reaped1 = cluster_cpu(pm)
+    backends = sum(kids1.get(c.pid, 0) - kids0.get(c.pid, 0) for c in clients)
     # a child gone since is in reaped1 whole: its ns before are taken off
     service = reaped1 - reaped0 + sum(v - kids0.get(p, 0) for p, v in kids1.items()) - \
         sum(v for p, v in kids0.items() if p not in kids1)
@@ -290,7 +292,8 @@ def timed(clients, what, ids, pm, adm):
     fpi = float(one(acur, "SELECT coalesce(sum(fpi_size), 0) FROM pg_get_wal_stats(%s, pg_current_wal_flush_lsn())",
                     (lsn0,))) if wal > 0 else 0.0
     n = len(ids)
-    return {"n": n, "per_s": n / wall, "service_us": service / 1e3 / n, "load_us": me * 1e6 / n,
+    return {"n": n, "per_s": n / wall, "service_us": service / 1e3 / n, "backends_us": backends / 1e3 / n,
+            "load_us": me * 1e6 / n,
             "wal_b": wal / n, "fpi_b": fpi / n}
 
 

@@ -61,8 +61,8 @@ credentials_run() {
       PGDATABASE=$db /usr/bin/python3 bench/credentials.py "$k" "$CRED_N" "$CRED_CLIENTS" "$W/cred-nodes.$db" \
         >"$out.all" 2>"$out.err" || { cat "$out.err" >&2; die "credentials: $k at $n nodes"; }
       grep '"kind"' "$out.all" >"$out"
-      for f in call.machine_us call.load_us call.wal_b call.fpi_b call.per_s \
-               ceiling.machine_us ceiling.load_us ceiling.wal_b ceiling.fpi_b; do
+      for f in call.machine_us call.load_us call.backends_us call.wal_b call.fpi_b call.per_s \
+               ceiling.machine_us ceiling.load_us ceiling.backends_us ceiling.wal_b ceiling.fpi_b; do
         CR[$n,$k,$f]=$(cred_field "$out" ".$f")
       done
       log "credentials: $k at $n nodes: ${CR[$n,$k,call.machine_us]} µs of the machine, ${CR[$n,$k,call.wal_b]} B of WAL; plain SQL ${CR[$n,$k,ceiling.machine_us]} µs, ${CR[$n,$k,ceiling.wal_b]} B"
@@ -76,9 +76,9 @@ credentials_run() {
       grep '"variant"' "$out.all" >"$out"
       for k in none ima; do
         CR[$n,quote-$k,call.machine_us]=$(jq -r "select(.variant == \"$k\") | .cycle_cpu_ms * 1000" "$out")
-        CR[$n,quote-$k,call.wal_b]=$(jq -r "select(.variant == \"$k\") | .wal_kB * 1024" "$out")
+        CR[$n,quote-$k,call.wal_b]=$(jq -r "select(.variant == \"$k\") | .wal_p50_kB * 1024" "$out")
         CR[$n,quote-$k,ceiling.machine_us]=$(jq -r "select(.variant == \"ceiling-$k\") | .cycle_cpu_ms * 1000" "$out")
-        CR[$n,quote-$k,ceiling.wal_b]=$(jq -r "select(.variant == \"ceiling-$k\") | .wal_kB * 1024" "$out")
+        CR[$n,quote-$k,ceiling.wal_b]=$(jq -r "select(.variant == \"ceiling-$k\") | .wal_p50_kB * 1024" "$out")
       done
       CR[$n,quote,events]=$(jq -r 'select(.variant == "ceiling-none") | .bev' "$out")
       CRED_QUOTE=1
@@ -91,6 +91,8 @@ credentials_run() {
   done
 }
 
+# cred_nofpi WAL FPI: WAL less its full-page images.
+cred_nofpi() { awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/) print "n/a"; else printf "%.0f", a - b }'; }
 # cred_fmt X: fmt, or "-" for a figure this kind does not have.
 cred_fmt() { if [ -z "$1" ]; then echo -; else fmt "$1"; fi; }
 # cred_op NAME: µs of one crypto operation as bc_join calls it (bench/ossl-ops.c's line NAME...).
@@ -105,12 +107,12 @@ credentials_report() {
   declare -A ops=([renew]="2 2 0" [session]="2 2 0" [jwt]="1 2 0" [quote-none]="3 2 2" [quote-ima]="3 2 2")
   echo "### 10. Each credential's cost"
   echo
-  echo "What a fleet runs all day, one operation at a time, through the function the gateway calls for it: \`bench/credentials.py\` joins its nodes through \`bc_join()\`, keeps their keys and makes every request in advance (a renewal's new CSR and proof, a session's CSR and proof, a JWT-SVID's proof; each node one request per kind, a new session identity each), then calls \`bc_join.renew\`, \`issue_session\` and \`issue_jwt_svid\` $CRED_N times each over $CRED_CLIENTS warmed connections, and the limit's transactions as many times, in four halves (calls, limit, limit, calls), a \`CHECKPOINT\` before each. *µs of the machine* is the CPU of every process of the cluster (backends, WAL writer, checkpointer, autovacuum: \`/proc/PID/schedstat\`) and of the load (the driver's threads) per operation; *WAL* the insert LSN's advance per operation, full-page images (the first change of each page after the checkpoint) apart. The *limit* is the credential's own statements as plain SQL (\`bench/cred-ceiling-KIND.pgbench\`: the statements the function runs, read from it with \`auto_explain\`, on the same nodes' rows, sizes of real rows, prepared once, one round trip and a savepoint as the call) plus its crypto at \`bench/ossl-ops.c\`'s speed (section 2: $sign µs a sign, $verify µs a verify with its key import, $ecdh µs an ECDH)."
+  echo "What a fleet runs all day, one operation at a time, through the function the gateway calls for it: \`bench/credentials.py\` joins its nodes through \`bc_join()\`, keeps their keys and makes every request in advance (a renewal's new CSR and proof, a session's CSR and proof, a JWT-SVID's proof; each node one request per kind, a new session identity each), then calls \`bc_join.renew\`, \`issue_session\` and \`issue_jwt_svid\` $CRED_N times each over $CRED_CLIENTS warmed connections, and the limit's transactions as many times, in four halves (calls, limit, limit, calls), a \`CHECKPOINT\` before each. *µs of the machine* is the CPU of every process of the cluster (backends, WAL writer, checkpointer, autovacuum: \`/proc/PID/schedstat\`) and of the load (the driver's threads) per operation (*the backends*: the connections' own backends, the rest being the WAL writer, checkpointer and autovacuum; *the load*: the driver); *WAL* the insert LSN's advance per operation, and without the full-page images (the first change of each page after the checkpoint: with a million nodes a renewal touches index pages no other did since). The *limit* is the credential's own statements as plain SQL (\`bench/cred-ceiling-KIND.pgbench\`: the statements the function runs, read from it with \`auto_explain\`, on the same nodes' rows, sizes of real rows, prepared once, one round trip and a savepoint as the call) plus its crypto at \`bench/ossl-ops.c\`'s speed (section 2: $sign µs a sign, $verify µs a verify with its key import, $ecdh µs an ECDH)."
   echo
-  echo "A quote is one continuous-attestation cycle (both rounds of \`bc_join.attest\`) of \`bench/attest_cost.py\` on the same database: one TPM-bound node, a swtpm quoting each cycle (not counted), a real machine's event log (106 events, ${CR[${CRED_NODES%% *},quote,events]:-n/a} of them in PCRs 0-7 against the boot policy), enforce mode, $CRED_CYCLES cycles per variant, without an IMA increment and with 50 new entries; its µs is the backend's CPU (its other processes are not counted there), its limit the two rounds' statements as plain SQL (the event and IMA lookups with the same arrays) plus its crypto."
+  echo "A quote is one continuous-attestation cycle (both rounds of \`bc_join.attest\`) of \`bench/attest_cost.py\` on the same database: one TPM-bound node, a swtpm quoting each cycle (not counted), a real machine's event log (106 events, ${CR[${CRED_NODES%% *},quote,events]:-n/a} of them in PCRs 0-7 against the boot policy), enforce mode, $CRED_CYCLES cycles per variant, without an IMA increment and with 50 new entries; its µs is the backend's CPU (the cluster's other processes are not counted there), its WAL the median cycle's (the cluster's other writers, autovacuum among them, fall into some cycles), its limit the two rounds' statements as plain SQL (the event and IMA lookups with the same arrays) plus its crypto."
   echo
-  echo "| nodes | credential | µs of the machine | of which the load | WAL B/op | of which full-page images | plain SQL µs | its crypto µs | limit µs | limit / cost | plain SQL WAL B | WAL / plain SQL |"
-  echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| nodes | credential | µs of the machine | of which the backends / the load | plain SQL µs | its crypto µs | limit µs | limit / cost | WAL B/op | without full-page images | plain SQL WAL B | without full-page images | WAL / plain SQL, without images |"
+  echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for n in $CRED_NODES; do
     for k in renew session jwt quote-none quote-ima; do
       case $k in
@@ -124,7 +126,11 @@ credentials_report() {
       crypto=$(awk -v a="$nv" -v b="$ns" -v c="$ne" -v v="$verify" -v s="$sign" -v e="$ecdh" 'BEGIN { printf "%.0f", a * v + b * s + c * e }')
       lim=$(awk -v a="${CR[$n,$k,ceiling.machine_us]}" -v b="$crypto" 'BEGIN { if (a !~ /^[0-9.]+$/) print "n/a"; else printf "%.0f", a + b }')
       mach=${CR[$n,$k,call.machine_us]}
-      echo "| $(printf "%'d" "$n") | $label | $(fmt "$mach") | $(cred_fmt "${CR[$n,$k,call.load_us]:-}") | $(fmt "${CR[$n,$k,call.wal_b]}") | $(cred_fmt "${CR[$n,$k,call.fpi_b]:-}") | $(fmt "${CR[$n,$k,ceiling.machine_us]}") | $crypto | $lim | $(ratio "$lim" "$mach") | $(fmt "${CR[$n,$k,ceiling.wal_b]}") | $(ratio "${CR[$n,$k,call.wal_b]}" "${CR[$n,$k,ceiling.wal_b]}") |"
+      # WAL less its full-page images (the quote's: a median cycle, not after a checkpoint: none)
+      cw=$(cred_nofpi "${CR[$n,$k,call.wal_b]}" "${CR[$n,$k,call.fpi_b]:-0}")
+      lw=$(cred_nofpi "${CR[$n,$k,ceiling.wal_b]}" "${CR[$n,$k,ceiling.fpi_b]:-0}")
+      if [ -n "${CR[$n,$k,call.backends_us]:-}" ]; then split="$(fmt "${CR[$n,$k,call.backends_us]}") / $(fmt "${CR[$n,$k,call.load_us]}")"; else split="the backend alone"; fi
+      echo "| $(printf "%'d" "$n") | $label | $(fmt "$mach") | $split | $(fmt "${CR[$n,$k,ceiling.machine_us]}") | $crypto | $lim | $(ratio "$lim" "$mach") | $(fmt "${CR[$n,$k,call.wal_b]}") | $(fmt "$cw") | $(fmt "${CR[$n,$k,ceiling.wal_b]}") | $(fmt "$lw") | $(ratio "$cw" "$lw") |"
     done
   done
   echo
