@@ -14,7 +14,8 @@
 # issue_session, issue_jwt_svid) BENCH_CRED_N times over BENCH_CRED_CLIENTS
 # warmed connections, and the limit's plain-SQL transactions
 # (bench/cred-ceiling-KIND.pgbench) as many times, in four halves (call,
-# limit, limit, call).  The CPU counted is every process of the cluster
+# limit, limit, call), kind by kind with the node counts one after the
+# other (the databases are loaded first).  The CPU counted is every process of the cluster
 # (/proc/PID/schedstat) and the load's; the WAL is the insert LSN's
 # advance, full-page images apart.  The quote is bench/attest_cost.py on the
 # same database (BENCH_ATTEST_DB, BENCH_CEILING=1): one TPM-bound node, a
@@ -56,7 +57,13 @@ credentials_run() {
     if [ "$bulk" -gt 0 ]; then
       DB=$db sqlb -v start=1 -v n="$bulk" -f bench/load-nodes.sql >/dev/null
     fi
-    for k in $CRED_KINDS; do
+  done
+  # Kind by kind, every node count one after the other: the VM's speed drifts
+  # over minutes (and other work on it comes and goes), so the points of one
+  # kind are measured as close together as they can be.
+  for k in $CRED_KINDS; do
+    for n in $CRED_NODES; do
+      db=bench_cred$n
       out=$W/runs/cred-$k-$n.json
       PGDATABASE=$db /usr/bin/python3 bench/credentials.py "$k" "$CRED_N" "$CRED_CLIENTS" "$W/cred-nodes.$db" \
         >"$out.all" 2>"$out.err" || { cat "$out.err" >&2; die "credentials: $k at $n nodes"; }
@@ -67,6 +74,9 @@ credentials_run() {
       done
       log "credentials: $k at $n nodes: ${CR[$n,$k,call.machine_us]} µs of the machine, ${CR[$n,$k,call.wal_b]} B of WAL; plain SQL ${CR[$n,$k,ceiling.machine_us]} µs, ${CR[$n,$k,ceiling.wal_b]} B"
     done
+  done
+  for n in $CRED_NODES; do
+    db=bench_cred$n
     CR[$n,total]=$(DB=$db sqlb -c "SELECT count(*) FROM bc_join.nodes")
     # the quote: one TPM-bound node of this database, a swtpm quoting each cycle
     if command -v swtpm >/dev/null && command -v tpm2_quote >/dev/null && [ -x build/bcd ] && [ -x build/jose-tool ]; then
@@ -86,9 +96,9 @@ credentials_run() {
     else
       log "credentials: no swtpm, tpm2-tools, build/bcd or build/jose-tool: no quote"
     fi
-    # the database goes: a million nodes are gigabytes the next point does not need
-    psql -qAtX -d postgres -c "DROP DATABASE $db" >/dev/null
   done
+  # the databases go: a million nodes are gigabytes no later section needs
+  for n in $CRED_NODES; do psql -qAtX -d postgres -c "DROP DATABASE bench_cred$n" >/dev/null; done
 }
 
 # cred_nofpi WAL FPI: WAL less its full-page images.
