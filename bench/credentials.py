@@ -217,8 +217,11 @@ def cluster_cpu(pm):
 
 def ceiling_statements(path):
     """The statements of a bench/cred-ceiling-KIND.pgbench script, between \\startpipeline
-    and \\endpipeline, for PREPARE: :r is $1, the request's id (bench.ccseq there) $2."""
+    and \\endpipeline, for PREPARE: :r is $1, the request's id (bench.ccseq there) $2, and
+    what the script looks up by it in bench.creq (pgbench has no variables from a pipelined
+    query) is a parameter as it is in the function: its node $3, serial $4, tenant $5."""
     out, on = [], False
+    cur = "currval('bench.ccseq')"
     with open(path) as f:
         for line in f:
             line = line.strip()
@@ -227,8 +230,12 @@ def ceiling_statements(path):
             elif line == "\\endpipeline":
                 on = False
             elif on and line and not line.startswith("--"):
-                out.append(line.rstrip(";").replace("(SELECT nextval('bench.ccseq'))", "$2::bigint")
-                           .replace("currval('bench.ccseq')", "$2::bigint").replace(":r", "$1"))
+                line = line.rstrip(";").replace("(SELECT nextval('bench.ccseq'))", "$2::bigint")
+                for col, par in (("node_id", "$3::text"), ("serial", "$4::text"), ("tenant_id", "$5::text")):
+                    line = line.replace("(SELECT %s FROM bench.creq WHERE id = %s)" % (col, cur), par)
+                if "bench.creq" in line and "$2::bigint" not in line:
+                    sys.exit("credentials.py: %s: a lookup left in bench.creq: %s" % (path, line))
+                out.append(line.replace(":r", "$1"))
     return out
 
 
@@ -248,11 +255,13 @@ class Client:
             if st.upper() in ("BEGIN", "COMMIT") or st.upper().startswith(("SAVEPOINT", "RELEASE")):
                 self.tx.append(st)
                 continue
-            params = [t for t, used in (("bigint", "$1" in st or "$2" in st), ("bigint", "$2" in st)) if used]
-            self.cur.execute("PREPARE c%d(%s) AS %s" % (k, ", ".join(params), st) if params else
+            # the parameters up to the last one it uses ($1 r, $2 id, $3 node, $4 serial, $5 tenant)
+            used = max([i for i in range(1, 6) if "$%d" % i in st] or [0])
+            types = ["bigint", "bigint", "text", "text", "text"][:used]
+            names = ["%(r)s", "%(id)s", "%(node)s", "%(serial)s", "%(tenant)s"][:used]
+            self.cur.execute("PREPARE c%d(%s) AS %s" % (k, ", ".join(types), st) if used else
                              "PREPARE c%d AS %s" % (k, st))
-            self.tx.append("EXECUTE c%d(%s)" % (k, ", ".join(["%(r)s", "%(id)s"][:len(params)])) if params else
-                           "EXECUTE c%d" % k)
+            self.tx.append("EXECUTE c%d(%s)" % (k, ", ".join(names)) if used else "EXECUTE c%d" % k)
         self.ceiling = "; ".join(self.tx)
 
     def calls(self, ids):
@@ -264,7 +273,9 @@ class Client:
 
     def ceilings(self, ids):
         for i in ids:
-            self.cur.execute(self.ceiling, {"r": random.randrange(1, 1 << 62), "id": i})
+            node, serial, tenant = self.rows[i]
+            self.cur.execute(self.ceiling, {"r": random.randrange(1, 1 << 62), "id": i, "node": node,
+                                            "serial": serial, "tenant": tenant})
 
 
 def timed(clients, what, ids, pm, adm):
@@ -319,7 +330,10 @@ def measure(kind, n, nclients, nodefile):
         (SELECT certificate FROM bc_join.session_certs ORDER BY issued_at DESC LIMIT 1) AS session_certificate,
         (SELECT detail FROM bc_join.audit_log WHERE action = 'node.renew' ORDER BY id DESC LIMIT 1) AS detail""",
                  ("node.renewed" if kind == "renew" else "session.provisioned",))
+    acur.execute("SELECT id, node_id, serial, tenant_id FROM bench.creq")
+    rows = {r[0]: r[1:] for r in acur.fetchall()}
     for k, c in enumerate(clients):
+        c.rows = rows
         c.prepare_ceiling(stmts)
         c.ceilings(wids[k::nclients])
     acur.execute("SELECT bc_join.attestor_stats_reset()")
