@@ -24,6 +24,13 @@ variants, interleaved cycle by cycle so a drifting machine weighs on both
 alike: no IMA increment (an empty one: nothing new measured), and an
 increment of BENCH_IMA (50) entries.  Prints a JSON line per variant and a
 markdown table; exit 1 when a cycle was not "attested".
+
+bench/run's section `credentials` runs it with BENCH_ATTEST_DB=NAME (on that
+database of the cluster the PG* environment names, whose nodes are already
+there, instead of a cluster of its own; a tenant of its own, "attest-cost")
+and BENCH_CEILING=1: after the timed cycles, as many cycles of the plain-SQL
+limit (the two rounds' statements without the crypto, the log's replay or
+the C code), a JSON line per variant ("ceiling-none", "ceiling-ima").
 """
 import base64
 import hashlib
@@ -73,11 +80,18 @@ def free_port(n=1):
                               stdout=subprocess.PIPE, check=True, text=True).stdout)
 
 
+# BENCH_ATTEST_DB=NAME: on that database of the cluster PGHOST/PGPORT name (bench/run's
+# section `credentials`: the extension there, nodes already in it) instead of a cluster
+# of its own; a tenant of its own, "attest-cost".
+ON_DB = os.environ.get("BENCH_ATTEST_DB")
+
+
 def cleanup():
     for p in procs:
         p.kill()
         p.wait()
-    subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "stop", os.path.join(W, "pg")],
+    if not ON_DB:
+        subprocess.run([os.path.join(TOP, "tools/pg-throwaway"), "stop", os.path.join(W, "pg")],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if not os.environ.get("BENCH_KEEP"):
         shutil.rmtree(W, ignore_errors=True)
@@ -98,8 +112,8 @@ def rd(name):
         return f.read()
 
 
-def main():
-    # -- the cluster: fsync on, as a primary runs --------------------------------
+def own_cluster():
+    """A throwaway cluster with fsync on, as a primary runs, and its database bench: the connection."""
     keys = os.path.join(W, "keys")
     subprocess.run([os.path.join(TOP, "tools/bc-join-keygen"), keys], check=True, stdout=subprocess.DEVNULL)
     pgdir, pgport = os.path.join(W, "pg"), free_port()
@@ -114,7 +128,11 @@ def main():
     adm.close()
     subprocess.run(pgt + ["stop", pgdir], check=True, stdout=subprocess.DEVNULL)
     subprocess.run(start, check=True, stdout=subprocess.DEVNULL)
-    db = psycopg2.connect(host=env["PGHOST"], port=env["PGPORT"], user="postgres", dbname="bench")
+    return psycopg2.connect(host=env["PGHOST"], port=env["PGPORT"], user="postgres", dbname="bench")
+
+
+def main():
+    db = psycopg2.connect(dbname=ON_DB) if ON_DB else own_cluster()
     db.autocommit = True
     cur = db.cursor()
 
@@ -122,9 +140,10 @@ def main():
         cur.execute(sql, args)
         return cur.fetchone()[0]
 
-    one("SELECT current_setting('fsync')") == "on" or sys.exit("fsync is not on")
-    cur.execute("CREATE EXTENSION bc_join")
-    tenant = one("SELECT bc_join.create_tenant('bench')")
+    ON_DB or one("SELECT current_setting('fsync')") == "on" or sys.exit("fsync is not on")
+    if not ON_DB:
+        cur.execute("CREATE EXTENSION bc_join")
+    tenant = one("SELECT bc_join.create_tenant(%s)", "attest-cost" if ON_DB else "bench")
     site = one("SELECT bc_join.create_site(%s, 'dc')", tenant)
     pool = one("SELECT bc_join.create_pool(%s, %s, 'p')", tenant, site)
     with open(os.path.join(W, "service-keys.json"), "w") as f:
@@ -250,7 +269,7 @@ def main():
         a2, w2, c2, s2 = call(req)
         st = a2.get("status")
         return {"status": st, "w1": w1, "c1": c1, "s1": s1, "w2": w2, "c2": c2, "s2": s2, "tq": tq, "n_ima": len(ima) - off,
-                "bytes2": len(json.dumps(req))}
+                "bytes2": len(json.dumps(req)), "body1": json.dumps({"proof": p1}), "body2": json.dumps(req)}
 
     # A first cycle observed, promoted into the policy; enforce from then on.
     c = cycle()
@@ -276,11 +295,98 @@ def main():
             l0 = one("SELECT pg_current_wal_lsn()::text")
             c = cycle()
             l1 = one("SELECT pg_current_wal_lsn()::text")
-            wal[variant] += float(one("SELECT pg_wal_lsn_diff(%s, %s)", l1, l0))
+            c["wal"] = float(one("SELECT pg_wal_lsn_diff(%s, %s)", l1, l0))
+            wal[variant] += c["wal"]
             if c["status"] != "attested" or c["n_ima"] != (IMA_N if variant == "ima" else 0):
                 bad.append((variant, i, c))
                 continue
             res[variant].append(c)
+    # BENCH_CEILING=1: the plain-SQL limit of a cycle (bench/run's section `credentials`):
+    # the statements bc_join.attest() runs in its two rounds (src/ext/attest.c, proof.c),
+    # on this node's rows, without the crypto, the event log's parse and replay and the
+    # C code: each round one transaction in one round trip (its statements prepared
+    # once, sent as one string of EXECUTEs), the same request body cast to jsonb as the
+    # call's statement does, in a savepoint as the call's round.  Round 2 looks the
+    # log's events of PCRs 0-7 up in boot_policy and, with an increment, its entries in
+    # ima_policy, with the arrays the call passes (the same events and entries).
+    ceil = {}
+    if os.environ.get("BENCH_CEILING") and res["none"] and res["ima"]:
+        node_id = pl["nodeId"]
+        bev = [e for e in rep["events"] if e["pcr"] < 8 and e["digests"].get("sha256") and e["typeName"] != "EV_NO_ACTION"]
+        bpcr = [e["pcr"] for e in bev]
+        btyp = [e["typeName"] for e in bev]
+        bdig = [psycopg2.Binary(bytes.fromhex(e["digests"]["sha256"])) for e in bev]
+        ipath = [f[0] for f in FILES]
+        idig = [psycopg2.Binary(hashlib.sha256(f[1]).digest()) for f in FILES]
+        lock = ("SELECT c.node_id, c.identity_generation, c.not_after <= bc_join.compute_now(), c.revoked_at IS NOT NULL, "
+                "c.revocation_reason IS NOT DISTINCT FROM 'renewed', c.certificate, c.allowed_kinds, c.node_key_uri, "
+                "extract(epoch FROM c.not_after - bc_join.compute_now())::bigint, n.identity_generation, n.state, n.tenant_id, "
+                "n.role, EXISTS (SELECT 1 FROM bc_join.node_attestation a WHERE a.node_id = n.id AND a.state = 'quarantined'), "
+                "c.revocation_reason FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id "
+                "WHERE c.serial = $1 FOR SHARE OF c, n")
+        use = ("INSERT INTO bc_join.attestation_uses (attestor, subject, node_id, expires_at) "
+               "VALUES ($1, sha256($2::text::bytea), $3, now() + interval '10 minutes') ON CONFLICT DO NOTHING")
+        sett = ("SELECT coalesce(s.interval_seconds, 60), coalesce(s.pcrs, '{0,1,2,3,4,5,6,7}'), coalesce(s.mode, 'observe') = 'enforce', "
+                "n.pool_id FROM bc_join.nodes n LEFT JOIN bc_join.attestation_settings s ON s.pool_id = n.pool_id WHERE n.id = $1")
+        na = "SELECT state, reset_count, restart_count, clock, ima_offset, ima_pcr10 FROM bc_join.node_attestation WHERE node_id = $1"
+        boot = ("SELECT e.i::int FROM unnest($1::int[], $2::text[], $3::bytea[]) WITH ORDINALITY AS e(pcr, typ, digest, i) "
+                "WHERE NOT EXISTS (SELECT 1 FROM bc_join.boot_policy p WHERE p.tenant_id = $4 AND (p.pool_id IS NULL OR p.pool_id = $5) "
+                "AND p.pcr = e.pcr AND p.event_type = e.typ AND p.digest = e.digest) ORDER BY e.i LIMIT 1")
+        imaq = ("SELECT e.i::int FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS e(path, digest, i) "
+                "WHERE NOT EXISTS (SELECT 1 FROM bc_join.ima_policy p WHERE p.tenant_id = $3 AND (p.pool_id IS NULL OR p.pool_id = $4) "
+                "AND p.path = e.path AND p.digest = e.digest) AND NOT EXISTS (SELECT 1 FROM bc_join.ima_excludes x "
+                "WHERE x.tenant_id = $3 AND (x.pool_id IS NULL OR x.pool_id = $4) AND e.path ~ x.path_regex) ORDER BY e.i LIMIT 1")
+        upd = ("UPDATE bc_join.node_attestation SET state = CASE WHEN state = 'quarantined' THEN state ELSE 'healthy' END, "
+               "last_quote_at = bc_join.compute_now(), last_result = 'passed', last_reason = NULL, last_passed_at = bc_join.compute_now(), "
+               "reset_count = reset_count, restart_count = restart_count, clock = clock, ima_offset = ima_offset, ima_pcr10 = ima_pcr10, "
+               "missed_reported_at = NULL, failures = CASE WHEN state = 'quarantined' THEN failures ELSE 0 END "
+               "WHERE node_id = $1 RETURNING state")
+        seen = ("UPDATE bc_join.nodes n SET last_seen_at = bc_join.compute_now(), state = CASE WHEN n.state = 'adopting' THEN 'active' "
+                "ELSE n.state END, updated_at = CASE WHEN n.state = 'adopting' THEN bc_join.compute_now() ELSE n.updated_at END "
+                "WHERE n.id = (SELECT x.id FROM bc_join.nodes x WHERE x.id = $1 AND x.state <> 'retired' AND (x.state = 'adopting' "
+                "OR x.last_seen_at < bc_join.compute_now() - interval '1 minute') FOR NO KEY UPDATE SKIP LOCKED)")
+        for name, sql, types in (("q_lock", lock, "text"), ("q_use", use, "text, text, text"), ("q_sett", sett, "text"),
+                                 ("q_na", na, "text"), ("q_nafor", na + " FOR UPDATE", "text"),
+                                 ("q_nains", "INSERT INTO bc_join.node_attestation (node_id) VALUES ($1) ON CONFLICT "
+                                  "ON CONSTRAINT node_attestation_pkey DO NOTHING", "text"),
+                                 ("q_boot", boot, "int[], text[], bytea[], text, text"), ("q_ima", imaq, "text[], bytea[], text, text"),
+                                 ("q_upd", upd, "text"), ("q_seen", seen, "text"), ("q_body", "SELECT $1::jsonb IS NULL", "text"),
+                                 ("q_kids", "SELECT k FROM bc_join.compromised_kids() AS k", "")):
+            cur.execute("PREPARE %s%s AS %s" % (name, "(%s)" % types if types else "", sql))
+        r1 = ("BEGIN; EXECUTE q_body(%(b)s); SAVEPOINT round; EXECUTE q_lock(%(s)s); "
+              "EXECUTE q_use('attest', %(u)s, %(n)s); EXECUTE q_sett(%(n)s); EXECUTE q_na(%(n)s); EXECUTE q_kids; "
+              "RELEASE SAVEPOINT round; COMMIT")
+        r2 = ("BEGIN; EXECUTE q_body(%(b)s); SAVEPOINT round; EXECUTE q_lock(%(s)s); "
+              "EXECUTE q_use('attest', %(u)s, %(n)s); EXECUTE q_use('attest', %(u2)s, %(n)s); EXECUTE q_sett(%(n)s); "
+              "EXECUTE q_nains(%(n)s); EXECUTE q_nafor(%(n)s); "
+              "EXECUTE q_boot(%(bp)s, %(bt)s, %(bd)s, %(t)s, %(p)s); {ima}"
+              "EXECUTE q_upd(%(n)s); EXECUTE q_seen(%(n)s); EXECUTE q_kids; RELEASE SAVEPOINT round; COMMIT")
+        bodies = {v: (res[v][-1]["body1"], res[v][-1]["body2"]) for v in ("none", "ima")}
+        cres = {"none": [], "ima": []}
+        cwal = {"none": [], "ima": []}
+        for i in range(CYCLES + 2):          # the first two warm the plans up, untimed
+            for variant in ("none", "ima") if i % 2 == 0 else ("ima", "none"):
+                args = {"s": serial, "n": node_id, "t": tenant, "p": pool, "bp": bpcr, "bt": btyp, "bd": bdig,
+                        "u": "c%d-%s-1-%f" % (i, variant, time.time()), "u2": "c%d-%s-2-%f" % (i, variant, time.time()),
+                        "ip": ipath, "id": idig}
+                q2 = r2.replace("{ima}", "EXECUTE q_ima(%(ip)s, %(id)s, %(t)s, %(p)s); " if variant == "ima" else "")
+                l0 = one("SELECT pg_current_wal_lsn()::text")
+                c0 = cpu_ns()
+                cur.execute(r1, dict(args, b=bodies[variant][0]))
+                c1 = cpu_ns()
+                cur.execute(q2, dict(args, b=bodies[variant][1]))
+                c2 = cpu_ns()
+                l1 = one("SELECT pg_current_wal_lsn()::text")
+                if i >= 2:
+                    cwal[variant].append(float(one("SELECT pg_wal_lsn_diff(%s, %s)", l1, l0)))
+                    cres[variant].append(((c1 - c0) / 1e9, (c2 - c1) / 1e9))
+        for variant, cs in cres.items():
+            ceil[variant] = {"n": len(cs), "r1_cpu_ms": sum(c[0] for c in cs) / len(cs) * 1e3,
+                             "r2_cpu_ms": sum(c[1] for c in cs) / len(cs) * 1e3,
+                             "cycle_cpu_ms": sum(c[0] + c[1] for c in cs) / len(cs) * 1e3,
+                             "wal_kB": sum(cwal[variant]) / len(cs) / 1024.0,
+                             "wal_p50_kB": pct(cwal[variant], 50) / 1024.0, "bev": len(bev), "ima": IMA_N if variant == "ima" else 0}
+            print(json.dumps(dict(ceil[variant], variant="ceiling-" + variant)))
     if os.environ.get("BENCH_WALSTATS"):
         cur.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         for variant in ("none", "ima"):
@@ -312,6 +418,7 @@ def main():
             "r2_cpu_ms": m("c2") * 1e3, "r1_in_ms": pct([c["s1"] for c in cs], 50) * 1e3,
             "r2_in_ms": pct([c["s2"] for c in cs], 50) * 1e3, "cycle_wall_ms": (m("w1") + m("w2")) * 1e3, "cycle_cpu_ms": cyc_cpu * 1e3,
             "tpm_ms": m("tq") * 1e3, "round2_kB": m("bytes2") / 1024.0, "wal_kB": wal[variant] / len(cs) / 1024.0,
+            "wal_p50_kB": pct([c["wal"] for c in cs], 50) / 1024.0,
             "per_s_2cores": 2.0 / cyc_cpu, "nodes_60s_2cores": 2.0 / cyc_cpu * 60}
         print(json.dumps(dict(out[variant], variant=variant)))
     print()

@@ -1,4 +1,4 @@
-# bench/sections/fleet.sh: section 10, the fleet one primary carries (issue
+# bench/sections/fleet.sh: section 11, the fleet one primary carries (issue
 # 49, done-when 2).  bench/fleet.c simulates N nodes against the real
 # bc-gateway and this cluster: each joins once through the custom attestor
 # sim-restricted (registered here with the documented SQL, docs/attestors.md:
@@ -267,7 +267,7 @@ for k in sys.argv[1].split("."):
 print(d)' "$2"; }
 
 fleet_report() {
-  echo "### 10. The fleet one primary carries"
+  echo "### 11. The fleet one primary carries"
   echo
   if [ "$FLEET_OK" != 1 ]; then
     echo "Not measured: build/bc-gateway is missing or BENCH_FLEET=0."
