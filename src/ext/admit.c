@@ -190,7 +190,11 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 		nv[2] = CStringGetTextDatum(req->attestor);
 		if (bc_spi_exec(&insert_binding, nv, NULL, false, 0) != 1)
 		{
-			if (bc_spi_exec(&binding_owner, nv, NULL, true, 1) != 1 ||
+			/*
+			 * A new snapshot (read_only false): the owner may have committed
+			 * while the insert waited for it, after this statement began.
+			 */
+			if (bc_spi_exec(&binding_owner, nv, NULL, false, 1) != 1 ||
 				strcmp(bc_spi_text(Anum_bo_node), node_id) != 0)
 				bc_refuse_join("join:bound-elsewhere", res->tenant_id);
 		}

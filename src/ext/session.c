@@ -242,8 +242,16 @@ bc_reserve_session(const char *who, const char *node_id, const char *tenant,
 	if (bc_spi_exec(&find_session, f, NULL, true, 1) != 1)
 	{
 		check_session_bounds(who, node_id, tenant);
+
+		/*
+		 * No row back: a request for the same identity reserved it and
+		 * committed while the insert waited for it, out of this statement's
+		 * snapshot.  Read it again in a new one (read_only false): READ
+		 * COMMITTED sees it; under REPEATABLE READ / SERIALIZABLE the insert
+		 * itself already failed with a serialization failure (40001).
+		 */
 		if (bc_spi_exec(&reserve_session, v, NULL, false, 1) != 1 &&
-			bc_spi_exec(&find_session, f, NULL, true, 1) != 1)	/* reserved by a request that committed meanwhile */
+			bc_spi_exec(&find_session, f, NULL, false, 1) != 1)
 			elog(ERROR, "session of node %s vanished while reserving it", node_id);
 	}
 	*created = bc_spi_bool(Anum_rs_created);
