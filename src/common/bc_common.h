@@ -373,6 +373,8 @@ int			bc_csr_set_cert_pubkey(const bc_csr *csr, X509 *cert);
 
 /* SHA-256 over the DER SubjectPublicKeyInfo of key. */
 int			bc_pkey_spki_sha256(EVP_PKEY *key, unsigned char out[BC_SHA256_LEN]);
+/* The same over a certificate's SubjectPublicKeyInfo, from its own encoding (no provider encoder). */
+int			bc_cert_spki_sha256(X509 *cert, unsigned char out[BC_SHA256_LEN]);
 
 /* A CSR for key (subject CN=cn when not NULL), signed with SHA-256, as DER. */
 int			bc_csr_create(EVP_PKEY *key, const char *cn,

@@ -116,8 +116,15 @@ bc_issue_and_record(const BcJoinRequest *req, const char *tenant_id, const char 
 	else
 		nn[9] = nn[10] = 'n';
 	bc_spi_exec(&insert_cert, nv, nn, false, 0);
-	/* A site agent re-keyed: every discovery assertion it signed before is stale. */
-	bc_spi_exec(&site_agent_rekeyed, nv + 1, NULL, false, 0);
+
+	/*
+	 * A site agent re-keyed: every discovery assertion it signed before is
+	 * stale.  req->role is the node's own role here (a join's, which a
+	 * reclaim keeps, result.c; a renewal's, read from the node), so any
+	 * other role skips the statement, which would update nothing.
+	 */
+	if (strcmp(req->role, BC_ROLE_SITE) == 0)
+		bc_spi_exec(&site_agent_rekeyed, nv + 1, NULL, false, 0);
 }
 
 static BcPlan node_quarantined = {
@@ -223,8 +230,8 @@ bc_admit(const BcJoinRequest *req, BcAttestResult *res, int ttl, MemoryContext o
 		bc_json_member_raw(&ev, "detail", res->joined_detail);
 	bc_json_end(&ev);
 	evj = bc_jsonb(ev.data);
-	bc_emit_event(res->tenant_id, "node.joined", evj);
-	bc_audit(reclaim ? "node.reclaim" : "node.join", res->tenant_id, node_id, evj);
+	bc_emit_event_audit(res->tenant_id, "node.joined", reclaim ? "node.reclaim" : "node.join",
+						node_id, evj);
 
 	if (res->spend_token)
 		bc_spend_join_token(res->token_id);

@@ -390,7 +390,10 @@ extern bool bc_kid_listed(List *kids, const char *kid);
 
 /* Insert into bc_join.events (SPI connected). */
 extern void bc_emit_event(const char *tenant_id, const char *type, Jsonb *payload);
-/* The same, returning the event's id. */
+/* The event and its audit row (action, payload as detail) in one statement. */
+extern void bc_emit_event_audit(const char *tenant_id, const char *type, const char *action,
+								const char *node_id, Jsonb *payload);
+/* Insert into bc_join.events, returning the event's id. */
 extern int64 bc_emit_event_id(const char *tenant_id, const char *type, Jsonb *payload);
 /* Insert into bc_join.audit_log (SPI connected). */
 extern void bc_audit(const char *action, const char *tenant_id, const char *node_id,

@@ -36,7 +36,7 @@
 static void
 cert_spki_sha256(X509 *cert, unsigned char out[BC_SHA256_LEN])
 {
-	if (bc_pkey_spki_sha256(X509_get0_pubkey(cert), out) != BC_OK)
+	if (bc_cert_spki_sha256(cert, out) != BC_OK)
 		elog(ERROR, "could not hash a certificate's public key");
 }
 

@@ -35,6 +35,38 @@ bc_emit_event(const char *tenant_id, const char *type, Jsonb *payload)
 	bc_spi_exec(&insert_event, values, NULL, false, 0);
 }
 
+/*
+ * The event and its audit row as one write: one statement (two rows, the
+ * same payload) instead of two, for the requests that record both (a join,
+ * a renewal).  The two tables have no trigger reading the other, so the
+ * order of the two inserts inside the statement does not matter.
+ */
+static BcPlan insert_event_audit = {
+	"WITH e AS (INSERT INTO bc_join.events (tenant_id, type, payload) VALUES ($1, $2, $5)) "
+	"INSERT INTO bc_join.audit_log (action, tenant_id, node_id, detail) VALUES ($3, $1, $4, $5)",
+	5, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID}
+};
+
+/* Insert the event and the audit row with its payload as detail, in one statement (SPI connected). */
+void
+bc_emit_event_audit(const char *tenant_id, const char *type, const char *action,
+					const char *node_id, Jsonb *payload)
+{
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+	values[0] = CStringGetTextDatum(tenant_id);
+	values[1] = CStringGetTextDatum(type);
+	values[2] = CStringGetTextDatum(action);
+	if (node_id)
+		values[3] = CStringGetTextDatum(node_id);
+	else
+		nulls[3] = 'n';
+	values[4] = JsonbPGetDatum(payload);
+	if (bc_spi_exec(&insert_event_audit, values, nulls, false, 0) != 1)
+		elog(ERROR, "the audit row of event %s was not inserted", type);
+}
+
 /* Insert into bc_join.events and return the new row's id (SPI connected). */
 int64
 bc_emit_event_id(const char *tenant_id, const char *type, Jsonb *payload)

@@ -171,8 +171,7 @@ renew_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 		bc_json_member_bool(&ev, "caCompromise", true);
 	bc_json_end(&ev);
 	evj = bc_jsonb(ev.data);
-	bc_emit_event(c.tenant, "node.renewed", evj);
-	bc_audit("node.renew", c.tenant, c.node_id, evj);
+	bc_emit_event_audit(c.tenant, "node.renewed", "node.renew", c.node_id, evj);
 
 	return bc_issued_response(req, c.node_id, c.tenant, c.role, c.generation, &issued,
 							  c.allowed_kinds, c.has_allowed_kinds, outcxt);

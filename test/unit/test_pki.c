@@ -623,6 +623,14 @@ test_cert_from_csr(void **state)
 	assert_int_equal(bc_csr_spki_sha256(csr, h1), BC_OK);
 	assert_int_equal(bc_pkey_spki_sha256(X509_get0_pubkey(cert), h2), BC_OK);
 	assert_memory_equal(h1, h2, sizeof(h1));
+	/* the certificate's own SPKI encoding hashes the same, and so does the CA's */
+	memset(h2, 0, sizeof(h2));
+	assert_int_equal(bc_cert_spki_sha256(cert, h2), BC_OK);
+	assert_memory_equal(h1, h2, sizeof(h1));
+	assert_int_equal(bc_cert_spki_sha256(f->ca, h1), BC_OK);
+	assert_int_equal(bc_pkey_spki_sha256(f->ca_key, h2), BC_OK);
+	assert_memory_equal(h1, h2, sizeof(h1));
+	assert_int_equal(bc_cert_spki_sha256(NULL, h2), BC_EINVAL);
 	X509_free(cert);
 	X509_free(issued);
 	free(cert_der);
