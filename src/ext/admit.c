@@ -278,6 +278,17 @@ enum
 	Anum_kh_join_subject
 };
 
+/*
+ * Whether any certificate holds this key: two index probes, the common
+ * answer (a new key) without key_holder's join, sort and projection (about
+ * half its executor work).  Under the same lock as key_holder.
+ */
+static BcPlan key_held = {
+	"SELECT EXISTS (SELECT 1 FROM bc_join.node_certs WHERE spki_sha256 = $1) "
+	"    OR EXISTS (SELECT 1 FROM bc_join.session_certs WHERE spki_sha256 = $1)",
+	1, {BYTEAOID}
+};
+
 /* The note of a certificate's first repeat: once per certificate (attestation_uses). */
 static BcPlan repeat_note_once = {
 	"INSERT INTO bc_join.attestation_uses (attestor, subject, node_id, expires_at) "
@@ -308,6 +319,10 @@ bc_key_reuse_check(BcJoinRequest *req, const char *who, bool join)
 	(void) bc_xact_lock(BC_LOCK_JOIN_KEY, (uint32) k, true);
 
 	v[0] = PointerGetDatum(bc_bytea(req->csr_spki_sha256, BC_SHA256_LEN));
+	if (bc_spi_exec(&key_held, v, NULL, false, 1) != 1)
+		elog(ERROR, "the key-reuse probe returned no row");
+	if (!bc_spi_bool(1))
+		return;
 	v[1] = PointerGetDatum(bc_bytea(req->csr_sha256, BC_SHA256_LEN));
 	v[2] = CStringGetTextDatum(req->attestor);
 	v[3] = CStringGetTextDatum(req->role);

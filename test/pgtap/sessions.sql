@@ -13,7 +13,7 @@
 \set mk `rm -rf :d && mkdir -p :d`
 
 BEGIN;
-SELECT plan(43);
+SELECT plan(46);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -79,6 +79,13 @@ SELECT isnt(pg_temp.payload(pg_temp.ask(:'s2', :'proof3'))->>'sessionId', :'sid'
 ----------------------------------------------------------------- refusals
 SELECT is(pg_temp.ask(:'s2', :'proof2'), :'refused'::jsonb, 'a replayed proof: the one refusal');
 SELECT is(pg_temp.last_refusal(), :'tenant' || ' session:reused', 'refused reused');
+
+-- a session's key never joins: one key, one certificate, session certificates too
+SELECT bc_join.create_join_token(:'tenant', :'pool') AS tok2 \gset
+\set jreq2 `:bcd join-request --service-keys :keys --token :'tok2' --out-dir :d/s1`
+SELECT is(bc_join(:'jreq2'), :'refused'::jsonb, 'a join with a session certificate''s key: the one refusal');
+SELECT is(pg_temp.last_refusal(), 'root join:key-reused', 'refused join:key-reused');
+SELECT is((SELECT uses_left FROM bc_join.join_tokens WHERE id = split_part(:'tok2', '.', 1)), 1, 'its token is not spent');
 
 SELECT pg_temp.pp(:'ns', :'s2', 'sess-2', NULL, 3) AS p4 \gset
 \set proof4 `printf %s :'p4' | :josetool sign :d/s1/node.key`
