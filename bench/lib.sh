@@ -271,7 +271,7 @@ reset_nodes() {
 }
 # pct FILE P: the P-th percentile (nearest rank) of the sorted numbers in FILE.
 pct() { awk -v p="$2" '{ a[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i = int(NR * p / 100 + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR; print a[i] }' "$1"; }
-fmt() { awk -v x="$1" 'BEGIN { if (x == "nan" || x == "") print "n/a"; else printf "%.*f", (x >= 100 ? 0 : (x >= 10 ? 1 : 2)), x }'; }
+fmt() { awk -v x="$1" 'BEGIN { if (x == "nan" || x == "") print "n/a"; else { a = (x < 0) ? -x : x; printf "%.*f", (a >= 100 ? 0 : (a >= 10 ? 1 : 2)), x } }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^-?[0-9.]+$/ || b !~ /^-?[0-9.]+$/ || b + 0 == 0) print "n/a"; else printf "%.0f%%", 100 * a / b }'; }
 INVALID=()
 declare -gA BAD_RUN      # BAD_RUN[name]=reason: the run's numbers are no result
