@@ -3,7 +3,7 @@
 # on the same cluster, and bc-gateway's POST /v1/join, driven by wrk
 # (bench/bodies.lua).  BENCH_HTTP=0 skips it.  Sourced by bench/run.
 
-declare -gA CF_TPS CF_P50 CF_P99 CFDB_TPS CFDB_P50 CFDB_P99 GW_TPS GW_P50 GW_P99 PF_G
+declare -gA CF_TPS CF_P50 CF_P99 CFDB_TPS CFDB_P50 CFDB_P99 GW_TPS GW_P50 GW_P99 PF_G CFDB_BAD GW_BAD
 GW_PERF_OK=0
 # gw_perf_split FILE RATE: PF_G[part] = µs of the machine per request through
 # the gateway, by process (and for bc-gateway by library), as perf_split does.
@@ -26,9 +26,11 @@ gw_perf_split() {
       t[k] += p; all += p }
     END { for (k in t) printf "%s %.0f\n", k, t[k] / all * 1e6 / tps }')
 }
-# wrkrun NAME URL BODIES CLIENTS SECS: sets TPS P50 P99 (ms).
+# wrkrun NAME URL BODIES CLIENTS SECS: sets TPS P50 P99 (ms), and RUN_OK (0
+# when the run is in INVALID: its numbers are no result).
 wrkrun() {
   local name=$1 url=$2 bodies=$3 c=$4 secs=$5 d=$W/runs/$1 t line non200 wrapped
+  RUN_OK=1
   t=$(( c < NPROC ? c : NPROC ))
   mkdir -p "$d"
   sqlb -c "CHECKPOINT" >/dev/null
@@ -42,10 +44,12 @@ wrkrun() {
   wrapped=$(echo "$line" | sed 's/.*wrapped=\([0-9]*\).*/\1/')
   if [ "$non200" != 0 ] || grep -q 'Socket errors' "$d/out"; then
     INVALID+=("$name: $non200 answers other than 200, $(grep 'Socket errors' "$d/out" || echo 'no socket errors')")
+    RUN_OK=0
     log "WARNING $name: $non200 answers other than 200"
   fi
   if [ "$wrapped" != 0 ] && [ "${6:-}" = once ]; then
     INVALID+=("$name: bodies ran out and were sent again")
+    RUN_OK=0
     log "WARNING $name: bodies ran out"
   fi
   log "$name: $TPS req/s, p50 $(fmt "$P50") ms, p99 $(fmt "$P99") ms"
@@ -102,7 +106,7 @@ http_run() {
   cfssl_serve -db-config "$CF/db.json"
   for c in $HTTP_CLIENTS; do
     wrkrun "cfssl-db-c$c" "https://127.0.0.1:$CFPORT/api/v1/cfssl/sign" "$W/req/http.cfssl" "$c" "$SECS"
-    CFDB_TPS[$c]=$TPS CFDB_P50[$c]=$P50 CFDB_P99[$c]=$P99
+    CFDB_TPS[$c]=$TPS CFDB_P50[$c]=$P50 CFDB_P99[$c]=$P99 CFDB_BAD[$c]=$((1 - RUN_OK))
   done
   stop_pid "$CFPID"
   CF_ROWS=$(psql -qAtX -d cfssl -c "SELECT count(*) FROM certificates")
@@ -121,7 +125,7 @@ http_run() {
       tail -n +"$((off + 1))" "$W/req/http.join" >"$W/req/http.join.next"
       sqlb -c "SELECT bc_join.attestor_stats_reset()" >/dev/null
       wrkrun "gateway-c$c" "https://127.0.0.1:$GWPORT/v1/join" "$W/req/http.join.next" "$c" "$SECS" once
-      GW_TPS[$c]=$TPS GW_P50[$c]=$P50 GW_P99[$c]=$P99
+      GW_TPS[$c]=$TPS GW_P50[$c]=$P50 GW_P99[$c]=$P99 GW_BAD[$c]=$((1 - RUN_OK))
       used=$(sqlb -c "SELECT coalesce(sum(calls), 0) FROM bc_join.attestor_statistics")
       off=$((off + used))
     done
@@ -167,6 +171,8 @@ http_report() {
       done
       echo
       echo "Gateway joins / SQL joins: $(for c in $HTTP_CLIENTS; do printf '%s at %s, ' "$(ratio "${GW_TPS[$c]}" "${J_TPS[$c]:-}")" "$c"; done | sed 's/, $//')."
+      echo
+      http_cfssl_report
       if [ "$GW_PERF_OK" = 1 ]; then
         echo
         echo "Where a join's machine time goes through the gateway: \`perf record -a -F 999\` during one more $SECS s run at $PF_G_N clients ($(fmt "$PF_G_TPS") joins/s); each part's share of the samples × 1 / rate (both cores). The SQL join's own split is section 6."
@@ -204,4 +210,51 @@ http_report() {
     fi
     echo
   fi
+}
+
+# http_cfssl_report: issue 49's second target, the gateway ≥ 1.0× cfssl serve
+# with its database at every client count, as the time a request spends in
+# the system (clients / rate, Little's law, µs of wall time), and where it is
+# missed, how much of it the SQL join alone (section 1, same client count)
+# already is and how much the relay adds.  A missing input is n/a.
+http_cfssl_report() {
+  local c g f q sqlus short sqlx relay why v met="" missed="" bad=""
+  echo "**Against cfssl + its database (issue 49: ≥ 1.0× at every client count).** A request's time in the system, µs of wall time = clients / rate (Little's law); the SQL join alone is section 1's point at the same client count (clients / SQL joins/s); the relay's part = through the gateway − the SQL join alone."
+  echo
+  echo "| clients | gateway req/s | cfssl + db req/s | gateway / cfssl + db | a request through the gateway, µs | cfssl + db's µs | short by µs | the SQL join alone, µs | why |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+  for c in $HTTP_CLIENTS; do
+    if [ "${GW_BAD[$c]:-0}" = 1 ] || [ "${CFDB_BAD[$c]:-0}" = 1 ]; then
+      echo "| $c | $( [ "${GW_BAD[$c]:-0}" = 1 ] && echo 'invalid (see below)' || fmt "${GW_TPS[$c]:-}") | $( [ "${CFDB_BAD[$c]:-0}" = 1 ] && echo 'invalid (see below)' || fmt "${CFDB_TPS[$c]:-}") | n/a | n/a | n/a | n/a | n/a | n/a: the point is not valid |"
+      bad+="${bad:+, }$c"
+      continue
+    fi
+    q=""
+    [ -z "${P_BAD[$c]:-}" ] && [ -n "${J_TPS[$c]:-}" ] && q=${J_TPS[$c]}
+    read -r g f short sqlx relay < <(awk -v c="$c" -v gw="${GW_TPS[$c]:-}" -v cf="${CFDB_TPS[$c]:-}" -v j="$q" 'BEGIN {
+      g = (gw + 0 > 0) ? 1e6 * c / gw : "nan"; f = (cf + 0 > 0) ? 1e6 * c / cf : "nan"
+      s = (g == "nan" || f == "nan") ? "nan" : g - f
+      q = (j + 0 > 0) ? 1e6 * c / j : "nan"
+      x = (q == "nan" || f == "nan") ? "nan" : q - f
+      r = (q == "nan" || g == "nan") ? "nan" : g - q
+      print g, f, s, x, r }')
+    sqlus=$(awk -v c="$c" -v j="$q" 'BEGIN { print (j + 0 > 0) ? 1e6 * c / j : "nan" }')
+    if [ "$short" = nan ]; then
+      v=n/a; why="n/a (a rate is missing)"
+    elif awk -v x="$short" 'BEGIN { exit !(x <= 0) }'; then
+      v=met; why=met; met+="${met:+, }$c"
+    else
+      v=$(fmt "$short"); missed+="${missed:+, }$c:$short"
+      if [ "$sqlx" = nan ]; then
+        why="n/a: section 1 did not run at $c clients in this run, nothing to split the $(fmt "$short") µs by"
+      elif awk -v x="$sqlx" 'BEGIN { exit !(x > 0) }'; then
+        why="the SQL join alone is $(fmt "$sqlx") µs over cfssl + db before any relay; the relay's part $(fmt "$relay") µs; the larger: $(awk -v x="$sqlx" -v r="$relay" 'BEGIN { print (x >= r) ? "the SQL join" : "the relay" }')"
+      else
+        why="the SQL join alone is $(fmt "$(awk -v x="$sqlx" 'BEGIN { print -x }')") µs under cfssl + db's; the relay's part, $(fmt "$relay") µs, is the larger: all of the shortfall"
+      fi
+    fi
+    echo "| $c | $(fmt "${GW_TPS[$c]:-}") | $(fmt "${CFDB_TPS[$c]:-}") | $(ratio "${GW_TPS[$c]:-}" "${CFDB_TPS[$c]:-}") | $(fmt "$g") | $(fmt "$f") | $v | $(fmt "$sqlus") | $why |"
+  done
+  echo
+  echo "Target met at: ${met:-none}$( [ -z "$met" ] || echo " clients"); missed at: $( [ -z "$missed" ] && echo none || echo "$missed" | sed 's/:[^,]*//g')$( [ -z "$missed" ] || { printf ' (short by '; echo "$missed" | tr ',' '\n' | sed 's/^ *//' | while IFS=: read -r c v; do printf '%s µs a request at %s client%s, ' "$(fmt "$v")" "$c" "$( [ "$c" = 1 ] || echo s)"; done | sed 's/, $//'; printf ')'; } )$( [ -z "$bad" ] || echo "; invalid at: $bad clients")."
 }
