@@ -35,7 +35,7 @@ if [ "$QUICK" = 1 ]; then HTTP_CLIENTS=${BENCH_HTTP_CLIENTS:-"1 8"}; else HTTP_C
 TOKENS=${BENCH_TOKENS:-64}
 GCLIENTS=${BENCH_GROWTH_CLIENTS:-8}
 HTTP=${BENCH_HTTP:-1}
-PORT=${BENCH_PORT:-54329}
+PORT=${BENCH_PORT:-24329}    # below the kernel's ephemeral range (32768-60999): no client socket holds one
 CFPORT=$((PORT + 1))
 GWPORT=$((PORT + 2))
 NPROC=$(nproc)
