@@ -425,8 +425,13 @@ bc_kid_listed(List *kids, const char *kid)
  * compromised: a key directory whose marked key became current again
  * (--promote of it, a directory restored) signs nothing.
  */
+/*
+ * Run as the table's owner but planned under the caller's search_path: the
+ * operator is named with its schema, so that no operator of the caller's
+ * schemas can stand in for it.
+ */
 static BcPlan kid_marked = {
-	"SELECT 1 FROM bc_join.compromised_keys WHERE kid = $1", 1, {TEXTOID}
+	"SELECT 1 FROM bc_join.compromised_keys WHERE kid OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}
 };
 
 /*
