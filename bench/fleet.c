@@ -57,14 +57,19 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
+#include <libpq-fe.h>
+
 #include "bc_common.h"
+#include "soft_tpm.h"
 
 enum
 {
-	K_JOIN, K_RENEW, K_SESSION, K_JWT, NKINDS
+	K_JOIN, K_JOIN2, K_RENEW, K_SESSION, K_JWT, K_ATT1, K_ATT2, NKINDS
 };
-static const char *const kind_name[NKINDS] = {"join", "renew", "session", "jwt-svid"};
-static const char *const kind_path[NKINDS] = {"/v1/join", "/v1/renew", "/v1/session", "/v1/jwt-svid"};
+static const char *const kind_name[NKINDS] = {"join", "join-tpm2", "renew", "session", "jwt-svid",
+"attest-challenge", "attest-quote"};
+static const char *const kind_path[NKINDS] = {"/v1/join", "/v1/join", "/v1/renew", "/v1/session",
+"/v1/jwt-svid", "/v1/attest", "/v1/attest"};
 
 #define SESSIONS_PER_NODE 4
 #define MAX_DEFERRED 8
@@ -89,6 +94,16 @@ typedef struct node
 	double		renew_t;		/* its scheduled time */
 	int			ndef;
 	deferred	def[MAX_DEFERRED];
+	/* a TPM machine (--tpm-share): its simulated TPM and what a round left */
+	int			tpm;
+	st_obj	   *ek,				/* allocated for TPM machines only */
+			   *ak;
+	char	   *state;			/* the last challenge's sealed state */
+	unsigned char secret[64];	/* the join's activated credential */
+	size_t		secret_len;
+	unsigned char nonce[32];	/* attest round 1's nonce */
+	int			pcrs[24];		/* and its PCRs */
+	int			npcrs;
 } node;
 
 /* A key and its CSR, made in advance. */
@@ -148,6 +163,11 @@ static struct
 	double		resolution;
 	int			verify;
 	unsigned	seed;
+	double		tpm_share;
+	double		attest_every;
+	const char *eventlog;
+	const char *pcr_values;
+	const char *admin_db;
 } opt = {
 	.url = NULL, .nodes = 1000, .max_nodes = 1000000, .secs = 20, .warm = 5,
 	.cert_ttl = 600, .session_every = 60, .jwt_every = 30, .conns = 64, .p99_ms = 50,
@@ -166,6 +186,10 @@ static long inflight_total;
 static keycsr *pool;
 static long pool_n, pool_next;
 static const char *run_tag;
+static char *eventlog64;			/* the TPM machines' UEFI event log, base64url */
+static unsigned char pcrval[24][32];	/* its replay: the SHA-256 bank's PCRs (others zero) */
+static PGconn *admin;			/* --admin-db: enrolls the TPM machines' EKs */
+static char tenant_id[64], pool_id[64];
 
 #define MAX_FREE_EASY 4096
 static CURL *free_easy[MAX_FREE_EASY];	/* easy handles of finished requests, reused */
@@ -314,6 +338,139 @@ sign_doc(EVP_PKEY *key, json_t *doc)
 	return jws;
 }
 
+/* ------------------------------------------------ the TPM machines' rounds */
+
+/* Set o[name] to the base64url of n bytes. */
+static void
+set_b64(json_t *o, const char *name, const unsigned char *b, size_t n)
+{
+	char	   *v = bc_b64url_encode_alloc(b, n);
+
+	if (v == NULL || json_object_set_new(o, name, json_string(v)) != 0)
+		die("out of memory");
+	free(v);
+}
+
+/* The simulated TPM's clock, ms: moving forward, never reset (resetCount 1). */
+static uint64_t
+tpm_clock(void)
+{
+	return (uint64_t) (now_mono() * 1000.0) + 1000000;
+}
+
+/*
+ * The TPM members of a join round or a renewal into o: akPub, the node key
+ * (the CSR's, key) as a TPM key, and its TPM2_Certify by the AK.
+ */
+static void
+tpm_key_members(json_t *o, node *nd, EVP_PKEY *key)
+{
+	st_obj		nk;
+	unsigned char att[BC_TPM_STRUCT_MAX],
+				sig[BC_TPM_STRUCT_MAX];
+	size_t		al,
+				sl;
+
+	EVP_PKEY_up_ref(key);
+	if (st_make(&nk, ST_NODE_KEY, key) != 0 ||
+		st_certify(nd->ak, &nk, tpm_clock(), 1, att, &al, sig, &sl) != 0)
+		die("cannot certify a node key");
+	set_b64(o, "akPub", nd->ak->wire, nd->ak->wire_len);
+	set_b64(o, "nodeKeyPub", nk.wire, nk.wire_len);
+	set_b64(o, "certifyInfo", att, al);
+	set_b64(o, "certifySignature", sig, sl);
+	st_free(&nk);
+}
+
+/* A quote by the node's AK over pcrs[0..n) with qualifyingData extra into o. */
+static void
+tpm_quote_members(json_t *o, node *nd, const unsigned char extra[32], const int *pcrs, int n)
+{
+	unsigned char vals[24][32];
+	unsigned char att[BC_TPM_STRUCT_MAX],
+				sig[BC_TPM_STRUCT_MAX];
+	size_t		al,
+				sl;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		memcpy(vals[i], pcrval[pcrs[i]], 32);
+	if (st_quote(nd->ak, extra, pcrs, n, (const unsigned char (*)[32]) vals, tpm_clock(), 1,
+				 att, &al, sig, &sl) != 0)
+		die("cannot quote");
+	set_b64(o, "quote", att, al);
+	set_b64(o, "quoteSignature", sig, sl);
+}
+
+/* The tpm attestor's evidence of a join round (round 2: with the activated secret and the quote). */
+static char *
+tpm_join_attestation(node *nd, const keycsr *kc, int round2)
+{
+	json_t	   *ev = json_object();
+	char	   *out;
+	char	   *js;
+
+	set_b64(ev, "ekPub", nd->ek->wire, nd->ek->wire_len);
+	tpm_key_members(ev, nd, kc->key);
+	if (round2)
+	{
+		static const int pcrs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+		unsigned char csr_h[64];
+		unsigned char buf[64 + 32];
+		unsigned char extra[32];
+		size_t		hl = 0;
+
+		/* extraData = SHA-256(secret || SHA-256(CSR DER)) */
+		if (bc_b64url_decode(kc->csr_sha256, strlen(kc->csr_sha256), csr_h, sizeof(csr_h), &hl) != BC_OK ||
+			hl != 32 || nd->secret_len != 32)
+			die("a join's second round without its secret");
+		memcpy(buf, nd->secret, 32);
+		memcpy(buf + 32, csr_h, 32);
+		bc_sha256(buf, 64, extra);
+		json_object_set_new(ev, "state", json_string(nd->state));
+		set_b64(ev, "secret", nd->secret, nd->secret_len);
+		tpm_quote_members(ev, nd, extra, pcrs, 8);
+	}
+	js = json_dumps(ev, JSON_COMPACT);
+	json_decref(ev);
+	if (js == NULL || (out = bc_b64url_encode_alloc((const unsigned char *) js, strlen(js))) == NULL)
+		die("out of memory");
+	free(js);
+	return out;
+}
+
+/* Attest round 2: the quote over round 1's PCRs and nonce, their values, the event log. */
+static json_t *
+attest_quote_body(node *nd, char *proof)
+{
+	json_t	   *o = json_object();
+	json_t	   *vals = json_object();
+	unsigned char buf[14 + 32];
+	unsigned char extra[32];
+	char		hex[65];
+	char		idx[8];
+	int			i,
+				j;
+
+	memcpy(buf, "bc_join/attest", 14);
+	memcpy(buf + 14, nd->nonce, 32);
+	bc_sha256(buf, sizeof(buf), extra);
+	json_object_set_new(o, "proof", json_string(proof));
+	json_object_set_new(o, "state", json_string(nd->state));
+	set_b64(o, "akPub", nd->ak->wire, nd->ak->wire_len);
+	tpm_quote_members(o, nd, extra, nd->pcrs, nd->npcrs);
+	for (i = 0; i < nd->npcrs; i++)
+	{
+		for (j = 0; j < 32; j++)
+			snprintf(hex + 2 * j, 3, "%02x", pcrval[nd->pcrs[i]][j]);
+		snprintf(idx, sizeof(idx), "%d", nd->pcrs[i]);
+		json_object_set_new(vals, idx, json_string(hex));
+	}
+	json_object_set_new(o, "pcrValues", json_pack("{s:o}", "sha256", vals));
+	json_object_set_new(o, "eventLog", json_string(eventlog64));
+	return o;
+}
+
 /* The request body of kind for node n (the key and CSR in r->kc when the kind has one). */
 static char *
 make_body(request *r)
@@ -336,9 +493,22 @@ make_body(request *r)
 
 				snprintf(name, sizeof(name), "%s:%ld", run_tag, r->node);
 				snprintf(host, sizeof(host), "sim-%ld", r->node);
-				att = bc_b64url_encode_alloc((const unsigned char *) name, strlen(name));
+				att = nd->tpm ? tpm_join_attestation(nd, &r->kc, 0) :
+					bc_b64url_encode_alloc((const unsigned char *) name, strlen(name));
 				doc = json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:s}}", "csr", r->kc.csr64,
-								"role", "node", "attestor", "sim-restricted", "attestation", att,
+								"role", "node", "attestor", nd->tpm ? "tpm" : "sim-restricted",
+								"attestation", att, "claims", "hostname", host, "arch", "x86_64");
+				free(att);
+				break;
+			}
+		case K_JOIN2:
+			{
+				char	   *att = tpm_join_attestation(nd, &r->kc, 1);
+				char		host[32];
+
+				snprintf(host, sizeof(host), "sim-%ld", r->node);
+				doc = json_pack("{s:s, s:s, s:s, s:s, s:{s:s, s:s}}", "csr", r->kc.csr64,
+								"role", "node", "attestor", "tpm", "attestation", att,
 								"claims", "hostname", host, "arch", "x86_64");
 				free(att);
 				break;
@@ -348,6 +518,20 @@ make_body(request *r)
 												"serial", nd->serial, "csrSha256",
 												r->kc.csr_sha256, "iat", iat));
 			doc = json_pack("{s:s, s:s}", "csr", r->kc.csr64, "proof", proof);
+			free(proof);
+			if (nd->tpm)
+			{
+				json_t	   *t = json_object();
+
+				tpm_key_members(t, nd, r->kc.key);
+				json_object_set_new(doc, "tpm", t);
+			}
+			break;
+		case K_ATT1:
+		case K_ATT2:
+			proof = sign_doc(nd->key, json_pack("{s:s, s:s, s:I}", "purpose", "attest",
+												"serial", nd->serial, "iat", iat));
+			doc = r->kind == K_ATT1 ? json_pack("{s:s}", "proof", proof) : attest_quote_body(nd, proof);
 			free(proof);
 			break;
 		case K_SESSION:
@@ -371,9 +555,12 @@ make_body(request *r)
 	return body;
 }
 
-/* Send one request of kind for node n, scheduled at t. */
+/*
+ * Send one request of kind for node n, scheduled at t; carry: the key and CSR
+ * of a join's first round for its second (taken over), else NULL.
+ */
 static void
-send_req(int kind, long n, double t)
+send_req_kc(int kind, long n, double t, keycsr *carry)
 {
 	request    *r = calloc(1, sizeof(request));
 	char		url[512];
@@ -383,12 +570,17 @@ send_req(int kind, long n, double t)
 	r->kind = kind;
 	r->node = n;
 	r->t = t;
-	if (kind != K_JWT)
+	if (carry != NULL)
+	{
+		r->kc = *carry;
+		memset(carry, 0, sizeof(*carry));
+	}
+	else if (kind == K_JOIN || kind == K_RENEW || kind == K_SESSION)
 		r->kc = pool_take();
 	r->body = make_body(r);
 	if (kind == K_RENEW)
 		nodes[n].renewing = 1;
-	else if (kind != K_JOIN)
+	else if (kind != K_JOIN && kind != K_JOIN2)
 		nodes[n].inflight++;
 	snprintf(url, sizeof(url), "%s%s", opt.url, kind_path[kind]);
 	r->hdr = curl_slist_append(NULL, "Content-Type: application/json");
@@ -420,7 +612,13 @@ send_req(int kind, long n, double t)
 		tal[kind].sent++;
 }
 
-/* The verified (or, with --no-verify, decoded) payload of a signed answer; NULL if not. */
+static void
+send_req(int kind, long n, double t)
+{
+	send_req_kc(kind, n, t, NULL);
+}
+
+/* The verified (or, with --no-verify, decoded) payload of a signed answer, any status; NULL if not. */
 static json_t *
 answer_payload(const request *r)
 {
@@ -450,11 +648,6 @@ answer_payload(const request *r)
 			goto done;
 	}
 	out = json_loadb((const char *) payload, plen, 0, NULL);
-	if (out != NULL && strcmp(json_string_value(json_object_get(out, "status")) ?: "", "issued") != 0)
-	{
-		json_decref(out);
-		out = NULL;
-	}
 done:
 	free(payload);
 	json_decref(doc);
@@ -488,6 +681,102 @@ take_cert(request *r, json_t *payload)
 
 static void release_node(long n);
 
+/* A string member of a payload copied into a node's field (malloc), 0 if absent. */
+static int
+take_state(node *nd, const char *st)
+{
+	if (st == NULL)
+		return 0;
+	free(nd->state);
+	nd->state = strdup(st);
+	return nd->state != NULL;
+}
+
+/*
+ * A signed answer of r's kind taken up: a certificate (join, renewal), a
+ * credential, or a challenge whose second round is sent now (a TPM join's:
+ * the credential activated; an attestation's: the quote); 1 when it is the
+ * answer this kind expects.
+ */
+static int
+taken(request *r, json_t *p)
+{
+	node	   *nd = &nodes[r->node];
+	const char *status = json_string_value(json_object_get(p, "status"));
+
+	if (status == NULL)
+		return 0;
+	switch (r->kind)
+	{
+		case K_JOIN:
+			if (nd->tpm && strcmp(status, "challenge") == 0)
+			{
+				const char *c64 = json_string_value(json_object_get(p, "challenge"));
+				unsigned char buf[4096],
+							blob[1024],
+							enc[1024];
+				size_t		bl = 0,
+							bn = 0,
+							en = 0;
+				json_t	   *ch;
+				int			ok;
+
+				if (c64 == NULL || bc_b64url_decode(c64, strlen(c64), buf, sizeof(buf), &bl) != BC_OK ||
+					(ch = json_loadb((const char *) buf, bl, 0, NULL)) == NULL)
+					return 0;
+				ok = take_state(nd, json_string_value(json_object_get(ch, "state"))) &&
+					json_string_value(json_object_get(ch, "credentialBlob")) != NULL &&
+					json_string_value(json_object_get(ch, "encryptedSecret")) != NULL &&
+					bc_b64url_decode(json_string_value(json_object_get(ch, "credentialBlob")),
+									 strlen(json_string_value(json_object_get(ch, "credentialBlob"))),
+									 blob, sizeof(blob), &bn) == BC_OK &&
+					bc_b64url_decode(json_string_value(json_object_get(ch, "encryptedSecret")),
+									 strlen(json_string_value(json_object_get(ch, "encryptedSecret"))),
+									 enc, sizeof(enc), &en) == BC_OK &&
+					bc_tpm_activate_credential(&nd->ek->pub, nd->ek->key, nd->ak->name, nd->ak->name_len,
+											   blob, bn, enc, en, nd->secret, &nd->secret_len) == BC_OK;
+				json_decref(ch);
+				if (!ok)
+					return 0;
+				send_req_kc(K_JOIN2, r->node, now_mono() - t_origin, &r->kc);
+				return 1;
+			}
+			/* FALLTHROUGH */
+		case K_JOIN2:
+		case K_RENEW:
+			return strcmp(status, "issued") == 0 && take_cert(r, p);
+		case K_SESSION:
+		case K_JWT:
+			return strcmp(status, "issued") == 0;
+		case K_ATT1:
+			{
+				const char *n64 = json_string_value(json_object_get(p, "nonce"));
+				json_t	   *pcrs = json_object_get(p, "pcrs");
+				size_t		nl = 0,
+							i;
+				json_t	   *v;
+
+				if (strcmp(status, "challenge") != 0 || n64 == NULL ||
+					bc_b64url_decode(n64, strlen(n64), nd->nonce, sizeof(nd->nonce), &nl) != BC_OK ||
+					nl != 32 || !json_is_array(pcrs) || json_array_size(pcrs) > 24 ||
+					!take_state(nd, json_string_value(json_object_get(p, "state"))))
+					return 0;
+				nd->npcrs = 0;
+				json_array_foreach(pcrs, i, v)
+				{
+					if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 23)
+						return 0;
+					nd->pcrs[nd->npcrs++] = (int) json_integer_value(v);
+				}
+				send_req(K_ATT2, r->node, now_mono() - t_origin);
+				return 1;
+			}
+		case K_ATT2:
+			return strcmp(status, "attested") == 0;
+	}
+	return 0;
+}
+
 /* One answer: tally it, take up a certificate, release what the node held back. */
 static void
 complete(request *r, CURLcode res)
@@ -510,8 +799,7 @@ complete(request *r, CURLcode res)
 	{
 		json_t	   *p = answer_payload(r);
 
-		if (p != NULL && (r->kind == K_SESSION || r->kind == K_JWT || take_cert(r, p)))
-			ok = 1;
+		ok = p != NULL && taken(r, p);
 		json_decref(p);
 		if (in_win)
 		{
@@ -540,7 +828,7 @@ complete(request *r, CURLcode res)
 				code, r->resp ? r->resp : "");
 	if (r->kind == K_RENEW)
 		nodes[r->node].renewing = 0;
-	else if (r->kind != K_JOIN)
+	else if (r->kind != K_JOIN && r->kind != K_JOIN2)
 		nodes[r->node].inflight--;
 	curl_multi_remove_handle(multi, r->easy);
 	/* kept for the next request: its buffers stay allocated (every option is set again) */
@@ -557,7 +845,7 @@ complete(request *r, CURLcode res)
 	free(r->body);
 	free(r->resp);
 	inflight_total--;
-	if (r->kind != K_JOIN)
+	if (r->kind != K_JOIN && r->kind != K_JOIN2)
 		release_node(r->node);
 	free(r);
 }
@@ -737,6 +1025,77 @@ own_cpu(void)
 	return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
 }
 
+/* Node i is a TPM machine (--tpm-share: spread evenly over the indexes). */
+static int
+is_tpm(long i)
+{
+	return opt.tpm_share > 0 && floor((i + 1) * opt.tpm_share) > floor(i * opt.tpm_share);
+}
+
+/*
+ * The operator's step before TPM machines join: their EKs enrolled to the
+ * bench tenant's pool (bc_join.enroll_tpm_ek, the documented SQL), hex[0..n)
+ * the EKs' SPKI SHA-256.
+ */
+static void
+enroll_eks(char (*hex)[65], long n)
+{
+	long		i = 0;
+
+	while (i < n)
+	{
+		long		m = n - i < 10000 ? n - i : 10000,
+					j;
+		char	   *arr = malloc(m * 66 + 3);
+		char	   *w = arr;
+		const char *vals[3];
+		PGresult   *res;
+
+		if (arr == NULL)
+			die("out of memory");
+		*w++ = '{';
+		for (j = 0; j < m; j++)
+		{
+			memcpy(w, hex[i + j], 64);
+			w += 64;
+			*w++ = j + 1 < m ? ',' : '}';
+		}
+		*w = '\0';
+		vals[0] = tenant_id;
+		vals[1] = pool_id;
+		vals[2] = arr;
+		res = PQexecParams(admin, "SELECT count(bc_join.enroll_tpm_ek(x, $1, $2)) FROM unnest($3::text[]) x",
+						   3, NULL, vals, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			fprintf(stderr, "fleet: enrolling EKs: %s", PQerrorMessage(admin));
+			die("cannot enroll the TPM machines' EKs");
+		}
+		PQclear(res);
+		free(arr);
+		i += m;
+	}
+}
+
+/* Make node i a TPM machine: an EK and an AK of its own; its EK's SPKI SHA-256 in hex. */
+static void
+make_tpm(node *nd, char hex[65])
+{
+	unsigned char h[BC_SHA256_LEN];
+	int			j;
+
+	nd->tpm = 1;
+	nd->ek = malloc(sizeof(st_obj));
+	nd->ak = malloc(sizeof(st_obj));
+	if (nd->ek == NULL || nd->ak == NULL ||
+		st_make(nd->ek, ST_EK, bc_p256_generate()) != 0 ||
+		st_make(nd->ak, ST_AK, bc_p256_generate()) != 0 ||
+		bc_tpm_ek_spki_sha256(&nd->ek->pub, h) != BC_OK)
+		die("cannot make a simulated TPM");
+	for (j = 0; j < BC_SHA256_LEN; j++)
+		snprintf(hex + 2 * j, 3, "%02x", h[j]);
+}
+
 /* Make sure nodes [0, n) are joined and their certificates outlive the point. */
 static void
 prepare_nodes(long n, double point_len)
@@ -763,6 +1122,17 @@ prepare_nodes(long n, double point_len)
 	if (k > 0)
 	{
 		long		before = njoined;
+		char		(*hex)[65] = malloc(sizeof(*hex) * k);
+		long		ne = 0;
+
+		if (hex == NULL)
+			die("out of memory");
+		for (i = 0; i < k; i++)
+			if (is_tpm(which[i]) && !nodes[which[i]].tpm)
+				make_tpm(&nodes[which[i]], hex[ne++]);
+		if (ne > 0)
+			enroll_eks(hex, ne);
+		free(hex);
 
 		secs = bulk(K_JOIN, which, k, opt.conns);
 		fprintf(stderr, "fleet: joined %ld nodes in %.1f s (%.0f/s)\n", njoined - before, secs,
@@ -820,12 +1190,27 @@ run_point(long n)
 		ev[ne++] = (event) {t, K_SESSION, random() % n};
 	for (t = -log(1 - urand()) / rj; t < len && ne < cap; t += -log(1 - urand()) / rj)
 		ev[ne++] = (event) {t, K_JWT, random() % n};
+	/* attestation: each TPM machine once per --attest-every, its phase uniform */
+	if (opt.attest_every > 0)
+		for (i = 0; i < n; i++)
+			if (nodes[i].tpm)
+				for (t = urand() * opt.attest_every; t < len; t += opt.attest_every)
+				{
+					if (ne == cap)
+					{
+						cap *= 2;
+						ev = realloc(ev, sizeof(event) * cap);
+						if (ev == NULL)
+							die("out of memory");
+					}
+					ev[ne++] = (event) {t, K_ATT1, i};
+				}
 	qsort(ev, ne, sizeof(event), cmp_event);
 	{
 		long		need = 0;
 
 		for (i = 0; i < ne; i++)
-			if (ev[i].kind != K_JWT)
+			if (ev[i].kind == K_RENEW || ev[i].kind == K_SESSION)
 				need++;
 		pool_fill(need + 64);
 	}
@@ -836,8 +1221,15 @@ run_point(long n)
 	}
 	win_lo = opt.warm;
 	win_hi = len;
-	fprintf(stderr, "fleet: point %ld nodes: %.0f renewals/s, %.0f sessions/s, %.0f JWT-SVIDs/s offered, %.0f s\n",
-			n, n / half, rs, rj, len);
+	{
+		long		ntpm = 0;
+
+		for (i = 0; i < n; i++)
+			ntpm += nodes[i].tpm;
+		fprintf(stderr, "fleet: point %ld nodes (%ld TPM machines): %.0f renewals/s, %.0f sessions/s, "
+				"%.0f JWT-SVIDs/s, %.1f attestations/s offered, %.0f s\n",
+				n, ntpm, n / half, rs, rj, opt.attest_every > 0 ? ntpm / opt.attest_every : 0.0, len);
+	}
 	machine_cpu(&b0, &tot0);
 	c0 = own_cpu();
 	w0 = now_mono();
@@ -848,8 +1240,9 @@ run_point(long n)
 	free(ev);
 
 	printf("{\"phase\":\"point\",\"nodes\":%ld,\"secs\":%.1f,\"warm\":%.1f,\"certTtl\":%.0f,"
-		   "\"sessionEvery\":%.1f,\"jwtEvery\":%.1f,\"conns\":%ld",
-		   n, opt.secs, opt.warm, opt.cert_ttl, opt.session_every, opt.jwt_every, opt.conns);
+		   "\"sessionEvery\":%.1f,\"jwtEvery\":%.1f,\"conns\":%ld,\"tpmShare\":%.3f,\"attestEvery\":%.1f",
+		   n, opt.secs, opt.warm, opt.cert_ttl, opt.session_every, opt.jwt_every, opt.conns,
+		   opt.tpm_share, opt.attest_every);
 	{
 		long		all_ok = 0;
 
@@ -879,14 +1272,17 @@ run_point(long n)
 		printf(",\"okPerSec\":%.1f,\"wallS\":%.2f,\"genCpuS\":%.2f,\"machineBusyS\":%.2f,\"genUsPerReq\":%.0f,"
 			   "\"machineUsPerReq\":%.0f,\"pass\":%s}\n",
 			   all_ok / opt.secs, w1 - w0, c1 - c0, (b1 - b0) / sysconf(_SC_CLK_TCK),
-			   (c1 - c0) * 1e6 / fmax(1, tal[K_RENEW].sent + tal[K_SESSION].sent + tal[K_JWT].sent) * opt.secs / len,
+			   (c1 - c0) * 1e6 / fmax(1, tal[K_RENEW].sent + tal[K_SESSION].sent + tal[K_JWT].sent +
+									  tal[K_ATT1].sent + tal[K_ATT2].sent) * opt.secs / len,
 			   (b1 - b0) / sysconf(_SC_CLK_TCK) * 1e6 / fmax(1, all_ok) * opt.secs / len,
 			   pass ? "true" : "false");
 	}
 	fflush(stdout);
-	fprintf(stderr, "fleet: point %ld nodes: %s (renew p99 %.1f, session p99 %.1f, jwt p99 %.1f ms)\n",
+	fprintf(stderr, "fleet: point %ld nodes: %s (renew p99 %.1f, session p99 %.1f, jwt p99 %.1f, "
+			"attest p99 %.1f + %.1f ms)\n",
 			n, pass ? "pass" : "FAIL", pct(tal[K_RENEW].lat, tal[K_RENEW].nlat, 99),
-			pct(tal[K_SESSION].lat, tal[K_SESSION].nlat, 99), pct(tal[K_JWT].lat, tal[K_JWT].nlat, 99));
+			pct(tal[K_SESSION].lat, tal[K_SESSION].nlat, 99), pct(tal[K_JWT].lat, tal[K_JWT].nlat, 99),
+			pct(tal[K_ATT1].lat, tal[K_ATT1].nlat, 99), pct(tal[K_ATT2].lat, tal[K_ATT2].nlat, 99));
 	return pass;
 }
 
@@ -901,13 +1297,61 @@ load_keys(void)
 	json_decref(keys);
 }
 
+/*
+ * The TPM machines' inputs: the event log (base64url once), its replay's
+ * PCR values ("<pcr> <64 hex>" lines), and the bench tenant's pool to enroll
+ * their EKs to.
+ */
+static void
+load_tpm_inputs(void)
+{
+	FILE	   *f = fopen(opt.eventlog, "rb");
+	unsigned char *buf = malloc(1 << 20);
+	size_t		n;
+	int			pcr;
+	char		hex[80];
+	PGresult   *res;
+
+	if (f == NULL || buf == NULL)
+		die("cannot read the event log");
+	n = fread(buf, 1, 1 << 20, f);
+	fclose(f);
+	if (n == 0 || (eventlog64 = bc_b64url_encode_alloc(buf, n)) == NULL)
+		die("cannot read the event log");
+	free(buf);
+	if ((f = fopen(opt.pcr_values, "r")) == NULL)
+		die("cannot read the PCR values");
+	while (fscanf(f, "%d %79s", &pcr, hex) == 2)
+	{
+		int			j;
+
+		if (pcr < 0 || pcr > 23 || strlen(hex) != 64)
+			die("a malformed PCR value line");
+		for (j = 0; j < 32; j++)
+			if (sscanf(hex + 2 * j, "%2hhx", &pcrval[pcr][j]) != 1)
+				die("a malformed PCR value");
+	}
+	fclose(f);
+	admin = PQconnectdb(opt.admin_db);
+	if (PQstatus(admin) != CONNECTION_OK)
+		die("cannot connect to --admin-db");
+	res = PQexec(admin, "SELECT t.id, p.id FROM bc_join.tenants t JOIN bc_join.pools p ON p.tenant_id = t.id "
+				 "WHERE t.name = 'bench' ORDER BY p.id LIMIT 1");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		die("no tenant bench with a pool");
+	snprintf(tenant_id, sizeof(tenant_id), "%s", PQgetvalue(res, 0, 0));
+	snprintf(pool_id, sizeof(pool_id), "%s", PQgetvalue(res, 0, 1));
+	PQclear(res);
+}
+
 /* Print usage and exit. */
 static void
 usage(void)
 {
 	fprintf(stderr, "usage: fleet --url URL --cacert FILE --service-keys FILE --tag TAG [--nodes N] [--search]\n"
 			"  [--max-nodes N] [--secs S] [--warm W] [--cert-ttl T] [--session-every S] [--jwt-every S]\n"
-			"  [--conns C] [--xff] [--p99-ms MS] [--resolution F] [--no-verify] [--seed N]\n");
+			"  [--conns C] [--xff] [--p99-ms MS] [--resolution F] [--no-verify] [--seed N]\n"
+			"  [--tpm-share F --admin-db CONNINFO --eventlog FILE --pcr-values FILE [--attest-every S]]\n");
 	exit(2);
 }
 
@@ -955,6 +1399,16 @@ main(int argc, char **argv)
 			opt.resolution = atof(v);
 		else if (ARG("--seed"))
 			opt.seed = (unsigned) atol(v);
+		else if (ARG("--tpm-share"))
+			opt.tpm_share = atof(v);
+		else if (ARG("--attest-every"))
+			opt.attest_every = atof(v);
+		else if (ARG("--eventlog"))
+			opt.eventlog = v;
+		else if (ARG("--pcr-values"))
+			opt.pcr_values = v;
+		else if (ARG("--admin-db"))
+			opt.admin_db = v;
 		else if (strcmp(a, "--search") == 0)
 			opt.search = 1;
 		else if (strcmp(a, "--xff") == 0)
@@ -967,10 +1421,14 @@ main(int argc, char **argv)
 	}
 	if (opt.url == NULL || opt.cacert == NULL || opt.keys_path == NULL || run_tag == NULL ||
 		opt.nodes < 1 || opt.secs <= 0 || opt.cert_ttl < 60 || opt.session_every <= 0 ||
-		opt.jwt_every <= 0 || opt.conns < 1)
+		opt.jwt_every <= 0 || opt.conns < 1 || opt.tpm_share < 0 || opt.tpm_share > 1 ||
+		opt.attest_every < 0 ||
+		(opt.tpm_share > 0 && (opt.eventlog == NULL || opt.pcr_values == NULL || opt.admin_db == NULL)))
 		usage();
 	srandom(opt.seed);
 	load_keys();
+	if (opt.tpm_share > 0)
+		load_tpm_inputs();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || (multi = curl_multi_init()) == NULL)
 		die("curl init");
 	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, opt.conns);

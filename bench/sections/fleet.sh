@@ -25,6 +25,16 @@
 #   BENCH_FLEET_JWT_EVERY      mean seconds between JWT-SVIDs per node (30)
 #   BENCH_FLEET_CONNS          TLS connections of the generator (64)
 #   BENCH_FLEET_POOL           the gateway's --db-pool (8)
+#   BENCH_FLEET_TPM_SHARE      the share of the nodes that are TPM machines (0.5):
+#                              they join through the tpm attestor instead (their
+#                              EKs enrolled first with bc_join.enroll_tpm_ek), renew
+#                              with the TPM's certify of the new key, and attest
+#                              (POST /v1/attest, both rounds) every
+#   BENCH_FLEET_ATTEST_EVERY   seconds (60, the documented default interval; the
+#                              pool's interval_seconds is set to it), in enforce
+#                              mode against a boot policy of the event log they send
+#                              (test/data/eventlog/ubuntu_2104_shielded_vm_no_secure_boot_eventlog:
+#                              a GCP Shielded VM, 106 events, 38 KB); 0: no quotes
 #   BENCH_FLEET_HA=0           skip the HA pair (tools/ha-throwaway: pg_auto_failover,
 #                              a synchronous standby; its monitor on BENCH_FLEET_HA_PORT,
 #                              default BENCH_PORT + 10, and the two nodes on the next two)
@@ -41,6 +51,9 @@ FLEET_SESS=${BENCH_FLEET_SESSION_EVERY:-60}
 FLEET_JWT=${BENCH_FLEET_JWT_EVERY:-30}
 FLEET_CONNS=${BENCH_FLEET_CONNS:-64}
 FLEET_POOL=${BENCH_FLEET_POOL:-8}
+FLEET_TPM=${BENCH_FLEET_TPM_SHARE:-0.5}
+FLEET_ATTEST=${BENCH_FLEET_ATTEST_EVERY:-60}
+FLEET_EVLOG=$ROOT/test/data/eventlog/ubuntu_2104_shielded_vm_no_secure_boot_eventlog
 FLEET_HA=${BENCH_FLEET_HA:-1}
 FLEET_HAPORT=${BENCH_FLEET_HA_PORT:-$((PORT + 10))}
 
@@ -101,7 +114,7 @@ fsql() { psql -qAtX -v ON_ERROR_STOP=1 -d "$FCONN" "$@"; }
 # largest passing N against the database $FCONN (set up already) through a
 # gateway of its own; results in FL_*[LABEL].  PIDFILES: the postmaster.pid
 # of every cluster whose CPU counts (the standby's too).
-declare -gA FL_NCERT FL_NRESTR FL_NRENEW FL_BK FL_LARGEST FL_FIRST FL_CONFIRM FL_SECS FL_PG FL_GW FL_WAL FL_SVC FL_WAITS FL_ACTIVE FL_SYNC
+declare -gA FL_TCERT FL_TBOUND FL_TPASS FL_TQUAR FL_NCERT FL_NRESTR FL_NRENEW FL_BK FL_LARGEST FL_FIRST FL_CONFIRM FL_SECS FL_PG FL_GW FL_WAL FL_SVC FL_WAITS FL_ACTIVE FL_SYNC
 fleet_target() {
   local label=$1 gwuser=$2; shift 2
   local pidfiles=("$@") F=$W/fleet/$label gwpid gwdb
@@ -112,6 +125,25 @@ fleet_target() {
     fleet_attestor_sql
     echo "INSERT INTO public.sim_restricted_config SELECT t.id, p.id, $FLEET_TTL FROM bc_join.tenants t JOIN bc_join.pools p ON p.tenant_id = t.id WHERE t.name = 'bench';"
   } | fsql >/dev/null 2>"$F/setup.err" || { cat "$F/setup.err" >&2; die "fleet $label: the attestor setup"; }
+  # The TPM machines' pool: enforce mode at their interval, the boot policy of
+  # their event log (its events on PCRs 0-7, as bc_join.replay_event_log()
+  # shows them: what promote_observations() would add), the PCRs it replays to.
+  if awk -v s="$FLEET_TPM" 'BEGIN { exit !(s > 0) }'; then
+    fsql -v log="$(od -An -v -tx1 "$FLEET_EVLOG" | tr -d ' \n')" -v every="$FLEET_ATTEST" >/dev/null 2>"$F/setup-tpm.err" <<'SQL' || { cat "$F/setup-tpm.err" >&2; die "fleet $label: the TPM machines' pool"; }
+SELECT t.id AS tid, p.id AS pid FROM bc_join.tenants t JOIN bc_join.pools p ON p.tenant_id = t.id
+ WHERE t.name = 'bench' ORDER BY p.id LIMIT 1 \gset
+SELECT bc_join.replay_event_log(decode(:'log', 'hex')) AS rep \gset
+SELECT bc_join.set_attestation_settings(:'pid', mode => 'enforce',
+         interval_seconds => greatest(5, least(3600, :'every'::int)));
+INSERT INTO bc_join.boot_policy (tenant_id, pool_id, pcr, event_type, digest, note)
+SELECT DISTINCT :'tid', :'pid', (e->>'pcr')::int, e->>'typeName', decode(e->'digests'->>'sha256', 'hex'), 'fleet: the simulated machines'' boot'
+  FROM jsonb_array_elements((:'rep')::jsonb->'events') e
+ WHERE (e->>'pcr')::int < 8 AND e->>'typeName' <> 'EV_NO_ACTION' AND e->'digests' ? 'sha256';
+SQL
+    fsql -v log="$(od -An -v -tx1 "$FLEET_EVLOG" | tr -d ' \n')" >"$F/pcrs.txt" 2>"$F/setup-tpm.err" <<'SQL' || { cat "$F/setup-tpm.err" >&2; die "fleet $label: the event log's PCRs"; }
+SELECT key || ' ' || value FROM jsonb_each_text(bc_join.replay_event_log(decode(:'log', 'hex'))->'pcrs'->'sha256') WHERE key <> '10';
+SQL
+  fi
   FL_SYNC[$label]=$(fsql -c "SELECT 'synchronous_commit ' || current_setting('synchronous_commit') || ', synchronous_standby_names: ' || coalesce(nullif(current_setting('synchronous_standby_names'), ''), 'none')")
   fsql -c "SELECT bc_join.service_keys()" >"$F/keys.json"
   # Every simulated node is its own client address (X-Forwarded-For from the
@@ -124,7 +156,9 @@ fleet_target() {
   for _ in $(seq 100); do curl -sf --cacert "$W/fleet/tls.crt" "https://127.0.0.1:$FLEET_GWPORT/healthz" >/dev/null && break; sleep 0.1; done
   local common=(--url "https://127.0.0.1:$FLEET_GWPORT" --cacert "$W/fleet/tls.crt" --service-keys "$F/keys.json"
                 --secs "$FLEET_SECS" --warm "$FLEET_WARM" --cert-ttl "$FLEET_TTL"
-                --session-every "$FLEET_SESS" --jwt-every "$FLEET_JWT" --conns "$FLEET_CONNS" --xff)
+                --session-every "$FLEET_SESS" --jwt-every "$FLEET_JWT" --conns "$FLEET_CONNS" --xff
+                --tpm-share "$FLEET_TPM" --attest-every "$FLEET_ATTEST" --admin-db "$FCONN"
+                --eventlog "$FLEET_EVLOG" --pcr-values "$F/pcrs.txt")
   log "fleet $label: search from $FLEET_START nodes (at most $FLEET_MAX), $FLEET_SECS s a point"
   "$W/fleet-gen" "${common[@]}" --tag s1 --search --nodes "$FLEET_START" --max-nodes "$FLEET_MAX" \
     >"$F/search.jsonl" 2>"$F/search.err" || { tail -20 "$F/search.err" >&2; die "fleet $label: the search failed"; }
@@ -135,6 +169,15 @@ fleet_target() {
   read -r FL_NCERT[$label] FL_NRESTR[$label] FL_NRENEW[$label] < <(fsql -F' ' -c "SELECT count(*),
       count(*) FILTER (WHERE allowed_kinds = ARRAY['inventory.refresh']), count(*) FILTER (WHERE join_csr_sha256 IS NULL)
       FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE n.attestor = 'sim-restricted'")
+  # the TPM machines: their certificates bound to their AKs, their attestations, none quarantined
+  read -r FL_TCERT[$label] FL_TBOUND[$label] FL_TPASS[$label] FL_TQUAR[$label] < <(fsql -F' ' -c "SELECT
+      (SELECT count(*) FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE n.attestor = 'tpm'),
+      (SELECT count(*) FROM bc_join.node_certs c JOIN bc_join.nodes n ON n.id = c.node_id WHERE n.attestor = 'tpm' AND c.node_key_uri LIKE 'urn:bc:tpm-ak:sha256:%'),
+      (SELECT count(*) FROM bc_join.node_attestation WHERE last_passed_at IS NOT NULL),
+      (SELECT count(*) FROM bc_join.node_attestation WHERE state = 'quarantined')")
+  if [ "${FL_TQUAR[$label]:-0}" != 0 ] || [ "${FL_TCERT[$label]:-0}" != "${FL_TBOUND[$label]:-0}" ]; then
+    INVALID+=("fleet $label: ${FL_TQUAR[$label]} TPM machines quarantined, ${FL_TBOUND[$label]} of ${FL_TCERT[$label]} TPM certificates bound to an AK")
+  fi
   if [ "${FL_NCERT[$label]}" != "${FL_NRESTR[$label]}" ] || [ "${FL_NCERT[$label]}" = 0 ]; then
     INVALID+=("fleet $label: ${FL_NCERT[$label]} certificates of simulated nodes, ${FL_NRESTR[$label]} restricted to inventory.refresh")
   fi
@@ -215,8 +258,9 @@ fleet_run() {
   mkdir -p "$W/fleet"
   FLEET_GWPORT=$((PORT + 5))
   log "fleet: building bench/fleet.c"
-  cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Isrc/common bench/fleet.c src/common/*.c \
-    $(pkg-config --cflags --libs tss2-mu) -lcurl -lssl -lcrypto -ljansson -lm -o "$W/fleet-gen" \
+  cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Isrc/common -Ibench -I"$(pg_config --includedir)" \
+    bench/fleet.c bench/soft_tpm.c src/common/*.c \
+    $(pkg-config --cflags --libs tss2-mu) -L"$(pg_config --libdir)" -lpq -lcurl -lssl -lcrypto -ljansson -lm -o "$W/fleet-gen" \
     || die "fleet: bench/fleet.c does not build (libcurl4-openssl-dev?)"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$W/fleet/tls.key" \
     -out "$W/fleet/tls.crt" -days 2 -subj /CN=127.0.0.1 -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null
@@ -275,14 +319,17 @@ fleet_report() {
     return
   fi
   local per_node label
-  per_node=$(awk -v t="$FLEET_TTL" -v s="$FLEET_SESS" -v j="$FLEET_JWT" 'BEGIN { printf "%.4f", 2 / t + 1 / s + 1 / j }')
-  echo "\`bench/fleet.c\` (C, libcurl + OpenSSL, one thread, open-loop) simulates N nodes through the real \`bc-gateway\` (pool of $FLEET_POOL connections; a per-address limit of 5/s, burst 10, each node its own address by \`X-Forwarded-For\` from the trusted generator). Each node joins once through the custom attestor \`sim-restricted\` (registered with the documented SQL: a restricted certificate, \`allowedKinds\` [\"inventory.refresh\"], ${FLEET_TTL} s), then renews at half-life (every $((FLEET_TTL / 2)) s, its phase uniform), asks a session certificate every $FLEET_SESS s and a JWT-SVID every $FLEET_JWT s on average (Poisson), over $FLEET_CONNS keep-alive TLS connections; every answer's signature is verified as bcd does. The lifetime is short so that thousands of nodes make the rates of a large fleet: ${per_node} requests/s per node. Latency runs from each request's scheduled time to its answer; a point is ${FLEET_WARM} s of warm-up and ${FLEET_SECS} s measured. It passes when every kind's p99 < 50 ms and nothing is refused (503, 429, 403) or fails. N doubles until a point fails, then bisects to within 10%."
+  per_node=$(awk -v t="$FLEET_TTL" -v s="$FLEET_SESS" -v j="$FLEET_JWT" -v q="$FLEET_TPM" -v a="$FLEET_ATTEST" 'BEGIN { printf "%.4f", 2 / t + 1 / s + 1 / j + (a > 0 ? 2 * q / a : 0) }')
+  local tpm_text="No node is a TPM machine in this run (BENCH_FLEET_TPM_SHARE=0)."
+  if awk -v s="$FLEET_TPM" 'BEGIN { exit !(s > 0) }'; then
+    tpm_text="A share of $FLEET_TPM of the nodes are TPM machines: each its own simulated TPM (\`bench/soft_tpm.c\`: an EK from the TCG template L-2, an AK as \`tpm2_createak\` makes it, its structures marshalled by libtss2-mu and signed by OpenSSL, TPM2_ActivateCredential by \`bc_tpm_activate_credential\`; thousands of swtpm processes do not fit on 2 cores, and the service's checks are the ones real TPMs pass in test/tap/tpm.t and attest.t), its EK enrolled with \`bc_join.enroll_tpm_ek\` before it joins through the built-in \`tpm\` attestor (two rounds: credential activation and a quote), every renewal carrying the TPM's certify of the new key, and $( [ "$FLEET_ATTEST" != 0 ] && echo "attesting every $FLEET_ATTEST s (its phase uniform; \`POST /v1/attest\`, both rounds: a nonce, then a quote of PCRs 0-7 and 10 with the whole UEFI event log of a real machine, 106 events, 38 KB) in enforce mode against the boot policy of that log; a cycle's two rounds are the kinds *attest-challenge* and *attest-quote*, the quote's latency from its own sending" || echo "not attesting (BENCH_FLEET_ATTEST_EVERY=0)"). Their certificates are the tpm attestor's, not restricted."
+  fi
+  echo "\`bench/fleet.c\` (C, libcurl + OpenSSL, one thread, open-loop) simulates N nodes through the real \`bc-gateway\` (pool of $FLEET_POOL connections; a per-address limit of 5/s, burst 10, each node its own address by \`X-Forwarded-For\` from the trusted generator). Each node joins once through the custom attestor \`sim-restricted\` (registered with the documented SQL: a restricted certificate, \`allowedKinds\` [\"inventory.refresh\"], ${FLEET_TTL} s), then renews at half-life (every $((FLEET_TTL / 2)) s, its phase uniform), asks a session certificate every $FLEET_SESS s and a JWT-SVID every $FLEET_JWT s on average (Poisson), over $FLEET_CONNS keep-alive TLS connections; every answer's signature is verified as bcd does. $tpm_text The lifetime is short so that thousands of nodes make the rates of a large fleet: ${per_node} requests/s per node. Latency runs from each request's scheduled time to its answer; a point is ${FLEET_WARM} s of warm-up and ${FLEET_SECS} s measured. It passes when every kind's p99 < 50 ms and nothing is refused (503, 429, 403) or fails. N doubles until a point fails, then bisects to within 10%."
   echo
   for label in "${FLEET_TARGETS[@]}"; do
     fleet_report_target "$label"
   done
   [ "$FLEET_HA" = 1 ] || echo "The HA pair was not measured in this run (BENCH_FLEET_HA=0)."
-  echo "Quotes (continuous attestation, \`POST /v1/attest\`) are not in the generator: they need TPM-bound nodes (a tpm join, an AK per node), which a simulator of thousands cannot have without a TPM per node."
   echo
 }
 
@@ -295,18 +342,18 @@ fleet_report_target() {
     echo "#### One primary (the bench cluster; ${FL_SYNC[$label]})"
   fi
   echo
-  echo "| nodes | offered req/s | answered/s | renew p50 / p99 ms | session p50 / p99 ms | JWT-SVID p50 / p99 ms | 503 / 429 / other | generator µs/req | machine µs/req | |"
-  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo "| nodes | offered req/s | answered/s | renew p50 / p99 ms | session p50 / p99 ms | JWT-SVID p50 / p99 ms | attest challenge p50 / p99 ms | attest quote p50 / p99 ms | 503 / 429 / other | generator µs/req | machine µs/req | |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
   while read -r line; do
     n=$(fleet_j "$line" nodes)
     sent=0; bad503=0; bad429=0; badother=0
-    for k in renew session jwt-svid; do
+    for k in renew session jwt-svid attest-challenge attest-quote; do
       sent=$((sent + $(fleet_j "$line" "$k.sent")))
       bad503=$((bad503 + $(fleet_j "$line" "$k.s503")))
       bad429=$((bad429 + $(fleet_j "$line" "$k.s429")))
       badother=$((badother + $(fleet_j "$line" "$k.s403") + $(fleet_j "$line" "$k.other") + $(fleet_j "$line" "$k.neterr")))
     done
-    echo "| $n | $(awk -v s="$sent" -v t="$FLEET_SECS" 'BEGIN { printf "%.0f", s / t }') | $(fmt "$(fleet_j "$line" okPerSec)") | $(fleet_ms "$(fleet_j "$line" renew.p50)") / $(fleet_ms "$(fleet_j "$line" renew.p99)") | $(fleet_ms "$(fleet_j "$line" session.p50)") / $(fleet_ms "$(fleet_j "$line" session.p99)") | $(fleet_ms "$(fleet_j "$line" jwt-svid.p50)") / $(fleet_ms "$(fleet_j "$line" jwt-svid.p99)") | $bad503 / $bad429 / $badother | $(fleet_j "$line" genUsPerReq) | $(fleet_j "$line" machineUsPerReq) | $( [ "$(fleet_j "$line" pass)" = True ] && echo pass || echo '**fail**') |"
+    echo "| $n | $(awk -v s="$sent" -v t="$FLEET_SECS" 'BEGIN { printf "%.0f", s / t }') | $(fmt "$(fleet_j "$line" okPerSec)") | $(fleet_ms "$(fleet_j "$line" renew.p50)") / $(fleet_ms "$(fleet_j "$line" renew.p99)") | $(fleet_ms "$(fleet_j "$line" session.p50)") / $(fleet_ms "$(fleet_j "$line" session.p99)") | $(fleet_ms "$(fleet_j "$line" jwt-svid.p50)") / $(fleet_ms "$(fleet_j "$line" jwt-svid.p99)") | $(fleet_ms "$(fleet_j "$line" attest-challenge.p50)") / $(fleet_ms "$(fleet_j "$line" attest-challenge.p99)") | $(fleet_ms "$(fleet_j "$line" attest-quote.p50)") / $(fleet_ms "$(fleet_j "$line" attest-quote.p99)") | $bad503 / $bad429 / $badother | $(fleet_j "$line" genUsPerReq) | $(fleet_j "$line" machineUsPerReq) | $( [ "$(fleet_j "$line" pass)" = True ] && echo pass || echo '**fail**') |"
   done < <(grep '"phase":"point"' "$W/fleet/$label/search.jsonl")
   echo
   if [ "${FL_LARGEST[$label]:-0}" -gt 0 ]; then
@@ -314,19 +361,19 @@ fleet_report_target() {
   else
     echo "**No fleet passed**, down to ${FL_FIRST[$label]:-?} nodes (the search stops at a sixteenth of its first N): p99 stays above 50 ms however few the requests."
   fi
-  echo "The search's certificates: ${FL_NCERT[$label]} issued to simulated nodes (${FL_NRENEW[$label]} of them by renewals), ${FL_NRESTR[$label]} restricted to \`allowedKinds\` [\"inventory.refresh\"]."
+  echo "The search's certificates: ${FL_NCERT[$label]} issued to the \`sim-restricted\` nodes (${FL_NRENEW[$label]} of them by renewals), ${FL_NRESTR[$label]} restricted to \`allowedKinds\` [\"inventory.refresh\"]; ${FL_TCERT[$label]:-0} to the TPM machines, ${FL_TBOUND[$label]:-0} of them bound to the machine's AK (\`urn:bc:tpm-ak:\`); ${FL_TPASS[$label]:-0} machines with a passing quote, ${FL_TQUAR[$label]:-0} quarantined."
   conf=${FL_CONFIRM[$label]:-}
   if [ -n "$conf" ]; then
     rate=$(fleet_j "$conf" okPerSec)
-    real=$(awk -v r="$rate" 'BEGIN { printf "%.0f", r / (1 / 43200 + 1 / 900 + 1 / 300) }')
-    echo "That is $(fmt "$rate") answered requests/s. A fleet on 24 h certificates (renewed at 12 h), a session certificate every 15 minutes and a JWT-SVID every 5 minutes per node asks 0.0045 requests/s per node: the same rate is **≈ $real nodes** (with fewer renewals in the mix, the heaviest of the three)."
+    real=$(awk -v r="$rate" -v q="$FLEET_TPM" -v a="$FLEET_ATTEST" 'BEGIN { printf "%.0f", r / (1 / 43200 + 1 / 900 + 1 / 300 + (a > 0 ? 2 * q / a : 0)) }')
+    echo "That is $(fmt "$rate") answered requests/s. A fleet on 24 h certificates (renewed at 12 h), a session certificate every 15 minutes and a JWT-SVID every 5 minutes per node$( [ "$FLEET_ATTEST" != 0 ] && awk -v s="$FLEET_TPM" 'BEGIN { exit !(s > 0) }' && echo ", the same share of TPM machines attesting every $FLEET_ATTEST s,") asks $(awk -v q="$FLEET_TPM" -v a="$FLEET_ATTEST" 'BEGIN { printf "%.4f", 1 / 43200 + 1 / 900 + 1 / 300 + (a > 0 ? 2 * q / a : 0) }') requests/s per node: the same rate is **≈ $real nodes** (the mix differs: fewer renewals, the heaviest credential, and the attestation rounds in the same proportion only when the fleet's interval is the run's)."
     echo
     echo "Where the time goes: one more point at ${FL_LARGEST[$label]} nodes (a new generator, its own nodes joined first; the counters run from the end of its joins to its exit: warm-up, measured window, drain):"
     echo
     echo "| at ${FL_LARGEST[$label]} nodes | |"
     echo "| --- | ---: |"
     echo "| answered requests/s | $(fmt "$rate") |"
-    echo "| renew / session / JWT-SVID p99 ms | $(fleet_ms "$(fleet_j "$conf" renew.p99)") / $(fleet_ms "$(fleet_j "$conf" session.p99)") / $(fleet_ms "$(fleet_j "$conf" jwt-svid.p99)") |"
+    echo "| renew / session / JWT-SVID / attest challenge / attest quote p99 ms | $(fleet_ms "$(fleet_j "$conf" renew.p99)") / $(fleet_ms "$(fleet_j "$conf" session.p99)") / $(fleet_ms "$(fleet_j "$conf" jwt-svid.p99)") / $(fleet_ms "$(fleet_j "$conf" attest-challenge.p99)") / $(fleet_ms "$(fleet_j "$conf" attest-quote.p99)") |"
     tot=$(awk -v r="$rate" -v s="${FL_SECS[$label]}" 'BEGIN { print r * s }')
     echo "| postgres$( [ "$label" = ha ] && echo ' (both nodes)'), µs of CPU per request | $(awk -v c="${FL_PG[$label]}" -v n="$tot" 'BEGIN { printf "%.0f", c * 1e6 / n }') |"
     echo "| of which the gateway's backends (the requests themselves), µs per request | $(awk -v c="${FL_BK[$label]}" -v n="$tot" 'BEGIN { printf "%.0f", c * 1e6 / n }') |"

@@ -217,6 +217,19 @@ int			bc_tpm_make_credential(const bc_tpm_public *ek,
 								   unsigned char **blob_out, size_t *blob_len,
 								   unsigned char **enc_out, size_t *enc_len);
 
+/*
+ * TPM2_ActivateCredential in software for an ECC EK whose private key is in
+ * hand (the fleet generator's simulated TPMs, bench/fleet.c): blob and enc as
+ * bc_tpm_make_credential hands them out.  The outer HMAC must be the one for
+ * name (else BC_EINVAL, as a TPM refuses it); the credential (at most 64
+ * bytes) goes to secret_out.  RSA EKs: BC_EUNSUPPORTED.
+ */
+int			bc_tpm_activate_credential(const bc_tpm_public *ek, EVP_PKEY *ek_private,
+									   const unsigned char *name, size_t name_len,
+									   const unsigned char *blob, size_t blob_len,
+									   const unsigned char *enc, size_t enc_len,
+									   unsigned char *secret_out, size_t *secret_len);
+
 /* The bytes of a TPM hash algorithm's digest, or 0 (SHA-1 is 20). */
 size_t		bc_tpm_digest_size(uint16_t hash_alg);
 

@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/kdf.h>
+#include <openssl/param_build.h>
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
 #include <tss2/tss2_mu.h>
@@ -351,5 +352,162 @@ out:
 		bc_free_secret(hmac_in, plainlen + name_len);
 	EVP_CIPHER_CTX_free(cctx);
 	EVP_PKEY_free(ekkey);
+	return rc;
+}
+
+/*
+ * TPM2_ActivateCredential in software, for an ECC EK whose private key is in
+ * hand (bench/fleet.c's simulated TPMs; the service never holds one): the
+ * inverse of the above with the same KDFs.  Z = x(d_EK * Qe), seed =
+ * KDFe(Z, "IDENTITY", x(Qe), x(Q_EK)); the outer HMAC over encIdentity ||
+ * name is checked (in constant time) before AES-CFB decrypts the credential.
+ */
+int
+bc_tpm_activate_credential(const bc_tpm_public *ek, EVP_PKEY *ek_private,
+						   const unsigned char *name, size_t name_len,
+						   const unsigned char *blob, size_t blob_len,
+						   const unsigned char *enc, size_t enc_len,
+						   unsigned char *secret_out, size_t *secret_len)
+{
+	const TPMT_PUBLIC *p = &ek->pub.publicArea;
+	const char *md = md_name(p->nameAlg);
+	size_t		hlen = bc_tpm_digest_size(p->nameAlg);
+	int			p384;
+	size_t		field;
+	size_t		symbits;
+	TPM2B_ID_OBJECT idobj;
+	TPM2B_ENCRYPTED_SECRET es;
+	TPMS_ECC_POINT qe;
+	TPM2B_DIGEST hmac;
+	TPM2B_DIGEST cred;
+	EVP_PKEY   *eph = NULL;
+	EVP_PKEY_CTX *ctx = NULL;
+	EVP_CIPHER_CTX *cctx = NULL;
+	OSSL_PARAM_BLD *bld = NULL;
+	OSSL_PARAM *params = NULL;
+	unsigned char pt[1 + 2 * 48];
+	unsigned char z[48];
+	size_t		zlen = sizeof(z);
+	unsigned char seed[64];
+	unsigned char symkey[32];
+	unsigned char hmackey[64];
+	unsigned char mac[64];
+	size_t		maclen = 0;
+	unsigned char plain[sizeof(TPM2B_DIGEST)];
+	unsigned char zero_iv[16] = {0};
+	unsigned char *hmac_in = NULL;
+	size_t		off = 0;
+	size_t		enclen;
+	int			outl = 0;
+	int			rc = BC_EINVAL;
+
+	*secret_len = 0;
+	memset(&idobj, 0, sizeof(idobj));
+	memset(&es, 0, sizeof(es));
+	memset(&qe, 0, sizeof(qe));
+	memset(&hmac, 0, sizeof(hmac));
+	memset(&cred, 0, sizeof(cred));
+	if (bc_tpm_check_ek(ek, NULL) != BC_OK || md == NULL || p->type != TPM2_ALG_ECC)
+		return BC_EUNSUPPORTED;
+	p384 = p->parameters.eccDetail.curveID == TPM2_ECC_NIST_P384;
+	field = p384 ? 48 : 32;
+	symbits = p->parameters.eccDetail.symmetric.keyBits.aes;
+	if (name == NULL || name_len < 2 || name_len > BC_TPM_NAME_MAX)
+		return BC_EINVAL;
+
+	/* The structures: every byte consumed. */
+	if (Tss2_MU_TPM2B_ID_OBJECT_Unmarshal(blob, blob_len, &off, &idobj) != TSS2_RC_SUCCESS ||
+		off != blob_len)
+		return BC_EINVAL;
+	off = 0;
+	if (Tss2_MU_TPM2B_ENCRYPTED_SECRET_Unmarshal(enc, enc_len, &off, &es) != TSS2_RC_SUCCESS ||
+		off != enc_len)
+		return BC_EINVAL;
+	off = 0;
+	if (Tss2_MU_TPMS_ECC_POINT_Unmarshal(es.secret, es.size, &off, &qe) != TSS2_RC_SUCCESS ||
+		off != es.size || qe.x.size != field || qe.y.size != field)
+		return BC_EINVAL;
+	off = 0;
+	if (Tss2_MU_TPM2B_DIGEST_Unmarshal(idobj.credential, idobj.size, &off, &hmac) !=
+		TSS2_RC_SUCCESS || hmac.size != hlen)
+		return BC_EINVAL;
+	enclen = idobj.size - off;
+	if (enclen < 2 || enclen > sizeof(plain))
+		return BC_EINVAL;
+
+	/* Z = x(d_EK * Qe): Qe imported (OpenSSL checks it is on the curve). */
+	rc = BC_ECRYPTO;
+	pt[0] = 0x04;
+	memcpy(pt + 1, qe.x.buffer, field);
+	memcpy(pt + 1 + field, qe.y.buffer, field);
+	if ((bld = OSSL_PARAM_BLD_new()) == NULL ||
+		OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, p384 ? "P-384" : "P-256", 0) != 1 ||
+		OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, pt, 1 + 2 * field) != 1 ||
+		(params = OSSL_PARAM_BLD_to_param(bld)) == NULL)
+		goto out;
+	ctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+	if (ctx == NULL || EVP_PKEY_fromdata_init(ctx) != 1 ||
+		EVP_PKEY_fromdata(ctx, &eph, EVP_PKEY_PUBLIC_KEY, params) != 1)
+		goto out;
+	EVP_PKEY_CTX_free(ctx);
+	ctx = EVP_PKEY_CTX_new_from_pkey(NULL, ek_private, NULL);
+	if (ctx == NULL || EVP_PKEY_derive_init(ctx) != 1 ||
+		EVP_PKEY_derive_set_peer(ctx, eph) != 1 ||
+		EVP_PKEY_derive(ctx, z, &zlen) != 1 || zlen != field)
+		goto out;
+	rc = kdfe(md, z, zlen, qe.x.buffer, qe.x.size, p->unique.ecc.x.buffer, p->unique.ecc.x.size,
+			  seed, hlen);
+	if (rc == BC_OK)
+		rc = kdfa(md, seed, hlen, LABEL_STORAGE, name, name_len, symkey, symbits / 8);
+	if (rc == BC_OK)
+		rc = kdfa(md, seed, hlen, LABEL_INTEGRITY, NULL, 0, hmackey, hlen);
+	if (rc != BC_OK)
+		goto out;
+
+	/* outerHMAC = HMAC(hmacKey, encIdentity || name): for this Name, unaltered. */
+	rc = BC_ENOMEM;
+	if ((hmac_in = malloc(enclen + name_len)) == NULL)
+		goto out;
+	memcpy(hmac_in, idobj.credential + off, enclen);
+	memcpy(hmac_in + enclen, name, name_len);
+	rc = BC_ECRYPTO;
+	if (EVP_Q_mac(NULL, "HMAC", NULL, md, NULL, hmackey, hlen, hmac_in, enclen + name_len,
+				  mac, sizeof(mac), &maclen) == NULL || maclen != hlen)
+		goto out;
+	rc = BC_EINVAL;
+	if (CRYPTO_memcmp(mac, hmac.buffer, hlen) != 0)
+		goto out;
+
+	/* TPM2B_DIGEST(secret) = AES-CFB(symKey, IV 0)^-1(encIdentity). */
+	rc = BC_ECRYPTO;
+	cctx = EVP_CIPHER_CTX_new();
+	if (cctx == NULL ||
+		EVP_DecryptInit_ex(cctx, symbits == 256 ? EVP_aes_256_cfb128() : EVP_aes_128_cfb128(),
+						   NULL, symkey, zero_iv) != 1 ||
+		EVP_DecryptUpdate(cctx, plain, &outl, idobj.credential + off, (int) enclen) != 1 ||
+		(size_t) outl != enclen)
+		goto out;
+	rc = BC_EINVAL;
+	off = 0;
+	if (Tss2_MU_TPM2B_DIGEST_Unmarshal(plain, enclen, &off, &cred) != TSS2_RC_SUCCESS ||
+		off != enclen || cred.size == 0)
+		goto out;
+	memcpy(secret_out, cred.buffer, cred.size);
+	*secret_len = cred.size;
+	rc = BC_OK;
+out:
+	ERR_clear_error();
+	OPENSSL_cleanse(z, sizeof(z));
+	OPENSSL_cleanse(seed, sizeof(seed));
+	OPENSSL_cleanse(symkey, sizeof(symkey));
+	OPENSSL_cleanse(hmackey, sizeof(hmackey));
+	OPENSSL_cleanse(plain, sizeof(plain));
+	OPENSSL_cleanse(&cred, sizeof(cred));
+	free(hmac_in);
+	OSSL_PARAM_free(params);
+	OSSL_PARAM_BLD_free(bld);
+	EVP_CIPHER_CTX_free(cctx);
+	EVP_PKEY_CTX_free(ctx);
+	EVP_PKEY_free(eph);
 	return rc;
 }

@@ -15,11 +15,14 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include <openssl/bn.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+
+#include <tss2/tss2_mu.h>
 
 #include "bc_common.h"
 #include "bc_tpm.h"
@@ -1136,6 +1139,84 @@ test_make_credential(void **state)
 	}
 }
 
+/*
+ * The software ActivateCredential of the fleet generator (bench/fleet.c): a
+ * P-256 EK made from template L-2 around a key in hand gets back the secret
+ * MakeCredential sealed for the AK's Name; made for another Name, or with a
+ * bit flipped in the blob or in the ephemeral point, it is refused, as the
+ * swtpm refuses it above; an RSA EK is not supported.
+ */
+static void
+test_activate_credential(void **state)
+{
+	EVP_PKEY   *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	TPM2B_PUBLIC tp;
+	BIGNUM	   *bx = NULL, *by = NULL;
+	unsigned char wire[sizeof(TPM2B_PUBLIC)];
+	size_t		off = 0;
+	bc_tpm_public ek, ak, akr, ekr;
+	unsigned char name[BC_TPM_NAME_MAX], other[BC_TPM_NAME_MAX];
+	size_t		name_len, other_len;
+	unsigned char secret[BC_TPM_SECRET_LEN], got[64];
+	size_t		got_len;
+	unsigned char *blob = NULL, *enc = NULL;
+	size_t		blob_len = 0, enc_len = 0;
+
+	(void) state;
+	assert_non_null(key);
+	assert_int_equal(bc_tpm_ek_template(BC_TPM_EK_L2_P256, &tp), BC_OK);
+	assert_int_equal(EVP_PKEY_get_bn_param(key, "qx", &bx), 1);
+	assert_int_equal(EVP_PKEY_get_bn_param(key, "qy", &by), 1);
+	assert_int_equal(BN_bn2binpad(bx, tp.publicArea.unique.ecc.x.buffer, 32), 32);
+	assert_int_equal(BN_bn2binpad(by, tp.publicArea.unique.ecc.y.buffer, 32), 32);
+	BN_free(bx);
+	BN_free(by);
+	assert_int_equal(Tss2_MU_TPM2B_PUBLIC_Marshal(&tp, wire, sizeof(wire), &off), TSS2_RC_SUCCESS);
+	assert_int_equal(bc_tpm_public_parse(wire, off, &ek), BC_OK);
+	assert_int_equal(bc_tpm_check_ek(&ek, NULL), BC_OK);
+	load_public("ak.pub", &ak);
+	load_public("akr.pub", &akr);
+	assert_int_equal(bc_tpm_name(&ak, name, &name_len), BC_OK);
+	assert_int_equal(bc_tpm_name(&akr, other, &other_len), BC_OK);
+
+	assert_int_equal(RAND_bytes(secret, sizeof(secret)), 1);
+	assert_int_equal(bc_tpm_make_credential(&ek, name, name_len, secret, sizeof(secret),
+											&blob, &blob_len, &enc, &enc_len), BC_OK);
+	assert_int_equal(bc_tpm_activate_credential(&ek, key, name, name_len, blob, blob_len, enc, enc_len,
+												got, &got_len), BC_OK);
+	assert_int_equal(got_len, sizeof(secret));
+	assert_memory_equal(got, secret, sizeof(secret));
+	/* for another Name: the outer HMAC does not hold */
+	assert_int_equal(bc_tpm_activate_credential(&ek, key, other, other_len, blob, blob_len, enc, enc_len,
+												got, &got_len), BC_EINVAL);
+	assert_int_equal(got_len, 0);
+	/* a flipped bit in the encrypted credential */
+	blob[blob_len - 1] ^= 1;
+	assert_int_not_equal(bc_tpm_activate_credential(&ek, key, name, name_len, blob, blob_len, enc, enc_len,
+													got, &got_len), BC_OK);
+	blob[blob_len - 1] ^= 1;
+	/* a flipped bit in the ephemeral point: off the curve, or another Z */
+	enc[enc_len - 1] ^= 1;
+	assert_int_not_equal(bc_tpm_activate_credential(&ek, key, name, name_len, blob, blob_len, enc, enc_len,
+													got, &got_len), BC_OK);
+	enc[enc_len - 1] ^= 1;
+	/* truncated structures */
+	assert_int_equal(bc_tpm_activate_credential(&ek, key, name, name_len, blob, blob_len - 1, enc, enc_len,
+												got, &got_len), BC_EINVAL);
+	assert_int_equal(bc_tpm_activate_credential(&ek, key, name, name_len, blob, blob_len, enc, enc_len - 1,
+												got, &got_len), BC_EINVAL);
+	/* the right ones still activate */
+	assert_int_equal(bc_tpm_activate_credential(&ek, key, name, name_len, blob, blob_len, enc, enc_len,
+												got, &got_len), BC_OK);
+	free(blob);
+	free(enc);
+	/* an RSA EK */
+	load_public("ekr.pub", &ekr);
+	assert_int_equal(bc_tpm_activate_credential(&ekr, key, name, name_len, got, 1, got, 1, got, &got_len),
+					 BC_EUNSUPPORTED);
+	EVP_PKEY_free(key);
+}
+
 /* Run the tests. */
 int
 main(void)
@@ -1156,6 +1237,7 @@ main(void)
 		cmocka_unit_test(test_ek_cert_parse),
 		cmocka_unit_test(test_ek_cert_chain),
 		cmocka_unit_test(test_make_credential),
+		cmocka_unit_test(test_activate_credential),
 	};
 
 	/* libtss2-mu logs refused input to stderr; the tests refuse a lot of it. */
