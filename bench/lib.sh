@@ -299,9 +299,19 @@ pgrun() {
   sqlb -c "CHECKPOINT" -c "SELECT bc_join.attestor_stats_reset()" >/dev/null
   before=$(sqlb -c "SELECT count(*) FROM bc_join.nodes")
   lsn0=$(sqlb -c "SELECT pg_current_wal_insert_lsn()")
-  (cd "$d" && pgbench -n -M prepared -f "$script" -c "$c" -j "$j" -T "$secs" -l --log-prefix=tx \
-    -D nreq="${NREQ:-$((SQL_NEXT - 1))}" -D ntok="${NTOK:-$TOKENS}" "${DB:-bench}" >out 2>err) \
-    || { cat "$d/err" >&2; die "pgbench $name"; }
+  if ! (cd "$d" && pgbench -n -M prepared -f "$script" -c "$c" -j "$j" -T "$secs" -l --log-prefix=tx \
+    -D nreq="${NREQ:-$((SQL_NEXT - 1))}" -D ntok="${NTOK:-$TOKENS}" "${DB:-bench}" >out 2>err); then
+    cat "$d/err" >&2
+    # PGRUN_SOFT=1 (the hwkeys section): a failed point is a problem of this run,
+    # reported, not the end of it (the sections before it are not lost)
+    [ "${PGRUN_SOFT:-0}" = 1 ] || die "pgbench $name"
+    INVALID+=("$name: pgbench failed: $(grep -m1 -E 'ERROR|DETAIL' "$d/err" | cut -c1-300)")
+    BAD_RUN[$name]="pgbench failed"
+    RUN_OK=0 TPS=n/a P50=n/a P99=n/a WALKB=n/a
+    rm -f "$d"/tx.*
+    log "WARNING $name: pgbench failed (see the report's problems)"
+    return
+  fi
   TPS=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$d/out")
   processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$d/out")
   WALKB=$(sqlb -c "SELECT round(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$lsn0') / greatest($processed, 1) / 1024.0, 1)")
