@@ -111,6 +111,23 @@ kdfe(const char *md, const unsigned char *z, size_t zlen,
 }
 
 /*
+ * The credential's two keys from the seed (both sides of MakeCredential):
+ * symKey = KDFa(seed, "STORAGE", name, "", symbits), hmacKey = KDFa(seed,
+ * "INTEGRITY", "", "", 8|H|).
+ */
+static int
+credential_keys(const char *md, const unsigned char *seed, size_t hlen,
+				const unsigned char *name, size_t name_len, size_t symbits,
+				unsigned char *symkey, unsigned char *hmackey)
+{
+	int			rc = kdfa(md, seed, hlen, LABEL_STORAGE, name, name_len, symkey, symbits / 8);
+
+	if (rc == BC_OK)
+		rc = kdfa(md, seed, hlen, LABEL_INTEGRITY, NULL, 0, hmackey, hlen);
+	return rc;
+}
+
+/*
  * The RSA EK's seed: random, encrypted by RSA-OAEP (the EK's nameAlg for the
  * hash and MGF1, label "IDENTITY\0") into enc->secret.
  */
@@ -278,10 +295,7 @@ bc_tpm_make_credential(const bc_tpm_public *ek,
 	if (rc != BC_OK)
 		goto out;
 
-	/* symKey = KDFa(seed, "STORAGE", name, "", symbits); hmacKey = KDFa(seed, "INTEGRITY", "", "", 8|H|). */
-	rc = kdfa(md, seed, hlen, LABEL_STORAGE, name, name_len, symkey, symbits / 8);
-	if (rc == BC_OK)
-		rc = kdfa(md, seed, hlen, LABEL_INTEGRITY, NULL, 0, hmackey, hlen);
+	rc = credential_keys(md, seed, hlen, name, name_len, symbits, symkey, hmackey);
 	if (rc != BC_OK)
 		goto out;
 
@@ -458,9 +472,7 @@ bc_tpm_activate_credential(const bc_tpm_public *ek, EVP_PKEY *ek_private,
 	rc = kdfe(md, z, zlen, qe.x.buffer, qe.x.size, p->unique.ecc.x.buffer, p->unique.ecc.x.size,
 			  seed, hlen);
 	if (rc == BC_OK)
-		rc = kdfa(md, seed, hlen, LABEL_STORAGE, name, name_len, symkey, symbits / 8);
-	if (rc == BC_OK)
-		rc = kdfa(md, seed, hlen, LABEL_INTEGRITY, NULL, 0, hmackey, hlen);
+		rc = credential_keys(md, seed, hlen, name, name_len, symbits, symkey, hmackey);
 	if (rc != BC_OK)
 		goto out;
 
