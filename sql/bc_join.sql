@@ -69,12 +69,12 @@ COMMENT ON FUNCTION bc_join.library_version() IS
 -- words and bounds as src/common/bc_protocol.h).  Columns an operator reads
 -- and compares as text (roles, serials) stay text with a CHECK, so that
 -- polymorphic functions (pgTAP's is(), coalesce with text) accept them.
+-- are_agent_roles is C (src/ext/util.c, bc_role_valid): the CHECK constraints
+-- that call it are prepared again for every statement that writes their table,
+-- and a SQL body was read, analysed and planned each time (0.9.0).
 CREATE FUNCTION bc_join.are_agent_roles(roles text[]) RETURNS boolean
-	LANGUAGE sql IMMUTABLE PARALLEL SAFE
-	BEGIN ATOMIC
-	SELECT roles IS NOT NULL AND pg_catalog.cardinality(roles) >= 1
-		   AND roles OPERATOR(pg_catalog.<@) ARRAY['node', 'site', 'ramdisk']::text[];
-	END;
+	AS 'MODULE_PATHNAME', 'bc_are_agent_roles'
+	LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION bc_join.are_agent_roles(text[]) IS
 	'Returns whether roles is a non-empty list of agent roles (node, site, ramdisk): the one spelling of the roles in SQL.';
 -- a SHA-256 digest
@@ -325,8 +325,8 @@ CREATE TABLE bc_join.nodes (
 	pool_id text REFERENCES bc_join.pools (id),
 	role text NOT NULL CHECK (bc_join.are_agent_roles(ARRAY[role])),
 	state text NOT NULL DEFAULT 'adopting'
-		CHECK (state IN ('adopting', 'active', 'retired')),
-	trust text NOT NULL CHECK (trust IN ('platform', 'tenant-owned')),
+		CHECK (state = ANY ('{adopting,active,retired}'::text[])),
+	trust text NOT NULL CHECK (trust = ANY ('{platform,tenant-owned}'::text[])),
 	-- bumped by every reclaim: certificates of older generations are dead
 	identity_generation integer NOT NULL DEFAULT 1 CHECK (identity_generation >= 1),
 	attestor text NOT NULL,
@@ -368,10 +368,7 @@ CREATE TABLE bc_join.node_certs (
 	-- a certificate from before 0.2.0 (never answered to a repeat)
 	join_subject bc_join.sha256,
 	CHECK (not_after > not_before),
-	CONSTRAINT node_certs_revocation_reason_check CHECK (revocation_reason IN
-		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
-		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise',
-		 'renewed', 'reclaimed', 'retired', 'attestation-failed'))
+	CONSTRAINT node_certs_revocation_reason_check CHECK (revocation_reason = ANY ('{unspecified,keyCompromise,cACompromise,affiliationChanged,superseded,cessationOfOperation,privilegeWithdrawn,aACompromise,renewed,reclaimed,retired,attestation-failed}'::text[]))
 );
 COMMENT ON TABLE bc_join.node_certs IS
 	'Every node certificate issued: serial, node, identity generation, validity, the certified key''s SPKI SHA-256 (one key, one certificate), allowed command kinds, the DER and its revocation.';
@@ -767,9 +764,7 @@ CREATE TABLE bc_join.session_certs (
 	-- the process that asked bcd for it, as the host claims (signed by the node
 	-- key): {"pid", "exe", "unit", "cgroup"}; NULL from a bcd that sends none
 	caller jsonb,
-	CONSTRAINT session_certs_revocation_reason_check CHECK (revocation_reason IN
-		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
-		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise', 'retired', 'attestation-failed'))
+	CONSTRAINT session_certs_revocation_reason_check CHECK (revocation_reason = ANY ('{unspecified,keyCompromise,cACompromise,affiliationChanged,superseded,cessationOfOperation,privilegeWithdrawn,aACompromise,retired,attestation-failed}'::text[]))
 );
 COMMENT ON TABLE bc_join.session_certs IS
 	'Every session certificate issued: serial, session, validity, the session key''s SPKI SHA-256, the DER, the node certificate it was proven with, the caller bcd saw, and its revocation.';
@@ -790,7 +785,7 @@ CREATE TABLE bc_join.join_requests (
 	csr_sha256 bc_join.sha256 NOT NULL,
 	claims jsonb NOT NULL DEFAULT '{}',
 	state text NOT NULL DEFAULT 'pending'
-		CHECK (state IN ('pending', 'approved', 'rejected', 'consumed')),
+		CHECK (state = ANY ('{pending,approved,rejected,consumed}'::text[])),
 	detail jsonb NOT NULL DEFAULT '{}',	-- the attestor's own notes for the operator
 	reason text,						-- the operator's, on reject
 	created_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
@@ -3774,9 +3769,9 @@ COMMENT ON TABLE bc_join.ima_observations IS
 -- Per node: where its attestation stands, and the TPM state it was last seen in.
 CREATE TABLE bc_join.node_attestation (
 	node_id text PRIMARY KEY REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
-	state text NOT NULL DEFAULT 'unattested' CHECK (state IN ('unattested', 'healthy', 'quarantined')),
+	state text NOT NULL DEFAULT 'unattested' CHECK (state = ANY ('{unattested,healthy,quarantined}'::text[])),
 	last_quote_at timestamptz,
-	last_result text CHECK (last_result IN ('passed', 'failed', 'missed')),
+	last_result text CHECK (last_result = ANY ('{passed,failed,missed}'::text[])),
 	last_reason text,
 	last_passed_at timestamptz,
 	-- the TPM's clockInfo of the last accepted quote
@@ -4840,7 +4835,7 @@ COMMENT ON TABLE bc_join.ssh_settings IS
 -- Every SSH certificate issued, host and user.
 CREATE TABLE bc_join.ssh_certs (
 	serial bigint PRIMARY KEY CHECK (serial > 0),
-	kind text NOT NULL CHECK (kind IN ('host', 'user')),
+	kind text NOT NULL CHECK (kind = ANY ('{host,user}'::text[])),
 	tenant_id text NOT NULL REFERENCES bc_join.tenants (id),
 	node_id text NOT NULL REFERENCES bc_join.nodes (id) ON DELETE CASCADE,
 	-- the node certificate whose key proved the request: revoking it revokes this
@@ -4859,10 +4854,7 @@ CREATE TABLE bc_join.ssh_certs (
 	certificate bytea NOT NULL,			-- the certificate blob (public)
 	issued_at timestamptz NOT NULL DEFAULT bc_join.compute_now(),
 	revoked_at timestamptz,
-	revocation_reason text CHECK (revocation_reason IN
-		('unspecified', 'keyCompromise', 'cACompromise', 'affiliationChanged', 'superseded',
-		 'cessationOfOperation', 'privilegeWithdrawn', 'aACompromise',
-		 'reclaimed', 'retired', 'attestation-failed')),
+	revocation_reason text CHECK (revocation_reason = ANY ('{unspecified,keyCompromise,cACompromise,affiliationChanged,superseded,cessationOfOperation,privilegeWithdrawn,aACompromise,reclaimed,retired,attestation-failed}'::text[])),
 	CHECK (valid_before > valid_after),
 	CHECK ((kind = 'user') = (session_cert_serial IS NOT NULL))
 );

@@ -6,6 +6,9 @@
 
 #include "access/xlog.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 /* A fixed service clock (check_evidence()'s "at"), when set. */
@@ -125,4 +128,55 @@ bc_require_primary(void)
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
 				 errmsg("bc_join: this server is a standby and cannot answer requests"),
 				 errhint("Connect with target_session_attrs=read-write.")));
+}
+
+PG_FUNCTION_INFO_V1(bc_are_agent_roles);
+
+/*
+ * bc_join.are_agent_roles(roles text[]): whether roles is a non-empty list
+ * of agent roles (bc_role_valid: node, site, ramdisk), every element one of
+ * them; NULL, an empty array or a NULL element is false.  The same answers
+ * as the SQL body it replaces (roles IS NOT NULL AND cardinality(roles) >= 1
+ * AND roles <@ ARRAY['node', 'site', 'ramdisk']), which test/pgtap/audit.sql
+ * keeps as the reference.  In C because CHECK constraints call it (the
+ * role of nodes, join_tokens, join_requests and pools) and PostgreSQL
+ * prepares a table's CHECK expressions again for every statement that writes
+ * it: inlining the SQL body read, analysed and planned it each time, 0.12 M
+ * instructions per constraint and statement, two of them in every join
+ * (docs/performance.md, "The join's own work, step by step").
+ */
+Datum
+bc_are_agent_roles(PG_FUNCTION_ARGS)
+{
+	ArrayType  *a;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_BOOL(false);
+	a = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_ELEMTYPE(a) != TEXTOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("are_agent_roles expects text[]")));
+	deconstruct_array(a, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n < 1)
+		PG_RETURN_BOOL(false);
+	for (int i = 0; i < n; i++)
+	{
+		text	   *t;
+		int			len;
+
+		CHECK_FOR_INTERRUPTS();
+		if (nulls[i])
+			PG_RETURN_BOOL(false);
+		t = DatumGetTextPP(elems[i]);
+		len = VARSIZE_ANY_EXHDR(t);
+#define BC_ROLE_IS(s) (len == (int) strlen(s) && memcmp(VARDATA_ANY(t), (s), len) == 0)
+		if (!(BC_ROLE_IS(BC_ROLE_NODE) || BC_ROLE_IS(BC_ROLE_SITE) || BC_ROLE_IS(BC_ROLE_RAMDISK)))
+			PG_RETURN_BOOL(false);
+#undef BC_ROLE_IS
+	}
+	PG_RETURN_BOOL(true);
 }

@@ -13,7 +13,7 @@
 \set mk `rm -rf :d && mkdir -p :d`
 
 BEGIN;
-SELECT plan(29);
+SELECT plan(30);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -56,11 +56,25 @@ FROM (VALUES
 ) AS v(what, id, at, actor, action, t, n, d);
 SELECT throws_ok($$SELECT bc_join.audit_content(1, 'infinity', 'a', 'b', 'c', 'd', '{}')$$,
 				 '0A000', NULL, 'audit_content: an infinite time is refused, as the reference refuses it');
--- are_agent_roles is inlined where a CHECK or a query uses it (no SET of its
--- own; its body bound when the extension was made, BEGIN ATOMIC).
-SELECT ok(NOT EXISTS (SELECT 1 FROM pg_temp.plan_text($$SELECT bc_join.are_agent_roles(ARRAY[x]) FROM (VALUES ('node'), ('evil')) v(x)$$) l
-					  WHERE l ~ 'are_agent_roles'),
-		  'are_agent_roles is inlined into the query that uses it');
+-- are_agent_roles is C (0.9.0): the CHECK constraints that call it are
+-- prepared again for every statement writing their table, and the SQL body it
+-- had was read, analysed and planned each time.  Its answers are those of the
+-- SQL definition it replaced, kept here as the reference, on every shape of
+-- input: each role, combinations, case, padding, NULL elements, empty and
+-- multi-dimensional arrays, NULL.
+CREATE FUNCTION pg_temp.are_agent_roles_ref(roles text[]) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+	SELECT roles IS NOT NULL AND pg_catalog.cardinality(roles) >= 1
+		   AND roles OPERATOR(pg_catalog.<@) ARRAY['node', 'site', 'ramdisk']::text[] $$;
+SELECT is((SELECT l.lanname::text FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = 'bc_join.are_agent_roles(text[])'::regprocedure),
+		  'c', 'are_agent_roles is a C function (no SQL body planned again at each statement)');
+SELECT is((SELECT array_agg(r::text ORDER BY r::text) FROM (VALUES
+			(ARRAY['node']), (ARRAY['site']), (ARRAY['ramdisk']), (ARRAY['site', 'ramdisk']),
+			(ARRAY['node', 'node']), (ARRAY['evil']), (ARRAY['node', 'evil']), (ARRAY['Node']),
+			(ARRAY['node ']), (ARRAY['nod']), (ARRAY['nodes']), (ARRAY['']), ('{}'::text[]),
+			(NULL::text[]), (ARRAY[NULL::text]), (ARRAY['node', NULL]), (ARRAY[['node', 'site'], ['ramdisk', 'node']]),
+			(ARRAY[['node', 'evil'], ['site', 'site']]), ('[0:1]={node,site}'::text[]), (ARRAY[E'node\n']))
+			AS v(r) WHERE bc_join.are_agent_roles(r) IS DISTINCT FROM pg_temp.are_agent_roles_ref(r)), NULL,
+		  'are_agent_roles answers as its SQL reference on 20 shapes of input');
 SELECT is(array_agg(bc_join.are_agent_roles(r) ORDER BY n), ARRAY[true, true, false, false, false, false],
 		  'are_agent_roles: node, site+ramdisk; not evil, node+evil, empty, NULL')
 	FROM (VALUES (1, ARRAY['node']), (2, ARRAY['site', 'ramdisk']), (3, ARRAY['evil']),
