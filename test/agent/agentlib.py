@@ -21,15 +21,6 @@ from bctest import TOP, ClusterEnv, Tap, free_port, run, wait_port  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRUST_DOMAIN = "agent.bc-join.test"
 
-# The scripts that talk to the Workload API import grpc and then go on forking
-# (psql, tpm2-tools, hooks, bcd).  Debian's grpcio (1.51) registers fork
-# handlers in its C core that wait for its thread pool to idle before every
-# fork; on Debian 13 (Python 3.13) a fork made while a channel's thread was
-# busy waited for good ("Waiting for thread pool to idle before forking" every
-# 3 s; grpc/grpc#31885).  The children exec at once and need no gRPC state, so
-# gRPC's fork support is off in every agent test process and its children.
-os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
-
 # The replacing join-token attestor of the brief: every join waits for an
 # operator's approval, and the result restricts the node to two kinds.
 APPROVAL_ATTESTOR = r"""

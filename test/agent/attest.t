@@ -130,14 +130,10 @@ def run_body(tap, env, tpm):
     h = sessionlib.hook(env, rt, sock, "s1", sess)
     tap.ok(h.returncode == 0, "an attested node serves a session credential", h.stdout + h.stderr)
     sys.path.insert(0, agentlib.workload_stubs(env))
-    # gRPC's fork support is off (agentlib); the channel is closed as soon as
-    # its stream has ended, so that no gRPC thread is busy when this process
-    # forks later.
     import grpc  # noqa: E402
     import workload_pb2 as pb  # noqa: E402
     import workload_pb2_grpc as pbg  # noqa: E402
-    channel = grpc.insecure_channel("unix://" + wsock)
-    stub = pbg.SpiffeWorkloadAPIStub(channel)
+    stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wsock))
     stream = stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=[("workload.spiffe.io", "true")],
                                 timeout=90)
     first = next(stream)
@@ -162,7 +158,6 @@ def run_body(tap, env, tpm):
     tap.ok(code == grpc.StatusCode.PERMISSION_DENIED and "quarantined" in details,
            "the Workload API stream ends PERMISSION_DENIED, saying the node is quarantined",
            (code, details))
-    channel.close()
     tap.ok(env.psql("SELECT count(*) FROM bc_join.node_certs c WHERE c.node_id = '%s' "
                     "AND c.revoked_at IS NULL" % node) == "0",
            "its certificates are revoked")
