@@ -53,7 +53,7 @@ BCD_UNIT_SRCS      = src/agent/core/attest_rules.c src/agent/core/backoff.c src/
 	src/agent/core/log.c src/agent/core/outcome.c src/agent/core/peer.c \
 	src/agent/core/service_keys.c src/agent/core/signals.c src/agent/core/transport.c \
 	src/agent/core/trust_bundles.c \
-	src/agent/workload/refusals.c src/agent/workload/rules.c
+	src/agent/workload/attest.c src/agent/workload/refusals.c src/agent/workload/rules.c
 # SSH, the host side: the signed document, the KRL, the host certificate's checks (test_bcd_ssh.c)
 BCD_UNIT_SRCS     += src/agent/core/ssh_docs.c
 BCD_UNIT_LIBS      = $(shell pkg-config --libs libsystemd) -lcurl -lm -pthread
