@@ -4,7 +4,10 @@
  * Every revoked certificate the node CA issued (node and session) that has
  * not expired yet, with its revocation date and reason code; thisUpdate is
  * the service clock, nextUpdate bc_join.crl_validity seconds later, the CRL
- * number the thisUpdate in seconds (monotonic as the clock is); signed by
+ * number the service clock in microseconds since 1970 (RFC 5280 5.2.3: it
+ * increases with every CRL issued, as the clock does; thisUpdate has whole
+ * seconds only, so a number in seconds gave a CRL fetched just before a
+ * revocation and the one fetched just after it the same number); signed by
  * the node CA key, which never leaves the server.  bc-gateway serves it at
  * GET /v1/crl.
  */
@@ -56,7 +59,9 @@ bc_crl(PG_FUNCTION_ARGS)
 	bc_crl_entry *entries;
 	uint64		n;
 	uint64		i;
+	TimestampTz at;
 	int64		now;
+	uint64		number;
 	unsigned char *der = NULL;
 	size_t		len = 0;
 	int			st;
@@ -78,9 +83,12 @@ bc_crl(PG_FUNCTION_ARGS)
 		reason = bc_spi_row_text(i, Anum_rev_reason);
 		entries[i].reason = bc_crl_reason_code(reason);
 	}
-	now = bc_timestamp_to_unix(bc_now());
+	at = bc_now();
+	now = bc_timestamp_to_unix(at);
+	/* each transaction's clock differs in its microseconds: one number per CRL */
+	number = (uint64) now * USECS_PER_SEC + (uint64) (at - (at / USECS_PER_SEC) * USECS_PER_SEC);
 	st = bc_crl_build(keys->node_ca, keys->node_ca_key, entries, (size_t) n, now,
-					  now + bc_crl_validity, (uint64_t) now, &der, &len);
+					  now + bc_crl_validity, number, &der, &len);
 	SPI_finish();
 	if (st != BC_OK)
 		bc_key_failed("sign the CRL with node-ca.key", keys->node_ca_key, st);

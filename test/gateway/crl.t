@@ -37,6 +37,14 @@ def save_crl(env, name, der):
     return dpath, ppath
 
 
+def crl_number(env, name, der):
+    """The CRL number of a DER CRL (openssl crl -crlnumber)."""
+    d, _ = save_crl(env, name, der)
+    rc, out = openssl("crl", "-inform", "DER", "-in", d, "-noout", "-crlnumber")
+    m = re.search(r"crlNumber=0x([0-9A-Fa-f]+)", out)
+    return int(m.group(1), 16) if rc == 0 and m else None
+
+
 def verify(env, crl_pem, leaf):
     return openssl("verify", "-crl_check", "-CRLfile", crl_pem, "-CAfile", env.ca, leaf)
 
@@ -126,6 +134,9 @@ def body(tap, env):
            "the old ETag gets the new CRL (200, another ETag)", (code, h2))
     tap.eq(gwlib.metric(m(), "bc_gateway_crl_fetches_total", [("result", "ok")]), 2.0,
            "exactly one more fetch for the revocation")
+    n0, n1 = crl_number(env, "num0", der0), crl_number(env, "num1", der1)
+    tap.ok(n0 is not None and n1 is not None and n1 > n0,
+           "the new CRL's number is greater than the old one's (RFC 5280 5.2.3)", (n0, n1))
     # 2 calls in all: the 20 GETs above cost none (waiting for 3 shows none is pending)
     tap.eq(calls_reach(env, 3, timeout=12), 2,
            "pg_stat_user_functions: bc_join.crl() called twice in all, as the gateway counts")
@@ -174,6 +185,19 @@ def body(tap, env):
     tap.ok(errs and errs[0].get("level") == "error" and "crl-max-size" in errs[0].get("reason", ""),
            "and logged at error", errs)
     tap.eq(small.stop(), 0, "that gateway exits 0 too")
+
+    # -- a revocation within the second of the last CRL: a greater CRL number --------
+    # (thisUpdate has whole seconds; the number must still tell the two CRLs apart)
+    while time.time() % 1 > 0.3:
+        time.sleep(0.05)
+    hx = "SELECT encode(bc_join.crl(), 'hex')"
+    before = bytes.fromhex(env.psql(hx))
+    env.psql("SELECT bc_join.revoke_certificate('%s', 'superseded')" % s2)
+    after = bytes.fromhex(env.psql(hx))
+    nb, na = crl_number(env, "same-second0", before), crl_number(env, "same-second1", after)
+    tap.ok(after != before and nb is not None and na is not None and na > nb,
+           "a CRL made in the same second as the previous one, one revocation later: "
+           "a greater CRL number", (nb, na))
 
 
 gwlib.main(body)

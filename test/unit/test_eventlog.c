@@ -411,6 +411,34 @@ test_unknown_event_type(void **state)
 	free(w.b);
 }
 
+/*
+ * PFP 1.06's SPDM device events (EDK2 measures them into PCR 7 on machines
+ * with SPDM-capable devices): a log carrying them parses and replays.
+ */
+static void
+test_spdm_event_types(void **state)
+{
+	static const uint32_t types[] = {0x800000E1, 0x800000E2, 0x800000E3, 0x800000E4};
+	buf			w = {0};
+	bc_evlog	log;
+	const char *why = NULL;
+	unsigned char pcrs[BC_EVLOG_NUM_PCRS][BC_EVLOG_MAX_DIGEST];
+	uint32_t	mask = 0;
+
+	(void) state;
+	spec_id_ok(&w);
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		event2(&w, 7, types[i], 2, two_algs, "spdm", 4);
+	assert_int_equal(bc_evlog_parse(w.b, w.len, &log, &why), BC_OK);
+	assert_int_equal(log.n_events, 5);
+	assert_int_equal(bc_evlog_replay(&log, BC_EVLOG_ALG_SHA256, pcrs, &mask, &why), BC_OK);
+	assert_int_equal(mask, 1u << 7);
+	bc_evlog_free(&log);
+	assert_string_equal(bc_evlog_type_name(0x800000E3), "EV_EFI_SPDM_DEVICE_POLICY");
+	assert_string_equal(bc_evlog_type_name(0x800000E4), "EV_EFI_SPDM_DEVICE_AUTHORITY");
+	free(w.b);
+}
+
 /* Digest counts 0, over the table and 2^32-1; a digest repeated; too many events. */
 static void
 test_counts(void **state)
@@ -748,6 +776,7 @@ main(void)
 		cmocka_unit_test(test_unknown_alg),
 		cmocka_unit_test(test_bad_specid),
 		cmocka_unit_test(test_unknown_event_type),
+		cmocka_unit_test(test_spdm_event_types),
 		cmocka_unit_test(test_counts),
 		cmocka_unit_test(test_bank_missing),
 		cmocka_unit_test(test_ima_replay),
