@@ -3963,10 +3963,17 @@ COMMENT ON FUNCTION bc_join.promote_observations(text) IS
 	'Adds what the pool''s nodes were observed to measure (boot_observations, ima_observations) to the pool''s boot_policy and ima_policy (rows already there are kept); audited; returns how many rows were added.';
 
 /*
- * Nodes that stopped attesting: a healthy node whose last passing quote is
- * older than missed_intervals x interval_seconds of its pool gets the event
- * node.attestation.missed (once per miss), and is quarantined when its pool
- * says on_missed = 'revoke'.  Run it from pg_cron every minute.
+ * Nodes that stopped attesting, or never started: a healthy node whose last
+ * passing quote is older than missed_intervals x interval_seconds of its
+ * pool, and a node with a live certificate bound to a TPM AK (its node key
+ * statement urn:bc:tpm-ak:, what POST /v1/attest requires) that has not
+ * passed a quote for as long since that certificate was issued (its
+ * node_attestation row missing, or unattested), get the event
+ * node.attestation.missed (once per miss), and are quarantined when the pool
+ * says on_missed = 'revoke'.  The second kind since 0.10.0: a host
+ * compromised before its first quote, or whose bcd runs with --no-attest,
+ * no longer keeps its certificates until they expire.  Run it from pg_cron
+ * every minute.
  */
 CREATE FUNCTION bc_join.attestation_sweep() RETURNS integer
 	LANGUAGE plpgsql SECURITY DEFINER
@@ -3976,15 +3983,34 @@ DECLARE
 	m record;
 	n integer := 0;
 BEGIN
+	-- AK-bound nodes never attested: a row of their own first (unattested),
+	-- so that the loop below reports them once, as it does the others
+	INSERT INTO bc_join.node_attestation (node_id)
+		SELECT c.node_id
+		FROM bc_join.node_certs c
+		WHERE c.revoked_at IS NULL AND c.not_after > bc_join.compute_now()
+		  AND starts_with(c.node_key_uri, 'urn:bc:tpm-ak:')
+		  AND NOT EXISTS (SELECT 1 FROM bc_join.node_attestation a WHERE a.node_id = c.node_id)
+		GROUP BY c.node_id
+		ORDER BY c.node_id
+		ON CONFLICT ON CONSTRAINT node_attestation_pkey DO NOTHING;
 	FOR m IN
 		SELECT a.node_id, x.tenant_id, coalesce(s.on_missed, 'event') AS on_missed,
 			   coalesce(s.interval_seconds, 60) AS iv, coalesce(s.missed_intervals, 3) AS k,
 			   a.last_passed_at
 		FROM bc_join.node_attestation a JOIN bc_join.nodes x ON x.id = a.node_id
 		LEFT JOIN bc_join.attestation_settings s ON s.pool_id = x.pool_id
-		WHERE a.state = 'healthy' AND x.state <> 'retired' AND a.missed_reported_at IS NULL
-		  AND coalesce(a.last_passed_at, '-infinity') < bc_join.compute_now()
-			  - make_interval(secs => coalesce(s.interval_seconds, 60) * coalesce(s.missed_intervals, 3))
+		WHERE x.state <> 'retired' AND a.missed_reported_at IS NULL
+		  AND (a.state = 'healthy'
+			   AND coalesce(a.last_passed_at, '-infinity') < bc_join.compute_now()
+				   - make_interval(secs => coalesce(s.interval_seconds, 60) * coalesce(s.missed_intervals, 3))
+			   OR a.state = 'unattested'
+			   AND (SELECT max(c.issued_at) FROM bc_join.node_certs c
+					WHERE c.node_id = a.node_id AND c.revoked_at IS NULL
+					  AND c.not_after > bc_join.compute_now()
+					  AND starts_with(c.node_key_uri, 'urn:bc:tpm-ak:'))
+				   < bc_join.compute_now()
+				   - make_interval(secs => coalesce(s.interval_seconds, 60) * coalesce(s.missed_intervals, 3)))
 		ORDER BY a.node_id
 		FOR UPDATE OF a SKIP LOCKED
 	LOOP
@@ -4005,7 +4031,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION bc_join.attestation_sweep() IS
-	'Finds healthy nodes without a passing quote for missed_intervals intervals of their pool: event node.attestation.missed (once per miss), and quarantine when the pool says on_missed revoke; returns how many; run it from pg_cron every minute.';
+	'Finds healthy nodes without a passing quote for missed_intervals intervals of their pool, and nodes with a live certificate bound to a TPM AK that have not passed one for as long since it was issued: event node.attestation.missed (once per miss), and quarantine when the pool says on_missed revoke; returns how many; run it from pg_cron every minute.';
 
 /*
  * The attestation entry point (POST /v1/attest): round 1 {"proof"} answers

@@ -553,6 +553,10 @@ r, _ = cycle(E, ima_from=0)
 eq(r.get("status"), "attested", "node E attests")
 cur.execute("UPDATE bc_join.node_attestation SET last_passed_at = last_passed_at - interval '10 minutes' "
             "WHERE node_id = %s", (E["node"],))
+# the sweep also finds AK-bound nodes that never attested (below): those
+# joined above without a quote (B) are made new again, out of this count
+cur.execute("UPDATE bc_join.node_certs c SET issued_at = bc_join.compute_now() WHERE c.revoked_at IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM bc_join.node_attestation a WHERE a.node_id = c.node_id)")
 eq(one("SELECT bc_join.attestation_sweep()"), 1, "attestation_sweep finds the node that missed 3 intervals")
 eq((state(E), one("SELECT payload->>'action' FROM bc_join.events WHERE type = 'node.attestation.missed'")),
    ("healthy", "event"), "on_missed event: an event, no quarantine")
@@ -563,6 +567,27 @@ one("SELECT bc_join.attestation_sweep()")
 eq((state(E), live_certs(E)), ("quarantined", 0), "on_missed revoke: quarantined, certificates revoked")
 eq(one("SELECT count(*) FROM bc_join.attestation_state WHERE state = 'quarantined'"), 4,
    "the view shows every quarantined node")
+
+# A node bound to an AK that never attests (compromised before its first
+# quote, or bcd --no-attest) is swept too, from its certificate's issuance;
+# a node whose certificate carries no TPM statement is not (G, long joined).
+H = join("h", "akB")
+eq((one("SELECT bc_join.attestation_sweep()"), state(H), live_certs(H)), (0, "unattested", 1),
+   "an AK-bound node just joined, no quote yet: not missed (the sweep only gives it its unattested row)")
+cur.execute("UPDATE bc_join.node_certs SET issued_at = issued_at - interval '10 minutes', "
+            "not_before = not_before - interval '10 minutes' WHERE node_id IN (%s, %s)", (H["node"], G["node"]))
+cur.execute("UPDATE bc_join.node_certs SET issued_at = bc_join.compute_now() WHERE node_id = %s", (B["node"],))
+eq(one("SELECT bc_join.attestation_sweep()"), 1, "an AK-bound node without a passing quote for 3 intervals since its certificate is missed")
+eq((state(H), live_certs(H),
+    one("SELECT last_reason FROM bc_join.node_attestation WHERE node_id = %s", H["node"]),
+    one("SELECT payload->>'reason' FROM bc_join.events WHERE type = 'node.quarantined' ORDER BY id DESC LIMIT 1"),
+    one("SELECT count(*) FROM bc_join.events WHERE type = 'node.attestation.missed' AND payload->>'nodeId' = %s",
+        H["node"])),
+   ("quarantined", 0, "missed-intervals", "missed-intervals", 1),
+   "on_missed revoke: the never-attested node is quarantined, its certificate revoked, one missed event")
+eq((one("SELECT bc_join.attestation_sweep()"),
+    one("SELECT count(*) FROM bc_join.node_attestation WHERE node_id = %s", G["node"]), live_certs(G)), (0, 0, 1),
+   "once per miss; a node whose certificate carries no TPM statement is never swept")
 
 # ------------------------------------------------ mutated round 2s (observe mode)
 # A node in a pool of its own (observe mode, where even a log that does not
