@@ -8,8 +8,11 @@ one temporary directory that Env.cleanup() removes after stopping
 everything it started.
 Debian's /usr/bin/python3 (python3-cryptography, python3-jwcrypto).
 """
+import base64
 import hashlib
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -248,3 +251,149 @@ def workload_stubs(env):
     os.chmod(env.dir, 0o755)
     os.chmod(out, 0o755)
     return out
+
+
+class WorkloadError(Exception):
+    """A Workload API call that did not end OK: .code, the status' name
+    ("PERMISSION_DENIED"), and .details (grpc.RpcError's, by name)."""
+
+    def __init__(self, code, details=""):
+        super().__init__("%s %s" % (code, details))
+        self.code = code
+        self.details = details
+
+
+class Workload:
+    """A Workload API client on socket sock: gRPC (Debian's python3-grpcio, the stubs
+    of workload_stubs in the directory stubs) in wl_client.py, a child process, and
+    never in the script's own: a script that imports grpc may hang in its next fork
+    under Python 3.13 (wl_client.py says why).  The script builds and reads the
+    messages itself (self.pb, workload_pb2: python3-protobuf alone).  Calls raise
+    WorkloadError as the stub's raise grpc.RpcError; a helper that fails or does not
+    answer raises RuntimeError (the script fails).  Stopped with env's processes."""
+
+    def __init__(self, env, stubs, sock, options=()):
+        if stubs not in sys.path:
+            sys.path.insert(0, stubs)
+        import workload_pb2
+        self.pb = workload_pb2
+        self.service = workload_pb2.DESCRIPTOR.services_by_name["SpiffeWorkloadAPI"]
+        env.nwl = getattr(env, "nwl", 0) + 1
+        self.log = os.path.join(env.dir, "wl-client-%d.log" % env.nwl)
+        with open(self.log, "ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "wl_client.py"), stubs, sock,
+                 json.dumps([list(o) for o in options])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf)
+        self.buf = b""
+        self.nstream = 0
+        self.rc = None
+        env.procs.append(self)
+
+    def ask(self, cmd, timeout):
+        """One command, its answer (a dict); RuntimeError when none comes within timeout."""
+        try:
+            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError as e:
+            raise RuntimeError("wl_client.py: %s (%s)" % (e, self.text()[-2000:]))
+        deadline = time.time() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            left = deadline - time.time()
+            r = select.select([fd], [], [], max(0, left))[0] if left > 0 else []
+            b = os.read(fd, 1 << 20) if r else b""
+            if not b:
+                self.proc.kill()
+                raise RuntimeError("wl_client.py: %s after %s (%s)" % (
+                    "no answer in %d s" % timeout if not r else "ended", cmd.get("op"),
+                    self.text()[-2000:]))
+            self.buf += b
+        line, self.buf = self.buf.split(b"\n", 1)
+        a = json.loads(line)
+        if a["code"] == "HELPER":
+            raise RuntimeError("wl_client.py: " + a["details"])
+        if "response" in a:
+            a["response"] = base64.b64decode(a["response"])
+        return a
+
+    def text(self):
+        """The helper's stderr so far."""
+        with open(self.log, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def _cmd(self, op, method, request, metadata, timeout):
+        return {"op": op, "method": method, "metadata": metadata, "timeout": timeout,
+                "request": base64.b64encode(request.SerializeToString()).decode()}
+
+    def _message(self, method, a):
+        """The response message of answer a, or WorkloadError."""
+        if a["code"] == "OK":
+            out = self.service.methods_by_name[method].output_type.name
+            return getattr(self.pb, out).FromString(a["response"])
+        raise WorkloadError(a["code"], a.get("details", ""))
+
+    def call(self, method, request, metadata=True, timeout=10):
+        """A unary call (FetchJWTSVID, ValidateJWTSVID): its response."""
+        return self._message(method, self.ask(self._cmd("call", method, request, metadata, timeout),
+                                              timeout + 30))
+
+    def stream(self, method, request, metadata=True, timeout=90):
+        """A server stream (FetchX509SVID, FetchX509Bundles, FetchJWTBundles): a
+        WorkloadStream, which next() and for take its messages from."""
+        self.nstream += 1
+        cmd = self._cmd("open", method, request, metadata, timeout)
+        cmd["stream"] = self.nstream
+        self.ask(cmd, 30)
+        return WorkloadStream(self, self.nstream, method, timeout)
+
+    def first(self, method, request, metadata=True, timeout=10):
+        """The first message of a new stream (next(stub.Method(...))); the stream
+        is cancelled after it."""
+        s = self.stream(method, request, metadata, timeout)
+        try:
+            return next(s)
+        finally:
+            s.cancel()
+
+    def stop(self, sig=signal.SIGTERM, timeout=15):
+        """Close the channel and end the helper; (exit status, "")."""
+        if self.rc is None:
+            if self.proc.poll() is None:
+                try:
+                    self.ask({"op": "close"}, timeout)
+                except RuntimeError:
+                    pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.rc = self.proc.returncode
+        return self.rc, ""
+
+
+class WorkloadStream:
+    """A server stream of a Workload: an iterator of its messages that raises
+    WorkloadError when the stream ends with another status than OK."""
+
+    def __init__(self, wl, sid, method, timeout):
+        self.wl, self.sid, self.method, self.timeout = wl, sid, method, timeout
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        a = self.wl.ask({"op": "next", "stream": self.sid}, (self.timeout or 600) + 30)
+        if a["code"] == "END":
+            raise StopIteration
+        return self.wl._message(self.method, a)
+
+    def cancel(self):
+        """Cancel the stream (grpc's cancel: it ends CANCELLED)."""
+        self.wl.ask({"op": "cancel", "stream": self.sid}, 30)
+
+    def cancel_in(self, seconds):
+        """Cancel the stream seconds from now (threading.Timer(seconds, stream.cancel)
+        in the helper); None: not any more."""
+        self.wl.ask({"op": "cancel_in", "stream": self.sid, "seconds": seconds}, 30)

@@ -129,13 +129,9 @@ def run_body(tap, env, tpm):
     os.makedirs(sess, mode=0o700, exist_ok=True)
     h = sessionlib.hook(env, rt, sock, "s1", sess)
     tap.ok(h.returncode == 0, "an attested node serves a session credential", h.stdout + h.stderr)
-    sys.path.insert(0, agentlib.workload_stubs(env))
-    import grpc  # noqa: E402
-    import workload_pb2 as pb  # noqa: E402
-    import workload_pb2_grpc as pbg  # noqa: E402
-    stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wsock))
-    stream = stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=[("workload.spiffe.io", "true")],
-                                timeout=90)
+    # gRPC in a child process (agentlib.Workload): this one forks on (psql, tpm2-tools, hooks)
+    wl = agentlib.Workload(env, agentlib.workload_stubs(env), wsock)
+    stream = wl.stream("FetchX509SVID", wl.pb.X509SVIDRequest(), timeout=90)
     first = next(stream)
     tap.eq(len(first.svids), 1, "a Workload API stream serves the X509-SVID")
 
@@ -153,9 +149,12 @@ def run_body(tap, env, tpm):
     try:
         next(stream)
         code, details = "OK", ""
-    except grpc.RpcError as e:
-        code, details = e.code(), e.details()
-    tap.ok(code == grpc.StatusCode.PERMISSION_DENIED and "quarantined" in details,
+    except StopIteration:
+        code, details = "OK", "the stream ended"
+    except agentlib.WorkloadError as e:
+        code, details = e.code, e.details
+    wl.stop()
+    tap.ok(code == "PERMISSION_DENIED" and "quarantined" in details,
            "the Workload API stream ends PERMISSION_DENIED, saying the node is quarantined",
            (code, details))
     tap.ok(env.psql("SELECT count(*) FROM bc_join.node_certs c WHERE c.node_id = '%s' "

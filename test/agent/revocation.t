@@ -26,8 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agentlib  # noqa: E402
 import sessionlib  # noqa: E402
 
-HDR = [("workload.spiffe.io", "true")]
-
 
 def wait_for(cond, timeout):
     """Poll cond until true; True when it became true within timeout seconds."""
@@ -120,19 +118,17 @@ def body(tap, env):
     roots = write(os.path.join(env.dir, "root.pem"),
                   pem(load_pems(root_pem)[-1:]))
 
-    sys.path.insert(0, agentlib.workload_stubs(env))
-    import grpc  # noqa: E402
-    import workload_pb2 as pb  # noqa: E402
-    import workload_pb2_grpc as pbg  # noqa: E402
-    stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel("unix://" + wsock))
-    stream = stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=HDR, timeout=120)
+    # gRPC in a child process (agentlib.Workload): this one forks on (psql, openssl, hooks)
+    wl = agentlib.Workload(env, agentlib.workload_stubs(env), wsock)
+    pb = wl.pb
+    stream = wl.stream("FetchX509SVID", pb.X509SVIDRequest(), timeout=120)
     first = next(stream)
     tap.eq((len(first.svids), len(first.crl)), (1, 1),
            "FetchX509SVID: one X509-SVID and one CRL (X509SVIDResponse.crl)")
     crl1 = write(os.path.join(env.dir, "crl1.der"), first.crl[0])
     rc, out = openssl("crl", "-inform", "DER", "-in", crl1, "-CAfile", cas, "-noout")
     tap.ok(rc == 0 and "verify OK" in out, "openssl crl verifies the CRL with the node CA", out)
-    b = next(stub.FetchX509Bundles(pb.X509BundlesRequest(), metadata=HDR, timeout=10))
+    b = wl.first("FetchX509Bundles", pb.X509BundlesRequest(), timeout=10)
     tap.eq(list(b.crl), list(first.crl), "FetchX509Bundles carries the same CRL (field 1)")
 
     sess = os.path.join(rt, "sess")
@@ -144,7 +140,7 @@ def body(tap, env):
     if os.path.exists(os.path.join(sess, "crl.pem")):
         rc, der = 0, subprocess.run(["openssl", "crl", "-in", os.path.join(sess, "crl.pem"),
                                      "-outform", "DER"], stdout=subprocess.PIPE).stdout
-        crl_now = next(stub.FetchX509Bundles(pb.X509BundlesRequest(), metadata=HDR, timeout=10)).crl
+        crl_now = wl.first("FetchX509Bundles", pb.X509BundlesRequest(), timeout=10).crl
         tap.ok(der in list(crl_now) + list(first.crl), "crl.pem is the CRL bcd holds (PEM)")
         tap.eq(oct(os.stat(os.path.join(sess, "crl.pem")).st_mode & 0o777), "0o600", "crl.pem is 0600")
     else:
@@ -158,18 +154,16 @@ def body(tap, env):
     t0 = time.time()
     nxt = None
     pushed = 0
-    import threading
-    timer = threading.Timer(30, stream.cancel)  # no new SVID in 30 s: the stream is given up
-    timer.start()
+    stream.cancel_in(30)  # no new SVID in 30 s: the stream is given up
     try:
         for m in stream:
             pushed += 1
             if "%032x" % split_der(m.svids[0].x509_svid)[0].serial_number != old_serial:
                 nxt = m
                 break
-    except grpc.RpcError as e:
-        tap.note("the stream: %s %s" % (e.code(), e.details()))
-    timer.cancel()
+    except agentlib.WorkloadError as e:
+        tap.note("the stream: %s %s" % (e.code, e.details))
+    stream.cancel_in(None)
     tap.ok(nxt is not None, "revoke_certificate of the served SVID: a new SVID (another serial) "
            "pushed on the same stream (%d message(s), %.1f s)" % (pushed, time.time() - t0))
     if nxt is None:
@@ -202,9 +196,9 @@ def body(tap, env):
     try:
         for _ in stream:
             pass
-    except grpc.RpcError as e:
-        code, details = e.code(), e.details()
-    tap.ok(code == grpc.StatusCode.PERMISSION_DENIED and "revoked" in details and
+    except agentlib.WorkloadError as e:
+        code, details = e.code, e.details
+    tap.ok(code == "PERMISSION_DENIED" and "revoked" in details and
            node_serial in details,
            "the stream ends PERMISSION_DENIED naming the revocation", (code, details))
     h = sessionlib.hook(env, rt, sock, "s2", sess)
@@ -212,11 +206,12 @@ def body(tap, env):
            node_serial in h.stderr and "keyCompromise" in h.stderr,
            "a hook is refused (77) with the revocation: serial and reason", (h.returncode, h.stderr))
     try:
-        next(stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=HDR, timeout=10))
+        wl.first("FetchX509SVID", pb.X509SVIDRequest(), timeout=10)
         code = "OK"
-    except grpc.RpcError as e:
-        code, details = e.code(), e.details()
-    tap.ok(code == grpc.StatusCode.PERMISSION_DENIED and "revoked" in details,
+    except agentlib.WorkloadError as e:
+        code, details = e.code, e.details
+    wl.stop()
+    tap.ok(code == "PERMISSION_DENIED" and "revoked" in details,
            "a new FetchX509SVID: PERMISSION_DENIED naming the revocation", (code, details))
     st = sessionlib.status(env, rt, sock)
     rev = (st or {}).get("revoked") or {}

@@ -3,7 +3,8 @@
 
 Shows, through the real gateway and a bcd daemon, with a gRPC client made
 at test time by grpc_tools.protoc from src/agent/workload/workload.proto
-(bc_join's own file, written from upstream's message and field numbers):
+(bc_join's own file, written from upstream's message and field numbers), run
+in child processes (agentlib.Workload; this one forks, and must not hold gRPC):
 - a rule with two selectors refused at start when the same selectors give
   two identities;
 - FetchX509SVID streams an X509-SVID of the session the caller's rule names
@@ -32,8 +33,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agentlib  # noqa: E402
 import sessionlib as sl  # noqa: E402
-
-HDR = [("workload.spiffe.io", "true")]
 
 # A client for another executable (a copy of python): status code name of one FetchX509SVID.
 OTHER_CLIENT = r'''
@@ -113,25 +112,24 @@ def openssl_verify(env, certs, roots, name):
     return r.returncode == 0, r.stdout
 
 
-def jwt_checks(tap, env, stub, pb, grpc, spiffe_id):
+def jwt_checks(tap, env, wl, pb, spiffe_id):
     """FetchJWTSVID, FetchJWTBundles, ValidateJWTSVID."""
     import json
     from jwcrypto import jwk, jws
     try:
-        stub.FetchJWTSVID(pb.JWTSVIDRequest(), metadata=HDR, timeout=10)
+        wl.call("FetchJWTSVID", pb.JWTSVIDRequest(), timeout=10)
         code = "OK"
-    except grpc.RpcError as e:
-        code = e.code()
-    tap.eq(code, grpc.StatusCode.INVALID_ARGUMENT, "FetchJWTSVID without an audience: INVALID_ARGUMENT")
+    except agentlib.WorkloadError as e:
+        code = e.code
+    tap.eq(code, "INVALID_ARGUMENT", "FetchJWTSVID without an audience: INVALID_ARGUMENT")
     try:
-        r = stub.FetchJWTSVID(pb.JWTSVIDRequest(audience=["svc-a", "svc-b"]), metadata=HDR,
-                              timeout=30)
+        r = wl.call("FetchJWTSVID", pb.JWTSVIDRequest(audience=["svc-a", "svc-b"]), timeout=30)
         svid = r.svids[0]
-    except grpc.RpcError as e:
-        tap.ok(False, "FetchJWTSVID", "%s %s" % (e.code(), e.details()))
+    except agentlib.WorkloadError as e:
+        tap.ok(False, "FetchJWTSVID", "%s %s" % (e.code, e.details))
         return
     tap.eq(svid.spiffe_id, spiffe_id, "FetchJWTSVID: a JWT-SVID of the same session identity")
-    b = next(stub.FetchJWTBundles(pb.JWTBundlesRequest(), metadata=HDR, timeout=10))
+    b = wl.first("FetchJWTBundles", pb.JWTBundlesRequest(), timeout=10)
     jwks = json.loads(b.bundles["spiffe://" + agentlib.TRUST_DOMAIN])
     tap.ok(len(jwks.get("keys", [])) >= 1 and all(k.get("kid") for k in jwks["keys"]),
            "FetchJWTBundles: the trust domain's JWKS of jwt-svid keys, with kids", jwks)
@@ -152,8 +150,8 @@ def jwt_checks(tap, env, stub, pb, grpc, spiffe_id):
            claims.get("aud") == ["svc-a", "svc-b"] and claims.get("exp", 0) > time.time(),
            "the JWT-SVID verifies (jwcrypto) with the bundle's key: ES256, typ JWT, sub, aud, exp",
            (hdr, claims))
-    v = stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience="svc-b", svid=svid.svid),
-                             metadata=HDR, timeout=10)
+    v = wl.call("ValidateJWTSVID", pb.ValidateJWTSVIDRequest(audience="svc-b", svid=svid.svid),
+                timeout=10)
     tap.ok(v.spiffe_id == spiffe_id and v.claims["sub"] == spiffe_id and
            list(v.claims["aud"]) == ["svc-a", "svc-b"],
            "ValidateJWTSVID: its SPIFFE ID and claims (a Struct)", v)
@@ -162,22 +160,21 @@ def jwt_checks(tap, env, stub, pb, grpc, spiffe_id):
                              ("a bad signature", "svc-a", bad),
                              ("not a JWT", "svc-a", "x.y")):
         try:
-            stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience=aud, svid=token),
-                                 metadata=HDR, timeout=10)
+            wl.call("ValidateJWTSVID", pb.ValidateJWTSVIDRequest(audience=aud, svid=token), timeout=10)
             code = "OK"
-        except grpc.RpcError as e:
-            code = e.code()
-        tap.eq(code, grpc.StatusCode.INVALID_ARGUMENT, "ValidateJWTSVID, %s: INVALID_ARGUMENT" % name)
+        except agentlib.WorkloadError as e:
+            code = e.code
+        tap.eq(code, "INVALID_ARGUMENT", "ValidateJWTSVID, %s: INVALID_ARGUMENT" % name)
     # a message over 256 KiB: refused by gRPC before bcd parses it; the next call is answered
     try:
-        stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience="svc-a", svid="A" * 270000),
-                             metadata=HDR, timeout=10)
+        wl.call("ValidateJWTSVID", pb.ValidateJWTSVIDRequest(audience="svc-a", svid="A" * 270000),
+                timeout=10)
         code = "OK"
-    except grpc.RpcError as e:
-        code = e.code()
-    tap.eq(code, grpc.StatusCode.RESOURCE_EXHAUSTED, "a 270 kB request: RESOURCE_EXHAUSTED")
-    v = stub.ValidateJWTSVID(pb.ValidateJWTSVIDRequest(audience="svc-a", svid=svid.svid),
-                             metadata=HDR, timeout=10)
+    except agentlib.WorkloadError as e:
+        code = e.code
+    tap.eq(code, "RESOURCE_EXHAUSTED", "a 270 kB request: RESOURCE_EXHAUSTED")
+    v = wl.call("ValidateJWTSVID", pb.ValidateJWTSVIDRequest(audience="svc-a", svid=svid.svid),
+                timeout=10)
     tap.eq(v.spiffe_id, spiffe_id, "... and the next call is answered")
 
 
@@ -186,11 +183,10 @@ def body(tap, env):
     if not env.has_function("bc_join.issue_session(jsonb)"):
         tap.skip("workload api", "bc_join.issue_session(jsonb) is not installed")
         return
-    import grpc
+    # gRPC only in child processes (agentlib.Workload, OTHER_CLIENT): this one forks on
     py = gen_stubs(env)
     sys.path.insert(0, py)
     import workload_pb2 as pb
-    import workload_pb2_grpc as pbg
 
     env.psql("ALTER DATABASE agent SET bc_join.session_ttl = 30")
     # a 60 s node certificate, renewed by the daemon at --renew-at 0.1: bcd renews its
@@ -230,20 +226,20 @@ def body(tap, env):
     tap.eq(agentlib.mode(wsock) if os.path.exists(wsock) else None, 0o600,
            "workload.sock is 0600 (its directory 0700, as bcd.sock's)")
 
-    stub = pbg.SpiffeWorkloadAPIStub(grpc.insecure_channel(
-        "unix://" + wsock, options=[("grpc.use_local_subchannel_pool", 1)]))
+    # the client runs this python (its exe is the rule's)
+    wl = agentlib.Workload(env, py, wsock, options=[("grpc.use_local_subchannel_pool", 1)])
 
     # no metadata: INVALID_ARGUMENT
     try:
-        next(stub.FetchX509SVID(pb.X509SVIDRequest(), timeout=10))
+        wl.first("FetchX509SVID", pb.X509SVIDRequest(), metadata=False, timeout=10)
         code = "OK"
-    except grpc.RpcError as e:
-        code = e.code()
-    tap.eq(code, grpc.StatusCode.INVALID_ARGUMENT, "no workload.spiffe.io metadata: INVALID_ARGUMENT")
+    except agentlib.WorkloadError as e:
+        code = e.code
+    tap.eq(code, "INVALID_ARGUMENT", "no workload.spiffe.io metadata: INVALID_ARGUMENT")
 
     # the stream, across a renewal
     t0 = time.time()
-    stream = stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=HDR, timeout=90)
+    stream = wl.stream("FetchX509SVID", pb.X509SVIDRequest(), timeout=90)
     first = next(stream)
     tap.note("first X509-SVID after %.1f s" % (time.time() - t0))
     tap.eq(len(first.svids), 1, "FetchX509SVID: one SVID")
@@ -254,7 +250,7 @@ def body(tap, env):
     ok, out = openssl_verify(env, certs1, roots, "svid1")
     tap.ok(ok, "openssl verify: the SVID chains to the bundle's roots", out)
 
-    bundles = next(stub.FetchX509Bundles(pb.X509BundlesRequest(), metadata=HDR, timeout=10))
+    bundles = wl.first("FetchX509Bundles", pb.X509BundlesRequest(), timeout=10)
     tap.eq(dict(bundles.bundles), {"spiffe://" + agentlib.TRUST_DOMAIN: s1.bundle},
            "FetchX509Bundles: the trust domain's roots (keyed by its SPIFFE ID), the SVID's bundle")
 
@@ -290,19 +286,20 @@ def body(tap, env):
            "... and bcd logs the ambiguity", daemon.text())
 
     if env.has_function("bc_join.issue_jwt_svid(jsonb)"):
-        jwt_checks(tap, env, stub, pb, grpc, s1.spiffe_id)
+        jwt_checks(tap, env, wl, pb, s1.spiffe_id)
     else:
         tap.skip("FetchJWTSVID, ValidateJWTSVID, FetchJWTBundles",
                  "bc_join.issue_jwt_svid(jsonb) is not installed (the service half of #33)")
 
     # the gateway stopped: the last SVID is still served
     gw.stop()
-    s3 = next(stub.FetchX509SVID(pb.X509SVIDRequest(), metadata=HDR, timeout=10)).svids[0]
+    s3 = wl.first("FetchX509SVID", pb.X509SVIDRequest(), timeout=10).svids[0]
     tap.ok(s3.x509_svid == s2.x509_svid, "the gateway stopped: a new stream gets the last SVID")
 
 
     daemon.stop()
     tap.eq(daemon.rc, 0, "bcd stops cleanly (SIGTERM)", daemon.text())
+    wl.stop()
 
     # --workload-api-mode 0666 in a directory every user reaches: the rules decide by uid
     env.gateway()
