@@ -48,10 +48,16 @@ def cluster(name):
     return dict(kv.split("=", 1) for kv in out.split())
 
 
-def sh(env, *args, **kw):
+def sh(env, *args, check=False, **kw):
     e = dict(os.environ)
     e.update(env)
-    return subprocess.run(args, env=e, capture_output=True, text=True, **kw)
+    r = subprocess.run(args, env=e, capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        # what the command said, not only its status (a failure seen once under
+        # load in a fresh tree left nothing to read)
+        raise RuntimeError("%s exited %d: %s" % (" ".join(args)[:200], r.returncode,
+                                                 (r.stderr or r.stdout).strip()[-3000:]))
+    return r
 
 
 filler = None
