@@ -85,8 +85,8 @@ bc_crl(PG_FUNCTION_ARGS)
 	}
 	at = bc_now();
 	now = bc_timestamp_to_unix(at);
-	/* each transaction's clock differs in its microseconds: one number per CRL */
-	number = (uint64) now * USECS_PER_SEC + (uint64) (at - (at / USECS_PER_SEC) * USECS_PER_SEC);
+	/* the clock in microseconds: one number per transaction that makes a CRL */
+	number = (uint64) now * USECS_PER_SEC + (uint64) (at % USECS_PER_SEC);
 	st = bc_crl_build(keys->node_ca, keys->node_ca_key, entries, (size_t) n, now,
 					  now + bc_crl_validity, number, &der, &len);
 	SPI_finish();
