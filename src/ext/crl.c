@@ -4,10 +4,12 @@
  * Every revoked certificate the node CA issued (node and session) that has
  * not expired yet, with its revocation date and reason code; thisUpdate is
  * the service clock, nextUpdate bc_join.crl_validity seconds later, the CRL
- * number the service clock in microseconds since 1970 (RFC 5280 5.2.3: it
- * increases with every CRL issued, as the clock does; thisUpdate has whole
- * seconds only, so a number in seconds gave a CRL fetched just before a
- * revocation and the one fetched just after it the same number); signed by
+ * number the service clock's current instant in microseconds since 1970, and
+ * above the last number this backend made (RFC 5280 5.2.3: it increases
+ * with every CRL issued; thisUpdate has whole seconds only, so a number in
+ * seconds gave a CRL fetched just before a revocation and the one fetched
+ * just after it the same number; the transaction's clock gave two CRLs made
+ * in one transaction, a revocation between them, the same one); signed by
  * the node CA key, which never leaves the server.  bc-gateway serves it at
  * GET /v1/crl.
  */
@@ -62,6 +64,8 @@ bc_crl(PG_FUNCTION_ARGS)
 	TimestampTz at;
 	int64		now;
 	uint64		number;
+	TimestampTz instant;
+	static uint64 last_number = 0;
 	unsigned char *der = NULL;
 	size_t		len = 0;
 	int			st;
@@ -85,12 +89,16 @@ bc_crl(PG_FUNCTION_ARGS)
 	}
 	at = bc_now();
 	now = bc_timestamp_to_unix(at);
-	/* the clock in microseconds: one number per transaction that makes a CRL */
-	number = (uint64) now * USECS_PER_SEC + (uint64) (at % USECS_PER_SEC);
+	/* the number: the clock's instant now (not the transaction's start) in microseconds */
+	instant = GetCurrentTimestamp() + (TimestampTz) bc_clock_offset * USECS_PER_SEC;
+	number = (uint64) bc_timestamp_to_unix(instant) * USECS_PER_SEC + (uint64) (instant % USECS_PER_SEC);
+	if (number <= last_number)
+		number = last_number + 1;
 	st = bc_crl_build(keys->node_ca, keys->node_ca_key, entries, (size_t) n, now,
 					  now + bc_crl_validity, number, &der, &len);
 	SPI_finish();
 	if (st != BC_OK)
 		bc_key_failed("sign the CRL with node-ca.key", keys->node_ca_key, st);
+	last_number = number;
 	PG_RETURN_BYTEA_P(bc_take_bytea(der, len, false));
 }

@@ -18,7 +18,7 @@
 \set mk `rm -rf :d && mkdir -p :d`
 
 BEGIN;
-SELECT plan(39);
+SELECT plan(40);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -77,6 +77,12 @@ SELECT is(ARRAY(SELECT kind || ':' || serial FROM bc_join.revoked_certificates O
 \o :d/crl1.pem
 SELECT bc_join.crl_pem();
 \o
+-- RFC 5280 5.2.3: a CRL made after a revocation has a higher number than the one made
+-- before it, even in the same transaction (whose clock does not move)
+\set n0 `openssl crl -in :d/crl0.pem -noout -crlnumber | sed 's/^crlNumber=0x//'`
+\set n1 `openssl crl -in :d/crl1.pem -noout -crlnumber | sed 's/^crlNumber=0x//'`
+SELECT cmp_ok(('x' || lpad(:'n1', 16, '0'))::bit(64)::bigint, '>', ('x' || lpad(:'n0', 16, '0'))::bit(64)::bigint,
+			  'the CRL made after the revocation, in the same transaction, has a higher CRL number');
 \set v1 `openssl verify -crl_check -CRLfile :d/crl1.pem -CAfile :ca :d/leaf1.pem 2>&1; echo "exit=$?"`
 SELECT ok(:'v1' ~ 'certificate revoked' AND :'v1' ~ 'exit=2', 'openssl verify -crl_check rejects the revoked certificate');
 \set v2 `openssl verify -crl_check -CRLfile :d/crl1.pem -CAfile :ca :d/leaf2.pem 2>&1; echo "exit=$?"`
