@@ -52,6 +52,7 @@ extern TimestampTz bc_now(void);
 /* check_evidence() (check.c): the service clock reads at until bc_clock_unfix(). */
 extern void bc_clock_fix(TimestampTz at);
 extern void bc_clock_unfix(void);
+extern TimestampTz bc_clock_instant(void);
 extern int64 bc_timestamp_to_unix(TimestampTz t);
 /* Random identifier: prefix '_' 32 hex digits. */
 extern char *bc_new_id(const char *prefix);

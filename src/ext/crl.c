@@ -90,7 +90,7 @@ bc_crl(PG_FUNCTION_ARGS)
 	at = bc_now();
 	now = bc_timestamp_to_unix(at);
 	/* the number: the clock's instant now (not the transaction's start) in microseconds */
-	instant = GetCurrentTimestamp() + (TimestampTz) bc_clock_offset * USECS_PER_SEC;
+	instant = bc_clock_instant();
 	number = (uint64) bc_timestamp_to_unix(instant) * USECS_PER_SEC + (uint64) (instant % USECS_PER_SEC);
 	if (number <= last_number)
 		number = last_number + 1;

@@ -59,11 +59,18 @@ bc_compute_now(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(bc_compute_clock);
 
+/* The service clock's current instant: now (not the transaction's start) plus bc_join.clock_offset. */
+TimestampTz
+bc_clock_instant(void)
+{
+	return GetCurrentTimestamp() + (TimestampTz) bc_clock_offset * USECS_PER_SEC;
+}
+
 /* compute_clock(): the service clock's current instant (not the transaction's start). */
 Datum
 bc_compute_clock(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_TIMESTAMPTZ(GetCurrentTimestamp() + (TimestampTz) bc_clock_offset * USECS_PER_SEC);
+	PG_RETURN_TIMESTAMPTZ(bc_clock_instant());
 }
 
 PG_FUNCTION_INFO_V1(bc_random_secret);
