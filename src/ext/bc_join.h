@@ -506,6 +506,11 @@ extern void bc_check_join_token(const char *who, const char *token, const char *
 /* Lock a token's row and compare its secret in constant time; refuses "<who>:unknown|secret". */
 extern void bc_lock_token_secret(BcPlan *plan, const char *id, const char *secret,
 								 int secret_col, const char *who);
+/*
+ * A join token offered to an attestor that takes none: refuses
+ * "<attestor>:token-attestor" when its expect names attestors without it.
+ */
+extern void bc_refuse_token_limited_to_others(const char *attestor, const char *token);
 /* Spend one use of a checked token. */
 extern void bc_spend_join_token(const char *token_id);
 /*

@@ -72,6 +72,8 @@ bc_custom_attestor_verify(const BcAttestor *att, const BcJoinRequest *req, BcOut
 				 errmsg("the verify function of attestor %s does not exist", att->id),
 				 errdetail("INVALID_CONFIG: the function was dropped or renamed after it was registered."),
 				 errhint("Register the attestor again with bc_join.register_attestor(), or unregister it.")));
+	/* A join token limited to other attestors is refused before verify sees it. */
+	bc_refuse_token_limited_to_others(att->id, req->token);
 	fmgr_info(att->verify_fn, &flinfo);
 	InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = JsonbPGetDatum(build_evidence(req));

@@ -14,7 +14,7 @@
 \set vendorpub `openssl pkey -in :d/vendor.key -pubout`
 
 BEGIN;
-SELECT plan(60);
+SELECT plan(65);
 
 SELECT bc_join.create_tenant('acme') AS tenant \gset
 SELECT bc_join.create_site(:'tenant', 'dc-1') AS site \gset
@@ -180,6 +180,26 @@ SELECT is(bc_join(:'ta2req'), :'refused'::jsonb, 'the same CSR with another vali
 SELECT is(pg_temp.last_refusal(), 'root join:key-reused', 'refused join:key-reused');
 SELECT is(uses_left, 1, 'and that token is not spent') FROM bc_join.join_tokens WHERE id = split_part(:'ta2', '.', 1);
 SELECT ok(bc_join.unregister_attestor('tok-asset'), 'tok-asset unregistered');
+
+-- a join token limited to other attestors is refused before verify runs, also by an
+-- attestor that never reads its token (ATTESTORS.md: every other attestor refuses it)
+CREATE TABLE public.no_tok_target AS SELECT :'tenant'::text AS tenant_id, :'pool'::text AS pool_id;
+CREATE FUNCTION public.no_tok_verify(evidence jsonb, context jsonb) RETURNS jsonb
+LANGUAGE plpgsql SET search_path = public, pg_catalog, pg_temp AS $$
+BEGIN
+	RETURN (SELECT jsonb_build_object('tenantId', tenant_id, 'role', 'node', 'poolId', pool_id)
+			FROM public.no_tok_target);
+END $$;
+SELECT bc_join.register_attestor('no-tok', '1', ARRAY['node'], 'public.no_tok_verify(jsonb,jsonb)');
+SELECT bc_join.create_join_token(:'tenant', :'pool', expect => '{"attestors": ["tpm"]}') AS nt1 \gset
+SELECT bc_join.create_join_token(:'tenant', :'pool', expect => '{"attestors": ["no-tok"]}') AS nt2 \gset
+\set nt1req `:bcd join-request --service-keys :keys --attestor no-tok --token :'nt1' --out-dir :d/nt1`
+SELECT is(bc_join(:'nt1req'), :'refused'::jsonb, 'a custom attestor offered a token limited to tpm: the one refusal');
+SELECT is(pg_temp.last_refusal(), :'tenant' || ' no-tok:token-attestor', 'refused no-tok:token-attestor, in the token''s tenant');
+\set nt2req `:bcd join-request --service-keys :keys --attestor no-tok --token :'nt2' --out-dir :d/nt2`
+SELECT is(bc_join(:'nt2req')->>'status', 'issued', 'a token that names it: its verify decides, and admits');
+SELECT is(uses_left, 1, 'and neither token is spent (the attestor named none)') FROM bc_join.join_tokens WHERE id = split_part(:'nt1', '.', 1);
+SELECT ok(bc_join.unregister_attestor('no-tok'), 'no-tok unregistered');
 SELECT count(*) AS nodes_before FROM bc_join.nodes \gset
 
 \set req2 `test/tools/acme-proof :bcd :keys :d/m2 ASSET-0043 :d/vendor.key :d/m1`

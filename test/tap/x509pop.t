@@ -94,10 +94,23 @@ def make_jws(key, alg, chain, body, header=None, salt=32, x5c=None):
     si = hb + "." + pb
     return si + "." + b64u(sign(key, alg, si.encode(), salt))
 
-def join(csr_b64, evidence, role="node"):
+def seal(token, csr_b64):
+    """token sealed (by jwcrypto) to the service's encryption key for this CSR."""
+    from jwcrypto import jwe
+    from jwcrypto.common import json_encode
+    with open(keys) as f:
+        enc = json.load(f)["encryptionKey"]
+    sha = b64u(hashlib.sha256(b64ud(csr_b64)).digest())
+    e = jwe.JWE(token.encode(), protected=json_encode({"alg": "ECDH-ES", "enc": "A256GCM", "csrSha256": sha}))
+    e.add_recipient(jwk.JWK(**enc))
+    return e.serialize(compact=True)
+
+def join(csr_b64, evidence, role="node", token=None):
     """One round; (status, nodeId or None, the refusal recorded or None)."""
     req = {"csr": csr_b64, "role": role, "attestor": "x509pop",
            "attestation": b64u(evidence.encode() if isinstance(evidence, str) else evidence)}
+    if token is not None:
+        req["sealedToken"] = seal(token, csr_b64)
     c.execute("SELECT max(id) FROM bc_join.events")
     before = c.fetchone()[0] or 0
     c.execute("SELECT bc_join(%s::jsonb)", (json.dumps(req),))
@@ -175,6 +188,30 @@ eq((one("SELECT count(*) FROM bc_join.attestation_uses") - uses0,
     one("SELECT count(*) FROM bc_join.audit_log") - log0), (1, 1),
    "repeats spend nothing and log one note for the certificate (one mark)")
 refused("the leaf alone: chain to nothing", "x509pop:untrusted-chain", *ext_jws(leaf_k, "ES256", [leaf]))
+
+# -- a join token limited to other attestors is refused by x509pop too (ATTESTORS.md's
+# general rule), in the token's tenant; one that names x509pop, or none, is left alone
+# and never spent; a token whose secret does not match limits nothing
+tpm_only = one("SELECT bc_join.create_join_token(%s, %s, expect => '{\"attestors\": [\"tpm\"]}')", t2, p2)
+csr, j = ext_jws(leaf_k, "ES256", [leaf, inter])
+c.execute("SELECT max(id) FROM bc_join.events")
+ev0 = c.fetchone()[0] or 0
+eq(join(csr, j, token=tpm_only)[::2], ("refused", "x509pop:token-attestor"),
+   "a valid proof with a token limited to tpm: refused x509pop:token-attestor")
+eq(one("SELECT tenant_id FROM bc_join.events WHERE id > %s AND type = 'security.join.refused' "
+       "ORDER BY id DESC LIMIT 1", ev0), t2, "the refusal lands in the token's tenant")
+eq(one("SELECT uses_left FROM bc_join.join_tokens WHERE id = %s", tpm_only.split(".")[0]), 1,
+   "the limited token is not spent")
+forged = tpm_only.split(".")[0] + "." + b64u(secrets.token_bytes(32))
+csr, j = ext_jws(leaf_k, "ES256", [leaf, inter])
+eq(join(csr, j, token=forged)[:2], ("issued", node_a),
+   "the same token id with another secret limits nothing: admitted")
+for name, expect in (("names x509pop", '{"attestors": ["tpm", "x509pop"]}'), ("names none", None)):
+    t = one("SELECT bc_join.create_join_token(%s, %s, expect => %s)", t2, p2, expect)
+    csr, j = ext_jws(leaf_k, "ES256", [leaf, inter])
+    eq(join(csr, j, token=t)[:2], ("issued", node_a), "a token that " + name + ": admitted as before")
+    eq(one("SELECT uses_left FROM bc_join.join_tokens WHERE id = %s", t.split(".")[0]), 1,
+       "a token that " + name + ": not spent by x509pop")
 leaf_b = cert(leaf_k.public_key(), "leaf in B", root2, root2_k)
 refused("the same key under root B (tenant t2): bound elsewhere", "x509pop:bound-elsewhere",
         *ext_jws(leaf_k, "ES256", [leaf_b]))

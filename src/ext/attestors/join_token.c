@@ -71,6 +71,71 @@ is_token_id(const char *id, size_t len)
 	return true;
 }
 
+static BcPlan token_limit = {
+	"SELECT tenant_id, secret_sha256, expect -> 'attestors' "
+	"FROM bc_join.join_tokens WHERE id = $1",
+	1, {TEXTOID}
+};
+
+enum
+{
+	Anum_limit_tenant = 1,
+	Anum_limit_secret_sha256,
+	Anum_limit_attestors
+};
+
+/* Whether a token's "attestors" limit (a jsonb array of ids) lists attestor. */
+static bool
+limit_lists(Jsonb *limit, const char *attestor)
+{
+	Jsonb	   *listed = bc_jsonb(psprintf("[\"%s\"]", attestor));
+
+	return JB_ROOT_IS_ARRAY(limit) && !JB_ROOT_IS_SCALAR(limit) &&
+		DatumGetBool(DirectFunctionCall2(jsonb_contains, JsonbPGetDatum(limit),
+										 JsonbPGetDatum(listed)));
+}
+
+/*
+ * A sealed token offered to an attestor that takes none (x509pop, a custom
+ * attestor that returns no tokenId): a join token whose secret matches and
+ * whose expect names attestors without this one is refused
+ * "<attestor>:token-attestor" (ATTESTORS.md: every other attestor refuses
+ * it), in the token's tenant.  Anything else about the token (malformed,
+ * unknown, spent, expired) is left to the attestor, and nothing is spent or
+ * locked here.
+ */
+void
+bc_refuse_token_limited_to_others(const char *attestor, const char *token)
+{
+	const char *dot;
+	char	   *token_id;
+	unsigned char secret_hash[BC_SHA256_LEN];
+	Datum		v;
+	bool		isnull;
+	bool		matched;
+	bytea	   *stored;
+	Datum		limit;
+
+	if (token == NULL || (dot = strrchr(token, '.')) == NULL ||
+		!is_token_id(token, dot - token) || strlen(dot + 1) != 43)
+		return;
+	token_id = pnstrdup(token, dot - token);
+	v = CStringGetTextDatum(token_id);
+	if (bc_spi_exec(&token_limit, &v, NULL, true, 1) != 1)
+		return;
+	bc_sha256(dot + 1, strlen(dot + 1), secret_hash);
+	stored = DatumGetByteaPP(bc_spi_datum(Anum_limit_secret_sha256, &isnull));
+	matched = !isnull && VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
+		bc_ct_equal(VARDATA_ANY(stored), secret_hash, BC_SHA256_LEN);
+	OPENSSL_cleanse(secret_hash, sizeof(secret_hash));
+	if (!matched)
+		return;
+	limit = bc_spi_datum(Anum_limit_attestors, &isnull);
+	if (!isnull && !limit_lists(DatumGetJsonbP(limit), attestor))
+		bc_refuse_join(psprintf("%s:token-attestor", attestor),
+					   bc_spi_text_req(Anum_limit_tenant));
+}
+
 /*
  * Enforce a token's expect binding: its "attestors" member, when there is
  * one, must list attestor (else "<attestor>:token-attestor": stripping the

@@ -399,6 +399,8 @@ x509pop_verify(const BcJoinRequest *req, BcOutcome *out)
 	Datum		v[3];
 	char		nn[3] = {' ', ' ', ' '};
 
+	/* x509pop takes no token; one limited to other attestors is refused. */
+	bc_refuse_token_limited_to_others(WHO, req->token);
 	if (req->attestation == NULL)
 		bc_refuse_join(WHO ":malformed", NULL);
 	jws = VARDATA_ANY(req->attestation);
