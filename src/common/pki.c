@@ -371,7 +371,11 @@ out:
 }
 
 
-/* 16 random serial bytes, top bit clear and not all zero, as an INTEGER. */
+/*
+ * 16 random serial bytes, not all zero, as a positive INTEGER: all 128 bits
+ * random (the contract's), so half the serials encode in 17 bytes, a zero
+ * byte before a first byte whose top bit is set (RFC 5280 4.1.2.2 allows 20).
+ */
 static ASN1_INTEGER *
 random_serial(unsigned char serial[SERIAL_LEN])
 {
@@ -382,7 +386,6 @@ random_serial(unsigned char serial[SERIAL_LEN])
 	{
 		if (RAND_bytes(serial, SERIAL_LEN) != 1)
 			goto out;
-		serial[0] &= 0x7f;
 		bn = BN_bin2bn(serial, SERIAL_LEN, bn);
 		if (bn == NULL)
 			goto out;
@@ -521,7 +524,7 @@ add_uri_sans(X509 *cert, const char *const *uris, size_t n_uris, int critical)
 	return rc;
 }
 
-/* 16 random serial bytes, top bit clear and not all zero, set on cert. */
+/* 16 random serial bytes (128 random bits), not all zero, set on cert. */
 static int
 set_random_serial(X509 *cert, unsigned char serial[SERIAL_LEN])
 {

@@ -405,7 +405,6 @@ test_cert_issue_shape(void **state)
 	X509	   *back = NULL;
 
 	assert_int_equal(X509_get_version(cert), X509_VERSION_3);
-	assert_int_equal(serial[0] & 0x80, 0);
 	bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), NULL);
 	assert_non_null(bn);
 	assert_false(BN_is_negative(bn));
@@ -504,6 +503,83 @@ test_cert_serials_differ(void **state)
 	assert_memory_not_equal(s1, s2, 16);
 	X509_free(c1);
 	X509_free(c2);
+}
+
+/*
+ * Serials carry 128 random bits, both ways of issuing: each is the positive
+ * INTEGER of the 16 bytes handed back, at most 128 bits, encoded in 16
+ * bytes or, when its top bit is set, 17 (a leading zero); of 64 serials at
+ * least one has its top bit set and one has not (each fails with
+ * probability 2^-64; the old code cleared that bit, 127 random bits).
+ */
+static void
+test_cert_serial_bits(void **state)
+{
+	pki_fixture *f = *state;
+	const char *uris[] = {"spiffe://example.org/tenant/t1/node/n1"};
+	unsigned char *csr_der = NULL;
+	size_t		csr_len = 0;
+	bc_csr	   *csr = NULL;
+	int			top_set = 0;
+	int			top_clear = 0;
+	int			k;
+
+	assert_int_equal(bc_csr_create(f->node_key, NULL, &csr_der, &csr_len), BC_OK);
+	assert_int_equal(bc_csr_parse(csr_der, csr_len, &csr), BC_OK);
+	for (k = 0; k < 128; k++)
+	{
+		bc_cert_params p = {
+			.ca_cert = f->ca,.ca_key = f->ca_key,.subject_csr = csr,
+			.uris = uris,.n_uris = 1,
+			.not_before = f->now - 60,.not_after = f->now + 3600
+		};
+		unsigned char s[16];
+		unsigned char back[16];
+		unsigned char *der = NULL;
+		size_t		len = 0;
+		X509	   *c = NULL;
+		const ASN1_INTEGER *ai;
+		unsigned char *enc = NULL;
+		int			enclen;
+		BIGNUM	   *bn;
+
+		if (k % 2 == 0)
+		{
+			assert_int_equal(bc_cert_issue_der(&p, s, &der, &len), BC_OK);
+			assert_int_equal(bc_cert_parse(der, len, &c), BC_OK);
+			OPENSSL_free(der);
+		}
+		else
+			assert_int_equal(bc_cert_issue(&p, s, &c), BC_OK);
+		assert_int_equal(X509_verify(c, f->ca_key), 1);
+		ai = X509_get0_serialNumber(c);
+		bn = ASN1_INTEGER_to_BN(ai, NULL);
+		assert_non_null(bn);
+		assert_false(BN_is_negative(bn));
+		assert_true(BN_num_bits(bn) <= 128);
+		assert_int_equal(BN_bn2binpad(bn, back, 16), 16);
+		assert_memory_equal(s, back, 16);
+		enclen = i2d_ASN1_INTEGER(ai, &enc);
+		/* tag, length, then 16 bytes or a zero and 16 */
+		if (s[0] & 0x80)
+		{
+			top_set++;
+			assert_int_equal(enclen, 2 + 17);
+			assert_int_equal(enc[2], 0);
+		}
+		else
+		{
+			top_clear++;
+			assert_true(enclen <= 2 + 16);
+		}
+		OPENSSL_free(enc);
+		BN_free(bn);
+		X509_free(c);
+	}
+	assert_true(top_set > 0);
+	assert_true(top_clear > 0);
+	bc_csr_free(csr);
+	OPENSSL_free(csr_der);
 }
 
 /* The chain verifies against its CA only, and only within its validity. */
@@ -908,6 +984,7 @@ main(void)
 		cmocka_unit_test(test_cert_crl_dp),
 		cmocka_unit_test(test_cert_aia_ocsp),
 		cmocka_unit_test(test_cert_serials_differ),
+		cmocka_unit_test(test_cert_serial_bits),
 		cmocka_unit_test(test_cert_verify_chain),
 		cmocka_unit_test(test_cert_pem_bundle),
 		cmocka_unit_test(test_cert_empty_subject),
