@@ -67,6 +67,8 @@ extern char *bc_rfc3339(TimestampTz t);
 extern Jsonb *bc_jsonb(const char *text);
 /* The string member name of a jsonb object, copied; NULL when absent or no string. */
 extern char *bc_jsonb_string(Jsonb *j, const char *name);
+/* Whether jb's compact JSON text is over limit bytes (a request's size as the contract counts it). */
+extern bool bc_jsonb_text_over(Jsonb *jb, size_t limit);
 
 /*
  * The JSON writer over a StringInfo: bc_json_begin, then members (the comma

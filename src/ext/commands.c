@@ -105,7 +105,7 @@ parse_commands_request(Jsonb *jb, const char *who, CommandsArg *a)
 	bool		complete = strcmp(who, BC_PURPOSE_COMPLETE) == 0;
 
 	memset(a, 0, sizeof(*a));
-	if (VARSIZE_ANY_EXHDR(jb) > BC_REQUEST_MAX)
+	if (bc_jsonb_text_over(jb, BC_REQUEST_MAX))
 		bc_invalid_input("the request is over %d bytes", BC_REQUEST_MAX);
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		bc_invalid_input("the request must be a JSON object");

@@ -8,6 +8,7 @@
 
 #include <time.h>
 
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 
@@ -41,6 +42,103 @@ bc_jsonb_string(Jsonb *j, const char *name)
 	if (v == NULL || v->type != jbvString)
 		return NULL;
 	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/* Bytes of a string as compact JSON text writes it: quoted, escaped as escape_json does. */
+static size_t
+escaped_len(const char *s, int len)
+{
+	size_t		n = 2;
+	int			i;
+
+	for (i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t')
+			n += 2;
+		else if (c < ' ')
+			n += 6;				/* \u00XX */
+		else
+			n += 1;
+	}
+	return n;
+}
+
+/*
+ * Whether the JSON text of jb, written compactly (no whitespace; only the
+ * escapes JSON requires, as escape_json writes them; numbers as numeric_out
+ * does), is over limit bytes: a request's size as the contract counts it
+ * ("a request over 64 KiB"), whatever whitespace or needless escapes its
+ * sender wrote (jsonb keeps neither).  jsonb's own size bounds it neither
+ * way (its headers make small values larger, escapes make the text larger),
+ * so the value is walked, stopping as soon as the count passes limit; a
+ * jsonb over 8 times limit is over at once (no JSON text is a quarter of its
+ * jsonb: a number in an array, the densest case, is 2 bytes of text and 8 of
+ * jsonb).
+ */
+bool
+bc_jsonb_text_over(Jsonb *jb, size_t limit)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	size_t		n = 0;
+	uint32		tokens = 0;
+
+	if (VARSIZE_ANY_EXHDR(jb) > 8 * limit)
+		return true;
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		if (++tokens % 1024 == 0)
+			CHECK_FOR_INTERRUPTS();
+		switch (tok)
+		{
+			case WJB_BEGIN_ARRAY:
+				/* brackets and the commas between its elements */
+				if (!v.val.array.rawScalar)
+					n += 2 + (v.val.array.nElems > 0 ? v.val.array.nElems - 1 : 0);
+				break;
+			case WJB_BEGIN_OBJECT:
+				/* braces, a colon a member, the commas between them */
+				n += 2 + v.val.object.nPairs +
+					(v.val.object.nPairs > 0 ? v.val.object.nPairs - 1 : 0);
+				break;
+			case WJB_KEY:
+			case WJB_VALUE:
+			case WJB_ELEM:
+				switch (v.type)
+				{
+					case jbvString:
+						n += escaped_len(v.val.string.val, v.val.string.len);
+						break;
+					case jbvNumeric:
+						{
+							char	   *num = DatumGetCString(DirectFunctionCall1(numeric_out,
+																				  NumericGetDatum(v.val.numeric)));
+
+							n += strlen(num);
+							pfree(num);
+						}
+						break;
+					case jbvBool:
+						n += v.val.boolean ? 4 : 5;
+						break;
+					case jbvNull:
+						n += 4;
+						break;
+					default:
+						break;		/* containers come as their own tokens */
+				}
+				break;
+			default:
+				break;
+		}
+		if (n > limit)
+			return true;
+	}
+	return false;
 }
 
 /* Open an object: {. */

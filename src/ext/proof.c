@@ -38,7 +38,7 @@ bc_parse_proof_request(Jsonb *jb, BcJoinRequest *req, char **proof, const char *
 
 	memset(req, 0, sizeof(*req));
 	*proof = NULL;
-	if (VARSIZE_ANY_EXHDR(jb) > BC_REQUEST_MAX)
+	if (bc_jsonb_text_over(jb, BC_REQUEST_MAX))
 		bc_invalid_input("the request is over %d bytes", BC_REQUEST_MAX);
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		bc_invalid_input("the request must be a JSON object");

@@ -178,7 +178,7 @@ bc_parse_join_request(Jsonb *jb, BcJoinRequest *req, MemoryContext owner)
 
 	memset(req, 0, sizeof(*req));
 
-	if (VARSIZE_ANY_EXHDR(jb) > BC_REQUEST_MAX)
+	if (bc_jsonb_text_over(jb, BC_REQUEST_MAX))
 		bc_invalid_input("the request is over %d bytes", BC_REQUEST_MAX);
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 		bc_invalid_input("the request must be a JSON object");
