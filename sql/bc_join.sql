@@ -1323,11 +1323,12 @@ COMMENT ON FUNCTION bc_join.open_challenge_state(text, text) IS
  * One join round: the entry point the contract names, callable unqualified.
  * Returns {"status", "response"} for a result or a deferral and
  * {"status":"refused","error":{...}} for every refusal; raises 22023 for
- * malformed input and 0A000 for an unknown attestor.
+ * malformed input (a NULL request too: not STRICT, so that it is an error
+ * and not a silent NULL) and 0A000 for an unknown attestor.
  */
 CREATE FUNCTION public.bc_join(request jsonb) RETURNS jsonb
 	AS 'MODULE_PATHNAME', 'bc_join_request'
-	LANGUAGE C VOLATILE STRICT SECURITY DEFINER
+	LANGUAGE C VOLATILE CALLED ON NULL INPUT SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION public.bc_join(jsonb) IS
 	'Runs one join round of a JoinRequest in this transaction (attestor, node, certificate, bindings, events, audit) and returns {"status", "response"}: the signed result or deferral, or the one uniform refusal.';
@@ -2049,12 +2050,12 @@ COMMENT ON FUNCTION bc_join.tpm_ek_certificate(text) IS
  * other CA certificate), one PEM certificate at a time.  Returns the hex
  * SHA-256 of its DER; adding it again changes nothing.
  */
-CREATE FUNCTION bc_join.add_tpm_ek_root(certificate_pem text) RETURNS text
+CREATE FUNCTION bc_join.add_tpm_ek_root(pem text) RETURNS text
 	LANGUAGE plpgsql SECURITY DEFINER
 	SET search_path = pg_catalog, pg_temp
 	AS $$
 DECLARE
-	c jsonb := bc_join.tpm_ek_certificate(certificate_pem);
+	c jsonb := bc_join.tpm_ek_certificate(pem);
 BEGIN
 	INSERT INTO bc_join.tpm_ek_certificates (sha256, certificate, is_root, subject)
 		VALUES (decode(c->>'sha256', 'hex'), decode(c->>'der', 'hex'), (c->>'isRoot')::boolean, c->>'subject')

@@ -285,17 +285,20 @@ join_round(BcJoinRequest *req, void *arg, MemoryContext outcxt)
 
 PG_FUNCTION_INFO_V1(bc_join_request);
 
-/* bc_join(request jsonb): one join round. */
+/* bc_join(request jsonb): one join round.  Not STRICT: a NULL request is malformed input. */
 Datum
 bc_join_request(PG_FUNCTION_ARGS)
 {
-	Jsonb	   *jb = PG_GETARG_JSONB_P(0);
+	Jsonb	   *jb;
 	MemoryContext callcxt = CurrentMemoryContext;
 	BcJoinRequest req;
 	const BcAttestor *att;
 	Jsonb	   *volatile out = NULL;
 
 	bc_require_sql_version();
+	if (PG_ARGISNULL(0))
+		bc_invalid_input("the request is NULL");
+	jb = PG_GETARG_JSONB_P(0);
 	bc_parse_join_request(jb, &req, callcxt);
 
 	bc_require_config();

@@ -30,7 +30,7 @@ poolA=$(sql -c "SELECT bc_join.create_pool('$A', '$siteA', 'p')")
 B=$(sql -c "SELECT bc_join.create_tenant('tpm-b')")
 siteB=$(sql -c "SELECT bc_join.create_site('$B', 'dc')")
 poolB=$(sql -c "SELECT bc_join.create_pool('$B', '$siteB', 'p')")
-sql -c "SELECT bc_join.add_tpm_ek_root(pg_read_file('$F/root.pem')), bc_join.add_tpm_ek_root(pg_read_file('$F/issuer.pem'))" >/dev/null
+sql -c "SELECT bc_join.add_tpm_ek_root(pg_read_file('$F/root.pem')), bc_join.add_tpm_ek_root(pem => pg_read_file('$F/issuer.pem'))" >/dev/null
 token() { sql -c "SELECT bc_join.create_join_token('$1', '$2', uses => ${3:-5}, allow_reclaim => ${4:-false})"; }
 tokA=$(token "$A" "$poolA")
 ekc_sha=$(sha256sum "$F/ekc.der" | cut -c1-64)

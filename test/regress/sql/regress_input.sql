@@ -34,6 +34,7 @@ END $$;
 SELECT bc_join('[]');
 SELECT bc_join(:'req'::jsonb || '{"attestor":"no-such-attestor"}');
 -- Shapes
+SELECT pg_temp.try(NULL);
 SELECT pg_temp.try('"a string"');
 SELECT pg_temp.try('{}');
 SELECT pg_temp.try(:'req'::jsonb - 'csr');
