@@ -140,7 +140,15 @@ def mtls(env, a, b):
                             "-cert", leaf_a, "-cert_chain", chain_a, "-key", key_a,
                             "-CAfile", roots_a, "-Verify", "1", "-verify_return_error", "-www"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    first = srv.stdout.readline().decode("utf-8", "replace")   # "ACCEPT" once it listens
+    # s_server prints "ACCEPT" once it listens, after a line or two of its settings
+    # ("verify depth is 1, ...", "Using default temp DH parameters"): wait for that line,
+    # not the first one, or s_client may connect before anything listens (seen in CI)
+    first = ""
+    for _ in range(20):
+        line = srv.stdout.readline().decode("utf-8", "replace")
+        first += line
+        if line == "" or line.strip() == "ACCEPT":
+            break
     cli = subprocess.run(["openssl", "s_client", "-ign_eof", "-connect", "127.0.0.1:%d" % port,
                           "-cert", leaf_b, "-cert_chain", chain_b, "-key", key_b,
                           "-CAfile", roots_b, "-verify_return_error", "-verify", "1"],
