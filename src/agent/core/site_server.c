@@ -105,7 +105,7 @@ typedef struct conn_slot
 	char		source[NI_MAXHOST];
 	char		peer[NI_MAXHOST + NI_MAXSERV + 4];
 	struct server *s;
-	long long	accepted_ms;
+	unsigned long long accepted;	/* accept order (server.accepts when it came): the oldest is the lowest */
 	int			pending;		/* its request line not all in yet */
 	int			evicted;		/* shut down to make room for a newer one */
 } conn_slot;
@@ -135,6 +135,7 @@ typedef struct server
 	unsigned long turned_away_logged;
 	time_t		turned_away_at;
 	unsigned long evicted;		/* pending ones closed to make room */
+	unsigned long long accepts;	/* connections given a slot so far */
 	unsigned long evicted_logged;
 	time_t		evicted_at;
 	/* connections dropped (handshake) or refused (request) in this interval */
@@ -681,7 +682,7 @@ evict_oldest_pending(server *s)
 		conn_slot  *c = &s->slots[i];
 
 		if (c->fd >= 0 && c->pending && !c->evicted &&
-			(oldest == NULL || c->accepted_ms < oldest->accepted_ms))
+			(oldest == NULL || c->accepted < oldest->accepted))
 			oldest = c;
 	}
 	if (oldest == NULL)
@@ -796,7 +797,8 @@ dispatch(server *s, int fd, const char *source, const char *peer)
 	{
 		slot->fd = fd;
 		slot->s = s;
-		slot->accepted_ms = bcd_now_ms();
+		/* an order, not a clock: many connections come in one millisecond */
+		slot->accepted = ++s->accepts;
 		slot->pending = 1;
 		slot->evicted = 0;
 		snprintf(slot->source, sizeof(slot->source), "%s", source);
