@@ -39,8 +39,9 @@ hold() {
         -c "SELECT pg_sleep($secs)" -c "COMMIT" >"$S/$tag.$i" 2>&1 && echo ok >>"$S/$tag.$i" &
   done
 }
-# The chains held: bc_join's lock tags show in pg_locks as advisory, objsubid 3 (src/ext/locks.c).
-held() { sql -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1651138915 AND objsubid = 3 AND granted"; }
+# The chains held: bc_join's lock tags show in pg_locks as advisory, objsubid 3 (src/ext/locks.c);
+# this database's only (the other TAP scripts run beside this one on the same cluster).
+held() { sql -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1651138915 AND objsubid = 3 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"; }
 
 hold a 8 2 1s
 wait

@@ -65,7 +65,7 @@ hold >/dev/null &
 holder=$!
 # pg_locks shows bc_join's lock tags as advisory with objsubid 3, classid "bjac"
 for _ in $(seq 1 400); do
-  [ "$(sql -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1651138915 AND objid = $full AND objsubid = 3 AND granted")" = 1 ] && break
+  [ "$(sql -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1651138915 AND objid = $full AND objsubid = 3 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")" = 1 ] && break
   sleep 0.05
 done
 out=$(sql -c "SET plan_cache_mode = force_generic_plan" \

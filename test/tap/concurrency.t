@@ -27,7 +27,9 @@ SELECT pg_advisory_lock(4242);
 DO $$
 BEGIN
 	FOR i IN 1..600 LOOP
-		EXIT WHEN (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted) >= 16;
+		-- this database's waiters only: other scripts run beside this one on the same cluster
+		EXIT WHEN (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+				   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) >= 16;
 		PERFORM pg_sleep(0.05);
 	END LOOP;
 END $$;
