@@ -84,6 +84,26 @@ enum
 	Anum_limit_attestors
 };
 
+/*
+ * Whether the SPI row's column secret_col (the SHA-256 of a token's secret)
+ * is SHA-256(secret), compared in constant time.
+ */
+static bool
+secret_matches(int secret_col, const char *secret)
+{
+	unsigned char secret_hash[BC_SHA256_LEN];
+	bool		isnull;
+	bytea	   *stored;
+	bool		matched;
+
+	bc_sha256(secret, strlen(secret), secret_hash);
+	stored = DatumGetByteaPP(bc_spi_datum(secret_col, &isnull));
+	matched = !isnull && VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
+		bc_ct_equal(VARDATA_ANY(stored), secret_hash, BC_SHA256_LEN);
+	OPENSSL_cleanse(secret_hash, sizeof(secret_hash));
+	return matched;
+}
+
 /* Whether a token's "attestors" limit (a jsonb array of ids) lists attestor. */
 static bool
 limit_lists(Jsonb *limit, const char *attestor)
@@ -108,27 +128,16 @@ void
 bc_refuse_token_limited_to_others(const char *attestor, const char *token)
 {
 	const char *dot;
-	char	   *token_id;
-	unsigned char secret_hash[BC_SHA256_LEN];
 	Datum		v;
 	bool		isnull;
-	bool		matched;
-	bytea	   *stored;
 	Datum		limit;
 
 	if (token == NULL || (dot = strrchr(token, '.')) == NULL ||
 		!is_token_id(token, dot - token) || strlen(dot + 1) != 43)
 		return;
-	token_id = pnstrdup(token, dot - token);
-	v = CStringGetTextDatum(token_id);
-	if (bc_spi_exec(&token_limit, &v, NULL, true, 1) != 1)
-		return;
-	bc_sha256(dot + 1, strlen(dot + 1), secret_hash);
-	stored = DatumGetByteaPP(bc_spi_datum(Anum_limit_secret_sha256, &isnull));
-	matched = !isnull && VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
-		bc_ct_equal(VARDATA_ANY(stored), secret_hash, BC_SHA256_LEN);
-	OPENSSL_cleanse(secret_hash, sizeof(secret_hash));
-	if (!matched)
+	v = CStringGetTextDatum(pnstrdup(token, dot - token));
+	if (bc_spi_exec(&token_limit, &v, NULL, true, 1) != 1 ||
+		!secret_matches(Anum_limit_secret_sha256, dot + 1))
 		return;
 	limit = bc_spi_datum(Anum_limit_attestors, &isnull);
 	if (!isnull && !limit_lists(DatumGetJsonbP(limit), attestor))
@@ -151,12 +160,7 @@ enforce_expect(Jsonb *expect, Jsonb *claims, const char *attestor, const char *w
 
 	if (limit != NULL)
 	{
-		Jsonb	   *listed = bc_jsonb(psprintf("[\"%s\"]", attestor));
-
-		if (limit->type != jbvBinary || !JsonContainerIsArray(limit->val.binary.data) ||
-			!DatumGetBool(DirectFunctionCall2(jsonb_contains,
-											  JsonbPGetDatum(JsonbValueToJsonb(limit)),
-											  JsonbPGetDatum(listed))))
+		if (limit->type != jbvBinary || !limit_lists(JsonbValueToJsonb(limit), attestor))
 			bc_refuse_join(psprintf("%s:token-attestor", attestor), tenant);
 		rest = DatumGetJsonbP(DirectFunctionCall2(jsonb_delete, JsonbPGetDatum(expect),
 												  CStringGetTextDatum("attestors")));
@@ -204,28 +208,23 @@ bc_lock_token_secret(BcPlan *plan, const char *id, const char *secret, int secre
 					 const char *who)
 {
 	static const unsigned char dummy_hash[BC_SHA256_LEN];
-	unsigned char secret_hash[BC_SHA256_LEN];
 	Datum		v = CStringGetTextDatum(id);
 	bool		found;
 	bool		matched;
-	bool		isnull;
 
-	bc_sha256(secret, strlen(secret), secret_hash);
 	found = bc_spi_exec(plan, &v, NULL, false, 1) == 1;
 	if (found)
-	{
-		bytea	   *stored = DatumGetByteaPP(bc_spi_datum(secret_col, &isnull));
-
-		matched = !isnull && VARSIZE_ANY_EXHDR(stored) == BC_SHA256_LEN &&
-			bc_ct_equal(VARDATA_ANY(stored), secret_hash, BC_SHA256_LEN);
-	}
+		matched = secret_matches(secret_col, secret);
 	else
 	{
 		/* The same work as a known token, so timing tells nothing. */
+		unsigned char secret_hash[BC_SHA256_LEN];
+
+		bc_sha256(secret, strlen(secret), secret_hash);
 		(void) bc_ct_equal(dummy_hash, secret_hash, BC_SHA256_LEN);
+		OPENSSL_cleanse(secret_hash, sizeof(secret_hash));
 		matched = false;
 	}
-	OPENSSL_cleanse(secret_hash, sizeof(secret_hash));
 	if (!found)
 		bc_refuse_join(psprintf("%s:unknown", who), NULL);
 	if (!matched)
